@@ -1,0 +1,2 @@
+"""Workers (brokers) of zkcontroller, their task runners, and a simulator that runs many of them at
+once with failure injection, for tests and benchmarks."""

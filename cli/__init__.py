@@ -1,0 +1,1 @@
+"""The ``zkctl`` command line: thin click commands over the admin client library."""

@@ -1,0 +1,394 @@
+"""Versioned JSON codecs for every payload the product keeps in ZooKeeper.
+
+Each payload is a frozen dataclass. ``encode`` writes it as compact JSON with a ``"version"`` field;
+``decode`` parses and validates bytes read from a znode against the dataclass's type hints and raises
+one error type, :class:`PayloadError` (with the path and the reason), for anything malformed: bad
+UTF-8, bad JSON, a missing or unknown version, a missing field, a wrong type, an oversized value.
+Callers never see a bare KeyError or JSONDecodeError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, Union
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+# ZooKeeper's default jute.maxbuffer is 1 MiB; we refuse to read or write anything near it.
+MAX_PAYLOAD_BYTES = 900 * 1024
+
+T = TypeVar("T")
+
+
+class PayloadError(ValueError):
+    """A znode holds bytes that are not a valid payload of the expected kind.
+
+    ``path`` is the znode (or "<memory>" when decoding a value not read from ZooKeeper) and ``reason``
+    says what is wrong, e.g. ``field 'generation': expected int, got str``.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"malformed payload at {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------------------------------
+# payloads (DESIGN.md § 2)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """``/controller``: who is the active controller, at which epoch."""
+
+    controller_id: str
+    epoch: int
+    host: str
+    since: float
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """``/brokers/ids/<id>``: a live worker. Its broker epoch is the znode's czxid, not a field."""
+
+    broker_id: str
+    host: str
+    pid: int
+    group: str = "default"
+    capacity: int = 1
+    rack: str | None = None
+    instance_id: str | None = None
+    runner: str = "noop"
+
+
+@dataclass(frozen=True)
+class OwnerInfo:
+    """``/tasks/<id>/owner``: the one worker running the task (ephemeral)."""
+
+    broker: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class GroupStateInfo:
+    """``/groups/<g>/state``: the coordinator's view of a group, written only by the controller."""
+
+    state: str
+    generation: int
+    join_generation: int
+    controller_epoch: int
+    protocol: str | None = None
+    assignor: str | None = None
+    leader: str | None = None
+    members: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """``/groups/<g>/members/<member>``: a member's join request (ephemeral, rewritten to rejoin).
+
+    ``join_generation`` is the generation the member asks to join (the coordinator's current
+    generation + 1); ``owned`` is what it still runs (always empty under the eager protocol).
+    """
+
+    member_id: str
+    join_generation: int
+    generation: int
+    protocols: tuple[str, ...]
+    assignors: tuple[str, ...]
+    owned: tuple[str, ...] = ()
+    capacity: int = 1
+    rack: str | None = None
+    instance_id: str | None = None
+    leaving: bool = False
+
+
+@dataclass(frozen=True)
+class TaskDescriptor:
+    """What an assignor needs to know of one task (a projection of its spec)."""
+
+    task_id: str
+    weight: int = 1
+    pinned: tuple[str, ...] = ()
+    pin_mode: str = "preferred"
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class MemberMetadata:
+    """What an assignor needs to know of one member."""
+
+    member_id: str
+    owned: tuple[str, ...] = ()
+    capacity: int = 1
+    rack: str | None = None
+    instance_id: str | None = None
+    leaving: bool = False
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """``/groups/<g>/join/<generation>``: the join phase's outcome, for the leader to assign from.
+
+    ``held`` are tasks waiting for a departed member to return (scheduled rebalance delay): the
+    assignor must leave them unassigned. ``previous`` is the last published assignment, for sticky
+    assignors.
+    """
+
+    generation: int
+    leader: str
+    protocol: str
+    assignor: str
+    controller_epoch: int
+    members: tuple[MemberMetadata, ...]
+    tasks: tuple[TaskDescriptor, ...]
+    held: tuple[str, ...] = ()
+    previous: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyncProposal:
+    """``/groups/<g>/sync/<generation>``: the leader's proposed assignment for that generation."""
+
+    generation: int
+    leader: str
+    assigned: dict[str, tuple[str, ...]]
+    revoked: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """``/groups/<g>/assignment/<member>``: what one member must run, fenced by the controller epoch.
+
+    ``error`` carries a protocol error code for this member (e.g. UNKNOWN_MEMBER_ID) instead of tasks.
+    """
+
+    generation: int
+    controller_epoch: int
+    assigned: tuple[str, ...] = ()
+    revoked: tuple[str, ...] = ()
+    protocol: str = "cooperative"
+    leader: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """``/status/<task_id>``: what the owning worker reports about a task."""
+
+    broker: str
+    state: str
+    generation: int
+    updated: float
+    error: str | None = None
+    trace: str | None = None
+    failures: int = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RebalanceRequest:
+    """``/admin/rebalance/<seq>``: an operator asks for a rebalance of one group (or all)."""
+
+    group: str | None = None
+    reason: str = "manual"
+
+
+@dataclass(frozen=True)
+class ControlledShutdownRequest:
+    """``/admin/controlled_shutdown/<broker>``: move this broker's tasks away before it leaves."""
+
+    broker: str
+    requested: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReassignRequest:
+    """``/admin/reassign/<task>``: move one task to one broker (still never double-owned)."""
+
+    task_id: str
+    to: str
+
+
+@dataclass(frozen=True)
+class RunInterval:
+    """One period during which a worker was running a task; recorded for the checker and timelines."""
+
+    task_id: str
+    broker: str
+    start: float
+    end: float | None = None
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class IntervalLog:
+    """``/intervals/<broker>``: a broker's recorded run intervals (bounded; oldest dropped first)."""
+
+    broker: str
+    intervals: tuple[RunInterval, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------------
+# encode / decode
+# --------------------------------------------------------------------------------------------------
+
+
+def to_jsonable(payload: Any) -> Any:
+    """A payload dataclass (or nested value) as plain JSON-compatible data."""
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        return {f.name: to_jsonable(getattr(payload, f.name)) for f in dataclasses.fields(payload)}
+    if isinstance(payload, enum.Enum):
+        return payload.value
+    if isinstance(payload, (list, tuple)):
+        return [to_jsonable(v) for v in payload]
+    if isinstance(payload, dict):
+        return {str(k): to_jsonable(v) for k, v in payload.items()}
+    return payload
+
+
+def encode(payload: Any) -> bytes:
+    """Encode a payload dataclass as versioned JSON bytes (refusing oversized payloads)."""
+    body = to_jsonable(payload)
+    body["version"] = SCHEMA_VERSION
+    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise PayloadError("<memory>", f"{type(payload).__name__} is {len(data)} bytes, over {MAX_PAYLOAD_BYTES}")
+    return data
+
+
+def decode(cls: type[T], data: bytes | None, path: str = "<memory>") -> T:
+    """Parse and validate ``data`` as a ``cls`` payload, or raise PayloadError naming path and reason."""
+    if data is None:
+        raise PayloadError(path, "znode has no data")
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise PayloadError(path, f"{len(data)} bytes, over the {MAX_PAYLOAD_BYTES}-byte limit")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(path, f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        body = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise PayloadError(path, f"not JSON ({exc})") from None
+    return from_dict(cls, body, path)
+
+
+def from_dict(cls: type[T], body: Any, path: str = "<memory>") -> T:
+    """Validate an already-parsed versioned JSON object as a ``cls`` payload."""
+    if not isinstance(body, dict):
+        raise PayloadError(path, f"expected a JSON object, got {_tname(body)}")
+    version = body.get("version")
+    if version is None:
+        raise PayloadError(path, "missing 'version'")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
+        raise PayloadError(path, f"unsupported version {version!r} (supported: {sorted(SUPPORTED_VERSIONS)})")
+    return _coerce(cls, {k: v for k, v in body.items() if k != "version"}, path, "")
+
+
+def decode_epoch(data: bytes | None, path: str = "<memory>") -> int:
+    """``/controller_epoch`` holds the epoch as decimal text."""
+    if data is None:
+        raise PayloadError(path, "znode has no data")
+    try:
+        text = data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise PayloadError(path, "epoch is not ASCII text") from None
+    if not text.isdigit() or len(text) > 18:
+        raise PayloadError(path, f"epoch {text[:40]!r} is not a non-negative integer")
+    return int(text)
+
+
+def encode_epoch(epoch: int) -> bytes:
+    return str(int(epoch)).encode("ascii")
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = hints
+    return hints
+
+
+def _tname(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _coerce(tp: Any, value: Any, path: str, where: str) -> Any:
+    """Check ``value`` (parsed JSON) against type ``tp`` and convert lists to tuples, objects to dataclasses."""
+    label = f"field '{where}'" if where else "payload"
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise PayloadError(path, f"{label}: expected an object, got {_tname(value)}")
+        hints = _hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            sub = f"{where}.{f.name}" if where else f.name
+            if f.name in value:
+                kwargs[f.name] = _coerce(hints[f.name], value[f.name], path, sub)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise PayloadError(path, f"missing field '{sub}'")
+        return tp(**kwargs)
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, path, where)
+            except PayloadError as exc:
+                errors.append(exc.reason)
+        raise PayloadError(path, errors[0] if len(errors) == 1 else f"{label}: no alternative matches ({'; '.join(errors)})")
+    if origin is tuple:
+        (item, _ellipsis) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise PayloadError(path, f"{label}: expected an array, got {_tname(value)}")
+        return tuple(_coerce(item, v, path, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        (_key, item) = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise PayloadError(path, f"{label}: expected an object, got {_tname(value)}")
+        return {k: _coerce(item, v, path, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise PayloadError(path, f"{label}: {value!r} is not one of {[m.value for m in tp]}") from None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise PayloadError(path, f"{label}: expected boolean, got {_tname(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PayloadError(path, f"{label}: expected integer, got {_tname(value)}")
+        if abs(value) > 2**63:
+            raise PayloadError(path, f"{label}: integer out of range")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PayloadError(path, f"{label}: expected number, got {_tname(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise PayloadError(path, f"{label}: expected string, got {_tname(value)}")
+        return value
+    raise TypeError(f"codec cannot handle type {tp!r}")  # a programming error, not bad input

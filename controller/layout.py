@@ -1,0 +1,165 @@
+"""The ZooKeeper layout: every path the product reads or writes, under one configurable root.
+
+No other module builds a path string. Several clusters can share one ensemble by using different roots.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_ROOT = "/zkc"
+
+# Names that become one path segment: broker ids, task ids, group names, member ids.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class InvalidName(ValueError):
+    """A broker, task, group or member name that cannot be one ZooKeeper path segment."""
+
+
+def check_name(kind: str, name: str) -> str:
+    """Return ``name`` if it is a legal single path segment, else raise InvalidName naming the kind."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidName(
+            f"invalid {kind} {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ - "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def normalize_root(root: str) -> str:
+    root = "/" + root.strip("/")
+    if root != "/":
+        for segment in root.strip("/").split("/"):
+            check_name("root segment", segment)
+    return root
+
+
+@dataclass(frozen=True)
+class ZkLayout:
+    """Paths of DESIGN.md § 2 under ``root``."""
+
+    root: str = DEFAULT_ROOT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", normalize_root(self.root))
+
+    def _p(self, *parts: str) -> str:
+        base = "" if self.root == "/" else self.root
+        return base + "/" + "/".join(parts)
+
+    # controller
+    @property
+    def controller(self) -> str:
+        return self._p("controller")
+
+    @property
+    def controller_epoch(self) -> str:
+        return self._p("controller_epoch")
+
+    # brokers
+    @property
+    def broker_ids(self) -> str:
+        return self._p("brokers", "ids")
+
+    def broker(self, broker_id: str) -> str:
+        return self._p("brokers", "ids", check_name("broker id", broker_id))
+
+    # tasks
+    @property
+    def tasks(self) -> str:
+        return self._p("tasks")
+
+    def task(self, task_id: str) -> str:
+        return self._p("tasks", check_name("task id", task_id))
+
+    def task_owner(self, task_id: str) -> str:
+        return self._p("tasks", check_name("task id", task_id), "owner")
+
+    # groups
+    @property
+    def groups(self) -> str:
+        return self._p("groups")
+
+    def group(self, group: str) -> str:
+        return self._p("groups", check_name("group", group))
+
+    def group_state(self, group: str) -> str:
+        return self._p("groups", check_name("group", group), "state")
+
+    def group_members(self, group: str) -> str:
+        return self._p("groups", check_name("group", group), "members")
+
+    def group_member(self, group: str, member: str) -> str:
+        return self._p("groups", check_name("group", group), "members", check_name("member", member))
+
+    def group_joins(self, group: str) -> str:
+        return self._p("groups", check_name("group", group), "join")
+
+    def group_join(self, group: str, generation: int) -> str:
+        return self._p("groups", check_name("group", group), "join", str(int(generation)))
+
+    def group_syncs(self, group: str) -> str:
+        return self._p("groups", check_name("group", group), "sync")
+
+    def group_sync(self, group: str, generation: int) -> str:
+        return self._p("groups", check_name("group", group), "sync", str(int(generation)))
+
+    def group_assignments(self, group: str) -> str:
+        return self._p("groups", check_name("group", group), "assignment")
+
+    def group_assignment(self, group: str, member: str) -> str:
+        return self._p("groups", check_name("group", group), "assignment", check_name("member", member))
+
+    # status
+    @property
+    def statuses(self) -> str:
+        return self._p("status")
+
+    def status(self, task_id: str) -> str:
+        return self._p("status", check_name("task id", task_id))
+
+    # run intervals (recorded by workers for the timeline and the invariant checker)
+    @property
+    def intervals(self) -> str:
+        return self._p("intervals")
+
+    def broker_intervals(self, broker_id: str) -> str:
+        return self._p("intervals", check_name("broker id", broker_id))
+
+    # admin requests
+    @property
+    def admin(self) -> str:
+        return self._p("admin")
+
+    @property
+    def admin_rebalance(self) -> str:
+        return self._p("admin", "rebalance")
+
+    @property
+    def admin_controlled_shutdown(self) -> str:
+        return self._p("admin", "controlled_shutdown")
+
+    def admin_controlled_shutdown_of(self, broker_id: str) -> str:
+        return self._p("admin", "controlled_shutdown", check_name("broker id", broker_id))
+
+    @property
+    def admin_reassign(self) -> str:
+        return self._p("admin", "reassign")
+
+    def admin_reassign_of(self, task_id: str) -> str:
+        return self._p("admin", "reassign", check_name("task id", task_id))
+
+    def persistent_roots(self) -> tuple[str, ...]:
+        """Containers that must exist before anything else runs (created idempotently)."""
+        return (
+            self.broker_ids,
+            self.tasks,
+            self.groups,
+            self.statuses,
+            self.intervals,
+            self.admin_rebalance,
+            self.admin_controlled_shutdown,
+            self.admin_reassign,
+        )

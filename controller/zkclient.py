@@ -1,0 +1,68 @@
+"""How every process of ours connects to ZooKeeper: one place for hosts, timeouts, auth and TLS."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
+
+DEFAULT_HOSTS = "127.0.0.1:2181"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ZkSettings:
+    """Connection settings. ``auth`` is ``user:password`` for digest auth; it is never logged."""
+
+    hosts: str = DEFAULT_HOSTS
+    root: str = "/zkc"
+    session_timeout_s: float = 10.0
+    auth: str | None = None
+    use_ssl: bool = False
+    ca: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    verify_certs: bool = True
+
+    def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
+        return f"ZkSettings(hosts={self.hosts!r}, root={self.root!r}, auth={'***' if self.auth else None})"
+
+    __str__ = __repr__
+
+
+def settings_from_env(**overrides: object) -> ZkSettings:
+    """Settings from ZKC_ZK / ZKC_ROOT / ZKC_AUTH (or ZKC_AUTH_FILE), then explicit overrides."""
+    auth = os.environ.get("ZKC_AUTH")
+    auth_file = os.environ.get("ZKC_AUTH_FILE")
+    if not auth and auth_file:
+        with open(auth_file) as f:
+            auth = f.read().strip()
+    values: dict[str, object] = {
+        "hosts": os.environ.get("ZKC_ZK", DEFAULT_HOSTS),
+        "root": os.environ.get("ZKC_ROOT", "/zkc"),
+        "auth": auth or None,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return ZkSettings(**values)  # type: ignore[arg-type]
+
+
+def make_client(settings: ZkSettings, *, connect: bool = True, timeout: float = 15.0) -> KazooClient:
+    """A kazoo client for ``settings``, connected unless ``connect`` is False."""
+    kwargs: dict[str, object] = dict(
+        hosts=settings.hosts,
+        timeout=settings.session_timeout_s,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+        command_retry=KazooRetry(max_tries=5, delay=0.05, max_delay=0.5),
+    )
+    if settings.auth:
+        kwargs["auth_data"] = [("digest", settings.auth)]
+    if settings.use_ssl:
+        kwargs.update(use_ssl=True, ca=settings.ca, certfile=settings.certfile, keyfile=settings.keyfile,
+                      verify_certs=settings.verify_certs)
+    client = KazooClient(**kwargs)
+    if connect:
+        client.start(timeout=timeout)
+    return client
