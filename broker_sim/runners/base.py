@@ -1,0 +1,56 @@
+"""The runner interface: how a worker starts, stops and watches one task, whatever runs it.
+
+``start`` and ``stop`` block until done; the worker calls them concurrently (one named pool thread per
+call) so runners must be thread-safe. ``stop`` returns only once the task has fully stopped: the worker
+releases ``/tasks/<id>/owner`` right after, so a runner that returned early would let two owners overlap.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from controller.taskspec import TaskSpec
+
+
+class RunState(str, Enum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    FAILED = "FAILED"
+    COMPLETED = "COMPLETED"
+    STOPPED = "STOPPED"
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    state: RunState
+    error: str | None = None
+    trace: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class TaskRunner(abc.ABC):
+    """Runs tasks of one worker. One instance per worker process; thread-safe."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
+        """Start the task and return once it runs (or raise with the reason it could not start)."""
+
+    @abc.abstractmethod
+    def stop(self, task_id: str, timeout: float = 60.0) -> None:
+        """Stop the task and return only once it has fully stopped (idempotent)."""
+
+    @abc.abstractmethod
+    def status(self, task_id: str) -> RunStatus:
+        """The task's current state; STOPPED for a task this runner does not run."""
+
+    def running(self) -> set[str]:
+        """Ids of the tasks this runner currently runs (started and not stopped)."""
+        return set()
+
+    def close(self) -> None:
+        """Stop everything and release resources (SparkSession, threads)."""
