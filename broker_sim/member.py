@@ -1,0 +1,307 @@
+"""The group member (worker side of the protocol), sans-IO.
+
+States: Down -> PreparingJoin -> Joining -> Syncing -> Stable, back to PreparingJoin on the protocol
+error codes, on a rebalance and on lost assignments (DataLink's worker state diagram). The worker's
+IO layer feeds observations (group state, own assignment, join result, which tasks it holds) and
+carries out the returned actions (write the join request, write a proposal, reconcile its tasks).
+Reactions to errors read the flags of :class:`~controller.errors.ProtocolError`, not scattered ifs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Union
+
+from controller.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal
+from controller.errors import ProtocolError
+from controller.protocol import COOPERATIVE, EAGER, cooperative_adjust
+
+log = logging.getLogger(__name__)
+
+
+class WorkerState(str, Enum):
+    DOWN = "Down"
+    PREPARING_JOIN = "PreparingJoin"
+    JOINING = "Joining"
+    SYNCING = "Syncing"
+    STABLE = "Stable"
+
+
+VALID_PREVIOUS: dict[WorkerState, frozenset[WorkerState]] = {
+    WorkerState.PREPARING_JOIN: frozenset({WorkerState.DOWN, WorkerState.JOINING, WorkerState.SYNCING,
+                                           WorkerState.STABLE}),
+    WorkerState.JOINING: frozenset({WorkerState.PREPARING_JOIN}),
+    WorkerState.SYNCING: frozenset({WorkerState.JOINING}),
+    # Joining -> Stable: a static member that returns inside the delay gets its tasks without a sync.
+    WorkerState.STABLE: frozenset({WorkerState.SYNCING, WorkerState.JOINING}),
+    WorkerState.DOWN: frozenset({WorkerState.PREPARING_JOIN, WorkerState.JOINING, WorkerState.SYNCING,
+                                 WorkerState.STABLE}),
+}
+
+
+class IllegalWorkerTransition(RuntimeError):
+    """A worker state change the diagram does not allow: a bug, never swallowed."""
+
+
+# ---- actions --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WriteJoin:
+    request: JoinRequest
+
+
+@dataclass(frozen=True)
+class ReadJoinResult:
+    """The leader must read this generation's join result and feed it to ``on_join_result``."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class WriteProposal:
+    proposal: SyncProposal
+
+
+@dataclass(frozen=True)
+class SetDesired:
+    """Run exactly these tasks (stop the others first; start these once their owner znode is free)."""
+
+    tasks: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Controlled shutdown finished: the member owns nothing, the worker may leave."""
+
+
+Action = Union[WriteJoin, ReadJoinResult, WriteProposal, SetDesired, Exit]
+AssignFn = Callable[[JoinResult], dict[str, tuple[str, ...]]]
+
+
+@dataclass
+class Member:
+    """One worker's view of its group. ``assign`` runs the named assignor (used when this member leads)."""
+
+    member_id: str
+    assign: Callable[[str, JoinResult], dict[str, tuple[str, ...]]]
+    protocols: tuple[str, ...] = (COOPERATIVE, EAGER)
+    assignors: tuple[str, ...] = ("sticky",)
+    capacity: int = 1
+    rack: str | None = None
+    instance_id: str | None = None
+
+    state: WorkerState = WorkerState.DOWN
+    generation: int = -1
+    join_generation: int = -1
+    epoch_seen: int = -1
+    group: GroupStateInfo | None = None
+    owned: frozenset[str] = frozenset()
+    desired: frozenset[str] = frozenset()
+    pending_revocation: frozenset[str] = frozenset()
+    pending_join: int | None = None
+    leaving: bool = False
+    last_error: ProtocolError | None = None
+    transitions: list[tuple[WorkerState, WorkerState]] = field(default_factory=list)
+
+    # ---- state ------------------------------------------------------------------------------------
+    def _transition(self, target: WorkerState) -> None:
+        if self.state is target:
+            return
+        if self.state not in VALID_PREVIOUS[target]:
+            raise IllegalWorkerTransition(f"worker {self.member_id} cannot go from {self.state.value} to {target.value}")
+        self.transitions.append((self.state, target))
+        self.state = target
+
+    def _revokes_all_on_join(self) -> bool:
+        """Eager behaviour unless both this member and the group's current protocol are cooperative."""
+        group_protocol = self.group.protocol if self.group and self.group.protocol else None
+        if COOPERATIVE not in self.protocols:
+            return True
+        return group_protocol == EAGER
+
+    def _request(self, join_generation: int) -> JoinRequest:
+        """``owned`` lists what we hold *and* what we were given but may still be acquiring (Kafka's
+        owned partitions): the leader must not hand either to someone else before we let go."""
+        return JoinRequest(
+            member_id=self.member_id, join_generation=join_generation, generation=self.generation,
+            protocols=self.protocols, assignors=self.assignors, owned=tuple(sorted(self.owned | self.desired)),
+            capacity=self.capacity, rack=self.rack, instance_id=self.instance_id, leaving=self.leaving,
+        )
+
+    # ---- inputs -----------------------------------------------------------------------------------
+    def start(self, group: GroupStateInfo | None) -> list[Action]:
+        """Connected and registered: prepare to join the group's next generation."""
+        self._transition(WorkerState.PREPARING_JOIN)
+        if group is not None and group.controller_epoch >= self.epoch_seen:
+            self.group = group
+            self.epoch_seen = group.controller_epoch
+        target = (self.group.generation + 1) if self.group else 1
+        if self.group and self.group.state == "PreparingRebalance":
+            target = self.group.join_generation
+        return self._rejoin(target, None)
+
+    def stop(self) -> list[Action]:
+        """Session lost or worker stopping: Down, running nothing."""
+        self._transition(WorkerState.DOWN)
+        self.desired = frozenset()
+        self.pending_join = None
+        return [SetDesired(frozenset())]
+
+    def on_group_state(self, info: GroupStateInfo) -> list[Action]:
+        if info.controller_epoch < self.epoch_seen:
+            log.debug("%s: ignoring group state from stale controller epoch %d (NOT_COORDINATOR)",
+                      self.member_id, info.controller_epoch)
+            return []
+        self.epoch_seen = info.controller_epoch
+        self.group = info
+        if self.state is WorkerState.DOWN:
+            return []
+        if info.state == "PreparingRebalance":
+            if self.state in (WorkerState.JOINING, WorkerState.SYNCING) and self.join_generation == info.join_generation:
+                return []  # already joined this round
+            if self.state is WorkerState.PREPARING_JOIN and self.pending_join == info.join_generation:
+                return []  # joining as soon as our revocations finish
+            if self.state is WorkerState.PREPARING_JOIN and self.last_error is not None and not self.last_error.retriable:
+                self.last_error = None  # the group changed: try again
+            return self._rejoin(info.join_generation, ProtocolError.REBALANCE_IN_PROGRESS)
+        if info.state == "AwaitingSync":
+            if self.join_generation == info.generation and self.member_id in info.members:
+                if self.state is WorkerState.JOINING:
+                    self._transition(WorkerState.SYNCING)
+                if info.leader == self.member_id and self.state is WorkerState.SYNCING:
+                    return [ReadJoinResult(info.generation)]
+            return []  # excluded members learn why from their assignment (error code)
+        if info.state in ("Stable", "Empty"):
+            if self.member_id in info.members:
+                return []  # our assignment for this generation arrives (or arrived) on its own
+            if self.state is WorkerState.STABLE and self.generation == info.generation:
+                return []
+            if self.pending_join is not None or (self.state is WorkerState.JOINING and self.join_generation > info.generation):
+                return []  # our join is in flight; the coordinator will rebalance for it
+            if self.last_error is not None and not self.last_error.retriable:
+                return []
+            return self._rejoin(info.generation + 1, ProtocolError.UNKNOWN_MEMBER_ID)
+        return []
+
+    def on_assignment(self, a: Assignment) -> list[Action]:
+        if a.controller_epoch < self.epoch_seen or self.state is WorkerState.DOWN:
+            return []
+        static_return = (
+            self.state is WorkerState.JOINING and self.group is not None and self.group.state == "Stable"
+            and a.generation == self.group.generation == self.join_generation - 1
+        )
+        if a.generation < self.generation or (a.generation != self.join_generation and not static_return):
+            return []  # stale (ILLEGAL_GENERATION) or not ours yet
+        if a.error is not None:
+            err = ProtocolError.parse(a.error) or ProtocolError.UNKNOWN_MEMBER_ID
+            if a.generation != self.join_generation:
+                return []
+            return self._on_error(err)
+        if a.generation == self.generation and self.state is WorkerState.STABLE and frozenset(a.assigned) == self.desired:
+            return []  # already applied
+        self.epoch_seen = max(self.epoch_seen, a.controller_epoch)
+        self.generation = a.generation
+        self.last_error = None
+        self._transition(WorkerState.STABLE)
+        self.pending_join = None
+        self.desired = frozenset(a.assigned)
+        # any revocation means a second round must assign what moved; rejoin once it is all let go
+        self.pending_revocation = frozenset(a.revoked)
+        actions: list[Action] = [SetDesired(self.desired)]
+        actions += self._after_owned_change()
+        return actions
+
+    def on_join_result(self, result: JoinResult) -> list[Action]:
+        """As leader: run the assignor, then the cooperative adjustment, and propose."""
+        if (self.state is not WorkerState.SYNCING or result.generation != self.join_generation
+                or result.leader != self.member_id):
+            return []
+        target = self.assign(result.assignor, result)
+        owned = {m.member_id: m.owned for m in result.members}
+        assigned, revoked = cooperative_adjust(target, owned)
+        for m in result.members:
+            assigned.setdefault(m.member_id, ())
+        proposal = SyncProposal(generation=result.generation, leader=self.member_id, assigned=assigned, revoked=revoked)
+        return [WriteProposal(proposal)]
+
+    def on_owned(self, owned: frozenset[str]) -> list[Action]:
+        """The worker reports which tasks it holds (owner znode held) after starts/stops complete."""
+        self.owned = frozenset(owned)
+        return self._after_owned_change()
+
+    def on_coordinator(self, available: bool) -> list[Action]:
+        """No active controller (COORDINATOR_NOT_AVAILABLE): keep running; rejoin when one writes state."""
+        if not available and self.state is not WorkerState.DOWN:
+            self.last_error = ProtocolError.COORDINATOR_NOT_AVAILABLE
+        return []
+
+    def request_shutdown(self) -> list[Action]:
+        """Controlled shutdown: announce leaving, hand everything back, exit when owning nothing."""
+        if self.leaving or self.state is WorkerState.DOWN:
+            return []
+        self.leaving = True
+        target = (self.group.generation + 1) if self.group else self.join_generation + 1
+        if self.group and self.group.state == "PreparingRebalance":
+            target = self.group.join_generation
+        return self._rejoin(target, None)
+
+    # ---- internals --------------------------------------------------------------------------------
+    def _on_error(self, err: ProtocolError) -> list[Action]:
+        self.last_error = err
+        log.info("%s: %s (%s)", self.member_id, err.name, err.doc)
+        if err.reset_generation:
+            self.generation = -1
+        if not err.rejoin:
+            return []
+        if not err.retriable:
+            # e.g. INCONSISTENT_PROTOCOL: stop our tasks and wait for the group to change, without a storm
+            self._transition(WorkerState.PREPARING_JOIN)
+            self.desired = frozenset()
+            return [SetDesired(frozenset())]
+        target = (self.group.generation + 1) if self.group else self.join_generation + 1
+        if self.group and self.group.state == "PreparingRebalance":
+            target = self.group.join_generation
+        if err.reset_generation:
+            # lost our membership: our tasks may already be someone else's; stop them before rejoining
+            self.desired = frozenset()
+            self._transition(WorkerState.PREPARING_JOIN)
+            self.pending_join = target
+            return [SetDesired(frozenset())] + self._after_owned_change()
+        return self._rejoin(target, err)
+
+    def _rejoin(self, target: int, err: ProtocolError | None) -> list[Action]:
+        if err is not None:
+            self.last_error = err
+        self._transition(WorkerState.PREPARING_JOIN)
+        actions: list[Action] = []
+        if self._revokes_all_on_join() and self.desired:
+            self.desired = frozenset()  # eager: revoke everything before joining
+            actions.append(SetDesired(frozenset()))
+        self.pending_join = target
+        return actions + self._after_owned_change()
+
+    def _after_owned_change(self) -> list[Action]:
+        actions: list[Action] = []
+        if self.pending_join is not None and self.state is WorkerState.PREPARING_JOIN:
+            eager = self._revokes_all_on_join()
+            if not eager or not self.owned:
+                target = self.pending_join
+                self.pending_join = None
+                self.join_generation = target
+                self._transition(WorkerState.JOINING)
+                actions.append(WriteJoin(self._request(target)))
+        elif self.pending_revocation and not (self.pending_revocation & self.owned):
+            # cooperative: what moved is stopped; rejoin so the next generation can assign it
+            self.pending_revocation = frozenset()
+            if self.state is WorkerState.STABLE and self.group is not None and not self.leaving:
+                target = max(self.generation, self.group.generation) + 1
+                self._transition(WorkerState.PREPARING_JOIN)
+                self.pending_join = None
+                self.join_generation = target
+                self._transition(WorkerState.JOINING)
+                actions.append(WriteJoin(self._request(target)))
+        if (self.leaving and self.state is WorkerState.STABLE and not self.desired and not self.owned
+                and not self.pending_revocation):
+            actions.append(Exit())
+        return actions

@@ -1,0 +1,466 @@
+"""The group coordinator, sans-IO: one GroupCoordinator per group, fed events, returning decisions.
+
+It never touches ZooKeeper. The controller's event thread feeds it snapshots (members' join requests,
+the group's tasks), leader proposals, operator requests and clock ticks, and carries out the decisions
+it returns (fenced writes). That is what lets the deterministic simulation drive it directly.
+
+States and transitions follow Kafka's GroupCoordinator (GroupMetadata.scala): each state names the
+states it may be entered from, and one ``_transition`` refuses anything else loudly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping, Union
+
+from controller.clock import Clock
+from controller.codecs import (
+    Assignment,
+    GroupStateInfo,
+    JoinRequest,
+    JoinResult,
+    MemberMetadata,
+    SyncProposal,
+    TaskDescriptor,
+)
+from controller.errors import ProtocolError
+from controller.protocol import choose_assignor, choose_protocol, validate_proposal
+
+log = logging.getLogger(__name__)
+
+
+class GroupState(str, Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    AWAITING_SYNC = "AwaitingSync"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY}),
+    GroupState.AWAITING_SYNC: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.AWAITING_SYNC}),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.DEAD: frozenset({GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC,
+                                GroupState.EMPTY, GroupState.DEAD}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A state change the protocol does not allow: a bug, never swallowed."""
+
+
+def check_transition(current: GroupState, target: GroupState) -> None:
+    if current not in VALID_PREVIOUS[target]:
+        raise IllegalTransition(f"group cannot go from {current.value} to {target.value}")
+
+
+# ---- decisions (what the IO layer must do) --------------------------------------------------------
+@dataclass(frozen=True)
+class WriteGroupState:
+    info: GroupStateInfo
+
+
+@dataclass(frozen=True)
+class WriteJoinResult:
+    result: JoinResult
+
+
+@dataclass(frozen=True)
+class WriteAssignments:
+    assignments: tuple[tuple[str, Assignment], ...]
+
+
+@dataclass(frozen=True)
+class WatchSync:
+    """Watch for the leader's proposal of this generation."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class DeleteGenerationsBelow:
+    """Old join results and proposals are no longer needed."""
+
+    generation: int
+
+
+Decision = Union[WriteGroupState, WriteJoinResult, WriteAssignments, WatchSync, DeleteGenerationsBelow]
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    rebalance_timeout_s: float = 30.0
+    scheduled_rebalance_delay_s: float = 0.0
+    default_assignor: str = "sticky"
+
+
+@dataclass
+class _Held:
+    """Tasks of a departed member, waiting up to the delay for it (same instance id) to return."""
+
+    tasks: tuple[str, ...]
+    deadline: float
+
+
+@dataclass
+class GroupCoordinator:
+    group: str
+    controller_epoch: int
+    clock: Clock
+    config: GroupConfig = field(default_factory=GroupConfig)
+
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    join_generation: int = 0
+    protocol: str | None = None
+    assignor: str | None = None
+    leader: str | None = None
+    generation_members: tuple[str, ...] = ()
+    reason: str = ""
+    members: dict[str, JoinRequest] = field(default_factory=dict)
+    tasks: dict[str, TaskDescriptor] = field(default_factory=dict)
+    assignment: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    held: dict[str, _Held] = field(default_factory=dict)
+    shutting_down: set[str] = field(default_factory=set)
+    reassign: dict[str, str] = field(default_factory=dict)
+    excluded: dict[str, tuple[ProtocolError, JoinRequest]] = field(default_factory=dict)
+    join_deadline: float | None = None
+    sync_deadline: float | None = None
+    join_result: JoinResult | None = None
+    rebalances: int = 0
+
+    # ---- state ------------------------------------------------------------------------------------
+    def _transition(self, target: GroupState) -> None:
+        check_transition(self.state, target)
+        log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
+        self.state = target
+
+    def info(self) -> GroupStateInfo:
+        return GroupStateInfo(
+            state=self.state.value,
+            generation=self.generation,
+            join_generation=self.join_generation,
+            controller_epoch=self.controller_epoch,
+            protocol=self.protocol,
+            assignor=self.assignor,
+            leader=self.leader,
+            members=self.generation_members,
+            reason=self.reason,
+        )
+
+    def next_deadline(self) -> float | None:
+        candidates = [d for d in (self.join_deadline, self.sync_deadline) if d is not None]
+        candidates += [h.deadline for h in self.held.values()]
+        return min(candidates) if candidates else None
+
+    def held_tasks(self) -> set[str]:
+        return {t for h in self.held.values() for t in h.tasks}
+
+    @staticmethod
+    def identity(member_id: str, request: JoinRequest | None) -> str:
+        """Static members are known by instance id across restarts; others by member id."""
+        return request.instance_id if request is not None and request.instance_id else member_id
+
+    # ---- inputs -----------------------------------------------------------------------------------
+    def load(
+        self,
+        info: GroupStateInfo | None,
+        members: Mapping[str, JoinRequest],
+        tasks: Mapping[str, TaskDescriptor],
+        assignments: Mapping[str, Assignment],
+    ) -> list[Decision]:
+        """Resume a group after controller failover from what ZooKeeper holds.
+
+        A group that was Stable and still matches (same members, every task placed, no pending join)
+        stays Stable with no rebalance; anything else rebalances (reason: controller failover).
+        """
+        self.members = dict(members)
+        self.tasks = dict(tasks)
+        if info is not None:
+            self.generation = max(info.generation, info.join_generation - 1, 0)
+            self.join_generation = self.generation
+            self.protocol, self.assignor, self.leader = info.protocol, info.assignor, info.leader
+            self.generation_members = tuple(m for m in info.members if m in self.members)
+            self.assignment = {
+                m: a.assigned for m, a in assignments.items()
+                if a.generation == info.generation and a.error is None and m in self.generation_members
+            }
+            consistent = (
+                info.state == GroupState.STABLE.value
+                and set(self.generation_members) == set(self.members)
+                and all(r.join_generation <= info.generation and not r.leaving for r in self.members.values())
+                and {t for ts in self.assignment.values() for t in ts} == set(self.tasks)
+            )
+            self.state = GroupState.STABLE
+            if consistent:
+                self.reason = "controller failover: resumed"
+                return [WriteGroupState(self.info())]
+        else:
+            self.state = GroupState.EMPTY
+        if not self.members:
+            if self.state is GroupState.STABLE:
+                self._transition(GroupState.PREPARING_REBALANCE)
+                self._transition(GroupState.EMPTY)
+                self.generation_members, self.leader = (), None
+            return [WriteGroupState(self.info())]
+        return self._prepare_rebalance("controller failover")
+
+    def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
+        """The live members' join requests changed (joined, left, or rewrote their request)."""
+        now = self.clock.now()
+        old, new = self.members, dict(snapshot)
+        self.members = new
+        decisions: list[Decision] = []
+        need = ""
+        for m in sorted(old.keys() - new.keys()):
+            self.shutting_down.discard(m)
+            self.excluded.pop(m, None)
+            was_member = m in self.generation_members
+            tasks = self.assignment.pop(m, ())
+            if was_member:
+                self.generation_members = tuple(x for x in self.generation_members if x != m)
+            if (was_member and tasks and self.state is GroupState.STABLE
+                    and self.config.scheduled_rebalance_delay_s > 0 and not old[m].leaving):
+                self.held[self.identity(m, old[m])] = _Held(tasks, now + self.config.scheduled_rebalance_delay_s)
+                log.info("group %s: %s left; holding %d tasks for %.1fs", self.group, m, len(tasks),
+                         self.config.scheduled_rebalance_delay_s)
+            elif self.state is not GroupState.PREPARING_REBALANCE:
+                need = need or f"member {m} left"
+        for m in sorted(new.keys() - old.keys()):
+            request = new[m]
+            key = self.identity(m, request)
+            if key in self.held and self.state is GroupState.STABLE and not request.leaving:
+                decisions += self._static_rejoin(m, key)
+            elif self.state is not GroupState.PREPARING_REBALANCE:
+                need = need or f"member {m} joined"
+        for m in sorted(new.keys() & old.keys()):
+            before, after = old[m], new[m]
+            if before == after:
+                continue
+            if after.leaving and not before.leaving and m not in self.shutting_down:
+                self.shutting_down.add(m)
+                need = need or f"controlled shutdown of {m}"
+            excluded = self.excluded.get(m)
+            if excluded and not excluded[0].retriable and excluded[1].protocols == after.protocols:
+                continue  # the same incompatible request again: answered already, no rebalance storm
+            if self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
+                if after.join_generation > self.generation or m not in self.generation_members:
+                    need = need or f"member {m} rejoined"
+        if need:
+            decisions += self._prepare_rebalance(need)
+        elif self.state is GroupState.PREPARING_REBALANCE:
+            decisions += self._maybe_complete_join(force=False)
+        elif self.state is GroupState.STABLE and not self.members:
+            decisions += self._to_empty("all members left")
+        return decisions
+
+    def on_tasks(self, tasks: Mapping[str, TaskDescriptor]) -> list[Decision]:
+        """The group's runnable tasks changed (created, deleted, paused, resumed, reconfigured)."""
+        tasks = dict(tasks)
+        if tasks == self.tasks:
+            return []
+        self.tasks = tasks
+        for key, h in list(self.held.items()):
+            kept = tuple(t for t in h.tasks if t in tasks)
+            if kept:
+                h.tasks = kept
+            else:
+                del self.held[key]
+        for t in list(self.reassign):
+            if t not in tasks:
+                del self.reassign[t]
+        if not self.members:
+            return []
+        return self._prepare_rebalance("tasks changed")
+
+    def on_rebalance_request(self, reason: str = "manual") -> list[Decision]:
+        if not self.members:
+            return []
+        return self._prepare_rebalance(reason)
+
+    def on_controlled_shutdown(self, member_id: str) -> list[Decision]:
+        """Move the member's tasks away before it leaves (it exits once it owns nothing)."""
+        if member_id not in self.members or member_id in self.shutting_down:
+            return []
+        self.shutting_down.add(member_id)
+        return self._prepare_rebalance(f"controlled shutdown of {member_id}")
+
+    def on_reassign(self, task_id: str, to: str) -> list[Decision]:
+        """Move one task to one member: a required placement until that member leaves."""
+        if task_id not in self.tasks or to not in self.members:
+            return []
+        self.reassign[task_id] = to
+        return self._prepare_rebalance(f"reassign {task_id} to {to}")
+
+    def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
+        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
+        if (self.state is not GroupState.AWAITING_SYNC or self.join_result is None
+                or proposal.generation != self.generation):
+            log.info("group %s: ignoring proposal for generation %d (ILLEGAL_GENERATION; now %s gen %d)",
+                     self.group, proposal.generation, self.state.value, self.generation)
+            return []
+        problems = validate_proposal(self.join_result, proposal)
+        if problems:
+            log.warning("group %s: refusing proposal of %s for generation %d: %s", self.group,
+                        proposal.leader, proposal.generation, "; ".join(problems[:3]))
+            return self._prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
+        assignments = []
+        for m in self.generation_members:
+            assigned = tuple(sorted(proposal.assigned.get(m, ())))
+            revoked = tuple(sorted(proposal.revoked.get(m, ())))
+            self.assignment[m] = assigned
+            assignments.append((m, Assignment(
+                generation=self.generation, controller_epoch=self.controller_epoch, assigned=assigned,
+                revoked=revoked, protocol=self.protocol or "eager", leader=self.leader)))
+        self.sync_deadline = None
+        self.join_result = None
+        self.reason = "assignment published"
+        self._transition(GroupState.STABLE)
+        return [WriteAssignments(tuple(assignments)), WriteGroupState(self.info()),
+                DeleteGenerationsBelow(self.generation)]
+
+    def on_tick(self) -> list[Decision]:
+        """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
+        now = self.clock.now()
+        decisions: list[Decision] = []
+        expired = [k for k, h in self.held.items() if h.deadline <= now]
+        for k in expired:
+            log.info("group %s: %s did not return within the delay; its tasks move", self.group, k)
+            del self.held[k]
+        if self.state is GroupState.PREPARING_REBALANCE and self.join_deadline is not None and now >= self.join_deadline:
+            decisions += self._maybe_complete_join(force=True)
+        elif self.state is GroupState.AWAITING_SYNC and self.sync_deadline is not None and now >= self.sync_deadline:
+            decisions += self._prepare_rebalance(f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync")
+        elif expired and self.state is GroupState.STABLE and self.members:
+            decisions += self._prepare_rebalance("scheduled rebalance delay expired")
+        return decisions
+
+    def shutdown(self) -> None:
+        """The group is gone (controller resigning): Dead, no more decisions."""
+        self.state = GroupState.DEAD
+
+    # ---- internals --------------------------------------------------------------------------------
+    def _to_empty(self, reason: str) -> list[Decision]:
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            self._transition(GroupState.PREPARING_REBALANCE)
+        self.reason = reason
+        self._transition(GroupState.EMPTY)
+        self.generation = max(self.generation, self.join_generation)
+        self.join_generation = self.generation
+        self.generation_members, self.leader = (), None
+        self.assignment.clear()
+        self.join_deadline = self.sync_deadline = None
+        self.join_result = None
+        return [WriteGroupState(self.info())]
+
+    def _static_rejoin(self, member_id: str, key: str) -> list[Decision]:
+        """A static member came back within the delay: its held tasks again, nobody else disturbed."""
+        tasks = tuple(t for t in self.held.pop(key).tasks if t in self.tasks)
+        self.generation_members = tuple(sorted(set(self.generation_members) | {member_id}))
+        self.assignment[member_id] = tasks
+        self.reason = f"static member {key} returned"
+        log.info("group %s: %s returned as %s; %d tasks back without a rebalance", self.group, key, member_id, len(tasks))
+        a = Assignment(generation=self.generation, controller_epoch=self.controller_epoch, assigned=tasks,
+                       protocol=self.protocol or "eager", leader=self.leader)
+        return [WriteAssignments(((member_id, a),)), WriteGroupState(self.info())]
+
+    def _prepare_rebalance(self, reason: str) -> list[Decision]:
+        self.reason = reason
+        if self.state is GroupState.DEAD:
+            return []
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            if not self.members:
+                return self._to_empty(reason) if self.state is not GroupState.EMPTY else []
+            self._transition(GroupState.PREPARING_REBALANCE)
+            self.join_generation = self.generation + 1
+            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
+            self.sync_deadline = None
+            self.join_result = None
+            self.rebalances += 1
+            decisions: list[Decision] = [WriteGroupState(self.info())]
+        else:
+            decisions = []
+        return decisions + self._maybe_complete_join(force=False)
+
+    def _maybe_complete_join(self, force: bool) -> list[Decision]:
+        """Complete the join phase once every live member rejoined (or on timeout, with those that did)."""
+        assert self.state is GroupState.PREPARING_REBALANCE
+        if not self.members:
+            return self._to_empty("all members left")
+        target = self.join_generation
+        joined = {m: r for m, r in self.members.items() if r.join_generation == target}
+        if len(joined) < len(self.members) and not force:
+            return []
+        if not joined:
+            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
+            self.reason = "no member rejoined in time; waiting again"
+            return [WriteGroupState(self.info())]
+        decisions: list[Decision] = []
+        errors: dict[str, ProtocolError] = {m: ProtocolError.REBALANCE_TIMEOUT for m in self.members if m not in joined}
+        leader_hint = self.leader if self.leader in joined else min(joined)
+        choice = choose_protocol({m: r.protocols for m, r in joined.items()}, leader_hint)
+        for m in choice.incompatible:
+            errors[m] = ProtocolError.INCONSISTENT_PROTOCOL
+        members = [m for m in sorted(joined) if m not in errors]
+        self.excluded = {m: (e, self.members[m]) for m, e in errors.items()}
+        if not members or choice.protocol is None:
+            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
+            self.reason = "no member could be admitted"
+            return [WriteGroupState(self.info()), WriteAssignments(self._error_assignments(errors, target))]
+        self.generation = target
+        self.leader = leader_hint if leader_hint in members else members[0]
+        self.protocol = choice.protocol
+        self.assignor = choose_assignor({m: joined[m].assignors for m in members}, self.leader, self.config.default_assignor)
+        self.generation_members = tuple(members)
+        self.join_deadline = None
+        self.sync_deadline = self.clock.now() + self.config.rebalance_timeout_s
+        # static members back inside the delay take their held tasks back (as their previous assignment)
+        previous = {m: self.assignment[m] for m in members if m in self.assignment}
+        for m in members:
+            key = self.identity(m, joined[m])
+            if key in self.held:
+                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(self.held.pop(key).tasks)))
+        descriptors = []
+        for t_id in sorted(self.tasks):
+            d = self.tasks[t_id]
+            to = self.reassign.get(t_id)
+            if to is not None and to in members:
+                d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
+            elif to is not None:
+                del self.reassign[t_id]
+            descriptors.append(d)
+        self.join_result = JoinResult(
+            generation=self.generation,
+            leader=self.leader,
+            protocol=self.protocol,
+            assignor=self.assignor,
+            controller_epoch=self.controller_epoch,
+            members=tuple(
+                MemberMetadata(member_id=m, owned=tuple(sorted(joined[m].owned)), capacity=joined[m].capacity,
+                               rack=joined[m].rack, instance_id=joined[m].instance_id,
+                               leaving=joined[m].leaving or m in self.shutting_down)
+                for m in members
+            ),
+            tasks=tuple(descriptors),
+            held=tuple(sorted(self.held_tasks() & set(self.tasks))),
+            previous={m: tuple(sorted(ts)) for m, ts in previous.items()},
+        )
+        self.assignment = {m: ts for m, ts in self.assignment.items() if m in members}
+        self.reason = f"generation {self.generation} joined by {len(members)} members"
+        self._transition(GroupState.AWAITING_SYNC)
+        decisions.append(WriteJoinResult(self.join_result))
+        if errors:
+            decisions.append(WriteAssignments(self._error_assignments(errors, self.generation)))
+        decisions += [WriteGroupState(self.info()), WatchSync(self.generation)]
+        return decisions
+
+    def _error_assignments(self, errors: Mapping[str, ProtocolError], generation: int) -> tuple[tuple[str, Assignment], ...]:
+        return tuple(
+            (m, Assignment(generation=generation, controller_epoch=self.controller_epoch, error=e.name,
+                           protocol=self.protocol or "eager", leader=self.leader))
+            for m, e in sorted(errors.items(), key=lambda kv: kv[0])
+        )
