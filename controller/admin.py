@@ -70,6 +70,8 @@ def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str]
             return of(codecs.ControlledShutdownRequest)
         case ["admin", "reassign", _]:
             return of(codecs.ReassignRequest)
+        case ["admin", "delete_tasks", _]:
+            return of(codecs.DeleteTaskRequest)
     return None
 
 

@@ -218,6 +218,15 @@ class ReassignRequest:
 
 
 @dataclass(frozen=True)
+class DeleteTaskRequest:
+    """``/admin/delete_tasks/<task>``: the controller revokes the task, waits for its owner to let go,
+    then deletes it (a task is never deleted under a running owner)."""
+
+    task_id: str
+    requested: float = 0.0
+
+
+@dataclass(frozen=True)
 class RunInterval:
     """One period during which a worker was running a task; recorded for the checker and timelines."""
 

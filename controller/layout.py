@@ -151,6 +151,13 @@ class ZkLayout:
     def admin_reassign_of(self, task_id: str) -> str:
         return self._p("admin", "reassign", check_name("task id", task_id))
 
+    @property
+    def admin_delete_tasks(self) -> str:
+        return self._p("admin", "delete_tasks")
+
+    def admin_delete_task(self, task_id: str) -> str:
+        return self._p("admin", "delete_tasks", check_name("task id", task_id))
+
     def persistent_roots(self) -> tuple[str, ...]:
         """Containers that must exist before anything else runs (created idempotently)."""
         return (
@@ -162,4 +169,5 @@ class ZkLayout:
             self.admin_rebalance,
             self.admin_controlled_shutdown,
             self.admin_reassign,
+            self.admin_delete_tasks,
         )

@@ -146,6 +146,7 @@ class TaskSpec(_Model):
     weight: int = Field(default=1, ge=1, le=1000)
     placement: Placement = Field(default_factory=Placement)
     max_failures: int = Field(default=5, ge=0, le=1000)
+    restart_nonce: int = Field(default=0, ge=0, description="bumped by `task restart`: the owner restarts it")
     pipeline: Pipeline = Field(default_factory=lambda: NoopPipeline(kind="noop"))
 
     @field_validator("version")
