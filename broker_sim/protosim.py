@@ -443,11 +443,12 @@ class ProtocolSim:
         self.coordinator = self._new_coordinator()
         load_at = self.clock.now() + self._delay()
         epoch = self.epoch
+        # the new controller loads, registers its watches, then processes: no event reaches it before load
+        self.controller_inbox = max(self.controller_inbox, load_at)
 
         def load() -> None:
             if self.epoch != epoch:
                 return
-            self.controller_inbox = self.clock.now()
             self._controller(lambda: self.coordinator.load(self.state_zk, dict(self.members_zk), self._runnable(),
                                                            dict(self.assignments_zk)))
         self._at(load_at, load)

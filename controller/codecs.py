@@ -228,13 +228,18 @@ class DeleteTaskRequest:
 
 @dataclass(frozen=True)
 class RunInterval:
-    """One period during which a worker was running a task; recorded for the checker and timelines."""
+    """One period during which a worker was running a task; recorded for the checker and timelines.
+
+    ``start``/``end`` bound the useful run (for downtime); ``acquired``/``released`` bound the whole
+    period the worker could have been running it (for the no-double-ownership check)."""
 
     task_id: str
     broker: str
     start: float
     end: float | None = None
     generation: int = 0
+    acquired: float | None = None   # owner znode created (the run may begin any time after)
+    released: float | None = None   # owner znode deleted (the run has fully stopped before)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,9 @@ class GroupCoordinator:
     shutting_down: set[str] = field(default_factory=set)
     reassign: dict[str, str] = field(default_factory=dict)
     excluded: dict[str, tuple[ProtocolError, JoinRequest]] = field(default_factory=dict)
+    # join requests answered by a static rejoin: they predate the tasks given back, so they do not
+    # count as joining the next generation until the member rewrites them
+    static_returned: dict[str, JoinRequest] = field(default_factory=dict)
     join_deadline: float | None = None
     sync_deadline: float | None = None
     join_result: JoinResult | None = None
@@ -219,6 +222,7 @@ class GroupCoordinator:
         for m in sorted(old.keys() - new.keys()):
             self.shutting_down.discard(m)
             self.excluded.pop(m, None)
+            self.static_returned.pop(m, None)
             was_member = m in self.generation_members
             tasks = self.assignment.pop(m, ())
             if was_member:
@@ -335,7 +339,8 @@ class GroupCoordinator:
             decisions += self._maybe_complete_join(force=True)
         elif self.state is GroupState.AWAITING_SYNC and self.sync_deadline is not None and now >= self.sync_deadline:
             decisions += self._prepare_rebalance(f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync")
-        elif expired and self.state is GroupState.STABLE and self.members:
+        elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC) and self.members:
+            # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self._prepare_rebalance("scheduled rebalance delay expired")
         return decisions
 
@@ -362,6 +367,7 @@ class GroupCoordinator:
         tasks = tuple(t for t in self.held.pop(key).tasks if t in self.tasks)
         self.generation_members = tuple(sorted(set(self.generation_members) | {member_id}))
         self.assignment[member_id] = tasks
+        self.static_returned[member_id] = self.members[member_id]
         self.reason = f"static member {key} returned"
         log.info("group %s: %s returned as %s; %d tasks back without a rebalance", self.group, key, member_id, len(tasks))
         a = Assignment(generation=self.generation, controller_epoch=self.controller_epoch, assigned=tasks,
@@ -392,7 +398,8 @@ class GroupCoordinator:
         if not self.members:
             return self._to_empty("all members left")
         target = self.join_generation
-        joined = {m: r for m, r in self.members.items() if r.join_generation == target}
+        joined = {m: r for m, r in self.members.items()
+                  if r.join_generation == target and r != self.static_returned.get(m)}
         if len(joined) < len(self.members) and not force:
             return []
         if not joined:

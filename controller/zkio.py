@@ -85,7 +85,8 @@ def chunk_ops(ops: Sequence[Op], max_ops: int = MAX_OPS_PER_MULTI, max_bytes: in
 class FencedWriter:
     """Writes ops in fenced multis. ``requests`` counts the multis sent (for tests and benchmarks)."""
 
-    def __init__(self, client: KazooClient, epoch_path: str, epoch_zk_version: int) -> None:
+    def __init__(self, client: KazooClient, epoch_path: str | None, epoch_zk_version: int = -1) -> None:
+        """``epoch_path=None`` makes an unfenced batch writer (workers' status writes)."""
         self.client = client
         self.epoch_path = epoch_path
         self.epoch_zk_version = epoch_zk_version
@@ -99,7 +100,8 @@ class FencedWriter:
         pending = []
         for batch in batches:
             t = self.client.transaction()
-            t.check(self.epoch_path, self.epoch_zk_version)
+            if self.epoch_path is not None:
+                t.check(self.epoch_path, self.epoch_zk_version)
             for op in batch:
                 if isinstance(op, Create):
                     t.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
@@ -112,11 +114,13 @@ class FencedWriter:
         failures: list[tuple[Op, Exception]] = []
         for batch, async_result in pending:
             results = async_result.get(timeout=WAIT_S)
-            if results and isinstance(results[0], BadVersionError):
-                raise Fenced(f"{self.epoch_path} moved past version {self.epoch_zk_version}: a newer controller exists")
-            if results and isinstance(results[0], NoNodeError):
-                raise Fenced(f"{self.epoch_path} is gone")
-            for op, result in zip(batch, results[1:]):
+            if self.epoch_path is not None:
+                if results and isinstance(results[0], BadVersionError):
+                    raise Fenced(f"{self.epoch_path} moved past version {self.epoch_zk_version}: a newer controller exists")
+                if results and isinstance(results[0], NoNodeError):
+                    raise Fenced(f"{self.epoch_path} is gone")
+                results = results[1:]
+            for op, result in zip(batch, results):
                 if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                     failures.append((op, result))
             if not any(isinstance(r, Exception) for r in results):

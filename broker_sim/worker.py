@@ -1,0 +1,741 @@
+"""A worker (broker): the kazoo layer around the sans-IO :class:`~broker_sim.member.Member`.
+
+Threads (all named after the broker): ``worker-<id>-events`` is the only one that drives the Member;
+kazoo callbacks only enqueue; ``worker-<id>-task_N`` pool threads start and stop tasks (blocking runner
+calls); ``worker-<id>-status`` polls the runner, restarts failed tasks with backoff and writes status
+in batches; a fence timer runs while the connection is suspended.
+
+Ownership fencing: a task runs only while this worker holds the ephemeral ``/tasks/<id>/owner``; the
+znode is created before the runner starts and deleted only after the runner's ``stop`` returned. A new
+owner waits (watch, bounded re-checks) until it is gone.
+
+Fence deadline (the timing argument). kazoo declares the connection SUSPENDED after
+``read_timeout = 2/3 * session_timeout`` without hearing from the server; the server expires the session
+``session_timeout`` after it last heard from us, which is no earlier than the last time we heard from it.
+So at the moment we see SUSPENDED, the session — and with it our owner znodes, which is what lets a new
+owner start — survives at least another ``session_timeout / 3``. We stop every task once
+``fence_fraction * session_timeout`` (default 1/6) has passed since SUSPENDED, which leaves another
+sixth of the session timeout for the runners' ``stop`` to finish before anyone else can take over.
+Runners whose stop can take longer need a longer session timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from broker_sim.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
+from broker_sim.runners import RunState, TaskRunner, make_runner
+from controller import codecs
+from controller.admin import ensure_layout
+from controller.codecs import Assignment, BrokerInfo, GroupStateInfo, JoinResult, OwnerInfo, PayloadError, RunInterval, TaskStatus
+from controller.layout import ZkLayout
+from controller.protocol import COOPERATIVE, EAGER, run_assignor
+from controller.taskspec import TaskSpec, decode_task
+from controller.zkclient import ZkSettings, make_client
+from controller.zkio import FencedWriter
+
+log = logging.getLogger(__name__)
+MAX_INTERVALS_IN_ZK = 5000
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    broker_id: str
+    settings: ZkSettings
+    group: str = "default"
+    instance_id: str | None = None
+    capacity: int = 1
+    rack: str | None = None
+    protocols: tuple[str, ...] = (COOPERATIVE, EAGER)
+    assignors: tuple[str, ...] = ("cooperative-sticky",)
+    runner: str = "noop"
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    fence_fraction: float = 1 / 6
+    status_interval_s: float = 0.5
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    owner_wait_s: float = 120.0
+    pool_size: int = 16
+    intervals_flush_s: float = 2.0
+
+
+# ---- worker events (kazoo callbacks enqueue these) -------------------------------------------------
+@dataclass(frozen=True)
+class _GroupState:
+    pass
+
+
+@dataclass(frozen=True)
+class _Assignment:
+    pass
+
+
+@dataclass(frozen=True)
+class _Owned:
+    pass
+
+
+@dataclass(frozen=True)
+class _Coordinator:
+    pass
+
+
+@dataclass(frozen=True)
+class _ShutdownRequested:
+    pass
+
+
+@dataclass(frozen=True)
+class _Connection:
+    state: str
+
+
+@dataclass(frozen=True)
+class _Stop:
+    pass
+
+
+@dataclass
+class _TaskSlot:
+    spec: TaskSpec | None = None
+    held: bool = False          # our owner znode exists
+    running: bool = False       # runner started (and not stopped)
+    busy: bool = False          # a start/stop is in progress on a pool thread
+    failures: int = 0
+    restart_at: float | None = None
+    state: str = "STOPPED"
+    error: str | None = None
+    trace: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    acquired: float | None = None
+    started: float | None = None
+    dirty: bool = True
+    nonce: int = 0
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None) -> None:
+        self.config = config
+        self.id = config.broker_id
+        self.layout = ZkLayout(config.settings.root)
+        self.client = client or make_client(config.settings, connect=False)
+        self.runner = runner or make_runner(config.runner, **config.runner_options)
+        self.member = self._new_member()
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
+        self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
+        self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
+        self.lock = threading.RLock()
+        self.slots: dict[str, _TaskSlot] = {}
+        self.desired: frozenset[str] = frozenset()
+        self.generation = -1
+        self.intervals: collections.deque[RunInterval] = collections.deque(maxlen=100_000)
+        self.status_writer = FencedWriter(self.client, None)
+        self.known_status: set[str] = set()
+        self.fenced = False
+        self.fence_timer: threading.Timer | None = None
+        self.session_id: int | None = None
+        self.stopped = threading.Event()
+        self.exited = threading.Event()  # controlled shutdown finished
+        self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
+        self._last_flush = 0.0
+        self._closing = False
+
+    def _new_member(self) -> Member:
+        c = self.config
+        return Member(member_id=self.id, assign=run_assignor, protocols=c.protocols, assignors=c.assignors,
+                      capacity=c.capacity, rack=c.rack, instance_id=c.instance_id)
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> "Worker":
+        if not self.client.connected:
+            self.client.start(timeout=30)
+        self.client.add_listener(self._listener)
+        ensure_layout(self.client, self.layout)
+        for p in (self.layout.group_members(self.config.group), self.layout.group_assignments(self.config.group),
+                  self.layout.group_syncs(self.config.group), self.layout.group_joins(self.config.group)):
+            self.client.ensure_path(p)
+        self.thread.start()
+        self.status_thread.start()
+        self._enqueue(_Connection("STARTED"))
+        return self
+
+    def _register(self) -> None:
+        """Create our ephemeral broker znode (waiting, bounded, for a previous session's to expire)."""
+        info = BrokerInfo(broker_id=self.id, host=socket.gethostname(), pid=os.getpid(), group=self.config.group,
+                          capacity=self.config.capacity, rack=self.config.rack, instance_id=self.config.instance_id,
+                          runner=self.runner.name)
+        deadline = time.monotonic() + self.config.settings.session_timeout_s * 3
+        while True:
+            try:
+                self.client.create(self.layout.broker(self.id), codecs.encode(info), ephemeral=True)
+                break
+            except NodeExistsError:
+                stat = self.client.exists(self.layout.broker(self.id))
+                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker id {self.id} is registered by another live session")
+                time.sleep(0.2)
+        self.session_id = self.client.client_id[0]
+
+    def request_shutdown(self) -> None:
+        """Controlled shutdown: ask the controller to move our tasks away; we exit once we own nothing."""
+        try:
+            self.client.create(self.layout.admin_controlled_shutdown_of(self.id),
+                               codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
+                               makepath=True)
+        except NodeExistsError:
+            pass
+        self._enqueue(_ShutdownRequested())
+
+    def stop(self, graceful: bool = True) -> None:
+        """Stop everything: tasks (releasing owner znodes), threads, the session."""
+        if self._closing:
+            return
+        self._closing = True
+        self._enqueue(_Stop())
+        self.thread.join(30)
+        self._stop_all_tasks(release=True)
+        self.stopped.set()
+        self.status_thread.join(10)
+        self._flush_intervals(force=True)
+        self.pool.shutdown(wait=True)
+        self.runner.close()
+        try:
+            self.client.remove_listener(self._listener)
+            self.client.stop()
+            self.client.close()
+        except Exception:
+            pass
+
+    def kill(self) -> None:
+        """Die abruptly (in-process kill): tasks end now with no graceful stop, and the session is
+        closed at once, so its ephemeral znodes (membership, owners) vanish immediately."""
+        self._closing = True
+        now = time.time()
+        with self.lock:
+            for t, slot in self.slots.items():
+                if slot.running:
+                    self._record(t, slot, now, released=now)
+                slot.running = False
+        self.stopped.set()
+        self._enqueue(_Stop())
+        self.runner.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.client.remove_listener(self._listener)
+            self.client.stop()
+            self.client.close()
+        except Exception:
+            pass
+
+    # ---- kazoo callbacks: enqueue only --------------------------------------------------------------
+    def _enqueue(self, event: Any) -> None:
+        self.events.put(event)
+
+    def _listener(self, state: KazooState) -> None:
+        self._enqueue(_Connection(str(state)))
+        if state == KazooState.SUSPENDED:
+            self._arm_fence()
+        elif state == KazooState.CONNECTED:
+            self._disarm_fence()
+
+    def _watch_group_state(self, _event: Any = None) -> None:
+        self._enqueue(_GroupState())
+
+    def _watch_assignment(self, _event: Any = None) -> None:
+        self._enqueue(_Assignment())
+
+    def _watch_controller(self, _event: Any = None) -> None:
+        self._enqueue(_Coordinator())
+
+    def _watch_shutdown(self, _event: Any = None) -> None:
+        self._enqueue(_ShutdownRequested())
+
+    # ---- fence ------------------------------------------------------------------------------------
+    def _arm_fence(self) -> None:
+        delay = self.config.settings.session_timeout_s * self.config.fence_fraction
+        with self.lock:
+            if self.fence_timer is None:
+                self.fence_timer = threading.Timer(delay, self._fence)
+                self.fence_timer.name = f"worker-{self.id}-fence"
+                self.fence_timer.daemon = True
+                self.fence_timer.start()
+
+    def _disarm_fence(self) -> None:
+        with self.lock:
+            if self.fence_timer is not None:
+                self.fence_timer.cancel()
+                self.fence_timer = None
+
+    def _fence(self) -> None:
+        """ZooKeeper has not come back in time: stop every task before our session can expire."""
+        with self.lock:
+            self.fence_timer = None
+            self.fenced = True
+            running = [t for t, s in self.slots.items() if s.running]
+        log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
+        futures = [self.pool.submit(self._stop_runner, t) for t in running]
+        for f in futures:
+            f.result(timeout=60)
+
+    # ---- the event loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            event = self.events.get()
+            while self.frozen.is_set() and not self._closing:
+                time.sleep(0.05)
+            if isinstance(event, _Stop):
+                return
+            try:
+                self._handle(event)
+            except (KazooException, KazooTimeoutError) as exc:
+                log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
+            except Exception:
+                log.exception("worker %s: error handling %s", self.id, type(event).__name__)
+
+    def _handle(self, event: Any) -> None:
+        if isinstance(event, _Connection):
+            self._on_connection(event.state)
+        elif isinstance(event, _GroupState):
+            info = self._read_group_state()
+            if info is not None:
+                self._do(self.member.on_group_state(info))
+        elif isinstance(event, _Assignment):
+            a = self._read_assignment()
+            if a is not None:
+                self._do(self.member.on_assignment(a))
+                if self.member.generation >= 0:
+                    self.generation = self.member.generation
+        elif isinstance(event, _Owned):
+            self._do(self.member.on_owned(self._held()))
+        elif isinstance(event, _Coordinator):
+            present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
+            self._do(self.member.on_coordinator(present))
+        elif isinstance(event, _ShutdownRequested):
+            if self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown) is not None:
+                self._do(self.member.request_shutdown())
+
+    def _on_connection(self, state: str) -> None:
+        if state in ("STARTED",):
+            self._register()
+            self.client.exists(self.layout.controller, watch=self._watch_controller)
+            self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
+            self._read_assignment()  # arm the watch; a stale assignment from a previous life is ignored by generation
+            info = self._read_group_state()
+            self._do(self.member.start(info))
+            self._enqueue(_ShutdownRequested())
+        elif state == str(KazooState.LOST):
+            log.warning("worker %s: session lost; everything it held is gone", self.id)
+            self._stop_all_tasks(release=False)
+            with self.lock:
+                for slot in self.slots.values():
+                    slot.held = False
+            self._do(self.member.stop())
+            self.member = self._new_member()
+        elif state == str(KazooState.CONNECTED):
+            if self._closing:
+                return
+            if self.client.client_id and self.session_id is not None and self.client.client_id[0] != self.session_id:
+                # a new session after LOST: register again and rejoin from scratch
+                self._register()
+                self.client.exists(self.layout.controller, watch=self._watch_controller)
+                self._read_assignment()
+                self._do(self.member.start(self._read_group_state()))
+            elif self.fenced:
+                with self.lock:
+                    self.fenced = False
+                self._reconcile()
+            self._enqueue(_GroupState())
+            self._enqueue(_Assignment())
+
+    def _read_group_state(self) -> GroupStateInfo | None:
+        path = self.layout.group_state(self.config.group)
+        try:
+            data, _ = self.client.get(path, watch=self._watch_group_state)
+        except NoNodeError:
+            self.client.exists(path, watch=self._watch_group_state)
+            return None
+        try:
+            return codecs.decode(GroupStateInfo, data, path)
+        except PayloadError as exc:
+            log.warning("worker %s: ignoring %s", self.id, exc)
+            return None
+
+    def _read_assignment(self) -> Assignment | None:
+        path = self.layout.group_assignment(self.config.group, self.id)
+        try:
+            data, _ = self.client.get(path, watch=self._watch_assignment)
+        except NoNodeError:
+            self.client.exists(path, watch=self._watch_assignment)
+            return None
+        try:
+            return codecs.decode(Assignment, data, path)
+        except PayloadError as exc:
+            log.warning("worker %s: ignoring %s", self.id, exc)
+            return None
+
+    def _do(self, actions: list[Any]) -> None:
+        for act in actions:
+            if isinstance(act, WriteJoin):
+                path = self.layout.group_member(self.config.group, self.id)
+                data = codecs.encode(act.request)
+                try:
+                    self.client.set(path, data)
+                except NoNodeError:
+                    self.client.create(path, data, ephemeral=True, makepath=True)
+            elif isinstance(act, ReadJoinResult):
+                path = self.layout.group_join(self.config.group, act.generation)
+                try:
+                    data, _ = self.client.get(path)
+                    result = codecs.decode(JoinResult, data, path)
+                except (NoNodeError, PayloadError) as exc:
+                    log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
+                    continue
+                self._do(self.member.on_join_result(result))
+            elif isinstance(act, WriteProposal):
+                path = self.layout.group_sync(self.config.group, act.proposal.generation)
+                data = codecs.encode(act.proposal)
+                try:
+                    self.client.create(path, data, makepath=True)
+                except NodeExistsError:
+                    self.client.set(path, data)
+            elif isinstance(act, SetDesired):
+                with self.lock:
+                    self.desired = act.tasks
+                self._reconcile()
+            elif isinstance(act, Exit):
+                log.info("worker %s: controlled shutdown complete", self.id)
+                self.exited.set()
+
+    # ---- tasks ------------------------------------------------------------------------------------
+    def _held(self) -> frozenset[str]:
+        with self.lock:
+            return frozenset(t for t, s in self.slots.items() if s.held)
+
+    def _reconcile(self) -> None:
+        """Bring held/running tasks in line with ``desired``: stops first, then starts."""
+        with self.lock:
+            if self._closing:
+                return
+            for t, slot in list(self.slots.items()):
+                if slot.busy:
+                    continue
+                if t not in self.desired and slot.held:
+                    slot.busy = True
+                    self.pool.submit(self._stop_task, t)
+                elif t in self.desired and slot.held and not slot.running and not self.fenced and slot.state not in ("FAILED", "COMPLETED"):
+                    if slot.restart_at is None or slot.restart_at <= time.monotonic():
+                        slot.busy = True
+                        self.pool.submit(self._start_task, t, False)
+            for t in sorted(self.desired):
+                slot = self.slots.setdefault(t, _TaskSlot())
+                if not slot.held and not slot.busy and not self.fenced:
+                    slot.busy = True
+                    self.pool.submit(self._start_task, t, True)
+
+    def _acquire_owner(self, t: str) -> bool:
+        """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it."""
+        path = self.layout.task_owner(t)
+        data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
+        deadline = time.monotonic() + self.config.owner_wait_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if t not in self.desired or self._closing:
+                    return False
+            try:
+                self.client.create(path, data, ephemeral=True)
+                return True
+            except NoNodeError:
+                return False  # the task itself is gone
+            except NodeExistsError:
+                gone = threading.Event()
+                stat = self.client.exists(path, watch=lambda _e: gone.set())
+                if stat is None:
+                    continue
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    return True  # ours already (e.g. reconciled twice)
+                gone.wait(1.0)
+        log.warning("worker %s: gave up waiting for %s to be released", self.id, path)
+        return False
+
+    def _start_task(self, t: str, acquire: bool) -> None:
+        try:
+            if acquire:
+                if not self._acquire_owner(t):
+                    return
+                with self.lock:
+                    slot = self.slots.setdefault(t, _TaskSlot())
+                    slot.held = True
+                    slot.acquired = time.time()
+                    slot.dirty = True
+                self._enqueue(_Owned())
+            with self.lock:
+                slot = self.slots[t]
+                if t not in self.desired or self.fenced:
+                    return
+            spec = self._read_spec(t)
+            if spec is None:
+                return
+            with self.lock:
+                slot.spec = spec
+                slot.state = "STARTING"
+            try:
+                self.runner.start(t, spec, self.generation)
+            except Exception as exc:
+                self._failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                return
+            with self.lock:
+                slot.running = True
+                slot.started = time.time()
+                slot.state = "RUNNING"
+                slot.error = None
+                slot.dirty = True
+        finally:
+            with self.lock:
+                if t in self.slots:
+                    self.slots[t].busy = False
+            self._reconcile()
+
+    def _read_spec(self, t: str) -> TaskSpec | None:
+        path = self.layout.task(t)
+        try:
+            data, _ = self.client.get(path, watch=lambda _e: self._spec_changed(t))
+            return decode_task(data, path)
+        except NoNodeError:
+            return None
+        except PayloadError as exc:
+            self._failed(t, str(exc), None, permanent=True)
+            return None
+
+    def _spec_changed(self, t: str) -> None:
+        """Our task's spec changed: a `task restart` (nonce) or new pipeline settings restart it."""
+        def check() -> None:
+            with self.lock:
+                slot = self.slots.get(t)
+                if slot is None or not slot.held:
+                    return
+            try:
+                data, _ = self.client.get(self.layout.task(t), watch=lambda _e: self._spec_changed(t))
+                spec = decode_task(data, self.layout.task(t))
+            except (NoNodeError, PayloadError, KazooException):
+                return
+            with self.lock:
+                slot = self.slots.get(t)
+                if slot is None or slot.spec is None:
+                    return
+                restart = spec.restart_nonce != slot.spec.restart_nonce or spec.pipeline != slot.spec.pipeline
+                if not restart or slot.busy:
+                    slot.spec = spec
+                    return
+                slot.busy = True
+                slot.failures = 0
+                slot.restart_at = None
+            self.pool.submit(self._restart, t, spec)
+        self.pool.submit(check)
+
+    def _restart(self, t: str, spec: TaskSpec) -> None:
+        try:
+            self._stop_runner(t)
+            with self.lock:
+                slot = self.slots[t]
+                slot.state = "STOPPED"
+                slot.spec = spec
+        finally:
+            with self.lock:
+                self.slots[t].busy = False
+            self._reconcile()
+
+    def _failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
+        with self.lock:
+            slot = self.slots.setdefault(t, _TaskSlot())
+            slot.failures += 1
+            slot.error = error
+            slot.trace = trace
+            slot.dirty = True
+            limit = slot.spec.max_failures if slot.spec is not None else 0
+            if permanent or slot.failures > limit:
+                slot.state = "FAILED"
+                slot.restart_at = None
+                log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.id, t, slot.failures, error)
+            else:
+                delay = min(self.config.backoff_base_s * 2 ** (slot.failures - 1), self.config.backoff_max_s)
+                slot.state = "RESTARTING"
+                slot.restart_at = time.monotonic() + delay
+                log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.id, t, slot.failures, delay, error)
+
+    def _stop_runner(self, t: str) -> None:
+        with self.lock:
+            slot = self.slots.get(t)
+            if slot is None or not slot.running:
+                return
+        end = time.time()
+        self.runner.stop(t)
+        with self.lock:
+            slot.running = False
+            slot.dirty = True
+            self._record(t, slot, end, released=time.time())
+
+    def _stop_task(self, t: str) -> None:
+        try:
+            self._stop_runner(t)
+            with self.lock:
+                slot = self.slots[t]
+            try:
+                self.client.delete(self.layout.task_owner(t))
+            except NoNodeError:
+                pass
+            with self.lock:
+                slot.held = False
+                if slot.state not in ("COMPLETED",):
+                    slot.state = "STOPPED"
+                slot.dirty = True
+                slot.failures = 0
+                slot.restart_at = None
+            self._enqueue(_Owned())
+        finally:
+            with self.lock:
+                if t in self.slots:
+                    self.slots[t].busy = False
+            self._reconcile()
+
+    def _stop_all_tasks(self, release: bool) -> None:
+        with self.lock:
+            running = [t for t, s in self.slots.items() if s.running]
+            held = [t for t, s in self.slots.items() if s.held]
+        for t in running:
+            try:
+                self._stop_runner(t)
+            except Exception:
+                log.exception("worker %s: stopping %s", self.id, t)
+        if release and held and self.client.connected:
+            t0 = self.client.transaction()
+            for t in held:
+                t0.delete(self.layout.task_owner(t))
+            try:
+                t0.commit()
+            except Exception:
+                pass
+            with self.lock:
+                for t in held:
+                    self.slots[t].held = False
+
+    def _record(self, t: str, slot: _TaskSlot, end: float, released: float | None) -> None:
+        if slot.started is not None:
+            self.intervals.append(RunInterval(task_id=t, broker=self.id, start=slot.started, end=end,
+                                              generation=self.generation, acquired=slot.acquired, released=released))
+        slot.started = None
+
+    def open_intervals(self) -> list[RunInterval]:
+        with self.lock:
+            return [RunInterval(task_id=t, broker=self.id, start=s.started, end=None, generation=self.generation,
+                                acquired=s.acquired) for t, s in self.slots.items() if s.running and s.started]
+
+    # ---- status -----------------------------------------------------------------------------------
+    def _status_loop(self) -> None:
+        while not self.stopped.wait(self.config.status_interval_s):
+            if self.frozen.is_set():
+                continue
+            try:
+                self._poll_runner()
+                self._write_statuses()
+                self._flush_intervals()
+            except (KazooException, KazooTimeoutError):
+                pass
+            except Exception:
+                log.exception("worker %s: status loop", self.id)
+
+    def _poll_runner(self) -> None:
+        with self.lock:
+            running = [t for t, s in self.slots.items() if s.running and not s.busy]
+        for t in running:
+            st = self.runner.status(t)
+            with self.lock:
+                slot = self.slots[t]
+                if st.metrics != slot.metrics:
+                    slot.metrics = dict(st.metrics)
+                    slot.dirty = True
+            if st.state is RunState.FAILED:
+                self._stop_runner(t)
+                self._failed(t, st.error or "failed", st.trace)
+            elif st.state is RunState.COMPLETED:
+                with self.lock:
+                    slot.state = "COMPLETED"
+                    slot.dirty = True
+        with self.lock:
+            due = [t for t, s in self.slots.items() if s.restart_at is not None and s.restart_at <= time.monotonic()]
+        if due:
+            with self.lock:
+                for t in due:
+                    self.slots[t].restart_at = None
+            self._reconcile()
+
+    def _write_statuses(self) -> None:
+        now = time.time()
+        with self.lock:
+            dirty = [(t, s) for t, s in self.slots.items() if s.dirty and s.held]
+            for _, s in dirty:
+                s.dirty = False
+            items = [(self.layout.status(t), codecs.encode(TaskStatus(
+                broker=self.id, state=s.state, generation=self.generation, updated=now, error=s.error, trace=s.trace,
+                failures=s.failures, metrics=s.metrics))) for t, s in dirty]
+        if items:
+            self.status_writer.upsert(items, self.known_status)
+
+    def _flush_intervals(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_flush < self.config.intervals_flush_s:
+            return
+        self._last_flush = time.monotonic()
+        recent = list(self.intervals)[-MAX_INTERVALS_IN_ZK:]
+        if not recent or not self.client.connected:
+            return
+        data = codecs.encode(codecs.IntervalLog(broker=self.id, intervals=tuple(recent)))
+        try:
+            self.status_writer.upsert([(self.layout.broker_intervals(self.id), data)], self.known_status)
+        except Exception:
+            pass
+
+    # ---- views ------------------------------------------------------------------------------------
+    def running_tasks(self) -> set[str]:
+        with self.lock:
+            return {t for t, s in self.slots.items() if s.running}
+
+    def state(self) -> str:
+        return self.member.state.value
+
+
+def install_signal_handlers(worker: Worker, on_exit: Callable[[], None]) -> None:
+    """SIGTERM = controlled shutdown; SIGINT once = controlled shutdown, twice = immediate stop."""
+    presses = {"int": 0}
+
+    def term(_sig: int, _frame: Any) -> None:
+        log.info("SIGTERM: controlled shutdown of %s", worker.id)
+        threading.Thread(target=worker.request_shutdown, name=f"worker-{worker.id}-sigterm", daemon=True).start()
+
+    def intr(_sig: int, _frame: Any) -> None:
+        presses["int"] += 1
+        if presses["int"] >= 2:
+            log.warning("second SIGINT: stopping %s now", worker.id)
+            on_exit()
+        else:
+            term(_sig, _frame)
+
+    signal.signal(signal.SIGTERM, term)
+    signal.signal(signal.SIGINT, intr)

@@ -1,0 +1,835 @@
+"""The controller daemon: election with epoch fencing, one event thread, and the kazoo layer that feeds
+the sans-IO group coordinators and carries out their decisions.
+
+Threads: the kazoo threads only enqueue events (watch callbacks, connection listener); the event thread
+(``controller-<id>-events``) is the only one that reads or changes controller state; the timer thread
+(``controller-<id>-timer``) only enqueues ``Tick`` at protocol deadlines.
+
+Watches carry the *activation token* current when they were armed; after a resign the token moves on,
+so callbacks armed by an earlier activation are dropped instead of double-arming watches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NoNodeError,
+    NodeExistsError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from controller import codecs, events as ev
+from controller.admin import ensure_layout
+from controller.clock import Clock, SystemClock
+from controller.codecs import (
+    Assignment,
+    BrokerInfo,
+    ControllerInfo,
+    GroupStateInfo,
+    JoinRequest,
+    PayloadError,
+    TaskDescriptor,
+)
+from controller.event_thread import ControllerEventThread
+from controller.group import (
+    DeleteGenerationsBelow,
+    GroupConfig,
+    GroupCoordinator,
+    WatchSync,
+    WriteAssignments,
+    WriteGroupState,
+    WriteJoinResult,
+)
+from controller.layout import ZkLayout
+from controller.metrics import ControllerMetrics, MetricsServer
+from controller.taskspec import TaskSpec, decode_task
+from controller.zkclient import ZkSettings, make_client
+from controller.zkio import Delete, Fenced, FencedWriter, WriteFailed, children_many, get_many
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    controller_id: str
+    settings: ZkSettings
+    group: GroupConfig = field(default_factory=GroupConfig)
+    metrics_port: int | None = None
+    host: str = field(default_factory=socket.gethostname)
+    pipelined_load: bool = True
+
+
+@dataclass
+class BrokerRecord:
+    epoch: int  # the broker znode's czxid: a bounced broker is a new one
+    info: BrokerInfo | None
+    error: str | None = None
+
+
+@dataclass
+class ControllerContext:
+    """What the active controller knows, loaded from ZooKeeper on failover and kept current by events."""
+
+    brokers: dict[str, BrokerRecord] = field(default_factory=dict)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    invalid_tasks: dict[str, str] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+    groups: dict[str, GroupCoordinator] = field(default_factory=dict)
+    members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
+    invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)
+    shutdown_requests: set[str] = field(default_factory=set)
+    known_paths: set[str] = field(default_factory=set)
+
+    def group_tasks(self, group: str) -> dict[str, TaskDescriptor]:
+        return {
+            t: spec.descriptor()
+            for t, spec in self.tasks.items()
+            if spec.group == group and spec.state == "RUNNING" and t not in self.deleting
+        }
+
+
+class _Timer(threading.Thread):
+    """Enqueues a Tick when the earliest protocol deadline passes (bounded waits, named thread)."""
+
+    def __init__(self, name: str, fire: Callable[[], None], clock: Clock) -> None:
+        super().__init__(name=name, daemon=True)
+        self._fire = fire
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._stopped = False
+
+    def schedule(self, deadline: float | None) -> None:
+        with self._cond:
+            self._deadline = deadline
+            self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self.join(5)
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                now = self._clock.now()
+                if self._deadline is not None and now >= self._deadline:
+                    self._deadline = None
+                    fire = True
+                else:
+                    wait = 1.0 if self._deadline is None else min(1.0, self._deadline - now)
+                    self._cond.wait(max(wait, 0.001))
+                    fire = False
+            if fire:
+                self._fire()
+
+
+class Controller:
+    """A controller candidate; the one that wins ``/controller`` is active."""
+
+    def __init__(self, config: ControllerConfig, client: KazooClient | None = None, clock: Clock | None = None) -> None:
+        self.config = config
+        self.id = config.controller_id
+        self.layout = ZkLayout(config.settings.root)
+        self.client = client or make_client(config.settings, connect=False)
+        self.clock = clock or SystemClock()
+        self.metrics = ControllerMetrics()
+        self.thread = ControllerEventThread(self._process, name=f"controller-{self.id}-events", observe=self.metrics.observe)
+        self.timer = _Timer(f"controller-{self.id}-timer", lambda: self.put(ev.Tick()), self.clock)
+        self.token = 0
+        self.active = False
+        self.epoch: int | None = None
+        self.writer: FencedWriter | None = None
+        self.ctx: ControllerContext | None = None
+        self.connected = True
+        self.needs_reload = False
+        self.held: list[Any] = []
+        self.metrics_server: MetricsServer | None = None
+        self.before_write: Callable[[], None] | None = None  # test hook: an injected stall
+        self.fenced_writes = 0
+        self.became_active_at: float | None = None
+        self._stopping = False
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> "Controller":
+        if not self.client.connected:
+            self.client.start(timeout=30)
+        self.client.add_listener(self._listener)
+        ensure_layout(self.client, self.layout)
+        if self.config.metrics_port is not None:
+            self.metrics_server = MetricsServer(self.metrics.registry, self.config.metrics_port, name=f"controller-{self.id}-metrics")
+        self.thread.start()
+        self.timer.start()
+        self.put(ev.Startup())
+        return self
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.thread.shutdown()
+        self.timer.stop()
+        if self.metrics_server:
+            self.metrics_server.close()
+        self.client.remove_listener(self._listener)
+        self.client.stop()
+        self.client.close()
+
+    def put(self, event: Any) -> None:
+        self.thread.put(event)
+        self.metrics.queue_size.set(self.thread.queue_size())
+
+    def _listener(self, state: KazooState) -> None:
+        # kazoo's thread: only enqueue
+        if state == KazooState.SUSPENDED:
+            self.put(ev.Suspended())
+        elif state == KazooState.CONNECTED:
+            self.put(ev.Reconnected())
+        elif state == KazooState.LOST:
+            self.put(ev.Expire())
+
+    def _watch(self, make: Callable[[int], Any]) -> Callable[[Any], None]:
+        token = self.token
+        return lambda _event: self.put(make(token))
+
+    def _current(self, token: int) -> bool:
+        return self.active and token == self.token
+
+    # ---- event processing -------------------------------------------------------------------------
+    def _process(self, event: Any) -> None:
+        if isinstance(event, (ev.Suspended, ev.Reconnected, ev.Expire, ev.Shutdown)):
+            event.process(self)
+            return
+        if not self.connected:
+            self.held.append(event)  # SUSPENDED: hold until reconnected (or dropped if the session is lost)
+            return
+        try:
+            event.process(self)
+        except Fenced as exc:
+            self.fenced_writes += 1
+            self.metrics.fenced.inc()
+            log.warning("controller %s (epoch %s) fenced: %s", self.id, self.epoch, exc)
+            self.resign("fenced by a newer controller")
+            self.elect()
+        except _TRANSIENT as exc:
+            log.info("controller %s: ZooKeeper unavailable while processing %s (%s)", self.id, type(event).__name__, type(exc).__name__)
+            if self.active:
+                self.needs_reload = True
+            else:
+                if not self._stopping:
+                    self._retry_later()
+        except WriteFailed as exc:
+            log.warning("controller %s: write failed (%s); reloading context", self.id, exc)
+            self.needs_reload = True
+            if self.connected and self.active:
+                self._reload()
+        finally:
+            self._reschedule()
+
+    def _reschedule(self) -> None:
+        if not self.active or self.ctx is None:
+            self.timer.schedule(None)
+            return
+        deadlines = [d for d in (c.next_deadline() for c in self.ctx.groups.values()) if d is not None]
+        self.timer.schedule(min(deadlines) if deadlines else None)
+        self.metrics.queue_size.set(self.thread.queue_size())
+
+    # ---- election ---------------------------------------------------------------------------------
+    def elect(self) -> None:
+        """Race for ``/controller``; on winning, bump the epoch conditionally and load the context."""
+        if self.active or self._stopping:
+            return
+        try:
+            try:
+                self.client.create(self.layout.controller_epoch, codecs.encode_epoch(0), makepath=True)
+            except NodeExistsError:
+                pass
+            data, stat = self.client.get(self.layout.controller_epoch)
+            try:
+                epoch = codecs.decode_epoch(data, self.layout.controller_epoch)
+            except PayloadError as exc:
+                log.error("cannot run for controller: %s", exc)
+                return
+            info = ControllerInfo(controller_id=self.id, epoch=epoch + 1, host=self.config.host, since=time.time())
+            try:
+                self.client.create(self.layout.controller, codecs.encode(info), ephemeral=True)
+            except NodeExistsError:
+                if self.client.exists(self.layout.controller, watch=self._candidate_watch) is None:
+                    self.put(ev.Reelect())
+                return
+            try:
+                new_stat = self.client.set(self.layout.controller_epoch, codecs.encode_epoch(epoch + 1), version=stat.version)
+            except BadVersionError:
+                log.warning("controller %s: epoch moved while electing; retrying", self.id)
+                self.client.delete(self.layout.controller)
+                self.put(ev.Reelect())
+                return
+            self._activate(epoch + 1, new_stat.version)
+        except _TRANSIENT:
+            if not self._stopping:
+                self._retry_later()
+
+    def _retry_later(self) -> None:
+        # re-elect once ZooKeeper is back: Reconnected triggers elect(); also retry on a bounded timer
+        t = threading.Timer(0.5, lambda: self.put(ev.Reelect()))
+        t.name = f"controller-{self.id}-retry"
+        t.daemon = True
+        t.start()
+
+    def _candidate_watch(self, _event: Any) -> None:
+        self.put(ev.ControllerChange(-1))
+
+    def on_controller_change(self, token: int) -> None:
+        if not self.active:
+            self.elect()
+            return
+        if not self._still_controller():
+            self.resign("lost /controller")
+            self.elect()
+
+    def _still_controller(self) -> bool:
+        try:
+            data, stat = self.client.get(self.layout.controller, watch=self._watch(ev.ControllerChange))
+            info = codecs.decode(ControllerInfo, data, self.layout.controller)
+        except NoNodeError:
+            return False
+        except PayloadError as exc:
+            log.error("%s", exc)
+            return False
+        return (info.controller_id == self.id and info.epoch == self.epoch
+                and stat.ephemeralOwner == self.client.client_id[0])
+
+    def _activate(self, epoch: int, epoch_zk_version: int) -> None:
+        self.token += 1
+        self.active = True
+        self.epoch = epoch
+        self.writer = FencedWriter(self.client, self.layout.controller_epoch, epoch_zk_version)
+        self.metrics.epoch.set(epoch)
+        self.metrics.active.set(1)
+        self.became_active_at = time.monotonic()
+        log.info("controller %s is active at epoch %d", self.id, epoch)
+        self.client.exists(self.layout.controller, watch=self._watch(ev.ControllerChange))
+        self._load()
+
+    def resign(self, reason: str) -> None:
+        if not self.active:
+            return
+        log.info("controller %s resigns (epoch %s): %s", self.id, self.epoch, reason)
+        if self.ctx is not None:
+            for coord in self.ctx.groups.values():
+                coord.shutdown()
+        self.active = False
+        self.token += 1
+        self.ctx = None
+        self.writer = None
+        self.held.clear()
+        self.metrics.active.set(0)
+        try:
+            if self.client.connected:
+                stat = self.client.exists(self.layout.controller)
+                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
+                    self.client.delete(self.layout.controller, version=stat.version)
+        except (KazooException, *_TRANSIENT):
+            pass
+
+    # ---- connection states ------------------------------------------------------------------------
+    def on_suspended(self) -> None:
+        self.connected = False
+
+    def on_reconnected(self) -> None:
+        self.connected = True
+        if self.active:
+            if not self._still_controller():
+                self.resign("reconnected without /controller at our epoch")
+                self.elect()
+                return
+            if self.needs_reload:
+                self._reload()
+            held, self.held = self.held, []
+            self.thread.put_front(held)
+        else:
+            self.held.clear()
+            self.elect()
+
+    def on_expire(self) -> None:
+        self.connected = False
+        self.resign("ZooKeeper session expired")
+
+    # ---- loading ----------------------------------------------------------------------------------
+    def _reload(self) -> None:
+        for coord in (self.ctx.groups.values() if self.ctx else ()):
+            coord.shutdown()
+        self.token += 1
+        self.needs_reload = False
+        self._load()
+
+    def _load(self) -> None:
+        """Read the whole cluster state (pipelined unless configured otherwise) and arm watches."""
+        started = time.monotonic()
+        c, lay, w = self.client, self.layout, self._watch
+        ctx = ControllerContext()
+        fetch = get_many if self.config.pipelined_load else _get_sequential
+        # brokers
+        ids = c.get_children(lay.broker_ids, watch=w(ev.BrokerChange))
+        for b, res in zip(ids, fetch(c, [lay.broker(b) for b in ids],
+                                     watch=lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b)))):
+            if res is not None:
+                ctx.brokers[b] = self._broker_record(lay.broker(b), res)
+        # tasks
+        tids = [t for t in c.get_children(lay.tasks, watch=w(ev.TaskChange))]
+        for t, res in zip(tids, fetch(c, [lay.task(t) for t in tids], watch=self._task_watch)):
+            if res is not None:
+                self._set_task(ctx, t, res[0])
+        ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=w(ev.TaskDeletion)))
+        # groups
+        names = set(c.get_children(lay.groups, watch=w(ev.GroupsChange)))
+        names |= {s.group for s in ctx.tasks.values()}
+        names = sorted(names)
+        for g in names:
+            self._ensure_group_paths(g)
+        states = fetch(c, [lay.group_state(g) for g in names])
+        member_lists = children_many(c, [lay.group_members(g) for g in names],
+                                     watch=lambda p: self._watch(lambda t, g=p.split('/')[-2]: ev.MembersChange(t, g)))
+        assignment_lists = children_many(c, [lay.group_assignments(g) for g in names])
+        member_paths = [(g, m) for g, ms in zip(names, member_lists) for m in (ms or [])]
+        member_data = fetch(c, [lay.group_member(g, m) for g, m in member_paths], watch=self._member_watch)
+        assignment_paths = [(g, m) for g, ms in zip(names, assignment_lists) for m in (ms or [])]
+        assignment_data = fetch(c, [lay.group_assignment(g, m) for g, m in assignment_paths])
+        for g in names:
+            ctx.members[g] = {}
+        for (g, m), res in zip(member_paths, member_data):
+            if res is not None:
+                self._set_member(ctx, g, m, res[0])
+        assignments: dict[str, dict[str, Assignment]] = {g: {} for g in names}
+        for (g, m), res in zip(assignment_paths, assignment_data):
+            if res is None:
+                continue
+            path = lay.group_assignment(g, m)
+            ctx.known_paths.add(path)
+            try:
+                assignments[g][m] = codecs.decode(Assignment, res[0], path)
+            except PayloadError as exc:
+                log.warning("ignoring %s", exc)
+        self.ctx = ctx
+        self.metrics.brokers.set(len(ctx.brokers))
+        self.metrics.tasks.set(len(ctx.tasks))
+        self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
+        load_s = time.monotonic() - started
+        for g, state_res in zip(names, states):
+            info = None
+            if state_res is not None:
+                ctx.known_paths.add(lay.group_state(g))
+                try:
+                    info = codecs.decode(GroupStateInfo, state_res[0], lay.group_state(g))
+                except PayloadError as exc:
+                    log.warning("group %s: %s; rebuilding it", g, exc)
+            coord = self._new_coordinator(g)
+            self._apply(g, coord.load(info, ctx.members[g], ctx.group_tasks(g), assignments[g]))
+        self._write_invalid_statuses(ctx.invalid_tasks)
+        log.info("controller %s loaded %d brokers, %d tasks, %d groups in %.3fs", self.id, len(ctx.brokers),
+                 len(ctx.tasks), len(names), load_s)
+        self.last_load_s = load_s
+        # pending admin requests
+        for make in (ev.Rebalance, ev.ControlledShutdown, ev.Reassign, ev.TaskDeletion):
+            self.put(make(self.token))
+
+    def _ensure_group_paths(self, g: str) -> None:
+        lay = self.layout
+        for p in (lay.group_members(g), lay.group_joins(g), lay.group_syncs(g), lay.group_assignments(g)):
+            self.client.ensure_path(p)
+
+    def _new_coordinator(self, g: str) -> GroupCoordinator:
+        assert self.ctx is not None and self.epoch is not None
+        coord = GroupCoordinator(group=g, controller_epoch=self.epoch, clock=self.clock, config=self.config.group)
+        self.ctx.groups[g] = coord
+        self.ctx.members.setdefault(g, {})
+        return coord
+
+    def _coordinator(self, g: str) -> GroupCoordinator:
+        assert self.ctx is not None
+        coord = self.ctx.groups.get(g)
+        if coord is None:
+            self._ensure_group_paths(g)
+            coord = self._new_coordinator(g)
+            coord.on_tasks(self.ctx.group_tasks(g))
+            self.client.get_children(self.layout.group_members(g), watch=self._watch(lambda t: ev.MembersChange(t, g)))
+            self.put(ev.MembersChange(self.token, g))
+        return coord
+
+    def _broker_record(self, path: str, res: tuple[bytes, Any]) -> BrokerRecord:
+        data, stat = res
+        try:
+            return BrokerRecord(stat.czxid, codecs.decode(BrokerInfo, data, path))
+        except PayloadError as exc:
+            log.warning("broker %s", exc)
+            return BrokerRecord(stat.czxid, None, str(exc))
+
+    def _task_watch(self, path: str) -> Callable[[Any], None]:
+        task = path.rsplit("/", 1)[1]
+        return self._watch(lambda t: ev.TaskConfigChange(t, task))
+
+    def _member_watch(self, path: str) -> Callable[[Any], None]:
+        parts = path.split("/")
+        g, m = parts[-3], parts[-1]
+        return self._watch(lambda t: ev.MemberChange(t, g, m))
+
+    def _set_task(self, ctx: ControllerContext, t: str, data: bytes) -> None:
+        path = self.layout.task(t)
+        try:
+            ctx.tasks[t] = decode_task(data, path)
+            ctx.invalid_tasks.pop(t, None)
+        except PayloadError as exc:
+            log.warning("task %s is invalid and will not run: %s", t, exc.reason)
+            ctx.tasks.pop(t, None)
+            ctx.invalid_tasks[t] = str(exc)
+
+    def _set_member(self, ctx: ControllerContext, g: str, m: str, data: bytes) -> None:
+        path = self.layout.group_member(g, m)
+        try:
+            req = codecs.decode(JoinRequest, data, path)
+            if req.member_id != m:
+                raise PayloadError(path, f"member_id {req.member_id!r} does not match the znode name")
+            ctx.members.setdefault(g, {})[m] = req
+            ctx.invalid_members.pop((g, m), None)
+        except PayloadError as exc:
+            log.warning("ignoring member: %s", exc)
+            ctx.members.setdefault(g, {}).pop(m, None)
+            ctx.invalid_members[(g, m)] = str(exc)
+
+    def _write_invalid_statuses(self, invalid: dict[str, str]) -> None:
+        if not invalid or self.writer is None:
+            return
+        now = time.time()
+        items = [(self.layout.status(t), codecs.encode(codecs.TaskStatus(
+            broker="controller", state="FAILED", generation=0, updated=now, error=f"invalid task spec: {reason}")))
+            for t, reason in sorted(invalid.items())]
+        self._write(lambda: self.writer.upsert(items, self.ctx.known_paths if self.ctx else None))
+
+    # ---- carrying out decisions -------------------------------------------------------------------
+    def _write(self, fn: Callable[[], None]) -> None:
+        if self.before_write is not None:
+            self.before_write()
+        fn()
+
+    def _apply(self, g: str, decisions: list[Any]) -> None:
+        """One event's decisions for a group become one ordered, fenced, batched write."""
+        if not decisions or self.writer is None or self.ctx is None:
+            return
+        lay = self.layout
+        items: list[tuple[str, bytes]] = []
+        watches: list[int] = []
+        cleanup_below: int | None = None
+        for d in decisions:
+            if isinstance(d, WriteAssignments):
+                items += [(lay.group_assignment(g, m), codecs.encode(a)) for m, a in d.assignments]
+            elif isinstance(d, WriteJoinResult):
+                items.append((lay.group_join(g, d.result.generation), codecs.encode(d.result)))
+            elif isinstance(d, WriteGroupState):
+                items.append((lay.group_state(g), codecs.encode(d.info)))
+                if d.info.state == "PreparingRebalance":
+                    self.metrics.rebalances.labels(g).inc()
+            elif isinstance(d, WatchSync):
+                watches.append(d.generation)
+            elif isinstance(d, DeleteGenerationsBelow):
+                cleanup_below = d.generation
+        before = self.writer.requests
+        self._write(lambda: self.writer.upsert(items, self.ctx.known_paths))
+        self.metrics.zk_writes.inc(self.writer.requests - before)
+        for gen in watches:
+            path = lay.group_sync(g, gen)
+            token = self.token
+            if self.client.exists(path, watch=lambda _e, gen=gen, token=token: self.put(ev.SyncProposalReady(token, g, gen))):
+                self.put(ev.SyncProposalReady(self.token, g, gen))
+        if cleanup_below is not None:
+            self._cleanup_generations(g, cleanup_below)
+
+    def _cleanup_generations(self, g: str, below: int) -> None:
+        lay = self.layout
+        old = []
+        for parent, make in ((lay.group_joins(g), lay.group_join), (lay.group_syncs(g), lay.group_sync)):
+            try:
+                names = self.client.get_children(parent)
+            except NoNodeError:
+                continue
+            old += [make(g, int(n)) for n in names if n.isdigit() and int(n) < below]
+        if old and self.writer is not None:
+            self.ctx.known_paths.difference_update(old)
+            self._write(lambda: self.writer.delete_if_present(old))
+
+    # ---- event handlers ---------------------------------------------------------------------------
+    def on_broker_change(self, token: int) -> None:
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        ids = set(self.client.get_children(lay.broker_ids, watch=self._watch(ev.BrokerChange)))
+        new_ids = sorted(ids - ctx.brokers.keys())
+        watch = lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b))
+        for b, res in zip(new_ids, get_many(self.client, [lay.broker(b) for b in new_ids], watch=watch)):
+            if res is not None:
+                ctx.brokers[b] = self._broker_record(lay.broker(b), res)
+                log.info("broker %s joined (epoch %d)", b, ctx.brokers[b].epoch)
+        for b in sorted(ctx.brokers.keys() - ids):
+            del ctx.brokers[b]
+            log.info("broker %s left", b)
+            self._finish_controlled_shutdown(b)
+        self.metrics.brokers.set(len(ctx.brokers))
+
+    def on_broker_modification(self, token: int, broker_id: str) -> None:
+        """A broker's znode changed or went away: a bounce (same id, new czxid) is a new broker."""
+        if not self._current(token):
+            return
+        path = self.layout.broker(broker_id)
+        try:
+            res = self.client.get(path, watch=self._watch(lambda t: ev.BrokerModification(t, broker_id)))
+        except NoNodeError:
+            if self.ctx.brokers.pop(broker_id, None) is not None:
+                log.info("broker %s left", broker_id)
+                self._finish_controlled_shutdown(broker_id)
+            return
+        record = self._broker_record(path, res)
+        old = self.ctx.brokers.get(broker_id)
+        if old is not None and old.epoch != record.epoch:
+            log.info("broker %s bounced (epoch %d -> %d)", broker_id, old.epoch, record.epoch)
+        self.ctx.brokers[broker_id] = record
+        self.metrics.brokers.set(len(self.ctx.brokers))
+
+    def _finish_controlled_shutdown(self, broker_id: str) -> None:
+        if broker_id in self.ctx.shutdown_requests:
+            self.ctx.shutdown_requests.discard(broker_id)
+            self._write(lambda: self.writer.delete_if_present([self.layout.admin_controlled_shutdown_of(broker_id)]))
+
+    def on_task_change(self, token: int) -> None:
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        ids = set(self.client.get_children(lay.tasks, watch=self._watch(ev.TaskChange)))
+        known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
+        new_ids = sorted(ids - known)
+        gone = sorted(known - ids)
+        touched: set[str] = set()
+        for t, res in zip(new_ids, get_many(self.client, [lay.task(t) for t in new_ids], watch=self._task_watch)):
+            if res is not None:
+                self._set_task(ctx, t, res[0])
+                if t in ctx.tasks:
+                    touched.add(ctx.tasks[t].group)
+        for t in gone:
+            spec = ctx.tasks.pop(t, None)
+            ctx.invalid_tasks.pop(t, None)
+            if spec is not None:
+                touched.add(spec.group)
+        self._tasks_changed(touched)
+        self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in new_ids if t in ctx.invalid_tasks})
+        if gone:
+            self._write(lambda: self.writer.delete_if_present([lay.status(t) for t in gone]))
+
+    def on_task_config_change(self, token: int, task_id: str) -> None:
+        if not self._current(token):
+            return
+        ctx = self.ctx
+        before = ctx.tasks.get(task_id)
+        try:
+            data, _ = self.client.get(self.layout.task(task_id), watch=self._task_watch(self.layout.task(task_id)))
+        except NoNodeError:
+            ctx.tasks.pop(task_id, None)
+            ctx.invalid_tasks.pop(task_id, None)
+            self._tasks_changed({before.group} if before else set())
+            return
+        self._set_task(ctx, task_id, data)
+        after = ctx.tasks.get(task_id)
+        self._tasks_changed({s.group for s in (before, after) if s is not None})
+        if task_id in ctx.invalid_tasks:
+            self._write_invalid_statuses({task_id: ctx.invalid_tasks[task_id]})
+
+    def _tasks_changed(self, groups: set[str]) -> None:
+        self.metrics.tasks.set(len(self.ctx.tasks))
+        self.metrics.invalid_tasks.set(len(self.ctx.invalid_tasks))
+        for g in sorted(groups):
+            coord = self._coordinator(g)
+            self._apply(g, coord.on_tasks(self.ctx.group_tasks(g)))
+
+    def on_task_deletion(self, token: int) -> None:
+        """Delete requested tasks once their owner has let go (revoke first, never under a runner)."""
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        requested = set(self.client.get_children(lay.admin_delete_tasks, watch=self._watch(ev.TaskDeletion)))
+        newly = requested - ctx.deleting
+        ctx.deleting = requested
+        self._tasks_changed({ctx.tasks[t].group for t in newly if t in ctx.tasks})
+        done = []
+        for t in sorted(requested):
+            owner = self.client.exists(lay.task_owner(t), watch=self._watch(ev.TaskDeletion))
+            if owner is None:
+                done.append(t)
+        if done:
+            ops = []
+            for t in done:
+                ops += [lay.task(t), lay.status(t), lay.admin_delete_task(t)]
+            self._write(lambda: self.writer.delete_if_present(ops))
+            for t in done:
+                ctx.tasks.pop(t, None)
+                ctx.invalid_tasks.pop(t, None)
+                ctx.deleting.discard(t)
+            log.info("deleted tasks %s", done[:10])
+
+    def on_groups_change(self, token: int) -> None:
+        if not self._current(token):
+            return
+        for g in self.client.get_children(self.layout.groups, watch=self._watch(ev.GroupsChange)):
+            if g not in self.ctx.groups:
+                self._coordinator(g)
+
+    def on_members_change(self, token: int, group: str) -> None:
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        coord = self._coordinator(group)
+        try:
+            children = set(self.client.get_children(lay.group_members(group), watch=self._watch(lambda t: ev.MembersChange(t, group))))
+        except NoNodeError:
+            children = set()
+        current = ctx.members.setdefault(group, {})
+        invalid = {m for (g, m) in ctx.invalid_members if g == group}
+        new = sorted(children - current.keys() - invalid)
+        for m, res in zip(new, get_many(self.client, [lay.group_member(group, m) for m in new], watch=self._member_watch)):
+            if res is not None:
+                self._set_member(ctx, group, m, res[0])
+        for m in sorted(current.keys() - children):
+            current.pop(m, None)
+        for key in [k for k in ctx.invalid_members if k[0] == group and k[1] not in children]:
+            del ctx.invalid_members[key]
+        self._apply(group, coord.on_members(dict(current)))
+
+    def on_member_change(self, token: int, group: str, member: str) -> None:
+        if not self._current(token):
+            return
+        ctx = self.ctx
+        path = self.layout.group_member(group, member)
+        try:
+            data, _ = self.client.get(path, watch=self._member_watch(path))
+            self._set_member(ctx, group, member, data)
+        except NoNodeError:
+            ctx.members.setdefault(group, {}).pop(member, None)
+            ctx.invalid_members.pop((group, member), None)
+        self._apply(group, self._coordinator(group).on_members(dict(ctx.members.get(group, {}))))
+
+    def on_sync_proposal(self, token: int, group: str, generation: int) -> None:
+        if not self._current(token):
+            return
+        coord = self._coordinator(group)
+        if coord.generation != generation:
+            return
+        path = self.layout.group_sync(group, generation)
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return
+        try:
+            proposal = codecs.decode(codecs.SyncProposal, data, path)
+        except PayloadError as exc:
+            log.warning("group %s: unreadable proposal, waiting for the sync timeout: %s", group, exc)
+            return
+        self._apply(group, coord.on_proposal(proposal))
+
+    def on_admin_rebalance(self, token: int) -> None:
+        if not self._current(token):
+            return
+        lay = self.layout
+        names = sorted(self.client.get_children(lay.admin_rebalance, watch=self._watch(ev.Rebalance)))
+        paths = [f"{lay.admin_rebalance}/{n}" for n in names]
+        for path, res in zip(paths, get_many(self.client, paths)):
+            if res is None:
+                continue
+            try:
+                req = codecs.decode(codecs.RebalanceRequest, res[0], path)
+            except PayloadError as exc:
+                log.warning("dropping %s", exc)
+                continue
+            groups = [req.group] if req.group else sorted(self.ctx.groups)
+            for g in groups:
+                if g in self.ctx.groups:
+                    self._apply(g, self.ctx.groups[g].on_rebalance_request(f"requested: {req.reason}"))
+        if paths:
+            self._write(lambda: self.writer.delete_if_present(paths))
+
+    def on_controlled_shutdown(self, token: int) -> None:
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        brokers = set(self.client.get_children(lay.admin_controlled_shutdown, watch=self._watch(ev.ControlledShutdown)))
+        for b in sorted(brokers - ctx.shutdown_requests):
+            ctx.shutdown_requests.add(b)
+            for g, coord in ctx.groups.items():
+                if b in ctx.members.get(g, {}):
+                    log.info("controlled shutdown of %s (group %s)", b, g)
+                    self._apply(g, coord.on_controlled_shutdown(b))
+            if b not in ctx.brokers:
+                self._finish_controlled_shutdown(b)
+        ctx.shutdown_requests &= brokers
+
+    def on_reassign(self, token: int) -> None:
+        if not self._current(token):
+            return
+        lay = self.layout
+        names = sorted(self.client.get_children(lay.admin_reassign, watch=self._watch(ev.Reassign)))
+        paths = [lay.admin_reassign_of(n) for n in names]
+        for path, res in zip(paths, get_many(self.client, paths)):
+            if res is None:
+                continue
+            try:
+                req = codecs.decode(codecs.ReassignRequest, res[0], path)
+            except PayloadError as exc:
+                log.warning("dropping %s", exc)
+                continue
+            spec = self.ctx.tasks.get(req.task_id)
+            if spec is not None:
+                self._apply(spec.group, self._coordinator(spec.group).on_reassign(req.task_id, req.to))
+        if paths:
+            self._write(lambda: self.writer.delete_if_present(paths))
+
+    def on_tick(self) -> None:
+        if not self.active or self.ctx is None:
+            return
+        for g, coord in sorted(self.ctx.groups.items()):
+            self._apply(g, coord.on_tick())
+
+    # ---- views for tests and the CLI --------------------------------------------------------------
+    def wait_active(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.active and self.ctx is not None:
+                return True
+            time.sleep(0.02)
+        return False
+
+
+def _get_sequential(client: KazooClient, paths, watch=None):
+    """One synchronous round trip per znode: the baseline the pipelined load is measured against."""
+    out = []
+    for p in paths:
+        try:
+            out.append(client.get(p, watch=watch(p) if watch else None))
+        except NoNodeError:
+            out.append(None)
+    return out
+
+
+def default_controller_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
