@@ -620,11 +620,15 @@ class Worker:
         with self.lock:
             running = [t for t, s in self.slots.items() if s.running]
             held = [t for t, s in self.slots.items() if s.held]
-        for t in running:
+        def stop_one(t: str) -> None:
             try:
                 self._stop_runner(t)
             except Exception:
                 log.exception("worker %s: stopping %s", self.id, t)
+
+        if running:  # in parallel: a graceful stop costs one stop latency, not one per task
+            with ThreadPoolExecutor(max_workers=min(32, len(running)), thread_name_prefix=f"worker-{self.id}-stop") as pool:
+                list(pool.map(stop_one, running))
         if release and held and self.client.connected:
             t0 = self.client.transaction()
             for t in held:
@@ -650,9 +654,26 @@ class Worker:
 
     # ---- status -----------------------------------------------------------------------------------
     def _status_loop(self) -> None:
+        last_tick = time.monotonic()
         while not self.stopped.wait(self.config.status_interval_s):
             if self.frozen.is_set():
                 continue
+            now = time.monotonic()
+            if now - last_tick > self.config.settings.session_timeout_s / 3:
+                # our threads were stopped (SIGSTOP, VM pause): the session may be gone and our tasks
+                # someone else's; fence now and let the connection state sort out the rest
+                log.warning("worker %s: paused for %.1fs; fencing", self.id, now - last_tick)
+                self._fence()
+                try:  # a round trip proves the session survived: our broker znode is still ours
+                    stat = self.client.exists(self.layout.broker(self.id))
+                    alive = stat is not None and stat.ephemeralOwner == self.session_id
+                except Exception:
+                    alive = False
+                if alive:
+                    with self.lock:
+                        self.fenced = False
+                    self._reconcile()
+            last_tick = now
             try:
                 self._poll_runner()
                 self._write_statuses()
@@ -703,7 +724,7 @@ class Worker:
         if not force and time.monotonic() - self._last_flush < self.config.intervals_flush_s:
             return
         self._last_flush = time.monotonic()
-        recent = list(self.intervals)[-MAX_INTERVALS_IN_ZK:]
+        recent = (list(self.intervals) + self.open_intervals())[-MAX_INTERVALS_IN_ZK:]
         if not recent or not self.client.connected:
             return
         data = codecs.encode(codecs.IntervalLog(broker=self.id, intervals=tuple(recent)))

@@ -1,0 +1,116 @@
+"""A TCP proxy between one simulated broker and ZooKeeper, for network failure injection.
+
+``partition()`` stops forwarding bytes in both directions while keeping the sockets open (what a
+network partition or a frozen peer looks like to both ends: silence); ``heal()`` resumes; ``reset()``
+drops every connection. Threads are named after the proxy; every loop is bounded by socket timeouts
+and the stop flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class NetProxy:
+    def __init__(self, target_host: str, target_port: int, name: str = "proxy") -> None:
+        self.target = (target_host, target_port)
+        self.name = name
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._open = threading.Event()
+        self._open.set()
+        self._stopped = threading.Event()
+        self._conns: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._accept = threading.Thread(target=self._accept_loop, name=f"{name}-accept", daemon=True)
+        self._accept.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def partition(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    @property
+    def partitioned(self) -> bool:
+        return not self._open.is_set()
+
+    def reset(self) -> None:
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for a, b in conns:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stopped.set()
+        self.reset()
+        self._listener.close()
+        self._accept.join(2)
+
+    def _accept_loop(self) -> None:
+        n = 0
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            if not self._open.is_set():
+                client.close()  # a partitioned host cannot connect either
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns.append((client, upstream))
+            n += 1
+            threading.Thread(target=self._pump, args=(client, upstream), name=f"{self.name}-pump{n}", daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        peers = {a: b, b: a}
+        try:
+            while not self._stopped.is_set():
+                if not self._open.is_set():
+                    self._open.wait(0.2)  # silence: hold the bytes, keep the sockets
+                    continue
+                try:
+                    readable, _, _ = select.select([a, b], [], [], 0.2)
+                except (OSError, ValueError):
+                    return
+                for s in readable:
+                    if not self._open.is_set():
+                        break
+                    try:
+                        data = s.recv(65536)
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    try:
+                        peers[s].sendall(data)
+                    except OSError:
+                        return
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass

@@ -1,0 +1,406 @@
+"""The broker simulator: N workers in one process (each with its own ZooKeeper session), a controller,
+T no-op tasks, scripted scenarios and failure injection; every run records per-task ownership intervals
+and ends with a summary computed by the independent checker.
+
+Faults: kill (tasks end now, session closed at once), expire (the broker's network goes silent longer
+than the session timeout, so the session expires naturally and the worker fences first), pause (the
+worker's threads and its network freeze), partition (network silent for a while), controlled shutdown,
+restart with the same id, kill the controller. With ``process_brokers`` the brokers are separate
+``zkctl broker run`` processes instead (kill -9, SIGSTOP/SIGCONT are then real).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from broker_sim.checker import close_open, double_ownership, downtime, moved_tasks
+from broker_sim.netproxy import NetProxy
+from broker_sim.runners.noop import NoopRunner
+from broker_sim.worker import Worker, WorkerConfig
+from controller import codecs
+from controller.admin import ensure_layout, wait_for
+from controller.codecs import RunInterval
+from controller.daemon import Controller, ControllerConfig
+from controller.group import GroupConfig
+from controller.layout import ZkLayout
+from controller.protocol import COOPERATIVE, EAGER
+from controller.taskspec import TaskSpec
+from controller.zkclient import ZkSettings, make_client
+from controller.zkserver import ZooKeeperServer, free_port
+
+log = logging.getLogger(__name__)
+
+SCENARIOS = ("steady", "rolling-bounce", "add-broker", "kill-broker", "expire-session", "pause-broker",
+             "partition-broker", "controlled-shutdown", "kill-controller")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    brokers: int = 3
+    tasks: int = 30
+    protocol: str = COOPERATIVE
+    assignor: str = "cooperative-sticky"
+    scenario: str = "steady"
+    restart_gap_s: float = 1.0
+    seed: int = 0
+    start_latency_s: float = 0.0
+    stop_latency_s: float = 0.0
+    session_timeout_s: float = 6.0
+    rebalance_timeout_s: float = 20.0
+    scheduled_delay_s: float = 0.0
+    static_membership: bool = False
+    controlled_shutdown: bool = False
+    zk_hosts: str | None = None
+    root: str | None = None
+    converge_timeout_s: float = 60.0
+    use_proxies: bool = False
+    intervals_out: str | None = None
+
+    def protocols(self) -> tuple[str, ...]:
+        return (COOPERATIVE, EAGER) if self.protocol == COOPERATIVE else (EAGER,)
+
+
+@dataclass
+class StepResult:
+    step: str
+    broker: str
+    started: float
+    left_converged_s: float | None = None
+    converged_s: float | None = None
+
+
+@dataclass
+class SimSummary:
+    scenario: str
+    protocol: str
+    brokers: int
+    tasks: int
+    task_downtime_s: float
+    double_ownership: int
+    moved_tasks: int
+    step_convergence_s: list[float]
+    steps: list[dict[str, Any]]
+    rebalances: int
+    wall_s: float
+    window_s: float
+    overlaps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Simulation:
+    """One simulated cluster. Use as a context manager; ``run()`` plays the scenario."""
+
+    def __init__(self, opts: SimOptions, echo: Callable[[str], None] = lambda s: None) -> None:
+        self.opts = opts
+        self.echo = echo
+        self.rng = random.Random(opts.seed)
+        self.server: ZooKeeperServer | None = None
+        self.tmp = tempfile.TemporaryDirectory(prefix="zkc-sim-")
+        self.root = opts.root or f"/sim-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+        self.layout = ZkLayout(self.root)
+        self.workers: dict[str, Worker] = {}
+        self.proxies: dict[str, NetProxy] = {}
+        self.retired: list[Worker] = []
+        self.controllers: list[Controller] = []
+        self.intervals_done: list[RunInterval] = []
+        self.hosts = ""
+        self.steps: list[StepResult] = []
+
+    # ---- setup ------------------------------------------------------------------------------------
+    def __enter__(self) -> "Simulation":
+        if self.opts.zk_hosts is None:
+            self.server = ZooKeeperServer(data_dir=Path(self.tmp.name) / "zk", port=free_port(), tick_ms=200,
+                                          max_session_timeout_ms=120_000)
+            self.server.start()
+            self.hosts = self.server.address
+        else:
+            self.hosts = self.opts.zk_hosts
+        self.admin = make_client(self.settings())
+        ensure_layout(self.admin, self.layout)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def settings(self, hosts: str | None = None) -> ZkSettings:
+        return ZkSettings(hosts=hosts or self.hosts, root=self.root, session_timeout_s=self.opts.session_timeout_s)
+
+    def create_tasks(self, n: int, prefix: str = "task") -> list[str]:
+        ids = [f"{prefix}-{i:05d}" for i in range(n)]
+        specs = [TaskSpec(id=t).encode() for t in ids]
+        for lo in range(0, n, 500):
+            tx = self.admin.transaction()
+            for t, data in zip(ids[lo:lo + 500], specs[lo:lo + 500]):
+                tx.create(self.layout.task(t), data)
+            tx.commit()
+        self.task_ids = ids
+        return ids
+
+    def start_controller(self, cid: str = "ctl-0") -> Controller:
+        cfg = ControllerConfig(cid, self.settings(), GroupConfig(
+            rebalance_timeout_s=self.opts.rebalance_timeout_s,
+            scheduled_rebalance_delay_s=self.opts.scheduled_delay_s,
+            default_assignor=self.opts.assignor))
+        ctl = Controller(cfg).start()
+        self.controllers.append(ctl)
+        return ctl
+
+    def broker_id(self, i: int) -> str:
+        return f"broker-{i:03d}"
+
+    def start_worker(self, bid: str) -> Worker:
+        hosts = self.hosts
+        if self.opts.use_proxies:
+            host, port = self.hosts.split(",")[0].split(":")
+            proxy = self.proxies.get(bid)
+            if proxy is None:
+                proxy = self.proxies[bid] = NetProxy(host, int(port), name=f"proxy-{bid}")
+            proxy.heal()
+            hosts = proxy.address
+        cfg = WorkerConfig(
+            broker_id=bid, settings=self.settings(hosts), protocols=self.opts.protocols(),
+            assignors=(self.opts.assignor,),
+            instance_id=bid if self.opts.static_membership else None, pool_size=8, status_interval_s=1.0,
+            intervals_flush_s=3600.0)
+        runner = NoopRunner(start_latency_s=self.opts.start_latency_s, stop_latency_s=self.opts.stop_latency_s)
+        w = Worker(cfg, runner=runner).start()
+        self.workers[bid] = w
+        return w
+
+    def close(self) -> None:
+        for w in list(self.workers.values()):
+            self._retire(w, graceful=True)
+        for c in self.controllers:
+            try:
+                c.stop()
+            except Exception:
+                pass
+        for p in self.proxies.values():
+            p.close()
+        try:
+            self.admin.stop()
+            self.admin.close()
+        except Exception:
+            pass
+        if self.server is not None:
+            self.server.stop()
+        self.tmp.cleanup()
+
+    def _retire(self, w: Worker, graceful: bool) -> None:
+        if graceful:
+            try:
+                w.stop()
+            except Exception:
+                log.exception("stopping %s", w.id)
+        self.intervals_done += list(w.intervals)
+        self.workers.pop(w.id, None)
+        self.retired.append(w)
+
+    # ---- observation ------------------------------------------------------------------------------
+    def all_intervals(self) -> list[RunInterval]:
+        now = time.time()
+        out = list(self.intervals_done)
+        for w in self.workers.values():
+            out += list(w.intervals) + w.open_intervals()
+        return close_open(out, now)
+
+    def active_controller(self) -> Controller | None:
+        return next((c for c in self.controllers if c.active and c.ctx is not None), None)
+
+    def converged(self, expect_brokers: set[str] | None = None) -> bool:
+        """Every task runs on exactly one live worker and the group is Stable."""
+        running: dict[str, int] = {}
+        for bid, w in self.workers.items():
+            if expect_brokers is not None and bid not in expect_brokers:
+                continue
+            for t in w.running_tasks():
+                running[t] = running.get(t, 0) + 1
+        if len(running) != len(self.task_ids) or any(v != 1 for v in running.values()):
+            return False
+        ctl = self.active_controller()
+        if ctl is None:
+            return False
+        coord = ctl.ctx.groups.get("default") if ctl.ctx else None
+        return coord is not None and coord.state.value == "Stable"
+
+    def balanced(self) -> bool:
+        counts = [len(w.running_tasks()) for w in self.workers.values()]
+        return bool(counts) and max(counts) - min(counts) <= 1
+
+    def wait_converged(self, timeout: float | None = None, balanced: bool = False) -> float | None:
+        t0 = time.monotonic()
+        ok = wait_for(lambda: self.converged() and (not balanced or self.balanced()),
+                      timeout or self.opts.converge_timeout_s, 0.02)
+        return time.monotonic() - t0 if ok else None
+
+    # ---- faults -----------------------------------------------------------------------------------
+    def kill(self, bid: str) -> None:
+        w = self.workers[bid]
+        w.kill()
+        self._retire(w, graceful=False)
+
+    def leave(self, bid: str) -> None:
+        """A clean stop: tasks stopped gracefully, session closed."""
+        self._retire(self.workers[bid], graceful=True)
+
+    def controlled_shutdown(self, bid: str, timeout: float = 60.0) -> bool:
+        w = self.workers[bid]
+        w.request_shutdown()
+        ok = w.exited.wait(timeout)
+        self._retire(w, graceful=True)
+        return ok
+
+    def partition(self, bid: str, seconds: float) -> None:
+        proxy = self.proxies[bid]
+        proxy.partition()
+        time.sleep(seconds)
+        proxy.reset()
+        proxy.heal()
+
+    def pause(self, bid: str, seconds: float) -> None:
+        """Freeze the worker's own threads and its network (no heartbeats), then resume."""
+        w = self.workers[bid]
+        w.frozen.set()
+        proxy = self.proxies.get(bid)
+        if proxy:
+            proxy.partition()
+        time.sleep(seconds)
+        if proxy:
+            proxy.reset()
+            proxy.heal()
+        w.frozen.clear()
+
+    def expire(self, bid: str) -> None:
+        """Silence the broker's network past the session timeout: the session expires naturally."""
+        self.partition(bid, self.opts.session_timeout_s * 1.6)
+
+    def kill_controller(self) -> Controller | None:
+        ctl = self.active_controller()
+        if ctl is not None:
+            ctl.stop()
+            self.controllers.remove(ctl)
+        return ctl
+
+    # ---- scenarios --------------------------------------------------------------------------------
+    def run(self) -> SimSummary:
+        o = self.opts
+        wall0 = time.monotonic()
+        self.create_tasks(o.tasks)
+        self.start_controller("ctl-0")
+        if o.scenario == "kill-controller":
+            self.start_controller("ctl-1")
+        for i in range(o.brokers):
+            self.start_worker(self.broker_id(i))
+        took = self.wait_converged(balanced=True)
+        if took is None:
+            raise RuntimeError("the cluster did not converge at start")
+        self.echo(f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}) after {took:.2f}s")
+        rebalances0 = self._rebalances()
+        t_start = time.time()
+        getattr(self, "_scenario_" + o.scenario.replace("-", "_"))()
+        t_end = time.time()
+        intervals = self.all_intervals()
+        overlaps = double_ownership(intervals)
+        down = downtime(intervals, self.task_ids, (t_start, t_end))
+        summary = SimSummary(
+            scenario=o.scenario, protocol=o.protocol, brokers=o.brokers, tasks=o.tasks,
+            task_downtime_s=round(sum(down.values()), 3), double_ownership=len(overlaps),
+            moved_tasks=moved_tasks(intervals, (t_start, t_end)),
+            step_convergence_s=[round(s.converged_s, 3) for s in self.steps if s.converged_s is not None],
+            steps=[asdict(s) for s in self.steps], rebalances=self._rebalances() - rebalances0,
+            wall_s=round(time.monotonic() - wall0, 3), window_s=round(t_end - t_start, 3),
+            overlaps=[str(x) for x in overlaps[:10]])
+        if o.intervals_out:
+            Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
+        return summary
+
+    def _rebalances(self) -> int:
+        return sum(c.ctx.groups["default"].rebalances for c in self.controllers
+                   if c.ctx is not None and "default" in c.ctx.groups)
+
+    def _step(self, name: str, bid: str, action: Callable[[], None], gap: float = 0.0,
+              back: Callable[[], None] | None = None) -> StepResult:
+        step = StepResult(name, bid, time.time())
+        t0 = time.monotonic()
+        action()
+        if gap:
+            time.sleep(gap)
+        if back is not None:
+            back()
+        took = self.wait_converged(balanced=True)
+        step.converged_s = None if took is None else round(time.monotonic() - t0, 3)
+        self.steps.append(step)
+        self.echo(f"  {name} {bid}: converged in {step.converged_s}s")
+        return step
+
+    def _scenario_steady(self) -> None:
+        time.sleep(1.0)
+
+    def _scenario_rolling_bounce(self) -> None:
+        o = self.opts
+        for i in range(o.brokers):
+            bid = self.broker_id(i)
+            leave = (lambda b=bid: self.controlled_shutdown(b)) if o.controlled_shutdown else (lambda b=bid: self.leave(b))
+            self._step("bounce", bid, leave, gap=o.restart_gap_s, back=lambda b=bid: self.start_worker(b))
+
+    def _scenario_add_broker(self) -> None:
+        bid = self.broker_id(self.opts.brokers)
+        self._step("add", bid, lambda: self.start_worker(bid))
+
+    def _scenario_kill_broker(self) -> None:
+        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
+        self._step("kill", bid, lambda: self.kill(bid))
+
+    def _scenario_controlled_shutdown(self) -> None:
+        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
+        self._step("controlled-shutdown", bid, lambda: self.controlled_shutdown(bid))
+
+    def _scenario_kill_controller(self) -> None:
+        self._step("kill-controller", "ctl-0", lambda: self.kill_controller())
+
+    def _scenario_expire_session(self) -> None:
+        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
+        self._step("expire", bid, lambda: self.expire(bid))
+
+    def _scenario_pause_broker(self) -> None:
+        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
+        self._step("pause", bid, lambda: self.pause(bid, self.opts.session_timeout_s * 1.6))
+
+    def _scenario_partition_broker(self) -> None:
+        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
+        self._step("partition", bid, lambda: self.partition(bid, self.opts.session_timeout_s * 0.5))
+
+
+def run_simulation(opts: SimOptions, echo: Callable[[str], None] = lambda s: None) -> SimSummary:
+    if opts.scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {opts.scenario!r}: choose one of {', '.join(SCENARIOS)}")
+    if opts.scenario in ("expire-session", "pause-broker", "partition-broker") and not opts.use_proxies:
+        opts = SimOptions(**{**asdict(opts), "use_proxies": True})
+    with Simulation(opts, echo) as sim:
+        return sim.run()
+
+
+def format_summary(s: SimSummary) -> str:
+    lines = [
+        f"scenario {s.scenario} · {s.protocol} · {s.brokers} brokers · {s.tasks} tasks",
+        f"  task downtime      {s.task_downtime_s:.2f} task-seconds (over a {s.window_s:.1f}s window)",
+        f"  double ownership   {s.double_ownership}",
+        f"  moved tasks        {s.moved_tasks}",
+        f"  rebalances         {s.rebalances}",
+        f"  step convergence   {', '.join(f'{x:.2f}s' for x in s.step_convergence_s) or '-'}",
+    ]
+    lines += [f"  OVERLAP {o}" for o in s.overlaps]
+    return "\n".join(lines)
