@@ -138,6 +138,11 @@ class ZkLayout:
         return self._p("admin", "rebalance")
 
     @property
+    def admin_rebalance_request_prefix(self) -> str:
+        """Prefix of a sequential rebalance request znode (ZooKeeper appends the sequence number)."""
+        return self._p("admin", "rebalance", "req-")
+
+    @property
     def admin_controlled_shutdown(self) -> str:
         return self._p("admin", "controlled_shutdown")
 

@@ -136,6 +136,11 @@ class FencedWriter:
         pipelined ``exists`` calls; a race (someone deleted/created meanwhile) is retried once.
         """
         known = known if known is not None else set()
+        # A path written twice in one batch (e.g. a group's state: PreparingRebalance, then AwaitingSync)
+        # is written once, with its last value, at its first position: in one multi the intermediate value
+        # is never visible anyway, and a Create followed by a Create of the same new znode would fail.
+        last = {p: d for p, d in items}
+        items = [(p, last.pop(p)) for p, _ in items if p in last]
         for attempt in range(2):
             unknown = [p for p, _ in items if p not in known]
             for p, stat in zip(unknown, exists_many(self.client, unknown)):
