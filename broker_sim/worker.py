@@ -140,6 +140,7 @@ class Worker:
         self.events: queue.Queue[Any] = queue.Queue()
         self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
         self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
+        self.pulse_thread = threading.Thread(target=self._pulse_loop, name=f"worker-{self.id}-pulse", daemon=True)
         self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
         self.lock = threading.RLock()
         self.slots: dict[str, _TaskSlot] = {}
@@ -173,6 +174,7 @@ class Worker:
             self.client.ensure_path(p)
         self.thread.start()
         self.status_thread.start()
+        self.pulse_thread.start()
         self._enqueue(_Connection("STARTED"))
         return self
 
@@ -292,9 +294,10 @@ class Worker:
             self.fenced = True
             running = [t for t, s in self.slots.items() if s.running]
         log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
-        futures = [self.pool.submit(self._stop_runner, t) for t in running]
-        for f in futures:
-            f.result(timeout=60)
+        # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
+        if running:
+            with ThreadPoolExecutor(max_workers=min(32, len(running)), thread_name_prefix=f"worker-{self.id}-fence") as ex:
+                list(ex.map(self._stop_runner, running))
 
     # ---- the event loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -348,6 +351,8 @@ class Worker:
             with self.lock:
                 for slot in self.slots.values():
                     slot.held = False
+                    slot.state = "STOPPED"
+                self.fenced = False  # nothing runs and nothing is held: the next session starts clean
             self._do(self.member.stop())
             self.member = self._new_member()
         elif state == str(KazooState.CONNECTED):
@@ -653,27 +658,34 @@ class Worker:
                                 acquired=s.acquired) for t, s in self.slots.items() if s.running and s.started]
 
     # ---- status -----------------------------------------------------------------------------------
+    def _pulse_loop(self) -> None:
+        """Detect that this process was paused (SIGSTOP, VM or GC pause): a thread doing no I/O wakes up
+        much later than it asked to. The session may be gone and our tasks someone else's: fence now,
+        then un-fence only after a round trip proves the session survived (our broker znode is ours)."""
+        period = 0.2
+        last = time.monotonic()
+        while not self.stopped.wait(period):
+            now = time.monotonic()
+            gap, last = now - last, now
+            if gap <= self.config.settings.session_timeout_s / 3:
+                continue
+            log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
+            self._fence()
+            try:
+                stat = self.client.exists(self.layout.broker(self.id))
+                alive = stat is not None and stat.ephemeralOwner == self.session_id
+            except Exception:
+                alive = False
+            if alive:
+                with self.lock:
+                    self.fenced = False
+                self._reconcile()
+            last = time.monotonic()
+
     def _status_loop(self) -> None:
-        last_tick = time.monotonic()
         while not self.stopped.wait(self.config.status_interval_s):
             if self.frozen.is_set():
                 continue
-            now = time.monotonic()
-            if now - last_tick > self.config.settings.session_timeout_s / 3:
-                # our threads were stopped (SIGSTOP, VM pause): the session may be gone and our tasks
-                # someone else's; fence now and let the connection state sort out the rest
-                log.warning("worker %s: paused for %.1fs; fencing", self.id, now - last_tick)
-                self._fence()
-                try:  # a round trip proves the session survived: our broker znode is still ours
-                    stat = self.client.exists(self.layout.broker(self.id))
-                    alive = stat is not None and stat.ephemeralOwner == self.session_id
-                except Exception:
-                    alive = False
-                if alive:
-                    with self.lock:
-                        self.fenced = False
-                    self._reconcile()
-            last_tick = now
             try:
                 self._poll_runner()
                 self._write_statuses()
