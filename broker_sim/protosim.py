@@ -94,6 +94,7 @@ class _Node:
     last_gen_seen: int = -1
     last_epoch_seen: int = -1
     inbox_time: float = 0.0
+    backlog: list[Callable[[], None]] = field(default_factory=list)  # held while frozen/partitioned, in order
 
 
 class ProtocolSim:
@@ -154,13 +155,24 @@ class ProtocolSim:
             n = self.nodes.get(mid)
             if n is None or not n.alive or n.session != session:
                 return
-            if n.frozen_until > self.clock.now() or n.partitioned_until > self.clock.now():
-                # held until the member runs / reconnects again (same order)
-                self._at(max(n.frozen_until, n.partitioned_until) + 0.001, deliver)
+            if n.backlog or n.frozen_until > self.clock.now() or n.partitioned_until > self.clock.now():
+                # held until the member runs / reconnects again, then delivered in the same order
+                n.backlog.append(fn)
+                if len(n.backlog) == 1:
+                    self._at(max(n.frozen_until, n.partitioned_until) + 0.001, lambda: self._drain(mid, n))
                 return
             fn()
 
         self._at(node.inbox_time, deliver)
+
+    def _drain(self, mid: str, n: _Node) -> None:
+        if self.nodes.get(mid) is not n or not n.alive:
+            return
+        if n.frozen_until > self.clock.now() or n.partitioned_until > self.clock.now():
+            self._at(max(n.frozen_until, n.partitioned_until) + 0.001, lambda: self._drain(mid, n))
+            return
+        while n.backlog and self.nodes.get(mid) is n and n.alive:
+            n.backlog.pop(0)()
 
     # ---- controller ------------------------------------------------------------------------------
     def _new_coordinator(self) -> GroupCoordinator:
@@ -210,8 +222,10 @@ class ProtocolSim:
         return dict(self.tasks)
 
     def _members_changed(self) -> None:
+        # the snapshot as of this change: the controller sees every membership change in order (the real
+        # one tells a bounced member's new znode from the old by its czxid even when the data is equal)
         snapshot = dict(self.members_zk)
-        self._to_controller(lambda: self._controller(lambda: self.coordinator.on_members(dict(self.members_zk))))
+        self._to_controller(lambda: self._controller(lambda: self.coordinator.on_members(dict(snapshot))))
 
     def _check_publish(self, d: WriteAssignments) -> None:
         """Invariant 2: nothing handed to X while a live generation member Y holds it."""

@@ -192,6 +192,13 @@ class GroupCoordinator:
                 m: a.assigned for m, a in assignments.items()
                 if a.generation == info.generation and a.error is None and m in self.generation_members
             }
+            # a request older than the member's assignment that asks for a later generation was answered
+            # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
+            self.static_returned = {
+                m: r for m, r in self.members.items()
+                if (a := assignments.get(m)) is not None and a.error is None and a.generation == info.generation
+                and r.generation < a.generation < r.join_generation
+            }
             consistent = (
                 info.state == GroupState.STABLE.value
                 and set(self.generation_members) == set(self.members)
@@ -234,6 +241,10 @@ class GroupCoordinator:
                          self.config.scheduled_rebalance_delay_s)
             elif self.state is not GroupState.PREPARING_REBALANCE:
                 need = need or f"member {m} left"
+        if (not need and old.keys() - new.keys() and self.state is GroupState.STABLE and new
+                and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.held_tasks()):
+            # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
+            need = "unplaced tasks after a departure"
         for m in sorted(new.keys() - old.keys()):
             request = new[m]
             key = self.identity(m, request)
