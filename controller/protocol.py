@@ -76,25 +76,25 @@ def cooperative_adjust(
     target (deleted, paused, unassignable) are revoked. For an eager group nobody owns anything at
     join time, so this is the identity.
     """
-    current_owner: dict[str, str] = {}
+    owners: dict[str, set[str]] = {}  # normally one each; stale or conflicting claims may name several
     for member, tasks in owned.items():
         for t in tasks:
-            current_owner.setdefault(t, member)
+            owners.setdefault(t, set()).add(member)
     targeted = {t for tasks in target.values() for t in tasks}
     assigned: dict[str, tuple[str, ...]] = {}
     revoked: dict[str, list[str]] = {m: [] for m in target}
     for member, tasks in target.items():
         keep_or_new = []
         for t in tasks:
-            holder = current_owner.get(t)
-            if holder is None or holder == member:
+            others = owners.get(t, set()) - {member}
+            if not others:
                 keep_or_new.append(t)
-            else:
+            for holder in others:
                 revoked.setdefault(holder, []).append(t)  # moving: the holder stops it first
         assigned[member] = tuple(sorted(keep_or_new))
     for member, tasks in owned.items():
         for t in tasks:
-            if t not in targeted and current_owner.get(t) == member:
+            if t not in targeted:
                 revoked.setdefault(member, []).append(t)
     return assigned, {m: tuple(sorted(set(ts))) for m, ts in revoked.items() if ts}
 
@@ -126,10 +126,10 @@ def validate_proposal(join: JoinResult, proposal: SyncProposal) -> list[str]:
         problems.append(f"assigns to non-members {unknown[:5]}")
     tasks = {t.task_id: t for t in join.tasks}
     held = set(join.held)
-    owner_of: dict[str, str] = {}
+    owners_of: dict[str, set[str]] = {}
     for m in join.members:
         for t in m.owned:
-            owner_of.setdefault(t, m.member_id)
+            owners_of.setdefault(t, set()).add(m.member_id)
     seen: dict[str, str] = {}
     for member, assigned in proposal.assigned.items():
         if member in members and members[member].leaving and assigned:
@@ -142,8 +142,7 @@ def validate_proposal(join: JoinResult, proposal: SyncProposal) -> list[str]:
             if t in seen:
                 problems.append(f"task {t!r} assigned twice ({seen[t]!r} and {member!r})")
             seen[t] = member
-            holder = owner_of.get(t)
-            if holder is not None and holder != member:
+            for holder in sorted(owners_of.get(t, set()) - {member}):
                 problems.append(f"task {t!r} given to {member!r} while {holder!r} still owns it")
     revoked_now: set[str] = set()
     for member, revoked in proposal.revoked.items():
