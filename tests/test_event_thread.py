@@ -1,0 +1,201 @@
+"""The ControllerEventThread on its own (no ZooKeeper): one event at a time, in arrival order, measured
+per event type, stopped by Shutdown, and never killed by a failing event."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from controller.event_thread import ControllerEventThread
+from controller.events import Shutdown
+
+
+@dataclass(frozen=True)
+class Step:
+    seq: int
+
+
+@dataclass(frozen=True)
+class Slow:
+    hold_s: float
+
+
+@dataclass(frozen=True)
+class Boom:
+    pass
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Blocks the thread until ``release`` is set (bounded), so events can pile up behind it."""
+
+    entered: threading.Event
+    release: threading.Event
+
+
+class Recorder:
+    """A process step that records what it saw, on which thread, and whether two calls ever overlapped."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+        self.threads: set[str] = set()
+        self.inside = 0
+        self.max_inside = 0
+
+    def __call__(self, event: object) -> None:
+        self.inside += 1
+        self.max_inside = max(self.max_inside, self.inside)
+        try:
+            self.threads.add(threading.current_thread().name)
+            if isinstance(event, Boom):
+                raise ValueError("boom")
+            if isinstance(event, Slow):
+                threading.Event().wait(event.hold_s)  # the work itself takes this long
+            if isinstance(event, Gate):
+                event.entered.set()
+                assert event.release.wait(10), "gate never released"
+            self.seen.append(event)
+        finally:
+            self.inside -= 1
+
+
+@pytest.fixture
+def running():
+    threads: list[ControllerEventThread] = []
+
+    def start(process, **kw) -> ControllerEventThread:
+        t = ControllerEventThread(process, name=f"test-events-{len(threads)}", **kw)
+        t.start()
+        threads.append(t)
+        return t
+
+    yield start
+    for t in threads:
+        t.shutdown(timeout=10)
+        assert not t.is_alive(), f"{t.name} did not stop"
+
+
+def test_events_are_processed_one_at_a_time_in_arrival_order(running):
+    rec = Recorder()
+    t = running(rec)
+    for i in range(2000):
+        t.put(Step(i))
+    t.shutdown(timeout=10)
+    assert not t.is_alive()
+    steps = [e.seq for e in rec.seen if isinstance(e, Step)]
+    assert steps == list(range(2000))
+    assert rec.max_inside == 1
+    assert rec.threads == {t.name}
+    assert isinstance(rec.seen[-1], Shutdown)
+
+
+def test_concurrent_producers_keep_their_order_and_never_overlap(running):
+    rec = Recorder()
+    t = running(rec)
+    order_lock = threading.Lock()
+    arrival: list[int] = []
+    barrier = threading.Barrier(20)
+
+    def produce(k: int) -> None:
+        barrier.wait(10)
+        for i in range(100):
+            with order_lock:  # defines one arrival order across producers
+                seq = k * 1000 + i
+                arrival.append(seq)
+                t.put(Step(seq))
+
+    producers = [threading.Thread(target=produce, args=(k,), name=f"test-producer-{k}") for k in range(20)]
+    for p in producers:
+        p.start()
+    for p in producers:
+        p.join(10)
+    t.shutdown(timeout=10)
+    assert [e.seq for e in rec.seen if isinstance(e, Step)] == arrival
+    assert len(arrival) == 2000 and rec.max_inside == 1
+
+
+def test_per_type_count_queue_time_and_processing_time(running):
+    rec = Recorder()
+    observed: list[tuple[str, float, float]] = []
+    t = running(rec, observe=lambda name, q, p: observed.append((name, q, p)))
+    gate = Gate(threading.Event(), threading.Event())
+    t.put(gate)
+    assert gate.entered.wait(5)
+    for i in range(5):
+        t.put(Step(i))
+    t.put(Slow(0.05))
+    threading.Event().wait(0.1)  # time passes while the Steps and Slow wait behind the gate
+    gate.release.set()
+    t.shutdown(timeout=10)
+
+    stats = t.snapshot()
+    assert stats["Step"].count == 5 and stats["Slow"].count == 1 and stats["Gate"].count == 1
+    assert stats["Shutdown"].count == 1
+    # queued behind the gate for at least the 0.1 s it was held
+    assert stats["Step"].max_queue_time_s >= 0.09
+    assert stats["Step"].queue_time_s >= 5 * 0.09
+    assert stats["Slow"].max_queue_time_s >= 0.09
+    # processing time is the time inside the step
+    assert stats["Slow"].process_time_s >= 0.045
+    assert stats["Gate"].process_time_s >= 0.09
+    assert stats["Step"].process_time_s < stats["Slow"].process_time_s
+    # the observer (metrics) saw the same events, with the same type names
+    assert [name for name, _, _ in observed] == ["Gate"] + ["Step"] * 5 + ["Slow", "Shutdown"]
+    assert all(q >= 0 and p >= 0 for _, q, p in observed)
+
+
+def test_a_failing_event_does_not_kill_the_thread(running):
+    rec = Recorder()
+    t = running(rec)
+    t.put(Step(1))
+    t.put(Boom())
+    t.put(Step(2))
+    t.put(Boom())
+    t.put(Step(3))
+    t.shutdown(timeout=10)
+    assert [e.seq for e in rec.seen if isinstance(e, Step)] == [1, 2, 3]
+    stats = t.snapshot()
+    assert stats["Boom"].count == 2 and stats["Boom"].errors == 2
+    assert stats["Step"].errors == 0
+
+
+def test_shutdown_stops_the_thread_and_later_events_are_not_processed(running):
+    rec = Recorder()
+    t = running(rec)
+    t.put(Step(1))
+    t.shutdown(timeout=10)
+    assert not t.is_alive()
+    t.put(Step(2))  # after Shutdown: queued, never processed
+    assert [e.seq for e in rec.seen if isinstance(e, Step)] == [1]
+    assert t.queue_size() == 1
+
+
+def test_put_front_requeues_held_events_ahead_of_newer_ones(running):
+    rec = Recorder()
+    t = running(rec)
+    gate = Gate(threading.Event(), threading.Event())
+    t.put(gate)
+    assert gate.entered.wait(5)
+    t.put(Step(10))
+    t.put(Step(11))
+    t.put_front([Step(1), Step(2), Step(3)])
+    gate.release.set()
+    t.shutdown(timeout=10)
+    assert [e.seq for e in rec.seen if isinstance(e, Step)] == [1, 2, 3, 10, 11]
+
+
+def test_current_names_the_event_being_processed(running):
+    rec = Recorder()
+    t = running(rec)
+    gate = Gate(threading.Event(), threading.Event())
+    t.put(gate)
+    assert gate.entered.wait(5)
+    assert t.current == "Gate"
+    gate.release.set()
+    deadline = time.monotonic() + 5
+    while t.current is not None and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert t.current is None
