@@ -284,7 +284,8 @@ class Member:
     def _after_owned_change(self) -> list[Action]:
         actions: list[Action] = []
         if self.pending_join is not None and self.state is WorkerState.PREPARING_JOIN:
-            eager = self._revokes_all_on_join()
+            # eager, or a member that lost its membership (generation reset): let go of everything first
+            eager = self._revokes_all_on_join() or self.generation < 0
             if not eager or not self.owned:
                 target = self.pending_join
                 self.pending_join = None
