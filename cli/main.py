@@ -1,79 +1,32 @@
-"""``zkctl``: the operator's command line. Commands parse and print; the libraries do the work.
+"""``zkctl``: the operator's command line. Commands parse and print; the libraries do the work
+(``controller.admin.AdminClient`` for everything that talks to the cluster).
 
-Exit codes: 0 success, 1 user error (one line, no traceback), 2 usage error (click's own).
+Exit codes: 0 success, 1 user error (one line on stderr, no traceback), 2 usage error (click's own).
+Topic modules register their commands here: ``cli.tasks`` (task ...), ``cli.cluster`` (status, broker,
+group, rebalance, watch), ``cli.run`` (controller run, broker run), ``cli.timeline``; ``cli.datagen``
+and ``cli.sim_cmd`` (sim) are registered when present.
 """
 
 from __future__ import annotations
 
-import json
+import importlib
+import importlib.util
 import logging
-import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import click
 
+from cli.common import Ctx, UserError, ZkctlGroup, pass_ctx, user_message
 from controller.codecs import PayloadError
 from controller.layout import DEFAULT_ROOT, InvalidName, ZkLayout
-from controller.zkclient import DEFAULT_HOSTS, ZkSettings, make_client, settings_from_env
+from controller.zkclient import DEFAULT_HOSTS
 from controller.zkserver import ZooKeeperServer, ZooKeeperSetupError
 
 DEFAULT_STATE_DIR = ".zkc"
 
 
-class UserError(click.ClickException):
-    """A mistake by the operator or a missing resource: printed as one line, exit code 1."""
-
-    exit_code = 1
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"Error: {self.format_message()}", err=True)
-
-
-@dataclass
-class Ctx:
-    hosts: str
-    root: str
-    json_out: bool
-    verbose: int
-    state_dir: Path
-    _client: Any = field(default=None, repr=False)
-
-    @property
-    def layout(self) -> ZkLayout:
-        return ZkLayout(self.root)
-
-    @property
-    def settings(self) -> ZkSettings:
-        return settings_from_env(hosts=self.hosts, root=self.root)
-
-    def client(self):
-        if self._client is None:
-            try:
-                self._client = make_client(self.settings, timeout=float(os.environ.get("ZKC_CONNECT_TIMEOUT", "10")))
-            except Exception as exc:  # kazoo raises its own timeout types
-                raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
-        return self._client
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.stop()
-            self._client.close()
-            self._client = None
-
-    def emit(self, obj: Any, human: str | None = None) -> None:
-        if self.json_out or human is None:
-            click.echo(json.dumps(obj, indent=None if self.json_out else 2, sort_keys=True, default=str))
-        else:
-            click.echo(human)
-
-
-pass_ctx = click.make_pass_decorator(Ctx)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(cls=ZkctlGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--zk", "hosts", envvar="ZKC_ZK", default=DEFAULT_HOSTS, show_default=True, help="ZooKeeper hosts (env ZKC_ZK)")
 @click.option("--zk-root", "root", envvar="ZKC_ROOT", default=DEFAULT_ROOT, show_default=True, help="root znode of this cluster (env ZKC_ROOT)")
 @click.option("--json", "json_out", is_flag=True, help="machine-readable output")
@@ -89,6 +42,8 @@ def cli(ctx: click.Context, hosts: str, root: str, json_out: bool, verbose: int,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if verbose == 0:
+        logging.getLogger("kazoo").setLevel(logging.ERROR)  # connection chatter on shutdown is not news
     try:
         ZkLayout(root)
     except InvalidName as exc:
@@ -203,20 +158,79 @@ def zk_get(ctx: Ctx, path: str, raw: bool) -> None:
         sys.exit(1)
 
 
-@cli.command("demo")
-@pass_ctx
-def demo(ctx: Ctx) -> None:
-    """Run the demo on an embedded ZooKeeper (stops everything it started)."""
-    from cli.demo import run_foundation_demo
+def _demo_command() -> click.Command:
+    """``cli/demo.py``'s own click command if it defines one, else a thin wrapper over its runner."""
+    try:
+        module = importlib.import_module("cli.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name != "cli.demo":
+            raise
+        module = None
+    command = getattr(module, "demo", None) if module else None
+    if isinstance(command, click.Command):
+        return command
 
-    raise SystemExit(run_foundation_demo(ctx.state_dir, ctx.root))
+    @click.command("demo")
+    @pass_ctx
+    def demo(ctx: Ctx) -> None:
+        """Run the demo on an embedded ZooKeeper (stops everything it started)."""
+        from cli.demo import run_foundation_demo
+
+        raise SystemExit(run_foundation_demo(ctx.state_dir, ctx.root))
+
+    return demo
+
+
+def _optional(module_name: str, command_name: str) -> click.Command | None:
+    """A command owned by another module, registered if that module exists. If it exists but cannot be
+    imported, a stand-in command reports why (one line, exit 1) instead of breaking every other command."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a colleague's module with a bug must not take zkctl down
+        error = f"{type(exc).__name__}: {exc}"
+    else:
+        command = getattr(module, command_name, None)
+        if isinstance(command, click.Command):
+            return command
+        error = f"{module_name} defines no click command named {command_name!r}"
+
+    @click.command(command_name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                   help=f"(unavailable: {error})")
+    def unavailable() -> None:
+        raise UserError(f"zkctl {command_name} is unavailable: {error}")
+
+    return unavailable
+
+
+def _register() -> None:
+    from cli.cluster import broker, group, rebalance, status, watch
+    from cli.run import broker_run, controller
+    from cli.tasks import task
+    from cli.timeline import timeline
+
+    broker.add_command(broker_run)
+    for command in (task, status, broker, group, rebalance, watch, controller, timeline, _demo_command()):
+        cli.add_command(command)
+    for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim")):
+        if command_name not in cli.lazy and importlib.util.find_spec(module_name) is not None:
+            cli.lazy[command_name] = lambda m=module_name, c=command_name: _optional(m, c)
+
+
+_register()
 
 
 def main() -> None:
     try:
         cli(prog_name="zkctl")
-    except PayloadError as exc:
-        click.echo(f"Error: {exc}", err=True)
+    except Exception as exc:  # raised outside a command (e.g. while closing the ZooKeeper client)
+        message = user_message(exc)
+        if message is None:
+            raise
+        click.echo(f"Error: {message}", err=True)
         sys.exit(1)
 
 

@@ -1,0 +1,162 @@
+"""Cluster-wide commands: ``status``, ``broker list|shutdown``, ``group describe``, ``rebalance``, ``watch``."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
+from controller.admin import to_dict
+
+WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
+
+
+@click.command("status")
+@pass_ctx
+def status(ctx: Ctx) -> None:
+    """The controller, brokers, groups and tasks at a glance."""
+    st = ctx.admin().status()
+    if ctx.json_out:
+        ctx.emit(to_dict(st))
+        return
+    c = st.controller
+    if c:
+        click.echo(f"Controller: {c['controller_id']} on {c['host']} (epoch {c['epoch']}, since {when(c['since'])})")
+    else:
+        click.echo(f"Controller: none active (last epoch {st.controller_epoch if st.controller_epoch is not None else '-'})")
+    click.echo(f"\nBrokers ({len(st.brokers)}):")
+    if st.brokers:
+        click.echo(table(["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "TASKS", "SHUTDOWN"],
+                         [[b.broker_id, b.epoch, b.group, b.host, b.pid, b.runner, b.capacity, b.rack, b.tasks,
+                           "requested" if b.shutting_down else ""] for b in st.brokers]))
+    click.echo(f"\nGroups ({len(st.groups)}):")
+    if st.groups:
+        click.echo(table(["GROUP", "STATE", "GEN", "PROTOCOL", "ASSIGNOR", "LEADER", "MEMBERS", "REASON"],
+                         [[g.group, g.state or f"? {clip(g.error, 30)}", g.generation, g.protocol, g.assignor, g.leader,
+                           len(g.members), clip(g.reason, 40)] for g in st.groups]))
+    t = st.tasks
+    states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
+    runs = ", ".join(f"{k} {v}" for k, v in t["by_status"].items()) or "none"
+    click.echo(f"\nTasks: {t['total']} (spec: {states}; reported: {runs}; unowned RUNNING {t['unowned']}"
+               + (f"; invalid {t['invalid']}" if t["invalid"] else "") + (f"; deleting {t['deleting']}" if t["deleting"] else "") + ")")
+    pending = {k: v for k, v in st.pending.items() if v}
+    if pending:
+        click.echo("Pending admin requests: " + ", ".join(f"{k} {v}" for k, v in pending.items()))
+
+
+# ---- brokers --------------------------------------------------------------------------------------
+@click.group("broker")
+def broker() -> None:
+    """Brokers (workers): list them, shut one down, or run one here."""
+
+
+@broker.command("list")
+@pass_ctx
+def broker_list(ctx: Ctx) -> None:
+    """Live brokers with their epoch (the registration's czxid) and the tasks they hold."""
+    views = ctx.admin().brokers()
+    if ctx.json_out:
+        ctx.emit(to_dict(views))
+        return
+    if not views:
+        click.echo("No live brokers.")
+        return
+    click.echo(table(["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "INSTANCE", "TASKS", "SHUTDOWN", "SINCE"],
+                     [[b.broker_id, b.epoch, b.group, b.host, b.pid, b.runner, b.capacity, b.rack, b.instance_id, b.tasks,
+                       "requested" if b.shutting_down else "", when(b.since)] for b in views]))
+
+
+@broker.command("shutdown")
+@click.argument("broker_id", shell_complete=complete_names("broker"))
+@click.option("--wait", is_flag=True, help=WAIT_HELP)
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
+@pass_ctx
+def broker_shutdown(ctx: Ctx, broker_id: str, wait: bool, timeout: float) -> None:
+    """Controlled shutdown: move the broker's tasks away; the broker exits once it holds none."""
+    req = ctx.admin().shutdown_broker(broker_id, wait=timeout if wait else 0.0)
+    if wait and not req.done:
+        raise UserError(f"broker {broker_id} still holds tasks after {timeout:g}s")
+    human = (f"Broker {broker_id} holds no tasks any more" if req.done else
+             f"Controlled shutdown of {broker_id} {'already ' if req.already_pending else ''}requested")
+    ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
+
+
+# ---- groups ---------------------------------------------------------------------------------------
+@click.group("group")
+def group() -> None:
+    """Worker groups."""
+
+
+@group.command("describe")
+@click.argument("name", required=False, shell_complete=complete_names("group"))
+@pass_ctx
+def group_describe(ctx: Ctx, name: str | None) -> None:
+    """A group's state, generation, protocol and leader; per member its join request, assignment and the
+    tasks it holds (all groups without NAME)."""
+    groups = ctx.admin().describe_group(name)
+    if ctx.json_out:
+        ctx.emit(to_dict(groups))
+        return
+    if not groups:
+        click.echo("No groups.")
+        return
+    for i, d in enumerate(groups):
+        s = d.summary
+        if i:
+            click.echo("")
+        click.echo(f"Group {s.group}: {s.state or '?'} generation {s.generation if s.generation is not None else '-'}"
+                   f" (join generation {s.join_generation if s.join_generation is not None else '-'}), protocol {s.protocol or '-'},"
+                   f" assignor {s.assignor or '-'}, leader {s.leader or '-'}, {d.tasks} runnable tasks")
+        if s.reason:
+            click.echo(f"  reason: {s.reason}")
+        if s.error:
+            click.echo(f"  error: {s.error}")
+        rows = []
+        for m in d.members:
+            req, asg = m.request or {}, m.assignment or {}
+            rows.append([
+                m.member_id, m.live, req.get("join_generation"), ",".join(req.get("protocols", ())) or None,
+                ("yes" if req.get("leaving") else ""), asg.get("generation"),
+                clip(",".join(asg.get("assigned", ())), 40) if m.assignment else None,
+                clip(",".join(asg.get("revoked", ())), 30) if m.assignment else None,
+                clip(",".join(m.owns), 40), asg.get("error") or (clip(m.error, 40) if m.error else None)])
+        if rows:
+            click.echo(table(["MEMBER", "LIVE", "JOIN-GEN", "PROTOCOLS", "LEAVING", "ASSIGNED-GEN", "ASSIGNED", "REVOKED",
+                              "HOLDS", "ERROR"], rows))
+        else:
+            click.echo("  no members")
+
+
+@click.command("rebalance")
+@click.option("--group", "group_name", default=None, shell_complete=complete_names("group"), help="only this group (default: every group)")
+@click.option("--reason", default="manual", show_default=True)
+@click.option("--wait", is_flag=True, help="wait until every affected group is Stable at a newer generation")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
+@pass_ctx
+def rebalance(ctx: Ctx, group_name: str | None, reason: str, wait: bool, timeout: float) -> None:
+    """Ask the controller for a rebalance of one group or all of them."""
+    req = ctx.admin().rebalance(group_name, reason=reason, wait=timeout if wait else 0.0)
+    if wait and not req.done:
+        raise UserError(f"rebalance of {group_name or 'all groups'} not finished within {timeout:g}s")
+    what = f"group {group_name}" if group_name else "all groups"
+    human = f"Rebalance of {what} done" if req.done else f"Rebalance of {what} requested ({req.path.rsplit('/', 1)[1]})"
+    ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
+
+
+@click.command("watch")
+@click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after S seconds (default: until Ctrl-C)")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="stop after N events")
+@pass_ctx
+def watch(ctx: Ctx, duration: float | None, count: int | None) -> None:
+    """Print cluster events as they happen (from ZooKeeper watches): controller changes, brokers joining
+    and leaving, group state/generation changes, tasks created/deleted/paused/resumed, owner moves."""
+    try:
+        for e in ctx.admin().watch(duration=duration, max_events=count):
+            if ctx.json_out:
+                ctx.emit(to_dict(e))
+            else:
+                stamp = time.strftime("%H:%M:%S", time.localtime(e.time)) + f".{int(e.time * 1000) % 1000:03d}"
+                click.echo(f"{stamp}  {e.kind:<14} {e.message}")
+    except KeyboardInterrupt:
+        pass

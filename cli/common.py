@@ -1,0 +1,204 @@
+"""What every ``zkctl`` command shares: the context object, the one-line user error, error translation,
+tables and time formatting. Commands parse and print; ``controller.admin`` does the work."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import click
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from controller.codecs import PayloadError
+from controller.layout import InvalidName, ZkLayout
+from controller.taskspec import SpecError
+from controller.zkclient import ZkSettings, make_client, settings_from_env
+
+
+class UserError(click.ClickException):
+    """A mistake by the operator or a missing resource: printed as one line, exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"Error: {self.format_message()}", err=True)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def user_message(exc: BaseException) -> str | None:
+    """The one-line message for an exception that is the operator's problem, or None for a bug."""
+    from controller.admin import AdminError
+    from controller.zkserver import ZooKeeperSetupError
+
+    if isinstance(exc, (AdminError, SpecError, InvalidName, PayloadError, ZooKeeperSetupError)):
+        return _one_line(str(exc))
+    if isinstance(exc, KazooTimeoutError):
+        return "ZooKeeper did not answer in time (is it running? check --zk / ZKC_ZK)"
+    if isinstance(exc, KazooException):
+        detail = str(exc).strip()
+        return f"ZooKeeper error: {type(exc).__name__}{': ' + _one_line(detail) if detail else ''}"
+    return None
+
+
+class ZkctlGroup(click.Group):
+    """The root group: library errors that are the operator's problem become one line and exit code 1.
+
+    ``lazy`` maps command names to a loader, called the first time the command is needed (commands from
+    optional modules, so that every ``zkctl`` invocation does not pay for importing them)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, Any] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(self.lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            command = self.lazy.pop(cmd_name)()
+            if command is not None:
+                self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            message = user_message(exc)
+            if message is None:
+                raise
+            raise UserError(message) from None
+
+
+@dataclass
+class Ctx:
+    hosts: str
+    root: str
+    json_out: bool
+    verbose: int
+    state_dir: Path
+    _client: Any = field(default=None, repr=False)
+
+    @property
+    def layout(self) -> ZkLayout:
+        return ZkLayout(self.root)
+
+    @property
+    def settings(self) -> ZkSettings:
+        return settings_from_env(hosts=self.hosts, root=self.root)
+
+    @property
+    def connect_timeout(self) -> float:
+        return float(os.environ.get("ZKC_CONNECT_TIMEOUT", "10"))
+
+    def new_client(self, settings: ZkSettings | None = None):
+        """A connected kazoo client (the caller stops it), or a one-line UserError if ZooKeeper is unreachable."""
+        try:
+            return make_client(settings or self.settings, timeout=self.connect_timeout)
+        except Exception as exc:  # kazoo raises its own timeout types
+            raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
+
+    def client(self):
+        if self._client is None:
+            self._client = self.new_client()
+        return self._client
+
+    def admin(self):
+        from controller.admin import AdminClient
+
+        return AdminClient(self.client(), self.layout)
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.stop()
+                self._client.close()
+            finally:
+                self._client = None
+
+    def emit(self, obj: Any, human: str | None = None) -> None:
+        """Print ``obj`` as JSON (``--json``, or when there is no human form), else the human text."""
+        if self.json_out or human is None:
+            click.echo(json.dumps(obj, indent=None if self.json_out else 2, sort_keys=True, default=str))
+        else:
+            click.echo(human)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "" or value == ():
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def clip(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    text = _one_line(text)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A plain left-aligned table, like ``kubectl get`` (two spaces between columns)."""
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in [list(headers)] + body]
+    return "\n".join(lines)
+
+
+def when(ts: float | None) -> str:
+    """A wall-clock time as local ISO (seconds), with its age."""
+    if not ts:
+        return "-"
+    age = max(0.0, time.time() - ts)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    if age < 120:
+        ago = f"{age:.0f}s ago"
+    elif age < 7200:
+        ago = f"{age / 60:.0f}m ago"
+    else:
+        ago = f"{age / 3600:.1f}h ago"
+    return f"{stamp} ({ago})"
+
+
+__all__ = ["UserError", "ZkctlGroup", "Ctx", "pass_ctx", "table", "cell", "clip", "when", "user_message"]
+
+
+def complete_names(kind: str):
+    """Shell completion of live names (``task``, ``broker`` or ``group``) read from ZooKeeper; quietly
+    nothing if it cannot be reached within a second."""
+
+    def complete(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+        params = ctx.find_root().params
+        try:
+            settings = settings_from_env(hosts=params.get("hosts"), root=params.get("root"))
+            layout = ZkLayout(settings.root)
+            parent = {"task": layout.tasks, "broker": layout.broker_ids, "group": layout.groups}[kind]
+            client = make_client(settings, timeout=1.0)
+        except Exception:
+            return []
+        try:
+            return sorted(n for n in client.get_children(parent) if n.startswith(incomplete))
+        except Exception:
+            return []
+        finally:
+            client.stop()
+            client.close()
+
+    return complete

@@ -1,0 +1,238 @@
+"""Long-running processes: ``zkctl controller run`` and ``zkctl broker run``.
+
+Both run in the foreground until a signal: the controller stops on SIGINT/SIGTERM; a broker does a
+controlled shutdown on SIGTERM (or the first Ctrl-C) and exits once the controller has moved its tasks
+away, and stops at once on a second Ctrl-C. Exit code 0 either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.common import Ctx, UserError, pass_ctx
+from controller.assignors import ASSIGNORS
+from controller.layout import InvalidName, check_name
+from controller.protocol import COOPERATIVE, EAGER
+
+log = logging.getLogger("zkctl")
+
+
+def _name(kind: str):
+    def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_name(kind, value)
+        except InvalidName as exc:
+            raise click.BadParameter(str(exc)) from None
+    return check
+
+
+def _conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{v!r} is not KEY=VALUE")
+        out[key.strip()] = val
+    return out
+
+
+def _settings(ctx: Ctx, session_timeout: float):
+    return dataclasses.replace(ctx.settings, session_timeout_s=session_timeout)
+
+
+# ---- controller -----------------------------------------------------------------------------------
+@click.group("controller")
+def controller() -> None:
+    """The controller."""
+
+
+@controller.command("run")
+@click.option("--id", "controller_id", default=None, callback=_name("controller id"), help="candidate id [HOST-PID]")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)")
+@click.option("--rebalance-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="seconds a rebalance waits for members to rejoin / the leader to sync")
+@click.option("--scheduled-delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="seconds a departed broker's tasks wait for it to come back before they move")
+@click.option("--default-assignor", type=click.Choice(sorted(ASSIGNORS)), default="sticky", show_default=True,
+              help="assignor when members name none in common")
+@click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
+@pass_ctx
+def controller_run(ctx: Ctx, controller_id: str | None, metrics_port: int | None, rebalance_timeout: float,
+                   scheduled_delay: float, default_assignor: str, session_timeout: float) -> None:
+    """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
+    from controller.daemon import Controller, ControllerConfig, default_controller_id
+    from controller.group import GroupConfig
+
+    settings = _settings(ctx, session_timeout)
+    config = ControllerConfig(
+        controller_id=controller_id or default_controller_id(), settings=settings, metrics_port=metrics_port,
+        group=GroupConfig(rebalance_timeout_s=rebalance_timeout, scheduled_rebalance_delay_s=scheduled_delay,
+                          default_assignor=default_assignor))
+    client = ctx.new_client(settings)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _s, _f: stop.set())
+    try:
+        c = Controller(config, client=client).start()
+    except OSError as exc:  # e.g. the metrics port is taken
+        client.stop()
+        client.close()
+        raise UserError(f"cannot start the controller: {exc}") from None
+    metrics = f", metrics on http://127.0.0.1:{c.metrics_server.port}/metrics" if c.metrics_server else ""
+    click.echo(f"controller {c.id} started (root {ctx.layout.root}{metrics}); SIGINT/SIGTERM to stop")
+    was_active = False
+    try:
+        while not stop.wait(0.2):
+            if c.active != was_active:
+                was_active = c.active
+                click.echo(f"controller {c.id} is active at epoch {c.epoch}" if was_active else f"controller {c.id} is a standby")
+    finally:
+        click.echo(f"controller {c.id} stopping")
+        c.stop()
+    click.echo(f"controller {c.id} stopped")
+
+
+# ---- broker ---------------------------------------------------------------------------------------
+_SPARK_OPTION_NAMES = {
+    "master": ("master", "spark_master"),
+    "conf": ("conf", "spark_conf", "config"),
+    "checkpoint_root": ("checkpoint_root", "checkpoint_dir", "checkpoints_root", "checkpoint_location"),
+}
+
+
+def _spark_options(given: dict[str, Any]) -> dict[str, Any]:
+    """Map our options onto the Spark runner's constructor parameters."""
+    given = {k: v for k, v in given.items() if v not in (None, {}, ())}
+    try:
+        from broker_sim.runners.spark import SparkRunner
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("broker_sim"):
+            raise UserError("the spark runner is not available in this build (broker_sim/runners/spark.py); "
+                            "use --runner noop") from None
+        raise UserError(f"the spark runner cannot be loaded: {exc}") from None
+    params = inspect.signature(SparkRunner).parameters
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    out = {}
+    for ours, value in given.items():
+        names = _SPARK_OPTION_NAMES[ours]
+        name = next((n for n in names if n in params), names[0] if var_kw else None)
+        if name is None:
+            raise UserError(f"the spark runner has no {ours.replace('_', ' ')} option")
+        out[name] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+def _worker_metrics(worker: Any, port: int):
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from controller.metrics import MetricsServer
+
+    r = CollectorRegistry()
+    Gauge("zkc_worker_running_tasks", "tasks this broker runs", registry=r).set_function(lambda: len(worker.running_tasks()))
+    Gauge("zkc_worker_held_tasks", "owner znodes this broker holds", registry=r).set_function(lambda: len(worker._held()))
+    Gauge("zkc_worker_generation", "group generation of the last assignment", registry=r).set_function(lambda: worker.generation)
+    Gauge("zkc_worker_stable", "1 when the member is Stable", registry=r).set_function(lambda: worker.state() == "Stable")
+    return MetricsServer(r, port, name=f"worker-{worker.id}-metrics")
+
+
+@click.command("run")
+@click.option("--id", "broker_id", required=True, callback=_name("broker id"), help="broker id (unique among live brokers)")
+@click.option("--group", default="default", show_default=True, callback=_name("group"))
+@click.option("--instance-id", default=None, callback=_name("instance id"), help="static membership: same id after a restart")
+@click.option("--capacity", type=click.IntRange(1, 1_000_000), default=1, show_default=True)
+@click.option("--rack", default=None)
+@click.option("--runner", type=click.Choice(["spark", "noop"]), default="spark", show_default=True)
+@click.option("--protocol", type=click.Choice([COOPERATIVE, EAGER]), default=COOPERATIVE, show_default=True,
+              help="cooperative also accepts eager, so a mixed group still forms (rolling upgrades)")
+@click.option("--assignor", type=click.Choice(sorted(ASSIGNORS)), default="cooperative-sticky", show_default=True,
+              help="assignor this broker uses when it leads the group")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)")
+@click.option("--spark-master", default=None, help="Spark master URL (spark runner)")
+@click.option("--spark-conf", multiple=True, callback=_conf, metavar="KEY=VALUE", help="Spark setting, repeatable (spark runner)")
+@click.option("--checkpoint-root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="shared checkpoint storage for streaming tasks (spark runner)")
+@click.option("--start-latency", type=click.FloatRange(min=0), default=None, help="seconds each start takes (noop runner)")
+@click.option("--stop-latency", type=click.FloatRange(min=0), default=None, help="seconds each stop takes (noop runner)")
+@click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="seconds a controlled shutdown may take before the broker stops anyway")
+@pass_ctx
+def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, capacity: int, rack: str | None, runner: str,
+               protocol: str, assignor: str, metrics_port: int | None, spark_master: str | None, spark_conf: dict[str, str],
+               checkpoint_root: Path | None, start_latency: float | None, stop_latency: float | None,
+               session_timeout: float, shutdown_timeout: float) -> None:
+    """Run a broker: register, join the group, run the assigned pipelines.
+
+    SIGTERM (or Ctrl-C) = controlled shutdown: exit 0 once the controller has moved its tasks away;
+    Ctrl-C twice = stop at once.
+    """
+    from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
+
+    if runner == "noop":
+        if spark_master or spark_conf or checkpoint_root:
+            raise click.UsageError("--spark-master, --spark-conf and --checkpoint-root apply to --runner spark only")
+        options: dict[str, Any] = {k: v for k, v in (("start_latency_s", start_latency), ("stop_latency_s", stop_latency))
+                                   if v is not None}
+    else:
+        if start_latency is not None or stop_latency is not None:
+            raise click.UsageError("--start-latency and --stop-latency apply to --runner noop only")
+        options = _spark_options({"master": spark_master, "conf": spark_conf, "checkpoint_root": checkpoint_root})
+    settings = _settings(ctx, session_timeout)
+    config = WorkerConfig(broker_id=broker_id, settings=settings, group=group, instance_id=instance_id, capacity=capacity,
+                          rack=rack, protocols=(COOPERATIVE, EAGER) if protocol == COOPERATIVE else (EAGER,),
+                          assignors=(assignor,), runner=runner, runner_options=options)
+    client = ctx.new_client(settings)
+    try:
+        worker = Worker(config, client=client)
+    except Exception as exc:  # the runner could not be built (bad option, Spark missing)
+        client.stop()
+        client.close()
+        raise UserError(f"cannot start the {runner} runner: {exc}") from None
+    stop_now = threading.Event()
+    install_signal_handlers(worker, stop_now.set)
+    requested: dict[str, float] = {}
+
+    def remember(handler: Any) -> Any:
+        def on_signal(sig: int, frame: Any) -> None:
+            requested.setdefault("at", time.monotonic())
+            handler(sig, frame)
+        return on_signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, remember(signal.getsignal(sig)))
+    metrics = _worker_metrics(worker, metrics_port) if metrics_port is not None else None
+    worker.start()
+    click.echo(f"broker {broker_id} started (group {group}, runner {runner}, protocols {','.join(config.protocols)}, "
+               f"root {ctx.layout.root}" + (f", metrics on http://127.0.0.1:{metrics.port}/metrics" if metrics else "")
+               + "); SIGTERM or Ctrl-C for a controlled shutdown, Ctrl-C twice to stop at once")
+    announced = False
+    try:
+        while not (worker.exited.is_set() or stop_now.is_set()):
+            if "at" in requested:
+                if not announced:
+                    announced = True
+                    click.echo(f"broker {broker_id}: controlled shutdown requested; waiting for the controller to move "
+                               f"its tasks (up to {shutdown_timeout:g}s)")
+                if time.monotonic() - requested["at"] > shutdown_timeout:
+                    click.echo(f"broker {broker_id}: controlled shutdown did not finish in {shutdown_timeout:g}s; stopping",
+                               err=True)
+                    break
+            time.sleep(0.1)
+    finally:
+        how = "controlled shutdown complete" if worker.exited.is_set() else "stopping now"
+        click.echo(f"broker {broker_id}: {how}")
+        worker.stop()
+        if metrics:
+            metrics.close()
+    click.echo(f"broker {broker_id} stopped")

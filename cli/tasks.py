@@ -1,0 +1,171 @@
+"""``zkctl task ...``: create, list, describe, delete, pause, resume, restart and reassign tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
+from controller.admin import to_dict
+from controller.taskspec import load_specs
+
+WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
+
+
+@click.group("task")
+def task() -> None:
+    """Create, inspect and control tasks (pipelines)."""
+
+
+@task.command("create")
+@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML or JSON file with one task spec or a list of them")
+@click.option("--dry-run", is_flag=True, help="validate everything, write nothing")
+@pass_ctx
+def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
+    """Validate every spec in SPEC, then create them all at once (one ZooKeeper multi).
+
+    Nothing is written if any spec is malformed or any id exists already.
+    """
+    specs = load_specs(spec_file)  # SpecError (exit 1) before we even connect
+    result = ctx.admin().create_tasks(specs, dry_run=dry_run)
+    lines = []
+    if dry_run:
+        lines.append(f"Dry run: {len(result.tasks)} task spec{'s' if len(result.tasks) != 1 else ''} valid, nothing written")
+        lines.append(table(["ID", "GROUP", "STATE", "KIND", "WEIGHT"],
+                           [[s["id"], s["group"], s["state"], s["pipeline"]["kind"], s["weight"]] for s in result.specs]))
+    else:
+        lines.append(f"Created {len(result.tasks)} task{'s' if len(result.tasks) != 1 else ''}: {', '.join(result.tasks)}")
+    lines += [f"note: {n}" for n in result.notes if not n.startswith("dry run")]
+    ctx.emit(to_dict(result), "\n".join(lines))
+
+
+@task.command("list")
+@click.option("--group", default=None, shell_complete=complete_names("group"), help="only this group's tasks")
+@pass_ctx
+def task_list(ctx: Ctx, group: str | None) -> None:
+    """All tasks: spec state, owner, and what the owner reports."""
+    rows = ctx.admin().list_tasks(group=group)
+    if ctx.json_out:
+        ctx.emit(to_dict(rows))
+        return
+    if not rows:
+        click.echo("No tasks.")
+        return
+    click.echo(table(
+        ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
+        [[r.task_id, r.group, (r.state or "INVALID") + (" (deleting)" if r.deleting else ""), r.kind, r.owner,
+          r.owner_generation, f"{r.status} (stale)" if r.status_stale else r.status, clip(r.error or r.invalid, 50)]
+         for r in rows]))
+
+
+@task.command("describe")
+@click.argument("task_id", shell_complete=complete_names("task"))
+@pass_ctx
+def task_describe(ctx: Ctx, task_id: str) -> None:
+    """One task: its spec, owner, status and last error."""
+    d = ctx.admin().describe_task(task_id)
+    if ctx.json_out:
+        ctx.emit(to_dict(d))
+        return
+    spec = d.spec or {}
+    owner = d.owner
+    status = d.status
+    rows = [
+        ("Task", d.task_id),
+        ("Group", spec.get("group", "-")),
+        ("State", f"{spec.get('state', 'INVALID')}  (spec version {d.spec_version}, restart nonce {spec.get('restart_nonce', '-')})"
+         + ("  DELETING" if d.deleting else "")),
+        ("Pipeline", (spec.get("pipeline") or {}).get("kind", "-")),
+        ("Weight", spec.get("weight", "-")),
+        ("Created", when(d.created)),
+        ("Owner", f"{owner.get('broker')} (generation {owner.get('generation')}, since {when(owner.get('since'))})"
+         if owner else "none"),
+        ("Status", f"{status['state']} on {status['broker']} (failures {status['failures']}, updated {when(status['updated'])})"
+         + ("  STALE: that broker no longer holds it" if d.status_stale else "") if status else "-"),
+        ("Last error", clip(d.last_error, 200)),
+    ]
+    if d.reassign_to:
+        rows.append(("Reassign", f"pending, to {d.reassign_to}"))
+    if d.invalid:
+        rows.append(("Invalid", d.invalid))
+    if status and status.get("metrics"):
+        rows.append(("Metrics", json.dumps(status["metrics"], sort_keys=True)))
+    width = max(len(k) for k, _ in rows) + 2
+    for k, v in rows:
+        click.echo(f"{(k + ':').ljust(width)}{v}")
+    if d.spec:
+        click.echo("Spec:")
+        for line in json.dumps(d.spec, indent=2, sort_keys=True).splitlines():
+            click.echo("  " + line)
+
+
+@task.command("delete")
+@click.argument("task_id", shell_complete=complete_names("task"))
+@click.option("--wait", is_flag=True, help=WAIT_HELP)
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
+@pass_ctx
+def task_delete(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
+    """Delete a task: the controller revokes it, waits for its owner to stop it, then deletes it."""
+    req = ctx.admin().delete_task(task_id, wait=timeout if wait else 0.0)
+    if wait and not req.done:
+        raise UserError(f"task {task_id} was not deleted within {timeout:g}s"
+                        + (f" ({req.notes[0]})" if req.notes else "; the request stays pending"))
+    if req.done:
+        human = f"Task {task_id} deleted"
+    else:
+        human = (f"Deletion of {task_id} {'already ' if req.already_pending else ''}requested: "
+                 "the controller revokes it, waits for its owner to stop, then deletes it")
+    ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
+
+
+def _change(ctx: Ctx, task_id: str, action: str) -> None:
+    admin = ctx.admin()
+    change = getattr(admin, action)(task_id)
+    past = {"pause": "paused", "resume": "resumed", "restart": "restarted"}[action]
+    if change.changed:
+        human = f"Task {task_id} {past}" + (f" (restart nonce {change.restart_nonce})" if action == "restart" else "")
+    else:
+        human = f"Task {task_id} is already {change.state}; nothing to do"
+    ctx.emit(to_dict(change), human)
+
+
+@task.command("pause")
+@click.argument("task_id", shell_complete=complete_names("task"))
+@pass_ctx
+def task_pause(ctx: Ctx, task_id: str) -> None:
+    """Pause a task: its owner stops it and nobody runs it until it is resumed."""
+    _change(ctx, task_id, "pause")
+
+
+@task.command("resume")
+@click.argument("task_id", shell_complete=complete_names("task"))
+@pass_ctx
+def task_resume(ctx: Ctx, task_id: str) -> None:
+    """Resume a paused task."""
+    _change(ctx, task_id, "resume")
+
+
+@task.command("restart")
+@click.argument("task_id", shell_complete=complete_names("task"))
+@pass_ctx
+def task_restart(ctx: Ctx, task_id: str) -> None:
+    """Restart a task where it runs (also clears its failure count)."""
+    _change(ctx, task_id, "restart")
+
+
+@task.command("reassign")
+@click.argument("task_id", shell_complete=complete_names("task"))
+@click.option("--to", "to", required=True, shell_complete=complete_names("broker"), help="the live broker (of the task's group) to move it to")
+@click.option("--wait", is_flag=True, help=WAIT_HELP)
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
+@pass_ctx
+def task_reassign(ctx: Ctx, task_id: str, to: str, wait: bool, timeout: float) -> None:
+    """Move a task to one broker (revoked first, so it never runs twice)."""
+    req = ctx.admin().reassign(task_id, to, wait=timeout if wait else 0.0)
+    if wait and not req.done:
+        raise UserError(f"task {task_id} did not move to {to} within {timeout:g}s")
+    human = f"Task {task_id} now runs on {to}" if req.done else f"Reassignment of {task_id} to {to} requested"
+    ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
