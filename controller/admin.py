@@ -964,7 +964,6 @@ class _ClusterWatch:
             return []
 
     def start(self) -> ClusterEvent:
-        ensure_layout(self.client, self.layout)
         list(self.refresh([("controller",), ("brokers",), ("groups",), ("tasks",)]))
         self.started = True
         ctl = f"controller {self.controller[0]} (epoch {self.controller[1]})" if self.controller else "no controller"

@@ -190,6 +190,22 @@ def test_watch_yields_events_from_zookeeper_watches(zk, layout):
     assert time.monotonic() - started < 3
 
 
+def test_watch_on_an_empty_root_writes_nothing_and_sees_the_cluster_appear(zk, zk_settings):
+    from controller.layout import ZkLayout
+
+    fresh = ZkLayout(zk_settings.root + "-fresh")
+    admin = AdminClient(zk, fresh)
+    gen = admin.watch(duration=15, max_events=2)
+    assert next(gen).kind == "watching"
+    assert zk.exists(fresh.root) is None  # a read command creates nothing
+    try:
+        admin.create_tasks(specs("t1"))  # lays out the root, then creates the task
+        zk.create(fresh.controller, codecs.encode(codecs.ControllerInfo("c1", 1, "h", 0.0)), ephemeral=True)
+        assert sorted((e.kind, e.subject) for e in gen) == [("controller", "c1"), ("task_created", "t1")]
+    finally:
+        zk.delete(fresh.root, recursive=True)
+
+
 def test_timeline_summary_and_plot(tmp_path: Path):
     intervals = [
         RunInterval("t1", "b0", 100.0, 105.0), RunInterval("t1", "b1", 106.0, 110.0),   # a 1 s gap

@@ -257,7 +257,8 @@ def test_unknown_things_are_one_line_user_errors(cli_env, zk, layout):
 
 def test_zookeeper_unreachable_is_a_one_line_user_error(cli_env):
     env = {**cli_env, "ZKC_ZK": f"127.0.0.1:{free_port()}", "ZKC_CONNECT_TIMEOUT": "0.5"}
-    for args in (["task", "list"], ["status"], ["--json", "broker", "list"], ["watch", "--duration", "1"]):
+    for args in (["task", "list"], ["status"], ["--json", "broker", "list"], ["watch", "--duration", "1"],
+                 ["controller", "run", "--id", "c1"], ["broker", "run", "--id", "b1", "--runner", "noop"]):
         assert_user_error(invoke(args, env=env), "cannot connect to ZooKeeper at 127.0.0.1:")
 
 
