@@ -22,7 +22,7 @@ from controller.protocol import (
     validate_proposal,
 )
 
-PROPERTY_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 MEMBERS = ["a", "b", "c", "d", "e"]
 TASKS = [f"t{i}" for i in range(12)]
