@@ -208,24 +208,29 @@ class Worker:
         self._enqueue(_ShutdownRequested())
 
     def stop(self, graceful: bool = True) -> None:
-        """Stop everything: tasks (releasing owner znodes), threads, the session."""
+        """Stop everything: tasks (releasing owner znodes), the session, then the threads.
+
+        The session is closed before joining threads: kazoo's synchronous calls wait for as long as the
+        server is unreachable, and closing the client is what fails them, so nothing here waits forever."""
         if self._closing:
             return
         self._closing = True
         self._enqueue(_Stop())
-        self.thread.join(30)
         self._stop_all_tasks(release=True)
         self.stopped.set()
-        self.status_thread.join(10)
-        self._flush_intervals(force=True)
-        self.pool.shutdown(wait=True)
-        self.runner.close()
+        if self.client.connected:
+            self._flush_intervals(force=True)
         try:
             self.client.remove_listener(self._listener)
             self.client.stop()
             self.client.close()
         except Exception:
             pass
+        for t in (self.thread, self.status_thread, self.pulse_thread):
+            if t.is_alive():
+                t.join(10)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.runner.close()
 
     def kill(self) -> None:
         """Die abruptly (in-process kill): tasks end now with no graceful stop, and the session is
@@ -639,7 +644,7 @@ class Worker:
             for t in held:
                 t0.delete(self.layout.task_owner(t))
             try:
-                t0.commit()
+                t0.commit_async().get(timeout=5)
             except Exception:
                 pass
             with self.lock:

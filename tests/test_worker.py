@@ -1,0 +1,162 @@
+"""Workers against a real ZooKeeper: every worker state transition happens for real, the fence deadline
+stops tasks before the session can expire, failed tasks restart with backoff and end FAILED."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from broker_sim.member import WorkerState as WS
+from broker_sim.netproxy import NetProxy
+from broker_sim.worker import Worker, WorkerConfig
+from controller import codecs
+from controller.admin import wait_for
+from controller.daemon import Controller, ControllerConfig
+from controller.group import GroupConfig
+from controller.protocol import COOPERATIVE, EAGER
+from controller.taskspec import NoopPipeline, TaskSpec
+from controller.zkclient import ZkSettings
+
+
+@pytest.fixture
+def controller(zk, zk_settings):
+    ctl = Controller(ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=3.0))).start()
+    assert ctl.wait_active(10)
+    yield ctl
+    ctl.stop()
+
+
+@pytest.fixture
+def workers():
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        if not w._closing:
+            w.stop()
+
+
+def _create(zk, layout, *specs: TaskSpec) -> None:
+    tx = zk.transaction()
+    for s in specs:
+        tx.create(layout.task(s.id), s.encode())
+    tx.commit()
+
+
+def _worker(workers, settings, bid, **kw) -> Worker:
+    w = Worker(WorkerConfig(broker_id=bid, settings=settings, status_interval_s=0.1, **kw)).start()
+    workers.append(w)
+    return w
+
+
+def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, controller, workers):
+    import threading
+
+    from controller.protocol import run_assignor
+
+    _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(6)])
+    a = _worker(workers, zk_settings, "a", protocols=(EAGER,))
+    b = _worker(workers, zk_settings, "b", protocols=(EAGER,))
+    assert wait_for(lambda: len(a.running_tasks() | b.running_tasks()) == 6 and a.state() == b.state() == "Stable", 15)
+    coord = controller.ctx.groups["default"]
+    # Joining -> PreparingJoin: a cooperative-only member cannot join an eager group (INCONSISTENT_PROTOCOL)
+    c = _worker(workers, zk_settings, "c", protocols=(COOPERATIVE,))
+    assert wait_for(lambda: (WS.JOINING, WS.PREPARING_JOIN) in c.member.transitions, 15)
+    assert c.member.last_error is not None and c.member.last_error.name == "INCONSISTENT_PROTOCOL"
+    assert wait_for(lambda: coord.state.value == "Stable", 10)
+    settled = coord.rebalances
+    time.sleep(1.0)
+    assert coord.rebalances == settled and c.state() == "PreparingJoin", "no rebalance storm from the misfit"
+    c.stop()
+    assert wait_for(lambda: coord.state.value == "Stable" and set(coord.generation_members) == {"a", "b"}, 15)
+    # Syncing -> PreparingJoin: the leader stalls in its assignor past the sync timeout
+    leader = a if coord.leader == "a" else b
+    follower = b if leader is a else a
+    release = threading.Event()
+
+    def stalled(name, join):
+        release.wait(10)
+        return run_assignor(name, join)
+
+    leader.member.assign = stalled
+    zk.create(f"{layout.admin_rebalance}/req-", codecs.encode(codecs.RebalanceRequest(group="default")), sequence=True)
+    assert wait_for(lambda: (WS.SYNCING, WS.PREPARING_JOIN) in follower.member.transitions, 15)
+    release.set()
+    leader.member.assign = run_assignor
+    assert wait_for(lambda: coord.state.value == "Stable" and len(a.running_tasks() | b.running_tasks()) == 6, 20)
+    seen = set(a.member.transitions) | set(b.member.transitions) | set(c.member.transitions)
+    for pair in [(WS.DOWN, WS.PREPARING_JOIN), (WS.PREPARING_JOIN, WS.JOINING), (WS.JOINING, WS.SYNCING),
+                 (WS.SYNCING, WS.STABLE), (WS.STABLE, WS.PREPARING_JOIN), (WS.JOINING, WS.PREPARING_JOIN),
+                 (WS.SYNCING, WS.PREPARING_JOIN)]:
+        assert pair in seen, (pair, sorted((x.value, y.value) for x, y in seen))
+
+
+def test_session_loss_takes_the_worker_down_and_back(zk, layout, zk_settings, controller, workers):
+    from kazoo.client import KazooClient
+
+    _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(4)])
+    w = _worker(workers, zk_settings, "x")
+    assert wait_for(lambda: len(w.running_tasks()) == 4, 15)
+    member = w.member
+    # expire the session from outside (same session id/password, closed by another client)
+    other = KazooClient(hosts=zk_settings.hosts, client_id=w.client.client_id)
+    other.start(10)
+    other.stop()
+    other.close()
+    assert wait_for(lambda: (WS.STABLE, WS.DOWN) in member.transitions or (WS.SYNCING, WS.DOWN) in member.transitions, 15)
+    assert wait_for(lambda: len(w.running_tasks()) == 4 and w.state() == "Stable", 20)
+
+
+def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk_hosts, zk_root, controller, workers):
+    """A worker cut off from ZooKeeper (a silent network, via a TCP proxy) stops all its tasks before its
+    session expires on the server: the new owners start only after that."""
+    host, port = zk_hosts.split(":")
+    proxy = NetProxy(host, int(port), name="proxy-fence")
+    try:
+        session = 4.0
+        _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(6)])
+        cut = _worker(workers, ZkSettings(hosts=proxy.address, root=zk_root, session_timeout_s=session), "cut")
+        other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=session), "other")
+        assert wait_for(lambda: len(cut.running_tasks()) == 3 and len(other.running_tasks()) == 3, 15)
+        mine = cut.running_tasks()
+        t_cut = time.time()
+        proxy.partition()
+        assert wait_for(lambda: cut.running_tasks() == set(), session)
+        fenced_at = time.time()
+        assert wait_for(lambda: mine <= other.running_tasks(), 30)
+        starts = [i.start for i in other.open_intervals() if i.task_id in mine]
+        assert starts and fenced_at < min(starts), "the cut-off worker stopped before anyone else started"
+        assert fenced_at - t_cut < session, "fenced inside the session timeout"
+        proxy.reset()
+        proxy.heal()
+    finally:
+        proxy.close()
+
+
+def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_settings, controller, workers):
+    spec = TaskSpec(id="flaky", max_failures=3, pipeline=NoopPipeline(kind="noop", fail_after_s=0.05,
+                                                                       fail_message="boom: simulated"))
+    _create(zk, layout, spec, TaskSpec(id="healthy"))
+    w = _worker(workers, zk_settings, "w", backoff_base_s=0.2, backoff_max_s=1.0)
+
+    def status(t: str) -> codecs.TaskStatus | None:
+        try:
+            data, _ = zk.get(layout.status(t))
+        except Exception:
+            return None
+        return codecs.decode(codecs.TaskStatus, data, layout.status(t))
+
+    assert wait_for(lambda: (s := status("flaky")) is not None and s.state == "FAILED", 20)
+    st = status("flaky")
+    assert st.failures == 4 and st.error == "boom: simulated" and "NoopFailure" in (st.trace or "")
+    starts = sorted(i.start for i in w.intervals if i.task_id == "flaky")
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(starts) == 4 and gaps == sorted(gaps), f"backoff grows: {gaps}"
+    assert gaps[-1] > gaps[0] + 0.2
+    assert "healthy" in w.running_tasks(), "a failing task does not disturb the others"
+    # it stays FAILED until `task restart` bumps the nonce
+    time.sleep(1.5)
+    assert status("flaky").state == "FAILED" and len([i for i in w.intervals if i.task_id == "flaky"]) == 4
+    data, stat = zk.get(layout.task("flaky"))
+    zk.set(layout.task("flaky"), spec.model_copy(update={"restart_nonce": 1}).encode(), version=stat.version)
+    assert wait_for(lambda: len([i for i in w.intervals if i.task_id == "flaky"]) >= 5, 10)
