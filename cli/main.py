@@ -213,8 +213,9 @@ def _register() -> None:
     from cli.timeline import timeline
 
     broker.add_command(broker_run)
-    for command in (task, status, broker, group, rebalance, watch, controller, timeline, _demo_command()):
+    for command in (task, status, broker, group, rebalance, watch, controller, timeline):
         cli.add_command(command)
+    cli.lazy["demo"] = _demo_command
     for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim")):
         if command_name not in cli.lazy and importlib.util.find_spec(module_name) is not None:
             cli.lazy[command_name] = lambda m=module_name, c=command_name: _optional(m, c)
