@@ -1,0 +1,77 @@
+"""``python -m benchmarks [--quick] [--only B1,B4]``: run the benchmarks, print their tables, write
+``benchmarks/results/<name>.json`` (and PNGs), then a summary of every target with its measured figure."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+
+from benchmarks.common import RESULTS_DIR, Bench, machine_info, machine_line, quiet_logging, table
+
+BENCHMARKS = {
+    "B1": "benchmarks.b1_rolling_bounce",
+    "B2": "benchmarks.b2_rebalance",
+    "B3": "benchmarks.b3_failover",
+    "B4": "benchmarks.b4_zk_writes",
+    "B5": "benchmarks.b5_event_thread",
+    "B6": "benchmarks.b6_spark",
+    "B7": "benchmarks.b7_memory",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small sizes, one round each (under 3 minutes in all)")
+    p.add_argument("--only", default="", help="comma-separated subset, e.g. B1,B4")
+    args = p.parse_args(argv)
+    wanted = [b.strip().upper() for b in args.only.split(",") if b.strip()] or list(BENCHMARKS)
+    unknown = [b for b in wanted if b not in BENCHMARKS]
+    if unknown:
+        p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    quiet_logging()
+    machine = machine_info()
+    bench = Bench(quick=args.quick, machine=machine)
+    print(f"zkcontroller benchmarks ({'quick' if args.quick else 'full'}): {', '.join(wanted)}")
+    print(f"machine: {machine_line(machine)}")
+    t_all = time.monotonic()
+    outcomes = []
+    for key in wanted:
+        module = importlib.import_module(BENCHMARKS[key])
+        print(f"\n== {module.TITLE} ==")
+        t0 = time.monotonic()
+        try:
+            doc = module.run(bench)
+            status = doc.get("status", "ok")
+        except Exception as exc:
+            traceback.print_exc()
+            doc = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "targets": []}
+            bench.write(module.NAME, doc)
+            status = "error"
+        took = time.monotonic() - t0
+        print(f"   ({key} took {took:.1f}s)")
+        outcomes.append((key, module.NAME, status, took, doc.get("targets", [])))
+    total = time.monotonic() - t_all
+    rows = []
+    for key, _name, status, took, targets in outcomes:
+        if not targets:
+            rows.append([key, status, "-", "-", "-"])
+        for t in targets:
+            rows.append([key, t["target"], t["measured"], t["goal"],
+                         "met" if t["met"] else ("MISSED" if t["met"] is False else "n/a")])
+    print(f"\n== targets ({'quick' if args.quick else 'full'} run, {total:.0f}s) ==")
+    print(table(["bench", "target", "measured", "goal", ""], rows))
+    summary = {"mode": "quick" if args.quick else "full", "machine": machine, "total_s": round(total, 1),
+               "benchmarks": [{"key": k, "name": n, "status": s, "seconds": round(t, 1), "targets": tg}
+                              for k, n, s, t, tg in outcomes]}
+    if set(wanted) == set(BENCHMARKS):
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / f"summary-{summary['mode']}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    return 0 if all(o[2] in ("ok", "partial", "not done") for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
