@@ -256,10 +256,14 @@ class Demo:
         for g in datagen:
             g.join(300)
         self.say("data generator finished; waiting for the pipelines to catch up")
+        import warnings
+
         from pyspark.sql import SparkSession
 
+        warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
         spark = (SparkSession.builder.master("local[1]").appName("zkcontroller-demo-check")
-                 .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+                 .config("spark.ui.enabled", "false").config("spark.log.level", "ERROR")
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
                  .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         try:
