@@ -11,6 +11,7 @@ so callbacks armed by an earlier activation are dropped instead of double-arming
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -30,7 +31,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState
 
 from controller import codecs, events as ev
 from controller.admin import ensure_layout
@@ -58,11 +59,16 @@ from controller.layout import ZkLayout
 from controller.metrics import ControllerMetrics, MetricsServer
 from controller.taskspec import TaskSpec, decode_task
 from controller.zkclient import ZkSettings, make_client
-from controller.zkio import Delete, Fenced, FencedWriter, WriteFailed, children_many, get_many
+from controller.zkio import Fenced, FencedWriter, InterruptibleClient, WriteFailed, children_many, exists_many, get_many
 
 log = logging.getLogger(__name__)
 
 _TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+# Tasks whose owner has let go are deleted in batches: once this many are ready, once none is still owned,
+# or once the first ready one has waited this long (the timer enforces it), whichever comes first.
+DELETE_BATCH_TASKS = 500
+DELETE_LINGER_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,19 @@ class BrokerRecord:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class BrokerDelta:
+    """What one look at ``/brokers/ids`` found: new ids, ids gone, and ids re-registered by a new session
+    (same id, new czxid: the old incarnation is gone, whatever it held with it)."""
+
+    joined: tuple[str, ...] = ()
+    left: tuple[str, ...] = ()
+    bounced: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.joined or self.left or self.bounced)
+
+
 @dataclass
 class ControllerContext:
     """What the active controller knows, loaded from ZooKeeper on failover and kept current by events."""
@@ -90,11 +109,13 @@ class ControllerContext:
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     invalid_tasks: dict[str, str] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    deletable: dict[str, float] = field(default_factory=dict)  # requested, owner gone -> since (clock time)
     groups: dict[str, GroupCoordinator] = field(default_factory=dict)
     members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
     invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)
     shutdown_requests: set[str] = field(default_factory=set)
     known_paths: set[str] = field(default_factory=set)
+    broker_changes: collections.deque[BrokerDelta] = field(default_factory=lambda: collections.deque(maxlen=1000))
 
     def group_tasks(self, group: str) -> dict[str, TaskDescriptor]:
         return {
@@ -151,6 +172,7 @@ class Controller:
         self.id = config.controller_id
         self.layout = ZkLayout(config.settings.root)
         self.client = client or make_client(config.settings, connect=False)
+        self.zk = InterruptibleClient(self.client)  # every ZooKeeper call of the event thread goes through this
         self.clock = clock or SystemClock()
         self.metrics = ControllerMetrics()
         self.thread = ControllerEventThread(self._process, name=f"controller-{self.id}-events", observe=self.metrics.observe)
@@ -167,7 +189,10 @@ class Controller:
         self.before_write: Callable[[], None] | None = None  # test hook: an injected stall
         self.fenced_writes = 0
         self.became_active_at: float | None = None
+        self.last_load_s: float | None = None
         self._stopping = False
+        self._retry_timer: threading.Timer | None = None
+        self._deletion_watch: _DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Controller":
@@ -184,8 +209,12 @@ class Controller:
 
     def stop(self) -> None:
         self._stopping = True
-        self.thread.shutdown()
-        self.timer.stop()
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+        if self.thread.ident is not None:
+            self.thread.shutdown()
+        if self.timer.ident is not None:
+            self.timer.stop()
         if self.metrics_server:
             self.metrics_server.close()
         self.client.remove_listener(self._listener)
@@ -221,6 +250,8 @@ class Controller:
             self.held.append(event)  # SUSPENDED: hold until reconnected (or dropped if the session is lost)
             return
         try:
+            if self.active and self.needs_reload and self.client.connected:
+                self._reload()  # an earlier event was cut short by ZooKeeper: start again from what it holds
             event.process(self)
         except Fenced as exc:
             self.fenced_writes += 1
@@ -244,10 +275,12 @@ class Controller:
             self._reschedule()
 
     def _reschedule(self) -> None:
-        if not self.active or self.ctx is None:
-            self.timer.schedule(None)
+        if not self.active or self.ctx is None or not self.connected:
+            self.timer.schedule(None)  # no deadlines fire while suspended: the Tick would only be held
             return
         deadlines = [d for d in (c.next_deadline() for c in self.ctx.groups.values()) if d is not None]
+        if self.ctx.deletable:
+            deadlines.append(self._deletion_deadline())
         self.timer.schedule(min(deadlines) if deadlines else None)
         self.metrics.queue_size.set(self.thread.queue_size())
 
@@ -258,10 +291,10 @@ class Controller:
             return
         try:
             try:
-                self.client.create(self.layout.controller_epoch, codecs.encode_epoch(0), makepath=True)
+                self.zk.create(self.layout.controller_epoch, codecs.encode_epoch(0), makepath=True)
             except NodeExistsError:
                 pass
-            data, stat = self.client.get(self.layout.controller_epoch)
+            data, stat = self.zk.get(self.layout.controller_epoch)
             try:
                 epoch = codecs.decode_epoch(data, self.layout.controller_epoch)
             except PayloadError as exc:
@@ -269,16 +302,16 @@ class Controller:
                 return
             info = ControllerInfo(controller_id=self.id, epoch=epoch + 1, host=self.config.host, since=time.time())
             try:
-                self.client.create(self.layout.controller, codecs.encode(info), ephemeral=True)
+                self.zk.create(self.layout.controller, codecs.encode(info), ephemeral=True)
             except NodeExistsError:
-                if self.client.exists(self.layout.controller, watch=self._candidate_watch) is None:
+                if self.zk.exists(self.layout.controller, watch=self._candidate_watch) is None:
                     self.put(ev.Reelect())
                 return
             try:
-                new_stat = self.client.set(self.layout.controller_epoch, codecs.encode_epoch(epoch + 1), version=stat.version)
+                new_stat = self.zk.set(self.layout.controller_epoch, codecs.encode_epoch(epoch + 1), version=stat.version)
             except BadVersionError:
                 log.warning("controller %s: epoch moved while electing; retrying", self.id)
-                self.client.delete(self.layout.controller)
+                self.zk.delete(self.layout.controller)
                 self.put(ev.Reelect())
                 return
             self._activate(epoch + 1, new_stat.version)
@@ -288,9 +321,12 @@ class Controller:
 
     def _retry_later(self) -> None:
         # re-elect once ZooKeeper is back: Reconnected triggers elect(); also retry on a bounded timer
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
         t = threading.Timer(0.5, lambda: self.put(ev.Reelect()))
         t.name = f"controller-{self.id}-retry"
         t.daemon = True
+        self._retry_timer = t
         t.start()
 
     def _candidate_watch(self, _event: Any) -> None:
@@ -306,7 +342,7 @@ class Controller:
 
     def _still_controller(self) -> bool:
         try:
-            data, stat = self.client.get(self.layout.controller, watch=self._watch(ev.ControllerChange))
+            data, stat = self.zk.get(self.layout.controller, watch=self._watch(ev.ControllerChange))
             info = codecs.decode(ControllerInfo, data, self.layout.controller)
         except NoNodeError:
             return False
@@ -314,18 +350,18 @@ class Controller:
             log.error("%s", exc)
             return False
         return (info.controller_id == self.id and info.epoch == self.epoch
-                and stat.ephemeralOwner == self.client.client_id[0])
+                and stat.ephemeralOwner == self.zk.client_id[0])
 
     def _activate(self, epoch: int, epoch_zk_version: int) -> None:
         self.token += 1
         self.active = True
         self.epoch = epoch
-        self.writer = FencedWriter(self.client, self.layout.controller_epoch, epoch_zk_version)
+        self.writer = FencedWriter(self.zk, self.layout.controller_epoch, epoch_zk_version)
         self.metrics.epoch.set(epoch)
         self.metrics.active.set(1)
         self.became_active_at = time.monotonic()
         log.info("controller %s is active at epoch %d", self.id, epoch)
-        self.client.exists(self.layout.controller, watch=self._watch(ev.ControllerChange))
+        self.zk.exists(self.layout.controller, watch=self._watch(ev.ControllerChange))
         self._load()
 
     def resign(self, reason: str) -> None:
@@ -341,11 +377,14 @@ class Controller:
         self.writer = None
         self.held.clear()
         self.metrics.active.set(0)
+        self.metrics.brokers.set(0)
+        self.metrics.tasks.set(0)
+        self.metrics.invalid_tasks.set(0)
         try:
-            if self.client.connected:
-                stat = self.client.exists(self.layout.controller)
-                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
-                    self.client.delete(self.layout.controller, version=stat.version)
+            if self.zk.connected:
+                stat = self.zk.exists(self.layout.controller)
+                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                    self.zk.delete(self.layout.controller, version=stat.version)
         except (KazooException, *_TRANSIENT):
             pass
 
@@ -363,7 +402,7 @@ class Controller:
             if self.needs_reload:
                 self._reload()
             held, self.held = self.held, []
-            self.thread.put_front(held)
+            self.thread.put_front(ev.coalesce(held))
         else:
             self.held.clear()
             self.elect()
@@ -383,7 +422,7 @@ class Controller:
     def _load(self) -> None:
         """Read the whole cluster state (pipelined unless configured otherwise) and arm watches."""
         started = time.monotonic()
-        c, lay, w = self.client, self.layout, self._watch
+        c, lay, w = self.zk, self.layout, self._watch
         ctx = ControllerContext()
         fetch = get_many if self.config.pipelined_load else _get_sequential
         # brokers
@@ -397,7 +436,7 @@ class Controller:
         for t, res in zip(tids, fetch(c, [lay.task(t) for t in tids], watch=self._task_watch)):
             if res is not None:
                 self._set_task(ctx, t, res[0])
-        ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=w(ev.TaskDeletion)))
+        ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=self._deletion_watcher()))
         # groups
         names = set(c.get_children(lay.groups, watch=w(ev.GroupsChange)))
         names |= {s.group for s in ctx.tasks.values()}
@@ -453,7 +492,7 @@ class Controller:
     def _ensure_group_paths(self, g: str) -> None:
         lay = self.layout
         for p in (lay.group_members(g), lay.group_joins(g), lay.group_syncs(g), lay.group_assignments(g)):
-            self.client.ensure_path(p)
+            self.zk.ensure_path(p)
 
     def _new_coordinator(self, g: str) -> GroupCoordinator:
         assert self.ctx is not None and self.epoch is not None
@@ -469,7 +508,7 @@ class Controller:
             self._ensure_group_paths(g)
             coord = self._new_coordinator(g)
             coord.on_tasks(self.ctx.group_tasks(g))
-            self.client.get_children(self.layout.group_members(g), watch=self._watch(lambda t: ev.MembersChange(t, g)))
+            self.zk.get_children(self.layout.group_members(g), watch=self._watch(lambda t: ev.MembersChange(t, g)))
             self.put(ev.MembersChange(self.token, g))
         return coord
 
@@ -523,10 +562,10 @@ class Controller:
         self._write(lambda: self.writer.upsert(items, self.ctx.known_paths if self.ctx else None))
 
     # ---- carrying out decisions -------------------------------------------------------------------
-    def _write(self, fn: Callable[[], None]) -> None:
+    def _write(self, fn: Callable[[], Any]) -> Any:
         if self.before_write is not None:
             self.before_write()
-        fn()
+        return fn()
 
     def _apply(self, g: str, decisions: list[Any]) -> None:
         """One event's decisions for a group become one ordered, fenced, batched write."""
@@ -555,7 +594,7 @@ class Controller:
         for gen in watches:
             path = lay.group_sync(g, gen)
             token = self.token
-            if self.client.exists(path, watch=lambda _e, gen=gen, token=token: self.put(ev.SyncProposalReady(token, g, gen))):
+            if self.zk.exists(path, watch=lambda _e, gen=gen, token=token: self.put(ev.SyncProposalReady(token, g, gen))):
                 self.put(ev.SyncProposalReady(self.token, g, gen))
         if cleanup_below is not None:
             self._cleanup_generations(g, cleanup_below)
@@ -565,7 +604,7 @@ class Controller:
         old = []
         for parent, make in ((lay.group_joins(g), lay.group_join), (lay.group_syncs(g), lay.group_sync)):
             try:
-                names = self.client.get_children(parent)
+                names = self.zk.get_children(parent)
             except NoNodeError:
                 continue
             old += [make(g, int(n)) for n in names if n.isdigit() and int(n) < below]
@@ -575,40 +614,54 @@ class Controller:
 
     # ---- event handlers ---------------------------------------------------------------------------
     def on_broker_change(self, token: int) -> None:
+        """``/brokers/ids`` changed. Like Kafka's BrokerChange, compare every live broker's epoch (czxid)
+        with the context's, so that a broker that re-registered under the same id (bounced) is told apart
+        from one that joined or left even when its deletion and re-creation were seen as one change."""
         if not self._current(token):
             return
         ctx, lay = self.ctx, self.layout
-        ids = set(self.client.get_children(lay.broker_ids, watch=self._watch(ev.BrokerChange)))
-        new_ids = sorted(ids - ctx.brokers.keys())
-        watch = lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b))
-        for b, res in zip(new_ids, get_many(self.client, [lay.broker(b) for b in new_ids], watch=watch)):
-            if res is not None:
-                ctx.brokers[b] = self._broker_record(lay.broker(b), res)
-                log.info("broker %s joined (epoch %d)", b, ctx.brokers[b].epoch)
-        for b in sorted(ctx.brokers.keys() - ids):
-            del ctx.brokers[b]
-            log.info("broker %s left", b)
-            self._finish_controlled_shutdown(b)
-        self.metrics.brokers.set(len(ctx.brokers))
+        ids = sorted(self.zk.get_children(lay.broker_ids, watch=self._watch(ev.BrokerChange)))
+        epochs = {b: st.czxid for b, st in zip(ids, exists_many(self.zk, [lay.broker(b) for b in ids])) if st is not None}
+        read = sorted(b for b, epoch in epochs.items() if b not in ctx.brokers or ctx.brokers[b].epoch != epoch)
+        self._refresh_brokers(read, gone=sorted(ctx.brokers.keys() - epochs.keys()))
 
-    def on_broker_modification(self, token: int, broker_id: str) -> None:
-        """A broker's znode changed or went away: a bounce (same id, new czxid) is a new broker."""
+    def on_broker_modifications(self, token: int, broker_ids: tuple[str, ...]) -> None:
+        """Brokers' znodes changed or went away: a bounce (same id, new czxid) is a new broker."""
         if not self._current(token):
             return
-        path = self.layout.broker(broker_id)
-        try:
-            res = self.client.get(path, watch=self._watch(lambda t: ev.BrokerModification(t, broker_id)))
-        except NoNodeError:
-            if self.ctx.brokers.pop(broker_id, None) is not None:
-                log.info("broker %s left", broker_id)
-                self._finish_controlled_shutdown(broker_id)
+        self._refresh_brokers(sorted(broker_ids), gone=[])
+
+    def _refresh_brokers(self, read: list[str], gone: list[str]) -> None:
+        """Re-read ``read`` (pipelined, re-arming their watches), drop ``gone``; record who joined, left
+        or bounced."""
+        ctx, lay = self.ctx, self.layout
+        joined: list[str] = []
+        left: list[str] = []
+        bounced: list[str] = []
+        watch = lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b))
+        gone = list(gone)
+        for b, res in zip(read, get_many(self.zk, [lay.broker(b) for b in read], watch=watch)):
+            old = ctx.brokers.get(b)
+            if res is None:
+                gone.append(b)
+                continue
+            record = self._broker_record(lay.broker(b), res)
+            if old is None:
+                joined.append(b)
+            elif old.epoch != record.epoch:
+                bounced.append(b)
+            ctx.brokers[b] = record
+        for b in gone:
+            if ctx.brokers.pop(b, None) is not None:
+                left.append(b)
+        delta = BrokerDelta(tuple(sorted(joined)), tuple(sorted(left)), tuple(sorted(bounced)))
+        self.metrics.brokers.set(len(ctx.brokers))
+        if not delta:
             return
-        record = self._broker_record(path, res)
-        old = self.ctx.brokers.get(broker_id)
-        if old is not None and old.epoch != record.epoch:
-            log.info("broker %s bounced (epoch %d -> %d)", broker_id, old.epoch, record.epoch)
-        self.ctx.brokers[broker_id] = record
-        self.metrics.brokers.set(len(self.ctx.brokers))
+        ctx.broker_changes.append(delta)
+        log.info("brokers joined %s, left %s, bounced %s", list(delta.joined), list(delta.left), list(delta.bounced))
+        for b in delta.left + delta.bounced:
+            self._finish_controlled_shutdown(b)  # that incarnation is gone; its request must not stop the next
 
     def _finish_controlled_shutdown(self, broker_id: str) -> None:
         if broker_id in self.ctx.shutdown_requests:
@@ -619,43 +672,51 @@ class Controller:
         if not self._current(token):
             return
         ctx, lay = self.ctx, self.layout
-        ids = set(self.client.get_children(lay.tasks, watch=self._watch(ev.TaskChange)))
+        ids = set(self.zk.get_children(lay.tasks, watch=self._watch(ev.TaskChange)))
         known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
         new_ids = sorted(ids - known)
-        gone = sorted(known - ids)
         touched: set[str] = set()
-        for t, res in zip(new_ids, get_many(self.client, [lay.task(t) for t in new_ids], watch=self._task_watch)):
+        for t, res in zip(new_ids, get_many(self.zk, [lay.task(t) for t in new_ids], watch=self._task_watch)):
             if res is not None:
                 self._set_task(ctx, t, res[0])
                 if t in ctx.tasks:
                     touched.add(ctx.tasks[t].group)
-        for t in gone:
-            spec = ctx.tasks.pop(t, None)
-            ctx.invalid_tasks.pop(t, None)
-            if spec is not None:
-                touched.add(spec.group)
+        touched |= self._forget_tasks(sorted(known - ids))
         self._tasks_changed(touched)
         self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in new_ids if t in ctx.invalid_tasks})
-        if gone:
-            self._write(lambda: self.writer.delete_if_present([lay.status(t) for t in gone]))
 
-    def on_task_config_change(self, token: int, task_id: str) -> None:
+    def _forget_tasks(self, gone: list[str]) -> set[str]:
+        """Tasks deleted behind the controller's back: drop them and their statuses; returns their groups."""
+        if not gone:
+            return set()
+        ctx = self.ctx
+        groups = {spec.group for t in gone if (spec := ctx.tasks.pop(t, None)) is not None}
+        for t in gone:
+            ctx.invalid_tasks.pop(t, None)
+        self._write(lambda: self.writer.delete_if_present([self.layout.status(t) for t in gone]))
+        return groups
+
+    def on_task_config_changes(self, token: int, task_ids: tuple[str, ...]) -> None:
+        """Tasks' specs changed (paused, resumed, edited) or were deleted: one pipelined re-read."""
         if not self._current(token):
             return
-        ctx = self.ctx
-        before = ctx.tasks.get(task_id)
-        try:
-            data, _ = self.client.get(self.layout.task(task_id), watch=self._task_watch(self.layout.task(task_id)))
-        except NoNodeError:
-            ctx.tasks.pop(task_id, None)
-            ctx.invalid_tasks.pop(task_id, None)
-            self._tasks_changed({before.group} if before else set())
-            return
-        self._set_task(ctx, task_id, data)
-        after = ctx.tasks.get(task_id)
-        self._tasks_changed({s.group for s in (before, after) if s is not None})
-        if task_id in ctx.invalid_tasks:
-            self._write_invalid_statuses({task_id: ctx.invalid_tasks[task_id]})
+        ctx, lay = self.ctx, self.layout
+        # a task the context does not know was deleted by us (or is new, and TaskChange reads it)
+        ids = sorted(t for t in task_ids if t in ctx.tasks or t in ctx.invalid_tasks)
+        touched: set[str] = set()
+        gone: list[str] = []
+        for t, res in zip(ids, get_many(self.zk, [lay.task(t) for t in ids], watch=self._task_watch)):
+            if res is None:
+                gone.append(t)
+                continue
+            before = ctx.tasks.get(t)
+            self._set_task(ctx, t, res[0])
+            after = ctx.tasks.get(t)
+            if before != after:
+                touched |= {s.group for s in (before, after) if s is not None}
+        touched |= self._forget_tasks(gone)
+        self._tasks_changed(touched)
+        self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in ids if t in ctx.invalid_tasks})
 
     def _tasks_changed(self, groups: set[str]) -> None:
         self.metrics.tasks.set(len(self.ctx.tasks))
@@ -664,35 +725,75 @@ class Controller:
             coord = self._coordinator(g)
             self._apply(g, coord.on_tasks(self.ctx.group_tasks(g)))
 
+    def _deletion_watcher(self) -> "_DeletionWatch":
+        if self._deletion_watch is None or self._deletion_watch.token != self.token:
+            self._deletion_watch = _DeletionWatch(self.token, self.put)
+        return self._deletion_watch
+
     def on_task_deletion(self, token: int) -> None:
-        """Delete requested tasks once their owner has let go (revoke first, never under a runner)."""
+        """Delete requested tasks once their owner has let go (revoke first, never under a runner).
+
+        Each requested task's owner is looked up once (pipelined ``exists``, arming a watch); after that
+        the watch says when it is released, and only owners that reappeared are looked up again. Tasks
+        whose owner is gone are deleted in batches (see ``_flush_deletions``).
+        """
         if not self._current(token):
             return
         ctx, lay = self.ctx, self.layout
-        requested = set(self.client.get_children(lay.admin_delete_tasks, watch=self._watch(ev.TaskDeletion)))
-        newly = requested - ctx.deleting
+        watch = self._deletion_watcher()
+        released, recheck, rescan = watch.take()
+        requested = set(self.zk.get_children(lay.admin_delete_tasks, watch=watch))
+        newly, withdrawn = requested - ctx.deleting, ctx.deleting - requested
         ctx.deleting = requested
-        self._tasks_changed({ctx.tasks[t].group for t in newly if t in ctx.tasks})
-        done = []
-        for t in sorted(requested):
-            owner = self.client.exists(lay.task_owner(t), watch=self._watch(ev.TaskDeletion))
+        for t in withdrawn:
+            ctx.deletable.pop(t, None)
+        self._tasks_changed({ctx.tasks[t].group for t in newly | withdrawn if t in ctx.tasks})
+        check = sorted(requested if rescan else (newly | recheck) & requested)
+        owners = exists_many(self.zk, [lay.task_owner(t) for t in check], watch=lambda _p: watch)
+        now = self.clock.now()
+        for t, owner in zip(check, owners):
             if owner is None:
-                done.append(t)
-        if done:
-            ops = []
-            for t in done:
-                ops += [lay.task(t), lay.status(t), lay.admin_delete_task(t)]
-            self._write(lambda: self.writer.delete_if_present(ops))
-            for t in done:
+                ctx.deletable.setdefault(t, now)
+            else:
+                ctx.deletable.pop(t, None)
+        for t in (released & requested) - set(check):
+            ctx.deletable.setdefault(t, now)
+        self._flush_deletions()
+
+    def _deletion_deadline(self) -> float | None:
+        return min(self.ctx.deletable.values()) + DELETE_LINGER_S if self.ctx and self.ctx.deletable else None
+
+    def _flush_deletions(self) -> None:
+        """Delete the tasks whose owner is gone, with their statuses and requests: a task, its status and
+        its request go in the same fenced multi, and the statuses to delete come from one listing."""
+        ctx, lay = self.ctx, self.layout
+        if not ctx.deletable:
+            return
+        still_owned = ctx.deleting - ctx.deletable.keys()
+        if still_owned and len(ctx.deletable) < DELETE_BATCH_TASKS and self.clock.now() < self._deletion_deadline():
+            return  # more releases are on their way: delete them together
+        done = sorted(ctx.deletable)
+        statuses = set(self.zk.get_children(lay.statuses))
+        groups = [[lay.task(t)] + ([lay.status(t)] if t in statuses else []) + [lay.admin_delete_task(t)] for t in done]
+        present = {p for t, g in zip(done, groups) for p in g[1:]}  # the listings say so
+        present |= {lay.task(t) for t in done if t in ctx.tasks or t in ctx.invalid_tasks}
+        blocked = {done[i] for i in self._write(lambda: self.writer.delete_groups(groups, present))}
+        for t in done:
+            ctx.deletable.pop(t, None)
+            if t not in blocked:
                 ctx.tasks.pop(t, None)
                 ctx.invalid_tasks.pop(t, None)
                 ctx.deleting.discard(t)
-            log.info("deleted tasks %s", done[:10])
+        if blocked:  # an owner came back meanwhile: wait for it again
+            self._deletion_watcher().recheck(blocked)
+        self.metrics.tasks.set(len(ctx.tasks))
+        self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
+        log.info("deleted %d tasks %s", len(done) - len(blocked), done[:10])
 
     def on_groups_change(self, token: int) -> None:
         if not self._current(token):
             return
-        for g in self.client.get_children(self.layout.groups, watch=self._watch(ev.GroupsChange)):
+        for g in self.zk.get_children(self.layout.groups, watch=self._watch(ev.GroupsChange)):
             if g not in self.ctx.groups:
                 self._coordinator(g)
 
@@ -702,13 +803,13 @@ class Controller:
         ctx, lay = self.ctx, self.layout
         coord = self._coordinator(group)
         try:
-            children = set(self.client.get_children(lay.group_members(group), watch=self._watch(lambda t: ev.MembersChange(t, group))))
+            children = set(self.zk.get_children(lay.group_members(group), watch=self._watch(lambda t: ev.MembersChange(t, group))))
         except NoNodeError:
             children = set()
         current = ctx.members.setdefault(group, {})
         invalid = {m for (g, m) in ctx.invalid_members if g == group}
         new = sorted(children - current.keys() - invalid)
-        for m, res in zip(new, get_many(self.client, [lay.group_member(group, m) for m in new], watch=self._member_watch)):
+        for m, res in zip(new, get_many(self.zk, [lay.group_member(group, m) for m in new], watch=self._member_watch)):
             if res is not None:
                 self._set_member(ctx, group, m, res[0])
         for m in sorted(current.keys() - children):
@@ -717,17 +818,19 @@ class Controller:
             del ctx.invalid_members[key]
         self._apply(group, coord.on_members(dict(current)))
 
-    def on_member_change(self, token: int, group: str, member: str) -> None:
+    def on_member_changes(self, token: int, group: str, members: tuple[str, ...]) -> None:
+        """Members rewrote their join requests or left: one pipelined re-read, one coordinator step."""
         if not self._current(token):
             return
-        ctx = self.ctx
-        path = self.layout.group_member(group, member)
-        try:
-            data, _ = self.client.get(path, watch=self._member_watch(path))
-            self._set_member(ctx, group, member, data)
-        except NoNodeError:
-            ctx.members.setdefault(group, {}).pop(member, None)
-            ctx.invalid_members.pop((group, member), None)
+        ctx, lay = self.ctx, self.layout
+        current = ctx.members.setdefault(group, {})
+        ids = sorted(members)
+        for m, res in zip(ids, get_many(self.zk, [lay.group_member(group, m) for m in ids], watch=self._member_watch)):
+            if res is None:
+                current.pop(m, None)
+                ctx.invalid_members.pop((group, m), None)
+            else:
+                self._set_member(ctx, group, m, res[0])
         self._apply(group, self._coordinator(group).on_members(dict(ctx.members.get(group, {}))))
 
     def on_sync_proposal(self, token: int, group: str, generation: int) -> None:
@@ -738,7 +841,7 @@ class Controller:
             return
         path = self.layout.group_sync(group, generation)
         try:
-            data, _ = self.client.get(path)
+            data, _ = self.zk.get(path)
         except NoNodeError:
             return
         try:
@@ -752,9 +855,9 @@ class Controller:
         if not self._current(token):
             return
         lay = self.layout
-        names = sorted(self.client.get_children(lay.admin_rebalance, watch=self._watch(ev.Rebalance)))
+        names = sorted(self.zk.get_children(lay.admin_rebalance, watch=self._watch(ev.Rebalance)))
         paths = [f"{lay.admin_rebalance}/{n}" for n in names]
-        for path, res in zip(paths, get_many(self.client, paths)):
+        for path, res in zip(paths, get_many(self.zk, paths)):
             if res is None:
                 continue
             try:
@@ -773,7 +876,7 @@ class Controller:
         if not self._current(token):
             return
         ctx, lay = self.ctx, self.layout
-        brokers = set(self.client.get_children(lay.admin_controlled_shutdown, watch=self._watch(ev.ControlledShutdown)))
+        brokers = set(self.zk.get_children(lay.admin_controlled_shutdown, watch=self._watch(ev.ControlledShutdown)))
         for b in sorted(brokers - ctx.shutdown_requests):
             ctx.shutdown_requests.add(b)
             for g, coord in ctx.groups.items():
@@ -788,9 +891,9 @@ class Controller:
         if not self._current(token):
             return
         lay = self.layout
-        names = sorted(self.client.get_children(lay.admin_reassign, watch=self._watch(ev.Reassign)))
+        names = sorted(self.zk.get_children(lay.admin_reassign, watch=self._watch(ev.Reassign)))
         paths = [lay.admin_reassign_of(n) for n in names]
-        for path, res in zip(paths, get_many(self.client, paths)):
+        for path, res in zip(paths, get_many(self.zk, paths)):
             if res is None:
                 continue
             try:
@@ -809,6 +912,7 @@ class Controller:
             return
         for g, coord in sorted(self.ctx.groups.items()):
             self._apply(g, coord.on_tick())
+        self._flush_deletions()
 
     # ---- views for tests and the CLI --------------------------------------------------------------
     def wait_active(self, timeout: float) -> bool:
@@ -818,6 +922,61 @@ class Controller:
                 return True
             time.sleep(0.02)
         return False
+
+
+class _DeletionWatch:
+    """The one watcher of an activation for every watch of the deletion path: the requests' children and
+    the owners of tasks being deleted. kazoo keeps watchers in a set per path, so re-arming a path with
+    the same function does not stack callbacks. Firings coalesce into one pending TaskDeletion and say
+    what changed: an owner deleted (released), an owner created (look again, re-arming), or the
+    connection dropped (kazoo forgot every watch: look at everything again)."""
+
+    def __init__(self, token: int, put: Callable[[Any], None]) -> None:
+        self.token = token
+        self._put = put
+        self._lock = threading.Lock()
+        self._queued = False
+        self._released: set[str] = set()
+        self._recheck: set[str] = set()
+        self._rescan = True  # the first look after an activation checks every requested task
+
+    def __call__(self, event: Any) -> None:  # kazoo's thread: note and enqueue only
+        path = getattr(event, "path", None) or ""
+        kind = getattr(event, "type", EventType.NONE)
+        with self._lock:
+            if kind == EventType.NONE:
+                self._rescan = True
+            elif path.endswith("/owner"):
+                task = path.rsplit("/", 2)[-2]
+                if kind == EventType.DELETED:
+                    self._released.add(task)
+                    self._recheck.discard(task)
+                else:
+                    self._recheck.add(task)
+                    self._released.discard(task)
+        self._enqueue()
+
+    def recheck(self, tasks: set[str]) -> None:
+        with self._lock:
+            self._recheck |= tasks
+            self._released -= tasks
+        self._enqueue()
+
+    def _enqueue(self) -> None:
+        with self._lock:
+            if self._queued:
+                return
+            self._queued = True
+        self._put(ev.TaskDeletion(self.token))
+
+    def take(self) -> tuple[set[str], set[str], bool]:
+        """What changed since the last look (the event thread calls this as it looks again)."""
+        with self._lock:
+            self._queued = False
+            released, self._released = self._released, set()
+            recheck, self._recheck = self._recheck, set()
+            rescan, self._rescan = self._rescan, False
+        return released, recheck, rescan
 
 
 def _get_sequential(client: KazooClient, paths, watch=None):

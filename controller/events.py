@@ -33,8 +33,10 @@ class ControllerChange:
 
 @dataclass(frozen=True)
 class Reelect:
+    """Run for election again after an attempt ZooKeeper cut short. A no-op once active: a retry timer
+    that fires after the controller has won must not make it resign."""
+
     def process(self, c: "Controller") -> None:
-        c.resign("re-election requested")
         c.elect()
 
 
@@ -70,11 +72,24 @@ class BrokerChange:
 
 @dataclass(frozen=True)
 class BrokerModification:
+    """One broker's znode changed or went away."""
+
     token: int
     broker_id: str
 
     def process(self, c: "Controller") -> None:
-        c.on_broker_modification(self.token, self.broker_id)
+        c.on_broker_modifications(self.token, (self.broker_id,))
+
+
+@dataclass(frozen=True)
+class BrokerModifications:
+    """Several brokers' znodes to re-read at once (held watch firings merged after a reconnect)."""
+
+    token: int
+    broker_ids: tuple[str, ...]
+
+    def process(self, c: "Controller") -> None:
+        c.on_broker_modifications(self.token, self.broker_ids)
 
 
 @dataclass(frozen=True)
@@ -95,7 +110,18 @@ class TaskConfigChange:
     task_id: str
 
     def process(self, c: "Controller") -> None:
-        c.on_task_config_change(self.token, self.task_id)
+        c.on_task_config_changes(self.token, (self.task_id,))
+
+
+@dataclass(frozen=True)
+class TaskConfigChanges:
+    """Several tasks' specs to re-read at once (held watch firings merged after a reconnect)."""
+
+    token: int
+    task_ids: tuple[str, ...]
+
+    def process(self, c: "Controller") -> None:
+        c.on_task_config_changes(self.token, self.task_ids)
 
 
 @dataclass(frozen=True)
@@ -132,7 +158,19 @@ class MemberChange:
     member: str
 
     def process(self, c: "Controller") -> None:
-        c.on_member_change(self.token, self.group, self.member)
+        c.on_member_changes(self.token, self.group, (self.member,))
+
+
+@dataclass(frozen=True)
+class MemberChanges:
+    """Several members' join requests to re-read at once (held watch firings merged after a reconnect)."""
+
+    token: int
+    group: str
+    members: tuple[str, ...]
+
+    def process(self, c: "Controller") -> None:
+        c.on_member_changes(self.token, self.group, self.members)
 
 
 @dataclass(frozen=True)
@@ -183,3 +221,45 @@ class Tick:
 class Shutdown:
     def process(self, c: "Controller") -> None:
         c.resign("shutdown")
+
+
+# Events that only ask "re-read this part of ZooKeeper": processing one twice in a row changes nothing,
+# so held copies can be merged (see coalesce).
+_REREADS = (ControllerChange, BrokerChange, TaskChange, TaskDeletion, GroupsChange, MembersChange, SyncProposalReady,
+            Rebalance, ControlledShutdown, Reassign, Tick)
+
+
+def coalesce(events: list) -> list:
+    """Merge held events before they are replayed after a reconnect.
+
+    On a connection loss kazoo fires every watch at once (and forgets them all), so the held list holds one
+    re-read per watched znode. Replayed one by one, that is a synchronous round trip per task. Re-reads
+    of single znodes merge into one pipelined re-read per kind (at the place of the first), duplicate
+    re-reads of the same thing are dropped, and everything else keeps its place and order. Reading the
+    current state earlier than its turn loses nothing: the re-armed watch fires for any later change.
+    """
+    out: list = []
+    seen: set = set()
+    merged: dict[tuple, tuple[int, list[str]]] = {}
+    for e in events:
+        if isinstance(e, TaskConfigChange):
+            key, item = (TaskConfigChanges, e.token), e.task_id
+        elif isinstance(e, BrokerModification):
+            key, item = (BrokerModifications, e.token), e.broker_id
+        elif isinstance(e, MemberChange):
+            key, item = (MemberChanges, e.token, e.group), e.member
+        else:
+            if isinstance(e, _REREADS):
+                if e in seen:
+                    continue
+                seen.add(e)
+            out.append(e)
+            continue
+        if key not in merged:
+            merged[key] = (len(out), [])
+            out.append(None)
+        merged[key][1].append(item)
+    for key, (pos, items) in merged.items():
+        kind, rest = key[0], key[1:]
+        out[pos] = kind(*rest, tuple(dict.fromkeys(items)))
+    return out

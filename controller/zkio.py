@@ -11,18 +11,129 @@ Reads of many znodes are pipelined the same way.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, RolledBackError
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, NotEmptyError, RolledBackError,
+                               RuntimeInconsistency)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 
 log = logging.getLogger(__name__)
 
-MAX_OPS_PER_MULTI = 500
+MAX_OPS_PER_MULTI = 1000
 MAX_BYTES_PER_MULTI = 512 * 1024
 WAIT_S = 60.0
+WAIT_SLICE_S = 0.05
+
+
+class _Pending:
+    """An async result whose ``get`` gives up when the connection is not live (see InterruptibleClient)."""
+
+    __slots__ = ("_result", "_client", "_max_wait_s")
+
+    def __init__(self, result: Any, client: KazooClient, max_wait_s: float) -> None:
+        self._result = result
+        self._client = client
+        self._max_wait_s = max_wait_s
+
+    def ready(self) -> bool:
+        return self._result.ready()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        limit = self._max_wait_s if timeout is None else min(timeout, self._max_wait_s)
+        deadline = time.monotonic() + limit
+        result = self._result
+        while not result.ready():
+            if not self._client.connected:
+                raise ConnectionLoss("the ZooKeeper connection is down (request abandoned, not awaited)")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not block:
+                raise KazooTimeoutError(f"no ZooKeeper answer within {limit:.0f}s")
+            result.wait(min(WAIT_SLICE_S, remaining))
+        return result.get(block=False)
+
+
+class _Transaction(TransactionRequest):
+    def commit_async(self) -> Any:
+        return _Pending(super().commit_async(), self.client._client, self.client.max_wait_s)
+
+    def commit(self) -> Any:
+        return self.commit_async().get()
+
+
+class InterruptibleClient:
+    """The controller's view of a KazooClient: every blocking call gives up once the connection is down.
+
+    kazoo queues a request issued while it is reconnecting, and its synchronous calls wait for the answer
+    without a bound. An event thread that issued one at the start of an outage would sit there, unable to
+    see SUSPENDED, LOST or Shutdown, until ZooKeeper came back. Here every wait is sliced and raises
+    ``ConnectionLoss`` as soon as it finds the connection not live (kazoo may still send the request after
+    reconnecting: reads are harmless, and writes are fenced multis), and none waits longer than
+    ``max_wait_s``. Everything else (``client_id``, ``connected``, ``_call``, ...) is the client's own.
+    """
+
+    def __init__(self, client: KazooClient, max_wait_s: float = WAIT_S) -> None:
+        self._client = client
+        self.max_wait_s = max_wait_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _pending(self, result: Any) -> _Pending:
+        return _Pending(result, self._client, self.max_wait_s)
+
+    # async: the client's requests, with interruptible results
+    def get_async(self, path: str, watch: Any = None) -> _Pending:
+        return self._pending(self._client.get_async(path, watch=watch))
+
+    def get_children_async(self, path: str, watch: Any = None, include_data: bool = False) -> _Pending:
+        return self._pending(self._client.get_children_async(path, watch=watch, include_data=include_data))
+
+    def exists_async(self, path: str, watch: Any = None) -> _Pending:
+        return self._pending(self._client.exists_async(path, watch=watch))
+
+    def create_async(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
+                     sequence: bool = False, makepath: bool = False) -> _Pending:
+        return self._pending(self._client.create_async(path, value, acl=acl or self._client.default_acl,
+                                                       ephemeral=ephemeral, sequence=sequence, makepath=makepath))
+
+    def set_async(self, path: str, value: bytes, version: int = -1) -> _Pending:
+        return self._pending(self._client.set_async(path, value, version))
+
+    def delete_async(self, path: str, version: int = -1) -> _Pending:
+        return self._pending(self._client.delete_async(path, version))
+
+    def ensure_path_async(self, path: str, acl: Any = None) -> _Pending:
+        return self._pending(self._client.ensure_path_async(path, acl))
+
+    # blocking, but bounded
+    def get(self, path: str, watch: Any = None) -> Any:
+        return self.get_async(path, watch).get()
+
+    def get_children(self, path: str, watch: Any = None, include_data: bool = False) -> Any:
+        return self.get_children_async(path, watch, include_data).get()
+
+    def exists(self, path: str, watch: Any = None) -> Any:
+        return self.exists_async(path, watch).get()
+
+    def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
+               sequence: bool = False, makepath: bool = False) -> str:
+        return self.create_async(path, value, acl, ephemeral, sequence, makepath).get()
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Any:
+        return self.set_async(path, value, version).get()
+
+    def delete(self, path: str, version: int = -1) -> Any:
+        return self.delete_async(path, version).get()
+
+    def ensure_path(self, path: str, acl: Any = None) -> Any:
+        return self.ensure_path_async(path, acl).get()
+
+    def transaction(self) -> TransactionRequest:
+        return _Transaction(self)
 
 
 class Fenced(RuntimeError):
@@ -30,11 +141,15 @@ class Fenced(RuntimeError):
 
 
 class WriteFailed(RuntimeError):
-    """A fenced multi failed for another reason (a znode missing or present unexpectedly)."""
+    """A fenced multi failed for another reason (a znode missing or present unexpectedly).
 
-    def __init__(self, message: str, failures: list[tuple["Op", Exception]]) -> None:
+    ``failures`` are the ops that failed, with their errors; ``unwritten`` every op of the multis that
+    failed (a multi is all or nothing; the other multis of the write were applied)."""
+
+    def __init__(self, message: str, failures: list[tuple["Op", Exception]], unwritten: list["Op"] | None = None) -> None:
         super().__init__(message)
         self.failures = failures
+        self.unwritten = unwritten or []
 
 
 @dataclass(frozen=True)
@@ -112,6 +227,7 @@ class FencedWriter:
             pending.append((batch, t.commit_async()))
             self.requests += 1
         failures: list[tuple[Op, Exception]] = []
+        unwritten: list[Op] = []
         for batch, async_result in pending:
             results = async_result.get(timeout=WAIT_S)
             if self.epoch_path is not None:
@@ -120,14 +236,17 @@ class FencedWriter:
                 if results and isinstance(results[0], NoNodeError):
                     raise Fenced(f"{self.epoch_path} is gone")
                 results = results[1:]
+            # in a failed multi, the ops around the one that failed report RolledBack / RuntimeInconsistency
             for op, result in zip(batch, results):
-                if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
                     failures.append((op, result))
-            if not any(isinstance(r, Exception) for r in results):
+            if any(isinstance(r, Exception) for r in results):
+                unwritten += batch
+            else:
                 self.ops_written += len(batch)
         if failures:
             detail = "; ".join(f"{type(e).__name__} on {op.path}" for op, e in failures[:5])
-            raise WriteFailed(f"{len(failures)} ops failed: {detail}", failures)
+            raise WriteFailed(f"{len(failures)} ops failed: {detail}", failures, unwritten)
 
     def upsert(self, items: Sequence[tuple[str, bytes]], known: set[str] | None = None) -> None:
         """Create or overwrite each (path, data): set where the znode exists, create where it doesn't.
@@ -161,22 +280,42 @@ class FencedWriter:
             known.update(p for p, _ in items)
             return
 
-    def delete_if_present(self, paths: Iterable[str]) -> None:
-        """Delete the znodes that exist (pipelined look-up, then fenced multis; a race is retried once)."""
-        paths = list(paths)
-        for attempt in range(2):
-            present = [p for p, stat in zip(paths, exists_many(self.client, paths)) if stat is not None]
+    def delete_if_present(self, paths: Iterable[str], present: Collection[str] = ()) -> list[str]:
+        """Delete the znodes that exist; returns those left alone because they gained a child meanwhile
+        (see delete_groups)."""
+        paths = list(dict.fromkeys(paths))
+        return [paths[i] for i in self.delete_groups([[p] for p in paths], present)]
+
+    def delete_groups(self, groups: Sequence[Sequence[str]], present: Collection[str] = ()) -> list[int]:
+        """Delete groups of znodes in fenced multis (pipelined); returns the indexes of groups left alone.
+
+        Paths not in ``present`` (known to exist) are looked up first, pipelined. A group one of whose
+        znodes gained a child meanwhile (``NotEmpty``, e.g. a task whose owner came back) is left whole,
+        so a task and its request go together; a znode already gone counts as deleted. A multi that
+        failed rolled back whole, so its other ops are sent again (bounded), without a new look-up.
+        """
+        unknown = list(dict.fromkeys(p for g in groups for p in g if p not in present))
+        gone = {p for p, stat in zip(unknown, exists_many(self.client, unknown)) if stat is None}
+        group_of = {p: i for i, g in enumerate(groups) for p in g}
+        blocked: set[int] = set()
+        ops = [Delete(p) for p in dict.fromkeys(p for g in groups for p in g) if p not in gone]
+        for attempt in range(3):
             try:
-                self.write([Delete(p) for p in present])
-                return
-            except WriteFailed:
-                if attempt == 1:
+                self.write(ops)
+                return sorted(blocked)
+            except WriteFailed as exc:
+                others = [(op, err) for op, err in exc.failures if not isinstance(err, (NotEmptyError, NoNodeError))]
+                if others or attempt == 2:
                     raise
+                gone |= {op.path for op, err in exc.failures if isinstance(err, NoNodeError)}
+                blocked |= {group_of[op.path] for op, err in exc.failures if isinstance(err, NotEmptyError)}
+                ops = [op for op in exc.unwritten if op.path not in gone and group_of[op.path] not in blocked]
+        return sorted(blocked)
 
 
-def exists_many(client: KazooClient, paths: Sequence[str]) -> list[ZnodeStat | None]:
-    """Pipelined ``exists`` for many paths."""
-    asyncs = [client.exists_async(p) for p in paths]
+def exists_many(client: KazooClient, paths: Sequence[str], watch=None) -> list[ZnodeStat | None]:
+    """Pipelined ``exists`` for many paths. ``watch(path)`` returns the watcher to arm on each path, if any."""
+    asyncs = [client.exists_async(p, watch=watch(p) if watch else None) for p in paths]
     return [a.get(timeout=WAIT_S) for a in asyncs]
 
 

@@ -1,0 +1,611 @@
+"""The controller against a real ZooKeeper: election and failover, zombie fencing, one event at a time,
+batched writes, connection states, metrics, broker membership.
+
+Every controller, worker, client and server a test starts is registered with the ``cluster`` fixture,
+which stops it (servers by pid) also when the test fails.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker_sim.worker import Worker, WorkerConfig
+from controller import codecs, events as ev
+from controller.admin import ensure_layout, wait_for
+from controller.codecs import GroupStateInfo, JoinRequest
+from controller.daemon import Controller, ControllerConfig
+from controller.layout import ZkLayout
+from controller.taskspec import TaskSpec
+from controller.zkclient import ZkSettings, make_client
+from controller.zkserver import ZooKeeperServer, free_port
+
+log = logging.getLogger(__name__)
+
+WRITE_REQUESTS = ("Create", "SetData", "Delete", "Transaction")
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> None:
+    """Poll ``predicate`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    assert wait_for(lambda: bool(predicate()), timeout, interval), f"timed out after {timeout}s waiting for {what}"
+
+
+def create_tasks(client: KazooClient, layout: ZkLayout, ids: list[str], group: str = "default", batch: int = 500) -> None:
+    """Create task znodes in multis of ``batch``, sent pipelined."""
+    pending = []
+    for i in range(0, len(ids), batch):
+        tx = client.transaction()
+        for t in ids[i:i + batch]:
+            tx.create(layout.task(t), TaskSpec(id=t, group=group).encode())
+        pending.append(tx.commit_async())
+    for p in pending:
+        results = p.get(timeout=60)
+        assert not any(isinstance(r, Exception) for r in results), results[:3]
+
+
+def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], batch: int = 500) -> None:
+    pending = []
+    for i in range(0, len(ids), batch):
+        tx = client.transaction()
+        for t in ids[i:i + batch]:
+            tx.create(layout.admin_delete_task(t), codecs.encode(codecs.DeleteTaskRequest(task_id=t, requested=time.time())))
+        pending.append(tx.commit_async())
+    for p in pending:
+        results = p.get(timeout=60)
+        assert not any(isinstance(r, Exception) for r in results), results[:3]
+
+
+def request_rebalance(client: KazooClient, layout: ZkLayout, group: str | None, reason: str) -> str:
+    return client.create(layout.admin_rebalance_request_prefix,
+                         codecs.encode(codecs.RebalanceRequest(group=group, reason=reason)), sequence=True)
+
+
+def join_request(member: str, join_generation: int = 1, generation: int = 0) -> bytes:
+    return codecs.encode(JoinRequest(member_id=member, join_generation=join_generation, generation=generation,
+                                     protocols=("cooperative", "eager"), assignors=("sticky",)))
+
+
+def group_state(client: KazooClient, layout: ZkLayout, group: str = "default") -> GroupStateInfo | None:
+    try:
+        data, _ = client.get(layout.group_state(group))
+    except Exception:
+        return None
+    return codecs.decode(GroupStateInfo, data)
+
+
+def settle(ctl: Controller, timeout: float = 10) -> None:
+    """Wait until every event queued so far has been processed (a probe goes through the queue)."""
+    done: list[int] = []
+    ctl.put(Probe(-1, done))
+    wait_until(lambda: done, timeout, "the event queue to drain")
+
+
+def view(ctl: Controller) -> tuple[dict[str, int], dict[str, TaskSpec]]:
+    """The context's view of brokers (id -> czxid epoch) and tasks."""
+    ctx = ctl.ctx
+    assert ctx is not None
+    return {b: r.epoch for b, r in dict(ctx.brokers).items()}, dict(ctx.tasks)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A test event: records that (and in which order) the controller processed it."""
+
+    seq: int
+    log: list
+
+    def process(self, c: Controller) -> None:
+        self.log.append(self.seq)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A test event that holds the event thread until released (bounded), so events pile up behind it."""
+
+    entered: threading.Event
+    release: threading.Event
+
+    def process(self, c: Controller) -> None:
+        self.entered.set()
+        assert self.release.wait(30), "Block never released"
+
+
+class ActiveMonitor(threading.Thread):
+    """Observes every live candidate's ``active`` flag continuously; records any moment two were active."""
+
+    def __init__(self) -> None:
+        super().__init__(name="test-active-monitor", daemon=True)
+        self.live: list[Controller] = []
+        self.lock = threading.Lock()
+        self.observations = 0
+        self.violations: list[list[str]] = []
+        self._stop_ev = threading.Event()
+
+    def watch(self, *ctls: Controller) -> None:
+        with self.lock:
+            self.live += ctls
+
+    def forget(self, ctl: Controller) -> None:
+        """A killed candidate is no longer live: its flag may lag until its own event thread catches up."""
+        with self.lock:
+            self.live = [c for c in self.live if c is not ctl]
+
+    def active(self) -> list[Controller]:
+        with self.lock:
+            return [c for c in self.live if c.active]
+
+    def run(self) -> None:
+        while not self._stop_ev.wait(0.001):
+            act = self.active()
+            self.observations += 1
+            if len(act) > 1:
+                self.violations.append([c.id for c in act])
+
+    def stop(self) -> None:
+        self._stop_ev.set()
+        self.join(5)
+
+
+class Cluster:
+    """Everything a test starts, so that teardown stops all of it (also on failure)."""
+
+    def __init__(self, settings: ZkSettings, tmp_path: Path) -> None:
+        self.settings = settings
+        self.tmp_path = tmp_path
+        self.controllers: list[Controller] = []
+        self.workers: list[Worker] = []
+        self.clients: list[KazooClient] = []
+        self.servers: list[ZooKeeperServer] = []
+        self.releases: list[threading.Event] = []
+
+    def controller(self, cid: str, cls: type[Controller] = Controller, settings: ZkSettings | None = None,
+                   start: bool = True, **kw: Any) -> Controller:
+        ctl = cls(ControllerConfig(cid, settings or self.settings, **kw))
+        self.controllers.append(ctl)
+        return ctl.start() if start else ctl
+
+    def worker(self, wid: str, settings: ZkSettings | None = None, **kw: Any) -> Worker:
+        w = Worker(WorkerConfig(wid, settings or self.settings, **kw))
+        self.workers.append(w)
+        return w.start()
+
+    def client(self, settings: ZkSettings | None = None, **kw: Any) -> KazooClient:
+        s = settings or self.settings
+        c = KazooClient(hosts=s.hosts, timeout=s.session_timeout_s, **kw)
+        self.clients.append(c)
+        c.start(timeout=15)
+        return c
+
+    def server(self) -> ZooKeeperServer:
+        srv = ZooKeeperServer(data_dir=self.tmp_path / f"zk{len(self.servers)}", port=free_port(), tick_ms=200)
+        self.servers.append(srv)
+        srv.start(timeout=90)
+        return srv
+
+    def close(self) -> None:
+        for r in self.releases:
+            r.set()
+        for ctl in self.controllers:
+            ctl.before_write = None
+        for w in self.workers:
+            try:
+                w.kill()
+            except Exception:
+                log.exception("stopping worker %s", w.id)
+        for ctl in self.controllers:
+            try:
+                if ctl.thread.is_alive() or ctl.thread.ident is None:
+                    if ctl.thread.ident is None:
+                        ctl.client.stop()
+                        ctl.client.close()
+                    else:
+                        ctl.stop()
+                else:
+                    ctl.timer.stop()
+                    ctl.client.stop()
+                    ctl.client.close()
+            except Exception:
+                log.exception("stopping controller %s", ctl.id)
+        for c in self.clients:
+            try:
+                c.stop()
+                c.close()
+            except Exception:
+                pass
+        for srv in self.servers:
+            srv.stop()  # by pid
+        leftover = [t.name for t in threading.enumerate()
+                    if any(t.name.startswith(f"controller-{c.id}-") for c in self.controllers) and t.is_alive()
+                    and not t.name.endswith("-retry")]
+        assert not leftover, f"threads left running: {leftover}"
+
+
+@pytest.fixture
+def cluster(zk_settings: ZkSettings, zk: KazooClient, tmp_path: Path):
+    c = Cluster(zk_settings, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def expire_session(hosts: str, client: KazooClient) -> int:
+    """Expire ``client``'s session from outside: attach a second client to it and close that one."""
+    session_id = client.client_id[0]
+    thief = KazooClient(hosts=hosts, client_id=client.client_id, timeout=client._session_timeout / 1000)
+    thief.start(timeout=15)
+    thief.stop()
+    thief.close()
+    return session_id
+
+
+def the_active(ctls: list[Controller]) -> Controller | None:
+    act = [c for c in ctls if c.active and c.ctx is not None]
+    return act[0] if len(act) == 1 else None
+
+
+# ---- 1. election and failover ---------------------------------------------------------------------
+def test_exactly_one_active_and_failover_within_one_second(cluster, zk, layout, zk_hosts):
+    brokers = [cluster.client() for _ in range(3)]
+    for i, b in enumerate(brokers):
+        b.create(layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True)
+    create_tasks(zk, layout, [f"t{i:03d}" for i in range(50)])
+
+    monitor = ActiveMonitor()
+    monitor.start()
+    try:
+        ctls = [cluster.controller(f"c{i}") for i in range(4)]
+        monitor.watch(*ctls)
+        wait_until(lambda: the_active(ctls), 10, "one active controller")
+        first = the_active(ctls)
+        assert first.epoch == 1
+        info = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+        assert (info.controller_id, info.epoch) == (first.id, 1)
+        assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == 1
+        wait_until(lambda: len(first.ctx.brokers) == 3 and len(first.ctx.tasks) == 50, 5, "context loaded")
+
+        failovers = []
+        old = first
+        live = list(ctls)
+        for kill in ("session close", "graceful stop", "session close"):
+            before = view(old)
+            monitor.forget(old)
+            live.remove(old)
+            t0 = time.monotonic()
+            if kill == "graceful stop":
+                old.stop()
+            else:
+                old.client.stop()  # the process dies: its session closes, /controller vanishes
+            wait_until(lambda: the_active(live), 2, f"a successor after {kill}", interval=0.001)
+            new = the_active(live)
+            took = time.monotonic() - t0
+            failovers.append(round(took, 3))
+            assert took < 1.0, f"failover after {kill} took {took:.3f}s"
+            assert new.epoch == old.epoch + 1
+            assert view(new) == before
+            info = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+            assert (info.controller_id, info.epoch) == (new.id, new.epoch)
+            old = new
+        log.warning("failover times: %s", failovers)
+        print(f"failover times (s): {failovers}")
+        assert len(live) == 1 and the_active(live) is live[0]
+    finally:
+        monitor.stop()
+    assert monitor.observations > 100
+    assert monitor.violations == []
+
+
+# ---- 2. zombie fencing ----------------------------------------------------------------------------
+def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layout, zk_hosts):
+    tasks = [f"t{i}" for i in range(6)]
+    create_tasks(zk, layout, tasks)
+    a = cluster.controller("a")
+    wait_until(lambda: a.active and a.ctx is not None, 10, "a active")
+    b = cluster.controller("b")
+    worker = cluster.worker("w1")
+    wait_until(lambda: worker.running_tasks() == set(tasks), 20, "the worker runs every task")
+    wait_until(lambda: (s := group_state(zk, layout)) and s.state == "Stable", 10, "group Stable")
+    assert group_state(zk, layout).controller_epoch == a.epoch
+
+    # freeze a in the middle of processing: right before its next fenced write
+    frozen, release = threading.Event(), threading.Event()
+    cluster.releases.append(release)
+    pending: list[str] = []
+
+    def stall() -> None:
+        pending.append(a.thread.current or "?")
+        frozen.set()
+        assert release.wait(60)
+
+    a.before_write = stall
+    writer = a.writer
+    written_before = writer.ops_written
+    old_epoch = a.epoch
+    request_rebalance(zk, layout, "default", "zombie test")  # a group write is now pending in a
+    wait_until(frozen.is_set, 10, "a frozen before its write")
+    assert pending == ["Rebalance"]
+
+    old_session = expire_session(zk_hosts, a.client)
+    wait_until(lambda: b.active and b.ctx is not None and b.epoch > old_epoch, 10, "b active at a higher epoch")
+    wait_until(lambda: a.client.connected and a.client.client_id and a.client.client_id[0] != old_session, 15,
+               "a reconnected with a new session")
+    # the successor has handled the rebalance request itself and the group is Stable under its epoch
+    wait_until(lambda: (s := group_state(zk, layout)) and s.state == "Stable" and s.controller_epoch == b.epoch, 20,
+               "group Stable under b")
+    assert a.active  # still believes it is the controller: a zombie
+    state_stat = zk.exists(layout.group_state("default"))
+
+    a.before_write = None
+    release.set()
+    wait_until(lambda: not a.active, 10, "a resigned")
+    assert a.fenced_writes >= 1
+    assert a.metrics.registry.get_sample_value("zkc_controller_fenced_writes_total") >= 1
+    assert writer.ops_written == written_before
+    # nothing a wrote landed: the group's state and assignments carry b's epoch, untouched since
+    assert zk.exists(layout.group_state("default")).mzxid == state_stat.mzxid
+    assert group_state(zk, layout).controller_epoch == b.epoch
+    for m in zk.get_children(layout.group_assignments("default")):
+        a_m = codecs.decode(codecs.Assignment, zk.get(layout.group_assignment("default", m))[0])
+        assert a_m.controller_epoch == b.epoch
+    assert b.active and the_active([a, b]) is b
+    assert worker.running_tasks() == set(tasks)
+
+    # a is still a candidate: when b goes, a takes over
+    b_epoch = b.epoch
+    t0 = time.monotonic()
+    b.client.stop()
+    wait_until(lambda: a.active and a.ctx is not None, 2, "a active again", interval=0.001)
+    assert time.monotonic() - t0 < 1.0
+    assert a.epoch == b_epoch + 1
+
+
+# ---- 3. one event at a time, in order -------------------------------------------------------------
+class RecordingController(Controller):
+    """Records every ``process`` call: the thread it ran on, its interval, and how many were inside at once."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.inside = 0
+        self.max_inside = 0
+        self.calls: list[tuple[str, int, int, str]] = []
+
+    def _process(self, event: Any) -> None:
+        self.inside += 1
+        self.max_inside = max(self.max_inside, self.inside)
+        start = time.monotonic_ns()
+        try:
+            super()._process(event)
+        finally:
+            self.calls.append((threading.current_thread().name, start, time.monotonic_ns(), type(event).__name__))
+            self.inside -= 1
+
+
+def test_concurrent_watch_firings_are_processed_one_at_a_time_in_order(cluster, zk, layout):
+    ctl = cluster.controller("solo", cls=RecordingController)
+    wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
+
+    probes: list[int] = []
+    arrival: list[int] = []
+    order_lock = threading.Lock()
+    seq = itertools.count()
+    barrier = threading.Barrier(20)
+    member_client = cluster.client()
+
+    def make_tasks(k: int) -> None:
+        barrier.wait(10)
+        for i in range(10):
+            zk.create(layout.task(f"k{k}-{i}"), TaskSpec(id=f"k{k}-{i}").encode())
+
+    def make_members(k: int) -> None:
+        barrier.wait(10)
+        for i in range(3):
+            m = f"m{k}-{i}"
+            member_client.create(layout.group_member("default", m), join_request(m), ephemeral=True, makepath=True)
+
+    def put_probes(k: int) -> None:
+        barrier.wait(10)
+        for _ in range(50):
+            with order_lock:  # one arrival order across the producing threads
+                n = next(seq)
+                arrival.append(n)
+                ctl.put(Probe(n, probes))
+
+    jobs = [make_tasks] * 8 + [make_members] * 6 + [put_probes] * 6
+    threads = [threading.Thread(target=fn, args=(k,), name=f"test-producer-{k}") for k, fn in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    wait_until(lambda: len(probes) == 300, 10, "all probes processed")
+    wait_until(lambda: len(ctl.ctx.tasks) == 80, 10, "all tasks seen")
+    wait_until(lambda: len(ctl.ctx.members.get("default", {})) == 18, 10, "all members seen")
+    settle(ctl)
+
+    assert probes == arrival  # arrival order preserved
+    assert ctl.max_inside == 1
+    calls = list(ctl.calls)
+    assert {name for name, *_ in calls} == {ctl.thread.name}
+    ordered = sorted(calls, key=lambda c: c[1])
+    overlaps = [(a, b) for a, b in zip(ordered, ordered[1:]) if b[1] < a[2]]
+    assert overlaps == []
+    kinds = collections.Counter(k for *_, k in calls)
+    assert kinds["TaskChange"] >= 1 and kinds["MembersChange"] >= 1 and kinds["Probe"] == 301, kinds
+
+
+# ---- 4. batched and pipelined writes --------------------------------------------------------------
+def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, layout, zk_hosts, zk_root):
+    # one Python process hosts the controller and three workers here, so allow a generous session timeout
+    settings = ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=20.0)
+    n = 5000
+    ids = [f"t{i:05d}" for i in range(n)]
+    t0 = time.monotonic()
+    create_tasks(zk, layout, ids)
+    created = time.monotonic() - t0
+
+    ctl = cluster.controller("bulk", settings=settings, start=False)
+    requests: collections.Counter[str] = collections.Counter()
+    send = ctl.client._call
+
+    def counting_call(request: Any, async_object: Any) -> Any:
+        requests[type(request).__name__] += 1
+        return send(request, async_object)
+
+    ctl.client._call = counting_call
+    t0 = time.monotonic()
+    ctl.start()
+    wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == n, 30, "all tasks loaded")
+    loaded = time.monotonic() - t0
+    workers = [cluster.worker(f"w{i}", settings=settings) for i in range(3)]
+    wait_until(lambda: sum(len(w.running_tasks()) for w in workers) == n, 120, "all 5000 tasks running", interval=0.1)
+    running = time.monotonic() - t0
+    owned = [w.running_tasks() for w in workers]
+    assert set().union(*owned) == set(ids) and sum(map(len, owned)) == n
+    start_requests = dict(requests)
+    start_writes = sum(requests[k] for k in WRITE_REQUESTS)
+    assert start_writes < 100, start_requests
+
+    requests.clear()
+    t0 = time.monotonic()
+    request_deletions(zk, layout, ids)
+    wait_until(lambda: zk.get_children(layout.tasks) == [], 120, "all tasks deleted", interval=0.1)
+    wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == [], 10, "all requests done")
+    deleted = time.monotonic() - t0
+    wait_until(lambda: zk.get_children(layout.statuses) == [], 10, "all statuses deleted")
+    assert all(not w.running_tasks() for w in workers)
+    delete_requests = dict(requests)
+    delete_writes = sum(requests[k] for k in WRITE_REQUESTS)
+    assert delete_writes < 100, delete_requests
+    assert len(ctl.ctx.tasks) == 0 and not ctl.ctx.deleting
+    print(f"create {created:.2f}s, load {loaded:.2f}s, all running {running:.2f}s, deleted {deleted:.2f}s; "
+          f"controller requests while starting {start_requests}, while deleting {delete_requests}")
+
+
+# ---- 5. connection states -------------------------------------------------------------------------
+def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path):
+    server = cluster.server()
+    settings = ZkSettings(hosts=server.address, root="/conn", session_timeout_s=10.0)
+    admin = cluster.client(settings)
+    lay = ZkLayout("/conn")
+    ensure_layout(admin, lay)
+    create_tasks(admin, lay, ["t1", "t2"])
+    ctl = cluster.controller("c", settings=settings)
+    wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 2, 10, "active")
+    epoch, session = ctl.epoch, ctl.client.client_id[0]
+    checks: list[bool] = []
+    still = ctl._still_controller
+    ctl._still_controller = lambda: checks.append(still()) or checks[-1]
+
+    # SUSPENDED: events are held, nothing is processed or written
+    server.kill()
+    wait_until(lambda: not ctl.connected, 10, "suspended")
+    processed: list[int] = []
+    ctl.put(Probe(1, processed))
+    ctl.put(Probe(2, processed))
+    wait_until(lambda: sum(isinstance(e, Probe) for e in ctl.held) == 2, 5, "probes held")
+    assert processed == [] and ctl.active
+
+    # CONNECTED again (same session): it verifies /controller, then resumes with the held events, in order
+    server.start(timeout=90)
+    wait_until(lambda: processed == [1, 2], 20, "held events processed after reconnect")
+    assert checks and checks[0] is True
+    assert ctl.active and ctl.epoch == epoch and ctl.client.client_id[0] == session
+    # watches work again: a new task is seen
+    create_tasks(admin, lay, ["t3"])
+    wait_until(lambda: "t3" in ctl.ctx.tasks, 10, "new task seen after reconnect")
+
+    # LOST: the session expires; it resigns, clears its context and runs again (sole candidate: wins, epoch + 1)
+    resigned = threading.Event()
+    resign = ctl.resign
+    ctl.resign = lambda reason: (resigned.set() if ctl.active else None, resign(reason))[1]
+    expire_session(server.address, ctl.client)
+    wait_until(resigned.is_set, 10, "resigned after LOST")
+    wait_until(lambda: ctl.active and ctl.ctx is not None and ctl.epoch == epoch + 1, 15, "re-elected")
+    assert set(ctl.ctx.tasks) == {"t1", "t2", "t3"}
+    assert codecs.decode(codecs.ControllerInfo, admin.get(lay.controller)[0]).epoch == epoch + 1
+    assert admin.exists(lay.controller).ephemeralOwner == ctl.client.client_id[0]
+
+
+# ---- 6. metrics -----------------------------------------------------------------------------------
+def test_metrics_endpoint_serves_prometheus_text(cluster, zk, layout):
+    b = cluster.client()
+    for i in range(2):
+        b.create(layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True)
+    create_tasks(zk, layout, ["t1", "t2", "t3"])
+    ctl = cluster.controller("m", metrics_port=0)
+    wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
+    wait_until(lambda: ctl.thread.queue_size() == 0 and ctl.thread.current is None, 5, "idle")
+    port = ctl.metrics_server.port
+    assert port > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = resp.read().decode()
+    samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    assert samples[("zkc_controller_epoch", ())] == 1
+    assert samples[("zkc_controller_active", ())] == 1
+    assert samples[("zkc_controller_brokers", ())] == 2
+    assert samples[("zkc_controller_tasks", ())] == 3
+    assert ("zkc_controller_queue_size", ()) in samples
+    assert samples[("zkc_controller_events_total", (("event", "Startup"),))] == 1
+    assert samples[("zkc_controller_event_process_seconds_count", (("event", "Startup"),))] == 1
+    assert samples[("zkc_controller_event_queue_seconds_count", (("event", "Startup"),))] == 1
+    assert samples[("zkc_controller_event_process_seconds_sum", (("event", "Startup"),))] > 0
+    assert ("zkc_controller_fenced_writes_total", ()) in samples
+
+
+# ---- 7. broker membership -------------------------------------------------------------------------
+def test_broker_change_distinguishes_joined_left_and_bounced(cluster, zk, layout):
+    ctl = cluster.controller("bm")
+    wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
+    info = lambda b: codecs.encode(codecs.BrokerInfo(broker_id=b, host="h", pid=1))
+
+    def last_changes() -> list:
+        return list(ctl.ctx.broker_changes)
+
+    s1, s2 = cluster.client(), cluster.client()
+    s1.create(layout.broker("b1"), info("b1"), ephemeral=True)
+    s2.create(layout.broker("b2"), info("b2"), ephemeral=True)
+    wait_until(lambda: set(ctl.ctx.brokers) == {"b1", "b2"}, 5, "two joined")
+    epochs = {b: zk.exists(layout.broker(b)).czxid for b in ("b1", "b2")}
+    assert view(ctl)[0] == epochs
+    joined = {b for d in last_changes() for b in d.joined}
+    assert joined == {"b1", "b2"}
+
+    # left: its session ends
+    n = len(last_changes())
+    s2.stop()
+    wait_until(lambda: set(ctl.ctx.brokers) == {"b1"}, 5, "b2 left")
+    assert [d for d in last_changes()[n:] if d.left] and all("b2" not in d.joined + d.bounced for d in last_changes()[n:])
+
+    # bounced: same id, new session and czxid, re-registered before the controller looked again
+    n = len(last_changes())
+    entered, release = threading.Event(), threading.Event()
+    cluster.releases.append(release)
+    ctl.put(Block(entered, release))
+    assert entered.wait(5)
+    s1.stop()
+    s3 = cluster.client()
+    s3.create(layout.broker("b1"), info("b1"), ephemeral=True)
+    new_epoch = zk.exists(layout.broker("b1")).czxid
+    assert new_epoch != epochs["b1"]
+    release.set()
+    wait_until(lambda: ctl.ctx.brokers.get("b1") and ctl.ctx.brokers["b1"].epoch == new_epoch, 5, "b1 bounced")
+    changes = last_changes()[n:]
+    assert [d.bounced for d in changes if d.bounced] == [("b1",)]
+    assert all(not d.joined and not d.left for d in changes)
+    assert ctl.metrics.registry.get_sample_value("zkc_controller_brokers") == 1
