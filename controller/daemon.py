@@ -304,7 +304,17 @@ class Controller:
             try:
                 self.zk.create(self.layout.controller, codecs.encode(info), ephemeral=True)
             except NodeExistsError:
-                if self.zk.exists(self.layout.controller, watch=self._candidate_watch) is None:
+                held = self.zk.exists(self.layout.controller, watch=self._candidate_watch)
+                if held is not None and held.ephemeralOwner == self.zk.client_id[0]:
+                    # ours, from an election ZooKeeper cut short (the epoch bump's answer was lost): nobody
+                    # else can win while it exists, so remove it and run again
+                    log.warning("controller %s: removing /controller left by its own interrupted election", self.id)
+                    try:
+                        self.zk.delete(self.layout.controller, version=held.version)
+                    except (NoNodeError, BadVersionError):
+                        pass
+                    self.put(ev.Reelect())
+                elif held is None:
                     self.put(ev.Reelect())
                 return
             try:
@@ -592,12 +602,15 @@ class Controller:
         self._write(lambda: self.writer.upsert(items, self.ctx.known_paths))
         self.metrics.zk_writes.inc(self.writer.requests - before)
         for gen in watches:
-            path = lay.group_sync(g, gen)
-            token = self.token
-            if self.zk.exists(path, watch=lambda _e, gen=gen, token=token: self.put(ev.SyncProposalReady(token, g, gen))):
-                self.put(ev.SyncProposalReady(self.token, g, gen))
+            self._watch_sync(g, gen)
         if cleanup_below is not None:
             self._cleanup_generations(g, cleanup_below)
+
+    def _watch_sync(self, g: str, generation: int) -> None:
+        """Watch for the leader's proposal of this generation (and read it now if it is already there)."""
+        if self.zk.exists(self.layout.group_sync(g, generation),
+                          watch=self._watch(lambda t: ev.SyncProposalReady(t, g, generation))) is not None:
+            self.put(ev.SyncProposalReady(self.token, g, generation))
 
     def _cleanup_generations(self, g: str, below: int) -> None:
         lay = self.layout
@@ -841,13 +854,15 @@ class Controller:
             return
         path = self.layout.group_sync(group, generation)
         try:
-            data, _ = self.zk.get(path)
+            data, _ = self.zk.get(path, watch=self._watch(lambda t: ev.SyncProposalReady(t, group, generation)))
         except NoNodeError:
+            # not written yet (a held re-read after a connection loss): the watch must be armed again
+            self._watch_sync(group, generation)
             return
         try:
             proposal = codecs.decode(codecs.SyncProposal, data, path)
         except PayloadError as exc:
-            log.warning("group %s: unreadable proposal, waiting for the sync timeout: %s", group, exc)
+            log.warning("group %s: unreadable proposal; waiting for a rewrite or the sync timeout: %s", group, exc)
             return
         self._apply(group, coord.on_proposal(proposal))
 

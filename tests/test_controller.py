@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker_sim.worker import Worker, WorkerConfig
@@ -305,6 +306,52 @@ def test_exactly_one_active_and_failover_within_one_second(cluster, zk, layout, 
         monitor.stop()
     assert monitor.observations > 100
     assert monitor.violations == []
+
+
+def test_an_election_cut_short_after_the_epoch_bump_does_not_deadlock(cluster, zk, layout):
+    """The epoch bump reached ZooKeeper but its answer was lost: the candidate holds /controller without
+    being active. It must notice the znode is its own and run again, or nobody could ever win."""
+    ctl = cluster.controller("c", start=False)
+    set_epoch = ctl.zk.set
+    lost: list[str] = []
+
+    def set_then_lose_the_answer(path: str, value: bytes, version: int = -1):
+        stat = set_epoch(path, value, version)
+        if not lost:
+            lost.append(path)
+            raise ConnectionLoss("answer lost")
+        return stat
+
+    ctl.zk.set = set_then_lose_the_answer
+    ctl.start()
+    wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active after the interrupted election")
+    assert lost == [layout.controller_epoch]
+    assert ctl.epoch == 2  # epoch 1 was taken by the interrupted attempt
+    info = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+    assert (info.controller_id, info.epoch) == ("c", 2)
+    assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == 2
+
+
+def test_a_retry_timer_firing_after_the_win_does_not_make_the_controller_resign(cluster, zk, layout):
+    ctl = cluster.controller("c", start=False)
+    get = ctl.zk.get
+    failed: list[str] = []
+
+    def first_get_fails(path: str, watch: Any = None):
+        if path == layout.controller_epoch and not failed:
+            failed.append(path)
+            raise ConnectionLoss("transient")
+        return get(path, watch)
+
+    ctl.zk.get = first_get_fails
+    ctl.start()
+    wait_until(lambda: failed and ctl._retry_timer is not None, 5, "a retry scheduled")
+    ctl.put(ev.ControllerChange(-1))  # e.g. the candidate watch fires: it wins before the retry timer
+    wait_until(lambda: ctl.active and ctl.ctx is not None, 5, "active")
+    wait_until(ctl._retry_timer.finished.is_set, 5, "the retry timer fired")
+    settle(ctl)
+    assert ctl.active and ctl.epoch == 1
+    assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == 1
 
 
 # ---- 2. zombie fencing ----------------------------------------------------------------------------
