@@ -562,6 +562,11 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
     ctl.put(Probe(2, processed))
     wait_until(lambda: sum(isinstance(e, Probe) for e in ctl.held) == 2, 5, "probes held")
     assert processed == [] and ctl.active
+    # a call made now gives up at once instead of waiting for ZooKeeper to come back
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionLoss):
+        ctl.zk.get(lay.tasks)
+    assert time.monotonic() - t0 < 1.0
 
     # CONNECTED again (same session): it verifies /controller, then resumes with the held events, in order
     server.start(timeout=90)

@@ -199,3 +199,37 @@ def test_current_names_the_event_being_processed(running):
     while t.current is not None and time.monotonic() < deadline:
         threading.Event().wait(0.01)
     assert t.current is None
+
+
+def test_coalesce_merges_held_rereads_and_keeps_everything_else_in_order():
+    from controller import events as ev
+
+    held = [
+        ev.Suspended(),
+        ev.TaskConfigChange(3, "t1"),
+        ev.BrokerModification(3, "b1"),
+        Step(1),
+        ev.TaskConfigChange(3, "t2"),
+        ev.MemberChange(3, "g", "m1"),
+        ev.TaskChange(3),
+        ev.TaskConfigChange(3, "t1"),
+        ev.MemberChange(3, "g", "m2"),
+        ev.MemberChange(3, "h", "m1"),
+        ev.TaskChange(3),
+        Step(2),
+        ev.BrokerModification(3, "b2"),
+        ev.TaskConfigChange(2, "t9"),  # an older activation's: merged separately (and dropped when processed)
+    ]
+    assert ev.coalesce(held) == [
+        ev.Suspended(),
+        ev.TaskConfigChanges(3, ("t1", "t2")),
+        ev.BrokerModifications(3, ("b1", "b2")),
+        Step(1),
+        ev.MemberChanges(3, "g", ("m1", "m2")),
+        ev.TaskChange(3),
+        ev.MemberChanges(3, "h", ("m1",)),
+        Step(2),
+        ev.TaskConfigChanges(2, ("t9",)),
+    ]
+    assert ev.coalesce([]) == []
+    assert ev.coalesce([Step(1), Step(1)]) == [Step(1), Step(1)]  # not a re-read: never merged
