@@ -539,6 +539,30 @@ def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, la
           f"controller requests while starting {start_requests}, while deleting {delete_requests}")
 
 
+def test_a_task_is_deleted_only_after_its_owner_lets_go(cluster, zk, layout):
+    create_tasks(zk, layout, ["t1", "t2", "t3"])
+    status = codecs.encode(codecs.TaskStatus(broker="x", state="RUNNING", generation=1, updated=0.0))
+    for t in ("t1", "t2", "t3"):
+        zk.create(layout.status(t), status)
+    owner = cluster.client()
+    owner.create(layout.task_owner("t1"), codecs.encode(codecs.OwnerInfo(broker="x", generation=1)), ephemeral=True)
+    ctl = cluster.controller("del")
+    wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 3, 10, "active")
+
+    request_deletions(zk, layout, ["t1", "t2", "t3", "ghost"])
+    # the others go (after the batching linger, since t1 is still owned); a request for no task is dropped
+    wait_until(lambda: zk.get_children(layout.tasks) == ["t1"], 10, "t2 and t3 deleted")
+    wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == ["t1"], 5, "their requests removed")
+    assert zk.get_children(layout.statuses) == ["t1"]
+    assert set(ctl.ctx.tasks) == {"t1"} and ctl.ctx.deleting == {"t1"}
+
+    owner.stop()  # the owner lets go
+    wait_until(lambda: zk.get_children(layout.tasks) == [], 5, "t1 deleted once released")
+    wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == [], 5, "its request removed")
+    assert zk.get_children(layout.statuses) == []
+    assert not ctl.ctx.tasks and not ctl.ctx.deleting and not ctl.ctx.deletable
+
+
 # ---- 5. connection states -------------------------------------------------------------------------
 def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path):
     server = cluster.server()
