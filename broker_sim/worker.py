@@ -669,11 +669,14 @@ class Worker:
         then un-fence only after a round trip proves the session survived (our broker znode is ours)."""
         period = 0.2
         last = time.monotonic()
+        probe = _LivenessProbe(self)
         while not self.stopped.wait(period):
             now = time.monotonic()
             gap, last = now - last, now
             if gap <= self.config.settings.session_timeout_s / 3:
+                probe.step(now)
                 continue
+            probe.reset(now)
             log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
             self._fence()
             try:
@@ -757,6 +760,65 @@ class Worker:
 
     def state(self) -> str:
         return self.member.state.value
+
+
+class _LivenessProbe:
+    """The fence deadline without relying on kazoo's SUSPENDED, run by the pulse thread.
+
+    kazoo declares SUSPENDED only when a heartbeat ping goes unanswered, and every request it sends
+    counts as a ping (it postpones the next one): a worker that keeps issuing requests into a silent
+    network never sees SUSPENDED while the server expires its session. So the pulse thread keeps one
+    cheap ``exists`` of our broker znode in flight; the server heard from us no earlier than the send
+    time of the last answered one, so our session lives at least ``session_timeout`` past it. Once
+    ``(1 - fence_fraction) * session_timeout`` has passed without an answer, stop every task (the same
+    margin as the SUSPENDED fence timer); resume when an answer shows our session still owns our broker
+    znode."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.w = worker
+        self.limit = worker.config.settings.session_timeout_s * (1 - worker.config.fence_fraction)
+        self.session: int | None = None
+        self.last_ok = time.monotonic()
+        self.pending: tuple[float, Any] | None = None
+        self.fenced = False
+
+    def reset(self, now: float) -> None:
+        self.last_ok = now
+        self.pending = None
+
+    def step(self, now: float) -> None:
+        w = self.w
+        if w.session_id is None or w._closing:
+            self.reset(now)
+            return
+        if w.session_id != self.session:  # a new session: its clock starts now
+            self.session = w.session_id
+            self.reset(now)
+            self.fenced = False
+        if self.pending is not None and self.pending[1].ready():
+            sent, result = self.pending
+            self.pending = None
+            try:
+                stat = result.get(block=False)
+            except Exception:
+                stat = False
+            if stat is not False:
+                self.last_ok = max(self.last_ok, sent)
+                if self.fenced and stat is not None and stat.ephemeralOwner == w.session_id:
+                    self.fenced = False
+                    log.info("worker %s: ZooKeeper answers again and our session is alive; resuming", w.id)
+                    with w.lock:
+                        w.fenced = False
+                    w._reconcile()
+        if self.pending is None and w.client.connected:
+            try:
+                self.pending = (now, w.client.exists_async(w.layout.broker(w.id)))
+            except Exception:
+                self.pending = None
+        if not self.fenced and now - self.last_ok > self.limit:
+            self.fenced = True
+            log.warning("worker %s: no answer from ZooKeeper for %.1fs; fencing", w.id, now - self.last_ok)
+            w._fence()
 
 
 def install_signal_handlers(worker: Worker, on_exit: Callable[[], None]) -> None:
