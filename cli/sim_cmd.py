@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from broker_sim.chaos import FAULT_KINDS, ChaosOptions, run_chaos
+from broker_sim.chaos import format_summary as format_chaos
 from broker_sim.sim import SCENARIOS, SimOptions, format_summary, run_simulation
 from controller.protocol import COOPERATIVE, EAGER
 
@@ -60,4 +62,52 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
     else:
         click.echo(format_summary(summary))
     if summary.double_ownership:
+        raise SystemExit(1)
+
+
+@sim.command("chaos")
+@click.option("--seed", type=int, default=0, show_default=True, help="same seed (and options), same fault schedule")
+@click.option("--duration", type=click.FloatRange(1, 7 * 24 * 3600), default=60.0, show_default=True,
+              help="seconds during which faults start")
+@click.option("--brokers", type=click.IntRange(2, 200), default=4, show_default=True)
+@click.option("--tasks", type=click.IntRange(1, 20_000), default=40, show_default=True)
+@click.option("--controllers", type=click.IntRange(1, 5), default=2, show_default=True, help="controller candidates")
+@click.option("--process-brokers", is_flag=True,
+              help="brokers and controllers as processes: kill -9 and SIGSTOP/SIGCONT are real")
+@click.option("--session-timeout", type=click.FloatRange(2, 60), default=4.0, show_default=True)
+@click.option("--rebalance-timeout", type=click.FloatRange(1, 600), default=8.0, show_default=True)
+@click.option("--scheduled-delay", type=click.FloatRange(0, 600), default=0.0, show_default=True)
+@click.option("--mean-gap", type=click.FloatRange(0.1, 3600), default=2.5, show_default=True,
+              help="mean seconds between fault starts")
+@click.option("--faults", "kinds", default=",".join(FAULT_KINDS), show_default=True,
+              help="comma-separated fault kinds to draw from")
+@click.option("--json", "json_flag", is_flag=True, help="print the summary as JSON (same as the global --json)")
+@click.option("--intervals-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write the recorded run intervals as JSON (for `zkctl timeline`)")
+@click.pass_obj
+def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers, session_timeout, rebalance_timeout,
+              scheduled_delay, mean_gap, kinds, json_flag, intervals_out) -> None:
+    """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
+
+    Faults: broker kill / session expiry / freeze / partition, controller kill / freeze, ZooKeeper
+    stop-start, rolling bounce, task create/delete storms. Verdicts: (1) no task had two running owners,
+    (2) every RUNNING task runs on exactly one live broker within a stated bound of the last fault,
+    (3) controller epoch and generations only grow, (4) no group stays out of Stable longer than the
+    rebalance timeout + delay once the faults stop. Exits 1 on any violation."""
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    unknown = [k for k in chosen if k not in FAULT_KINDS]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown fault kind(s) {unknown}; choose from {', '.join(FAULT_KINDS)}",
+                                 param_hint="--faults")
+    root = click.get_current_context().find_root()
+    given = root.get_parameter_source("hosts") not in (click.core.ParameterSource.DEFAULT, None)
+    opts = ChaosOptions(seed=seed, duration_s=duration, brokers=brokers, tasks=tasks, controllers=controllers,
+                        process_brokers=process_brokers, session_timeout_s=session_timeout,
+                        rebalance_timeout_s=rebalance_timeout, scheduled_delay_s=scheduled_delay, mean_gap_s=mean_gap,
+                        kinds=chosen, zk_hosts=ctx.hosts if given else None,
+                        intervals_out=str(intervals_out) if intervals_out else None)
+    as_json = ctx.json_out or json_flag
+    summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)
+    click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json else format_chaos(summary))
+    if not summary.ok:
         raise SystemExit(1)
