@@ -87,6 +87,7 @@ class Ctx:
     json_out: bool
     verbose: int
     state_dir: Path
+    auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
     _client: Any = field(default=None, repr=False)
 
     @property
@@ -95,7 +96,7 @@ class Ctx:
 
     @property
     def settings(self) -> ZkSettings:
-        return settings_from_env(hosts=self.hosts, root=self.root)
+        return settings_from_env(hosts=self.hosts, root=self.root, auth=self.auth)
 
     @property
     def connect_timeout(self) -> float:
@@ -135,6 +136,38 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def resolve_auth(source: str | None, file: str | None) -> str | None:
+    """The digest credentials named by ``--zk-auth env:NAME|file:PATH`` or ``--zk-auth-file PATH`` (None:
+    ZKC_AUTH / ZKC_AUTH_FILE apply). The credentials themselves are refused on the command line (they
+    would show in ``ps`` and shell history), and no message ever repeats them. Processes this one starts
+    inherit the source (ZKC_AUTH_FILE or ZKC_AUTH), not a command-line copy."""
+    from controller.security import SecurityError, parse_credential, read_credential_file
+
+    if source is not None and file is not None:
+        raise click.UsageError("give --zk-auth or --zk-auth-file, not both")
+    if source is None and file is None:
+        return None
+    try:
+        if file is not None or source.startswith("file:"):
+            path = file if file is not None else source[len("file:"):]
+            text = read_credential_file(path)
+            os.environ["ZKC_AUTH_FILE"] = os.path.abspath(path)
+            os.environ.pop("ZKC_AUTH", None)
+            return text
+        if source.startswith("env:"):
+            name = source[len("env:"):]
+            text = os.environ.get(name, "")
+            if not text:
+                raise click.BadParameter(f"environment variable {name!r} is not set", param_hint="--zk-auth")
+            parse_credential(text, f"environment variable {name}")
+            os.environ["ZKC_AUTH"] = text
+            return text.strip()
+    except SecurityError as exc:
+        raise click.BadParameter(str(exc), param_hint="--zk-auth") from None
+    raise click.BadParameter("takes env:NAME or file:PATH (the credentials themselves never go on the command "
+                             "line)", param_hint="--zk-auth")
 
 
 def cell(value: Any) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from cli.common import Ctx, UserError, ZkctlGroup, pass_ctx, user_message
+from cli.common import Ctx, UserError, ZkctlGroup, pass_ctx, resolve_auth, user_message
 from controller.codecs import PayloadError
 from controller.layout import DEFAULT_ROOT, InvalidName, ZkLayout
 from controller.zkclient import DEFAULT_HOSTS
@@ -33,9 +33,15 @@ DEFAULT_STATE_DIR = ".zkc"
 @click.option("-v", "--verbose", count=True, help="more logging (-vv for debug)")
 @click.option("--state-dir", envvar="ZKC_STATE_DIR", default=DEFAULT_STATE_DIR, show_default=True, type=click.Path(path_type=Path),
               help="where local processes keep data, logs and pid files (env ZKC_STATE_DIR)")
+@click.option("--zk-auth", "zk_auth", default=None, metavar="env:NAME|file:PATH",
+              help="where ZooKeeper digest credentials (user:password) come from, never the credentials themselves "
+                   "[default: env ZKC_AUTH, else the file named by ZKC_AUTH_FILE]")
+@click.option("--zk-auth-file", "zk_auth_file", default=None, type=click.Path(dir_okay=False),
+              help="file holding the digest credentials user:password (same as --zk-auth file:PATH)")
 @click.version_option(package_name="zkcontroller")
 @click.pass_context
-def cli(ctx: click.Context, hosts: str, root: str, json_out: bool, verbose: int, state_dir: Path) -> None:
+def cli(ctx: click.Context, hosts: str, root: str, json_out: bool, verbose: int, state_dir: Path,
+        zk_auth: str | None, zk_auth_file: str | None) -> None:
     """zkcontroller: a ZooKeeper-backed controller for a fleet of Spark pipeline workers."""
     logging.basicConfig(
         level=logging.WARNING - 10 * min(verbose, 2),
@@ -48,7 +54,8 @@ def cli(ctx: click.Context, hosts: str, root: str, json_out: bool, verbose: int,
         ZkLayout(root)
     except InvalidName as exc:
         raise click.BadParameter(str(exc), param_hint="--zk-root") from None
-    obj = Ctx(hosts=hosts, root=root, json_out=json_out, verbose=verbose, state_dir=state_dir)
+    obj = Ctx(hosts=hosts, root=root, json_out=json_out, verbose=verbose, state_dir=state_dir,
+              auth=resolve_auth(zk_auth, zk_auth_file))
     ctx.obj = obj
     ctx.call_on_close(obj.close)
 
@@ -216,7 +223,8 @@ def _register() -> None:
     for command in (task, status, broker, group, rebalance, watch, controller, timeline):
         cli.add_command(command)
     cli.lazy["demo"] = _demo_command
-    for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim")):
+    for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim"),
+                                      ("cli.security_cmd", "security")):
         if command_name not in cli.lazy and importlib.util.find_spec(module_name) is not None:
             cli.lazy[command_name] = lambda m=module_name, c=command_name: _optional(m, c)
 

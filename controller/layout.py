@@ -163,6 +163,12 @@ class ZkLayout:
     def admin_delete_task(self, task_id: str) -> str:
         return self._p("admin", "delete_tasks", check_name("task id", task_id))
 
+    # security
+    @property
+    def security(self) -> str:
+        """The ACL policy (digest identities per role), written by ``zkctl security init``."""
+        return self._p("security")
+
     def persistent_roots(self) -> tuple[str, ...]:
         """Containers that must exist before anything else runs (created idempotently)."""
         return (

@@ -62,7 +62,12 @@ def make_client(settings: ZkSettings, *, connect: bool = True, timeout: float = 
     if settings.use_ssl:
         kwargs.update(use_ssl=True, ca=settings.ca, certfile=settings.certfile, keyfile=settings.keyfile,
                       verify_certs=settings.verify_certs)
-    client = KazooClient(**kwargs)
+    if settings.auth:  # creates get the ACL policy's ACL for their path (controller/security.py)
+        from controller.security import SecureKazooClient
+
+        client: KazooClient = SecureKazooClient(settings.root, **kwargs)
+    else:
+        client = KazooClient(**kwargs)
     if connect:
         client.start(timeout=timeout)
     return client
