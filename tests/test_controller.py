@@ -372,7 +372,9 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
     pending: list[str] = []
 
     def stall() -> None:
-        pending.append(a.thread.current or "?")
+        if a.thread.current != "Rebalance":
+            return  # only the rebalance's group write is frozen
+        pending.append(a.thread.current)
         frozen.set()
         assert release.wait(60)
 
@@ -515,7 +517,7 @@ def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, la
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == n, 30, "all tasks loaded")
     loaded = time.monotonic() - t0
     workers = [cluster.worker(f"w{i}", settings=settings) for i in range(3)]
-    wait_until(lambda: sum(len(w.running_tasks()) for w in workers) == n, 120, "all 5000 tasks running", interval=0.1)
+    wait_until(lambda: sum(len(w.running_tasks()) for w in workers) == n, 180, "all 5000 tasks running", interval=0.1)
     running = time.monotonic() - t0
     owned = [w.running_tasks() for w in workers]
     assert set().union(*owned) == set(ids) and sum(map(len, owned)) == n
@@ -526,7 +528,7 @@ def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, la
     requests.clear()
     t0 = time.monotonic()
     request_deletions(zk, layout, ids)
-    wait_until(lambda: zk.get_children(layout.tasks) == [], 120, "all tasks deleted", interval=0.1)
+    wait_until(lambda: zk.get_children(layout.tasks) == [], 180, "all tasks deleted", interval=0.1)
     wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == [], 10, "all requests done")
     deleted = time.monotonic() - t0
     wait_until(lambda: zk.get_children(layout.statuses) == [], 10, "all statuses deleted")
