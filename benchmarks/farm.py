@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import queue
-import select
 import subprocess
 import sys
 import threading
@@ -47,7 +46,8 @@ def _serve(args: argparse.Namespace) -> None:
     lock = threading.Lock()
 
     def start(bid: str) -> None:
-        cfg = WorkerConfig(broker_id=bid, settings=settings, protocols=protocols, assignors=(args.assignor,),
+        group = "default" if args.groups <= 1 else f"g{int(bid.rsplit('-', 1)[1]) % args.groups}"
+        cfg = WorkerConfig(broker_id=bid, settings=settings, group=group, protocols=protocols, assignors=(args.assignor,),
                            pool_size=args.pool, status_interval_s=1.0, intervals_flush_s=3600.0)
         w = Worker(cfg, runner=NoopRunner(args.start_latency, args.stop_latency)).start()
         with lock:
@@ -58,10 +58,12 @@ def _serve(args: argparse.Namespace) -> None:
         sys.stdout.flush()
 
     ids = [f"{args.prefix}-{i:03d}" for i in range(args.first, args.first + args.brokers)]
+    rss_before = psutil.Process().memory_info().rss  # the interpreter with everything imported, no broker yet
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-start") as ex:
         list(ex.map(start, ids))
-    out({"event": "ready", "brokers": len(workers), "start_s": round(time.monotonic() - t0, 3), "pid": os.getpid()})
+    out({"event": "ready", "brokers": len(workers), "start_s": round(time.monotonic() - t0, 3), "pid": os.getpid(),
+         "rss_before": rss_before})
     proc = psutil.Process()
     for line in sys.stdin:  # ends at EOF (parent gone) or on "stop"
         try:
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--protocol", default="cooperative")
     p.add_argument("--assignor", default="cooperative-sticky")
     p.add_argument("--pool", type=int, default=8)
+    p.add_argument("--groups", type=int, default=1, help="broker i joins group g<i %% groups> (1: 'default')")
     p.add_argument("--session-timeout", type=float, default=20.0)
     p.add_argument("--start-latency", type=float, default=0.0)
     p.add_argument("--stop-latency", type=float, default=0.0)
@@ -137,11 +140,11 @@ class Farm:
     def __init__(self, zk: str, root: str, brokers: int, first: int = 0, prefix: str = "broker",
                  session_timeout: float = 20.0, pool: int = 8, protocol: str = "cooperative",
                  start_latency: float = 0.0, stop_latency: float = 0.0, log_path: Path | None = None,
-                 ready_timeout: float = 300.0) -> None:
+                 ready_timeout: float = 300.0, groups: int = 1) -> None:
         cmd = [sys.executable, "-m", "benchmarks.farm", "--zk", zk, "--root", root, "--brokers", str(brokers),
                "--first", str(first), "--prefix", prefix, "--session-timeout", str(session_timeout),
                "--pool", str(pool), "--protocol", protocol, "--start-latency", str(start_latency),
-               "--stop-latency", str(stop_latency)]
+               "--stop-latency", str(stop_latency), "--groups", str(groups)]
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      text=True, bufsize=1, start_new_session=True)
