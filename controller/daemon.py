@@ -295,11 +295,14 @@ class Controller:
             except NodeExistsError:
                 pass
             data, stat = self.zk.get(self.layout.controller_epoch)
+            # Every election bumps the epoch and the znode's version together, so the version is never
+            # below the last epoch: if the text was overwritten (garbage, or a lower number), continue
+            # above the version instead of refusing to run (no controller at all) or going backwards.
             try:
-                epoch = codecs.decode_epoch(data, self.layout.controller_epoch)
+                epoch = max(codecs.decode_epoch(data, self.layout.controller_epoch), stat.version)
             except PayloadError as exc:
-                log.error("cannot run for controller: %s", exc)
-                return
+                log.error("%s; continuing from its version %d", exc, stat.version)
+                epoch = stat.version
             info = ControllerInfo(controller_id=self.id, epoch=epoch + 1, host=self.config.host, since=time.time())
             try:
                 self.zk.create(self.layout.controller, codecs.encode(info), ephemeral=True)
@@ -329,11 +332,12 @@ class Controller:
             if not self._stopping:
                 self._retry_later()
 
-    def _retry_later(self) -> None:
-        # re-elect once ZooKeeper is back: Reconnected triggers elect(); also retry on a bounded timer
+    def _retry_later(self, event: Any = None) -> None:
+        # re-elect (or re-check, ``event``) once ZooKeeper is back: Reconnected does it; also retry on a timer
         if self._retry_timer is not None:
             self._retry_timer.cancel()
-        t = threading.Timer(0.5, lambda: self.put(ev.Reelect()))
+        event = event if event is not None else ev.Reelect()
+        t = threading.Timer(0.5, lambda: self.put(event))
         t.name = f"controller-{self.id}-retry"
         t.daemon = True
         self._retry_timer = t
@@ -403,19 +407,30 @@ class Controller:
         self.connected = False
 
     def on_reconnected(self) -> None:
-        self.connected = True
-        if self.active:
-            if not self._still_controller():
-                self.resign("reconnected without /controller at our epoch")
-                self.elect()
-                return
-            if self.needs_reload:
-                self._reload()
-            held, self.held = self.held, []
-            self.thread.put_front(ev.coalesce(held))
-        else:
+        if not self.active:
+            self.connected = True
             self.held.clear()
             self.elect()
+            return
+        reloading = False
+        try:
+            still = self._still_controller()
+            if still and self.needs_reload:
+                reloading = True
+                self._reload()
+        except _TRANSIENT:
+            # ZooKeeper went away again before we could check: keep holding events and check again on
+            # the next CONNECTED, or on this retry if the connection is back without one
+            self.needs_reload = self.needs_reload or reloading
+            self._retry_later(ev.Reconnected())
+            return
+        self.connected = True
+        if not still:
+            self.resign("reconnected without /controller at our epoch")
+            self.elect()
+            return
+        held, self.held = self.held, []
+        self.thread.put_front(ev.coalesce(held))
 
     def on_expire(self) -> None:
         self.connected = False

@@ -97,8 +97,8 @@ class InterruptibleClient:
 
     def create_async(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
                      sequence: bool = False, makepath: bool = False) -> _Pending:
-        return self._pending(self._client.create_async(path, value, acl=acl or self._client.default_acl,
-                                                       ephemeral=ephemeral, sequence=sequence, makepath=makepath))
+        return self._pending(self._client.create_async(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence,
+                                                       makepath=makepath))
 
     def set_async(self, path: str, value: bytes, version: int = -1) -> _Pending:
         return self._pending(self._client.set_async(path, value, version))

@@ -576,9 +576,17 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
     ctl = cluster.controller("c", settings=settings)
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 2, 10, "active")
     epoch, session = ctl.epoch, ctl.client.client_id[0]
-    checks: list[bool] = []
+    checks: list[Any] = []
     still = ctl._still_controller
-    ctl._still_controller = lambda: checks.append(still()) or checks[-1]
+
+    def check_still_controller() -> bool:
+        if not checks:  # the first check after the reconnect is cut short too: it must keep holding, then retry
+            checks.append("cut short")
+            raise ConnectionLoss("again")
+        checks.append(still())
+        return checks[-1]
+
+    ctl._still_controller = check_still_controller
 
     # SUSPENDED: events are held, nothing is processed or written
     server.kill()
@@ -597,7 +605,7 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
     # CONNECTED again (same session): it verifies /controller, then resumes with the held events, in order
     server.start(timeout=90)
     wait_until(lambda: processed == [1, 2], 20, "held events processed after reconnect")
-    assert checks and checks[0] is True
+    assert checks[:2] == ["cut short", True]
     assert ctl.active and ctl.epoch == epoch and ctl.client.client_id[0] == session
     # watches work again: a new task is seen
     create_tasks(admin, lay, ["t3"])
