@@ -1,0 +1,181 @@
+"""The ``spark`` runner: a worker's pipelines on one shared SparkSession (one streaming query per task).
+
+- ``SparkPipeline`` tasks run in this process's SparkSession (``spark_jobs``): streaming as one query with
+  its checkpoint at ``<checkpoint_root>/<task_id>``, batch once in a named thread.
+- ``DeclarativePipeline`` tasks are run by Spark's own Declarative Pipelines engine in child processes
+  (``declarative``), on the same master and settings.
+- ``NoopPipeline`` tasks are simulated (``noop``), so a Spark worker can take any task of its group.
+
+Thread-safe: the worker calls ``start``/``stop`` for different tasks concurrently; calls for one task are
+serialised by a per-task lock. ``stop`` returns only once the task's Spark work has terminated, or raises.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Protocol
+
+from broker_sim.runners.base import RunState, RunStatus, TaskRunner
+from broker_sim.runners.spark_jobs import BatchRun, PipelineStartError, StreamingRun
+from broker_sim.runners.spark_session import (
+    SessionHolder,
+    SparkSetupError,
+    acquire_session,
+    default_conf,
+    local_master,
+    release_session,
+)
+from controller.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
+
+DEFAULT_CHECKPOINT_ROOT = os.path.join(os.environ.get("ZKC_STATE_DIR", ".zkc"), "checkpoints")
+
+
+class _Run(Protocol):
+    def active(self) -> bool: ...
+
+    def status(self) -> RunStatus: ...
+
+    def stop(self, timeout: float) -> None: ...
+
+
+def checkpoint_location(root: str, task_id: str) -> str:
+    """``<root>/<task_id>``; ``root`` is a local directory or any Hadoop URL (``hdfs://``, ``s3a://``)."""
+    if "://" in root or root.startswith("file:"):
+        return f"{root.rstrip('/')}/{task_id}"
+    return os.path.join(os.path.abspath(root), task_id)
+
+
+class _NoopRun:
+    """A NoopPipeline on a Spark worker: delegated to the no-op runner, so mixed groups work."""
+
+    def __init__(self, task_id: str, spec: TaskSpec, generation: int) -> None:
+        from broker_sim.runners.noop import NoopRunner
+
+        self._runner = NoopRunner()
+        self._task_id = task_id
+        self._runner.start(task_id, spec, generation)
+
+    def active(self) -> bool:
+        return self.status().state == RunState.RUNNING
+
+    def status(self) -> RunStatus:
+        return self._runner.status(self._task_id)
+
+    def stop(self, timeout: float) -> None:
+        self._runner.stop(self._task_id, timeout)
+
+
+class SparkRunner(TaskRunner):
+    """Runs a worker's tasks on Spark. One instance per worker process (all share one SparkContext)."""
+
+    name = "spark"
+
+    def __init__(self, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
+                 checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT, app_name: str = "zkcontroller-worker") -> None:
+        self.spark_master = spark_master or local_master()
+        self.spark_conf = {**default_conf(self.spark_master), **(spark_conf or {})}
+        self.user_conf = dict(spark_conf or {})
+        self.checkpoint_root = str(checkpoint_root)
+        self.app_name = app_name
+        self._holder: SessionHolder | None = acquire_session(self.spark_master, self.spark_conf, app_name)
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[TaskSpec, _Run]] = {}
+        self._task_locks: dict[str, threading.Lock] = {}
+        self._closed = False
+
+    # ---- session --------------------------------------------------------------------------------------
+    def session(self) -> Any:
+        """The worker's SparkSession, created on first use (the first Spark task pays the JVM start)."""
+        if self._holder is None:
+            raise SparkSetupError("this runner is closed")
+        return self._holder.get()
+
+    @property
+    def session_startup_s(self) -> float | None:
+        return self._holder.startup_s if self._holder else None
+
+    def _task_lock(self, task_id: str) -> threading.Lock:
+        with self._lock:
+            return self._task_locks.setdefault(task_id, threading.Lock())
+
+    # ---- TaskRunner -----------------------------------------------------------------------------------
+    def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
+        with self._task_lock(task_id):
+            with self._lock:
+                if self._closed:
+                    raise SparkSetupError("this runner is closed")
+                current = self._runs.get(task_id)
+            if current is not None:
+                old_spec, old_run = current
+                if old_spec == spec and old_run.active():
+                    return  # already running this very spec
+                old_run.stop(60.0)
+                with self._lock:
+                    self._runs.pop(task_id, None)
+            run = self._start_run(task_id, spec, generation)
+            with self._lock:
+                self._runs[task_id] = (spec, run)
+
+    def _start_run(self, task_id: str, spec: TaskSpec, generation: int) -> _Run:
+        pipeline = spec.pipeline
+        if isinstance(pipeline, SparkPipeline):
+            spark = self.session()
+            if pipeline.mode == "batch":
+                return BatchRun(task_id, pipeline).start(spark)
+            return StreamingRun(task_id, pipeline, checkpoint_location(self.checkpoint_root, task_id)).start(spark)
+        if isinstance(pipeline, DeclarativePipeline):
+            from broker_sim.runners.declarative import DeclarativeRun
+
+            return DeclarativeRun(task_id, pipeline, master=self.spark_master, spark_conf=self.user_conf).start()
+        if isinstance(pipeline, NoopPipeline):
+            return _NoopRun(task_id, spec, generation)
+        raise PipelineStartError(f"task {task_id}: the spark runner cannot run a {type(pipeline).__name__}")
+
+    def stop(self, task_id: str, timeout: float = 60.0) -> None:
+        with self._task_lock(task_id):
+            with self._lock:
+                current = self._runs.get(task_id)
+            if current is None:
+                return
+            current[1].stop(timeout)  # raises if it could not confirm the stop: the task stays ours
+            with self._lock:
+                self._runs.pop(task_id, None)
+
+    def status(self, task_id: str) -> RunStatus:
+        with self._lock:
+            current = self._runs.get(task_id)
+        if current is None:
+            return RunStatus(RunState.STOPPED)
+        return current[1].status()
+
+    def running(self) -> set[str]:
+        with self._lock:
+            return set(self._runs)
+
+    def close(self) -> None:
+        """Stop every task (in parallel, each in a named thread), then the SparkSession and its JVM."""
+        with self._lock:
+            self._closed = True
+            ids = list(self._runs)
+        errors: list[BaseException] = []
+
+        def _stop(t: str) -> None:
+            try:
+                self.stop(t)
+            except BaseException as exc:  # collected; close stops the rest anyway
+                errors.append(exc)
+
+        threads = [threading.Thread(target=_stop, args=(t,), name=f"spark-close-{t}", daemon=True) for t in ids]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(90.0)
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            release_session(holder)
+        if errors:
+            raise errors[0]
+
+
+__all__ = ["SparkRunner", "checkpoint_location", "DEFAULT_CHECKPOINT_ROOT", "PipelineStartError", "SparkSetupError"]

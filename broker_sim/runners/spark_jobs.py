@@ -1,0 +1,318 @@
+"""One ``SparkPipeline`` task as Spark work: a streaming query, or a batch job in a named thread.
+
+Each task gets its own ``spark.newSession()`` (its own ``input`` view, its own SQL settings from
+``spark_options``) on the worker's shared SparkContext, and its own FAIR scheduler pool named after the task,
+so one busy task cannot starve the others. Streaming queries write with ``checkpointLocation`` = the task's
+checkpoint on shared storage and ``queryName`` = the task id: a moved task resumes from the offsets and the
+sink's commit log, so Spark's file sink gives exactly-once output.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlparse
+
+from broker_sim.runners.base import RunState, RunStatus
+from controller.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
+
+POOL_PROPERTY = "spark.scheduler.pool"
+MAX_ERROR_CHARS = 4000
+MAX_TRACE_CHARS = 16000
+
+
+class PipelineStartError(RuntimeError):
+    """A pipeline that Spark refused at start (analysis error, bad option); the message is Spark's."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Counters folded from a streaming query's progress events (one per executed micro-batch)."""
+
+    batches: int = 0
+    rows: int = 0
+    last_batch_id: int | None = None
+    last_batch_at: str | None = None
+    input_rows_per_s: float = 0.0
+    processed_rows_per_s: float = 0.0
+
+    def add(self, p: Any) -> "Progress":
+        return Progress(batches=self.batches + 1, rows=self.rows + int(p.numInputRows or 0), last_batch_id=p.batchId,
+                        last_batch_at=p.timestamp, input_rows_per_s=round(float(p.inputRowsPerSecond or 0.0), 3),
+                        processed_rows_per_s=round(float(p.processedRowsPerSecond or 0.0), 3))
+
+    def metrics(self) -> dict[str, Any]:
+        return {"batches": self.batches, "rows": self.rows, "last_batch_id": self.last_batch_id,
+                "last_batch_at": self.last_batch_at, "input_rows_per_s": self.input_rows_per_s,
+                "processed_rows_per_s": self.processed_rows_per_s}
+
+
+def spark_error(exc: BaseException) -> tuple[str, str]:
+    """(message, trace) of an exception, preferring Spark's own text over Python's.
+
+    The message is Spark's error without the query description a streaming failure appends (that, and the
+    JVM stack, go to the trace).
+    """
+    desc = getattr(exc, "_desc", None) or getattr(exc, "desc", None)
+    message = str(desc) if desc else (str(exc) or type(exc).__name__)
+    message = message.split("\n=== Streaming Query ===")[0].strip()
+    jvm_trace = getattr(exc, "_stackTrace", None)
+    trace = str(jvm_trace) if jvm_trace else "".join(traceback.format_exception(exc))
+    return message[:MAX_ERROR_CHARS], trace[:MAX_TRACE_CHARS]
+
+
+def _start_error(task_id: str, exc: BaseException) -> PipelineStartError:
+    message, _ = spark_error(exc)
+    first = message.strip().splitlines()[0] if message.strip() else type(exc).__name__  # Spark's text, not the plan
+    return PipelineStartError(f"task {task_id}: {first}")
+
+
+def _ensure_local_dir(path: str) -> None:
+    """Create a missing local input directory so a task may start before its data arrives."""
+    parsed = urlparse(path)
+    if parsed.scheme in ("", "file"):
+        os.makedirs(parsed.path if parsed.scheme else path, exist_ok=True)
+
+
+def task_session(spark: Any, task_id: str, pipeline: SparkPipeline) -> Any:
+    """A new session on the shared context with the task's ``spark_options`` (per-session settable only)."""
+    session = spark.newSession()
+    for key, value in pipeline.spark_options.items():
+        if not session.conf.isModifiable(key):
+            raise PipelineStartError(f"task {task_id}: spark option {key!r} cannot be set per task (it is not a "
+                                     f"runtime SQL setting); set it for the worker with --spark-conf {key}=...")
+        session.conf.set(key, value)
+    return session
+
+
+def _input_frame(session: Any, pipeline: SparkPipeline, streaming: bool) -> Any:
+    source = pipeline.source
+    if isinstance(source, RateSource):
+        return session.readStream.format("rate").option("rowsPerSecond", source.rows_per_second).load()
+    assert isinstance(source, FilesSource)
+    reader = session.readStream if streaming else session.read
+    reader = reader.format(source.format).schema(source.schema_ddl).options(**source.options)
+    if streaming:
+        _ensure_local_dir(source.path)
+        if source.max_files_per_trigger is not None:
+            reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
+    return reader.load(source.path)
+
+
+def build_frame(session: Any, task_id: str, pipeline: SparkPipeline, streaming: bool) -> Any:
+    """source -> view ``input`` -> ``transform.sql``; Spark analyses it here, so a bad column raises now."""
+    try:
+        _input_frame(session, pipeline, streaming).createOrReplaceTempView("input")
+        return session.sql(pipeline.transform.sql)
+    except PipelineStartError:
+        raise
+    except Exception as exc:
+        raise _start_error(task_id, exc) from exc
+
+
+class _Listener:
+    """Folds the query's progress events into ``Progress``; created lazily (needs pyspark imported)."""
+
+    @staticmethod
+    def make(run: "StreamingRun") -> Any:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                run._on_progress(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        return Listener()
+
+
+class StreamingRun:
+    """A task's streaming query. ``stop`` returns only when the query has terminated."""
+
+    mode = "streaming"
+
+    def __init__(self, task_id: str, pipeline: SparkPipeline, checkpoint: str) -> None:
+        self.task_id = task_id
+        self.pipeline = pipeline
+        self.checkpoint = checkpoint
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._progress = Progress()
+        self._query: Any = None
+        self._session: Any = None
+        self._listener: Any = None
+
+    def _on_progress(self, p: Any) -> None:
+        if self._query is not None and str(p.id) != str(self._query.id):
+            return
+        with self._lock:
+            last = self._progress.last_batch_id
+            if last is None or p.batchId > last:  # once per batch: the listener and reconcile may both see it
+                self._progress = self._progress.add(p)
+
+    def _reconcile(self) -> None:
+        """Fold in progress the (asynchronous) listener has not delivered yet; used once the query ended."""
+        for p in self._query.recentProgress:
+            self._on_progress(p)
+
+    def start(self, spark: Any) -> "StreamingRun":
+        session = task_session(spark, self.task_id, self.pipeline)
+        frame = build_frame(session, self.task_id, self.pipeline, streaming=True)
+        writer = frame.writeStream.queryName(self.task_id).option("checkpointLocation", self.checkpoint)
+        sink = self.pipeline.sink
+        if isinstance(sink, FilesSink):
+            writer = writer.format(sink.format).outputMode("append").options(**sink.options).option("path", sink.path)
+        else:
+            assert isinstance(sink, ConsoleSink)
+            writer = writer.format("console").outputMode("update").option("numRows", sink.num_rows) \
+                .option("truncate", "false")
+        trigger = self.pipeline.trigger
+        if trigger.processing_time:
+            writer = writer.trigger(processingTime=trigger.processing_time)
+        elif trigger.available_now:
+            writer = writer.trigger(availableNow=True)
+        self._listener = _Listener.make(self)
+        session.streams.addListener(self._listener)
+        sc = spark.sparkContext
+        sc.setLocalProperty(POOL_PROPERTY, self.task_id)  # the query's thread inherits this thread's pool
+        try:
+            self._query = writer.start()
+        except Exception as exc:
+            session.streams.removeListener(self._listener)
+            raise _start_error(self.task_id, exc) from exc
+        finally:
+            sc.setLocalProperty(POOL_PROPERTY, None)
+        self._session = session
+        return self
+
+    def active(self) -> bool:
+        return bool(self._query is not None and self._query.isActive)
+
+    def status(self) -> RunStatus:
+        query = self._query
+        active = query.isActive
+        if not active:
+            self._reconcile()
+        with self._lock:
+            metrics = {"mode": self.mode, **self._progress.metrics()}
+        metrics.update(query_id=str(query.id), run_id=str(query.runId), pool=self.task_id,
+                       uptime_s=round(time.monotonic() - self.started, 3))
+        if active:
+            return RunStatus(RunState.RUNNING, metrics=metrics)
+        exc = query.exception()
+        if exc is not None:
+            message, trace = spark_error(exc)
+            return RunStatus(RunState.FAILED, error=message, trace=trace, metrics=metrics)
+        return RunStatus(RunState.COMPLETED, metrics=metrics)  # e.g. trigger available_now ran out of data
+
+    def stop(self, timeout: float) -> None:
+        query = self._query
+        errors: list[BaseException] = []
+
+        def _stop() -> None:
+            try:
+                query.stop()  # interrupts the micro-batch thread and waits for it (spark.sql.streaming.stopTimeout)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        stopper = threading.Thread(target=_stop, name=f"spark-stop-{self.task_id}", daemon=True)
+        stopper.start()
+        stopper.join(timeout)
+        if stopper.is_alive() or query.isActive:
+            raise TimeoutError(f"task {self.task_id}: streaming query still active {timeout:.0f}s after stop()")
+        if errors and query.isActive:
+            raise errors[0]
+        try:
+            self._session.streams.removeListener(self._listener)
+        except Exception:
+            pass  # the listener dies with the session anyway
+
+
+class BatchRun:
+    """A task's batch job, run once in a named thread; overwrite mode makes a rerun idempotent."""
+
+    mode = "batch"
+
+    def __init__(self, task_id: str, pipeline: SparkPipeline) -> None:
+        self.task_id = task_id
+        self.pipeline = pipeline
+        self.group = f"zkc-batch-{task_id}"
+        self.started = time.monotonic()
+        self._stopping = threading.Event()
+        self._result: RunStatus | None = None
+        self._thread: threading.Thread | None = None
+        self._spark: Any = None
+
+    def start(self, spark: Any) -> "BatchRun":
+        session = task_session(spark, self.task_id, self.pipeline)
+        frame = build_frame(session, self.task_id, self.pipeline, streaming=False)
+        self._spark = spark
+        self._thread = threading.Thread(target=self._run, args=(frame,), name=f"spark-batch-{self.task_id}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self, frame: Any) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        sc = self._spark.sparkContext
+        sc.setLocalProperty(POOL_PROPERTY, self.task_id)
+        sc.setJobGroup(self.group, f"zkcontroller batch task {self.task_id}", interruptOnCancel=True)
+        t0 = time.monotonic()
+        try:
+            observation = Observation(f"zkc_{self.task_id}".replace("-", "_").replace(".", "_"))
+            observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+            sink = self.pipeline.sink
+            if isinstance(sink, FilesSink):
+                observed.write.mode("overwrite").format(sink.format).options(**sink.options).save(sink.path)
+            else:
+                assert isinstance(sink, ConsoleSink)
+                observed.show(sink.num_rows, truncate=False)
+            rows = int(observation.get.get("rows", 0))
+            self._result = RunStatus(RunState.COMPLETED, metrics={"rows_written": rows,
+                                                                   "duration_s": round(time.monotonic() - t0, 3)})
+        except BaseException as exc:
+            if self._stopping.is_set():
+                self._result = RunStatus(RunState.STOPPED)
+            else:
+                message, trace = spark_error(exc)
+                self._result = RunStatus(RunState.FAILED, error=message, trace=trace,
+                                         metrics={"duration_s": round(time.monotonic() - t0, 3)})
+        finally:
+            sc.setLocalProperty(POOL_PROPERTY, None)
+            sc.setLocalProperty("spark.jobGroup.id", None)
+
+    def active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def status(self) -> RunStatus:
+        base = {"mode": self.mode, "pool": self.task_id, "uptime_s": round(time.monotonic() - self.started, 3)}
+        result = self._result
+        if result is None or self.active():
+            return RunStatus(RunState.RUNNING, metrics=base)
+        return replace(result, metrics={**base, **result.metrics})
+
+    def stop(self, timeout: float) -> None:
+        if not self.active():
+            return
+        self._stopping.set()
+        self._spark.sparkContext.cancelJobGroup(self.group)
+        assert self._thread is not None
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"task {self.task_id}: batch job still running {timeout:.0f}s after cancel")
+
+
+__all__ = ["PipelineStartError", "Progress", "StreamingRun", "BatchRun", "spark_error", "task_session", "build_frame"]
