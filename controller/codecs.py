@@ -290,7 +290,7 @@ def decode(cls: type[T], data: bytes | None, path: str = "<memory>") -> T:
         raise PayloadError(path, f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         body = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also integers past int_max_str_digits
         raise PayloadError(path, f"not JSON ({exc})") from None
     return from_dict(cls, body, path)
 

@@ -211,6 +211,11 @@ class GroupCoordinator:
                 return [WriteGroupState(self.info())]
         else:
             self.state = GroupState.EMPTY
+            # no readable state: resume above every generation the members and assignments carry, or the
+            # members would take the new generations for stale ones and ignore them
+            self.generation = max([a.generation for a in assignments.values()]
+                                  + [r.generation for r in members.values()] + [0])
+            self.join_generation = self.generation
         if not self.members:
             if self.state is GroupState.STABLE:
                 self._transition(GroupState.PREPARING_REBALANCE)

@@ -120,7 +120,7 @@ class AclPolicy:
                                                       for v in roles.values()):
                 raise SecurityError("ACL policy 'roles' must map role names to lists of digest identities")
             return cls({r: tuple(v) for r, v in roles.items()})
-        except (ValueError, KeyError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, RecursionError) as exc:
             if isinstance(exc, SecurityError):
                 raise
             raise SecurityError(f"unreadable ACL policy: {type(exc).__name__}: {exc}") from None

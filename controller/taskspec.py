@@ -230,7 +230,7 @@ def decode_task(data: bytes | None, path: str) -> TaskSpec:
         raise PayloadError(path, f"{len(data)} bytes, over the limit")
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # also integers past int_max_str_digits
         raise PayloadError(path, f"not JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise PayloadError(path, "expected a JSON object")
