@@ -90,3 +90,66 @@ def test_a_chatty_worker_cut_off_fences_before_its_session_can_expire(zk, layout
         stop_chatter.set()
         ctl.stop()
         proxy.close()
+
+
+def test_zookeeper_down_longer_than_the_session_timeout(tmp_path: Path, workers, capsys):
+    """A private ZooKeeper is killed for twice the session timeout, then restarted on the same data.
+    Every worker stops its tasks inside the fence deadline (before any session could be taken over), a
+    controller is active again, every task runs again on exactly one worker, and the checker finds no
+    double ownership."""
+    server = ZooKeeperServer(data_dir=tmp_path / "zk", port=free_port(), tick_ms=200)
+    server.start(timeout=90)
+    layout = ZkLayout("/outage")
+    settings = ZkSettings(hosts=server.address, root=layout.root, session_timeout_s=SESSION)
+    ctls: list[Controller] = []
+    admin = make_client(settings)
+    try:
+        ensure_layout(admin, layout)
+        tx = admin.transaction()
+        tasks = [f"t{i}" for i in range(9)]
+        for t in tasks:
+            tx.create(layout.task(t), TaskSpec(id=t).encode())
+        tx.commit()
+        ctls += [Controller(ControllerConfig(f"c{i}", settings, GroupConfig(rebalance_timeout_s=4.0))).start()
+                 for i in range(2)]
+        ws = [_worker(workers, settings, f"b{i}") for i in range(3)]
+
+        def running_once() -> bool:
+            running = sorted(t for w in ws for t in w.running_tasks())
+            return running == tasks and all(w.state() == "Stable" for w in ws)
+
+        assert wait_for(running_once, 30)
+        epoch_before = max(c.epoch or 0 for c in ctls if c.active)
+        fenced_at: dict[str, float] = {}
+        t_down = time.monotonic()
+        server.kill()
+        assert wait_for(lambda: not any(w.running_tasks() for w in ws), SESSION), "workers fence inside the session"
+        for w in ws:  # (all are empty now; the fence time is the last stop each recorded)
+            fenced_at[w.id] = max((i.end for i in w.intervals if i.end), default=0.0)
+        fence_s = max(fenced_at.values()) - (time.time() - (time.monotonic() - t_down))
+        # ZooKeeper stays down for twice the session timeout
+        time.sleep(max(0.0, 2 * SESSION - (time.monotonic() - t_down)))
+        assert not any(w.running_tasks() for w in ws), "nothing runs while ZooKeeper is down"
+        t_up = time.monotonic()
+        server.start(timeout=90)
+        restarted_s = time.monotonic() - t_up
+        assert wait_for(lambda: any(c.active for c in ctls), 30), "a controller is active again"
+        assert wait_for(running_once, 60), "every task runs again, once"
+        back_s = time.monotonic() - t_up
+        active = [c for c in ctls if c.active]
+        assert len(active) == 1 and active[0].epoch >= epoch_before
+        intervals = close_open([i for w in ws for i in list(w.intervals) + w.open_intervals()], time.time())
+        assert double_ownership(intervals) == []
+        with capsys.disabled():
+            print(f"\nZooKeeper outage {2 * SESSION:.0f}s (session {SESSION:.0f}s): workers fenced "
+                  f"{fence_s:.2f}s after the kill; server restart {restarted_s:.2f}s; all {len(tasks)} tasks running "
+                  f"again {back_s:.2f}s after the restart began; controller epoch {epoch_before} -> {active[0].epoch}")
+    finally:
+        for w in workers:
+            w.stop()
+        workers.clear()
+        for c in ctls:
+            c.stop()
+        admin.stop()
+        admin.close()
+        server.stop()
