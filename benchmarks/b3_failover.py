@@ -104,7 +104,7 @@ def run(bench: Bench) -> dict[str, Any]:
     tasks, brokers = (1000, 10) if bench.quick else (10_000, 100)
     groups = groups_for(tasks)
     reps = 1 if bench.quick else 3
-    session_timeout = 4.0 if bench.quick else 6.0
+    session_timeout = 2.0 if bench.quick else 6.0
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"zkc-b3-{os.getpid()}"
     log_dir.mkdir(parents=True, exist_ok=True)
     measurements: list[dict[str, Any]] = []
@@ -144,15 +144,21 @@ def run(bench: Bench) -> dict[str, Any]:
                     wait_for(lambda: _standby_ready(s2), 30, 0.02)
                     measurements.append(_measure(bench, cluster, obs, s2, s1.stop, "resign", mode))
                     cluster.controllers.remove(s1)
+                    if r == reps - 1 and mode == "sequential":
+                        break
                     # back to a controller process for the next kill
                     proc = cluster.spawn_controller(f"ctl-p{n}")
-                    time.sleep(3.0)  # let the process start and lose the election (it watches /controller)
+                    # it prints "started" once it has run for election (lost: it watches /controller)
+                    log = log_dir / f"ctl-p{n}.log"
+                    wait_for(lambda: log.exists() and "started" in log.read_text(errors="replace"), 60, 0.05)
+                    time.sleep(0.3)
                     s2.stop()
                     cluster.controllers.remove(s2)
                     if not wait_for(lambda: cluster.active_controller_id() == f"ctl-p{n}", 120, 0.05):
                         raise RuntimeError("the controller process did not take over")
                     cluster.wait_converged(300)
-            stop_process(proc)
+            if proc.poll() is None:
+                stop_process(proc)
         finally:
             cluster.close()
     # ---- table -------------------------------------------------------------------------------------------

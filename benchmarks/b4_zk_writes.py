@@ -50,7 +50,7 @@ def _delete_all(writer: FencedWriter, paths: list[str]) -> None:
 
 
 def run(bench: Bench) -> dict[str, Any]:
-    n = 3000 if bench.quick else 10_000
+    n = 1500 if bench.quick else 10_000
     rounds = 1 if bench.quick else 3
     results: dict[str, list[float]] = {}
     with zookeeper(heap_mb=512, name="b4") as zk:

@@ -103,7 +103,7 @@ class Cluster:
                "--rebalance-timeout", str(self.group_config.rebalance_timeout_s), "--default-assignor", "cooperative-sticky"]
         log = open(self.log_dir / f"{cid}.log", "ab") if self.log_dir else subprocess.DEVNULL
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.procs.append(proc)
         return proc
 
