@@ -1,0 +1,90 @@
+"""Chaos runs in CI (bounded): a seeded schedule covering every fault kind against in-process brokers
+(through the CLI, ``--json``), a shorter one against process brokers (kill -9, SIGSTOP/SIGCONT and
+controller processes for real), the schedule's determinism, and the checker's teeth: each verdict fails
+on data that breaks it, and a worker whose fence is disabled is caught double-owning.
+
+Longer runs and their figures: docs/reliability.md."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from broker_sim.chaos import FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, run_chaos
+from broker_sim.worker import Worker
+from cli.main import cli
+from controller.codecs import RunInterval
+
+IN_PROCESS_KINDS = tuple(k for k in FAULT_KINDS if k != "rolling-bounce")
+PROCESS_KINDS = ("kill-broker", "freeze-broker", "kill-controller", "freeze-controller", "rolling-bounce")
+
+
+def test_same_seed_same_schedule_and_every_kind_is_drawn():
+    opts = ChaosOptions(seed=6, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5, kinds=IN_PROCESS_KINDS)
+    assert make_schedule(opts) == make_schedule(opts)
+    assert make_schedule(opts) != make_schedule(ChaosOptions(seed=7, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5))
+    assert {f.kind for f in make_schedule(opts)} == set(IN_PROCESS_KINDS)
+    long = make_schedule(ChaosOptions(seed=1, duration_s=600))
+    assert {f.kind for f in long} == set(FAULT_KINDS)
+    for f in long:  # an exclusive fault has the cluster to itself
+        if f.kind in ("zk-restart", "rolling-bounce"):
+            assert not [g for g in long if g is not f and f.at <= g.at < f.at + f.duration]
+    # process brokers are frozen for less than their session (nothing inside a stopped process can fence)
+    proc = make_schedule(ChaosOptions(seed=1, duration_s=600, process_brokers=True))
+    assert all(f.duration < 0.6 * 4.0 + 1e-6 for f in proc if f.kind == "freeze-broker")
+
+
+def test_in_process_chaos_run_through_the_cli_keeps_every_invariant():
+    res = CliRunner().invoke(cli, ["sim", "chaos", "--seed", "6", "--duration", "30", "--brokers", "3", "--tasks", "20",
+                                   "--mean-gap", "1.5", "--faults", ",".join(IN_PROCESS_KINDS), "--json"])
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert set(summary["faults_injected"]) == set(IN_PROCESS_KINDS), summary["faults_injected"]
+    assert summary["faults_failed"] == []
+    assert summary["ok"] and res.exit_code == 0, json.dumps(summary["verdicts"], indent=1)
+    assert summary["rebalances"] > 0 and summary["controller_epochs"][-1] > summary["controller_epochs"][0]
+
+
+def test_process_brokers_chaos_run_keeps_every_invariant():
+    summary = run_chaos(ChaosOptions(seed=22, duration_s=30, brokers=2, tasks=12, mean_gap_s=2.0, kinds=PROCESS_KINDS,
+                                     process_brokers=True))
+    assert set(summary.faults_injected) == set(PROCESS_KINDS), summary.faults_injected
+    assert summary.faults_failed == []
+    assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts)
+
+
+def test_each_verdict_fails_on_data_that_breaks_it(tmp_path):
+    run = ChaosRun(ChaosOptions(seed=0, zk_hosts="127.0.0.1:1", root="/unused"))
+    try:
+        a = RunInterval(task_id="t", broker="b1", start=1.0, end=5.0, acquired=1.0, released=5.0)
+        b = RunInterval(task_id="t", broker="b2", start=4.0, end=9.0, acquired=4.0, released=9.0)
+        assert not run._verdict_1([a, b]).ok and run._verdict_1([a]).ok
+        run.samples = [Sample(1.0, 2, "Stable", 5), Sample(2.0, 1, "Stable", 5)]
+        assert not run._verdict_3().ok
+        run.samples = [Sample(1.0, 2, "Stable", 5), Sample(2.0, 2, "Stable", 4)]
+        assert not run._verdict_3().ok
+        run.samples = [Sample(1.0, 2, "Stable", 5), Sample(2.0, 3, "Stable", 6)]
+        assert run._verdict_3().ok
+        bound = run.copts.stable_bound_s
+        stuck = [Sample(10.0 + i, 2, "PreparingRebalance", 6) for i in range(int(bound) + 3)] + [Sample(10.0 + int(bound) + 3, 2, "Stable", 7)]
+        run.samples = stuck
+        assert not run._verdict_4(10.0)[0].ok
+        assert run._verdict_4(14.0)[0].ok, "only the time after the faults stopped counts"
+        run.samples = stuck[:2] + [Sample(13.0, 2, "Stable", 7)]
+        assert run._verdict_4(10.0)[0].ok
+        run.samples = [Sample(13.0, 2, "PreparingRebalance", 7)]
+        assert not run._verdict_4(10.0)[0].ok, "a group that ends out of Stable fails"
+    finally:
+        run.tmp.cleanup()
+
+
+def test_a_worker_without_its_fence_is_caught(monkeypatch):
+    """Injected bug: workers that never fence (no deadline, no liveness probe). A broker whose network goes
+    silent keeps running its tasks after its session expired and they moved: invariant 1 must fail."""
+    monkeypatch.setattr(Worker, "_fence", lambda self: None)
+    summary = run_chaos(ChaosOptions(seed=3, duration_s=3, brokers=2, tasks=8, mean_gap_s=1.0, kinds=("expire-broker",),
+                                     hold_s=1.0))
+    assert summary.faults_injected == {"expire-broker": 1}
+    v1 = summary.verdicts[0]
+    assert not v1.ok and "overlaps" in v1.details[0], v1.details
