@@ -55,7 +55,7 @@ from controller.group import (
     WriteGroupState,
     WriteJoinResult,
 )
-from controller.layout import ZkLayout
+from controller.layout import InvalidName, ZkLayout
 from controller.metrics import ControllerMetrics, MetricsServer
 from controller.taskspec import TaskSpec, decode_task
 from controller.zkclient import ZkSettings, make_client
@@ -510,8 +510,8 @@ class Controller:
         log.info("controller %s loaded %d brokers, %d tasks, %d groups in %.3fs", self.id, len(ctx.brokers),
                  len(ctx.tasks), len(names), load_s)
         self.last_load_s = load_s
-        # pending admin requests
-        for make in (ev.Rebalance, ev.ControlledShutdown, ev.Reassign, ev.TaskDeletion):
+        # pending admin requests, and statuses left behind by tasks deleted before
+        for make in (ev.Rebalance, ev.ControlledShutdown, ev.Reassign, ev.TaskDeletion, ev.StatusesChange):
             self.put(make(self.token))
 
     def _ensure_group_paths(self, g: str) -> None:
@@ -817,6 +817,26 @@ class Controller:
         self.metrics.tasks.set(len(ctx.tasks))
         self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
         log.info("deleted %d tasks %s", len(done) - len(blocked), done[:10])
+
+    def on_statuses_change(self, token: int) -> None:
+        """Delete statuses of tasks that no longer exist: a worker's status write for a task it was letting
+        go of can land after the task and its status were deleted. One listing (re-arming the watch);
+        the orphans go in fenced multis."""
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        names = self.zk.get_children(lay.statuses, watch=self._watch(ev.StatusesChange))
+        orphans = []
+        for t in names:
+            if t in ctx.tasks or t in ctx.invalid_tasks:
+                continue
+            try:
+                orphans.append(lay.status(t))
+            except InvalidName:
+                log.warning("ignoring a status znode with an invalid name: %r", t)
+        if orphans:
+            log.info("deleting %d statuses of tasks that no longer exist %s", len(orphans), orphans[:5])
+            self._write(lambda: self.writer.delete_if_present(orphans, present=set(orphans)))
 
     def on_groups_change(self, token: int) -> None:
         if not self._current(token):

@@ -135,6 +135,16 @@ class TaskDeletion:
 
 
 @dataclass(frozen=True)
+class StatusesChange:
+    """``/status`` children changed: a status may belong to a task that no longer exists."""
+
+    token: int
+
+    def process(self, c: "Controller") -> None:
+        c.on_statuses_change(self.token)
+
+
+@dataclass(frozen=True)
 class GroupsChange:
     token: int
 
@@ -225,8 +235,8 @@ class Shutdown:
 
 # Events that only ask "re-read this part of ZooKeeper": processing one twice in a row changes nothing,
 # so held copies can be merged (see coalesce).
-_REREADS = (ControllerChange, BrokerChange, TaskChange, TaskDeletion, GroupsChange, MembersChange, SyncProposalReady,
-            Rebalance, ControlledShutdown, Reassign, Tick)
+_REREADS = (ControllerChange, BrokerChange, TaskChange, TaskDeletion, StatusesChange, GroupsChange, MembersChange,
+            SyncProposalReady, Rebalance, ControlledShutdown, Reassign, Tick)
 
 
 def coalesce(events: list) -> list:
