@@ -1,8 +1,8 @@
 """Spark Declarative Pipelines projects as tasks, run by Spark's own engine (tests/data/sdp_project).
 
 The project has two flows: ``raw_events``, a streaming table over JSON files, and ``key_counts``, a
-materialized view reading it. A run killed mid-way leaves no process behind; the next run completes and the
-tables hold every record exactly once.
+materialized view reading it. A run killed mid-way leaves no process behind; the next owner's runs complete
+and the tables hold every record exactly once.
 """
 
 from __future__ import annotations
@@ -35,14 +35,24 @@ def _writing(metrics: dict[str, Any]) -> bool:
     return any(state in ("RUNNING", "COMPLETED") for state in metrics.get("flows", {}).values())
 
 
-def test_declarative_task_killed_mid_run_then_next_run_completes(spark_runner: SparkRunner, spark: Any,
-                                                                tmp_path: Path) -> None:
+def _raw_ids(spark: Any, project: Path) -> list[int]:
+    table = project / "spark-warehouse" / "raw_events"
+    if not (table / "_spark_metadata").exists():
+        return []
+    return [r.id for r in spark.read.parquet(str(table)).select("id").collect()]  # via the sink's commit log
+
+
+def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkRunner, spark: Any,
+                                                           tmp_path: Path) -> None:
+    """A run is killed while its flows write; the next owner's runs (every second) complete, pick up new
+    input incrementally, and the tables hold every record exactly once."""
     project = copy_project("sdp_project", tmp_path / "project")
     generate(DatagenConfig(out_dir=str(project / "input"), records=2000, batch=250))
     tid = "sdp-counts"
-    spec = TaskSpec(id=tid, pipeline=DeclarativePipeline(kind="declarative", project=str(project)))
-
-    spark_runner.start(tid, spec, 1)  # returns once the task's Spark Connect server listens
+    once = TaskSpec(id=tid, pipeline=DeclarativePipeline(kind="declarative", project=str(project)))
+    every_second = TaskSpec(id=tid, pipeline=DeclarativePipeline(kind="declarative", project=str(project),
+                                                                  interval_s=1.0))
+    spark_runner.start(tid, once, 1)  # returns once the task's Spark Connect server listens
     try:
         running = wait_for(lambda: _writing(s := spark_runner.status(tid).metrics) and s, 180,
                            "the first run to start writing")
@@ -51,21 +61,27 @@ def test_declarative_task_killed_mid_run_then_next_run_completes(spark_runner: S
         assert not _alive(server_pid), "the Spark Connect server outlived stop()"
         assert spark_runner.status(tid).state == RunState.STOPPED
 
-        spark_runner.start(tid, spec, 2)  # the next owner: a fresh server, same project, same tables
-        done = wait_for(lambda: (s := spark_runner.status(tid)).state != RunState.RUNNING and s, 240,
-                        "the second run to finish")
-        assert done.state == RunState.COMPLETED, f"{done.error}\n{done.trace}"
-        assert done.metrics["last_run_ok"] is True
-        assert done.metrics["flows_completed"] == 2 and done.metrics["flows_failed"] == 0, done.metrics
-        assert set(done.metrics["flows"]) == {"spark_catalog.default.raw_events", "spark_catalog.default.key_counts"}
+        spark_runner.start(tid, every_second, 2)  # the next owner: a fresh server, same project, same tables
+        first = wait_for(lambda: (m := spark_runner.status(tid).metrics).get("runs_ok", 0) >= 1 and m, 240,
+                         "a run of the new owner to complete")
+        status = spark_runner.status(tid)
+        assert status.state == RunState.RUNNING, f"{status.error}\n{status.trace}"
+        assert first["flows_completed"] == 2 and first["flows_failed"] == 0, first
+        assert set(first["flows"]) == {"spark_catalog.default.raw_events", "spark_catalog.default.key_counts"}
+
+        generate(DatagenConfig(out_dir=str(project / "input"), records=500, batch=250, start_id=2000))
+        wait_for(lambda: len(_raw_ids(spark, project)) >= 2500, 180, "a later run to ingest the new files")
+        seen = spark_runner.status(tid).metrics["runs_ok"]
+        last = wait_for(lambda: (m := spark_runner.status(tid).metrics)["runs_ok"] > seen and m, 120,
+                        "one more run to complete (key_counts recomputed)")
+        assert last["runs"] == last["runs_ok"] and last["server_pid"] == first["server_pid"], last
+        assert spark_runner.status(tid).state == RunState.RUNNING
     finally:
         spark_runner.stop(tid, timeout=60)
 
-    warehouse = project / "spark-warehouse"
-    ids = [r.id for r in spark.read.parquet(str(warehouse / "raw_events")).select("id").collect()]
-    assert sorted(ids) == list(range(2000)), "raw_events must hold every record exactly once"
-    counts = {r.key: r.n for r in spark.read.parquet(str(warehouse / "key_counts")).collect()}
-    assert counts == {f"k{i}": 200 for i in range(10)}
+    assert sorted(_raw_ids(spark, project)) == list(range(2500)), "raw_events must hold every record exactly once"
+    counts = {r.key: r.n for r in spark.read.parquet(str(project / "spark-warehouse" / "key_counts")).collect()}
+    assert counts == {f"k{i}": 250 for i in range(10)}
 
 
 def test_validate_declarative_uses_sparks_dry_run(tmp_path: Path) -> None:

@@ -147,7 +147,10 @@ class SparkRunner(TaskRunner):
             current = self._runs.get(task_id)
         if current is None:
             return RunStatus(RunState.STOPPED)
-        return current[1].status()
+        try:
+            return current[1].status()
+        except Exception as exc:  # the driver JVM went away, say: report it, never crash the caller's loop
+            return RunStatus(RunState.FAILED, error=f"cannot read the task's status from Spark: {exc!r}"[:2000])
 
     def running(self) -> set[str]:
         with self._lock:
