@@ -89,14 +89,19 @@ class ChaosOptions:
     hold_s: float = 3.0                # invariant 2 must hold for this long once reached
     sample_interval_s: float = 0.2
     intervals_out: str | None = None
+    pipelines: int = 0                 # streaming file pipelines on the spark runner (process brokers only)
+    records: int = 3000                # records the data generator writes per pipeline while faults run
+    spark_master: str = "local[1]"
+    sink_timeout_s: float = 300.0      # after the faults, how long the sinks may take to catch up
 
     @property
     def convergence_bound_s(self) -> float:
         """Invariant 2's bound, from the end of the last fault: a silently dead broker's session expires
         (session timeout), a join phase waits out a missing member and a cooperative follow-up rebalance
         runs (2 x rebalance timeout), the scheduled delay, and 10 s for restarts, reconnects and the
-        status interval."""
-        return self.session_timeout_s + 2 * self.rebalance_timeout_s + self.scheduled_delay_s + 10.0
+        status interval; 30 s more with Spark pipelines (a restarted broker starts a JVM)."""
+        spark = 30.0 if self.pipelines else 0.0  # a restarted Spark broker starts its JVM and queries
+        return self.session_timeout_s + 2 * self.rebalance_timeout_s + self.scheduled_delay_s + 10.0 + spark
 
     @property
     def stable_bound_s(self) -> float:
@@ -209,10 +214,9 @@ class JournalRunner(TaskRunner):
     journal, so the run windows of a process killed -9 are known: a start with no stop ran until the
     process died."""
 
-    name = "noop"
-
-    def __init__(self, path: str | Path) -> None:
-        self.inner = NoopRunner()
+    def __init__(self, path: str | Path, inner: TaskRunner | None = None) -> None:
+        self.inner = inner or NoopRunner()
+        self.name = self.inner.name
         self._f = open(path, "a", buffering=1)
         self._lock = threading.Lock()
 
@@ -243,6 +247,7 @@ class JournalRunner(TaskRunner):
     def close(self) -> None:
         for t in sorted(self.inner.running()):
             self.stop(t)
+        self.inner.close()
         with self._lock:
             self._f.close()
 
@@ -282,13 +287,24 @@ def _broker_main(argv: list[str]) -> int:
     p.add_argument("--root", required=True)
     p.add_argument("--session-timeout", type=float, default=4.0)
     p.add_argument("--journal", required=True)
+    p.add_argument("--runner", choices=("noop", "spark"), default="noop")
+    p.add_argument("--spark-master", default="local[1]")
+    p.add_argument("--checkpoint-root", default=None)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = settings_from_env(hosts=a.zk, root=a.root, session_timeout_s=a.session_timeout)
     config = WorkerConfig(broker_id=a.id, settings=settings, protocols=(COOPERATIVE, EAGER), status_interval_s=0.5,
                           intervals_flush_s=2.0)
-    worker = Worker(config, runner=JournalRunner(a.journal))
+    inner: TaskRunner | None = None
+    if a.runner == "spark":
+        from broker_sim.runners.spark import SparkRunner
+
+        inner = SparkRunner(spark_master=a.spark_master, checkpoint_root=a.checkpoint_root,
+                            spark_conf={"spark.driver.memory": "512m", "spark.sql.shuffle.partitions": "1",
+                                        "spark.ui.enabled": "false",
+                                        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
+    worker = Worker(config, runner=JournalRunner(a.journal, inner))
     stop_now = threading.Event()
     install_signal_handlers(worker, stop_now.set)
     worker.start()
@@ -298,6 +314,71 @@ def _broker_main(argv: list[str]) -> int:
     finally:
         worker.stop()
     return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# streaming file pipelines: what a sink holds, read the way Spark reads it
+# --------------------------------------------------------------------------------------------------
+
+
+def committed_files(sink: Path) -> list[Path]:
+    """The data files a Spark file sink has committed, from its ``_spark_metadata`` log (the latest
+    ``N.compact`` file holds every entry up to batch N; later batches follow in files named by batch id).
+    Files a killed writer left behind without a commit are not in the log, so they do not count."""
+    log_dir = sink / "_spark_metadata"
+    if not log_dir.is_dir():
+        return []
+    batches: dict[int, Path] = {}
+    compacts: dict[int, Path] = {}
+    for f in log_dir.iterdir():
+        name = f.name
+        if name.startswith("."):
+            continue
+        if name.endswith(".compact") and name[:-8].isdigit():
+            compacts[int(name[:-8])] = f
+        elif name.isdigit():
+            batches[int(name)] = f
+    start = max(compacts, default=-1)
+    files = ([compacts[start]] if start >= 0 else []) + [batches[b] for b in sorted(batches) if b > start]
+    live: dict[str, None] = {}
+    for f in files:
+        for line in f.read_text().splitlines()[1:]:  # the first line is the log's version ("v1")
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            path = entry["path"]
+            if entry.get("action", "add") == "delete":
+                live.pop(path, None)
+            else:
+                live[path] = None
+    out = []
+    for uri in live:
+        local = uri[len("file:"):] if uri.startswith("file:") else uri
+        while local.startswith("//"):
+            local = local[1:]
+        out.append(Path(local))
+    return out
+
+
+def sink_ids(sink: Path) -> list[int]:
+    """Every ``id`` in the committed parquet files of a sink (duplicates kept: that is the point)."""
+    import pyarrow.parquet as pq
+
+    ids: list[int] = []
+    for f in committed_files(sink):
+        ids += pq.read_table(str(f), columns=["id"]).column("id").to_pylist()
+    return ids
+
+
+def pipeline_spec(task: str, src: Path, out: Path) -> TaskSpec:
+    from broker_sim.datagen import SCHEMA_DDL
+    from controller.taskspec import parse_spec
+
+    return parse_spec({"id": task, "pipeline": {
+        "kind": "spark", "mode": "streaming", "trigger": {"processing_time": "1 second"},
+        "source": {"type": "files", "format": "json", "path": str(src), "schema": SCHEMA_DDL, "max_files_per_trigger": 10},
+        "transform": {"sql": "SELECT id, key, value FROM input"},
+        "sink": {"type": "files", "format": "parquet", "path": str(out)}}})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -342,6 +423,7 @@ class ChaosSummary:
     samples: int
     verdicts: list[Verdict]
     wall_s: float
+    pipelines: dict[str, dict[str, int]] = field(default_factory=dict)  # per pipeline: expected, held, duplicates, missing
 
     @property
     def ok(self) -> bool:
@@ -357,7 +439,7 @@ class _Proc:
     """A child process we started (stopped by its pid only)."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.name = name
+        self.name = name  # the child leads its own process group: signals reach it and what it started (a JVM)
         self.log_path = log_path
         with open(log_path, "ab") as out:
             self.popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -373,7 +455,10 @@ class _Proc:
 
     def signal(self, sig: int) -> None:
         if self.alive():
-            os.kill(self.pid, sig)
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def kill9(self) -> float:
         if self.frozen:
@@ -382,6 +467,13 @@ class _Proc:
         self.signal(signal.SIGKILL)
         self.popen.wait(10)
         return time.time()
+
+    def reap_group(self) -> None:
+        """After the leader exited: SIGKILL whatever is left of its process group (a JVM it started)."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def terminate(self, timeout: float) -> bool:
         """SIGTERM (a broker's controlled shutdown, a controller's stop); SIGKILL if not gone in time."""
@@ -396,6 +488,8 @@ class _Proc:
             self.signal(signal.SIGKILL)
             self.popen.wait(10)
             return False
+        finally:
+            self.reap_group()
 
 
 def _zkctl() -> list[str]:
@@ -476,6 +570,9 @@ class ChaosRun(Simulation):
         self.journals.setdefault(bid, []).append(journal)
         cmd = [sys.executable, "-m", "broker_sim.chaos", "broker", "--id", bid, "--zk", proxy.address, "--root",
                self.root, "--session-timeout", str(self.copts.session_timeout_s), "--journal", str(journal)]
+        if self.copts.pipelines:
+            cmd += ["--runner", "spark", "--spark-master", self.copts.spark_master, "--checkpoint-root",
+                    str(Path(self.tmp.name) / "checkpoints")]
         self.broker_procs[bid] = _Proc(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
 
     def _broker_gone(self, bid: str, died_at: float | None) -> None:
@@ -717,6 +814,7 @@ class ChaosRun(Simulation):
         for f in self.schedule:
             self.echo("  " + f.describe())
         self.create_tasks(o.tasks)
+        pipes = self._create_pipelines()
         for _ in range(max(1, o.controllers)):
             self.new_controller()
         for i in range(o.brokers):
@@ -731,6 +829,7 @@ class ChaosRun(Simulation):
             raise RuntimeError(f"the cluster did not converge at start: {problems[:5]}")
         self.echo(f"{o.brokers} brokers, {o.tasks} tasks running after {time.monotonic() - t0:.1f}s; faults begin")
         gen0 = next((s.generation for s in reversed(self.samples) if s.generation is not None), 0)
+        gens = self._start_datagens(pipes)
         phase0 = time.monotonic()
         pending: list[tuple[float, int, Callable[[], None], str]] = []  # (due, seq, end action, label)
         seq = 0
@@ -800,6 +899,7 @@ class ChaosRun(Simulation):
                 break
             time.sleep(0.2)
         held_problems: list[str] = []
+        pipeline_figures, v5 = self._check_sinks(pipes, gens) if pipes else ({}, None)
         time.sleep(2 * o.sample_interval_s)
         self._sampling.set()
         sampler.join(5)
@@ -816,6 +916,8 @@ class ChaosRun(Simulation):
         ]
         v4, longest = self._verdict_4(faults_end)
         verdicts.append(v4)
+        if v5 is not None:
+            verdicts.append(v5)
         gens = [s.generation for s in self.samples if s.generation is not None]
         epochs = sorted({s.epoch for s in self.samples if s.epoch is not None})
         final_tasks = len(self.admin.get_children(self.layout.tasks))
@@ -827,7 +929,52 @@ class ChaosRun(Simulation):
             converge_s=None if converge_s is None else round(converge_s, 3),
             convergence_bound_s=o.convergence_bound_s, longest_unstable_s=round(longest, 3),
             stable_bound_s=o.stable_bound_s, intervals=len(intervals), samples=len(self.samples), verdicts=verdicts,
-            wall_s=round(time.monotonic() - wall0, 3))
+            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures)
+
+    # ---- streaming pipelines ----------------------------------------------------------------------
+    def _create_pipelines(self) -> dict[str, tuple[Path, Path]]:
+        o = self.copts
+        if not o.pipelines:
+            return {}
+        base = Path(self.tmp.name) / "pipelines"
+        pipes = {f"pipe-{i}": (base / f"in-{i}", base / f"out-{i}") for i in range(o.pipelines)}
+        for src, _ in pipes.values():
+            src.mkdir(parents=True, exist_ok=True)
+        AdminClient(self.admin, self.layout).create_tasks([pipeline_spec(t, src, out) for t, (src, out) in pipes.items()])
+        return pipes
+
+    def _start_datagens(self, pipes: dict[str, tuple[Path, Path]]) -> dict[str, Any]:
+        from broker_sim.datagen import Datagen, DatagenConfig
+
+        o = self.copts
+        rate = max(1.0, o.records / max(1.0, 0.8 * o.duration_s))
+        return {t: Datagen(DatagenConfig(out_dir=str(src), records=o.records, rate=rate, batch=50)).start()
+                for t, (src, _) in pipes.items()}
+
+    def _check_sinks(self, pipes: dict[str, tuple[Path, Path]], gens: dict[str, Any]) -> tuple[dict[str, dict[str, int]], Verdict]:
+        """Invariant 5: once the generators are done, every sink holds every record exactly once."""
+        o = self.copts
+        deadline = time.monotonic() + o.sink_timeout_s
+        results = {t: g.join(max(1.0, deadline - time.monotonic())) for t, g in gens.items()}
+        expected = {t: set(results[t].ids()) for t in pipes}
+        held: dict[str, list[int]] = {}
+        while True:  # bounded: until complete or the deadline
+            held = {t: sink_ids(out) for t, (_, out) in pipes.items()}
+            if all(set(held[t]) >= expected[t] for t in pipes) or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        figures: dict[str, dict[str, int]] = {}
+        bad: list[str] = []
+        for t in pipes:
+            ids = held[t]
+            dup = len(ids) - len(set(ids))
+            missing = len(expected[t] - set(ids))
+            extra = len(set(ids) - expected[t])
+            figures[t] = {"expected": len(expected[t]), "held": len(ids), "duplicates": dup, "missing": missing}
+            if dup or missing or extra:
+                bad.append(f"{t}: {dup} duplicates, {missing} missing, {extra} unexpected of {len(expected[t])}")
+        details = bad or [f"{t}: {f['held']} records, each once" for t, f in figures.items()]
+        return figures, Verdict(5, "every sink holds every record exactly once", not bad, details)
 
     def _verdict_1(self, intervals: list[RunInterval]) -> Verdict:
         overlaps = double_ownership(intervals)
@@ -888,6 +1035,8 @@ def run_chaos(opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) 
     bad = [k for k in opts.kinds if k not in FAULT_KINDS]
     if bad:
         raise ValueError(f"unknown fault kind(s) {bad}: choose from {', '.join(FAULT_KINDS)}")
+    if opts.pipelines and not opts.process_brokers:
+        raise ValueError("streaming pipelines run on the spark runner in broker processes: use process brokers")
     with ChaosRun(opts, echo) as run:
         echo(f"chaos seed {opts.seed}: {len(run.schedule)} faults over {opts.duration_s:.0f}s "
              f"({'process' if opts.process_brokers else 'in-process'} brokers, {opts.brokers} brokers, "
@@ -911,6 +1060,9 @@ def format_summary(s: ChaosSummary) -> str:
     for v in s.verdicts:
         lines.append(f"  invariant {v.invariant} {'ok  ' if v.ok else 'FAIL'} {v.name}")
         lines += [f"      {d}" for d in v.details[:5]]
+    for t, f in s.pipelines.items():
+        lines.append(f"  pipeline {t}: {f['held']} records held of {f['expected']}, {f['duplicates']} duplicates, "
+                     f"{f['missing']} missing")
     lines.append("  verdict            " + ("OK" if s.ok else "VIOLATION"))
     return "\n".join(lines)
 

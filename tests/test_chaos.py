@@ -1,6 +1,6 @@
 """Chaos runs in CI (bounded): a seeded schedule covering every fault kind against in-process brokers
-(through the CLI, ``--json``), a shorter one against process brokers (kill -9, SIGSTOP/SIGCONT and
-controller processes for real), the schedule's determinism, and the checker's teeth: each verdict fails
+(through the CLI, ``--json``), one against process brokers running Spark streaming pipelines (kill -9,
+SIGSTOP/SIGCONT and controller processes for real; sinks hold every record exactly once), the schedule's determinism, and the checker's teeth: each verdict fails
 on data that breaks it, and a worker whose fence is disabled is caught double-owning.
 
 Longer runs and their figures: docs/reliability.md."""
@@ -12,13 +12,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from broker_sim.chaos import FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, run_chaos
+from broker_sim.chaos import FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, run_chaos, sink_ids
 from broker_sim.worker import Worker
 from cli.main import cli
 from controller.codecs import RunInterval
 
 IN_PROCESS_KINDS = tuple(k for k in FAULT_KINDS if k != "rolling-bounce")
-PROCESS_KINDS = ("kill-broker", "freeze-broker", "kill-controller", "freeze-controller", "rolling-bounce")
+PROCESS_KINDS = ("kill-broker", "freeze-broker", "kill-controller", "freeze-controller", "expire-broker", "rolling-bounce")
 
 
 def test_same_seed_same_schedule_and_every_kind_is_drawn():
@@ -46,12 +46,39 @@ def test_in_process_chaos_run_through_the_cli_keeps_every_invariant():
     assert summary["rebalances"] > 0 and summary["controller_epochs"][-1] > summary["controller_epochs"][0]
 
 
-def test_process_brokers_chaos_run_keeps_every_invariant():
-    summary = run_chaos(ChaosOptions(seed=22, duration_s=30, brokers=2, tasks=12, mean_gap_s=2.0, kinds=PROCESS_KINDS,
-                                     process_brokers=True))
+@pytest.mark.slow
+def test_process_brokers_with_spark_pipelines_exactly_once():
+    """Broker processes on the spark runner (one JVM each, in their process group) and controller processes:
+    kill -9, SIGSTOP, session expiry, controller kill and freeze, a rolling bounce by controlled shutdown,
+    while a generator feeds a streaming file pipeline. Every invariant holds, and the sink holds every
+    generated record exactly once (read through its ``_spark_metadata`` commit log)."""
+    summary = run_chaos(ChaosOptions(seed=615, duration_s=30, brokers=2, tasks=6, mean_gap_s=2.0, kinds=PROCESS_KINDS,
+                                     process_brokers=True, pipelines=1, records=1500))
     assert set(summary.faults_injected) == set(PROCESS_KINDS), summary.faults_injected
     assert summary.faults_failed == []
     assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts)
+    assert summary.pipelines["pipe-0"] == {"expected": 1500, "held": 1500, "duplicates": 0, "missing": 0}
+
+
+def test_sink_reader_counts_committed_files_only(tmp_path):
+    """The exactly-once check reads a file sink as Spark does: the latest compact log plus later batches;
+    files with no commit (a killed writer's) do not count; duplicates are kept and so detected."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = tmp_path / "out"
+    (sink / "_spark_metadata").mkdir(parents=True)
+
+    def part(name: str, ids: list[int]) -> str:
+        pq.write_table(pa.table({"id": ids}), sink / name)
+        return json.dumps({"path": f"file://{sink / name}", "size": 1, "isDir": False, "modificationTime": 0,
+                           "blockReplication": 1, "blockSize": 1, "action": "add"})
+
+    (sink / "_spark_metadata" / "0").write_text("v1\n" + part("a.parquet", [1, 2]))
+    (sink / "_spark_metadata" / "1.compact").write_text("v1\n" + part("a.parquet", [1, 2]) + "\n" + part("b.parquet", [3]))
+    (sink / "_spark_metadata" / "2").write_text("v1\n" + part("c.parquet", [3, 4]))
+    part("uncommitted.parquet", [5])
+    assert sorted(sink_ids(sink)) == [1, 2, 3, 3, 4]
 
 
 def test_each_verdict_fails_on_data_that_breaks_it(tmp_path):
