@@ -329,9 +329,10 @@ class Worker:
         elif isinstance(event, _Assignment):
             a = self._read_assignment()
             if a is not None:
-                self._do(self.member.on_assignment(a))
+                actions = self.member.on_assignment(a)
                 if self.member.generation >= 0:
-                    self.generation = self.member.generation
+                    self.generation = self.member.generation  # owner znodes record the new generation
+                self._do(actions)
         elif isinstance(event, _Owned):
             self._do(self.member.on_owned(self._held()))
         elif isinstance(event, _Coordinator):
@@ -608,14 +609,37 @@ class Worker:
             self._stop_runner(t)
             with self.lock:
                 slot = self.slots[t]
+                if slot.state not in ("COMPLETED", "FAILED"):
+                    slot.state = "STOPPED"
+                final = codecs.encode(TaskStatus(
+                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
+                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics))
+            # the last status and the release in one multi: a new owner can start only after the owner
+            # znode is gone, so its RUNNING can never be overwritten by our STOPPED
+            status_path = self.layout.status(t)
             try:
-                self.client.delete(self.layout.task_owner(t))
-            except NoNodeError:
-                pass
+                exists = status_path in self.known_status or self.client.exists(status_path) is not None
+            except Exception:
+                exists = False
+            tx = self.client.transaction()
+            if exists:
+                tx.set_data(status_path, final)
+            else:
+                tx.create(status_path, final)
+            tx.delete(self.layout.task_owner(t))
+            try:
+                results = tx.commit_async().get(timeout=30)
+            except Exception:
+                results = [None]
+            if any(isinstance(r, Exception) for r in results):
+                try:
+                    self.client.delete(self.layout.task_owner(t))
+                except NoNodeError:
+                    pass
+            else:
+                self.known_status.add(status_path)
             with self.lock:
                 slot.held = False
-                if slot.state not in ("COMPLETED",):
-                    slot.state = "STOPPED"
                 slot.dirty = True
                 slot.failures = 0
                 slot.restart_at = None
