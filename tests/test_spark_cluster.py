@@ -42,9 +42,11 @@ def _rows(runner: SparkRunner, task_id: str) -> int:
 def test_task_moves_between_workers_and_onto_a_cluster_exactly_once(spark_runner: SparkRunner, spark: Any,
                                                                     tmp_path: Path) -> None:
     src, out, tid = tmp_path / "in", tmp_path / "out", "move-me"
-    gen = Datagen(DatagenConfig(out_dir=str(src), records=1800, rate=100, batch=30))  # 60 files over ~18 s
+    # 50 files over ~15 s. At most 3 files (90 rows) per 1-second trigger, the query consumes more slowly than
+    # the generator writes, so every phase below finds input waiting, however slow the machine.
+    gen = Datagen(DatagenConfig(out_dir=str(src), records=1500, rate=100, batch=30))
     expected = [i for i in gen.config.expected_ids() if i % 3 != 0]
-    spec_doc = files_task(tid, src, out, "SELECT id, key, value FROM input WHERE id % 3 <> 0", max_files=6,
+    spec_doc = files_task(tid, src, out, "SELECT id, key, value FROM input WHERE id % 3 <> 0", max_files=3,
                           trigger={"processing_time": "1 second"})
     spec = parse_spec(spec_doc)
     timings: dict[str, float] = {}
@@ -55,7 +57,7 @@ def test_task_moves_between_workers_and_onto_a_cluster_exactly_once(spark_runner
             spark_runner.start(tid, spec, 1)  # worker A
             timings["start"] = time.monotonic() - t0
             assert spark_runner.status(tid).state == RunState.RUNNING
-            wait_for(lambda: _rows(spark_runner, tid) >= 120, 90, "rows on the first run")
+            wait_for(lambda: _rows(spark_runner, tid) >= 90, 90, "rows on the first run")
             t0 = time.monotonic()
             spark_runner.stop(tid)
             timings["stop"] = time.monotonic() - t0
