@@ -29,7 +29,7 @@ from tests.spark_support import (  # noqa: F401 (fixtures)
     wait_for,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # JVM starts: slow on a loaded machine
 
 CLUSTER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                 "spark.executor.memory": "512m", "spark.cores.max": "1", "spark.driver.memory": "512m"}

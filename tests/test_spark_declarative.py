@@ -20,7 +20,7 @@ from broker_sim.runners.spark import SparkRunner
 from controller.taskspec import DeclarativePipeline, TaskSpec
 from tests.spark_support import TEST_CONF, copy_project, require_spark, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # JVM starts: slow on a loaded machine
 
 
 def _alive(pid: int) -> bool:
