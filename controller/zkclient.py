@@ -33,8 +33,15 @@ class ZkSettings:
     __str__ = __repr__
 
 
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None or value == "" else value.strip().lower() not in ("0", "false", "no", "off")
+
+
 def settings_from_env(**overrides: object) -> ZkSettings:
-    """Settings from ZKC_ZK / ZKC_ROOT / ZKC_AUTH (or ZKC_AUTH_FILE), then explicit overrides."""
+    """Settings from ZKC_ZK / ZKC_ROOT / ZKC_AUTH (or ZKC_AUTH_FILE), TLS from ZKC_ZK_TLS=1 with ZKC_ZK_CA,
+    ZKC_ZK_CERT / ZKC_ZK_KEY (client certificate) and ZKC_ZK_TLS_VERIFY=0 (no certificate check), then
+    explicit overrides."""
     auth = os.environ.get("ZKC_AUTH")
     auth_file = os.environ.get("ZKC_AUTH_FILE")
     if not auth and auth_file:
@@ -44,6 +51,11 @@ def settings_from_env(**overrides: object) -> ZkSettings:
         "hosts": os.environ.get("ZKC_ZK", DEFAULT_HOSTS),
         "root": os.environ.get("ZKC_ROOT", "/zkc"),
         "auth": auth or None,
+        "use_ssl": _flag("ZKC_ZK_TLS", False),
+        "ca": os.environ.get("ZKC_ZK_CA") or None,
+        "certfile": os.environ.get("ZKC_ZK_CERT") or None,
+        "keyfile": os.environ.get("ZKC_ZK_KEY") or None,
+        "verify_certs": _flag("ZKC_ZK_TLS_VERIFY", True),
     }
     values.update({k: v for k, v in overrides.items() if v is not None})
     return ZkSettings(**values)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ line."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,57 @@ def test_cli_takes_credentials_from_env_or_file_never_the_command_line(zk_hosts,
     res = runner.invoke(cli, base + ["task", "list"])
     assert res.exit_code == 1 and "NoAuth" in res.output
     _remove_secured_root(zk_hosts, ZkLayout(zk_root))
+
+
+def test_tls_to_zookeeper_with_a_self_signed_certificate(tmp_path, monkeypatch):
+    """A private ZooKeeper with Netty TLS on a secure port (keystore made by Java's keytool; the
+    netty jars come with pyspark's), and our client
+    connecting through ZkSettings' TLS options: with the CA it works (digest auth on top), and a plaintext
+    client cannot talk to the TLS port."""
+    import shutil
+    import subprocess
+
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from controller.zkserver import ZooKeeperServer, free_port
+    from controller.zkclient import settings_from_env
+
+    keytool = shutil.which("keytool")
+    assert keytool, "keytool ships with Java 17"
+    ks, ca = tmp_path / "zk.p12", tmp_path / "ca.pem"
+    subprocess.run([keytool, "-genkeypair", "-alias", "zk", "-keyalg", "RSA", "-keysize", "2048", "-dname", "CN=localhost",
+                    "-ext", "SAN=ip:127.0.0.1,dns:localhost", "-validity", "2", "-keystore", str(ks), "-storetype",
+                    "PKCS12", "-storepass", "changeit", "-keypass", "changeit"], check=True, capture_output=True)
+    subprocess.run([keytool, "-exportcert", "-rfc", "-alias", "zk", "-keystore", str(ks), "-storepass", "changeit",
+                    "-file", str(ca)], check=True, capture_output=True)
+    trust = tmp_path / "trust.p12"
+    subprocess.run([keytool, "-importcert", "-noprompt", "-alias", "zk", "-file", str(ca), "-keystore", str(trust),
+                    "-storetype", "PKCS12", "-storepass", "changeit"], check=True, capture_output=True)
+    secure_port = free_port()
+    server = ZooKeeperServer(data_dir=tmp_path / "zk", port=free_port(), tick_ms=200, extra_config={
+        "secureClientPort": str(secure_port),
+        "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+        "ssl.keyStore.location": str(ks), "ssl.keyStore.password": "changeit", "ssl.keyStore.type": "PKCS12",
+        "ssl.trustStore.location": str(trust), "ssl.trustStore.password": "changeit", "ssl.trustStore.type": "PKCS12",
+        "ssl.clientAuth": "none"})
+    server.start(timeout=90)
+    try:
+        monkeypatch.setenv("ZKC_ZK_TLS", "1")
+        monkeypatch.setenv("ZKC_ZK_CA", str(ca))
+        monkeypatch.setenv("ZKC_AUTH", CREDS["admin"])
+        settings = settings_from_env(hosts=f"127.0.0.1:{secure_port}", root="/tls")
+        assert settings.use_ssl and settings.ca == str(ca) and settings.verify_certs
+        client = make_client(settings)
+        try:
+            client.ensure_path("/tls/x")
+            assert client.get_children("/tls") == ["x"]
+        finally:
+            client.stop()
+            client.close()
+        plain = KazooClient(hosts=f"127.0.0.1:{secure_port}", timeout=4.0)
+        with pytest.raises(KazooTimeoutError):
+            plain.start(timeout=3)
+        plain.stop()
+        plain.close()
+    finally:
+        server.stop()
