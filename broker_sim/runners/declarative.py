@@ -317,6 +317,7 @@ class DeclarativeRun:
     def server_conf(self, spec_file: Path) -> dict[str, str]:
         project_conf = _project_configuration(spec_file)
         conf = default_conf(self.master)
+        conf["spark.local.dir"] = str(self._workdir / "local")  # scratch removed with the task, even after a SIGKILL
         if "spark.sql.catalogImplementation" not in {**self.spark_conf, **project_conf}:
             conf.update(catalog_conf(self.project))
         conf.update(self.spark_conf)
@@ -439,7 +440,8 @@ def validate_declarative(project: str | Path, *, spark_master: str = "local[1]",
     workdir = Path(tempfile.mkdtemp(prefix="zkc-sdp-validate-"))
     try:
         conf = {**default_conf(spark_master), **(spark_conf or {}), **_project_configuration(spec_file),
-                "spark.sql.catalogImplementation": "in-memory", "spark.sql.warehouse.dir": str(workdir / "warehouse")}
+                "spark.sql.catalogImplementation": "in-memory", "spark.sql.warehouse.dir": str(workdir / "warehouse"),
+                "spark.local.dir": str(workdir / "local")}
         try:
             server = ConnectServer.start(master=spark_master, conf=conf, cwd=workdir, log=workdir / "server.log",
                                          name="zkc-sdp-validate", timeout_s=timeout_s)
