@@ -617,15 +617,15 @@ class Worker:
             # the last status and the release in one multi: a new owner can start only after the owner
             # znode is gone, so its RUNNING can never be overwritten by our STOPPED
             status_path = self.layout.status(t)
-            try:
-                exists = status_path in self.known_status or self.client.exists(status_path) is not None
-            except Exception:
-                exists = False
             tx = self.client.transaction()
-            if exists:
-                tx.set_data(status_path, final)
-            else:
+            try:  # only a status that is still ours, at the version we read (the controller may have
+                data, stat = self.client.get(status_path)  # marked the task FAILED meanwhile)
+                if codecs.decode(TaskStatus, data, status_path).broker == self.id:
+                    tx.set_data(status_path, final, version=stat.version)
+            except NoNodeError:
                 tx.create(status_path, final)
+            except Exception:
+                pass
             tx.delete(self.layout.task_owner(t))
             try:
                 results = tx.commit_async().get(timeout=30)

@@ -14,6 +14,7 @@ import enum
 import json
 import types
 import typing
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
@@ -21,6 +22,8 @@ SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 # ZooKeeper's default jute.maxbuffer is 1 MiB; we refuse to read or write anything near it.
 MAX_PAYLOAD_BYTES = 900 * 1024
+COMPRESS_ABOVE = 64 * 1024
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -269,13 +272,33 @@ def to_jsonable(payload: Any) -> Any:
 
 
 def encode(payload: Any) -> bytes:
-    """Encode a payload dataclass as versioned JSON bytes (refusing oversized payloads)."""
+    """Encode a payload dataclass as versioned JSON bytes (refusing oversized payloads).
+
+    JSON larger than ``COMPRESS_ABOVE`` is stored zlib-compressed (a znode's bytes then start with the
+    zlib header, never with ``{``): join results and assignments of groups with tens of thousands of
+    tasks stay well under ZooKeeper's 1 MiB limit, small payloads stay readable with any client."""
     body = to_jsonable(payload)
     body["version"] = SCHEMA_VERSION
     data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    if len(data) > COMPRESS_ABOVE:
+        data = zlib.compress(data, 6)
     if len(data) > MAX_PAYLOAD_BYTES:
         raise PayloadError("<memory>", f"{type(payload).__name__} is {len(data)} bytes, over {MAX_PAYLOAD_BYTES}")
     return data
+
+
+def inflate(data: bytes, path: str) -> bytes:
+    """Undo ``encode``'s compression (bounded: a small znode cannot expand into gigabytes)."""
+    if not data or data[:1] not in (b"\x78",):
+        return data
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, MAX_INFLATED_BYTES)
+    except zlib.error as exc:
+        raise PayloadError(path, f"not JSON and not a valid compressed payload ({exc})") from None
+    if d.unconsumed_tail:
+        raise PayloadError(path, f"compressed payload expands past {MAX_INFLATED_BYTES} bytes")
+    return out
 
 
 def decode(cls: type[T], data: bytes | None, path: str = "<memory>") -> T:
@@ -284,6 +307,7 @@ def decode(cls: type[T], data: bytes | None, path: str = "<memory>") -> T:
         raise PayloadError(path, "znode has no data")
     if len(data) > MAX_PAYLOAD_BYTES:
         raise PayloadError(path, f"{len(data)} bytes, over the {MAX_PAYLOAD_BYTES}-byte limit")
+    data = inflate(data, path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
