@@ -113,6 +113,7 @@ class ControllerContext:
     groups: dict[str, GroupCoordinator] = field(default_factory=dict)
     members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
     invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)
+    member_sessions: dict[tuple[str, str], int] = field(default_factory=dict)  # session owning each join request
     shutdown_requests: set[str] = field(default_factory=set)
     known_paths: set[str] = field(default_factory=set)
     broker_changes: collections.deque[BrokerDelta] = field(default_factory=lambda: collections.deque(maxlen=1000))
@@ -480,7 +481,7 @@ class Controller:
             ctx.members[g] = {}
         for (g, m), res in zip(member_paths, member_data):
             if res is not None:
-                self._set_member(ctx, g, m, res[0])
+                self._set_member(ctx, g, m, res[0], res[1])
         assignments: dict[str, dict[str, Assignment]] = {g: {} for g in names}
         for (g, m), res in zip(assignment_paths, assignment_data):
             if res is None:
@@ -564,8 +565,15 @@ class Controller:
             ctx.tasks.pop(t, None)
             ctx.invalid_tasks[t] = str(exc)
 
-    def _set_member(self, ctx: ControllerContext, g: str, m: str, data: bytes) -> None:
+    def _set_member(self, ctx: ControllerContext, g: str, m: str, data: bytes, stat: Any = None) -> bool:
+        """Record a member's join request; True if it comes from a new session (the member restarted,
+        even if its request is byte-identical to the old one: the coordinator must see it leave and join)."""
         path = self.layout.group_member(g, m)
+        bounced = False
+        if stat is not None:
+            previous = ctx.member_sessions.get((g, m))
+            bounced = previous is not None and previous != stat.ephemeralOwner
+            ctx.member_sessions[(g, m)] = stat.ephemeralOwner
         try:
             req = codecs.decode(JoinRequest, data, path)
             if req.member_id != m:
@@ -576,6 +584,7 @@ class Controller:
             log.warning("ignoring member: %s", exc)
             ctx.members.setdefault(g, {}).pop(m, None)
             ctx.invalid_members[(g, m)] = str(exc)
+        return bounced
 
     def _write_invalid_statuses(self, invalid: dict[str, str]) -> None:
         if not invalid or self.writer is None:
@@ -859,9 +868,10 @@ class Controller:
         new = sorted(children - current.keys() - invalid)
         for m, res in zip(new, get_many(self.zk, [lay.group_member(group, m) for m in new], watch=self._member_watch)):
             if res is not None:
-                self._set_member(ctx, group, m, res[0])
+                self._set_member(ctx, group, m, res[0], res[1])
         for m in sorted(current.keys() - children):
             current.pop(m, None)
+            ctx.member_sessions.pop((group, m), None)
         for key in [k for k in ctx.invalid_members if k[0] == group and k[1] not in children]:
             del ctx.invalid_members[key]
         self._apply(group, coord.on_members(dict(current)))
@@ -873,13 +883,19 @@ class Controller:
         ctx, lay = self.ctx, self.layout
         current = ctx.members.setdefault(group, {})
         ids = sorted(members)
+        bounced = []
         for m, res in zip(ids, get_many(self.zk, [lay.group_member(group, m) for m in ids], watch=self._member_watch)):
             if res is None:
                 current.pop(m, None)
                 ctx.invalid_members.pop((group, m), None)
-            else:
-                self._set_member(ctx, group, m, res[0])
-        self._apply(group, self._coordinator(group).on_members(dict(ctx.members.get(group, {}))))
+                ctx.member_sessions.pop((group, m), None)
+            elif self._set_member(ctx, group, m, res[0], res[1]):
+                bounced.append(m)
+        coord = self._coordinator(group)
+        if bounced:  # a restart the watches saw as one change: first the departure, then the new member
+            snapshot = {m: r for m, r in ctx.members.get(group, {}).items() if m not in bounced}
+            self._apply(group, coord.on_members(snapshot))
+        self._apply(group, coord.on_members(dict(ctx.members.get(group, {}))))
 
     def on_sync_proposal(self, token: int, group: str, generation: int) -> None:
         if not self._current(token):
