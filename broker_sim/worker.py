@@ -377,31 +377,26 @@ class Worker:
             self._enqueue(_GroupState())
             self._enqueue(_Assignment())
 
-    def _read_group_state(self) -> GroupStateInfo | None:
-        path = self.layout.group_state(self.config.group)
+    def _read_watched(self, cls: type, path: str, watch: Callable[[Any], None]) -> Any:
+        """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there
+        is logged and ignored (None), never a crash of the worker."""
         try:
-            data, _ = self.client.get(path, watch=self._watch_group_state)
+            data, _ = self.client.get(path, watch=watch)
         except NoNodeError:
-            self.client.exists(path, watch=self._watch_group_state)
+            self.client.exists(path, watch=watch)
             return None
         try:
-            return codecs.decode(GroupStateInfo, data, path)
+            return codecs.decode(cls, data, path)
         except PayloadError as exc:
             log.warning("worker %s: ignoring %s", self.id, exc)
             return None
 
+    def _read_group_state(self) -> GroupStateInfo | None:
+        return self._read_watched(GroupStateInfo, self.layout.group_state(self.config.group), self._watch_group_state)
+
     def _read_assignment(self) -> Assignment | None:
-        path = self.layout.group_assignment(self.config.group, self.id)
-        try:
-            data, _ = self.client.get(path, watch=self._watch_assignment)
-        except NoNodeError:
-            self.client.exists(path, watch=self._watch_assignment)
-            return None
-        try:
-            return codecs.decode(Assignment, data, path)
-        except PayloadError as exc:
-            log.warning("worker %s: ignoring %s", self.id, exc)
-            return None
+        return self._read_watched(Assignment, self.layout.group_assignment(self.config.group, self.id),
+                                  self._watch_assignment)
 
     def _do(self, actions: list[Any]) -> None:
         for act in actions:
