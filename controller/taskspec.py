@@ -203,12 +203,14 @@ def load_specs(path: str | Path) -> list[TaskSpec]:
     """Read a YAML or JSON file holding one spec or a list of specs; validate all before returning any."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:  # ValueError: JSON errors, huge integers
         raise SpecError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}") from None
     if doc is None:
         raise SpecError(f"{path}: empty file, expected a task spec or a list of them")

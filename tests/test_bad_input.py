@@ -235,3 +235,28 @@ def test_a_group_rebuilt_from_unreadable_state_resumes_above_every_known_generat
     decisions = coord.load(None, members, {"t1": codecs.TaskDescriptor(task_id="t1")}, assignments)
     states = [d.info for d in decisions if isinstance(d, WriteGroupState)]
     assert states and states[-1].state == "PreparingRebalance" and states[-1].join_generation == 8
+
+
+CLI_GAPS = [  # malformed spec files tests/test_cli.py does not cover
+    ("nonutf8.yaml", b"\xff\xfeid: a\n", "not UTF-8"),
+    ("digits.json", b'{"id": "d", "weight": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    ("deep.yaml", b"id: a\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid YAML"),
+    ("version.yaml", b"id: a\nversion: 99\n", "unsupported version 99"),
+    ("huge.json", json.dumps({"id": "big", "pipeline": {"kind": "spark", "source": {"type": "rate"},
+                                                        "sink": {"type": "console"},
+                                                        "transform": {"sql": "SELECT * FROM input -- " + "x" * 1_000_000}}}).encode(),
+     "over"),
+]
+
+
+@pytest.mark.parametrize("name, content, needle", CLI_GAPS, ids=[c[0] for c in CLI_GAPS])
+def test_cli_refuses_more_malformed_spec_files_and_writes_nothing(name, content, needle, zk, zk_hosts, layout, tmp_path):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    res = CliRunner().invoke(cli, ["--zk", zk_hosts, "--zk-root", layout.root, "task", "create", "-f", str(path)])
+    assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output, res.output[-500:]
+    assert zk.get_children(layout.tasks) == []
