@@ -260,8 +260,10 @@ def _sticky_placement(problem: _Problem, allowed: Allowed) -> Placement:
     quota; the r "+1" quotas go to members that hold more than q (largest first), because only there
     does a +1 save a move. So the moves are exactly ``orphaned`` plus ``excess`` =
     Σ max(0, held_i − quota_i): the fewest any balanced assignment can make. ``to_place`` (orphaned and
-    excess) then goes, most constrained first, to the least-loaded allowed member (a tie goes back to
-    the task's current owner), which fills every member exactly to q or q + 1.
+    excess) then goes, most constrained first, to the least-loaded allowed member (ties: for a
+    constrained task its current owner, then the lowest id), which fills every member to q or q + 1.
+    (An unconstrained excess task never lands back on the member that shed it: that member would end
+    above its quota.)
 
     ``allowed`` narrows where a task may go (None: anywhere). When some task is narrowed, quotas are
     only a guide; :func:`_settle` then moves tasks while one move lowers the spread among the members
@@ -308,13 +310,11 @@ def _sticky_placement(problem: _Problem, allowed: Allowed) -> Placement:
     to_place = sorted(orphaned + excess, key=lambda t: (flexibility(t), t))
     heap = _heap(active, load)
     for tid in to_place:
-        owner = current.get(tid)
         choices = allowed[tid]
         if choices is None:
             target = _least(heap, load)
-            if owner is not None and load[owner] == load[target]:
-                target = owner
-        else:
+        else:  # on a tie, back to the member that shed it: a stable group stays put
+            owner = current.get(tid)
             target = min(choices, key=lambda m: (load[m], m != owner, m))
         placement[tid] = target
         load[target] += 1
@@ -441,9 +441,10 @@ class PinnedAssignor:
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
         problem = _Problem.build(members, tasks, previous)
+        active = frozenset(problem.active)
         allowed: Allowed = {}
         for tid, choices in problem.eligible.items():
-            pinned_here = frozenset(problem.tasks[tid].pinned).intersection(problem.active)
+            pinned_here = frozenset(m for m in problem.tasks[tid].pinned if m in active)
             allowed[tid] = pinned_here if pinned_here else choices
         return problem.result(_sticky_placement(problem, allowed))
 
