@@ -223,7 +223,7 @@ class ConnectServer:
             for key, value in settings.items():
                 cmd += ["--conf", f"{key}={value}"]
             t0 = time.monotonic()
-            proc = spawn(cmd, env=env, cwd=cwd, log=log)
+            proc = spawn(cmd, env=env, cwd=cwd, log=log, die_with_parent=True)  # no orphan after a kill -9
             deadline = t0 + timeout_s
             while time.monotonic() < deadline and proc.poll() is None:
                 if stop_event is not None and stop_event.is_set():
@@ -246,7 +246,7 @@ def run_cli(command: str, spec_file: Path, server: ConnectServer, extra: Iterabl
     env.update(SPARK_REMOTE=server.url, SPARK_CONNECT_AUTHENTICATE_TOKEN=server.token, PYTHONUNBUFFERED="1",
                SPARK_HOME=spark_home())
     cmd = [sys.executable, "-m", "pyspark.pipelines.cli", command, "--spec", str(spec_file), *extra]
-    return spawn(cmd, env=env, cwd=spec_file.parent, pipe_output=True)
+    return spawn(cmd, env=env, cwd=spec_file.parent, pipe_output=True, die_with_parent=True)
 
 
 def _follow(proc: subprocess.Popen, record: RunRecord) -> int:

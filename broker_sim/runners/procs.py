@@ -1,21 +1,83 @@
 """Child processes that are always stopped by their id: each runs in its own session (process group), so
 ``stop_process`` can signal the group by its id and no grandchild (a JVM ``spark-class`` exec'd, a
 launcher it forked) outlives it. Used by the Spark Declarative Pipelines runs and by the tests.
+
+A child in its own session does not die with us: ``spawn(..., die_with_parent=True)`` asks Linux for a
+SIGKILL when this process dies (``PR_SET_PDEATHSIG``), so a worker killed with SIGKILL leaves no Spark
+Connect server or SDP run behind to hold the project (and its Derby metastore) against the next owner.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import queue
 import signal
 import subprocess
+import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO, Any, Callable, Mapping, Sequence
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent_preexec() -> Callable[[], None] | None:
+    """A ``preexec_fn`` setting the parent-death signal to SIGKILL (Linux only; None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only makes the call
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # we died between the fork and the prctl: follow at once
+            os._exit(1)
+
+    return preexec
+
+
+class _Forker:
+    """One long-lived thread forks every die-with-parent child: Linux sends the parent-death signal when the
+    *thread* that forked the child ends, so a child forked by a short-lived thread would die with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="procs-forker", daemon=True)
+                self._thread.start()
+        fut: Future = Future()
+        self._queue.put((fn, fut))
+        return fut.result()
+
+    def _run(self) -> None:
+        while True:
+            fn, fut = self._queue.get()
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the caller
+                fut.set_exception(exc)
+
+
+_FORKER = _Forker()
 
 
 def spawn(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-          log: str | Path | None = None, pipe_output: bool = False) -> subprocess.Popen:
-    """Start ``cmd`` in a new session; output to ``log`` (appended), to a pipe, or discarded."""
+          log: str | Path | None = None, pipe_output: bool = False, die_with_parent: bool = False) -> subprocess.Popen:
+    """Start ``cmd`` in a new session; output to ``log`` (appended), to a pipe, or discarded.
+
+    ``die_with_parent``: the child is SIGKILLed when this process dies, even by SIGKILL (Linux)."""
     out: IO | int
     if pipe_output:
         out = subprocess.PIPE
@@ -24,9 +86,14 @@ def spawn(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str 
     else:
         out = subprocess.DEVNULL
     try:
-        return subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=pipe_output, bufsize=1 if pipe_output else -1)
+        def popen(preexec: Callable[[], None] | None = None) -> subprocess.Popen:
+            return subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, text=pipe_output, bufsize=1 if pipe_output else -1,
+                                    preexec_fn=preexec)
+        if die_with_parent and (preexec := _die_with_parent_preexec()) is not None:
+            return _FORKER.call(lambda: popen(preexec))
+        return popen()
     finally:
         if log is not None and not pipe_output:
             out.close()  # type: ignore[union-attr]
