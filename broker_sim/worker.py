@@ -514,6 +514,10 @@ class Worker:
                 slot.state = "RUNNING"
                 slot.error = None
                 slot.dirty = True
+                fenced = self.fenced or self._closing
+            if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
+                log.warning("worker %s: %s finished starting after the fence; stopping it", self.id, t)
+                self._stop_runner(t)
         finally:
             with self.lock:
                 if t in self.slots:
