@@ -1022,6 +1022,9 @@ class ChaosRun(Simulation):
 
     def close(self) -> None:
         self._sampling.set()
+        if os.environ.get("ZKC_CHAOS_KEEP"):  # keep logs, journals and sinks for a post-mortem
+            self.echo(f"work directory kept: {self.tmp.name}")
+            self.tmp.cleanup = lambda: None  # type: ignore[method-assign]
         for bid, proc in list(self.broker_procs.items()):
             proc.kill9()
         for cid, proc in list(self.ctl_procs.items()):
