@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 import time
 import traceback
@@ -24,6 +25,10 @@ BENCHMARKS = {
 }
 
 
+def _interrupt(_sig: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes, one round each (under 3 minutes in all)")
@@ -39,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
     quiet_logging()
+    # stop cleanly (every benchmark's finally stops its servers and children by pid) on SIGTERM, and on
+    # SIGINT even when started in the background (where the shell leaves SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     machine = machine_info()
     bench = Bench(quick=args.quick, machine=machine)
     print(f"zkcontroller benchmarks ({'quick' if args.quick else 'full'}): {', '.join(wanted)}")
@@ -75,9 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"mode": "quick" if args.quick else "full", "machine": machine, "total_s": round(total, 1),
                "benchmarks": [{"key": k, "name": n, "status": s, "seconds": round(t, 1), "targets": tg}
                               for k, n, s, t, tg in outcomes]}
-    if set(wanted) | set(skipped) == set(BENCHMARKS):
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / f"summary-{summary['mode']}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    # the summary keeps earlier entries of benchmarks not run this time (each entry says when it ran)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"summary-{summary['mode']}.json"
+    try:
+        old = {b["key"]: b for b in json.loads(path.read_text()).get("benchmarks", [])}
+    except (OSError, ValueError):
+        old = {}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    new = {b["key"]: {**b, "finished": stamp} for b in summary["benchmarks"]}
+    summary["benchmarks"] = [new.get(k) or old[k] for k in BENCHMARKS if k in new or k in old]
+    path.write_text(json.dumps(summary, indent=1, default=str) + "\n")
     return 0 if all(o[2] in ("ok", "partial", "not done") for o in outcomes) else 1
 
 

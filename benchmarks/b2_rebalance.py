@@ -63,11 +63,16 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
         t0 = time.monotonic()
         cluster.start_farm()
         converged = wait_for(lambda: cluster.farm_converged() and cluster.stable() or bool(cluster.errors.records),
-                             300 if tasks >= 5000 else 120, 0.25)
+                             900 if tasks >= 5000 else 180, 0.5)
         if cluster.errors.records or not converged:
             cell["status"] = "failed"
-            cell["error"] = cluster.errors.records[0] if cluster.errors.records else "the group did not converge in time"
-            bench.log(f"{tasks} tasks × {brokers} brokers: FAILED to form the group: {cell['error'][:160]}")
+            coords = {g: (c.state.value, c.generation, c.reason) for g, c in (ctl.ctx.groups.items() if ctl.ctx else [])}
+            cell["diagnostics"] = {"farm": cluster.farm.call("status") if cluster.farm else None, "groups": coords,
+                                   "queue": ctl.thread.queue_size(), "errors": cluster.errors.records[:5],
+                                   "waited_s": round(time.monotonic() - t0, 1)}
+            cell["error"] = cluster.errors.records[0] if cluster.errors.records else \
+                f"the group did not converge within {cell['diagnostics']['waited_s']}s: {coords}"
+            bench.log(f"{tasks} tasks × {brokers} brokers: FAILED to form the group: {cell['error'][:300]}")
             return cell
         cell["initial_converge_s"] = round(time.monotonic() - t0, 3)
         group = cluster.group_names[0]

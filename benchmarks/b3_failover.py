@@ -172,8 +172,9 @@ def run(bench: Bench) -> dict[str, Any]:
             summary[f"{kind}|{mode}"] = s
             rows.append([kind, mode, len(ms), s["elected_s"], s["state_load_s"], s["loaded_s"], s["first_rebalance_done_s"],
                          s["cause_to_session_end_s"]])
-    print(table(["session end by", "state load", "runs", "→ elected s", "load s", "→ loaded s", "→ rebalanced s",
-                 "kill/stop → session end s"], rows))
+    headers = ["session end by", "state load", "runs", "→ elected s", "load s", "→ loaded s", "→ rebalanced s",
+               "kill/stop → session end s"]
+    print(table(headers, rows))
     load_ratio = ratio(median([m["state_load_s"] for m in measurements if m["load"] == "sequential"]),
                        median([m["state_load_s"] for m in measurements if m["load"] == "pipelined"]))
     elected = max(summary["kill -9|pipelined"]["elected_s"], summary["resign|pipelined"]["elected_s"])
@@ -187,6 +188,6 @@ def run(bench: Bench) -> dict[str, Any]:
         target("B3 pipelined vs sequential state load", f"{load_ratio:.1f}×" if load_ratio else "-", "(ratio)", None),
     ]
     doc = {"setup": setup, "measurements": measurements, "summary": summary, "load_speedup": load_ratio,
-           "table": rows, "targets": targets}
+           "table": {"headers": headers, "rows": rows}, "targets": targets}
     bench.write(NAME, doc)
     return doc

@@ -94,7 +94,8 @@ def run(bench: Bench) -> dict[str, Any]:
             summary[f"{method}|{op}"] = {"writes_per_s_median": med, "runs": results[f"{method}|{op}"],
                                          "vs_sync": ratio(med, sync)}
             rows.append([method, op, med, min(results[f"{method}|{op}"]), max(results[f"{method}|{op}"]), ratio(med, sync)])
-    print(table(["method", "op", "writes/s (median)", "min", "max", "× sync"], rows))
+    headers = ["method", "op", "writes/s (median)", "min", "max", "× sync"]
+    print(table(headers, rows))
     b_create = summary["batched fenced multis (FencedWriter)|create"]
     b_set = summary["batched fenced multis (FencedWriter)|set"]
     batched = min(b_create["writes_per_s_median"], b_set["writes_per_s_median"])
@@ -105,6 +106,6 @@ def run(bench: Bench) -> dict[str, Any]:
         target("B4 batched vs sync", round(speedup, 1), "≥ 8×", speedup >= 8),
     ]
     doc = {"writes": n, "rounds": rounds, "ops_per_multi": 500, "multis_per_write": multis, "payload_bytes": len(_payload(1)),
-           "results": summary, "table": rows, "targets": targets}
+           "results": summary, "table": {"headers": headers, "rows": rows}, "targets": targets}
     bench.write(NAME, doc)
     return doc
