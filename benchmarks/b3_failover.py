@@ -21,7 +21,7 @@ from typing import Any
 
 from kazoo.protocol.states import EventType
 
-from benchmarks.cluster import Cluster, groups_for, stop_process
+from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
 from controller import codecs
 from controller.admin import wait_for
@@ -102,7 +102,7 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
 
 def run(bench: Bench) -> dict[str, Any]:
     tasks, brokers = (1000, 10) if bench.quick else (10_000, 100)
-    groups = groups_for(tasks)
+    groups = 1  # one group of all tasks (the hardest case for the join result and the load)
     reps = 1 if bench.quick else 3
     session_timeout = 2.0 if bench.quick else 6.0
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"zkc-b3-{os.getpid()}"

@@ -25,13 +25,14 @@ from controller.taskspec import TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkio import get_many
 
-# One group's join result carries every task's descriptor plus every member's owned list and the
-# previous assignment; past ~8,000 tasks it exceeds the 900 KiB payload cap (see docs/benchmarks.md).
-TASKS_PER_GROUP_LIMIT = 2500
+# B2's extra row splits 10,000 tasks into groups of this size (one group's join result carries every
+# task's descriptor, every member's owned list and the previous assignment: ~1 MB at 10,000 tasks, which
+# only fits since payloads over 64 KiB are zlib-compressed).
+TASKS_PER_GROUP_SPLIT = 2500
 
 
 def groups_for(tasks: int) -> int:
-    return max(1, math.ceil(tasks / TASKS_PER_GROUP_LIMIT))
+    return max(1, math.ceil(tasks / TASKS_PER_GROUP_SPLIT))
 
 
 class ErrorLog(logging.Handler):
