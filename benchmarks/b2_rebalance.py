@@ -105,6 +105,7 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
             starts = [i.start for i in worker.open_intervals()]
             t_done = max(starts) if starts and share > 0 else t_seen
             join = {"ok": ok, "latency_s": round(t_done - t_join, 4) if ok else None, "observed_s": round(t_seen - t_join, 4),
+                    "first_task_started_s": round(min(starts) - t_join, 4) if starts else None,
                     "generations": coord.generation - gen0, "joiner_tasks": len(worker.running_tasks()),
                     "controller_event_cpu_s": round(cpu1 - cpu0, 4), "controller_event_busy_s": round(busy1 - busy0, 4),
                     "controller_events": events1 - events0}
@@ -126,6 +127,37 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
         return cell
     finally:
         cluster.close()
+
+
+def plot(cells: list[dict[str, Any]], out: Any) -> None:
+    """Join latency (p50, with the max as a whisker) against brokers, one line per task count."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.2), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for tasks in sorted({c["tasks"] for c in cells}):
+        pts = sorted((c["brokers"], c["latency_p50_s"], c["latency_max_s"]) for c in cells
+                     if c["tasks"] == tasks and c["groups"] == 1 and c.get("latency_p50_s") is not None)
+        if not pts:
+            continue
+        xs, ys, mx = zip(*pts)
+        ax.errorbar(xs, ys, yerr=[[0] * len(ys), [m - y for m, y in zip(mx, ys)]], marker="o", capsize=3, label=f"{tasks} tasks")
+    split = [c for c in cells if c["groups"] > 1 and c.get("latency_p50_s") is not None]
+    for c in split:
+        ax.plot([c["brokers"]], [c["latency_p50_s"]], marker="s", linestyle="none", color="black",
+                label=f"{c['tasks']} tasks in {c['groups']} groups")
+    ax.axhline(0.3, color="grey", linestyle=":", linewidth=1)
+    ax.axhline(3.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("brokers in the group before the join")
+    ax.set_ylabel("join → every task running (s), p50 and max")
+    ax.set_title("B2: one broker joins a stable group (cooperative)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -173,6 +205,8 @@ def run(bench: Bench) -> dict[str, Any]:
         if split and split.get("latency_p50_s") is not None:
             targets.append(target(f"B2 10000 tasks × 100 brokers ({split['groups']} groups)", f"{split['latency_p50_s']:.2f} s",
                                   "< 3 s", split["latency_p50_s"] < 3, "the join rebalances one group; the controller holds all 10000 tasks"))
-    doc = {"cells": cells, "table": {"headers": headers, "rows": rows}, "targets": targets}
+    png = bench.png("b2_rebalance_latency")
+    plot(cells, png)
+    doc = {"cells": cells, "table": {"headers": headers, "rows": rows}, "targets": targets, "plot": png.name}
     bench.write(NAME, doc)
     return doc
