@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     machine = machine_info()
-    bench = Bench(quick=args.quick, machine=machine)
+    # quick results go to results/quick/, so a smoke run never overwrites the figures docs/benchmarks.md quotes
+    out_dir = RESULTS_DIR / "quick" if args.quick else RESULTS_DIR
+    bench = Bench(quick=args.quick, machine=machine, out_dir=out_dir)
     print(f"zkcontroller benchmarks ({'quick' if args.quick else 'full'}): {', '.join(wanted)}")
     print(f"machine: {machine_line(machine)}")
     for b in skipped:
@@ -85,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                "benchmarks": [{"key": k, "name": n, "status": s, "seconds": round(t, 1), "targets": tg}
                               for k, n, s, t, tg in outcomes]}
     # the summary keeps earlier entries of benchmarks not run this time (each entry says when it ran)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"summary-{summary['mode']}.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"summary-{summary['mode']}.json"
     try:
         old = {b["key"]: b for b in json.loads(path.read_text()).get("benchmarks", [])}
     except (OSError, ValueError):

@@ -218,11 +218,11 @@ def run(bench: Bench) -> dict[str, Any]:
     sp_label = sp_default or sp_tuned
     double_total = sum(x["double_ownership"] for n in names for x in runs[n])
     targets = [
-        target("B1 cooperative downtime vs eager", f"1/{med['eager'] / coop:.1f}" if coop else "-", "≤ 1/20", bool(coop) and coop <= med["eager"] / 20),
+        target("B1 cooperative downtime vs eager", f"1/{med['eager'] / coop:.1f}" if coop else "-", "≤ 1/20", bool(coop) and coop <= med["eager"] / 20, quick_size=quick),
         target("B1 cooperative downtime vs SetPartitioner", f"1/{sp_ref / coop:.1f}" if coop else "-", "≤ 1/50", bool(coop) and coop <= sp_ref / 50,
-               f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / coop:.1f}" if coop else ""),
+               f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / coop:.1f}" if coop else "", quick_size=quick),
         target("B1 controlled-shutdown downtime vs SetPartitioner", f"1/{sp_ref / cs:.1f}" if cs else "-", "≤ 1/100", bool(cs) and cs <= sp_ref / 100,
-               f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / cs:.1f}" if cs else ""),
+               f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / cs:.1f}" if cs else "", quick_size=quick),
         target("B1 double ownership (all contenders, all runs)", double_total, "0", double_total == 0),
     ]
     doc = {

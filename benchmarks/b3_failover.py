@@ -184,7 +184,7 @@ def run(bench: Bench) -> dict[str, Any]:
         target("B3 successor active after session end (elected)", f"{elected * 1000:.0f} ms", "< 1 s", elected < 1.0,
                "worst of kill -9 / resign medians, pipelined"),
         target("B3 successor active with state loaded", f"{loaded:.2f} s", "< 1 s", loaded < 1.0,
-               f"{tasks} tasks, {brokers} brokers"),
+               f"{tasks} tasks, {brokers} brokers", quick_size=bench.quick),
         target("B3 pipelined vs sequential state load", f"{load_ratio:.1f}×" if load_ratio else "-", "(ratio)", None),
     ]
     doc = {"setup": setup, "measurements": measurements, "summary": summary, "load_speedup": load_ratio,

@@ -203,7 +203,12 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(out)
 
 
-def target(name: str, measured: Any, goal: str, ok: bool | None, note: str = "") -> dict[str, Any]:
+def target(name: str, measured: Any, goal: str, ok: bool | None, note: str = "", quick_size: bool = False) -> dict[str, Any]:
+    """A target and its measured figure. ``quick_size``: measured at quick size while the target is
+    defined at full size, so it is reported but not judged."""
+    if quick_size:
+        return {"target": name, "measured": measured, "goal": goal, "met": None,
+                "note": ("quick size, judged at full size only; " + note).rstrip("; ")}
     return {"target": name, "measured": measured, "goal": goal, "met": ok, "note": note}
 
 
