@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 from benchmarks.common import Bench, StackSampler, median, ratio, table, target, zookeeper

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ class Observer:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.deleted_at: float | None = None
-        self._armed = threading.Event()
 
     def arm(self) -> None:
         self.deleted_at = None

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -177,25 +176,3 @@ def stop_process(p: subprocess.Popen, timeout: float = 20.0) -> None:
     except ProcessLookupError:
         pass
 
-
-class Poller(threading.Thread):
-    """Calls ``fn`` every ``interval`` s on a named thread until stopped (bounded by ``max_s``)."""
-
-    def __init__(self, fn: Any, interval: float, name: str, max_s: float = 3600.0) -> None:
-        super().__init__(name=name, daemon=True)
-        self.fn = fn
-        self.interval = interval
-        self.max_s = max_s
-        self._stop = threading.Event()
-
-    def run(self) -> None:
-        t0 = time.monotonic()
-        while not self._stop.wait(self.interval) and time.monotonic() - t0 < self.max_s:
-            try:
-                self.fn()
-            except Exception:
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.join(5)

@@ -229,9 +229,6 @@ def zookeeper(heap_mb: int = 512, name: str = "bench") -> Iterator[Any]:
         tmp.cleanup()
 
 
-def zk_server_pid(server: Any) -> int | None:
-    return server.read_pid()
-
 
 # ---- CPU accounting -----------------------------------------------------------------------------------
 def thread_cpu_s(native_ids: Sequence[int], pid: int | None = None) -> float:
@@ -243,10 +240,6 @@ def thread_cpu_s(native_ids: Sequence[int], pid: int | None = None) -> float:
             total += t.user_time + t.system_time
     return total
 
-
-def process_cpu_s(pid: int | None = None) -> float:
-    t = psutil.Process(pid or os.getpid()).cpu_times()
-    return t.user + t.system
 
 
 # ---- a sampling profiler of this process's threads ----------------------------------------------------
@@ -316,10 +309,3 @@ class StackSampler:
 
 _OURS = {p.name for d in ("controller", "broker_sim", "broker_sim/runners", "benchmarks") for p in (REPO / d).glob("*.py")}
 
-
-def py_spy() -> str | None:
-    """A py-spy binary if one is available (PATH or PY_SPY), for sampling other processes."""
-    import shutil
-
-    cand = os.environ.get("PY_SPY") or shutil.which("py-spy")
-    return cand if cand and os.access(cand, os.X_OK) else None
