@@ -286,9 +286,13 @@ class Member:
         if self.pending_join is not None and self.state is WorkerState.PREPARING_JOIN:
             # eager, or a member that lost its membership (generation reset): let go of everything first
             eager = self._revokes_all_on_join() or self.generation < 0
-            if not eager or not self.owned:
+            # cooperative: join once what was revoked is let go (Kafka revokes before JoinGroup); a join
+            # that still listed revoked tasks as owned would only force another generation
+            ready = not self.owned if eager else not (self.pending_revocation & self.owned)
+            if ready:
                 target = self.pending_join
                 self.pending_join = None
+                self.pending_revocation = frozenset()
                 self.join_generation = target
                 self._transition(WorkerState.JOINING)
                 actions.append(WriteJoin(self._request(target)))
