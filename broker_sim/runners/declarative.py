@@ -18,6 +18,8 @@ across workers and a lock file (``.zkc-sdp.lock``) refuses a second task on the 
 
 from __future__ import annotations
 
+import logging
+
 import collections
 import fcntl
 import os
@@ -49,6 +51,12 @@ _FLOW = re.compile(r"^Flow (?P<flow>\S+?) (?:is|has) (?P<state>[A-Z_]+)\b")
 _RUN = re.compile(r"^Run is (?P<state>[A-Z_]+)\b")
 _PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(?P<cls>\w+(?:Exception|Error)): (?P<msg>.+)$")
 _PY_ERROR_BARE = re.compile(r"^(?:[\w.]+\.)?(?P<cls>\w+(?:Exception|Error)):?$")
+
+
+log = logging.getLogger(__name__)
+
+# Spark errors that mean a flow's checkpoint was left half-written by a killed run (see _loop)
+_REBUILD_ON = ("STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY",)
 
 
 class DeclarativeError(SpecError):
@@ -343,7 +351,8 @@ class DeclarativeRun:
         return self
 
     def _loop(self, spec_file: Path) -> None:
-        extra = ["--full-refresh-all"] if self.pipeline.full_refresh else []
+        normal = ["--full-refresh-all"] if self.pipeline.full_refresh else []
+        extra = normal
         number = 0
         try:
             while not self._stop.is_set():
@@ -361,9 +370,19 @@ class DeclarativeRun:
                 if self._stop.is_set():
                     return
                 if not record.ok:
+                    text = f"{record.error or ''}\n" + "\n".join(record.output)
+                    if extra is normal and any(code in text for code in _REBUILD_ON):
+                        # a previous owner was killed inside a flow's first batch: its checkpoint holds
+                        # offsets that were never committed and Spark refuses it. Rebuild the tables from
+                        # their sources with Spark's own full refresh (exactly once by recomputation).
+                        log.warning("task %s: %s; running once with --full-refresh-all", self.task_id,
+                                    next(code for code in _REBUILD_ON if code in text))
+                        extra = ["--full-refresh-all"]
+                        continue
                     self._outcome = RunStatus(RunState.FAILED, error=record.error,
                                               trace="\n".join(record.output), metrics=self._metrics())
                     return
+                extra = normal
                 if self.pipeline.interval_s is None:
                     self._outcome = RunStatus(RunState.COMPLETED, metrics=self._metrics())
                     return
