@@ -573,18 +573,22 @@ class AdminClient:
             deleting=delete_res is not None, reassign_to=reassign.to if reassign else None, invalid=invalid,
             status_stale=_stale(status, owner))
 
+    def _file_request(self, path: str, payload: Any) -> bool:
+        """Create an admin request znode once; True if the same request was already pending."""
+        try:
+            data = payload if isinstance(payload, bytes) else codecs.encode(payload)
+            self.client.create(path, data, makepath=True)
+            return False
+        except NodeExistsError:
+            return True
+
     def delete_task(self, task_id: str, wait: float = 0.0) -> AdminRequest:
         """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it."""
         lay = self.layout
         if self.client.exists(lay.task(task_id)) is None:
             raise AdminError(f"unknown task {task_id!r}")
         path = lay.admin_delete_task(task_id)
-        already = False
-        try:
-            self.client.create(path, codecs.encode(codecs.DeleteTaskRequest(task_id=task_id, requested=time.time())),
-                               makepath=True)
-        except NodeExistsError:
-            already = True
+        already = self._file_request(path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
         done = None
         if wait > 0:
             done = self._wait(lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait)
@@ -639,11 +643,8 @@ class AdminClient:
         owner, _ = self._decode(codecs.OwnerInfo, owner_res, lay.task_owner(task_id))
         path = lay.admin_reassign_of(task_id)
         data = codecs.encode(codecs.ReassignRequest(task_id=task_id, to=to))
-        already = False
-        try:
-            self.client.create(path, data, makepath=True)
-        except NodeExistsError:
-            already = True
+        already = self._file_request(path, data)
+        if already:  # a pending reassignment of this task: the newest target wins
             self.client.set(path, data)
         notes = list(self._controller_note())
         if owner is not None and owner.broker == to:
@@ -847,12 +848,7 @@ class AdminClient:
             live = self._live_brokers()
             raise AdminError(f"unknown broker {broker_id!r} (live brokers: {', '.join(live) or 'none'})")
         path = lay.admin_controlled_shutdown_of(broker_id)
-        already = False
-        try:
-            self.client.create(path, codecs.encode(codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time())),
-                               makepath=True)
-        except NodeExistsError:
-            already = True
+        already = self._file_request(path, codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time()))
         done = None
         if wait > 0:
             def released(w: Callable[[Any], None]) -> bool:

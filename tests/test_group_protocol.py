@@ -198,7 +198,8 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env):
                     pass
             return out
         assert wait_for(lambda: len(owners()) == 12 and len(set(owners().values())) == 3, 60, 0.1), owners()
-        time.sleep(2.5)  # let every worker flush its intervals once
+        # every worker has flushed its intervals, including the running ones, at least once
+        assert wait_for(lambda: {i.broker for i in _intervals_from_zk(zk, layout)} == {"p0", "p1", "p2"}, 30)
         victim = "p1"
         victim_tasks = {t for t, b in owners().items() if b == victim}
         os.kill(procs[victim].pid, signal.SIGKILL)
@@ -207,7 +208,9 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env):
         assert wait_for(lambda: len(owners()) == 12 and victim not in owners().values(), 60, 0.1), owners()
         moved_at = time.time()
         assert moved_at - killed_at >= 3.0, "tasks moved before the killed worker's session could expire"
-        time.sleep(2.5)
+        # the new owners have flushed the intervals in which they run the victim's tasks
+        assert wait_for(lambda: victim_tasks <= {i.task_id for i in _intervals_from_zk(zk, layout)
+                                                 if i.broker != victim and i.start > killed_at}, 30)
         intervals = close_open(
             [i if i.broker != victim or i.end is not None else
              RunInterval(task_id=i.task_id, broker=i.broker, start=i.start, end=killed_at, acquired=i.acquired,
