@@ -74,7 +74,10 @@ def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkR
         seen = spark_runner.status(tid).metrics["runs_ok"]
         last = wait_for(lambda: (m := spark_runner.status(tid).metrics)["runs_ok"] > seen and m, 120,
                         "one more run to complete (key_counts recomputed)")
-        assert last["runs"] == last["runs_ok"] and last["server_pid"] == first["server_pid"], last
+        # every run of the new owner succeeded, except at most one that found the checkpoint the killed run
+        # left half-written (when the kill landed inside a flow's first batch) and was rebuilt by the next
+        assert last["rebuilds"] <= 1 and last["runs"] == last["runs_ok"] + last["rebuilds"], last
+        assert last["server_pid"] == first["server_pid"], last
         assert spark_runner.status(tid).state == RunState.RUNNING
     finally:
         spark_runner.stop(tid, timeout=60)

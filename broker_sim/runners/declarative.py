@@ -76,6 +76,7 @@ class RunRecord:
     exit_code: int | None = None
     error: str | None = None
     output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=300))
+    rebuilt: bool = False  # failed on a half-written checkpoint left by a killed owner; the next run rebuilds
     _failure_event: str | None = None
     _spark_error: str | None = None
     _py_error: str | None = None
@@ -377,6 +378,7 @@ class DeclarativeRun:
                         # their sources with Spark's own full refresh (exactly once by recomputation).
                         log.warning("task %s: %s; running once with --full-refresh-all", self.task_id,
                                     next(code for code in _REBUILD_ON if code in text))
+                        record.rebuilt = True
                         extra = ["--full-refresh-all"]
                         continue
                     self._outcome = RunStatus(RunState.FAILED, error=record.error,
@@ -402,6 +404,7 @@ class DeclarativeRun:
             server = self._server
         out: dict[str, Any] = {"mode": self.mode, "project": str(self.project), "runs": len(records),
                                "runs_ok": sum(r.ok for r in records),
+                               "rebuilds": sum(r.rebuilt for r in records),
                                "uptime_s": round(time.monotonic() - self.started, 3)}
         if server is not None:
             out.update(server_pid=server.proc.pid, server_port=server.port, server_start_s=server.startup_s)
