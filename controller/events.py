@@ -1,6 +1,7 @@
 """Controller events: small immutable values. Watches, timers and admin requests only enqueue these;
-the ControllerEventThread processes them one at a time. Each event's ``process`` step names the
-controller method that handles it, so the dispatch is in one readable place."""
+the ControllerEventThread processes them one at a time (a run of re-reads of single znodes waiting one
+behind another as one merged event, see ``coalesce``). Each event's ``process`` step names the controller
+method that handles it, so the dispatch is in one readable place."""
 
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ class BrokerModification:
 
 @dataclass(frozen=True)
 class BrokerModifications:
-    """Several brokers' znodes to re-read at once (held watch firings merged after a reconnect)."""
+    """Several brokers' znodes to re-read at once: watch firings merged (``coalesce``) after a reconnect or
+    while queued one behind another."""
 
     token: int
     broker_ids: tuple[str, ...]
@@ -115,7 +117,8 @@ class TaskConfigChange:
 
 @dataclass(frozen=True)
 class TaskConfigChanges:
-    """Several tasks' specs to re-read at once (held watch firings merged after a reconnect)."""
+    """Several tasks' specs to re-read at once: watch firings merged (``coalesce``) after a reconnect or
+    while queued one behind another."""
 
     token: int
     task_ids: tuple[str, ...]
@@ -173,7 +176,8 @@ class MemberChange:
 
 @dataclass(frozen=True)
 class MemberChanges:
-    """Several members' join requests to re-read at once (held watch firings merged after a reconnect)."""
+    """Several members' join requests to re-read at once: watch firings merged (``coalesce``) after a
+    reconnect or while queued one behind another."""
 
     token: int
     group: str
@@ -239,36 +243,52 @@ _REREADS = (ControllerChange, BrokerChange, TaskChange, TaskDeletion, StatusesCh
             SyncProposalReady, Rebalance, ControlledShutdown, Reassign, Tick)
 
 
+def merge_key(event: object) -> tuple[tuple, tuple[str, ...]] | None:
+    """``((plural kind, token[, group]), ids)`` for a re-read of single znodes, singular or already
+    merged; None for every other event. Events with equal keys may be processed as one plural event."""
+    if isinstance(event, TaskConfigChange):
+        return (TaskConfigChanges, event.token), (event.task_id,)
+    if isinstance(event, TaskConfigChanges):
+        return (TaskConfigChanges, event.token), event.task_ids
+    if isinstance(event, BrokerModification):
+        return (BrokerModifications, event.token), (event.broker_id,)
+    if isinstance(event, BrokerModifications):
+        return (BrokerModifications, event.token), event.broker_ids
+    if isinstance(event, MemberChange):
+        return (MemberChanges, event.token, event.group), (event.member,)
+    if isinstance(event, MemberChanges):
+        return (MemberChanges, event.token, event.group), event.members
+    return None
+
+
 def coalesce(events: list) -> list:
-    """Merge held events before they are replayed after a reconnect.
+    """Merge re-reads of single znodes: events held while the connection was suspended, before they are
+    replayed, and (ControllerEventThread) a run of them waiting in the queue.
 
     On a connection loss kazoo fires every watch at once (and forgets them all), so the held list holds one
-    re-read per watched znode. Replayed one by one, that is a synchronous round trip per task. Re-reads
-    of single znodes merge into one pipelined re-read per kind (at the place of the first), duplicate
-    re-reads of the same thing are dropped, and everything else keeps its place and order. Reading the
-    current state earlier than its turn loses nothing: the re-armed watch fires for any later change.
+    re-read per watched znode; a storm of spec changes queues one per task. Processed one by one, that is
+    a synchronous round trip per znode. Re-reads of single znodes (singular or already merged) merge into
+    one pipelined re-read per kind, token and group (at the place of the first), duplicate re-reads of the
+    same thing are dropped, and everything else keeps its place and order. Reading the current state
+    earlier than its turn loses nothing: the re-armed watch fires for any later change.
     """
     out: list = []
     seen: set = set()
     merged: dict[tuple, tuple[int, list[str]]] = {}
     for e in events:
-        if isinstance(e, TaskConfigChange):
-            key, item = (TaskConfigChanges, e.token), e.task_id
-        elif isinstance(e, BrokerModification):
-            key, item = (BrokerModifications, e.token), e.broker_id
-        elif isinstance(e, MemberChange):
-            key, item = (MemberChanges, e.token, e.group), e.member
-        else:
+        mk = merge_key(e)
+        if mk is None:
             if isinstance(e, _REREADS):
                 if e in seen:
                     continue
                 seen.add(e)
             out.append(e)
             continue
+        key, items = mk
         if key not in merged:
             merged[key] = (len(out), [])
             out.append(None)
-        merged[key][1].append(item)
+        merged[key][1].extend(items)
     for key, (pos, items) in merged.items():
         kind, rest = key[0], key[1:]
         out[pos] = kind(*rest, tuple(dict.fromkeys(items)))

@@ -20,6 +20,9 @@ class ControllerMetrics:
         r = self.registry
         buckets = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30)
         self.events = Counter("zkc_controller_events", "events processed", ["event"], registry=r)
+        # raw events = zkc_controller_events + this, per type (ControllerEventThread's live coalescing)
+        self.merged_events = Counter("zkc_controller_events_merged", "events processed inside a merged re-read, not on their own",
+                                     ["event"], registry=r)
         self.queue_time = Histogram("zkc_controller_event_queue_seconds", "time events wait in the queue", ["event"], buckets=buckets, registry=r)
         self.process_time = Histogram("zkc_controller_event_process_seconds", "time to process an event", ["event"], buckets=buckets, registry=r)
         self.queue_size = Gauge("zkc_controller_queue_size", "events waiting", registry=r)
@@ -36,6 +39,10 @@ class ControllerMetrics:
         self.events.labels(event).inc()
         self.queue_time.labels(event).observe(queued)
         self.process_time.labels(event).observe(elapsed)
+
+    def observe_merged(self, event: str, n: int) -> None:
+        """``n`` events of type ``event`` were processed inside one merged event (the thread's ``on_merge``)."""
+        self.merged_events.labels(event).inc(n)
 
 
 class MetricsServer:

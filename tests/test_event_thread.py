@@ -1,5 +1,6 @@
 """The ControllerEventThread on its own (no ZooKeeper): one event at a time, in arrival order, measured
-per event type, stopped by Shutdown, and never killed by a failing event."""
+per event type, stopped by Shutdown, never killed by a failing event, and a run of re-reads of single
+znodes merged into one (bounded, never across another event)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,149 @@ def test_coalesce_merges_held_rereads_and_keeps_everything_else_in_order():
     ]
     assert ev.coalesce([]) == []
     assert ev.coalesce([Step(1), Step(1)]) == [Step(1), Step(1)]  # not a re-read: never merged
+
+
+# ---- live coalescing: a run of re-reads of single znodes waiting one behind another is one event -----
+
+def _blocked(running, **kw):
+    """A started thread held inside a Gate, so that events pile up behind it; returns (thread, rec, gate)."""
+    rec = Recorder()
+    t = running(rec, **kw)
+    gate = Gate(threading.Event(), threading.Event())
+    t.put(gate)
+    assert gate.entered.wait(5)
+    return t, rec, gate
+
+
+def test_a_run_of_task_config_changes_is_processed_as_one_plural_event(running):
+    from controller import events as ev
+
+    t, rec, gate = _blocked(running)
+    for i in range(50):
+        t.put(ev.TaskConfigChange(7, f"t{i}"))
+    t.put(ev.TaskConfigChange(7, "t3"))  # a second firing for the same task: read once
+    gate.release.set()
+    t.shutdown(timeout=10)
+    assert rec.seen[1:] == [ev.TaskConfigChanges(7, tuple(f"t{i}" for i in range(50))), ev.Shutdown()]
+    assert rec.max_inside == 1
+
+
+def test_runs_stop_at_other_kinds_tokens_and_groups_and_keep_the_order(running):
+    from controller import events as ev
+
+    t, rec, gate = _blocked(running)
+    queued = [
+        ev.TaskConfigChange(3, "t1"), ev.TaskConfigChange(3, "t2"),
+        ev.TaskChange(3),                                             # not a per-znode re-read: a wall
+        ev.TaskConfigChange(3, "t3"),
+        ev.TaskConfigChange(4, "t4"),                                 # another token (a new activation)
+        ev.MemberChange(4, "g", "m1"), ev.MemberChange(4, "g", "m2"),
+        ev.MemberChange(4, "h", "m1"),                                # another group
+        ev.MemberChange(4, "g", "m3"),                                # g again, but not contiguous
+        ev.BrokerModification(4, "b1"), ev.BrokerModifications(4, ("b2", "b3")), ev.BrokerModification(4, "b1"),
+        Step(1),
+        ev.BrokerModification(4, "b4"),
+    ]
+    for e in queued:
+        t.put(e)
+    gate.release.set()
+    t.shutdown(timeout=10)
+    assert rec.seen[1:] == [
+        ev.TaskConfigChanges(3, ("t1", "t2")),
+        ev.TaskChange(3),
+        ev.TaskConfigChange(3, "t3"),        # alone: processed as itself
+        ev.TaskConfigChange(4, "t4"),
+        ev.MemberChanges(4, "g", ("m1", "m2")),
+        ev.MemberChange(4, "h", "m1"),
+        ev.MemberChange(4, "g", "m3"),
+        ev.BrokerModifications(4, ("b1", "b2", "b3")),
+        Step(1),
+        ev.BrokerModification(4, "b4"),
+        ev.Shutdown(),
+    ]
+
+
+def test_a_merged_event_holds_at_most_max_merge_ids(running):
+    from controller import events as ev
+
+    t, rec, gate = _blocked(running, max_merge=100)
+    for i in range(250):
+        t.put(ev.MemberChange(1, "g", f"m{i:03d}"))
+    t.put(ev.MemberChanges(1, "g", tuple(f"x{i}" for i in range(60))))  # 50 + 60 would pass the bound
+    t.put(ev.MemberChanges(1, "g", tuple(f"y{i}" for i in range(150))))  # over it alone: taken as it is
+    t.put(ev.MemberChange(1, "g", "z"))
+    gate.release.set()
+    t.shutdown(timeout=10)
+    ids = [ev.merge_key(e)[1] for e in rec.seen[1:-1]]
+    assert [len(i) for i in ids] == [100, 100, 50, 60, 150, 1]
+    assert isinstance(rec.seen[-2], ev.MemberChange)  # a lone one is processed as itself
+    assert [m for i in ids for m in i] == ([f"m{i:03d}" for i in range(250)] + [f"x{i}" for i in range(60)]
+                                                      + [f"y{i}" for i in range(150)] + ["z"])
+    with pytest.raises(ValueError):
+        ControllerEventThread(Recorder(), name="test-events-bad", max_merge=0)
+
+
+def test_max_merge_1_processes_every_event_alone(running):
+    from controller import events as ev
+
+    t, rec, gate = _blocked(running, max_merge=1)
+    for i in range(5):
+        t.put(ev.TaskConfigChange(1, f"t{i}"))
+    gate.release.set()
+    t.shutdown(timeout=10)
+    assert rec.seen[1:-1] == [ev.TaskConfigChange(1, f"t{i}") for i in range(5)]
+
+
+def test_merged_events_count_once_with_the_oldest_queue_time_and_the_raw_ones_as_merged(running):
+    from controller import events as ev
+
+    observed: list[tuple[str, float, float]] = []
+    merged: list[tuple[str, int]] = []
+    t, rec, gate = _blocked(running, observe=lambda n, q, p: observed.append((n, q, p)),
+                            on_merge=lambda n, k: merged.append((n, k)))
+    t.put(ev.TaskConfigChange(1, "t0"))
+    threading.Event().wait(0.15)  # the oldest of the run waits longest
+    for i in range(1, 10):
+        t.put(ev.TaskConfigChange(1, f"t{i}"))
+    t.put(ev.TaskConfigChanges(1, ("u1", "u2")))
+    t.put(Step(1))
+    t.put(ev.TaskConfigChange(1, "alone"))
+    gate.release.set()
+    t.shutdown(timeout=10)
+
+    stats = t.snapshot()
+    assert stats["TaskConfigChanges"].count == 1 and stats["TaskConfigChanges"].merged == 1
+    assert stats["TaskConfigChange"].count == 1 and stats["TaskConfigChange"].merged == 10
+    assert stats["TaskConfigChanges"].max_queue_time_s >= 0.14  # the queue time of t0, not of the newest
+    assert [n for n, _, _ in observed] == ["Gate", "TaskConfigChanges", "Step", "TaskConfigChange", "Shutdown"]
+    assert sorted(merged) == [("TaskConfigChange", 10), ("TaskConfigChanges", 1)]
+    assert stats["Step"].merged == 0 and stats["Gate"].merged == 0
+
+
+def test_put_front_events_merge_with_the_run_they_join_and_shutdown_still_stops(running):
+    from controller import events as ev
+
+    t, rec, gate = _blocked(running)
+    t.put(ev.TaskConfigChange(2, "new"))
+    t.put(ev.Shutdown())
+    t.put(ev.TaskConfigChange(2, "after-shutdown"))
+    t.put_front([ev.TaskConfigChanges(2, ("held1", "held2")), Step(1), ev.TaskConfigChange(2, "held3")])
+    gate.release.set()
+    t.join(10)
+    assert not t.is_alive()
+    assert rec.seen[1:] == [
+        ev.TaskConfigChanges(2, ("held1", "held2")),
+        Step(1),
+        ev.TaskConfigChanges(2, ("held3", "new")),
+        ev.Shutdown(),
+    ]
+    assert t.queue_size() == 1  # behind Shutdown: never taken, never merged
+
+
+def test_coalesce_merges_plural_events_too():
+    from controller import events as ev
+
+    assert ev.coalesce([ev.TaskConfigChanges(1, ("a", "b")), ev.TaskConfigChange(1, "c"), ev.TaskConfigChanges(1, ("b", "d"))]) \
+        == [ev.TaskConfigChanges(1, ("a", "b", "c", "d"))]
+    assert ev.merge_key(ev.MemberChange(1, "g", "m")) == ((ev.MemberChanges, 1, "g"), ("m",))
+    assert ev.merge_key(ev.TaskChange(1)) is None and ev.merge_key(Step(1)) is None
