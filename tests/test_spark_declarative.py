@@ -62,7 +62,8 @@ def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkR
         assert spark_runner.status(tid).state == RunState.STOPPED
 
         spark_runner.start(tid, every_second, 2)  # the next owner: a fresh server, same project, same tables
-        first = wait_for(lambda: (m := spark_runner.status(tid).metrics).get("runs_ok", 0) >= 1 and m, 240,
+        # metrics of a moment when the latest run is the one that completed (the next starts a second later)
+        first = wait_for(lambda: (m := spark_runner.status(tid).metrics).get("last_run_ok") and m, 240,
                          "a run of the new owner to complete")
         status = spark_runner.status(tid)
         assert status.state == RunState.RUNNING, f"{status.error}\n{status.trace}"
@@ -72,8 +73,8 @@ def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkR
         generate(DatagenConfig(out_dir=str(project / "input"), records=500, batch=250, start_id=2000))
         wait_for(lambda: len(_raw_ids(spark, project)) >= 2500, 180, "a later run to ingest the new files")
         seen = spark_runner.status(tid).metrics["runs_ok"]
-        last = wait_for(lambda: (m := spark_runner.status(tid).metrics)["runs_ok"] > seen and m, 120,
-                        "one more run to complete (key_counts recomputed)")
+        last = wait_for(lambda: (m := spark_runner.status(tid).metrics)["runs_ok"] > seen and m["last_run_ok"] and m,
+                        120, "one more run to complete (key_counts recomputed)")
         # every run of the new owner succeeded, except at most one that found the checkpoint the killed run
         # left half-written (when the kill landed inside a flow's first batch) and was rebuilt by the next
         assert last["rebuilds"] <= 1 and last["runs"] == last["runs_ok"] + last["rebuilds"], last
