@@ -17,7 +17,7 @@ from benchmarks.farm import REPO, Farm
 from controller import codecs
 from controller.admin import ensure_layout, wait_for
 from controller.codecs import GroupStateInfo, PayloadError
-from controller.daemon import Controller, ControllerConfig
+from controller.daemon import Controller, ControllerConfig, LoadMethod
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
 from controller.taskspec import TaskSpec
@@ -90,8 +90,8 @@ class Cluster:
         return time.monotonic() - t0
 
     # ---- controllers ---------------------------------------------------------------------------------
-    def start_controller(self, cid: str = "ctl-0", pipelined_load: bool = True) -> Controller:
-        cfg = ControllerConfig(cid, self.settings, self.group_config, pipelined_load=pipelined_load)
+    def start_controller(self, cid: str = "ctl-0", load: LoadMethod = "multiread") -> Controller:
+        cfg = ControllerConfig(cid, self.settings, self.group_config, load=load)
         ctl = Controller(cfg).start()
         self.controllers.append(ctl)
         return ctl

@@ -107,7 +107,7 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
 
 
 def profile_load(tasks: int) -> str:
-    """cProfile of ``Controller._load`` over ``tasks`` tasks, pipelined and sequential, alternating."""
+    """cProfile of ``Controller._load`` over ``tasks`` tasks: multiRead, pipelined and sequential, alternating."""
     from controller.daemon import Controller
 
     out = [f"# failover state load of {tasks} tasks in one group (no brokers)\n"]
@@ -115,7 +115,7 @@ def profile_load(tasks: int) -> str:
         c = Cluster(zk.address, tasks, 0, name="prof")
         try:
             c.create_tasks()
-            for i, pipelined in enumerate((True, False, True, False)):
+            for i, method in enumerate(("multiread", "pipelined", "sequential") * 2):
                 prof = cProfile.Profile()
                 orig = Controller._load
 
@@ -128,14 +128,14 @@ def profile_load(tasks: int) -> str:
 
                 Controller._load = _load  # type: ignore[method-assign]
                 try:
-                    ctl = c.start_controller(f"ctl-{i}", pipelined_load=pipelined)
+                    ctl = c.start_controller(f"ctl-{i}", load=method)
                     ctl.wait_active(120)
                     deadline = time.monotonic() + 300
                     while ctl.last_load_s is None and time.monotonic() < deadline:
                         time.sleep(0.05)
                 finally:
                     Controller._load = orig  # type: ignore[method-assign]
-                out.append(f"## {'pipelined' if pipelined else 'sequential'} load: {ctl.last_load_s:.3f}s\n")
+                out.append(f"## {method} load: {ctl.last_load_s:.3f}s\n")
                 out.append(_stats(prof, "tottime", 12))
                 ctl.stop()
                 c.controllers.remove(ctl)
@@ -145,10 +145,11 @@ def profile_load(tasks: int) -> str:
 
 
 def profile_reads(n: int) -> str:
-    """Raw read rates through kazoo: pipelined ``get_async`` (``zkio.get_many``) vs one ``get`` per round trip."""
+    """Raw read rates through kazoo: multiRead requests (``zkio.multi_read``), pipelined ``get_async``
+    (``zkio.get_many``), one ``get`` per round trip."""
     from controller.daemon import _get_sequential
     from controller.zkclient import ZkSettings, make_client
-    from controller.zkio import InterruptibleClient, get_many
+    from controller.zkio import InterruptibleClient, get_many, multi_read
 
     out = [f"# {n} reads of 300-byte znodes, median of 3\n"]
     with zookeeper(heap_mb=512, name="prof") as zk:
@@ -162,7 +163,8 @@ def profile_reads(n: int) -> str:
                     tx.create(p, b"x" * 300)
                 tx.commit()
             zc = InterruptibleClient(client)
-            for name, fn in (("pipelined get_many", get_many), ("sequential get", _get_sequential)):
+            for name, fn in (("multiRead multi_read", multi_read), ("pipelined get_many", get_many),
+                             ("sequential get", _get_sequential)):
                 times = []
                 prof = cProfile.Profile()
                 for _ in range(3):

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -59,7 +59,8 @@ from controller.layout import InvalidName, ZkLayout
 from controller.metrics import ControllerMetrics, MetricsServer
 from controller.taskspec import TaskSpec, decode_task
 from controller.zkclient import ZkSettings, make_client
-from controller.zkio import Fenced, FencedWriter, InterruptibleClient, WriteFailed, children_many, exists_many, get_many
+from controller.zkio import (Fenced, FencedWriter, InterruptibleClient, WriteFailed, children_many, exists_many, get_many,
+                            multi_children, multi_read)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,14 @@ _TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooT
 DELETE_BATCH_TASKS = 500
 DELETE_LINGER_S = 0.5
 
+# How the failover load reads the cluster (see Controller._load): "multiread" reads the bulk without watches
+# in multiRead requests and arms the tasks' watches in the background; "pipelined" and "sequential" read
+# every task with its watch, one kazoo request per znode (the contenders of benchmark B3).
+LoadMethod = Literal["multiread", "pipelined", "sequential"]
+LOAD_METHODS: tuple[str, ...] = ("multiread", "pipelined", "sequential")
+# Tasks whose data watch the background armer sets per round (pipelined ``exists``, then one comparison).
+ARM_WATCH_CHUNK = 250
+
 
 @dataclass(frozen=True)
 class ControllerConfig:
@@ -78,7 +87,11 @@ class ControllerConfig:
     group: GroupConfig = field(default_factory=GroupConfig)
     metrics_port: int | None = None
     host: str = field(default_factory=socket.gethostname)
-    pipelined_load: bool = True
+    load: LoadMethod = "multiread"
+
+    def __post_init__(self) -> None:
+        if self.load not in LOAD_METHODS:
+            raise ValueError(f"unknown load method {self.load!r} (one of {', '.join(LOAD_METHODS)})")
 
 
 @dataclass
@@ -188,12 +201,16 @@ class Controller:
         self.held: list[Any] = []
         self.metrics_server: MetricsServer | None = None
         self.before_write: Callable[[], None] | None = None  # test hook: an injected stall
+        # test hook, called on the watch armer's thread before each chunk of tasks whose watches it arms
+        self.before_arming: Callable[[Sequence[str]], None] | None = None
         self.fenced_writes = 0
         self.became_active_at: float | None = None
         self.last_load_s: float | None = None
         self._stopping = False
         self._retry_timer: threading.Timer | None = None
         self._deletion_watch: _DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
+        self._task_watcher: _TaskWatch | None = None  # the one data watcher of every task znode, per activation
+        self.watch_armer: _TaskWatchArmer | None = None  # arms the tasks' watches after a multiRead load
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Controller":
@@ -214,6 +231,8 @@ class Controller:
             self._retry_timer.cancel()
         if self.thread.ident is not None:
             self.thread.shutdown()
+        if self.watch_armer is not None:
+            self.watch_armer.stop(join_s=5)
         if self.timer.ident is not None:
             self.timer.stop()
         if self.metrics_server:
@@ -388,6 +407,7 @@ class Controller:
                 coord.shutdown()
         self.active = False
         self.token += 1
+        self._stop_watch_armer()
         self.ctx = None
         self.writer = None
         self.held.clear()
@@ -446,11 +466,25 @@ class Controller:
         self._load()
 
     def _load(self) -> None:
-        """Read the whole cluster state (pipelined unless configured otherwise) and arm watches."""
+        """Read the whole cluster state and arm watches.
+
+        ``load="multiread"`` (the default): task specs, group states and assignments are read without
+        watches in multiRead requests (a dozen requests for 10,000 tasks instead of one kazoo request each,
+        whose fixed cost bounded the failover; see ``zkio.multi_read``), so the context is in place and the
+        groups are loaded at once; then ``_TaskWatchArmer`` arms each task's data watch in the background and
+        hands back every task whose spec changed or vanished between the load's read and its watch. Brokers
+        and members (one per broker) are read with their watches, pipelined, in every mode.
+        ``"pipelined"`` / ``"sequential"``: every task is read with its watch, one kazoo request per znode,
+        pipelined or one round trip each (the contenders of benchmark B3).
+        """
+        self._stop_watch_armer()
         started = time.monotonic()
         c, lay, w = self.zk, self.layout, self._watch
         ctx = ControllerContext()
-        fetch = get_many if self.config.pipelined_load else _get_sequential
+        method = self.config.load
+        fetch = _get_sequential if method == "sequential" else get_many  # reads that arm a watch
+        bulk = multi_read if method == "multiread" else fetch  # reads that arm none
+        bulk_children = multi_children if method == "multiread" else children_many
         # brokers
         ids = c.get_children(lay.broker_ids, watch=w(ev.BrokerChange))
         for b, res in zip(ids, fetch(c, [lay.broker(b) for b in ids],
@@ -459,9 +493,17 @@ class Controller:
                 ctx.brokers[b] = self._broker_record(lay.broker(b), res)
         # tasks
         tids = [t for t in c.get_children(lay.tasks, watch=w(ev.TaskChange))]
-        for t, res in zip(tids, fetch(c, [lay.task(t) for t in tids], watch=self._task_watch)):
+        task_paths = [lay.task(t) for t in tids]
+        unwatched: dict[str, int] = {}  # task -> mzxid read, for the tasks whose watch is still to arm
+        if method == "multiread":
+            task_data = multi_read(c, task_paths)
+        else:
+            task_data = fetch(c, task_paths, watch=self._task_watch)
+        for t, res in zip(tids, task_data):
             if res is not None:
                 self._set_task(ctx, t, res[0])
+                if method == "multiread":
+                    unwatched[t] = res[1].mzxid
         ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=self._deletion_watcher()))
         # groups
         names = set(c.get_children(lay.groups, watch=w(ev.GroupsChange)))
@@ -469,14 +511,14 @@ class Controller:
         names = sorted(names)
         for g in names:
             self._ensure_group_paths(g)
-        states = fetch(c, [lay.group_state(g) for g in names])
+        states = bulk(c, [lay.group_state(g) for g in names])
         member_lists = children_many(c, [lay.group_members(g) for g in names],
                                      watch=lambda p: self._watch(lambda t, g=p.split('/')[-2]: ev.MembersChange(t, g)))
-        assignment_lists = children_many(c, [lay.group_assignments(g) for g in names])
+        assignment_lists = bulk_children(c, [lay.group_assignments(g) for g in names])
         member_paths = [(g, m) for g, ms in zip(names, member_lists) for m in (ms or [])]
         member_data = fetch(c, [lay.group_member(g, m) for g, m in member_paths], watch=self._member_watch)
         assignment_paths = [(g, m) for g, ms in zip(names, assignment_lists) for m in (ms or [])]
-        assignment_data = fetch(c, [lay.group_assignment(g, m) for g, m in assignment_paths])
+        assignment_data = bulk(c, [lay.group_assignment(g, m) for g, m in assignment_paths])
         for g in names:
             ctx.members[g] = {}
         for (g, m), res in zip(member_paths, member_data):
@@ -514,6 +556,17 @@ class Controller:
         # pending admin requests, and statuses left behind by tasks deleted before
         for make in (ev.Rebalance, ev.ControlledShutdown, ev.Reassign, ev.TaskDeletion, ev.StatusesChange):
             self.put(make(self.token))
+        if unwatched:  # off the critical path: the context is loaded, the groups are running
+            self.watch_armer = _TaskWatchArmer(
+                f"controller-{self.id}-watch-armer", self.zk, self.token, unwatched, lay.task, self._task_watch(lay.tasks),
+                self.put, hook=self.before_arming)
+            self.watch_armer.start()
+
+    def _stop_watch_armer(self) -> None:
+        """The activation the armer works for is over (resign, reload): it stops between two chunks; its
+        watches and events carry the old token and are dropped."""
+        if self.watch_armer is not None:
+            self.watch_armer.stop()
 
     def _ensure_group_paths(self, g: str) -> None:
         lay = self.layout
@@ -547,8 +600,11 @@ class Controller:
             return BrokerRecord(stat.czxid, None, str(exc))
 
     def _task_watch(self, path: str) -> Callable[[Any], None]:
-        task = path.rsplit("/", 1)[1]
-        return self._watch(lambda t: ev.TaskConfigChange(t, task))
+        """The activation's one watcher of task znodes (whatever the path). kazoo keeps a set of watchers per
+        path, so a task armed twice (by the background armer and by a re-read) still fires once."""
+        if self._task_watcher is None or self._task_watcher.token != self.token:
+            self._task_watcher = _TaskWatch(self.token, self.put)
+        return self._task_watcher
 
     def _member_watch(self, path: str) -> Callable[[Any], None]:
         parts = path.split("/")
@@ -1043,6 +1099,95 @@ class _DeletionWatch:
             recheck, self._recheck = self._recheck, set()
             rescan, self._rescan = self._rescan, False
         return released, recheck, rescan
+
+
+class _TaskWatch:
+    """The data watcher of every task znode of one activation: a firing (spec changed, task deleted) enqueues
+    ``TaskConfigChange`` for the task its path names. One object per activation, not one per task and read:
+    kazoo's watcher sets then never hold two callbacks for one task."""
+
+    def __init__(self, token: int, put: Callable[[Any], None]) -> None:
+        self.token = token
+        self._put = put
+
+    def __call__(self, event: Any) -> None:  # kazoo's thread: enqueue only
+        path = getattr(event, "path", None)
+        if path:  # None: kazoo dropped every watch with the session; that activation is over
+            self._put(ev.TaskConfigChange(self.token, path.rsplit("/", 1)[1]))
+
+
+class _TaskWatchArmer(threading.Thread):
+    """Arms the data watch of each task a multiRead load read without one, off the event thread, and hands
+    back the tasks whose spec changed or vanished before their watch was armed.
+
+    Per chunk of ``ARM_WATCH_CHUNK`` tasks: pipelined ``exists`` with the activation's task watcher (the
+    server sets each watch atomically with the read), then each stat's ``mzxid`` is compared with the one
+    the load read: a task whose znode changed since (or is gone) is enqueued, one ``TaskConfigChanges`` per
+    chunk, and the event thread re-reads it as it would after a watch firing. A change after the armer's
+    read fires the watch. Together no spec change between the load and the watch is lost.
+
+    It only reads ZooKeeper and enqueues events: it holds the ids and mzxids it was given, the watcher and
+    ``put``, never the controller's state. It stops between chunks once ``stop`` is called (resign, reload,
+    controller stop); everything it armed or enqueued carries its activation's token, which the controller
+    then ignores. A lost connection makes it wait and retry the chunk (armed watches survive in the session;
+    an expired session resigns and stops it); an unexpected error hands the tasks not yet armed to the event
+    thread, whose re-read arms them.
+    """
+
+    def __init__(self, name: str, client: InterruptibleClient, token: int, loaded: dict[str, int],
+                 path_of: Callable[[str], str], watcher: Callable[[Any], None], put: Callable[[Any], None],
+                 hook: Callable[[Sequence[str]], None] | None = None, chunk: int | None = None) -> None:
+        super().__init__(name=name, daemon=True)
+        self._client = client
+        self.token = token
+        self._loaded = loaded
+        self._path_of = path_of
+        self._watcher = watcher
+        self._put = put
+        self._hook = hook
+        self._chunk = chunk or ARM_WATCH_CHUNK
+        self._stopped = threading.Event()
+        self.started_at = time.monotonic()
+        self.armed = 0  # tasks whose watch is armed (read by tests and benchmarks)
+        self.changed = 0  # tasks handed back because they changed before their watch was armed
+        self.took_s: float | None = None  # set when every watch is armed
+
+    def stop(self, join_s: float = 0.0) -> None:
+        self._stopped.set()
+        if join_s and self.ident is not None and threading.current_thread() is not self:
+            self.join(join_s)
+
+    def run(self) -> None:
+        ids = list(self._loaded)
+        for i in range(0, len(ids), self._chunk):
+            chunk = ids[i:i + self._chunk]
+            try:
+                stats = self._arm(chunk)
+            except Exception:
+                if not self._stopped.is_set():
+                    log.exception("arming the tasks' watches failed; the event thread re-reads the rest with theirs")
+                    self._put(ev.TaskConfigChanges(self.token, tuple(ids[i:])))
+                return
+            if stats is None:
+                return
+            changed = tuple(t for t, stat in zip(chunk, stats) if stat is None or stat.mzxid != self._loaded[t])
+            if changed:
+                self.changed += len(changed)
+                self._put(ev.TaskConfigChanges(self.token, changed))
+            self.armed += len(chunk)
+        self.took_s = time.monotonic() - self.started_at
+        log.info("armed the watches of %d tasks in %.3fs (%d changed meanwhile)", self.armed, self.took_s, self.changed)
+
+    def _arm(self, chunk: list[str]) -> list[Any] | None:
+        """The chunk's stats, read with their watches armed; None once stopped."""
+        if self._hook is not None:
+            self._hook(chunk)
+        while not self._stopped.is_set():
+            try:
+                return exists_many(self._client, [self._path_of(t) for t in chunk], watch=lambda _p: self._watcher)
+            except _TRANSIENT:
+                self._stopped.wait(0.5)
+        return None
 
 
 def _get_sequential(client: KazooClient, paths, watch=None):
