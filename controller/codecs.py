@@ -258,10 +258,31 @@ class IntervalLog:
 # --------------------------------------------------------------------------------------------------
 
 
+# Per-class reflection, looked up once: ``dataclasses.fields`` / ``is_dataclass`` on every object were 17% of
+# the controller's event-thread time while it encoded join results of 1,000 tasks (docs/benchmarks.md, B2).
+_FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
+# Exact types returned as they are (subclasses, e.g. a ``str`` Enum, take the slow path).
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type (None for any other type), cached per class."""
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+        _FIELD_NAMES[cls] = names
+        return names
+
+
 def to_jsonable(payload: Any) -> Any:
     """A payload dataclass (or nested value) as plain JSON-compatible data."""
-    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-        return {f.name: to_jsonable(getattr(payload, f.name)) for f in dataclasses.fields(payload)}
+    cls = type(payload)
+    if cls in _LEAVES:
+        return payload
+    names = _field_names(cls)  # a dataclass *instance* (a dataclass type's type is ``type``: not converted)
+    if names is not None:
+        return {n: to_jsonable(getattr(payload, n)) for n in names}
     if isinstance(payload, enum.Enum):
         return payload.value
     if isinstance(payload, (list, tuple)):
@@ -365,68 +386,163 @@ def _tname(value: Any) -> str:
     )
 
 
+def _label(where: str) -> str:
+    return f"field '{where}'" if where else "payload"
+
+
+def _sub(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+# One converter per type, built on first use: ``(value, path, where) -> converted``. Walking the type hints
+# for every value (``get_origin``, ``fields``, ``get_args`` per task id) made decoding a 1,000-task join
+# result take ~16 ms; the converters take the same decisions and raise the same errors, once compiled.
+Converter = typing.Callable[[Any, str, str], Any]
+_CONVERTERS: dict[Any, Converter] = {}
+
+
 def _coerce(tp: Any, value: Any, path: str, where: str) -> Any:
     """Check ``value`` (parsed JSON) against type ``tp`` and convert lists to tuples, objects to dataclasses."""
-    label = f"field '{where}'" if where else "payload"
+    return _converter(tp)(value, path, where)
+
+
+def _converter(tp: Any) -> Converter:
+    conv = _CONVERTERS.get(tp)
+    if conv is None:
+        # a placeholder first, so that a type that refers to itself finds its converter while it is built
+        _CONVERTERS[tp] = lambda value, path, where: _CONVERTERS[tp](value, path, where)
+        try:
+            conv = _CONVERTERS[tp] = _build_converter(tp)
+        except BaseException:
+            del _CONVERTERS[tp]
+            raise
+    return conv
+
+
+def _build_converter(tp: Any) -> Converter:
     if tp is Any:
-        return value
+        return lambda value, path, where: value
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise PayloadError(path, f"{label}: expected an object, got {_tname(value)}")
-        hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            sub = f"{where}.{f.name}" if where else f.name
-            if f.name in value:
-                kwargs[f.name] = _coerce(hints[f.name], value[f.name], path, sub)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise PayloadError(path, f"missing field '{sub}'")
-        return tp(**kwargs)
+        return _dataclass_converter(tp)
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, path, where)
-            except PayloadError as exc:
-                errors.append(exc.reason)
-        raise PayloadError(path, errors[0] if len(errors) == 1 else f"{label}: no alternative matches ({'; '.join(errors)})")
+        return _union_converter(tp)
     if origin is tuple:
-        (item, _ellipsis) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise PayloadError(path, f"{label}: expected an array, got {_tname(value)}")
-        return tuple(_coerce(item, v, path, f"{where}[{i}]") for i, v in enumerate(value))
+        return _tuple_converter(tp)
     if origin is dict:
         (_key, item) = typing.get_args(tp)
-        if not isinstance(value, dict):
-            raise PayloadError(path, f"{label}: expected an object, got {_tname(value)}")
-        return {k: _coerce(item, v, path, f"{where}.{k}") for k, v in value.items()}
+        conv_item = _converter(item)
+
+        def conv_dict(value: Any, path: str, where: str) -> Any:
+            if not isinstance(value, dict):
+                raise PayloadError(path, f"{_label(where)}: expected an object, got {_tname(value)}")
+            return {k: conv_item(v, path, f"{where}.{k}") for k, v in value.items()}
+        return conv_dict
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise PayloadError(path, f"{label}: {value!r} is not one of {[m.value for m in tp]}") from None
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise PayloadError(path, f"{label}: expected boolean, got {_tname(value)}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PayloadError(path, f"{label}: expected integer, got {_tname(value)}")
-        if abs(value) > 2**63:
-            raise PayloadError(path, f"{label}: integer out of range")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PayloadError(path, f"{label}: expected number, got {_tname(value)}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise PayloadError(path, f"{label}: expected string, got {_tname(value)}")
-        return value
-    raise TypeError(f"codec cannot handle type {tp!r}")  # a programming error, not bad input
+        def conv_enum(value: Any, path: str, where: str) -> Any:
+            try:
+                return tp(value)
+            except ValueError:
+                raise PayloadError(path, f"{_label(where)}: {value!r} is not one of {[m.value for m in tp]}") from None
+        return conv_enum
+    leaf = _LEAF_CONVERTERS.get(tp)
+    if leaf is not None:
+        return leaf
+
+    def unsupported(value: Any, path: str, where: str) -> Any:
+        raise TypeError(f"codec cannot handle type {tp!r}")  # a programming error, not bad input
+    return unsupported
+
+
+def _dataclass_converter(tp: type) -> Converter:
+    hints = _hints(tp)
+    fields = [(f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+              for f in dataclasses.fields(tp)]
+    convs: list[tuple[str, bool, Converter]] = []
+
+    def conv_dataclass(value: Any, path: str, where: str) -> Any:
+        if not isinstance(value, dict):
+            raise PayloadError(path, f"{_label(where)}: expected an object, got {_tname(value)}")
+        if not convs:  # field converters resolved on first use (a field's type may be this dataclass)
+            convs.extend((name, required, _converter(hints[name])) for name, required in fields)
+        kwargs = {}
+        for name, required, conv in convs:
+            if name in value:
+                kwargs[name] = conv(value[name], path, _sub(where, name))
+            elif required:
+                raise PayloadError(path, f"missing field '{_sub(where, name)}'")
+        return tp(**kwargs)
+    return conv_dataclass
+
+
+def _union_converter(tp: Any) -> Converter:
+    args = typing.get_args(tp)
+    nullable = type(None) in args
+    alternatives = [_converter(a) for a in args if a is not type(None)]
+
+    def conv_union(value: Any, path: str, where: str) -> Any:
+        if value is None and nullable:
+            return None
+        errors = []
+        for conv in alternatives:
+            try:
+                return conv(value, path, where)
+            except PayloadError as exc:
+                errors.append(exc.reason)
+        raise PayloadError(path, errors[0] if len(errors) == 1 else
+                           f"{_label(where)}: no alternative matches ({'; '.join(errors)})")
+    return conv_union
+
+
+def _tuple_converter(tp: Any) -> Converter:
+    (item, _ellipsis) = typing.get_args(tp)
+    if item is str or item is int:
+        # the common case (ids): one pass of type checks; the converter of the first bad item names it
+        conv_leaf = _LEAF_CONVERTERS[item]
+        ok = (lambda v: isinstance(v, str)) if item is str else \
+            (lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2**63)
+
+        def conv_ids(value: Any, path: str, where: str) -> Any:
+            if not isinstance(value, list):
+                raise PayloadError(path, f"{_label(where)}: expected an array, got {_tname(value)}")
+            for i, v in enumerate(value):
+                if not ok(v):
+                    conv_leaf(v, path, f"{where}[{i}]")
+            return tuple(value)
+        return conv_ids
+    conv_item = _converter(item)
+
+    def conv_tuple(value: Any, path: str, where: str) -> Any:
+        if not isinstance(value, list):
+            raise PayloadError(path, f"{_label(where)}: expected an array, got {_tname(value)}")
+        return tuple(conv_item(v, path, f"{where}[{i}]") for i, v in enumerate(value))
+    return conv_tuple
+
+
+def _conv_bool(value: Any, path: str, where: str) -> Any:
+    if not isinstance(value, bool):
+        raise PayloadError(path, f"{_label(where)}: expected boolean, got {_tname(value)}")
+    return value
+
+
+def _conv_int(value: Any, path: str, where: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PayloadError(path, f"{_label(where)}: expected integer, got {_tname(value)}")
+    if abs(value) > 2**63:
+        raise PayloadError(path, f"{_label(where)}: integer out of range")
+    return value
+
+
+def _conv_float(value: Any, path: str, where: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PayloadError(path, f"{_label(where)}: expected number, got {_tname(value)}")
+    return float(value)
+
+
+def _conv_str(value: Any, path: str, where: str) -> Any:
+    if not isinstance(value, str):
+        raise PayloadError(path, f"{_label(where)}: expected string, got {_tname(value)}")
+    return value
+
+
+_LEAF_CONVERTERS: dict[type, Converter] = {bool: _conv_bool, int: _conv_int, float: _conv_float, str: _conv_str}
