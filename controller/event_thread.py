@@ -105,6 +105,7 @@ class ControllerEventThread(threading.Thread):
     def _take(self) -> Taken:
         """The next event, merged with the run of re-reads of the same key right behind it (bounded)."""
         first = self._queue.get()
+        self.current = type(first.event).__name__  # busy from here on: the queue may already look empty
         mk = merge_key(first.event)
         if mk is None:
             return Taken(first.event, first.enqueued)
