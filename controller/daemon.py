@@ -33,7 +33,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 
-from controller import codecs, events as ev
+from controller import codecs, events as ev, zkio
 from controller.admin import ensure_layout
 from controller.clock import Clock, SystemClock
 from controller.codecs import (
@@ -129,6 +129,10 @@ class ControllerContext:
     member_sessions: dict[tuple[str, str], int] = field(default_factory=dict)  # session owning each join request
     shutdown_requests: set[str] = field(default_factory=set)
     known_paths: set[str] = field(default_factory=set)
+    # per group, the join results this activation wrote and the proposals it watched (path -> generation),
+    # deleted once a later generation is Stable; groups whose older generations were listed once (leftovers)
+    generation_paths: dict[str, dict[str, int]] = field(default_factory=dict)
+    swept_generations: set[str] = field(default_factory=set)
     broker_changes: collections.deque[BrokerDelta] = field(default_factory=lambda: collections.deque(maxlen=1000))
 
     def group_tasks(self, group: str) -> dict[str, TaskDescriptor]:
@@ -658,52 +662,111 @@ class Controller:
         return fn()
 
     def _apply(self, g: str, decisions: list[Any]) -> None:
-        """One event's decisions for a group become one ordered, fenced, batched write."""
+        """One event's decisions for a group become one ordered, fenced, batched write.
+
+        What the members wait for (assignments, join result, group state) goes out at once, with no look-up
+        first (see ``_write_items``). The watch on the leader's proposal is armed by a request sent just ahead
+        of that write, so it costs no round trip of its own. Old generations' join results and proposals
+        known to exist are deleted in the same multi as the assignments that make them obsolete; only
+        housekeeping that needs a look-up runs after the write (``_cleanup_generations``).
+        """
         if not decisions or self.writer is None or self.ctx is None:
             return
         lay = self.layout
         items: list[tuple[str, bytes]] = []
         watches: list[int] = []
         cleanup_below: int | None = None
+        generations = self.ctx.generation_paths.setdefault(g, {})
         for d in decisions:
             if isinstance(d, WriteAssignments):
                 items += [(lay.group_assignment(g, m), codecs.encode(a)) for m, a in d.assignments]
             elif isinstance(d, WriteJoinResult):
                 items.append((lay.group_join(g, d.result.generation), codecs.encode(d.result)))
+                generations[lay.group_join(g, d.result.generation)] = d.result.generation
             elif isinstance(d, WriteGroupState):
                 items.append((lay.group_state(g), codecs.encode(d.info)))
                 if d.info.state == "PreparingRebalance":
                     self.metrics.rebalances.labels(g).inc()
             elif isinstance(d, WatchSync):
                 watches.append(d.generation)
+                generations[lay.group_sync(g, d.generation)] = d.generation
             elif isinstance(d, DeleteGenerationsBelow):
                 cleanup_below = d.generation
-        before = self.writer.requests
-        self._write(lambda: self.writer.upsert(items, self.ctx.known_paths))
-        self.metrics.zk_writes.inc(self.writer.requests - before)
-        for gen in watches:
-            self._watch_sync(g, gen)
+                # emitted with the assignments of a generation whose proposal was just read: it exists
+                self.ctx.known_paths.add(lay.group_sync(g, d.generation))
+        deletes: list[str] = []
+        lookup: list[str] = []
         if cleanup_below is not None:
-            self._cleanup_generations(g, cleanup_below)
+            old = sorted(p for p, gen in generations.items() if gen < cleanup_below)
+            for p in old:
+                del generations[p]
+                (deletes if p in self.ctx.known_paths else lookup).append(p)
+        armed = [(gen, self._arm_sync_watch(g, gen)) for gen in watches]
+        before = self.writer.requests
+        self._write(lambda: self._write_items(items, deletes))
+        self.metrics.zk_writes.inc(self.writer.requests - before)
+        for gen, pending in armed:
+            if pending.get() is not None:
+                self.put(ev.SyncProposalReady(self.token, g, gen))
+        if cleanup_below is not None:
+            self._cleanup_generations(g, cleanup_below, lookup)
+
+    def _write_items(self, items: list[tuple[str, bytes]], deletes: list[str]) -> None:
+        """Write ``(path, data)`` items and delete ``deletes`` in fenced multis, without looking anything up
+        first: a path in ``known_paths`` is set, any other is created. The controller's unknown paths are
+        new ones (each generation's join result, a new member's assignment), so ``upsert``'s pipelined
+        ``exists`` before every write that creates one was a round trip on the way to the members. Should
+        ZooKeeper disagree (a znode created or deleted behind the controller's back), the items are written
+        again through ``upsert``, which looks them up, and the deletes go through ``delete_if_present``.
+        A rewrite of an item already written is harmless: the same bytes, the watchers read them again."""
+        known = self.ctx.known_paths
+        last = {p: d for p, d in items}  # a path written twice in one batch: once, its last value, first place
+        items = [(p, last.pop(p)) for p, _ in items if p in last]
+        ops: list[Any] = [zkio.SetData(p, d) if p in known else zkio.Create(p, d) for p, d in items]
+        ops += [zkio.Delete(p) for p in deletes]
+        try:
+            self.writer.write(ops)
+        except WriteFailed as exc:
+            for op, err in exc.failures:
+                if isinstance(err, NoNodeError):
+                    known.discard(op.path)
+                elif isinstance(err, NodeExistsError):
+                    known.add(op.path)
+            log.info("controller %s: %s; writing again after looking the paths up", self.id, exc)
+            self.writer.upsert(items, known)
+            if deletes:
+                self.writer.delete_if_present(deletes)
+        else:
+            known.update(p for p, _ in items)
+        known.difference_update(deletes)
+
+    def _arm_sync_watch(self, g: str, generation: int) -> Any:
+        """Send the ``exists`` that arms the watch on this generation's proposal, without waiting for it."""
+        return self.zk.exists_async(self.layout.group_sync(g, generation),
+                                    watch=self._watch(lambda t: ev.SyncProposalReady(t, g, generation)))
 
     def _watch_sync(self, g: str, generation: int) -> None:
         """Watch for the leader's proposal of this generation (and read it now if it is already there)."""
-        if self.zk.exists(self.layout.group_sync(g, generation),
-                          watch=self._watch(lambda t: ev.SyncProposalReady(t, g, generation))) is not None:
+        if self._arm_sync_watch(g, generation).get() is not None:
             self.put(ev.SyncProposalReady(self.token, g, generation))
 
-    def _cleanup_generations(self, g: str, below: int) -> None:
-        lay = self.layout
-        old = []
-        for parent, make in ((lay.group_joins(g), lay.group_join), (lay.group_syncs(g), lay.group_sync)):
-            try:
-                names = self.zk.get_children(parent)
-            except NoNodeError:
-                continue
-            old += [make(g, int(n)) for n in names if n.isdigit() and int(n) < below]
+    def _cleanup_generations(self, g: str, below: int, lookup: list[str]) -> None:
+        """Delete what ``_apply`` could not delete blind: proposals of abandoned generations, which may never
+        have been written, and, once per group and activation, the join results and proposals below ``below``
+        that an earlier controller left behind (two listings, pipelined). One look-up, one multi; nothing
+        when there is nothing unknown (the common case: every generation this controller saw completed)."""
+        ctx, lay = self.ctx, self.layout
+        old = list(lookup)
+        listed: set[str] = set()
+        if g not in ctx.swept_generations:
+            ctx.swept_generations.add(g)
+            parents = [(lay.group_joins(g), lay.group_join), (lay.group_syncs(g), lay.group_sync)]
+            for (_parent, make), names in zip(parents, children_many(self.zk, [p for p, _ in parents])):
+                listed.update(make(g, int(n)) for n in names or () if n.isdigit() and int(n) < below)
+            old += sorted(listed - set(old))
         if old and self.writer is not None:
-            self.ctx.known_paths.difference_update(old)
-            self._write(lambda: self.writer.delete_if_present(old))
+            ctx.known_paths.difference_update(old)
+            self._write(lambda: self.writer.delete_if_present(old, present=listed))
 
     # ---- event handlers ---------------------------------------------------------------------------
     def on_broker_change(self, token: int) -> None:

@@ -695,3 +695,77 @@ def test_broker_change_distinguishes_joined_left_and_bounced(cluster, zk, layout
     assert [d.bounced for d in changes if d.bounced] == [("b1",)]
     assert all(not d.joined and not d.left for d in changes)
     assert ctl.metrics.registry.get_sample_value("zkc_controller_brokers") == 1
+
+
+# ---- 6. the group's writes: no look-ups on the members' path, old generations deleted blind -----------------
+def _count_requests(ctl: Controller) -> list[tuple[str, str]]:
+    """Record (request type, path) of every request the controller's client sends from now on."""
+    sent: list[tuple[str, str]] = []
+    send = ctl.client._call
+
+    def recording_call(request: Any, async_object: Any) -> Any:
+        sent.append((type(request).__name__, getattr(request, "path", "") or ""))
+        return send(request, async_object)
+
+    ctl.client._call = recording_call
+    return sent
+
+
+def _stable_after(zk: KazooClient, layout: ZkLayout, generation: int, workers: list[Worker], n_tasks: int) -> int:
+    wait_until(lambda: (s := group_state(zk, layout)) is not None and s.state == "Stable" and s.generation > generation
+               and sum(len(w.running_tasks()) for w in workers) == n_tasks, 30, f"Stable after generation {generation}")
+    return group_state(zk, layout).generation
+
+
+def test_old_generations_are_deleted_without_listings_or_lookups(cluster, zk, layout):
+    """Join results and proposals of older generations go in the multi that publishes a later generation's
+    assignments (what the controller wrote or read, it knows exists); leftovers of an earlier controller are
+    found by one listing, once per activation. A rebalance after that sends no listing and no ``exists``
+    for the paths the controller writes."""
+    ids = [f"t{i}" for i in range(12)]
+    create_tasks(zk, layout, ids)
+    for n in ("0", "1"):  # left behind by an earlier controller
+        zk.create(layout.group_join("default", int(n)), b"old", makepath=True)
+        zk.create(layout.group_sync("default", int(n)), b"old", makepath=True)
+    ctl = cluster.controller("gens")
+    workers = [cluster.worker(f"w{i}") for i in range(2)]
+    gen = _stable_after(zk, layout, 0, workers, len(ids))
+    for _ in range(2):
+        request_rebalance(zk, layout, "default", "test")
+        gen = _stable_after(zk, layout, gen, workers, len(ids))
+    settle(ctl)
+    sent = _count_requests(ctl)
+    token = ctl.token
+    request_rebalance(zk, layout, "default", "test")
+    gen = _stable_after(zk, layout, gen, workers, len(ids))
+    settle(ctl)
+    assert ctl.token == token  # no reload
+    assert zk.get_children(layout.group_joins("default")) == [str(gen)]
+    assert zk.get_children(layout.group_syncs("default")) == [str(gen)]
+    group_paths = [(kind, p) for kind, p in sent if "/groups/default/" in p]
+    assert not [r for r in group_paths if r[0] == "GetChildren" and r[1].rsplit("/", 1)[1] in ("join", "sync")], group_paths
+    assert not [r for r in group_paths if r[0] == "Exists" and "/sync/" not in r[1]], group_paths
+    # the one exists per generation arms the proposal's watch, sent with the write
+    assert [p for kind, p in group_paths if kind == "Exists"] == [layout.group_sync("default", gen)]
+
+
+def test_a_join_result_path_that_exists_already_is_written_all_the_same(cluster, zk, layout):
+    """The controller creates a generation's join result without looking first; if something is there (left
+    behind, or planted), the write goes again through the look-up path instead of failing the event."""
+    ids = [f"t{i}" for i in range(6)]
+    create_tasks(zk, layout, ids)
+    ctl = cluster.controller("planted")
+    workers = [cluster.worker(f"w{i}") for i in range(2)]
+    gen = _stable_after(zk, layout, 0, workers, len(ids))
+    settle(ctl)
+    token = ctl.token
+    zk.create(layout.group_join("default", gen + 1), b"garbage")
+    request_rebalance(zk, layout, "default", "test")
+    new = _stable_after(zk, layout, gen, workers, len(ids))
+    settle(ctl)
+    assert ctl.token == token  # handled inside the write, no reload of the context
+    assert new >= gen + 1
+    joins = zk.get_children(layout.group_joins("default"))
+    assert str(new) in joins
+    for n in joins:  # the garbage was overwritten (and, if a later generation followed, deleted)
+        assert codecs.decode(codecs.JoinResult, zk.get(layout.group_join("default", int(n)))[0]).generation == int(n)
