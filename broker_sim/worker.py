@@ -451,11 +451,16 @@ class Worker:
                     if slot.restart_at is None or slot.restart_at <= time.monotonic():
                         slot.busy = True
                         self.pool.submit(self._start_task, t, False)
+            acquire = []
             for t in sorted(self.desired):
                 slot = self.slots.setdefault(t, _TaskSlot())
                 if not slot.held and not slot.busy and not self.fenced:
                     slot.busy = True
-                    self.pool.submit(self._start_task, t, True)
+                    acquire.append(t)
+            if len(acquire) == 1:
+                self.pool.submit(self._start_task, acquire[0], True)
+            elif acquire:
+                self.pool.submit(self._start_tasks, acquire)
 
     def _acquire_owner(self, t: str) -> bool:
         """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it."""
@@ -487,50 +492,128 @@ class Worker:
             if acquire:
                 if not self._acquire_owner(t):
                     return
-                with self.lock:
-                    slot = self.slots.setdefault(t, _TaskSlot())
-                    slot.held = True
-                    slot.acquired = time.time()
-                    slot.dirty = True
-                self._enqueue(_Owned())
+                self._mark_held([t])
             with self.lock:
-                slot = self.slots[t]
                 if t not in self.desired or self.fenced:
                     return
             spec = self._read_spec(t)
             if spec is None:
                 return
-            with self.lock:
-                slot.spec = spec
-                slot.state = "STARTING"
-            try:
-                self.runner.start(t, spec, self.generation)
-            except Exception as exc:
-                self._failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-                return
-            with self.lock:
-                slot.running = True
-                slot.started = time.time()
-                slot.state = "RUNNING"
-                slot.error = None
-                slot.dirty = True
-                fenced = self.fenced or self._closing
-            if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
-                log.warning("worker %s: %s finished starting after the fence; stopping it", self.id, t)
-                self._stop_runner(t)
+            self._run(t, spec)
         finally:
             with self.lock:
                 if t in self.slots:
                     self.slots[t].busy = False
             self._reconcile()
 
+    def _start_tasks(self, tasks: list[str]) -> None:
+        """Start several newly desired tasks together: their owner znodes are created in one pipelined
+        round, their specs read in another, then each runner starts on a pool thread (``_launch``). One
+        ``_start_task`` per task took two round trips each, ``pool_size`` tasks at a time: a broker given
+        ~50 tasks in a rebalance started its last one a dozen round trips after its first. A task whose
+        owner znode is still there (its previous owner has not let go yet, or it is ours already) goes
+        through ``_start_task``'s bounded wait instead. Every task in ``tasks`` is marked busy by the caller;
+        the busy flag passes to the job that carries the task on, or is cleared here."""
+        handed: set[str] = set()
+        try:
+            with self.lock:
+                live = [t for t in tasks if t in self.desired and not self._closing and not self.fenced]
+            data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
+            creates = [(t, self.client.create_async(self.layout.task_owner(t), data, ephemeral=True)) for t in live]
+            held: list[str] = []
+            for t, pending in creates:
+                try:
+                    pending.get()
+                    held.append(t)
+                except NodeExistsError:
+                    handed.add(t)
+                    self.pool.submit(self._start_task, t, True)
+                except NoNodeError:
+                    pass  # the task itself is gone
+                except Exception as exc:  # e.g. connection loss: the next reconcile tries again
+                    log.info("worker %s: taking %s: %s", self.id, t, type(exc).__name__)
+            if held:
+                self._mark_held(held)
+            with self.lock:
+                runnable = [t for t in held if t in self.desired and not self.fenced]
+            reads = [(t, self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t)))
+                     for t in runnable]
+            for t, pending in reads:
+                try:
+                    data, _ = pending.get()
+                except NoNodeError:
+                    continue
+                except Exception as exc:  # held, not running: the next reconcile starts it
+                    log.info("worker %s: reading %s: %s", self.id, t, type(exc).__name__)
+                    continue
+                spec = self._decode_spec(t, data)
+                if spec is not None:
+                    handed.add(t)
+                    self.pool.submit(self._launch, t, spec)
+        finally:
+            with self.lock:
+                for t in tasks:
+                    if t not in handed and t in self.slots:
+                        self.slots[t].busy = False
+            self._reconcile()
+
+    def _launch(self, t: str, spec: TaskSpec) -> None:
+        """Start the runner of a task ``_start_tasks`` took (owner held, spec read)."""
+        try:
+            with self.lock:
+                if t not in self.desired or self.fenced:
+                    return
+            self._run(t, spec)
+        finally:
+            with self.lock:
+                if t in self.slots:
+                    self.slots[t].busy = False
+            self._reconcile()
+
+    def _mark_held(self, tasks: list[str]) -> None:
+        """Our owner znodes of these tasks exist now."""
+        now = time.time()
+        with self.lock:
+            for t in tasks:
+                slot = self.slots.setdefault(t, _TaskSlot())
+                slot.held = True
+                slot.acquired = now
+                slot.dirty = True
+        self._enqueue(_Owned())
+
+    def _run(self, t: str, spec: TaskSpec) -> None:
+        """Start the runner of a task whose owner znode we hold (the caller holds its busy flag)."""
+        with self.lock:
+            slot = self.slots[t]
+            slot.spec = spec
+            slot.state = "STARTING"
+        try:
+            self.runner.start(t, spec, self.generation)
+        except Exception as exc:
+            self._failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            return
+        with self.lock:
+            slot.running = True
+            slot.started = time.time()
+            slot.state = "RUNNING"
+            slot.error = None
+            slot.dirty = True
+            fenced = self.fenced or self._closing
+        if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
+            log.warning("worker %s: %s finished starting after the fence; stopping it", self.id, t)
+            self._stop_runner(t)
+
     def _read_spec(self, t: str) -> TaskSpec | None:
         path = self.layout.task(t)
         try:
             data, _ = self.client.get(path, watch=lambda _e: self._spec_changed(t))
-            return decode_task(data, path)
         except NoNodeError:
             return None
+        return self._decode_spec(t, data)
+
+    def _decode_spec(self, t: str, data: bytes) -> TaskSpec | None:
+        try:
+            return decode_task(data, self.layout.task(t))
         except PayloadError as exc:
             self._failed(t, str(exc), None, permanent=True)
             return None

@@ -160,3 +160,44 @@ def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_sett
     data, stat = zk.get(layout.task("flaky"))
     zk.set(layout.task("flaky"), spec.model_copy(update={"restart_nonce": 1}).encode(), version=stat.version)
     assert wait_for(lambda: len([i for i in w.intervals if i.task_id == "flaky"]) >= 5, 10)
+
+
+def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_settings, controller, workers):
+    """A worker given many tasks at once creates all their owner znodes before it reads any spec (two
+    pipelined rounds, not two round trips per task, ``pool_size`` at a time)."""
+    ids = [f"p{i:02d}" for i in range(24)]
+    _create(zk, layout, *[TaskSpec(id=t) for t in ids])
+    w = Worker(WorkerConfig(broker_id="solo", settings=zk_settings, status_interval_s=0.1, pool_size=4))
+    sent: list[tuple[str, str]] = []
+    send = w.client._call
+
+    def recording_call(request, async_object):
+        sent.append((type(request).__name__, getattr(request, "path", "") or ""))
+        return send(request, async_object)
+
+    w.client._call = recording_call
+    workers.append(w.start())
+    assert wait_for(lambda: w.running_tasks() == set(ids), 15)
+    creates = [i for i, (kind, p) in enumerate(sent) if kind == "Create" and p.endswith("/owner")]
+    reads = [i for i, (kind, p) in enumerate(sent) if kind == "GetData" and p.rsplit("/", 1)[1] in ids]
+    assert len(creates) == len(reads) == len(ids)
+    assert max(creates) < min(reads), "owner creates and spec reads interleave: one task at a time"
+    for t in ids:
+        owner = codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner(t))[0])
+        assert owner.broker == "solo" and owner.generation == w.generation
+
+
+def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settings, controller, workers):
+    """In a batch, a task whose owner znode another session still holds waits (watch, bounded) while the
+    others start; it starts once the znode is gone, and never while it exists."""
+    ids = [f"q{i}" for i in range(5)]
+    _create(zk, layout, *[TaskSpec(id=t) for t in ids])
+    zk.create(layout.task_owner("q2"), codecs.encode(codecs.OwnerInfo(broker="elsewhere", generation=0)), ephemeral=True)
+    w = _worker(workers, zk_settings, "taker")
+    assert wait_for(lambda: w.running_tasks() == set(ids) - {"q2"}, 15)
+    time.sleep(0.5)
+    assert "q2" not in w.running_tasks()
+    assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "elsewhere"
+    zk.delete(layout.task_owner("q2"))
+    assert wait_for(lambda: w.running_tasks() == set(ids), 10)
+    assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "taker"
