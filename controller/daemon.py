@@ -77,7 +77,7 @@ DELETE_LINGER_S = 0.5
 LoadMethod = Literal["multiread", "pipelined", "sequential"]
 LOAD_METHODS: tuple[str, ...] = ("multiread", "pipelined", "sequential")
 # Tasks whose data watch the background armer sets per round (pipelined ``exists``, then one comparison).
-ARM_WATCH_CHUNK = 250
+ARM_WATCH_CHUNK = 100
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (EXCEPTIONS, BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, NotEmptyError,
                                RolledBackError, RuntimeInconsistency, UnimplementedError, ZookeeperError)
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.paths import _norm_root, join, normpath
 from kazoo.protocol.serialization import GetChildren, GetData, int_struct, read_buffer, read_string, stat_struct, write_string
 from kazoo.protocol.states import ZnodeStat
 
@@ -491,8 +491,8 @@ def _multi_read_ops(client: KazooClient | InterruptibleClient, op_type: int, pat
     raw = _raw(client)
     if raw in _NO_MULTI_READ:
         return None
-    chroot = raw.chroot or ""
-    full = [_prefix_root(chroot, p) for p in paths]
+    root = _norm_root(raw.chroot or "")  # kazoo's _prefix_root, with the root normalised once, not per path
+    full = [normpath(join(root, p.lstrip("/"))) for p in paths]
     results: list[SubResult] = []
     in_flight: deque[tuple[int, Any]] = deque()  # (sub-reads, async result)
     sent = 0
