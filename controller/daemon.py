@@ -193,7 +193,8 @@ class Controller:
         self.zk = InterruptibleClient(self.client)  # every ZooKeeper call of the event thread goes through this
         self.clock = clock or SystemClock()
         self.metrics = ControllerMetrics()
-        self.thread = ControllerEventThread(self._process, name=f"controller-{self.id}-events", observe=self.metrics.observe)
+        self.thread = ControllerEventThread(self._process, name=f"controller-{self.id}-events", observe=self.metrics.observe,
+                                             on_merge=self.metrics.observe_merged)
         self.timer = _Timer(f"controller-{self.id}-timer", lambda: self.put(ev.Tick()), self.clock)
         self.token = 0
         self.active = False
