@@ -100,6 +100,9 @@ class Member:
     desired: frozenset[str] = frozenset()
     pending_revocation: frozenset[str] = frozenset()
     pending_join: int | None = None
+    proposed: int = -1  # the generation this member (as leader) last proposed an assignment for
+    follow_up: int = -1  # a generation whose proposal (ours, as leader) revoked tasks: they move in the next one
+    rejoin_when_released: bool = False  # applied that generation: rejoin once our own revocations are let go
     leaving: bool = False
     last_error: ProtocolError | None = None
     transitions: list[tuple[WorkerState, WorkerState]] = field(default_factory=list)
@@ -169,7 +172,8 @@ class Member:
             if self.join_generation == info.generation and self.member_id in info.members:
                 if self.state is WorkerState.JOINING:
                     self._transition(WorkerState.SYNCING)
-                if info.leader == self.member_id and self.state is WorkerState.SYNCING:
+                if (info.leader == self.member_id and self.state is WorkerState.SYNCING
+                        and self.proposed != info.generation):  # (the join result may have come first)
                     return [ReadJoinResult(info.generation)]
             return []  # excluded members learn why from their assignment (error code)
         if info.state in ("Stable", "Empty"):
@@ -208,22 +212,41 @@ class Member:
         self.desired = frozenset(a.assigned)
         # any revocation means a second round must assign what moved; rejoin once it is all let go
         self.pending_revocation = frozenset(a.revoked)
+        # our proposal revoked tasks (ours or others'): the next generation assigns them, and will be
+        # started by their owners' rejoins; we start it as soon as our own revocations are let go (Kafka
+        # Streams' leader schedules such a follow-up rebalance for every member likewise)
+        self.rejoin_when_released = a.generation == self.follow_up and not self.leaving
         actions: list[Action] = [SetDesired(self.desired)]
         actions += self._after_owned_change()
         return actions
 
     def on_join_result(self, result: JoinResult) -> list[Action]:
-        """As leader: run the assignor, then the cooperative adjustment, and propose."""
-        if (self.state is not WorkerState.SYNCING or result.generation != self.join_generation
-                or result.leader != self.member_id):
+        """As leader: run the assignor, then the cooperative adjustment, and propose.
+
+        A member that led the last generation watches the join result of the one it joins, so the result
+        can arrive before the group state that announces it (AwaitingSync, written in the same multi):
+        naming us the leader of the generation we joined, it takes us from Joining to Syncing."""
+        if (self.state not in (WorkerState.JOINING, WorkerState.SYNCING) or result.generation != self.join_generation
+                or result.leader != self.member_id or result.controller_epoch < self.epoch_seen):
             return []
+        if self.state is WorkerState.JOINING:
+            self._transition(WorkerState.SYNCING)
         target = self.assign(result.assignor, result)
         owned = {m.member_id: m.owned for m in result.members}
         assigned, revoked = cooperative_adjust(target, owned)
         for m in result.members:
             assigned.setdefault(m.member_id, ())
         proposal = SyncProposal(generation=result.generation, leader=self.member_id, assigned=assigned, revoked=revoked)
+        self.proposed = result.generation
+        if result.protocol == COOPERATIVE and any(revoked.values()):
+            self.follow_up = result.generation
         return [WriteProposal(proposal)]
+
+    def proposal_not_written(self, generation: int) -> None:
+        """The worker could not write our proposal (e.g. the connection dropped): propose again when the
+        group state next says AwaitingSync for this generation."""
+        if self.proposed == generation:
+            self.proposed = -1
 
     def on_owned(self, owned: frozenset[str]) -> list[Action]:
         """The worker reports which tasks it holds (owner znode held) after starts/stops complete."""
@@ -293,12 +316,15 @@ class Member:
                 target = self.pending_join
                 self.pending_join = None
                 self.pending_revocation = frozenset()
+                self.rejoin_when_released = False
                 self.join_generation = target
                 self._transition(WorkerState.JOINING)
                 actions.append(WriteJoin(self._request(target)))
-        elif self.pending_revocation and not (self.pending_revocation & self.owned):
-            # cooperative: what moved is stopped; rejoin so the next generation can assign it
+        elif (self.pending_revocation or self.rejoin_when_released) and not (self.pending_revocation & self.owned):
+            # cooperative: what moved is stopped (or, as the leader that moved tasks, nothing of ours had
+            # to stop); rejoin so the next generation can assign it
             self.pending_revocation = frozenset()
+            self.rejoin_when_released = False
             if self.state is WorkerState.STABLE and self.group is not None and not self.leaving:
                 target = max(self.generation, self.group.generation) + 1
                 self._transition(WorkerState.PREPARING_JOIN)

@@ -39,7 +39,7 @@ from kazoo.exceptions import KazooException, NoNodeError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from broker_sim.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
+from broker_sim.member import Exit, Member, ReadJoinResult, SetDesired, WorkerState, WriteJoin, WriteProposal
 from broker_sim.runners import RunState, TaskRunner, make_runner
 from controller import codecs
 from controller.admin import ensure_layout
@@ -52,6 +52,7 @@ from controller.zkio import FencedWriter
 
 log = logging.getLogger(__name__)
 MAX_INTERVALS_IN_ZK = 5000
+RELEASE_CHUNK = 200  # tasks released per multi (two ops each: the last status, a few hundred bytes, and the owner)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,13 @@ class _Owned:
 
 
 @dataclass(frozen=True)
+class _JoinResult:
+    """The join result of a generation we joined was written (we led the last one: we may lead this)."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
 class _Coordinator:
     pass
 
@@ -111,6 +119,25 @@ class _Stop:
     pass
 
 
+class _StopBatch:
+    """Tasks stopped together: counts the stops still running; the last one to finish releases them all."""
+
+    def __init__(self, size: int) -> None:
+        self._lock = threading.Lock()
+        self._left = size
+        self._tasks: list[str] = []
+        self._stopped: list[str] = []
+
+    def done(self, task: str, stopped: bool) -> tuple[list[str], list[str]] | None:
+        """Record one finished stop; for the last, every task of the batch and those whose runner stopped."""
+        with self._lock:
+            self._tasks.append(task)
+            if stopped:
+                self._stopped.append(task)
+            self._left -= 1
+            return (list(self._tasks), sorted(self._stopped)) if self._left == 0 else None
+
+
 @dataclass
 class _TaskSlot:
     spec: TaskSpec | None = None
@@ -126,6 +153,7 @@ class _TaskSlot:
     acquired: float | None = None
     started: float | None = None
     dirty: bool = True
+    releasing: bool = False     # its last status goes with the owner znode's deletion (the status loop leaves it)
     nonce: int = 0
 
 
@@ -335,6 +363,12 @@ class Worker:
                 self._do(actions)
         elif isinstance(event, _Owned):
             self._do(self.member.on_owned(self._held()))
+        elif isinstance(event, _JoinResult):
+            # still waiting for that generation's result (else the state got there first, or it is over)
+            if self.member.state is WorkerState.JOINING and self.member.join_generation == event.generation:
+                result = self._read_join_result(event.generation, missing_ok=True)
+                if result is not None:
+                    self._do(self.member.on_join_result(result))
         elif isinstance(event, _Coordinator):
             present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
             self._do(self.member.on_coordinator(present))
@@ -407,22 +441,24 @@ class Worker:
                     self.client.set(path, data)
                 except NoNodeError:
                     self.client.create(path, data, ephemeral=True, makepath=True)
+                group = self.member.group
+                if group is not None and group.leader == self.id:
+                    self._watch_join_result(act.request.join_generation)
             elif isinstance(act, ReadJoinResult):
-                path = self.layout.group_join(self.config.group, act.generation)
-                try:
-                    data, _ = self.client.get(path)
-                    result = codecs.decode(JoinResult, data, path)
-                except (NoNodeError, PayloadError) as exc:
-                    log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
-                    continue
-                self._do(self.member.on_join_result(result))
+                result = self._read_join_result(act.generation)
+                if result is not None:
+                    self._do(self.member.on_join_result(result))
             elif isinstance(act, WriteProposal):
                 path = self.layout.group_sync(self.config.group, act.proposal.generation)
                 data = codecs.encode(act.proposal)
                 try:
-                    self.client.create(path, data, makepath=True)
-                except NodeExistsError:
-                    self.client.set(path, data)
+                    try:
+                        self.client.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        self.client.set(path, data)
+                except Exception:
+                    self.member.proposal_not_written(act.proposal.generation)
+                    raise
             elif isinstance(act, SetDesired):
                 with self.lock:
                     self.desired = act.tasks
@@ -430,6 +466,36 @@ class Worker:
             elif isinstance(act, Exit):
                 log.info("worker %s: controlled shutdown complete", self.id)
                 self.exited.set()
+
+    def _watch_join_result(self, generation: int) -> None:
+        """We led the last generation, and the coordinator keeps a leader that rejoins: watch the join result
+        of the generation we just joined, so that we read it as soon as it is written rather than after the
+        group state announcing it (AwaitingSync, written with it) has been read first: one round trip less
+        between the join and the proposal. Only this member watches it (everyone reading a join result of
+        thousands of tasks would cost more than it saves); a new leader learns it from the state."""
+        path = self.layout.group_join(self.config.group, generation)
+        pending = self.client.exists_async(path, watch=lambda _e: self._enqueue(_JoinResult(generation)))
+
+        def already_there(result: Any) -> None:  # kazoo's thread: enqueue only
+            try:
+                if result.get(block=False) is not None:
+                    self._enqueue(_JoinResult(generation))
+            except Exception:
+                pass
+        pending.rawlink(already_there)
+
+    def _read_join_result(self, generation: int, missing_ok: bool = False) -> JoinResult | None:
+        path = self.layout.group_join(self.config.group, generation)
+        try:
+            data, _ = self.client.get(path)
+            return codecs.decode(JoinResult, data, path)
+        except NoNodeError as exc:
+            if not missing_ok:
+                log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
+            return None
+        except PayloadError as exc:
+            log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
+            return None
 
     # ---- tasks ------------------------------------------------------------------------------------
     def _held(self) -> frozenset[str]:
@@ -441,16 +507,23 @@ class Worker:
         with self.lock:
             if self._closing:
                 return
+            stop = []
             for t, slot in list(self.slots.items()):
                 if slot.busy:
                     continue
                 if t not in self.desired and slot.held:
                     slot.busy = True
-                    self.pool.submit(self._stop_task, t)
+                    stop.append(t)
                 elif t in self.desired and slot.held and not slot.running and not self.fenced and slot.state not in ("FAILED", "COMPLETED"):
                     if slot.restart_at is None or slot.restart_at <= time.monotonic():
                         slot.busy = True
                         self.pool.submit(self._start_task, t, False)
+            if len(stop) == 1:
+                self.pool.submit(self._stop_task, stop[0])
+            elif stop:
+                batch = _StopBatch(len(stop))
+                for t in stop:
+                    self.pool.submit(self._stop_in_batch, t, batch)
             acquire = []
             for t in sorted(self.desired):
                 slot = self.slots.setdefault(t, _TaskSlot())
@@ -507,19 +580,22 @@ class Worker:
             self._reconcile()
 
     def _start_tasks(self, tasks: list[str]) -> None:
-        """Start several newly desired tasks together: their owner znodes are created in one pipelined
-        round, their specs read in another, then each runner starts on a pool thread (``_launch``). One
-        ``_start_task`` per task took two round trips each, ``pool_size`` tasks at a time: a broker given
-        ~50 tasks in a rebalance started its last one a dozen round trips after its first. A task whose
-        owner znode is still there (its previous owner has not let go yet, or it is ours already) goes
-        through ``_start_task``'s bounded wait instead. Every task in ``tasks`` is marked busy by the caller;
-        the busy flag passes to the job that carries the task on, or is cleared here."""
+        """Start several newly desired tasks together: their owner znodes are created and their specs read
+        in one pipelined round (the reads sent right behind the creates), then each runner starts on a pool
+        thread (``_launch``). One ``_start_task`` per task took two round trips each, ``pool_size`` tasks at
+        a time: a broker given ~50 tasks in a rebalance started its last one a dozen round trips after its
+        first. A task whose owner znode is still there (its previous owner has not let go yet, or it is
+        ours already) goes through ``_start_task``'s bounded wait instead (its spec read here is unused;
+        the watch it armed only re-checks a task we hold). Every task in ``tasks`` is marked busy by the
+        caller; the busy flag passes to the job that carries the task on, or is cleared here."""
         handed: set[str] = set()
         try:
             with self.lock:
                 live = [t for t in tasks if t in self.desired and not self._closing and not self.fenced]
-            data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
-            creates = [(t, self.client.create_async(self.layout.task_owner(t), data, ephemeral=True)) for t in live]
+            owner = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
+            creates = [(t, self.client.create_async(self.layout.task_owner(t), owner, ephemeral=True)) for t in live]
+            reads = {t: self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t))
+                     for t in live}
             held: list[str] = []
             for t, pending in creates:
                 try:
@@ -536,11 +612,9 @@ class Worker:
                 self._mark_held(held)
             with self.lock:
                 runnable = [t for t in held if t in self.desired and not self.fenced]
-            reads = [(t, self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t)))
-                     for t in runnable]
-            for t, pending in reads:
+            for t in runnable:
                 try:
-                    data, _ = pending.get()
+                    data, _ = reads[t].get()
                 except NoNodeError:
                     continue
                 except Exception as exc:  # held, not running: the next reconcile starts it
@@ -695,48 +769,104 @@ class Worker:
     def _stop_task(self, t: str) -> None:
         try:
             self._stop_runner(t)
-            with self.lock:
-                slot = self.slots[t]
-                if slot.state not in ("COMPLETED", "FAILED"):
-                    slot.state = "STOPPED"
-                final = codecs.encode(TaskStatus(
-                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
-                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics))
-            # the last status and the release in one multi: a new owner can start only after the owner
-            # znode is gone, so its RUNNING can never be overwritten by our STOPPED
-            status_path = self.layout.status(t)
-            tx = self.client.transaction()
-            try:  # only a status that is still ours, at the version we read (the controller may have
-                data, stat = self.client.get(status_path)  # marked the task FAILED meanwhile)
-                if codecs.decode(TaskStatus, data, status_path).broker == self.id:
-                    tx.set_data(status_path, final, version=stat.version)
-            except NoNodeError:
-                tx.create(status_path, final)
-            except Exception:
-                pass
-            tx.delete(self.layout.task_owner(t))
-            try:
-                results = tx.commit_async().get(timeout=30)
-            except Exception:
-                results = [None]
-            if any(isinstance(r, Exception) for r in results):
-                try:
-                    self.client.delete(self.layout.task_owner(t))
-                except NoNodeError:
-                    pass
-            else:
-                self.known_status.add(status_path)
-            with self.lock:
-                slot.held = False
-                slot.dirty = True
-                slot.failures = 0
-                slot.restart_at = None
-            self._enqueue(_Owned())
+            self._release([t])
         finally:
             with self.lock:
                 if t in self.slots:
                     self.slots[t].busy = False
             self._reconcile()
+
+    def _stop_in_batch(self, t: str, batch: "_StopBatch") -> None:
+        """Stop one of several tasks let go of together (a revocation, an eager rejoin): the runners stop in
+        parallel on pool threads, and whichever stop finishes last releases them all together (``_release``:
+        one pipelined read of their statuses, one multi). The member rejoins only once all of them are let
+        go, so waiting for the slowest stop delays nobody; a revoking broker used to send two requests per
+        task and wake its event thread once per task. A runner whose stop raised stays held (and running):
+        the next reconcile stops it again. The busy flags of the batch are cleared once it is released."""
+        stopped = False
+        try:
+            self._stop_runner(t)
+            stopped = True
+        except Exception:
+            log.exception("worker %s: stopping %s", self.id, t)
+        finally:
+            done = batch.done(t, stopped)
+            if done is not None:
+                tasks, ready = done
+                try:
+                    self._release(ready)
+                finally:
+                    with self.lock:
+                        for x in tasks:
+                            if x in self.slots:
+                                self.slots[x].busy = False
+                    self._reconcile()
+
+    def _release(self, tasks: list[str]) -> None:
+        """Write the last status of stopped tasks and delete their owner znodes, in one multi per chunk: a new
+        owner can start only after the owner znode is gone, so its RUNNING can never be overwritten by our
+        STOPPED. Only a status that is still ours is written, at the version read just before (the
+        controller may have marked the task FAILED meanwhile); the reads are pipelined. A multi that fails
+        (a version moved under us) is retried task by task; a single task's that fails deletes the owner
+        znode alone."""
+        if not tasks:
+            return
+        if len(tasks) > RELEASE_CHUNK:
+            for i in range(0, len(tasks), RELEASE_CHUNK):
+                self._release(tasks[i:i + RELEASE_CHUNK])
+            return
+        finals: dict[str, bytes] = {}
+        with self.lock:
+            for t in tasks:
+                slot = self.slots[t]
+                slot.releasing = True
+                if slot.state not in ("COMPLETED", "FAILED"):
+                    slot.state = "STOPPED"
+                finals[t] = codecs.encode(TaskStatus(
+                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
+                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics))
+        try:
+            reads = [(t, self.client.get_async(self.layout.status(t))) for t in tasks]
+            tx = self.client.transaction()
+            for t, pending in reads:
+                status_path = self.layout.status(t)
+                try:
+                    data, stat = pending.get()
+                    if codecs.decode(TaskStatus, data, status_path).broker == self.id:
+                        tx.set_data(status_path, finals[t], version=stat.version)
+                except NoNodeError:
+                    tx.create(status_path, finals[t])
+                except Exception:
+                    pass
+                tx.delete(self.layout.task_owner(t))
+            try:
+                results = tx.commit_async().get(timeout=30)
+            except Exception:
+                results = [None]
+            failed = any(isinstance(r, Exception) for r in results)
+            if failed and len(tasks) > 1:
+                for t in tasks:
+                    self._release([t])
+                return
+            if failed:
+                try:
+                    self.client.delete(self.layout.task_owner(tasks[0]))
+                except NoNodeError:
+                    pass
+            else:
+                self.known_status.update(self.layout.status(t) for t in tasks)
+            with self.lock:
+                for t in tasks:
+                    slot = self.slots[t]
+                    slot.held = False
+                    slot.dirty = True
+                    slot.failures = 0
+                    slot.restart_at = None
+            self._enqueue(_Owned())
+        finally:
+            with self.lock:
+                for t in tasks:
+                    self.slots[t].releasing = False
 
     def _stop_all_tasks(self, release: bool) -> None:
         with self.lock:
@@ -843,7 +973,7 @@ class Worker:
     def _write_statuses(self) -> None:
         now = time.time()
         with self.lock:
-            dirty = [(t, s) for t, s in self.slots.items() if s.dirty and s.held]
+            dirty = [(t, s) for t, s in self.slots.items() if s.dirty and s.held and not s.releasing]
             for _, s in dirty:
                 s.dirty = False
             items = [(self.layout.status(t), codecs.encode(TaskStatus(

@@ -400,3 +400,81 @@ def test_controlled_shutdown_waits_for_running_tasks_even_with_nothing_revoked()
     assert m.on_assignment(assignment(2, [])) == [SetDesired(frozenset())]
     assert m.on_owned(frozenset({"t1"})) == []
     assert m.on_owned(frozenset()) == [Exit()]
+
+
+# --------------------------------------------------------------------------------------------------
+# the leader: proposing from the join result it watched, and starting the follow-up generation
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_leader_proposes_from_the_join_result_before_the_state_announces_it():
+    m = stable_member(assign=lambda name, join: {ME: ("t1", "t2"), "m2": ("t3",), "m3": ("t4",)})
+    m.on_group_state(info("PreparingRebalance", 1, 2, leader=ME))
+    assert m.state is W.JOINING
+    [action] = m.on_join_result(join_result(2))  # the join result's watch fired first
+    assert isinstance(action, WriteProposal) and action.proposal.generation == 2
+    assert m.state is W.SYNCING and m.transitions[-1] == (W.JOINING, W.SYNCING)
+    # the state written with it: no second read, no second proposal
+    assert m.on_group_state(info("AwaitingSync", 2, leader=ME, members=(ME, "m2", "m3"))) == []
+    assert m.state is W.SYNCING
+
+
+def test_a_proposal_the_worker_could_not_write_is_made_again_on_the_next_awaiting_sync():
+    m = stable_member(assign=lambda name, join: {ME: ("t1", "t2"), "m2": ("t3",), "m3": ("t4",)})
+    m.on_group_state(info("PreparingRebalance", 1, 2, leader=ME))
+    m.on_join_result(join_result(2))
+    m.proposal_not_written(2)
+    assert m.on_group_state(info("AwaitingSync", 2, leader=ME, members=(ME, "m2", "m3"))) == [ReadJoinResult(2)]
+
+
+def test_a_join_result_for_someone_else_another_generation_or_a_stale_epoch_changes_nothing():
+    m = stable_member(assign=lambda name, join: {ME: ("t1",)})
+    m.on_group_state(info("PreparingRebalance", 1, 2, leader=ME))
+    stale = JoinResult(**{**join_result(2).__dict__, "controller_epoch": EPOCH - 1})
+    for result in (join_result(2, leader="m2"), join_result(3), stale):
+        assert m.on_join_result(result) == []
+        assert m.state is W.JOINING
+    # and in Stable (not joining) a join result is no business of ours
+    s = stable_member(assign=lambda name, join: {ME: ("t1",)})
+    assert s.on_join_result(join_result(1)) == [] and s.state is W.STABLE
+
+
+def test_the_leader_whose_proposal_moves_others_tasks_rejoins_as_soon_as_its_assignment_is_applied():
+    """t3 moves from m2 to m3: m2 rejoins once it stopped t3, and the leader (nothing of its own revoked)
+    starts the follow-up generation at once instead of waiting for m2's rejoin to announce it."""
+    m = stable_member(assign=lambda name, join: {ME: ("t1", "t2"), "m2": (), "m3": ("t3", "t4")})
+    m.on_group_state(info("PreparingRebalance", 1, 2, leader=ME))
+    [action] = m.on_join_result(join_result(2))
+    assert action.proposal.revoked == {"m2": ("t3",)} and "m3" in action.proposal.assigned
+    m.on_group_state(info("AwaitingSync", 2, leader=ME, members=(ME, "m2", "m3")))
+    actions = m.on_assignment(assignment(2, ["t1", "t2"]))
+    assert actions[0] == SetDesired(frozenset({"t1", "t2"}))
+    [request] = joins(actions)
+    assert (request.join_generation, request.generation, request.owned) == (3, 2, ("t1", "t2"))
+    assert m.state is W.JOINING
+    assert m.on_owned(frozenset({"t1", "t2"})) == []  # once
+    # the follow-up generation moves nothing more: its assignment starts no other
+    m.on_group_state(info("AwaitingSync", 3, leader="m2", members=(ME, "m2", "m3")))
+    assert joins(m.on_assignment(assignment(3, ["t1", "t2", "t3"]))) == []
+    assert m.state is W.STABLE
+
+
+def test_the_leader_with_revocations_of_its_own_rejoins_once_they_are_let_go():
+    m = stable_member(assign=lambda name, join: {ME: ("t1", "t3"), "m2": ("t2",), "m3": ("t4",)})
+    m.on_group_state(info("PreparingRebalance", 1, 2, leader=ME))
+    m.on_join_result(join_result(2))
+    m.on_group_state(info("AwaitingSync", 2, leader=ME, members=(ME, "m2", "m3")))
+    assert m.on_assignment(assignment(2, ["t1"], revoked=["t2"])) == [SetDesired(frozenset({"t1"}))]
+    assert m.on_owned(frozenset({"t1", "t2"})) == []
+    [request] = joins(m.on_owned(frozenset({"t1"})))
+    assert (request.join_generation, request.owned) == (3, ("t1",))
+
+
+def test_a_leader_whose_proposal_moves_nothing_stays_stable():
+    m = stable_member(assign=lambda name, join: {ME: ("t1", "t2"), "m2": ("t3",), "m3": ("t4",)})
+    m.on_group_state(info("PreparingRebalance", 1, 2, leader=ME))
+    [action] = m.on_join_result(join_result(2))
+    assert action.proposal.revoked == {}
+    m.on_group_state(info("AwaitingSync", 2, leader=ME, members=(ME, "m2", "m3")))
+    assert m.on_assignment(assignment(2, ["t1", "t2"])) == [SetDesired(frozenset({"t1", "t2"}))]
+    assert m.on_owned(frozenset({"t1", "t2"})) == [] and m.state is W.STABLE

@@ -163,8 +163,8 @@ def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_sett
 
 
 def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_settings, controller, workers):
-    """A worker given many tasks at once creates all their owner znodes before it reads any spec (two
-    pipelined rounds, not two round trips per task, ``pool_size`` at a time)."""
+    """A worker given many tasks at once sends all their owner creates, then all their spec reads, without
+    waiting in between (one pipelined round, not two round trips per task, ``pool_size`` at a time)."""
     ids = [f"p{i:02d}" for i in range(24)]
     _create(zk, layout, *[TaskSpec(id=t) for t in ids])
     w = Worker(WorkerConfig(broker_id="solo", settings=zk_settings, status_interval_s=0.1, pool_size=4))
@@ -201,3 +201,36 @@ def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settin
     zk.delete(layout.task_owner("q2"))
     assert wait_for(lambda: w.running_tasks() == set(ids), 10)
     assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "taker"
+
+
+def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status(zk, layout, zk_settings, controller, workers):
+    """A cooperative revocation of several tasks: their runners stop, then one multi writes each last status
+    (still ours) and deletes each owner znode; the new owner starts them only after that."""
+    ids = [f"r{i}" for i in range(8)]
+    _create(zk, layout, *[TaskSpec(id=t) for t in ids])
+    a = Worker(WorkerConfig(broker_id="giver", settings=zk_settings, status_interval_s=0.1))
+    sent: list[list[tuple[str, str]]] = []
+    send = a.client._call
+
+    def recording_call(request, async_object):
+        if type(request).__name__ == "Transaction":
+            sent.append([(type(op).__name__, op.path) for op in request.operations])
+        return send(request, async_object)
+
+    a.client._call = recording_call
+    workers.append(a.start())
+    assert wait_for(lambda: a.running_tasks() == set(ids), 15)
+    assert wait_for(lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "giver"
+                                for t in ids if zk.exists(layout.status(t))) and len(zk.get_children(layout.statuses)) == len(ids), 10)
+    del sent[:]
+    b = _worker(workers, zk_settings, "taker")
+    assert wait_for(lambda: len(b.running_tasks()) == 4 and len(a.running_tasks()) == 4, 15)
+    moved = b.running_tasks()
+    releases = [ops for ops in sent if any(kind == "Delete" and path.endswith("/owner") for kind, path in ops)]
+    assert len(releases) == 1, releases
+    [ops] = releases
+    assert sorted(p.rsplit("/", 2)[-2] for kind, p in ops if kind == "Delete") == sorted(moved)
+    assert sorted(p.rsplit("/", 1)[1] for kind, p in ops if kind == "SetData") == sorted(moved)
+    for t in moved:
+        assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner(t))[0]).broker == "taker"
+        assert wait_for(lambda t=t: codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "taker", 5)
