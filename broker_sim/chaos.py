@@ -1025,6 +1025,7 @@ class ChaosRun(Simulation):
         if os.environ.get("ZKC_CHAOS_KEEP"):  # keep logs, journals and sinks for a post-mortem
             self.echo(f"work directory kept: {self.tmp.name}")
             self.tmp.cleanup = lambda: None  # type: ignore[method-assign]
+            self.tmp._finalizer.detach()  # type: ignore[attr-defined]  # else it is removed at interpreter exit
         for bid, proc in list(self.broker_procs.items()):
             proc.kill9()
         for cid, proc in list(self.ctl_procs.items()):
