@@ -217,6 +217,7 @@ class JournalRunner(TaskRunner):
     def __init__(self, path: str | Path, inner: TaskRunner | None = None) -> None:
         self.inner = inner or NoopRunner()
         self.name = self.inner.name
+        self.stop_budget_s = self.inner.stop_budget_s
         self._f = open(path, "a", buffering=1)
         self._lock = threading.Lock()
 

@@ -13,10 +13,13 @@ Fence deadline (the timing argument). kazoo declares the connection SUSPENDED af
 ``read_timeout = 2/3 * session_timeout`` without hearing from the server; the server expires the session
 ``session_timeout`` after it last heard from us, which is no earlier than the last time we heard from it.
 So at the moment we see SUSPENDED, the session — and with it our owner znodes, which is what lets a new
-owner start — survives at least another ``session_timeout / 3``. We stop every task once
-``fence_fraction * session_timeout`` (default 1/6) has passed since SUSPENDED, which leaves another
-sixth of the session timeout for the runners' ``stop`` to finish before anyone else can take over.
-Runners whose stop can take longer need a longer session timeout.
+owner start — survives at least another ``session_timeout / 3``. We stop every task a *fence margin*
+before the earliest expiry: ``fence_margin_s = max(fence_fraction * session_timeout, runner.stop_budget_s)``
+(``fence_fraction`` defaults to 1/6), i.e. ``max(0, session_timeout / 3 - margin)`` after SUSPENDED, and
+the liveness probe (``_LivenessProbe``) does the same ``session_timeout - margin`` after the last answer.
+That leaves the margin for the runners' ``stop`` to finish before anyone else can take over. The margin is
+capped at half the session timeout (fencing after less silence than that would stop tasks on every
+hiccup); a runner whose stop budget exceeds the cap gets a warning: give it a longer session timeout.
 """
 
 from __future__ import annotations
@@ -164,6 +167,8 @@ class Worker:
         self.layout = ZkLayout(config.settings.root)
         self.client = client or make_client(config.settings, connect=False)
         self.runner = runner or make_runner(config.runner, **config.runner_options)
+        self.fence_margin_s = fence_margin(config.settings.session_timeout_s, config.fence_fraction,
+                                           float(getattr(self.runner, "stop_budget_s", 0.0)), config.broker_id)
         self.member = self._new_member()
         self.events: queue.Queue[Any] = queue.Queue()
         self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
@@ -306,7 +311,9 @@ class Worker:
 
     # ---- fence ------------------------------------------------------------------------------------
     def _arm_fence(self) -> None:
-        delay = self.config.settings.session_timeout_s * self.config.fence_fraction
+        # SUSPENDED comes 2/3 of the session after we last heard from the server: fence a margin before
+        # the earliest expiry, at once if the margin is a third of the session or more
+        delay = max(0.0, self.config.settings.session_timeout_s / 3 - self.fence_margin_s)
         with self.lock:
             if self.fence_timer is None:
                 self.fence_timer = threading.Timer(delay, self._fence)
@@ -1004,6 +1011,19 @@ class Worker:
         return self.member.state.value
 
 
+def fence_margin(session_timeout_s: float, fence_fraction: float, stop_budget_s: float, who: str = "worker") -> float:
+    """How long before its session could expire a worker stops every task: a fraction of the session
+    timeout, or the runner's stop budget if that is longer, capped at half the session timeout."""
+    margin = max(session_timeout_s * fence_fraction, stop_budget_s)
+    cap = session_timeout_s / 2
+    if margin > cap:
+        log.warning("worker %s: its runner's stop may take %.1fs, more than half the %.1fs session timeout; "
+                    "fencing %.1fs before expiry, so a slow stop can outlive the session: use a session "
+                    "timeout of at least %.1fs", who, stop_budget_s, session_timeout_s, cap, 2 * stop_budget_s)
+        margin = cap
+    return margin
+
+
 class _LivenessProbe:
     """The fence deadline without relying on kazoo's SUSPENDED, run by the pulse thread.
 
@@ -1012,13 +1032,12 @@ class _LivenessProbe:
     network never sees SUSPENDED while the server expires its session. So the pulse thread keeps one
     cheap ``exists`` of our broker znode in flight; the server heard from us no earlier than the send
     time of the last answered one, so our session lives at least ``session_timeout`` past it. Once
-    ``(1 - fence_fraction) * session_timeout`` has passed without an answer, stop every task (the same
-    margin as the SUSPENDED fence timer); resume when an answer shows our session still owns our broker
-    znode."""
+    ``session_timeout - fence_margin_s`` has passed without an answer, stop every task (the same margin
+    as the SUSPENDED fence timer); resume when an answer shows our session still owns our broker znode."""
 
     def __init__(self, worker: "Worker") -> None:
         self.w = worker
-        self.limit = worker.config.settings.session_timeout_s * (1 - worker.config.fence_fraction)
+        self.limit = worker.config.settings.session_timeout_s - worker.fence_margin_s
         self.session: int | None = None
         self.last_ok = time.monotonic()
         self.pending: tuple[float, Any] | None = None

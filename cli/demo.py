@@ -25,6 +25,7 @@ from typing import Any, Callable
 import click
 
 from broker_sim.checker import close_open, double_ownership
+from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.layout import ZkLayout
@@ -33,7 +34,7 @@ from controller.zkclient import ZkSettings, make_client
 from controller.zkio import get_many
 from controller.zkserver import ZooKeeperServer, free_port
 
-SESSION_S = 6.0
+SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # the spark runner asks for twice its stop budget (worker.fence_margin)
 PIPELINES = 4
 
 

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from broker_sim.chaos import FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, run_chaos, sink_ids
+from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from broker_sim.worker import Worker
 from cli.main import cli
 from controller.codecs import RunInterval
@@ -51,9 +52,12 @@ def test_process_brokers_with_spark_pipelines_exactly_once():
     """Broker processes on the spark runner (one JVM each, in their process group) and controller processes:
     kill -9, SIGSTOP, session expiry, controller kill and freeze, a rolling bounce by controlled shutdown,
     while a generator feeds a streaming file pipeline. Every invariant holds, and the sink holds every
-    generated record exactly once (read through its ``_spark_metadata`` commit log)."""
-    summary = run_chaos(ChaosOptions(seed=615, duration_s=30, brokers=2, tasks=6, mean_gap_s=2.0, kinds=PROCESS_KINDS,
-                                     process_brokers=True, pipelines=1, records=1500))
+    generated record exactly once (read through its ``_spark_metadata`` commit log). The session timeout is
+    twice the spark runner's stop budget, as the worker asks (see ``broker_sim.worker.fence_margin``): a
+    partitioned broker stops its query before its session can expire."""
+    summary = run_chaos(ChaosOptions(seed=4879, duration_s=60, brokers=2, tasks=6, mean_gap_s=2.0, kinds=PROCESS_KINDS,
+                                     process_brokers=True, pipelines=1, records=1500,
+                                     session_timeout_s=2 * DEFAULT_STOP_BUDGET_S))
     assert set(summary.faults_injected) == set(PROCESS_KINDS), summary.faults_injected
     assert summary.faults_failed == []
     assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts)

@@ -42,13 +42,14 @@ from controller.admin import AdminClient, ensure_layout
 from controller.codecs import RunInterval, TaskStatus
 from controller.layout import ZkLayout
 from controller.taskspec import DeclarativePipeline, TaskSpec, parse_spec
+from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller.zkclient import ZkSettings, make_client
 from tests.spark_support import (  # noqa: F401 (fixtures)
     REPO, TEST_JVM_OPTS, copy_project, files_task, require_spark, sink_ids, spark, spark_runner)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-SESSION_S = 6.0
+SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # what the spark runner asks for (broker_sim.worker.fence_margin)
 WORKER_SPARK = ["--spark-master", "local[1]", "--spark-conf", "spark.driver.memory=512m",
                 "--spark-conf", "spark.sql.shuffle.partitions=1",
                 "--spark-conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTS}"]

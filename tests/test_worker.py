@@ -3,13 +3,14 @@ stops tasks before the session can expire, failed tasks restart with backoff and
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
 
 from broker_sim.member import WorkerState as WS
 from broker_sim.netproxy import NetProxy
-from broker_sim.worker import Worker, WorkerConfig
+from broker_sim.worker import Worker, WorkerConfig, fence_margin
 from controller import codecs
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
@@ -107,16 +108,21 @@ def test_session_loss_takes_the_worker_down_and_back(zk, layout, zk_settings, co
     assert wait_for(lambda: len(w.running_tasks()) == 4 and w.state() == "Stable", 20)
 
 
-def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk_hosts, zk_root, controller, workers):
+@pytest.mark.parametrize("stop_latency_s", [0.0, 1.5], ids=["instant-stop", "slow-stop"])
+def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk_hosts, zk_root, controller, workers,
+                                                                   stop_latency_s):
     """A worker cut off from ZooKeeper (a silent network, via a TCP proxy) stops all its tasks before its
-    session expires on the server: the new owners start only after that."""
+    session expires on the server: the new owners start only after that. With a runner whose stop takes
+    1.5 s (more than the default margin of a sixth of the 4 s session), the worker fences that much earlier."""
     host, port = zk_hosts.split(":")
     proxy = NetProxy(host, int(port), name="proxy-fence")
     try:
         session = 4.0
+        runner = {"runner_options": {"stop_latency_s": stop_latency_s}}
         _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(6)])
-        cut = _worker(workers, ZkSettings(hosts=proxy.address, root=zk_root, session_timeout_s=session), "cut")
-        other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=session), "other")
+        cut = _worker(workers, ZkSettings(hosts=proxy.address, root=zk_root, session_timeout_s=session), "cut", **runner)
+        other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=session), "other", **runner)
+        assert cut.fence_margin_s == max(session / 6, stop_latency_s)
         assert wait_for(lambda: len(cut.running_tasks()) == 3 and len(other.running_tasks()) == 3, 15)
         mine = cut.running_tasks()
         t_cut = time.time()
@@ -234,3 +240,12 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     for t in moved:
         assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner(t))[0]).broker == "taker"
         assert wait_for(lambda t=t: codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "taker", 5)
+
+
+def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(caplog):
+    assert fence_margin(6.0, 1 / 6, 0.0) == pytest.approx(1.0)  # a sixth of the session by default
+    assert fence_margin(6.0, 1 / 6, 2.0) == 2.0  # a slower stop: fence earlier
+    assert fence_margin(8.0, 1 / 6, 4.0) == 4.0  # the spark runner's budget with the session it asks for
+    with caplog.at_level(logging.WARNING, logger="broker_sim.worker"):
+        assert fence_margin(6.0, 1 / 6, 4.0, "b1") == 3.0  # never fence after less than half the session
+    assert "use a session timeout of at least 8.0s" in caplog.text

@@ -35,6 +35,9 @@ class TaskRunner(abc.ABC):
     """Runs tasks of one worker. One instance per worker process; thread-safe."""
 
     name: str = "abstract"
+    #: How long a ``stop`` may take. The worker fences (stops every task) at least this long before its
+    #: session could expire, so a stop begun at the fence deadline ends before another worker can take over.
+    stop_budget_s: float = 0.0
 
     @abc.abstractmethod
     def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:

@@ -29,6 +29,7 @@ class NoopRunner(TaskRunner):
     def __init__(self, start_latency_s: float = 0.0, stop_latency_s: float = 0.0, clock: Clock | None = None) -> None:
         self.start_latency_s = start_latency_s
         self.stop_latency_s = stop_latency_s
+        self.stop_budget_s = stop_latency_s  # the worker stops its tasks in parallel: one latency
         self.clock = clock or SystemClock()
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()

@@ -29,6 +29,11 @@ from broker_sim.runners.spark_session import (
 from controller.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
 
 DEFAULT_CHECKPOINT_ROOT = os.path.join(os.environ.get("ZKC_STATE_DIR", ".zkc"), "checkpoints")
+# A streaming query's stop interrupts its micro-batch and waits for the stream thread: about a second on an
+# idle machine, 2-8 s measured on a loaded 2-core one. The worker fences this long before its session can
+# expire (at most half the session timeout; see broker_sim/worker.py), so brokers on the spark runner want a
+# session timeout of at least twice this.
+DEFAULT_STOP_BUDGET_S = 4.0
 
 
 class _Run(Protocol):
@@ -72,8 +77,10 @@ class SparkRunner(TaskRunner):
     name = "spark"
 
     def __init__(self, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
-                 checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT, app_name: str = "zkcontroller-worker") -> None:
+                 checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT, app_name: str = "zkcontroller-worker",
+                 stop_budget_s: float = DEFAULT_STOP_BUDGET_S) -> None:
         self.spark_master = spark_master or local_master()
+        self.stop_budget_s = stop_budget_s
         self.spark_conf = {**default_conf(self.spark_master), **(spark_conf or {})}
         self.user_conf = dict(spark_conf or {})
         self.checkpoint_root = str(checkpoint_root)
