@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+from kazoo.retry import KazooRetry
 
 from controller.zkserver import ensemble, four_letter_word, start_ensemble
 
@@ -23,8 +25,17 @@ def test_three_node_ensemble_survives_one_server_down(tmp_path):
             # stop the server this client is connected to, if possible, else the leader
             leader = next(s for s in servers if "Mode: leader" in four_letter_word(s.host, s.port, "srvr"))
             leader.stop()
-            client.set("/ens/a", b"2")            # kazoo reconnects to a surviving server
-            client.create("/ens/b", b"3")
+            # kazoo reconnects to a surviving server; a request caught in the re-election gets ConnectionLoss
+            # and is retried, as every ZooKeeper client must (a create retried after it landed finds the node)
+            retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, deadline=60.0)
+            retry(client.set, "/ens/a", b"2")
+
+            def create_b() -> None:
+                try:
+                    client.create("/ens/b", b"3")
+                except NodeExistsError:
+                    pass
+            retry(create_b)
             assert client.get("/ens/a")[0] == b"2"
             assert sorted(client.get_children("/ens")) == ["a", "b"]
             survivors = [s for s in servers if s is not leader]

@@ -10,6 +10,7 @@ import pytest
 
 from broker_sim.member import WorkerState as WS
 from broker_sim.netproxy import NetProxy
+from broker_sim.runners.noop import NoopRunner
 from broker_sim.worker import Worker, WorkerConfig, fence_margin
 from controller import codecs
 from controller.admin import wait_for
@@ -113,16 +114,27 @@ def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk
                                                                    stop_latency_s):
     """A worker cut off from ZooKeeper (a silent network, via a TCP proxy) stops all its tasks before its
     session expires on the server: the new owners start only after that. With a runner whose stop takes
-    1.5 s (more than the default margin of a sixth of the 4 s session), the worker fences that much earlier."""
+    1.5 s (declaring a budget of 2 s; the default margin is a sixth of the 4 s session, 0.67 s), the
+    worker fences that much earlier: with the default margin the stop would end ~0.8 s after the expiry."""
     host, port = zk_hosts.split(":")
     proxy = NetProxy(host, int(port), name="proxy-fence")
     try:
         session = 4.0
-        runner = {"runner_options": {"stop_latency_s": stop_latency_s}}
+        budget = stop_latency_s + 0.5 if stop_latency_s else 0.0  # at most half the session (the cap)
+
+        def start(bid: str, hosts: str) -> Worker:
+            runner = NoopRunner(stop_latency_s=stop_latency_s)
+            runner.stop_budget_s = budget
+            config = WorkerConfig(broker_id=bid, settings=ZkSettings(hosts=hosts, root=zk_root, session_timeout_s=session),
+                                  status_interval_s=0.1)
+            w = Worker(config, runner=runner).start()
+            workers.append(w)
+            return w
+
         _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(6)])
-        cut = _worker(workers, ZkSettings(hosts=proxy.address, root=zk_root, session_timeout_s=session), "cut", **runner)
-        other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=session), "other", **runner)
-        assert cut.fence_margin_s == max(session / 6, stop_latency_s)
+        cut = start("cut", proxy.address)
+        other = start("other", zk_hosts)
+        assert cut.fence_margin_s == max(session / 6, budget)
         assert wait_for(lambda: len(cut.running_tasks()) == 3 and len(other.running_tasks()) == 3, 15)
         mine = cut.running_tasks()
         t_cut = time.time()
