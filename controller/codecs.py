@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import threading
 import types
 import typing
 import zlib
@@ -406,16 +407,27 @@ def _coerce(tp: Any, value: Any, path: str, where: str) -> Any:
     return _converter(tp)(value, path, where)
 
 
+_BUILD_LOCK = threading.RLock()  # workers decode on several threads: a converter is built by one of them
+
+
 def _converter(tp: Any) -> Converter:
     conv = _CONVERTERS.get(tp)
-    if conv is None:
-        # a placeholder first, so that a type that refers to itself finds its converter while it is built
-        _CONVERTERS[tp] = lambda value, path, where: _CONVERTERS[tp](value, path, where)
-        try:
-            conv = _CONVERTERS[tp] = _build_converter(tp)
-        except BaseException:
-            del _CONVERTERS[tp]
-            raise
+    if conv is not None:
+        return conv
+    with _BUILD_LOCK:
+        conv = _CONVERTERS.get(tp)
+        if conv is None:
+            # a placeholder first, so that a type that refers to itself finds its converter while it is
+            # built; another thread that meets the placeholder waits for the build instead of recursing
+            def placeholder(value: Any, path: str, where: str) -> Any:
+                with _BUILD_LOCK:
+                    return _CONVERTERS[tp](value, path, where)
+            _CONVERTERS[tp] = placeholder
+            try:
+                conv = _CONVERTERS[tp] = _build_converter(tp)
+            except BaseException:
+                del _CONVERTERS[tp]
+                raise
     return conv
 
 
@@ -458,13 +470,16 @@ def _dataclass_converter(tp: type) -> Converter:
     hints = _hints(tp)
     fields = [(f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
               for f in dataclasses.fields(tp)]
-    convs: list[tuple[str, bool, Converter]] = []
+    resolved: list[tuple[str, bool, Converter]] | None = None
 
     def conv_dataclass(value: Any, path: str, where: str) -> Any:
+        nonlocal resolved
         if not isinstance(value, dict):
             raise PayloadError(path, f"{_label(where)}: expected an object, got {_tname(value)}")
-        if not convs:  # field converters resolved on first use (a field's type may be this dataclass)
-            convs.extend((name, required, _converter(hints[name])) for name, required in fields)
+        convs = resolved
+        if convs is None:  # field converters resolved on first use (a field's type may be this dataclass);
+            # published whole, so a thread decoding at the same time never sees half of them
+            convs = resolved = [(name, required, _converter(hints[name])) for name, required in fields]
         kwargs = {}
         for name, required, conv in convs:
             if name in value:

@@ -247,3 +247,37 @@ def test_to_jsonable_leaves_enums_types_and_containers_as_before():
     assert codecs.to_jsonable({1: codecs.OwnerInfo("b", 2)}) == {"1": {"broker": "b", "generation": 2}}
     for p in PAYLOADS:
         assert json.loads(json.dumps(codecs.to_jsonable(p))) == json.loads(json.dumps(dataclasses.asdict(p)))
+
+
+def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers decode on several threads (event thread, pool threads releasing tasks): the first decodes of a
+    type, racing to build its converter, all get the complete value. Building is slowed down so that the
+    threads really meet inside it."""
+    import threading
+    import time
+
+    build = codecs._build_converter
+
+    def slow_build(tp):  # type: ignore[no-untyped-def]
+        time.sleep(0.002)
+        return build(tp)
+    monkeypatch.setattr(codecs, "_build_converter", slow_build)
+
+    data = codecs.encode(codecs.TaskStatus(broker="b1", state="STOPPED", generation=3, updated=1.0, error="x", failures=2))
+    for _ in range(5):
+        codecs._CONVERTERS.clear()
+        barrier = threading.Barrier(8)
+        results: list[object] = []
+
+        def decode_one() -> None:
+            barrier.wait()
+            try:
+                results.append(codecs.decode(codecs.TaskStatus, data, "/s"))
+            except Exception as exc:  # collected: the assertion below names it
+                results.append(exc)
+        threads = [threading.Thread(target=decode_one, name=f"decode-{i}") for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert results == [codecs.decode(codecs.TaskStatus, data, "/s")] * 8
