@@ -450,6 +450,13 @@ class Controller:
             self.needs_reload = self.needs_reload or reloading
             self._retry_later(ev.Reconnected())
             return
+        except Exception:
+            if not reloading:
+                raise
+            # a reload that failed for another reason must not leave the held events held for good:
+            # resume, and _process reloads again before the next event
+            log.exception("controller %s: reload after reconnecting failed; retrying before the next event", self.id)
+            self.needs_reload = True
         self.connected = True
         if not still:
             self.resign("reconnected without /controller at our epoch")

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
+from kazoo.retry import KazooRetry
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker_sim.worker import Worker, WorkerConfig
@@ -566,7 +567,8 @@ def test_a_task_is_deleted_only_after_its_owner_lets_go(cluster, zk, layout):
 def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path):
     server = cluster.server()
     settings = ZkSettings(hosts=server.address, root="/conn", session_timeout_s=10.0)
-    admin = cluster.client(settings)
+    # reconnects at least every second (kazoo's default backoff can outgrow the outage and lose the session)
+    admin = cluster.client(settings, connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0))
     lay = ZkLayout("/conn")
     ensure_layout(admin, lay)
     create_tasks(admin, lay, ["t1", "t2"])
