@@ -525,6 +525,14 @@ def _multi_read_ops(client: KazooClient | InterruptibleClient, op_type: int, pat
     return results
 
 
+def _present(results: list[Any]) -> list[Any]:
+    """Per-znode multiRead results as ``get_many`` gives them: NoNode → None, any other error raised."""
+    for result in results:
+        if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+            raise result
+    return [None if isinstance(r, NoNodeError) else r for r in results]
+
+
 def multi_read(client: KazooClient | InterruptibleClient, paths: Sequence[str], *, max_ops: int = MULTI_READ_MAX_OPS,
                max_bytes: int = MULTI_READ_MAX_BYTES, window: int = MULTI_READ_WINDOW) -> list[DataResult | None]:
     """``get`` of many znodes without watches, in a few multiRead requests: what ``get_many`` returns
@@ -537,15 +545,7 @@ def multi_read(client: KazooClient | InterruptibleClient, paths: Sequence[str], 
     results = _multi_read_ops(client, GetData.type, paths, max_ops, max_bytes, window)
     if results is None:
         return get_many(client, paths)
-    out: list[DataResult | None] = []
-    for result in results:
-        if isinstance(result, NoNodeError):
-            out.append(None)
-        elif isinstance(result, Exception):
-            raise result
-        else:
-            out.append(result)  # type: ignore[arg-type]
-    return out
+    return _present(results)
 
 
 def multi_children(client: KazooClient | InterruptibleClient, paths: Sequence[str], *, max_ops: int = MULTI_READ_MAX_OPS,
@@ -557,12 +557,4 @@ def multi_children(client: KazooClient | InterruptibleClient, paths: Sequence[st
     results = _multi_read_ops(client, GetChildren.type, paths, max_ops, max_bytes, window)
     if results is None:
         return children_many(client, paths)
-    out: list[list[str] | None] = []
-    for result in results:
-        if isinstance(result, NoNodeError):
-            out.append(None)
-        elif isinstance(result, Exception):
-            raise result
-        else:
-            out.append(result)  # type: ignore[arg-type]
-    return out
+    return _present(results)
