@@ -207,7 +207,7 @@ def test_a_spec_change_between_the_load_and_its_watch_is_not_lost(cluster, zk, l
     """Driven by the armer's hook, which runs on its thread before each chunk, after the load: a task
     changed before its chunk is armed is caught by the comparison of mzxids, one changed after its chunk was
     armed by its watch; either way the context ends up current and each task has one watcher."""
-    monkeypatch.setattr(daemon, "ARM_WATCH_CHUNK", 10)
+    monkeypatch.setattr(daemon.loading, "ARM_WATCH_CHUNK", 10)
     ids = [f"t{i:03d}" for i in range(45)]
     create_tasks(zk, layout, ids)
     ctl = cluster.controller("c0", start=False)
@@ -261,7 +261,7 @@ class Reload:
 
 
 def test_a_reload_stops_the_watch_armer_of_the_load_before(cluster, zk, layout, monkeypatch):
-    monkeypatch.setattr(daemon, "ARM_WATCH_CHUNK", 10)
+    monkeypatch.setattr(daemon.loading, "ARM_WATCH_CHUNK", 10)
     ids = [f"t{i:03d}" for i in range(30)]
     create_tasks(zk, layout, ids)
     ctl = cluster.controller("c1", start=False)

@@ -1,0 +1,103 @@
+"""What the active controller knows and how it is configured: the config, the in-memory context
+loaded on failover and kept current by events, and the broker records in it."""
+
+from __future__ import annotations
+
+import collections
+import socket
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kazoo.exceptions import (
+    ConnectionLoss,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from controller.codecs import (
+    BrokerInfo,
+    JoinRequest,
+    TaskDescriptor,
+)
+from controller.group import (
+    GroupConfig,
+    GroupCoordinator,
+)
+from controller.taskspec import TaskSpec
+from controller.zkclient import ZkSettings
+
+_TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+
+# How the failover load reads the cluster (see Controller._load): "multiread" reads the bulk without watches
+# in multiRead requests and arms the tasks' watches in the background; "pipelined" and "sequential" read
+# every task with its watch, one kazoo request per znode (the contenders of benchmark B3).
+LoadMethod = Literal["multiread", "pipelined", "sequential"]
+
+
+LOAD_METHODS: tuple[str, ...] = ("multiread", "pipelined", "sequential")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    controller_id: str
+    settings: ZkSettings
+    group: GroupConfig = field(default_factory=GroupConfig)
+    metrics_port: int | None = None
+    host: str = field(default_factory=socket.gethostname)
+    load: LoadMethod = "multiread"
+
+    def __post_init__(self) -> None:
+        if self.load not in LOAD_METHODS:
+            raise ValueError(f"unknown load method {self.load!r} (one of {', '.join(LOAD_METHODS)})")
+
+
+@dataclass
+class BrokerRecord:
+    epoch: int  # the broker znode's czxid: a bounced broker is a new one
+    info: BrokerInfo | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerDelta:
+    """What one look at ``/brokers/ids`` found: new ids, ids gone, and ids re-registered by a new session
+    (same id, new czxid: the old incarnation is gone, whatever it held with it)."""
+
+    joined: tuple[str, ...] = ()
+    left: tuple[str, ...] = ()
+    bounced: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.joined or self.left or self.bounced)
+
+
+@dataclass
+class ControllerContext:
+    """What the active controller knows, loaded from ZooKeeper on failover and kept current by events."""
+
+    brokers: dict[str, BrokerRecord] = field(default_factory=dict)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    invalid_tasks: dict[str, str] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+    deletable: dict[str, float] = field(default_factory=dict)  # requested, owner gone -> since (clock time)
+    groups: dict[str, GroupCoordinator] = field(default_factory=dict)
+    members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
+    invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)
+    member_sessions: dict[tuple[str, str], int] = field(default_factory=dict)  # session owning each join request
+    shutdown_requests: set[str] = field(default_factory=set)
+    known_paths: set[str] = field(default_factory=set)
+    # per group, the join results this activation wrote and the proposals it watched (path -> generation),
+    # deleted once a later generation is Stable; groups whose older generations were listed once (leftovers)
+    generation_paths: dict[str, dict[str, int]] = field(default_factory=dict)
+    swept_generations: set[str] = field(default_factory=set)
+    broker_changes: collections.deque[BrokerDelta] = field(default_factory=lambda: collections.deque(maxlen=1000))
+
+    def group_tasks(self, group: str) -> dict[str, TaskDescriptor]:
+        return {
+            t: spec.descriptor()
+            for t, spec in self.tasks.items()
+            if spec.group == group and spec.state == "RUNNING" and t not in self.deleting
+        }
+

@@ -1,0 +1,300 @@
+"""Tasks and admin requests: task specs and their watches, deletions (batched once owners let go),
+statuses of deleted tasks, manual rebalances and reassignments."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from kazoo.protocol.states import EventType
+
+from controller import codecs
+from controller import events as ev
+from controller.codecs import (
+    PayloadError,
+)
+from controller.daemon.context import ControllerContext
+from controller.daemon.loading import _TaskWatch
+from controller.layout import InvalidName
+from controller.taskspec import decode_task
+from controller.zkio import exists_many, get_many
+
+log = logging.getLogger(__name__)
+
+
+# Tasks whose owner has let go are deleted in batches: once this many are ready, once none is still owned,
+# or once the first ready one has waited this long (the timer enforces it), whichever comes first.
+DELETE_BATCH_TASKS = 500
+
+
+DELETE_LINGER_S = 0.5
+
+
+class _DeletionWatch:
+    """The one watcher of an activation for every watch of the deletion path: the requests' children and
+    the owners of tasks being deleted. kazoo keeps watchers in a set per path, so re-arming a path with
+    the same function does not stack callbacks. Firings coalesce into one pending TaskDeletion and say
+    what changed: an owner deleted (released), an owner created (look again, re-arming), or the
+    connection dropped (kazoo forgot every watch: look at everything again)."""
+
+    def __init__(self, token: int, put: Callable[[Any], None]) -> None:
+        self.token = token
+        self._put = put
+        self._lock = threading.Lock()
+        self._queued = False
+        self._released: set[str] = set()
+        self._recheck: set[str] = set()
+        self._rescan = True  # the first look after an activation checks every requested task
+
+    def __call__(self, event: Any) -> None:  # kazoo's thread: note and enqueue only
+        path = getattr(event, "path", None) or ""
+        kind = getattr(event, "type", EventType.NONE)
+        with self._lock:
+            if kind == EventType.NONE:
+                self._rescan = True
+            elif path.endswith("/owner"):
+                task = path.rsplit("/", 2)[-2]
+                if kind == EventType.DELETED:
+                    self._released.add(task)
+                    self._recheck.discard(task)
+                else:
+                    self._recheck.add(task)
+                    self._released.discard(task)
+        self._enqueue()
+
+    def recheck(self, tasks: set[str]) -> None:
+        with self._lock:
+            self._recheck |= tasks
+            self._released -= tasks
+        self._enqueue()
+
+    def _enqueue(self) -> None:
+        with self._lock:
+            if self._queued:
+                return
+            self._queued = True
+        self._put(ev.TaskDeletion(self.token))
+
+    def take(self) -> tuple[set[str], set[str], bool]:
+        """What changed since the last look (the event thread calls this as it looks again)."""
+        with self._lock:
+            self._queued = False
+            released, self._released = self._released, set()
+            recheck, self._recheck = self._recheck, set()
+            rescan, self._rescan = self._rescan, False
+        return released, recheck, rescan
+
+
+class Tasks:
+    """Task, deletion, status and admin-request handlers."""
+
+    def _task_watch(self, path: str) -> Callable[[Any], None]:
+        """The activation's one watcher of task znodes (whatever the path). kazoo keeps a set of watchers per
+        path, so a task armed twice (by the background armer and by a re-read) still fires once."""
+        if self._task_watcher is None or self._task_watcher.token != self.token:
+            self._task_watcher = _TaskWatch(self.token, self.put)
+        return self._task_watcher
+
+    def _set_task(self, ctx: ControllerContext, t: str, data: bytes) -> None:
+        path = self.layout.task(t)
+        try:
+            ctx.tasks[t] = decode_task(data, path)
+            ctx.invalid_tasks.pop(t, None)
+        except PayloadError as exc:
+            log.warning("task %s is invalid and will not run: %s", t, exc.reason)
+            ctx.tasks.pop(t, None)
+            ctx.invalid_tasks[t] = str(exc)
+
+    def _write_invalid_statuses(self, invalid: dict[str, str]) -> None:
+        if not invalid or self.writer is None:
+            return
+        now = time.time()
+        items = [(self.layout.status(t), codecs.encode(codecs.TaskStatus(
+            broker="controller", state="FAILED", generation=0, updated=now, error=f"invalid task spec: {reason}")))
+            for t, reason in sorted(invalid.items())]
+        self._write(lambda: self.writer.upsert(items, self.ctx.known_paths if self.ctx else None))
+
+    def on_task_change(self, token: int) -> None:
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        ids = set(self.zk.get_children(lay.tasks, watch=self._watch(ev.TaskChange)))
+        known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
+        new_ids = sorted(ids - known)
+        touched: set[str] = set()
+        for t, res in zip(new_ids, get_many(self.zk, [lay.task(t) for t in new_ids], watch=self._task_watch)):
+            if res is not None:
+                self._set_task(ctx, t, res[0])
+                if t in ctx.tasks:
+                    touched.add(ctx.tasks[t].group)
+        touched |= self._forget_tasks(sorted(known - ids))
+        self._tasks_changed(touched)
+        self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in new_ids if t in ctx.invalid_tasks})
+
+    def _forget_tasks(self, gone: list[str]) -> set[str]:
+        """Tasks deleted behind the controller's back: drop them and their statuses; returns their groups."""
+        if not gone:
+            return set()
+        ctx = self.ctx
+        groups = {spec.group for t in gone if (spec := ctx.tasks.pop(t, None)) is not None}
+        for t in gone:
+            ctx.invalid_tasks.pop(t, None)
+        self._write(lambda: self.writer.delete_if_present([self.layout.status(t) for t in gone]))
+        return groups
+
+    def on_task_config_changes(self, token: int, task_ids: tuple[str, ...]) -> None:
+        """Tasks' specs changed (paused, resumed, edited) or were deleted: one pipelined re-read."""
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        # a task the context does not know was deleted by us (or is new, and TaskChange reads it)
+        ids = sorted(t for t in task_ids if t in ctx.tasks or t in ctx.invalid_tasks)
+        touched: set[str] = set()
+        gone: list[str] = []
+        for t, res in zip(ids, get_many(self.zk, [lay.task(t) for t in ids], watch=self._task_watch)):
+            if res is None:
+                gone.append(t)
+                continue
+            before = ctx.tasks.get(t)
+            self._set_task(ctx, t, res[0])
+            after = ctx.tasks.get(t)
+            if before != after:
+                touched |= {s.group for s in (before, after) if s is not None}
+        touched |= self._forget_tasks(gone)
+        self._tasks_changed(touched)
+        self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in ids if t in ctx.invalid_tasks})
+
+    def _tasks_changed(self, groups: set[str]) -> None:
+        self.metrics.tasks.set(len(self.ctx.tasks))
+        self.metrics.invalid_tasks.set(len(self.ctx.invalid_tasks))
+        for g in sorted(groups):
+            coord = self._coordinator(g)
+            self._apply(g, coord.on_tasks(self.ctx.group_tasks(g)))
+
+    def _deletion_watcher(self) -> "_DeletionWatch":
+        if self._deletion_watch is None or self._deletion_watch.token != self.token:
+            self._deletion_watch = _DeletionWatch(self.token, self.put)
+        return self._deletion_watch
+
+    def on_task_deletion(self, token: int) -> None:
+        """Delete requested tasks once their owner has let go (revoke first, never under a runner).
+
+        Each requested task's owner is looked up once (pipelined ``exists``, arming a watch); after that
+        the watch says when it is released, and only owners that reappeared are looked up again. Tasks
+        whose owner is gone are deleted in batches (see ``_flush_deletions``).
+        """
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        watch = self._deletion_watcher()
+        released, recheck, rescan = watch.take()
+        requested = set(self.zk.get_children(lay.admin_delete_tasks, watch=watch))
+        newly, withdrawn = requested - ctx.deleting, ctx.deleting - requested
+        ctx.deleting = requested
+        for t in withdrawn:
+            ctx.deletable.pop(t, None)
+        self._tasks_changed({ctx.tasks[t].group for t in newly | withdrawn if t in ctx.tasks})
+        check = sorted(requested if rescan else (newly | recheck) & requested)
+        owners = exists_many(self.zk, [lay.task_owner(t) for t in check], watch=lambda _p: watch)
+        now = self.clock.now()
+        for t, owner in zip(check, owners):
+            if owner is None:
+                ctx.deletable.setdefault(t, now)
+            else:
+                ctx.deletable.pop(t, None)
+        for t in (released & requested) - set(check):
+            ctx.deletable.setdefault(t, now)
+        self._flush_deletions()
+
+    def _deletion_deadline(self) -> float | None:
+        return min(self.ctx.deletable.values()) + DELETE_LINGER_S if self.ctx and self.ctx.deletable else None
+
+    def _flush_deletions(self) -> None:
+        """Delete the tasks whose owner is gone, with their statuses and requests: a task, its status and
+        its request go in the same fenced multi, and the statuses to delete come from one listing."""
+        ctx, lay = self.ctx, self.layout
+        if not ctx.deletable:
+            return
+        still_owned = ctx.deleting - ctx.deletable.keys()
+        if still_owned and len(ctx.deletable) < DELETE_BATCH_TASKS and self.clock.now() < self._deletion_deadline():
+            return  # more releases are on their way: delete them together
+        done = sorted(ctx.deletable)
+        statuses = set(self.zk.get_children(lay.statuses))
+        groups = [[lay.task(t)] + ([lay.status(t)] if t in statuses else []) + [lay.admin_delete_task(t)] for t in done]
+        present = {p for t, g in zip(done, groups) for p in g[1:]}  # the listings say so
+        present |= {lay.task(t) for t in done if t in ctx.tasks or t in ctx.invalid_tasks}
+        blocked = {done[i] for i in self._write(lambda: self.writer.delete_groups(groups, present))}
+        for t in done:
+            ctx.deletable.pop(t, None)
+            if t not in blocked:
+                ctx.tasks.pop(t, None)
+                ctx.invalid_tasks.pop(t, None)
+                ctx.deleting.discard(t)
+        if blocked:  # an owner came back meanwhile: wait for it again
+            self._deletion_watcher().recheck(blocked)
+        self.metrics.tasks.set(len(ctx.tasks))
+        self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
+        log.info("deleted %d tasks %s", len(done) - len(blocked), done[:10])
+
+    def on_statuses_change(self, token: int) -> None:
+        """Delete statuses of tasks that no longer exist: a worker's status write for a task it was letting
+        go of can land after the task and its status were deleted. One listing (re-arming the watch);
+        the orphans go in fenced multis."""
+        if not self._current(token):
+            return
+        ctx, lay = self.ctx, self.layout
+        names = self.zk.get_children(lay.statuses, watch=self._watch(ev.StatusesChange))
+        orphans = []
+        for t in names:
+            if t in ctx.tasks or t in ctx.invalid_tasks:
+                continue
+            try:
+                orphans.append(lay.status(t))
+            except InvalidName:
+                log.warning("ignoring a status znode with an invalid name: %r", t)
+        if orphans:
+            log.info("deleting %d statuses of tasks that no longer exist %s", len(orphans), orphans[:5])
+            self._write(lambda: self.writer.delete_if_present(orphans, present=set(orphans)))
+
+    def on_admin_rebalance(self, token: int) -> None:
+        if not self._current(token):
+            return
+        lay = self.layout
+        names = sorted(self.zk.get_children(lay.admin_rebalance, watch=self._watch(ev.Rebalance)))
+        paths = [f"{lay.admin_rebalance}/{n}" for n in names]
+        for path, res in zip(paths, get_many(self.zk, paths)):
+            if res is None:
+                continue
+            try:
+                req = codecs.decode(codecs.RebalanceRequest, res[0], path)
+            except PayloadError as exc:
+                log.warning("dropping %s", exc)
+                continue
+            groups = [req.group] if req.group else sorted(self.ctx.groups)
+            for g in groups:
+                if g in self.ctx.groups:
+                    self._apply(g, self.ctx.groups[g].on_rebalance_request(f"requested: {req.reason}"))
+        if paths:
+            self._write(lambda: self.writer.delete_if_present(paths))
+
+    def on_reassign(self, token: int) -> None:
+        if not self._current(token):
+            return
+        lay = self.layout
+        names = sorted(self.zk.get_children(lay.admin_reassign, watch=self._watch(ev.Reassign)))
+        paths = [lay.admin_reassign_of(n) for n in names]
+        for path, res in zip(paths, get_many(self.zk, paths)):
+            if res is None:
+                continue
+            try:
+                req = codecs.decode(codecs.ReassignRequest, res[0], path)
+            except PayloadError as exc:
+                log.warning("dropping %s", exc)
+                continue
+            spec = self.ctx.tasks.get(req.task_id)
+            if spec is not None:
+                self._apply(spec.group, self._coordinator(spec.group).on_reassign(req.task_id, req.to))
+        if paths:
+            self._write(lambda: self.writer.delete_if_present(paths))
