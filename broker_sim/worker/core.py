@@ -1,0 +1,444 @@
+"""A worker (broker): the kazoo layer around the sans-IO :class:`~broker_sim.member.Member`.
+
+Threads (all named after the broker): ``worker-<id>-events`` is the only one that drives the Member;
+kazoo callbacks only enqueue; ``worker-<id>-task_N`` pool threads start and stop tasks (blocking runner
+calls); ``worker-<id>-status`` polls the runner, restarts failed tasks with backoff and writes status
+in batches; a fence timer runs while the connection is suspended.
+
+Ownership fencing: a task runs only while this worker holds the ephemeral ``/tasks/<id>/owner``; the
+znode is created before the runner starts and deleted only after the runner's ``stop`` returned. A new
+owner waits (watch, bounded re-checks) until it is gone.
+
+The worker is composed of parts, one module each: ``fence`` (deadline, probe, pulse), ``ownership``
+(acquire and release owner znodes), ``tasks`` (start, restart, stop runners) and ``reporting`` (statuses and
+run intervals).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from broker_sim.member import (
+    Exit,
+    Member,
+    ReadJoinResult,
+    SetDesired,
+    WorkerState,
+    WriteJoin,
+    WriteProposal,
+)
+from broker_sim.runners import TaskRunner, make_runner
+from broker_sim.worker.events import (
+    _Assignment,
+    _Connection,
+    _Coordinator,
+    _GroupState,
+    _JoinResult,
+    _Owned,
+    _ShutdownRequested,
+    _Stop,
+)
+from broker_sim.worker.fence import Fence, fence_margin
+from broker_sim.worker.ownership import Ownership
+from broker_sim.worker.reporting import Reporting
+from broker_sim.worker.slots import _TaskSlot
+from broker_sim.worker.tasks import Tasks
+from controller import codecs
+from controller.admin import ensure_layout
+from controller.codecs import (
+    Assignment,
+    BrokerInfo,
+    GroupStateInfo,
+    JoinResult,
+    PayloadError,
+    RunInterval,
+)
+from controller.layout import ZkLayout
+from controller.protocol import COOPERATIVE, EAGER, run_assignor
+from controller.zkclient import ZkSettings, make_client
+from controller.zkio import FencedWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    broker_id: str
+    settings: ZkSettings
+    group: str = "default"
+    instance_id: str | None = None
+    capacity: int = 1
+    rack: str | None = None
+    protocols: tuple[str, ...] = (COOPERATIVE, EAGER)
+    assignors: tuple[str, ...] = ("cooperative-sticky",)
+    runner: str = "noop"
+    runner_options: dict[str, Any] = field(default_factory=dict)
+    fence_fraction: float = 1 / 6
+    status_interval_s: float = 0.5
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    owner_wait_s: float = 120.0
+    pool_size: int = 16
+    intervals_flush_s: float = 2.0
+
+
+class Worker(Fence, Ownership, Tasks, Reporting):
+    """A broker: registers, joins its group through the Member state machine and runs what it is assigned."""
+
+    def __init__(self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None) -> None:
+        self.config = config
+        self.id = config.broker_id
+        self.layout = ZkLayout(config.settings.root)
+        self.client = client or make_client(config.settings, connect=False)
+        self.runner = runner or make_runner(config.runner, **config.runner_options)
+        self.fence_margin_s = fence_margin(config.settings.session_timeout_s, config.fence_fraction,
+                                           float(getattr(self.runner, "stop_budget_s", 0.0)), config.broker_id)
+        self.member = self._new_member()
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
+        self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
+        self.pulse_thread = threading.Thread(target=self._pulse_loop, name=f"worker-{self.id}-pulse", daemon=True)
+        self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
+        self.lock = threading.RLock()
+        self.slots: dict[str, _TaskSlot] = {}
+        self.desired: frozenset[str] = frozenset()
+        self.generation = -1
+        self.intervals: collections.deque[RunInterval] = collections.deque(maxlen=100_000)
+        self.status_writer = FencedWriter(self.client, None)
+        self.known_status: set[str] = set()
+        self.fenced = False
+        self.fence_timer: threading.Timer | None = None
+        self.session_id: int | None = None
+        self.stopped = threading.Event()
+        self.exited = threading.Event()  # controlled shutdown finished
+        self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
+        self._last_flush = 0.0
+        self._closing = False
+
+    def _new_member(self) -> Member:
+        c = self.config
+        return Member(member_id=self.id, assign=run_assignor, protocols=c.protocols, assignors=c.assignors,
+                      capacity=c.capacity, rack=c.rack, instance_id=c.instance_id)
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> "Worker":
+        if not self.client.connected:
+            self.client.start(timeout=30)
+        self.client.add_listener(self._listener)
+        ensure_layout(self.client, self.layout)
+        for p in (self.layout.group_members(self.config.group), self.layout.group_assignments(self.config.group),
+                  self.layout.group_syncs(self.config.group), self.layout.group_joins(self.config.group)):
+            self.client.ensure_path(p)
+        self.thread.start()
+        self.status_thread.start()
+        self.pulse_thread.start()
+        self._enqueue(_Connection("STARTED"))
+        return self
+
+    def _register(self) -> None:
+        """Create our ephemeral broker znode (waiting, bounded, for a previous session's to expire)."""
+        info = BrokerInfo(broker_id=self.id, host=socket.gethostname(), pid=os.getpid(), group=self.config.group,
+                          capacity=self.config.capacity, rack=self.config.rack, instance_id=self.config.instance_id,
+                          runner=self.runner.name)
+        deadline = time.monotonic() + self.config.settings.session_timeout_s * 3
+        while True:
+            try:
+                self.client.create(self.layout.broker(self.id), codecs.encode(info), ephemeral=True)
+                break
+            except NodeExistsError:
+                stat = self.client.exists(self.layout.broker(self.id))
+                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker id {self.id} is registered by another live session")
+                time.sleep(0.2)
+        self.session_id = self.client.client_id[0]
+
+    def request_shutdown(self) -> None:
+        """Controlled shutdown: ask the controller to move our tasks away; we exit once we own nothing."""
+        try:
+            self.client.create(self.layout.admin_controlled_shutdown_of(self.id),
+                               codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
+                               makepath=True)
+        except NodeExistsError:
+            pass
+        self._enqueue(_ShutdownRequested())
+
+    def stop(self, graceful: bool = True) -> None:
+        """Stop everything: tasks (releasing owner znodes), the session, then the threads.
+
+        The session is closed before joining threads: kazoo's synchronous calls wait for as long as the
+        server is unreachable, and closing the client is what fails them, so nothing here waits forever."""
+        if self._closing:
+            return
+        self._closing = True
+        self._enqueue(_Stop())
+        self._stop_all_tasks(release=True)
+        self.stopped.set()
+        if self.client.connected:
+            self._flush_intervals(force=True)
+        try:
+            self.client.remove_listener(self._listener)
+            self.client.stop()
+            self.client.close()
+        except Exception:
+            pass
+        for t in (self.thread, self.status_thread, self.pulse_thread):
+            if t.is_alive():
+                t.join(10)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.runner.close()
+
+    def kill(self) -> None:
+        """Die abruptly (in-process kill): tasks end now with no graceful stop, and the session is
+        closed at once, so its ephemeral znodes (membership, owners) vanish immediately."""
+        self._closing = True
+        now = time.time()
+        with self.lock:
+            for t, slot in self.slots.items():
+                if slot.running:
+                    self._record(t, slot, now, released=now)
+                slot.running = False
+        self.stopped.set()
+        self._enqueue(_Stop())
+        self.runner.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.client.remove_listener(self._listener)
+            self.client.stop()
+            self.client.close()
+        except Exception:
+            pass
+
+    # ---- kazoo callbacks: enqueue only --------------------------------------------------------------
+    def _enqueue(self, event: Any) -> None:
+        self.events.put(event)
+
+    def _listener(self, state: KazooState) -> None:
+        self._enqueue(_Connection(str(state)))
+        if state == KazooState.SUSPENDED:
+            self._arm_fence()
+        elif state == KazooState.CONNECTED:
+            self._disarm_fence()
+
+    def _watch_group_state(self, _event: Any = None) -> None:
+        self._enqueue(_GroupState())
+
+    def _watch_assignment(self, _event: Any = None) -> None:
+        self._enqueue(_Assignment())
+
+    def _watch_controller(self, _event: Any = None) -> None:
+        self._enqueue(_Coordinator())
+
+    def _watch_shutdown(self, _event: Any = None) -> None:
+        self._enqueue(_ShutdownRequested())
+
+
+    # ---- the event loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            event = self.events.get()
+            while self.frozen.is_set() and not self._closing:
+                time.sleep(0.05)
+            if isinstance(event, _Stop):
+                return
+            try:
+                self._handle(event)
+            except (KazooException, KazooTimeoutError) as exc:
+                log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
+            except Exception:
+                log.exception("worker %s: error handling %s", self.id, type(event).__name__)
+
+    def _handle(self, event: Any) -> None:
+        if isinstance(event, _Connection):
+            self._on_connection(event.state)
+        elif isinstance(event, _GroupState):
+            info = self._read_group_state()
+            if info is not None:
+                self._do(self.member.on_group_state(info))
+        elif isinstance(event, _Assignment):
+            a = self._read_assignment()
+            if a is not None:
+                actions = self.member.on_assignment(a)
+                if self.member.generation >= 0:
+                    self.generation = self.member.generation  # owner znodes record the new generation
+                self._do(actions)
+        elif isinstance(event, _Owned):
+            self._do(self.member.on_owned(self._held()))
+        elif isinstance(event, _JoinResult):
+            # still waiting for that generation's result (else the state got there first, or it is over)
+            if self.member.state is WorkerState.JOINING and self.member.join_generation == event.generation:
+                result = self._read_join_result(event.generation, missing_ok=True)
+                if result is not None:
+                    self._do(self.member.on_join_result(result))
+        elif isinstance(event, _Coordinator):
+            present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
+            self._do(self.member.on_coordinator(present))
+        elif isinstance(event, _ShutdownRequested):
+            if self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown) is not None:
+                self._do(self.member.request_shutdown())
+
+    def _on_connection(self, state: str) -> None:
+        if state in ("STARTED",):
+            self._register()
+            self.client.exists(self.layout.controller, watch=self._watch_controller)
+            self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
+            self._read_assignment()  # arm the watch; a stale assignment from a previous life is ignored by generation
+            info = self._read_group_state()
+            self._do(self.member.start(info))
+            self._enqueue(_ShutdownRequested())
+        elif state == str(KazooState.LOST):
+            log.warning("worker %s: session lost; everything it held is gone", self.id)
+            self._stop_all_tasks(release=False)
+            with self.lock:
+                for slot in self.slots.values():
+                    slot.held = False
+                    slot.state = "STOPPED"
+                self.fenced = False  # nothing runs and nothing is held: the next session starts clean
+            self._do(self.member.stop())
+            self.member = self._new_member()
+        elif state == str(KazooState.CONNECTED):
+            if self._closing:
+                return
+            if self.client.client_id and self.session_id is not None and self.client.client_id[0] != self.session_id:
+                # a new session after LOST: register again and rejoin from scratch
+                self._register()
+                self.client.exists(self.layout.controller, watch=self._watch_controller)
+                self._read_assignment()
+                self._do(self.member.start(self._read_group_state()))
+            elif self.fenced:
+                with self.lock:
+                    self.fenced = False
+                self._reconcile()
+            self._enqueue(_GroupState())
+            self._enqueue(_Assignment())
+
+    def _read_watched(self, cls: type, path: str, watch: Callable[[Any], None]) -> Any:
+        """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there
+        is logged and ignored (None), never a crash of the worker."""
+        try:
+            data, _ = self.client.get(path, watch=watch)
+        except NoNodeError:
+            self.client.exists(path, watch=watch)
+            return None
+        try:
+            return codecs.decode(cls, data, path)
+        except PayloadError as exc:
+            log.warning("worker %s: ignoring %s", self.id, exc)
+            return None
+
+    def _read_group_state(self) -> GroupStateInfo | None:
+        return self._read_watched(GroupStateInfo, self.layout.group_state(self.config.group), self._watch_group_state)
+
+    def _read_assignment(self) -> Assignment | None:
+        return self._read_watched(Assignment, self.layout.group_assignment(self.config.group, self.id),
+                                  self._watch_assignment)
+
+    def _do(self, actions: list[Any]) -> None:
+        for act in actions:
+            if isinstance(act, WriteJoin):
+                path = self.layout.group_member(self.config.group, self.id)
+                data = codecs.encode(act.request)
+                try:
+                    self.client.set(path, data)
+                except NoNodeError:
+                    self.client.create(path, data, ephemeral=True, makepath=True)
+                group = self.member.group
+                if group is not None and group.leader == self.id:
+                    self._watch_join_result(act.request.join_generation)
+            elif isinstance(act, ReadJoinResult):
+                result = self._read_join_result(act.generation)
+                if result is not None:
+                    self._do(self.member.on_join_result(result))
+            elif isinstance(act, WriteProposal):
+                path = self.layout.group_sync(self.config.group, act.proposal.generation)
+                data = codecs.encode(act.proposal)
+                try:
+                    try:
+                        self.client.create(path, data, makepath=True)
+                    except NodeExistsError:
+                        self.client.set(path, data)
+                except Exception:
+                    self.member.proposal_not_written(act.proposal.generation)
+                    raise
+            elif isinstance(act, SetDesired):
+                with self.lock:
+                    self.desired = act.tasks
+                self._reconcile()
+            elif isinstance(act, Exit):
+                log.info("worker %s: controlled shutdown complete", self.id)
+                self.exited.set()
+
+    def _watch_join_result(self, generation: int) -> None:
+        """We led the last generation, and the coordinator keeps a leader that rejoins: watch the join result
+        of the generation we just joined, so that we read it as soon as it is written rather than after the
+        group state announcing it (AwaitingSync, written with it) has been read first: one round trip less
+        between the join and the proposal. Only this member watches it (everyone reading a join result of
+        thousands of tasks would cost more than it saves); a new leader learns it from the state."""
+        path = self.layout.group_join(self.config.group, generation)
+        pending = self.client.exists_async(path, watch=lambda _e: self._enqueue(_JoinResult(generation)))
+
+        def already_there(result: Any) -> None:  # kazoo's thread: enqueue only
+            try:
+                if result.get(block=False) is not None:
+                    self._enqueue(_JoinResult(generation))
+            except Exception:
+                pass
+        pending.rawlink(already_there)
+
+    def _read_join_result(self, generation: int, missing_ok: bool = False) -> JoinResult | None:
+        path = self.layout.group_join(self.config.group, generation)
+        try:
+            data, _ = self.client.get(path)
+            return codecs.decode(JoinResult, data, path)
+        except NoNodeError as exc:
+            if not missing_ok:
+                log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
+            return None
+        except PayloadError as exc:
+            log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
+            return None
+
+
+    # ---- views ------------------------------------------------------------------------------------
+    def running_tasks(self) -> set[str]:
+        with self.lock:
+            return {t for t, s in self.slots.items() if s.running}
+
+    def state(self) -> str:
+        return self.member.state.value
+
+
+def install_signal_handlers(worker: Worker, on_exit: Callable[[], None]) -> None:
+    """SIGTERM = controlled shutdown; SIGINT once = controlled shutdown, twice = immediate stop."""
+    presses = {"int": 0}
+
+    def term(_sig: int, _frame: Any) -> None:
+        log.info("SIGTERM: controlled shutdown of %s", worker.id)
+        threading.Thread(target=worker.request_shutdown, name=f"worker-{worker.id}-sigterm", daemon=True).start()
+
+    def intr(_sig: int, _frame: Any) -> None:
+        presses["int"] += 1
+        if presses["int"] >= 2:
+            log.warning("second SIGINT: stopping %s now", worker.id)
+            on_exit()
+        else:
+            term(_sig, _frame)
+
+    signal.signal(signal.SIGTERM, term)
+    signal.signal(signal.SIGINT, intr)

@@ -1,0 +1,165 @@
+"""The fence: a worker stops every task before its session can expire, so that no new owner can start
+a task this worker still runs.
+
+Fence deadline (the timing argument). kazoo declares the connection SUSPENDED after
+``read_timeout = 2/3 * session_timeout`` without hearing from the server; the server expires the session
+``session_timeout`` after it last heard from us, which is no earlier than the last time we heard from it.
+So at the moment we see SUSPENDED, the session — and with it our owner znodes, which is what lets a new
+owner start — survives at least another ``session_timeout / 3``. We stop every task a *fence margin*
+before the earliest expiry: ``fence_margin_s = max(fence_fraction * session_timeout, runner.stop_budget_s)``
+(``fence_fraction`` defaults to 1/6), i.e. ``max(0, session_timeout / 3 - margin)`` after SUSPENDED, and
+the liveness probe (``_LivenessProbe``) does the same ``session_timeout - margin`` after the last answer.
+That leaves the margin for the runners' ``stop`` to finish before anyone else can take over. The margin is
+capped at half the session timeout (fencing after less silence than that would stop tasks on every
+hiccup); a runner whose stop budget exceeds the cap gets a warning: give it a longer session timeout.
+
+The pulse thread (``worker-<id>-pulse``) runs ``_LivenessProbe`` and detects that the process itself was
+paused (SIGSTOP, a VM pause): it fences at once, un-fencing only after a round trip proves the session is
+still its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker_sim.worker.core import Worker
+
+log = logging.getLogger(__name__)
+
+
+def fence_margin(session_timeout_s: float, fence_fraction: float, stop_budget_s: float, who: str = "worker") -> float:
+    """How long before its session could expire a worker stops every task: a fraction of the session
+    timeout, or the runner's stop budget if that is longer, capped at half the session timeout."""
+    margin = max(session_timeout_s * fence_fraction, stop_budget_s)
+    cap = session_timeout_s / 2
+    if margin > cap:
+        log.warning("worker %s: its runner's stop may take %.1fs, more than half the %.1fs session timeout; "
+                    "fencing %.1fs before expiry, so a slow stop can outlive the session: use a session "
+                    "timeout of at least %.1fs", who, stop_budget_s, session_timeout_s, cap, 2 * stop_budget_s)
+        margin = cap
+    return margin
+
+
+class _LivenessProbe:
+    """The fence deadline without relying on kazoo's SUSPENDED, run by the pulse thread.
+
+    kazoo declares SUSPENDED only when a heartbeat ping goes unanswered, and every request it sends
+    counts as a ping (it postpones the next one): a worker that keeps issuing requests into a silent
+    network never sees SUSPENDED while the server expires its session. So the pulse thread keeps one
+    cheap ``exists`` of our broker znode in flight; the server heard from us no earlier than the send
+    time of the last answered one, so our session lives at least ``session_timeout`` past it. Once
+    ``session_timeout - fence_margin_s`` has passed without an answer, stop every task (the same margin
+    as the SUSPENDED fence timer); resume when an answer shows our session still owns our broker znode."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.w = worker
+        self.limit = worker.config.settings.session_timeout_s - worker.fence_margin_s
+        self.session: int | None = None
+        self.last_ok = time.monotonic()
+        self.pending: tuple[float, Any] | None = None
+        self.fenced = False
+
+    def reset(self, now: float) -> None:
+        self.last_ok = now
+        self.pending = None
+
+    def step(self, now: float) -> None:
+        w = self.w
+        if w.session_id is None or w._closing:
+            self.reset(now)
+            return
+        if w.session_id != self.session:  # a new session: its clock starts now
+            self.session = w.session_id
+            self.reset(now)
+            self.fenced = False
+        if self.pending is not None and self.pending[1].ready():
+            sent, result = self.pending
+            self.pending = None
+            try:
+                stat = result.get(block=False)
+            except Exception:
+                stat = False
+            if stat is not False:
+                self.last_ok = max(self.last_ok, sent)
+                if self.fenced and stat is not None and stat.ephemeralOwner == w.session_id:
+                    self.fenced = False
+                    log.info("worker %s: ZooKeeper answers again and our session is alive; resuming", w.id)
+                    with w.lock:
+                        w.fenced = False
+                    w._reconcile()
+        if self.pending is None and w.client.connected:
+            try:
+                self.pending = (now, w.client.exists_async(w.layout.broker(w.id)))
+            except Exception:
+                self.pending = None
+        if not self.fenced and now - self.last_ok > self.limit:
+            self.fenced = True
+            log.warning("worker %s: no answer from ZooKeeper for %.1fs; fencing", w.id, now - self.last_ok)
+            w._fence()
+
+
+class Fence:
+    """Arming, firing and lifting the fence; the pulse thread's loop."""
+
+    # ---- fence ------------------------------------------------------------------------------------
+    def _arm_fence(self) -> None:
+        # SUSPENDED comes 2/3 of the session after we last heard from the server: fence a margin before
+        # the earliest expiry, at once if the margin is a third of the session or more
+        delay = max(0.0, self.config.settings.session_timeout_s / 3 - self.fence_margin_s)
+        with self.lock:
+            if self.fence_timer is None:
+                self.fence_timer = threading.Timer(delay, self._fence)
+                self.fence_timer.name = f"worker-{self.id}-fence"
+                self.fence_timer.daemon = True
+                self.fence_timer.start()
+
+    def _disarm_fence(self) -> None:
+        with self.lock:
+            if self.fence_timer is not None:
+                self.fence_timer.cancel()
+                self.fence_timer = None
+
+    def _fence(self) -> None:
+        """ZooKeeper has not come back in time: stop every task before our session can expire."""
+        with self.lock:
+            self.fence_timer = None
+            self.fenced = True
+            running = [t for t, s in self.slots.items() if s.running]
+        log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
+        # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
+        if running:
+            with ThreadPoolExecutor(max_workers=min(32, len(running)), thread_name_prefix=f"worker-{self.id}-fence") as ex:
+                list(ex.map(self._stop_runner, running))
+
+    # ---- status -----------------------------------------------------------------------------------
+    def _pulse_loop(self) -> None:
+        """Detect that this process was paused (SIGSTOP, VM or GC pause): a thread doing no I/O wakes up
+        much later than it asked to. The session may be gone and our tasks someone else's: fence now,
+        then un-fence only after a round trip proves the session survived (our broker znode is ours)."""
+        period = 0.2
+        last = time.monotonic()
+        probe = _LivenessProbe(self)
+        while not self.stopped.wait(period):
+            now = time.monotonic()
+            gap, last = now - last, now
+            if gap <= self.config.settings.session_timeout_s / 3:
+                probe.step(now)
+                continue
+            probe.reset(now)
+            log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
+            self._fence()
+            try:
+                stat = self.client.exists(self.layout.broker(self.id))
+                alive = stat is not None and stat.ephemeralOwner == self.session_id
+            except Exception:
+                alive = False
+            if alive:
+                with self.lock:
+                    self.fenced = False
+                self._reconcile()
+            last = time.monotonic()

@@ -1,0 +1,158 @@
+"""Ownership of tasks: the ephemeral ``/tasks/<id>/owner`` znode is created before a runner starts
+(tasks given together in pipelined rounds) and deleted only after its ``stop`` returned (tasks let go
+together stop on pool threads; the last to stop releases them all in one multi with their last statuses)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from broker_sim.worker.events import _Owned
+from broker_sim.worker.slots import _StopBatch, _TaskSlot
+from controller import codecs
+from controller.codecs import OwnerInfo, TaskStatus
+
+log = logging.getLogger(__name__)
+
+
+RELEASE_CHUNK = 200  # tasks released per multi (two ops each: the last status, a few hundred bytes, and the owner)
+
+
+class Ownership:
+    """Acquiring and releasing owner znodes."""
+
+    # ---- tasks ------------------------------------------------------------------------------------
+    def _held(self) -> frozenset[str]:
+        with self.lock:
+            return frozenset(t for t, s in self.slots.items() if s.held)
+
+    def _acquire_owner(self, t: str) -> bool:
+        """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it."""
+        path = self.layout.task_owner(t)
+        data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
+        deadline = time.monotonic() + self.config.owner_wait_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if t not in self.desired or self._closing:
+                    return False
+            try:
+                self.client.create(path, data, ephemeral=True)
+                return True
+            except NoNodeError:
+                return False  # the task itself is gone
+            except NodeExistsError:
+                gone = threading.Event()
+                stat = self.client.exists(path, watch=lambda _e: gone.set())
+                if stat is None:
+                    continue
+                if stat.ephemeralOwner == self.client.client_id[0]:
+                    return True  # ours already (e.g. reconciled twice)
+                gone.wait(1.0)
+        log.warning("worker %s: gave up waiting for %s to be released", self.id, path)
+        return False
+
+    def _mark_held(self, tasks: list[str]) -> None:
+        """Our owner znodes of these tasks exist now."""
+        now = time.time()
+        with self.lock:
+            for t in tasks:
+                slot = self.slots.setdefault(t, _TaskSlot())
+                slot.held = True
+                slot.acquired = now
+                slot.dirty = True
+        self._enqueue(_Owned())
+
+    def _stop_in_batch(self, t: str, batch: "_StopBatch") -> None:
+        """Stop one of several tasks let go of together (a revocation, an eager rejoin): the runners stop in
+        parallel on pool threads, and whichever stop finishes last releases them all together (``_release``:
+        one pipelined read of their statuses, one multi). The member rejoins only once all of them are let
+        go, so waiting for the slowest stop delays nobody; a revoking broker used to send two requests per
+        task and wake its event thread once per task. A runner whose stop raised stays held (and running):
+        the next reconcile stops it again. The busy flags of the batch are cleared once it is released."""
+        stopped = False
+        try:
+            self._stop_runner(t)
+            stopped = True
+        except Exception:
+            log.exception("worker %s: stopping %s", self.id, t)
+        finally:
+            done = batch.done(t, stopped)
+            if done is not None:
+                tasks, ready = done
+                try:
+                    self._release(ready)
+                finally:
+                    with self.lock:
+                        for x in tasks:
+                            if x in self.slots:
+                                self.slots[x].busy = False
+                    self._reconcile()
+
+    def _release(self, tasks: list[str]) -> None:
+        """Write the last status of stopped tasks and delete their owner znodes, in one multi per chunk: a new
+        owner can start only after the owner znode is gone, so its RUNNING can never be overwritten by our
+        STOPPED. Only a status that is still ours is written, at the version read just before (the
+        controller may have marked the task FAILED meanwhile); the reads are pipelined. A multi that fails
+        (a version moved under us) is retried task by task; a single task's that fails deletes the owner
+        znode alone."""
+        if not tasks:
+            return
+        if len(tasks) > RELEASE_CHUNK:
+            for i in range(0, len(tasks), RELEASE_CHUNK):
+                self._release(tasks[i:i + RELEASE_CHUNK])
+            return
+        finals: dict[str, bytes] = {}
+        with self.lock:
+            for t in tasks:
+                slot = self.slots[t]
+                slot.releasing = True
+                if slot.state not in ("COMPLETED", "FAILED"):
+                    slot.state = "STOPPED"
+                finals[t] = codecs.encode(TaskStatus(
+                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
+                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics))
+        try:
+            reads = [(t, self.client.get_async(self.layout.status(t))) for t in tasks]
+            tx = self.client.transaction()
+            for t, pending in reads:
+                status_path = self.layout.status(t)
+                try:
+                    data, stat = pending.get()
+                    if codecs.decode(TaskStatus, data, status_path).broker == self.id:
+                        tx.set_data(status_path, finals[t], version=stat.version)
+                except NoNodeError:
+                    tx.create(status_path, finals[t])
+                except Exception:
+                    pass
+                tx.delete(self.layout.task_owner(t))
+            try:
+                results = tx.commit_async().get(timeout=30)
+            except Exception:
+                results = [None]
+            failed = any(isinstance(r, Exception) for r in results)
+            if failed and len(tasks) > 1:
+                for t in tasks:
+                    self._release([t])
+                return
+            if failed:
+                try:
+                    self.client.delete(self.layout.task_owner(tasks[0]))
+                except NoNodeError:
+                    pass
+            else:
+                self.known_status.update(self.layout.status(t) for t in tasks)
+            with self.lock:
+                for t in tasks:
+                    slot = self.slots[t]
+                    slot.held = False
+                    slot.dirty = True
+                    slot.failures = 0
+                    slot.restart_at = None
+            self._enqueue(_Owned())
+        finally:
+            with self.lock:
+                for t in tasks:
+                    self.slots[t].releasing = False

@@ -1,0 +1,285 @@
+"""The worker's tasks: reconciling what runs with what is assigned, starting runners on pool threads,
+spec changes, restarts with backoff after failures, and stopping."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from broker_sim.worker.slots import _StopBatch, _TaskSlot
+from controller import codecs
+from controller.codecs import OwnerInfo, PayloadError
+from controller.taskspec import TaskSpec, decode_task
+
+log = logging.getLogger(__name__)
+
+
+class Tasks:
+    """Starting, restarting and stopping the assigned tasks' runners."""
+
+    def _reconcile(self) -> None:
+        """Bring held/running tasks in line with ``desired``: stops first, then starts."""
+        with self.lock:
+            if self._closing:
+                return
+            stop = []
+            for t, slot in list(self.slots.items()):
+                if slot.busy:
+                    continue
+                if t not in self.desired and slot.held:
+                    slot.busy = True
+                    stop.append(t)
+                elif t in self.desired and slot.held and not slot.running and not self.fenced and slot.state not in ("FAILED", "COMPLETED"):
+                    if slot.restart_at is None or slot.restart_at <= time.monotonic():
+                        slot.busy = True
+                        self.pool.submit(self._start_task, t, False)
+            if len(stop) == 1:
+                self.pool.submit(self._stop_task, stop[0])
+            elif stop:
+                batch = _StopBatch(len(stop))
+                for t in stop:
+                    self.pool.submit(self._stop_in_batch, t, batch)
+            acquire = []
+            for t in sorted(self.desired):
+                slot = self.slots.setdefault(t, _TaskSlot())
+                if not slot.held and not slot.busy and not self.fenced:
+                    slot.busy = True
+                    acquire.append(t)
+            if len(acquire) == 1:
+                self.pool.submit(self._start_task, acquire[0], True)
+            elif acquire:
+                self.pool.submit(self._start_tasks, acquire)
+
+    def _start_task(self, t: str, acquire: bool) -> None:
+        try:
+            if acquire:
+                if not self._acquire_owner(t):
+                    return
+                self._mark_held([t])
+            with self.lock:
+                if t not in self.desired or self.fenced:
+                    return
+            spec = self._read_spec(t)
+            if spec is None:
+                return
+            self._run(t, spec)
+        finally:
+            with self.lock:
+                if t in self.slots:
+                    self.slots[t].busy = False
+            self._reconcile()
+
+    def _start_tasks(self, tasks: list[str]) -> None:
+        """Start several newly desired tasks together: their owner znodes are created and their specs read
+        in one pipelined round (the reads sent right behind the creates), then each runner starts on a pool
+        thread (``_launch``). One ``_start_task`` per task took two round trips each, ``pool_size`` tasks at
+        a time: a broker given ~50 tasks in a rebalance started its last one a dozen round trips after its
+        first. A task whose owner znode is still there (its previous owner has not let go yet, or it is
+        ours already) goes through ``_start_task``'s bounded wait instead (its spec read here is unused;
+        the watch it armed only re-checks a task we hold). Every task in ``tasks`` is marked busy by the
+        caller; the busy flag passes to the job that carries the task on, or is cleared here."""
+        handed: set[str] = set()
+        try:
+            with self.lock:
+                live = [t for t in tasks if t in self.desired and not self._closing and not self.fenced]
+            owner = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
+            creates = [(t, self.client.create_async(self.layout.task_owner(t), owner, ephemeral=True)) for t in live]
+            reads = {t: self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t))
+                     for t in live}
+            held: list[str] = []
+            for t, pending in creates:
+                try:
+                    pending.get()
+                    held.append(t)
+                except NodeExistsError:
+                    handed.add(t)
+                    self.pool.submit(self._start_task, t, True)
+                except NoNodeError:
+                    pass  # the task itself is gone
+                except Exception as exc:  # e.g. connection loss: the next reconcile tries again
+                    log.info("worker %s: taking %s: %s", self.id, t, type(exc).__name__)
+            if held:
+                self._mark_held(held)
+            with self.lock:
+                runnable = [t for t in held if t in self.desired and not self.fenced]
+            for t in runnable:
+                try:
+                    data, _ = reads[t].get()
+                except NoNodeError:
+                    continue
+                except Exception as exc:  # held, not running: the next reconcile starts it
+                    log.info("worker %s: reading %s: %s", self.id, t, type(exc).__name__)
+                    continue
+                spec = self._decode_spec(t, data)
+                if spec is not None:
+                    handed.add(t)
+                    self.pool.submit(self._launch, t, spec)
+        finally:
+            with self.lock:
+                for t in tasks:
+                    if t not in handed and t in self.slots:
+                        self.slots[t].busy = False
+            self._reconcile()
+
+    def _launch(self, t: str, spec: TaskSpec) -> None:
+        """Start the runner of a task ``_start_tasks`` took (owner held, spec read)."""
+        try:
+            with self.lock:
+                if t not in self.desired or self.fenced:
+                    return
+            self._run(t, spec)
+        finally:
+            with self.lock:
+                if t in self.slots:
+                    self.slots[t].busy = False
+            self._reconcile()
+
+    def _run(self, t: str, spec: TaskSpec) -> None:
+        """Start the runner of a task whose owner znode we hold (the caller holds its busy flag)."""
+        with self.lock:
+            slot = self.slots[t]
+            slot.spec = spec
+            slot.state = "STARTING"
+        try:
+            self.runner.start(t, spec, self.generation)
+        except Exception as exc:
+            self._failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            return
+        with self.lock:
+            slot.running = True
+            slot.started = time.time()
+            slot.state = "RUNNING"
+            slot.error = None
+            slot.dirty = True
+            fenced = self.fenced or self._closing
+        if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
+            log.warning("worker %s: %s finished starting after the fence; stopping it", self.id, t)
+            self._stop_runner(t)
+
+    def _read_spec(self, t: str) -> TaskSpec | None:
+        path = self.layout.task(t)
+        try:
+            data, _ = self.client.get(path, watch=lambda _e: self._spec_changed(t))
+        except NoNodeError:
+            return None
+        return self._decode_spec(t, data)
+
+    def _decode_spec(self, t: str, data: bytes) -> TaskSpec | None:
+        try:
+            return decode_task(data, self.layout.task(t))
+        except PayloadError as exc:
+            self._failed(t, str(exc), None, permanent=True)
+            return None
+
+    def _spec_changed(self, t: str) -> None:
+        """Our task's spec changed: a `task restart` (nonce) or new pipeline settings restart it."""
+        def check() -> None:
+            with self.lock:
+                slot = self.slots.get(t)
+                if slot is None or not slot.held:
+                    return
+            try:
+                data, _ = self.client.get(self.layout.task(t), watch=lambda _e: self._spec_changed(t))
+                spec = decode_task(data, self.layout.task(t))
+            except PayloadError as exc:
+                # the spec became garbage: the controller marks it FAILED and revokes it; say the same
+                # in our own status writes until we let go, and stop running it now
+                self._stop_runner(t)
+                self._failed(t, f"invalid task spec: {exc}", None, permanent=True)
+                return
+            except (NoNodeError, KazooException):
+                return
+            with self.lock:
+                slot = self.slots.get(t)
+                if slot is None or slot.spec is None:
+                    return
+                restart = spec.restart_nonce != slot.spec.restart_nonce or spec.pipeline != slot.spec.pipeline
+                if not restart or slot.busy:
+                    slot.spec = spec
+                    return
+                slot.busy = True
+                slot.failures = 0
+                slot.restart_at = None
+            self.pool.submit(self._restart, t, spec)
+        self.pool.submit(check)
+
+    def _restart(self, t: str, spec: TaskSpec) -> None:
+        try:
+            self._stop_runner(t)
+            with self.lock:
+                slot = self.slots[t]
+                slot.state = "STOPPED"
+                slot.spec = spec
+        finally:
+            with self.lock:
+                self.slots[t].busy = False
+            self._reconcile()
+
+    def _failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
+        with self.lock:
+            slot = self.slots.setdefault(t, _TaskSlot())
+            slot.failures += 1
+            slot.error = error
+            slot.trace = trace
+            slot.dirty = True
+            limit = slot.spec.max_failures if slot.spec is not None else 0
+            if permanent or slot.failures > limit:
+                slot.state = "FAILED"
+                slot.restart_at = None
+                log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.id, t, slot.failures, error)
+            else:
+                delay = min(self.config.backoff_base_s * 2 ** (slot.failures - 1), self.config.backoff_max_s)
+                slot.state = "RESTARTING"
+                slot.restart_at = time.monotonic() + delay
+                log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.id, t, slot.failures, delay, error)
+
+    def _stop_runner(self, t: str) -> None:
+        with self.lock:
+            slot = self.slots.get(t)
+            if slot is None or not slot.running:
+                return
+        end = time.time()
+        self.runner.stop(t)
+        with self.lock:
+            slot.running = False
+            slot.dirty = True
+            self._record(t, slot, end, released=time.time())
+
+    def _stop_task(self, t: str) -> None:
+        try:
+            self._stop_runner(t)
+            self._release([t])
+        finally:
+            with self.lock:
+                if t in self.slots:
+                    self.slots[t].busy = False
+            self._reconcile()
+
+    def _stop_all_tasks(self, release: bool) -> None:
+        with self.lock:
+            running = [t for t, s in self.slots.items() if s.running]
+            held = [t for t, s in self.slots.items() if s.held]
+        def stop_one(t: str) -> None:
+            try:
+                self._stop_runner(t)
+            except Exception:
+                log.exception("worker %s: stopping %s", self.id, t)
+
+        if running:  # in parallel: a graceful stop costs one stop latency, not one per task
+            with ThreadPoolExecutor(max_workers=min(32, len(running)), thread_name_prefix=f"worker-{self.id}-stop") as pool:
+                list(pool.map(stop_one, running))
+        if release and held and self.client.connected:
+            t0 = self.client.transaction()
+            for t in held:
+                t0.delete(self.layout.task_owner(t))
+            try:
+                t0.commit_async().get(timeout=5)
+            except Exception:
+                pass
+            with self.lock:
+                for t in held:
+                    self.slots[t].held = False
