@@ -1,0 +1,41 @@
+"""The admin library: everything the CLI (and the HTTP API) does, usable from Python and tests.
+
+Front ends only parse and print; this package talks to ZooKeeper through the layout and the codecs:
+
+* ``client`` — ``AdminClient``, composed of ``tasks`` (task operations) and ``cluster`` (status, brokers,
+  groups, rebalance, controlled shutdown, watch);
+* ``views`` — the frozen results and ``to_dict``;
+* ``inspection`` — ``zkctl zk tree|get``: decoding whatever lives at a path;
+* ``watch`` — the cluster watch behind ``zkctl watch``;
+* ``declarative`` — the lazily loaded validator of declarative pipeline specs;
+* ``common`` — ``AdminError``, ``ensure_layout``, ``wait_for``.
+"""
+
+from kazoo.exceptions import NodeExistsError, NotEmptyError
+
+from controller.admin.client import AdminClient
+from controller.admin.common import WAIT_S, AdminError, ensure_layout, wait_for
+from controller.admin.declarative import (
+    DECLARATIVE_VALIDATOR,
+    load_declarative_validator,
+)
+from controller.admin.inspection import ZkInspector, ZnodeView, payload_decoder, walk
+from controller.admin.views import (
+    AdminRequest,
+    BrokerView,
+    ClusterEvent,
+    ClusterStatus,
+    CreateResult,
+    GroupDescription,
+    GroupSummary,
+    MemberView,
+    TaskChange,
+    TaskDescription,
+    TaskRow,
+    to_dict,
+)
+
+__all__ = ["AdminError", "ensure_layout", "payload_decoder", "ZkInspector", "ZnodeView", "walk", "wait_for",
+           "AdminClient", "CreateResult", "TaskRow", "TaskDescription", "TaskChange", "AdminRequest", "BrokerView",
+           "GroupSummary", "MemberView", "GroupDescription", "ClusterStatus", "ClusterEvent", "to_dict",
+           "load_declarative_validator", "NodeExistsError", "NotEmptyError", "WAIT_S", "DECLARATIVE_VALIDATOR"]

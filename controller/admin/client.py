@@ -1,0 +1,102 @@
+"""``AdminClient``: every operator request over one kazoo client, usable from Python, the CLI and the HTTP
+API. Its shared reads live here; the operations are in ``tasks`` and ``cluster``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from controller import codecs
+from controller.admin.cluster import ClusterOperations
+from controller.admin.common import WAIT_S, AdminError
+from controller.admin.tasks import TaskOperations
+from controller.codecs import PayloadError
+from controller.layout import ZkLayout
+from controller.taskspec import TaskSpec, decode_task
+
+
+class AdminClient(TaskOperations, ClusterOperations):
+    """Operator requests over one kazoo client. Reads are pipelined with the async API (a few waves of
+    requests whatever the number of tasks); writes are single requests or one ``multi``."""
+
+    def __init__(self, client: KazooClient, layout: ZkLayout, *, retries: int = 5) -> None:
+        self.client = client
+        self.layout = layout
+        self.retries = retries
+
+    # ---- pipelined reads --------------------------------------------------------------------------
+    def _wave(self, gets: Sequence[str] = (), children: Sequence[str] = ()) -> tuple[list[Any], list[list[str] | None]]:
+        """Issue every get and get_children at once, then collect: one round trip of latency."""
+        ga = [self.client.get_async(p) for p in gets]
+        ca = [self.client.get_children_async(p) for p in children]
+        got: list[Any] = []
+        for a in ga:
+            try:
+                got.append(a.get(timeout=WAIT_S))
+            except NoNodeError:
+                got.append(None)
+        kids: list[list[str] | None] = []
+        for a in ca:
+            try:
+                kids.append(sorted(a.get(timeout=WAIT_S)))
+            except NoNodeError:
+                kids.append(None)
+        return got, kids
+
+    @staticmethod
+    def _decode(cls: type, res: Any, path: str) -> tuple[Any, str | None]:
+        if res is None:
+            return None, None
+        try:
+            return codecs.decode(cls, res[0], path), None
+        except PayloadError as exc:
+            return None, str(exc)
+
+    def _owners(self, task_ids: Sequence[str]) -> dict[str, tuple[codecs.OwnerInfo | None, ZnodeStat]]:
+        lay = self.layout
+        got, _ = self._wave([lay.task_owner(t) for t in task_ids])
+        out = {}
+        for t, res in zip(task_ids, got):
+            if res is not None:
+                info, _err = self._decode(codecs.OwnerInfo, res, lay.task_owner(t))
+                out[t] = (info, res[1])
+        return out
+
+    def _read_spec(self, task_id: str) -> tuple[TaskSpec, ZnodeStat, bool]:
+        """The task's spec, its stat and whether a deletion is pending (one wave)."""
+        lay = self.layout
+        path = lay.task(task_id)
+        got, _ = self._wave([path, lay.admin_delete_task(task_id)])
+        if got[0] is None:
+            raise AdminError(f"unknown task {task_id!r}")
+        try:
+            spec = decode_task(got[0][0], path)
+        except PayloadError as exc:
+            raise AdminError(f"task {task_id!r} has an invalid spec: {exc.reason}") from None
+        return spec, got[0][1], got[1] is not None
+
+    def _live_brokers(self) -> list[str]:
+        _, (kids,) = self._wave(children=[self.layout.broker_ids])
+        return kids or []
+
+    def _wait(self, check: Callable[[Callable[[Any], None]], bool], timeout: float, interval: float = 0.25) -> bool:
+        """Wait until ``check(watch)`` is true: it arms ``watch`` on what it reads, and is re-run when a
+        watch fires or at least every ``interval`` (bounded by ``timeout``)."""
+        fired = threading.Event()
+        watch = lambda _event: fired.set()  # one callable: kazoo keeps a set, so re-arming does not pile up
+        deadline = time.monotonic() + timeout
+        while True:
+            fired.clear()
+            if check(watch):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            fired.wait(min(remaining, interval))
+
+

@@ -1,0 +1,35 @@
+"""What every admin module shares: the operator error, laying out a fresh root, and bounded waits."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from kazoo.client import KazooClient
+
+from controller.layout import ZkLayout
+
+
+class AdminError(RuntimeError):
+    """An operator request that cannot be carried out (unknown task, no such broker, ...)."""
+
+
+def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
+    """Create the persistent containers of the layout (idempotent, one pipelined batch)."""
+    client.ensure_path(layout.root)
+    for path in layout.persistent_roots():
+        client.ensure_path(path)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` (bounded); returns whether it became true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+# how long --wait operations wait by default (seconds)
+WAIT_S = 30.0

@@ -1,0 +1,268 @@
+"""Task operations: create (validated before anything is written), list, describe, delete, pause,
+resume, restart, reassign, and the recorded run intervals."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
+
+from controller import codecs
+from controller.admin.common import WAIT_S, AdminError, ensure_layout
+from controller.admin.declarative import (
+    DECLARATIVE_VALIDATOR,
+    _run_validator,
+    load_declarative_validator,
+)
+from controller.admin.views import (
+    AdminRequest,
+    CreateResult,
+    TaskChange,
+    TaskDescription,
+    TaskRow,
+    _stale,
+)
+from controller.codecs import PayloadError
+from controller.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
+
+
+class TaskOperations:
+    """The task half of ``AdminClient``."""
+
+    # ---- tasks ------------------------------------------------------------------------------------
+    def create_tasks(self, specs: Sequence[TaskSpec], dry_run: bool = False) -> CreateResult:
+        """Validate every spec, refuse ids that exist (naming them), then create all in one ``multi``
+        (several multis, each atomic, only for batches over 500 tasks or 512 KiB)."""
+        from controller.zkio import Create, Delete, chunk_ops, exists_many
+
+        specs = list(specs)
+        if not specs:
+            raise SpecError("no task specs given")
+        seen: set[str] = set()
+        for s in specs:
+            if s.id in seen:
+                raise SpecError(f"task id {s.id!r} appears twice")
+            seen.add(s.id)
+        notes = list(self._validate_declarative(specs))
+        payloads = [(s, s.encode()) for s in specs]  # SpecError for an oversized spec
+        lay = self.layout
+        ids = [s.id for s in specs]
+        stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
+        existing = [t for t, st in zip(ids, stats[: len(ids)]) if st is not None]
+        if existing:
+            raise AdminError(f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
+                             f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created")
+        stale = [t for t, st in zip(ids, stats[len(ids):]) if st is not None]
+        ops = [Create(lay.task(s.id), data) for s, data in payloads] + [Delete(lay.status(t)) for t in stale]
+        batches = chunk_ops(ops)
+        if len(batches) > 1:
+            notes.append(f"{len(specs)} specs are written in {len(batches)} multis (each one atomic)")
+        as_json = tuple(s.model_dump(mode="json", by_alias=True) for s in specs)
+        if dry_run:
+            return CreateResult(True, tuple(ids), as_json, tuple(notes + ["dry run: nothing written"]), 0)
+        ensure_layout(self.client, lay)
+        pending = []
+        for batch in batches:
+            t = self.client.transaction()
+            for op in batch:
+                if isinstance(op, Create):
+                    t.create(op.path, op.data)
+                else:
+                    t.delete(op.path)
+            pending.append((batch, t.commit_async()))
+        created, clashes, other = [], [], []
+        for batch, res in pending:
+            results = res.get(timeout=WAIT_S)
+            failed = [(op, r) for op, r in zip(batch, results) if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if not failed:
+                created += [op.path.rsplit("/", 1)[1] for op in batch if isinstance(op, Create)]
+            for op, r in failed:
+                (clashes if isinstance(r, NodeExistsError) else other).append((op, r))
+        if clashes or other:
+            what = ([f"already exist: {', '.join(op.path.rsplit('/', 1)[1] for op, _ in clashes)}"] if clashes else []) + \
+                   [f"{type(r).__name__} on {op.path}" for op, r in other[:3]]
+            done = f"; created {', '.join(created)}" if created else "; nothing was created"
+            raise AdminError("; ".join(what) + done)
+        return CreateResult(False, tuple(ids), as_json, tuple(notes), len(batches))
+
+    def _validate_declarative(self, specs: Sequence[TaskSpec]) -> list[str]:
+        decl = [s for s in specs if isinstance(s.pipeline, DeclarativePipeline)]
+        if not decl:
+            return []
+        fn = load_declarative_validator()
+        names = ", ".join(s.id for s in decl)
+        if fn is None:
+            return [f"declarative pipelines not checked ({DECLARATIVE_VALIDATOR} is not available): {names}"]
+        for s in decl:
+            problem = _run_validator(fn, s.pipeline)
+            if problem:
+                raise SpecError(f"task {s.id!r}: pipeline.project: {problem}")
+        return [f"declarative pipelines checked: {names}"]
+
+    def list_tasks(self, group: str | None = None) -> list[TaskRow]:
+        lay = self.layout
+        _, (ids, deleting) = self._wave(children=[lay.tasks, lay.admin_delete_tasks])
+        ids = ids or []
+        deleting_set = set(deleting or ())
+        n = len(ids)
+        got, _ = self._wave([lay.task(t) for t in ids] + [lay.task_owner(t) for t in ids] + [lay.status(t) for t in ids])
+        rows = []
+        for i, t in enumerate(ids):
+            spec_res, owner_res, status_res = got[i], got[n + i], got[2 * n + i]
+            if spec_res is None:
+                continue  # deleted meanwhile
+            owner, _ = self._decode(codecs.OwnerInfo, owner_res, lay.task_owner(t))
+            status, status_err = self._decode(codecs.TaskStatus, status_res, lay.status(t))
+            try:
+                spec = decode_task(spec_res[0], lay.task(t))
+            except PayloadError as exc:
+                row = TaskRow(t, invalid=exc.reason, deleting=t in deleting_set,
+                              status=status.state if status else None, error=exc.reason)
+            else:
+                if group is not None and spec.group != group:
+                    continue
+                row = TaskRow(
+                    t, spec.group, spec.state, spec.pipeline.kind, spec.weight,
+                    owner=owner.broker if owner else None, owner_generation=owner.generation if owner else None,
+                    status=status.state if status else None, status_broker=status.broker if status else None,
+                    status_stale=_stale(status, owner),
+                    error=(status.error if status else None) or status_err, deleting=t in deleting_set)
+            rows.append(row)
+        return rows
+
+    def describe_task(self, task_id: str) -> TaskDescription:
+        lay = self.layout
+        paths = [lay.task(task_id), lay.task_owner(task_id), lay.status(task_id), lay.admin_delete_task(task_id),
+                 lay.admin_reassign_of(task_id)]
+        spec_res, owner_res, status_res, delete_res, reassign_res = self._wave(paths)[0]
+        if spec_res is None:
+            raise AdminError(f"unknown task {task_id!r}")
+        spec_dict, invalid = None, None
+        try:
+            spec_dict = decode_task(spec_res[0], paths[0]).model_dump(mode="json", by_alias=True)
+        except PayloadError as exc:
+            invalid = exc.reason
+        owner, owner_err = self._decode(codecs.OwnerInfo, owner_res, paths[1])
+        status, status_err = self._decode(codecs.TaskStatus, status_res, paths[2])
+        reassign, _ = self._decode(codecs.ReassignRequest, reassign_res, paths[4])
+        owner_dict = None
+        if owner_res is not None:
+            owner_dict = {**(codecs.to_jsonable(owner) if owner else {"error": owner_err}),
+                          "since": owner_res[1].ctime / 1000.0}
+        return TaskDescription(
+            task_id=task_id, spec=spec_dict, spec_version=spec_res[1].version, created=spec_res[1].ctime / 1000.0,
+            owner=owner_dict, status=codecs.to_jsonable(status) if status else None,
+            last_error=(status.error if status else None) or status_err or invalid,
+            deleting=delete_res is not None, reassign_to=reassign.to if reassign else None, invalid=invalid,
+            status_stale=_stale(status, owner))
+
+    def _file_request(self, path: str, payload: Any) -> bool:
+        """Create an admin request znode once; True if the same request was already pending."""
+        try:
+            data = payload if isinstance(payload, bytes) else codecs.encode(payload)
+            self.client.create(path, data, makepath=True)
+            return False
+        except NodeExistsError:
+            return True
+
+    def delete_task(self, task_id: str, wait: float = 0.0) -> AdminRequest:
+        """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it."""
+        lay = self.layout
+        if self.client.exists(lay.task(task_id)) is None:
+            raise AdminError(f"unknown task {task_id!r}")
+        path = lay.admin_delete_task(task_id)
+        already = self._file_request(path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
+        done = None
+        if wait > 0:
+            done = self._wait(lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait)
+        return AdminRequest("delete", task_id, path, already, done, self._controller_note())
+
+    def pause(self, task_id: str) -> TaskChange:
+        return self._update(task_id, "pause", lambda s: s.with_state("PAUSED") if s.state != "PAUSED" else None)
+
+    def resume(self, task_id: str) -> TaskChange:
+        return self._update(task_id, "resume", lambda s: s.with_state("RUNNING") if s.state != "RUNNING" else None)
+
+    def restart(self, task_id: str) -> TaskChange:
+        """Bump ``restart_nonce``: the owner stops and starts the task again (failure count reset)."""
+        return self._update(task_id, "restart", lambda s: s.model_copy(update={"restart_nonce": s.restart_nonce + 1}))
+
+    def _update(self, task_id: str, action: str, change: Callable[[TaskSpec], TaskSpec | None]) -> TaskChange:
+        """Read-modify-write of the spec, conditional on the znode version (retried on a concurrent change)."""
+        path = self.layout.task(task_id)
+        for _ in range(self.retries):
+            spec, stat, deleting = self._read_spec(task_id)
+            if deleting:
+                raise AdminError(f"task {task_id!r} is being deleted")
+            new = change(spec)
+            if new is None:
+                return TaskChange(task_id, action, False, spec.state, spec.restart_nonce, stat.version)
+            try:
+                new_stat = self.client.set(path, new.encode(), version=stat.version)
+            except BadVersionError:
+                continue
+            except NoNodeError:
+                raise AdminError(f"unknown task {task_id!r}") from None
+            return TaskChange(task_id, action, True, new.state, new.restart_nonce, new_stat.version)
+        raise AdminError(f"task {task_id!r}: its spec kept changing during the {action}; try again")
+
+    def reassign(self, task_id: str, to: str, wait: float = 0.0) -> AdminRequest:
+        """Move one task to one live broker of its group (the controller revokes it first: never two owners)."""
+        lay = self.layout
+        spec, _stat, deleting = self._read_spec(task_id)
+        broker_res, owner_res = self._wave([lay.broker(to), lay.task_owner(task_id)])[0]
+        if broker_res is None:
+            live = self._live_brokers()
+            raise AdminError(f"broker {to!r} is not live (live brokers: {', '.join(live) or 'none'})")
+        broker, err = self._decode(codecs.BrokerInfo, broker_res, lay.broker(to))
+        if broker is None:
+            raise AdminError(f"broker {to!r}: {err}")
+        if broker.group != spec.group:
+            raise AdminError(f"broker {to!r} is in group {broker.group!r}, task {task_id!r} in group {spec.group!r}")
+        if spec.state != "RUNNING":
+            raise AdminError(f"task {task_id!r} is {spec.state}; resume it first")
+        if deleting:
+            raise AdminError(f"task {task_id!r} is being deleted")
+        owner, _ = self._decode(codecs.OwnerInfo, owner_res, lay.task_owner(task_id))
+        path = lay.admin_reassign_of(task_id)
+        data = codecs.encode(codecs.ReassignRequest(task_id=task_id, to=to))
+        already = self._file_request(path, data)
+        if already:  # a pending reassignment of this task: the newest target wins
+            self.client.set(path, data)
+        notes = list(self._controller_note())
+        if owner is not None and owner.broker == to:
+            notes.append(f"{task_id} already runs on {to}; it is now pinned there")
+        done = None
+        if wait > 0:
+            def owned_by_target(w: Callable[[Any], None]) -> bool:
+                try:
+                    data, _ = self.client.get(lay.task_owner(task_id), watch=w)
+                except NoNodeError:
+                    self.client.exists(lay.task_owner(task_id), watch=w)
+                    return False
+                info, _ = self._decode(codecs.OwnerInfo, (data, None), lay.task_owner(task_id))
+                return info is not None and info.broker == to
+            done = self._wait(owned_by_target, wait)
+        return AdminRequest("reassign", task_id, path, already, done, tuple(notes))
+
+    # ---- run intervals (timelines) ----------------------------------------------------------------
+    def intervals(self) -> list[codecs.RunInterval]:
+        """Every broker's recorded run intervals (``/intervals/<broker>``), oldest first."""
+        lay = self.layout
+        _, (brokers,) = self._wave(children=[lay.intervals])
+        brokers = brokers or []
+        got, _ = self._wave([lay.broker_intervals(b) for b in brokers])
+        out: list[codecs.RunInterval] = []
+        for b, res in zip(brokers, got):
+            log_, err = self._decode(codecs.IntervalLog, res, lay.broker_intervals(b))
+            if err:
+                raise AdminError(err)
+            if log_ is not None:
+                out.extend(log_.intervals)
+        return sorted(out, key=lambda i: (i.start, i.task_id))

@@ -1,0 +1,161 @@
+"""What admin operations return: frozen views of tasks, brokers, groups and the cluster, and ``to_dict``
+for their JSON form (the CLI's ``--json``, the HTTP API)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller import codecs
+from controller.admin.inspection import _jsonable
+
+
+def to_dict(value: Any) -> Any:
+    """A result of this module (dataclasses, tuples, payloads) as plain JSON-compatible data."""
+    return _jsonable(value) if hasattr(value, "model_dump") else codecs.to_jsonable(value)
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    dry_run: bool
+    tasks: tuple[str, ...]
+    specs: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...] = ()
+    multis: int = 0
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    task_id: str
+    group: str | None = None
+    state: str | None = None          # the spec's state: RUNNING | PAUSED (None when the spec is invalid)
+    kind: str | None = None           # pipeline kind
+    weight: int | None = None
+    owner: str | None = None          # broker holding /tasks/<id>/owner
+    owner_generation: int | None = None
+    status: str | None = None         # what the owner reports: RUNNING, FAILED, STOPPED, COMPLETED, ...
+    status_broker: str | None = None  # who reported it
+    status_stale: bool = False        # reported as running by a broker that no longer holds the task
+    error: str | None = None
+    deleting: bool = False
+    invalid: str | None = None        # why the spec cannot be decoded
+
+
+@dataclass(frozen=True)
+class TaskDescription:
+    task_id: str
+    spec: dict[str, Any] | None
+    spec_version: int
+    created: float
+    owner: dict[str, Any] | None      # {"broker", "generation", "since"}
+    status: dict[str, Any] | None
+    last_error: str | None
+    deleting: bool = False
+    reassign_to: str | None = None
+    invalid: str | None = None
+    status_stale: bool = False
+
+
+@dataclass(frozen=True)
+class TaskChange:
+    task_id: str
+    action: str                        # pause | resume | restart
+    changed: bool
+    state: str
+    restart_nonce: int
+    zk_version: int
+
+
+@dataclass(frozen=True)
+class AdminRequest:
+    """A request written under ``/admin``; ``done`` says whether it completed within the wait (None: not waited)."""
+
+    kind: str
+    subject: str | None
+    path: str
+    already_pending: bool = False
+    done: bool | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    broker_id: str
+    epoch: int                         # the broker znode's czxid
+    host: str | None = None
+    pid: int | None = None
+    group: str | None = None
+    capacity: int | None = None
+    rack: str | None = None
+    instance_id: str | None = None
+    runner: str | None = None
+    tasks: int = 0                     # owner znodes it holds
+    shutting_down: bool = False
+    since: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group: str
+    state: str | None
+    generation: int | None = None
+    join_generation: int | None = None
+    protocol: str | None = None
+    assignor: str | None = None
+    leader: str | None = None
+    members: tuple[str, ...] = ()      # members of the current generation
+    live_members: tuple[str, ...] = () # members with a join request znode
+    reason: str = ""
+    controller_epoch: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MemberView:
+    member_id: str
+    live: bool
+    request: dict[str, Any] | None     # the join request (JoinRequest)
+    assignment: dict[str, Any] | None  # the published assignment (Assignment)
+    owns: tuple[str, ...] = ()         # owner znodes it holds right now
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    summary: GroupSummary
+    members: tuple[MemberView, ...]
+    tasks: int = 0                     # RUNNING-state specs of this group
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    root: str
+    controller: dict[str, Any] | None
+    controller_epoch: int | None
+    brokers: tuple[BrokerView, ...]
+    groups: tuple[GroupSummary, ...]
+    tasks: dict[str, Any]
+    pending: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """One change seen by :meth:`AdminClient.watch`."""
+
+    time: float
+    kind: str       # watching | controller | broker_joined | broker_left | broker_bounced | group |
+                    # task_created | task_deleted | task_state | task_owner
+    subject: str
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+_LIVE_STATES = frozenset({"RUNNING", "STARTING", "RESTARTING"})
+
+
+def _stale(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None) -> bool:
+    """A status that says running, from a broker that does not hold the task (workers do not rewrite it
+    after letting a task go)."""
+    return status is not None and status.state in _LIVE_STATES and (owner is None or owner.broker != status.broker)
+

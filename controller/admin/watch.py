@@ -1,0 +1,222 @@
+"""The cluster watch behind ``zkctl watch``: watches on the controller, brokers, groups and tasks turned
+into a stream of ``ClusterEvent`` (what changed, from what to what)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from kazoo.exceptions import NoNodeError
+
+from controller import codecs
+from controller.admin.common import WAIT_S
+from controller.admin.views import ClusterEvent, GroupSummary
+from controller.codecs import PayloadError
+from controller.taskspec import decode_task
+
+if TYPE_CHECKING:
+    from controller.admin.client import AdminClient
+
+
+class _ClusterWatch:
+    """The state behind :meth:`AdminClient.watch`: one-shot ZooKeeper watches enqueue a key; the
+    generator re-reads what the key names (pipelined, re-arming the watch) and reports the difference."""
+
+    def __init__(self, admin: AdminClient) -> None:
+        self.admin = admin
+        self.client = admin.client
+        self.layout = admin.layout
+        self.queue: queue.Queue[tuple[str, ...]] = queue.Queue()
+        self.closed = False
+        self._watchers: dict[tuple[str, ...], Callable[[Any], None]] = {}
+        self.controller: tuple[str, int] | None = None
+        self.brokers: dict[str, int] = {}
+        self.groups: dict[str, GroupSummary] = {}
+        self.tasks: dict[str, str | None] = {}       # task -> spec state (None: invalid spec)
+        self.owners: dict[str, str | None] = {}      # task -> owning broker
+        self.started = False
+
+    def _w(self, *key: str) -> Callable[[Any], None]:
+        fn = self._watchers.get(key)
+        if fn is None:
+            fn = self._watchers[key] = lambda _event, key=key: None if self.closed else self.queue.put(key)
+        return fn
+
+    def close(self) -> None:
+        self.closed = True
+
+    # reads that (re-)arm watches; NoNode arms an exists watch instead, to see the znode appear
+    def _get_watched(self, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[Any]:
+        asyncs = [self.client.get_async(p, watch=self._w(*key)) for p, key in items]
+        out, missing = [], []
+        for (p, key), a in zip(items, asyncs):
+            try:
+                out.append(a.get(timeout=WAIT_S))
+            except NoNodeError:
+                out.append(None)
+                missing.append((key, self.client.exists_async(p, watch=self._w(*key))))
+        for key, a in missing:
+            if a.get(timeout=WAIT_S) is not None:
+                self.queue.put(key)  # created in between the two reads: read it again
+        return out
+
+    def _children_watched(self, path: str, key: tuple[str, ...]) -> list[str]:
+        try:
+            return sorted(self.client.get_children(path, watch=self._w(*key)))
+        except NoNodeError:
+            self.client.exists(path, watch=self._w(*key))
+            return []
+
+    def start(self) -> ClusterEvent:
+        list(self.refresh([("controller",), ("brokers",), ("groups",), ("tasks",)]))
+        self.started = True
+        ctl = f"controller {self.controller[0]} (epoch {self.controller[1]})" if self.controller else "no controller"
+        running = sum(1 for o in self.owners.values() if o)
+        msg = (f"watching {self.layout.root}: {ctl}, {len(self.brokers)} brokers, {len(self.groups)} groups, "
+               f"{len(self.tasks)} tasks ({running} owned)")
+        return ClusterEvent(time.time(), "watching", self.layout.root, msg, {
+            "controller": self.controller[0] if self.controller else None,
+            "epoch": self.controller[1] if self.controller else None,
+            "brokers": dict(self.brokers), "groups": {g: s.state for g, s in self.groups.items()},
+            "tasks": len(self.tasks), "owned": running})
+
+    def refresh(self, keys: Sequence[tuple[str, ...]]) -> list[ClusterEvent]:
+        events: list[ClusterEvent] = []
+        for key in keys:
+            if key == ("controller",):
+                events += self._controller()
+        if ("brokers",) in keys:
+            events += self._brokers(None)
+        bkeys = [k[1] for k in keys if k[0] == "broker"]
+        if bkeys:
+            events += self._brokers(bkeys)
+        if ("groups",) in keys:
+            events += self._groups(None)
+        gkeys = [k[1] for k in keys if k[0] == "group"]
+        if gkeys:
+            events += self._groups(gkeys)
+        if ("tasks",) in keys:
+            events += self._tasks(None, None)
+        tkeys = [k[1] for k in keys if k[0] == "task"]
+        okeys = [k[1] for k in keys if k[0] == "owner"]
+        if tkeys or okeys:
+            events += self._tasks(tkeys, okeys)
+        return events
+
+    def _ev(self, kind: str, subject: str, message: str, **detail: Any) -> ClusterEvent:
+        return ClusterEvent(time.time(), kind, subject, message, detail)
+
+    def _controller(self) -> list[ClusterEvent]:
+        lay = self.layout
+        (res,) = self._get_watched([(lay.controller, ("controller",))])
+        info, _ = self.admin._decode(codecs.ControllerInfo, res, lay.controller)
+        now = (info.controller_id, info.epoch) if info else None
+        if now == self.controller:
+            return []
+        before, self.controller = self.controller, now
+        if now is None:
+            return [self._ev("controller", "-", f"controller {before[0]} gone (epoch {before[1]}); electing", controller=None,
+                             previous=before[0])]
+        return [self._ev("controller", now[0], f"controller {now[0]} active at epoch {now[1]}", controller=now[0],
+                         epoch=now[1], previous=before[0] if before else None)]
+
+    def _brokers(self, which: list[str] | None) -> list[ClusterEvent]:
+        lay = self.layout
+        events = []
+        if which is None:
+            ids = self._children_watched(lay.broker_ids, ("brokers",))
+            for b in sorted(set(self.brokers) - set(ids)):
+                del self.brokers[b]
+                events.append(self._ev("broker_left", b, f"broker {b} left"))
+            which = [b for b in ids if b not in self.brokers]
+        got = self._get_watched([(lay.broker(b), ("broker", b)) for b in which])
+        for b, res in zip(which, got):
+            old = self.brokers.get(b)
+            if res is None:
+                if old is not None:
+                    del self.brokers[b]
+                    events.append(self._ev("broker_left", b, f"broker {b} left"))
+                continue
+            info, _ = self.admin._decode(codecs.BrokerInfo, res, lay.broker(b))
+            epoch = res[1].czxid
+            group = info.group if info else None
+            if old is None:
+                events.append(self._ev("broker_joined", b, f"broker {b} joined (epoch {epoch}, group {group})",
+                                       epoch=epoch, group=group))
+            elif old != epoch:
+                events.append(self._ev("broker_bounced", b, f"broker {b} bounced (epoch {old} -> {epoch})",
+                                       epoch=epoch, previous_epoch=old))
+            self.brokers[b] = epoch
+        return events
+
+    def _groups(self, which: list[str] | None) -> list[ClusterEvent]:
+        lay = self.layout
+        if which is None:
+            names = self._children_watched(lay.groups, ("groups",))
+            which = [g for g in names if g not in self.groups]
+        got = self._get_watched([(lay.group_state(g), ("group", g)) for g in which])
+        events = []
+        for g, res in zip(which, got):
+            info, err = self.admin._decode(codecs.GroupStateInfo, res, lay.group_state(g))
+            now = self.admin._group_summary(g, res, None) if res is not None else GroupSummary(g, None, error=err)
+            old = self.groups.get(g)
+            self.groups[g] = now
+            if info is None:
+                continue
+            if old is not None and (old.state, old.generation, old.members) == (now.state, now.generation, now.members):
+                continue
+            was = f"{old.state} gen {old.generation}" if old is not None and old.state else "new"
+            events.append(self._ev(
+                "group", g, f"group {g}: {was} -> {now.state} gen {now.generation}"
+                + (f" leader {now.leader} {now.protocol}" if now.leader else "") + f" members [{','.join(now.members)}]"
+                + (f" ({now.reason})" if now.reason else ""),
+                state=now.state, generation=now.generation, previous_state=old.state if old else None,
+                previous_generation=old.generation if old else None, protocol=now.protocol, leader=now.leader,
+                members=list(now.members), reason=now.reason))
+        return events
+
+    def _tasks(self, specs: list[str] | None, owners: list[str] | None) -> list[ClusterEvent]:
+        lay = self.layout
+        events = []
+        if specs is None:
+            ids = self._children_watched(lay.tasks, ("tasks",))
+            for t in sorted(set(self.tasks) - set(ids)):
+                del self.tasks[t]
+                self.owners.pop(t, None)
+                events.append(self._ev("task_deleted", t, f"task {t} deleted"))
+            new = [t for t in ids if t not in self.tasks]
+            specs, owners = new, new
+        owners = owners or []
+        got = self._get_watched([(lay.task(t), ("task", t)) for t in specs]
+                                + [(lay.task_owner(t), ("owner", t)) for t in owners])
+        initial = not self.started
+        for t, res in zip(specs, got[: len(specs)]):
+            if res is None:
+                continue
+            try:
+                state: str | None = decode_task(res[0], lay.task(t)).state
+            except PayloadError:
+                state = None
+            known = t in self.tasks
+            old = self.tasks.get(t)
+            self.tasks[t] = state
+            if initial:
+                continue
+            if not known:
+                events.append(self._ev("task_created", t, f"task {t} created ({state or 'invalid spec'})", state=state))
+            elif old != state:
+                events.append(self._ev("task_state", t, f"task {t}: {old} -> {state}", state=state, previous=old))
+        for t, res in zip(owners, got[len(specs):]):
+            if t not in self.tasks:
+                continue
+            info, _ = self.admin._decode(codecs.OwnerInfo, res, lay.task_owner(t))
+            now = info.broker if info else None
+            old = self.owners.get(t)
+            self.owners[t] = now
+            if initial or now == old:
+                continue
+            events.append(self._ev("task_owner", t, f"task {t}: {old or '(none)'} -> {now or '(none)'}", owner=now,
+                                   previous=old, generation=info.generation if info else None))
+        return events
+
