@@ -1,0 +1,199 @@
+"""Process brokers and controllers of a chaos run. A process broker runs ``python -m broker_sim.chaos
+broker``: the same ``Worker`` as ``zkctl broker run``, whose runner also appends every start and stop
+to a journal file (written before a start and after a stop), so that the run windows of a process that
+was killed -9 are known exactly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from broker_sim.runners.base import RunStatus, TaskRunner
+from broker_sim.runners.noop import NoopRunner
+from controller.codecs import RunInterval
+from controller.taskspec import TaskSpec
+
+log = logging.getLogger(__name__)
+
+
+class JournalRunner(TaskRunner):
+    """A no-op runner that appends ``start`` (before starting) and ``stop`` (after stopping) lines to a
+    journal, so the run windows of a process killed -9 are known: a start with no stop ran until the
+    process died."""
+
+    def __init__(self, path: str | Path, inner: TaskRunner | None = None) -> None:
+        self.inner = inner or NoopRunner()
+        self.name = self.inner.name
+        self.stop_budget_s = self.inner.stop_budget_s
+        self._f = open(path, "a", buffering=1)
+        self._lock = threading.Lock()
+
+    def _note(self, event: str, task: str) -> None:
+        with self._lock:
+            self._f.write(json.dumps({"e": event, "t": task, "ts": time.time(), "pid": os.getpid()}) + "\n")
+
+    def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
+        self._note("start", task_id)
+        try:
+            self.inner.start(task_id, spec, generation)
+        except BaseException:
+            self._note("stop", task_id)
+            raise
+
+    def stop(self, task_id: str, timeout: float = 60.0) -> None:
+        running = task_id in self.inner.running()
+        self.inner.stop(task_id, timeout)
+        if running:
+            self._note("stop", task_id)
+
+    def status(self, task_id: str) -> RunStatus:
+        return self.inner.status(task_id)
+
+    def running(self) -> set[str]:
+        return self.inner.running()
+
+    def close(self) -> None:
+        for t in sorted(self.inner.running()):
+            self.stop(t)
+        self.inner.close()
+        with self._lock:
+            self._f.close()
+
+
+def read_journal(path: Path, broker: str, died_at: float | None) -> list[RunInterval]:
+    """Run intervals from a journal; a start with no stop ends at ``died_at`` (or stays open)."""
+    out: list[RunInterval] = []
+    open_: dict[str, float] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by kill -9
+        if rec["e"] == "start":
+            open_[rec["t"]] = rec["ts"]
+        elif rec["e"] == "stop" and rec["t"] in open_:
+            start = open_.pop(rec["t"])
+            out.append(RunInterval(task_id=rec["t"], broker=broker, start=start, end=rec["ts"],
+                                   acquired=start, released=rec["ts"]))
+    for t, start in open_.items():
+        out.append(RunInterval(task_id=t, broker=broker, start=start, end=died_at, acquired=start, released=died_at))
+    return out
+
+
+def _broker_main(argv: list[str]) -> int:
+    from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
+    from controller.protocol import COOPERATIVE, EAGER
+    from controller.zkclient import settings_from_env
+
+    p = argparse.ArgumentParser(prog="python -m broker_sim.chaos broker")
+    p.add_argument("--id", required=True)
+    p.add_argument("--zk", required=True)
+    p.add_argument("--root", required=True)
+    p.add_argument("--session-timeout", type=float, default=4.0)
+    p.add_argument("--journal", required=True)
+    p.add_argument("--runner", choices=("noop", "spark"), default="noop")
+    p.add_argument("--spark-master", default="local[1]")
+    p.add_argument("--checkpoint-root", default=None)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    settings = settings_from_env(hosts=a.zk, root=a.root, session_timeout_s=a.session_timeout)
+    config = WorkerConfig(broker_id=a.id, settings=settings, protocols=(COOPERATIVE, EAGER), status_interval_s=0.5,
+                          intervals_flush_s=2.0)
+    inner: TaskRunner | None = None
+    if a.runner == "spark":
+        from broker_sim.runners.spark import SparkRunner
+
+        inner = SparkRunner(spark_master=a.spark_master, checkpoint_root=a.checkpoint_root,
+                            spark_conf={"spark.driver.memory": "512m", "spark.sql.shuffle.partitions": "1",
+                                        "spark.ui.enabled": "false",
+                                        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
+    worker = Worker(config, runner=JournalRunner(a.journal, inner))
+    stop_now = threading.Event()
+    install_signal_handlers(worker, stop_now.set)
+    worker.start()
+    try:
+        while not (worker.exited.is_set() or stop_now.wait(0.1)):
+            pass
+    finally:
+        worker.stop()
+    return 0
+
+
+class _Proc:
+    """A child process we started (stopped by its pid only)."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name  # the child leads its own process group: signals reach it and what it started (a JVM)
+        self.log_path = log_path
+        with open(log_path, "ab") as out:
+            self.popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True, env=env)
+        self.frozen = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill9(self) -> float:
+        if self.frozen:
+            self.signal(signal.SIGCONT)
+            self.frozen = False
+        self.signal(signal.SIGKILL)
+        self.popen.wait(10)
+        return time.time()
+
+    def reap_group(self) -> None:
+        """After the leader exited: SIGKILL whatever is left of its process group (a JVM it started)."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def terminate(self, timeout: float) -> bool:
+        """SIGTERM (a broker's controlled shutdown, a controller's stop); SIGKILL if not gone in time."""
+        if self.frozen:
+            self.signal(signal.SIGCONT)
+            self.frozen = False
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.popen.wait(10)
+            return False
+        finally:
+            self.reap_group()
+
+
+def _zkctl() -> list[str]:
+    exe = Path(sys.executable).parent / "zkctl"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("zkctl")
+    return [found] if found else [sys.executable, "-m", "cli.main"]
+

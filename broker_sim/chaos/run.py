@@ -1,0 +1,316 @@
+"""The chaos run: ``ChaosRun`` starts the cluster (ZooKeeper, controllers, brokers, pipelines), plays the
+schedule, and once the last fault is over asks the checks for their verdicts. ``run_chaos`` is the entry point."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from broker_sim.chaos.checks import Checks
+from broker_sim.chaos.faults import Faults
+from broker_sim.chaos.processes import _Proc, _zkctl, read_journal
+from broker_sim.chaos.schedule import (
+    EXCLUSIVE,
+    FAULT_KINDS,
+    ChaosOptions,
+    broker_id,
+    make_schedule,
+)
+from broker_sim.chaos.sinks import pipeline_spec
+from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict
+from broker_sim.netproxy import NetProxy
+from broker_sim.sim import SimOptions, Simulation
+from controller import codecs
+from controller.admin import AdminClient
+from controller.codecs import RunInterval
+from controller.daemon import Controller, ControllerConfig
+from controller.group import GroupConfig
+from controller.zkclient import ZkSettings
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------------
+# process brokers: the real Worker with a journaling no-op runner
+# --------------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# streaming file pipelines: what a sink holds, read the way Spark reads it
+# --------------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# the run
+# --------------------------------------------------------------------------------------------------
+
+
+class ChaosRun(Faults, Checks, Simulation):
+    """One chaos run: the cluster, the schedule executor, the sampler, the verdict."""
+
+    def __init__(self, opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) -> None:
+        super().__init__(SimOptions(brokers=opts.brokers, tasks=opts.tasks, session_timeout_s=opts.session_timeout_s,
+                                    rebalance_timeout_s=opts.rebalance_timeout_s,
+                                    scheduled_delay_s=opts.scheduled_delay_s, zk_hosts=opts.zk_hosts, root=opts.root,
+                                    seed=opts.seed, use_proxies=True, converge_timeout_s=opts.convergence_bound_s),
+                         echo)
+        self.copts = opts
+        self.schedule = make_schedule(opts)
+        self.samples: list[Sample] = []
+        self._sampling = threading.Event()
+        self.injected: Counter[str] = Counter()
+        self.failed: list[str] = []
+        self.ctl_proxies: dict[str, NetProxy] = {}
+        self.ctl_procs: dict[str, _Proc] = {}
+        self.broker_procs: dict[str, _Proc] = {}
+        self.journals: dict[str, list[Path]] = {}
+        self.process_intervals: list[RunInterval] = []
+        self._ctl_seq = 0
+        self._incarnation: Counter[str] = Counter()
+        self._stop = threading.Event()
+
+    # ---- cluster pieces ---------------------------------------------------------------------------
+    def _upstream(self) -> tuple[str, int]:
+        host, port = self.hosts.split(",")[0].rsplit(":", 1)
+        return host, int(port)
+
+    def _proxy(self, name: str, table: dict[str, NetProxy]) -> NetProxy:
+        proxy = table.get(name)
+        if proxy is None:
+            proxy = table[name] = NetProxy(*self._upstream(), name=f"proxy-{name}")
+        proxy.heal()
+        return proxy
+
+    def new_controller(self) -> str:
+        cid = f"ctl-{self._ctl_seq}"
+        self._ctl_seq += 1
+        proxy = self._proxy(cid, self.ctl_proxies)
+        o = self.copts
+        if o.process_brokers:
+            cmd = _zkctl() + ["--zk", proxy.address, "--zk-root", self.root, "controller", "run", "--id", cid,
+                              "--rebalance-timeout", str(o.rebalance_timeout_s), "--scheduled-delay",
+                              str(o.scheduled_delay_s), "--session-timeout", str(o.session_timeout_s)]
+            self.ctl_procs[cid] = _Proc(cid, cmd, Path(self.tmp.name) / f"{cid}.log")
+        else:
+            cfg = ControllerConfig(cid, ZkSettings(hosts=proxy.address, root=self.root,
+                                                   session_timeout_s=o.session_timeout_s, auth=self.settings().auth),
+                                   GroupConfig(rebalance_timeout_s=o.rebalance_timeout_s,
+                                               scheduled_rebalance_delay_s=o.scheduled_delay_s,
+                                               default_assignor="cooperative-sticky"))
+            self.controllers.append(Controller(cfg).start())
+        return cid
+
+    def settings(self, hosts: str | None = None) -> ZkSettings:
+        base = super().settings(hosts)
+        auth = os.environ.get("ZKC_AUTH")
+        return dataclasses.replace(base, auth=auth) if auth else base
+
+    def new_broker(self, bid: str) -> None:
+        if not self.copts.process_brokers:
+            self.start_worker(bid)
+            return
+        proxy = self._proxy(bid, self.proxies)
+        self._incarnation[bid] += 1
+        journal = Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.journal"
+        self.journals.setdefault(bid, []).append(journal)
+        cmd = [sys.executable, "-m", "broker_sim.chaos", "broker", "--id", bid, "--zk", proxy.address, "--root",
+               self.root, "--session-timeout", str(self.copts.session_timeout_s), "--journal", str(journal)]
+        if self.copts.pipelines:
+            cmd += ["--runner", "spark", "--spark-master", self.copts.spark_master, "--checkpoint-root",
+                    str(Path(self.tmp.name) / "checkpoints")]
+        self.broker_procs[bid] = _Proc(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
+
+    def _broker_gone(self, bid: str, died_at: float | None) -> None:
+        """A process broker exited (or was killed): its journal is complete; collect its intervals."""
+        self.broker_procs.pop(bid, None)
+        journal = self.journals[bid][-1]
+        self.process_intervals += read_journal(journal, bid, died_at)
+
+    def active_controller_id(self) -> str | None:
+        try:
+            data, _ = self.admin.get(self.layout.controller)
+            return codecs.decode(codecs.ControllerInfo, data, self.layout.controller).controller_id
+        except Exception:
+            return None
+
+
+    def play(self) -> ChaosSummary:
+        o = self.copts
+        wall0 = time.monotonic()
+        for f in self.schedule:
+            self.echo("  " + f.describe())
+        self.create_tasks(o.tasks)
+        pipes = self._create_pipelines()
+        for _ in range(max(1, o.controllers)):
+            self.new_controller()
+        for i in range(o.brokers):
+            self.new_broker(broker_id(i))
+        sampler = threading.Thread(target=self._sample_loop, name="chaos-sampler", daemon=True)
+        sampler.start()
+        t0 = time.monotonic()
+        while self.zk_view() and time.monotonic() - t0 < o.convergence_bound_s + 30:
+            time.sleep(0.2)
+        problems = self.zk_view()
+        if problems:
+            raise RuntimeError(f"the cluster did not converge at start: {problems[:5]}")
+        self.echo(f"{o.brokers} brokers, {o.tasks} tasks running after {time.monotonic() - t0:.1f}s; faults begin")
+        gen0 = next((s.generation for s in reversed(self.samples) if s.generation is not None), 0)
+        gens = self._start_datagens(pipes)
+        phase0 = time.monotonic()
+        pending: list[tuple[float, int, Callable[[], None], str]] = []  # (due, seq, end action, label)
+        seq = 0
+        lag = 0.0
+        faults_end = time.time()
+        queue = list(self.schedule)
+        while queue or pending:
+            next_begin = phase0 + lag + queue[0].at if queue else float("inf")
+            next_end = pending[0][0] if pending else float("inf")
+            due = min(next_begin, next_end)
+            self._stop.wait(max(0.0, due - time.monotonic()))
+            if next_end <= next_begin:
+                _, _, end, label = pending.pop(0)
+                try:
+                    end()
+                except Exception as exc:
+                    self.failed.append(f"end of {label}: {type(exc).__name__}: {exc}")
+                    log.exception("ending %s", label)
+                faults_end = time.time()
+                continue
+            f = queue.pop(0)
+            label = f.describe().strip()
+            started = time.monotonic()
+            try:
+                end = self._begin(f)
+                self.injected[f.kind] += 1
+            except Exception as exc:
+                end = None
+                self.failed.append(f"{label}: {type(exc).__name__}: {exc}")
+                log.exception("injecting %s", label)
+            took = time.monotonic() - started
+            if f.kind in EXCLUSIVE:
+                if end is not None:  # wait out the exclusive fault here: nothing else runs meanwhile
+                    self._stop.wait(f.duration)
+                    try:
+                        end()
+                    except Exception as exc:
+                        self.failed.append(f"end of {label}: {type(exc).__name__}: {exc}")
+                        log.exception("ending %s", label)
+                    took = time.monotonic() - started
+                lag += max(0.0, took - f.duration)
+            elif end is not None:
+                seq += 1
+                pending.append((time.monotonic() + f.duration, seq, end, label))
+                pending.sort(key=lambda p: (p[0], p[1]))
+            faults_end = time.time()
+            self.echo(f"  injected {label}")
+        # ---- faults are over: invariant 2 must hold continuously for hold_s, starting within the bound ----
+        t_end_mono = time.monotonic()
+        converge_s: float | None = None
+        last_problems: list[str] = []
+        ok_since: float | None = None
+        while True:
+            now = time.monotonic()
+            try:
+                last_problems = self.zk_view()
+            except Exception as exc:
+                last_problems = [f"reading ZooKeeper: {type(exc).__name__}"]
+            if last_problems:
+                ok_since = None
+            elif ok_since is None:
+                ok_since = now
+            if ok_since is not None and now - ok_since >= o.hold_s:
+                converge_s = ok_since - t_end_mono
+                break
+            if (ok_since or now) - t_end_mono > o.convergence_bound_s:
+                break
+            time.sleep(0.2)
+        pipeline_figures, v5 = self._check_sinks(pipes, gens) if pipes else ({}, None)
+        time.sleep(2 * o.sample_interval_s)
+        self._sampling.set()
+        sampler.join(5)
+        intervals = self.all_run_intervals()
+        if o.intervals_out:
+            Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
+        verdicts = [
+            self._verdict_1(intervals),
+            Verdict(2, "every RUNNING task on exactly one live broker", converge_s is not None,
+                    [f"not reached and held {o.hold_s:g}s within {o.convergence_bound_s:.0f}s: "
+                     + "; ".join(last_problems[:8])] if converge_s is None
+                    else [f"reached {converge_s:.2f}s after the last fault and held {o.hold_s:g}s "
+                          f"(bound {o.convergence_bound_s:.0f}s)"]),
+            self._verdict_3(),
+        ]
+        v4, longest = self._verdict_4(faults_end)
+        verdicts.append(v4)
+        if v5 is not None:
+            verdicts.append(v5)
+        gens = [s.generation for s in self.samples if s.generation is not None]
+        epochs = sorted({s.epoch for s in self.samples if s.epoch is not None})
+        final_tasks = len(self.admin.get_children(self.layout.tasks))
+        return ChaosSummary(
+            seed=o.seed, process_brokers=o.process_brokers, brokers=o.brokers, tasks_initial=o.tasks,
+            tasks_final=final_tasks, duration_s=o.duration_s, schedule=[f.describe().strip() for f in self.schedule],
+            faults_injected=dict(sorted(self.injected.items())), faults_failed=self.failed,
+            rebalances=(max(gens) - gen0) if gens else 0, controller_epochs=[epochs[0], epochs[-1]] if epochs else [],
+            converge_s=None if converge_s is None else round(converge_s, 3),
+            convergence_bound_s=o.convergence_bound_s, longest_unstable_s=round(longest, 3),
+            stable_bound_s=o.stable_bound_s, intervals=len(intervals), samples=len(self.samples), verdicts=verdicts,
+            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures)
+
+    # ---- streaming pipelines ----------------------------------------------------------------------
+    def _create_pipelines(self) -> dict[str, tuple[Path, Path]]:
+        o = self.copts
+        if not o.pipelines:
+            return {}
+        base = Path(self.tmp.name) / "pipelines"
+        pipes = {f"pipe-{i}": (base / f"in-{i}", base / f"out-{i}") for i in range(o.pipelines)}
+        for src, _ in pipes.values():
+            src.mkdir(parents=True, exist_ok=True)
+        AdminClient(self.admin, self.layout).create_tasks([pipeline_spec(t, src, out) for t, (src, out) in pipes.items()])
+        return pipes
+
+    def _start_datagens(self, pipes: dict[str, tuple[Path, Path]]) -> dict[str, Any]:
+        from broker_sim.datagen import Datagen, DatagenConfig
+
+        o = self.copts
+        rate = max(1.0, o.records / max(1.0, 0.8 * o.duration_s))
+        return {t: Datagen(DatagenConfig(out_dir=str(src), records=o.records, rate=rate, batch=50)).start()
+                for t, (src, _) in pipes.items()}
+
+
+    def close(self) -> None:
+        self._sampling.set()
+        if os.environ.get("ZKC_CHAOS_KEEP"):  # keep logs, journals and sinks for a post-mortem
+            self.echo(f"work directory kept: {self.tmp.name}")
+            self.tmp.cleanup = lambda: None  # type: ignore[method-assign]
+            self.tmp._finalizer.detach()  # type: ignore[attr-defined]  # else it is removed at interpreter exit
+        for bid, proc in list(self.broker_procs.items()):
+            proc.kill9()
+        for cid, proc in list(self.ctl_procs.items()):
+            proc.terminate(10)
+        for p in self.ctl_proxies.values():
+            p.close()
+        super().close()
+
+
+def run_chaos(opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) -> ChaosSummary:
+    bad = [k for k in opts.kinds if k not in FAULT_KINDS]
+    if bad:
+        raise ValueError(f"unknown fault kind(s) {bad}: choose from {', '.join(FAULT_KINDS)}")
+    if opts.pipelines and not opts.process_brokers:
+        raise ValueError("streaming pipelines run on the spark runner in broker processes: use process brokers")
+    with ChaosRun(opts, echo) as run:
+        echo(f"chaos seed {opts.seed}: {len(run.schedule)} faults over {opts.duration_s:.0f}s "
+             f"({'process' if opts.process_brokers else 'in-process'} brokers, {opts.brokers} brokers, "
+             f"{opts.tasks} tasks, session {opts.session_timeout_s:g}s, rebalance timeout {opts.rebalance_timeout_s:g}s)")
+        return run.play()
+
+

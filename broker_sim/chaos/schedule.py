@@ -1,0 +1,154 @@
+"""The seeded fault schedule, pure: the same seed and options give the same schedule (printed before a
+run starts), whatever runs it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+FAULT_KINDS = ("kill-broker", "expire-broker", "freeze-broker", "partition-broker", "kill-controller",
+               "freeze-controller", "zk-restart", "rolling-bounce", "task-storm")
+
+
+_WEIGHTS = {"kill-broker": 3, "expire-broker": 2, "freeze-broker": 2, "partition-broker": 2, "kill-controller": 2,
+            "freeze-controller": 2, "zk-restart": 1, "rolling-bounce": 1, "task-storm": 2}
+
+
+EXCLUSIVE = ("zk-restart", "rolling-bounce")  # nothing else starts or ends while these run
+
+
+GROUP = "default"
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    seed: int = 0
+    duration_s: float = 60.0           # faults start within this many seconds
+    brokers: int = 4
+    tasks: int = 40
+    controllers: int = 2
+    process_brokers: bool = False      # brokers and controllers as processes (kill -9, SIGSTOP are real)
+    session_timeout_s: float = 4.0
+    rebalance_timeout_s: float = 8.0
+    scheduled_delay_s: float = 0.0
+    mean_gap_s: float = 2.5            # mean time between fault starts (exponential)
+    kinds: tuple[str, ...] = FAULT_KINDS
+    zk_hosts: str | None = None        # an external ZooKeeper (then no zk-restart faults)
+    root: str | None = None
+    hold_s: float = 3.0                # invariant 2 must hold for this long once reached
+    sample_interval_s: float = 0.2
+    intervals_out: str | None = None
+    pipelines: int = 0                 # streaming file pipelines on the spark runner (process brokers only)
+    records: int = 3000                # records the data generator writes per pipeline while faults run
+    spark_master: str = "local[1]"
+    sink_timeout_s: float = 300.0      # after the faults, how long the sinks may take to catch up
+
+    @property
+    def convergence_bound_s(self) -> float:
+        """Invariant 2's bound, from the end of the last fault: a silently dead broker's session expires
+        (session timeout), a join phase waits out a missing member and a cooperative follow-up rebalance
+        runs (2 x rebalance timeout), the scheduled delay, and 10 s for restarts, reconnects and the
+        status interval; 30 s more with Spark pipelines (a restarted broker starts a JVM)."""
+        spark = 30.0 if self.pipelines else 0.0  # a restarted Spark broker starts its JVM and queries
+        return self.session_timeout_s + 2 * self.rebalance_timeout_s + self.scheduled_delay_s + 10.0 + spark
+
+    @property
+    def stable_bound_s(self) -> float:
+        """Invariant 4's bound: one phase of a rebalance at one generation, plus the delay, plus slack for
+        sampling and one round trip (2 s)."""
+        return self.rebalance_timeout_s + self.scheduled_delay_s + 2.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float          # seconds after the fault phase began
+    kind: str
+    target: str        # a broker id, "active" (the active controller), "zookeeper", "tasks", "all"
+    duration: float    # how long the fault lasts (the thing is back / healed after it)
+    create: int = 0    # task-storm: tasks created
+    delete: tuple[str, ...] = ()  # task-storm: tasks whose deletion is requested
+    controlled: bool = False       # rolling-bounce: controlled shutdowns instead of plain stops
+    prefix: str = ""               # task-storm: ids of the created tasks are <prefix>-00000...
+
+    def describe(self) -> str:
+        extra = ""
+        if self.kind == "task-storm":
+            extra = f" create {self.create}, delete {len(self.delete)}"
+        elif self.kind == "rolling-bounce":
+            extra = " (controlled shutdown)" if self.controlled else " (plain stop)"
+        return f"t+{self.at:7.2f}s  {self.kind:<17} {self.target:<11} for {self.duration:5.2f}s{extra}"
+
+
+def make_schedule(opts: ChaosOptions) -> list[Fault]:
+    """The fault schedule of ``opts.seed``: a pure function of the options (no clock, no I/O)."""
+    rng = random.Random(opts.seed)
+    s = opts.session_timeout_s
+    kinds = [k for k in opts.kinds if k in FAULT_KINDS and not (k == "zk-restart" and opts.zk_hosts)]
+    if not kinds:
+        return []
+    weights = [_WEIGHTS[k] for k in kinds]
+    brokers = [broker_id(i) for i in range(opts.brokers)]
+    tasks = [task_id("task", i) for i in range(opts.tasks)]
+    busy: dict[str, float] = {}       # target -> free again at
+    exclusive_until = 0.0
+    faults: list[Fault] = []
+    storms = 0
+    t = rng.uniform(0.5, opts.mean_gap_s)
+    for _ in range(10_000):  # bounded
+        if t >= opts.duration_s:
+            break
+        kind = rng.choices(kinds, weights)[0]
+        t = max(t, exclusive_until)
+        if t >= opts.duration_s:
+            break
+        fault: Fault | None = None
+        if kind in ("kill-broker", "expire-broker", "freeze-broker", "partition-broker"):
+            free = [b for b in brokers if busy.get(b, 0.0) <= t]
+            # keep at least one broker untouched so the cluster can make progress
+            if len(free) > 1 or (free and len(brokers) == 1):
+                target = rng.choice(free)
+                duration = {
+                    "kill-broker": rng.uniform(0.5, 2.0) * s,
+                    "expire-broker": 1.6 * s,
+                    # a process frozen past its session cannot fence itself (nothing in it runs): see the docs
+                    "freeze-broker": rng.uniform(0.2, 0.6) * s if opts.process_brokers else rng.uniform(0.3, 1.8) * s,
+                    "partition-broker": rng.uniform(0.2, 0.8) * s,
+                }[kind]
+                fault = Fault(round(t, 3), kind, target, round(duration, 3))
+                busy[target] = t + duration + 1.0
+        elif kind in ("kill-controller", "freeze-controller"):
+            if busy.get("controller", 0.0) <= t:
+                duration = rng.uniform(0.5, 2.0) * s if kind == "kill-controller" else rng.uniform(0.3, 2.0) * s
+                fault = Fault(round(t, 3), kind, "active", round(duration, 3))
+                busy["controller"] = t + duration + 1.0
+        elif kind == "zk-restart":
+            if all(v <= t for v in busy.values()):
+                duration = rng.uniform(0.3, 1.5) * s
+                fault = Fault(round(t, 3), kind, "zookeeper", round(duration, 3))
+                exclusive_until = t + duration + s
+        elif kind == "rolling-bounce":
+            per = 1.0 + 2 * s  # away 1 s, then time to rejoin before the next one goes
+            duration = per * len(brokers)
+            if all(v <= t for v in busy.values()) and t + duration <= opts.duration_s + per:
+                fault = Fault(round(t, 3), kind, "all", round(duration, 3), controlled=rng.random() < 0.5)
+                exclusive_until = t + duration + 1.0
+        elif kind == "task-storm":
+            n = max(1, rng.randint(max(1, opts.tasks // 4), max(1, opts.tasks // 2)))
+            created = [task_id(f"storm{storms}", i) for i in range(n)]
+            doomed = tuple(sorted(rng.sample(sorted(tasks), min(len(tasks) // 3, max(1, n // 2))))) if tasks else ()
+            tasks = sorted((set(tasks) - set(doomed)) | set(created))
+            storms += 1
+            fault = Fault(round(t, 3), kind, "tasks", 0.0, create=n, delete=doomed, prefix=f"storm{storms - 1}")
+        if fault is not None:
+            faults.append(fault)
+        t += rng.expovariate(1.0 / opts.mean_gap_s)
+    return faults
+
+
+def broker_id(i: int) -> str:
+    return f"broker-{i:03d}"
+
+
+def task_id(prefix: str, i: int) -> str:
+    return f"{prefix}-{i:05d}"
+
