@@ -36,9 +36,10 @@ def _one_line(text: str) -> str:
 def user_message(exc: BaseException) -> str | None:
     """The one-line message for an exception that is the operator's problem, or None for a bug."""
     from controller.admin import AdminError
+    from controller.security import SecurityError
     from controller.zkserver import ZooKeeperSetupError
 
-    if isinstance(exc, (AdminError, SpecError, InvalidName, PayloadError, ZooKeeperSetupError)):
+    if isinstance(exc, (AdminError, SpecError, InvalidName, PayloadError, ZooKeeperSetupError, SecurityError)):
         return _one_line(str(exc))
     if isinstance(exc, KazooTimeoutError):
         return "ZooKeeper did not answer in time (is it running? check --zk / ZKC_ZK)"
@@ -89,6 +90,7 @@ class Ctx:
     state_dir: Path
     auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
     _client: Any = field(default=None, repr=False)
+    _admins: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def layout(self) -> ZkLayout:
@@ -104,8 +106,9 @@ class Ctx:
 
     def new_client(self, settings: ZkSettings | None = None):
         """A connected kazoo client (the caller stops it), or a one-line UserError if ZooKeeper is unreachable."""
+        settings = settings or self.settings  # a bad credential source is its own error, not "cannot connect"
         try:
-            return make_client(settings or self.settings, timeout=self.connect_timeout)
+            return make_client(settings, timeout=self.connect_timeout)
         except Exception as exc:  # kazoo raises its own timeout types
             raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
 
@@ -117,9 +120,16 @@ class Ctx:
     def admin(self):
         from controller.admin import AdminClient
 
-        return AdminClient(self.client(), self.layout)
+        admin = AdminClient(self.client(), self.layout)
+        self._admins.append(admin)
+        return admin
 
     def close(self) -> None:
+        unreadable = sorted({p for a in self._admins for p in a.unreadable})
+        if unreadable:  # the output above is complete but for these: say so, never silently
+            click.echo(f"warning: {len(unreadable)} znode(s) not readable with these credentials (NoAuth): "
+                       + ", ".join(unreadable[:10]) + (" ..." if len(unreadable) > 10 else ""), err=True)
+        self._admins.clear()
         if self._client is not None:
             try:
                 self._client.stop()
@@ -152,7 +162,7 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
     try:
         if file is not None or source.startswith("file:"):
             path = file if file is not None else source[len("file:"):]
-            text = read_credential_file(path)
+            text = read_credential_file(path, "--zk-auth file:PATH" if file is None else "--zk-auth-file")
             os.environ["ZKC_AUTH_FILE"] = os.path.abspath(path)
             os.environ.pop("ZKC_AUTH", None)
             return text
@@ -163,6 +173,7 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
                 raise click.BadParameter(f"environment variable {name!r} is not set", param_hint="--zk-auth")
             parse_credential(text, f"environment variable {name}")
             os.environ["ZKC_AUTH"] = text
+            os.environ.pop("ZKC_AUTH_FILE", None)
             return text.strip()
     except SecurityError as exc:
         raise click.BadParameter(str(exc), param_hint="--zk-auth") from None

@@ -177,7 +177,7 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
     SIGTERM (or Ctrl-C) = controlled shutdown: exit 0 once the controller has moved its tasks away;
     Ctrl-C twice = stop at once.
     """
-    from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
+    from broker_sim.worker import RegistrationConflict, Worker, WorkerConfig, install_signal_handlers
 
     if runner == "noop":
         if spark_master or spark_conf or checkpoint_root:
@@ -211,14 +211,18 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, remember(signal.getsignal(sig)))
+    try:
+        worker.start()
+    except RegistrationConflict as exc:  # nothing started: leave the other broker alone
+        worker.stop(graceful=False)
+        raise UserError(str(exc)) from None
     metrics = _worker_metrics(worker, metrics_port) if metrics_port is not None else None
-    worker.start()
     click.echo(f"broker {broker_id} started (group {group}, runner {runner}, protocols {','.join(config.protocols)}, "
                f"root {ctx.layout.root}" + (f", metrics on http://127.0.0.1:{metrics.port}/metrics" if metrics else "")
                + "); SIGTERM or Ctrl-C for a controlled shutdown, Ctrl-C twice to stop at once")
     announced = False
     try:
-        while not (worker.exited.is_set() or stop_now.is_set()):
+        while not (worker.exited.is_set() or stop_now.is_set() or worker.failed.is_set()):
             if "at" in requested:
                 if not announced:
                     announced = True
@@ -230,9 +234,12 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
                     break
             time.sleep(0.1)
     finally:
-        how = "controlled shutdown complete" if worker.exited.is_set() else "stopping now"
-        click.echo(f"broker {broker_id}: {how}")
+        if not worker.failed.is_set():
+            how = "controlled shutdown complete" if worker.exited.is_set() else "stopping now"
+            click.echo(f"broker {broker_id}: {how}")
         worker.stop()
         if metrics:
             metrics.close()
+    if worker.failed.is_set():
+        raise UserError(worker.failure or f"broker {broker_id} cannot run")
     click.echo(f"broker {broker_id} stopped")

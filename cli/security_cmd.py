@@ -61,10 +61,14 @@ def security_init(ctx: Ctx, **kw) -> None:
     except SecurityError as exc:
         raise UserError(str(exc)) from None
     ctx.emit({"root": result.root, "created": result.created, "acls_set": result.acls_set,
-              "identities": result.policy_ids},
+              "identities": result.policy_ids, "refused": result.refused},
              f"secured {result.root}: policy at {ctx.layout.security}, {len(result.created)} znodes created, "
              f"ACL set on {result.acls_set} znodes; identities "
-             + ", ".join(f"{r} {n}" for r, n in result.policy_ids.items()))
+             + ", ".join(f"{r} {n}" for r, n in result.policy_ids.items())
+             + (f"\nno ADMIN right on {len(result.refused)} znodes (their ACLs were changed by someone else): "
+                + ", ".join(result.refused[:10]) if result.refused else ""))
+    if result.refused:
+        raise SystemExit(1)
 
 
 @security.command("check")
@@ -81,7 +85,10 @@ def security_check(ctx: Ctx) -> None:
         policy = AclPolicy.decode(data)
     except SecurityError as exc:
         raise UserError(str(exc)) from None
-    wrong = check_acls(client, ctx.layout, policy)
+    try:
+        wrong = check_acls(client, ctx.layout, policy, credential=ctx.settings.auth)
+    except SecurityError as exc:
+        raise UserError(str(exc)) from None
     ctx.emit({"wrong": wrong}, "every znode has its policy ACL" if not wrong
              else "\n".join(["znodes whose ACL differs from the policy:"] + [f"  {p}" for p in wrong]))
     if wrong:

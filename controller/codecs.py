@@ -17,7 +17,7 @@ import types
 import typing
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union
+from typing import Any, Sequence, TypeVar, Union
 
 SCHEMA_VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
@@ -293,17 +293,41 @@ def to_jsonable(payload: Any) -> Any:
     return payload
 
 
+def _serialize(payload: Any) -> bytes:
+    body = to_jsonable(payload)
+    body["version"] = SCHEMA_VERSION
+    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return zlib.compress(data, 6) if len(data) > COMPRESS_ABOVE else data
+
+
+def encoded_size(payload: Any) -> int:
+    """The bytes ``encode`` would write for ``payload`` (compressed where it would be), without a limit."""
+    return len(_serialize(payload))
+
+
+# A group's tasks travel whole in its join result (descriptors, the previous assignment, what members own):
+# creating tasks is refused when that would take the group's join result past this share of the znode limit,
+# the rest being left for the members' own metadata.
+GROUP_PAYLOAD_BUDGET = int(MAX_PAYLOAD_BYTES * 0.75)
+
+
+def group_payload_bytes(tasks: Sequence[TaskDescriptor]) -> int:
+    """The size of the largest protocol payload a group of ``tasks`` makes: its join result with every task
+    owned and previously assigned (what a cooperative rebalance of a loaded group carries)."""
+    ids = tuple(t.task_id for t in tasks)
+    worst = JoinResult(generation=1, leader="m", protocol="cooperative", assignor="cooperative-sticky",
+                       controller_epoch=1, members=(MemberMetadata("m", owned=ids),), tasks=tuple(tasks),
+                       previous={"m": ids})
+    return encoded_size(worst)
+
+
 def encode(payload: Any) -> bytes:
     """Encode a payload dataclass as versioned JSON bytes (refusing oversized payloads).
 
     JSON larger than ``COMPRESS_ABOVE`` is stored zlib-compressed (a znode's bytes then start with the
     zlib header, never with ``{``): join results and assignments of groups with tens of thousands of
     tasks stay well under ZooKeeper's 1 MiB limit, small payloads stay readable with any client."""
-    body = to_jsonable(payload)
-    body["version"] = SCHEMA_VERSION
-    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    if len(data) > COMPRESS_ABOVE:
-        data = zlib.compress(data, 6)
+    data = _serialize(payload)
     if len(data) > MAX_PAYLOAD_BYTES:
         raise PayloadError("<memory>", f"{type(payload).__name__} is {len(data)} bytes, over {MAX_PAYLOAD_BYTES}")
     return data
@@ -323,8 +347,17 @@ def inflate(data: bytes, path: str) -> bytes:
     return out
 
 
+class Unreadable(bytes):
+    """What a reader got for a znode its credentials may not read (NoAuth): decoding it raises a
+    PayloadError that says so, so that one such znode is reported, not fatal to a whole listing."""
+
+    REASON = "not readable with these credentials (NoAuth)"
+
+
 def decode(cls: type[T], data: bytes | None, path: str = "<memory>") -> T:
     """Parse and validate ``data`` as a ``cls`` payload, or raise PayloadError naming path and reason."""
+    if isinstance(data, Unreadable):
+        raise PayloadError(path, Unreadable.REASON)
     if data is None:
         raise PayloadError(path, "znode has no data")
     if len(data) > MAX_PAYLOAD_BYTES:

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 
 DEFAULT_ROOT = "/zkc"
 
-# Names that become one path segment: broker ids, task ids, group names, member ids.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+# Names that become one path segment: broker ids, task ids, group names, member ids. Always ``fullmatch``:
+# ``$`` in ``match`` also matches before a trailing newline ("bb3\n" would pass).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+# ZooKeeper keeps its own system znodes under /zookeeper (quotas, config): no cluster may live there.
+RESERVED_ROOTS = ("zookeeper",)
 
 
 class InvalidName(ValueError):
@@ -20,7 +23,7 @@ class InvalidName(ValueError):
 
 def check_name(kind: str, name: str) -> str:
     """Return ``name`` if it is a legal single path segment, else raise InvalidName naming the kind."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidName(
             f"invalid {kind} {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ - "
             "starting with a letter or digit"
@@ -29,10 +32,15 @@ def check_name(kind: str, name: str) -> str:
 
 
 def normalize_root(root: str) -> str:
+    """``root`` as an absolute path of legal segments; refuses ZooKeeper's own subtree (``/zookeeper``)."""
     root = "/" + root.strip("/")
     if root != "/":
-        for segment in root.strip("/").split("/"):
+        segments = root.strip("/").split("/")
+        for segment in segments:
             check_name("root segment", segment)
+        if segments[0] in RESERVED_ROOTS:
+            raise InvalidName(f"invalid root {root!r}: /{segments[0]} is ZooKeeper's own system subtree; "
+                              "choose another --zk-root (default /zkc)")
     return root
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ ROLES = ("controller", "broker", "admin", "reader")
 POLICY_VERSION = 1
 R, W, C, D, A = Permissions.READ, Permissions.WRITE, Permissions.CREATE, Permissions.DELETE, Permissions.ADMIN
 ALL = Permissions.ALL
+# Brokers never get ADMIN (setACL): one broker must not be able to lock the admin or another broker out.
+RWCD = R | W | C | D
 
 
 class SecurityError(ValueError):
@@ -73,14 +76,34 @@ def digest_id(credential: str, source: str = "credential") -> str:
     return make_digest_acl_credential(user, password)
 
 
-def read_credential_file(path: str) -> str:
+def read_credential_file(path: str, source: str = "credentials file") -> str:
+    """The one ``user:password`` line of a credentials file, checked. A path that names no file but looks
+    like a credential (someone gave ``file:user:password``) is refused without being repeated."""
     try:
         with open(path) as f:
             text = f.read().strip()
     except OSError as exc:
-        raise SecurityError(f"cannot read credentials file {path}: {exc.strerror or exc}") from None
-    parse_credential(text, f"credentials file {path}")
+        if ":" in path and not os.path.exists(path):
+            raise SecurityError(f"{source}: no such file (the value looks like 'user:password': credentials never go "
+                                "on the command line or in a path; put them in a file readable only by you and give "
+                                "its path)") from None
+        raise SecurityError(f"cannot read {source} {path}: {exc.strerror or exc}") from None
+    parse_credential(text, f"{source} {path}")
     return text
+
+
+def credential_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """The digest credential named by ``ZKC_AUTH`` (the credential) or ``ZKC_AUTH_FILE`` (a file holding
+    it), checked the same way as ``--zk-auth``; None when neither is set. Never repeats the secret."""
+    env = os.environ if env is None else env
+    auth = env.get("ZKC_AUTH")
+    if auth:
+        parse_credential(auth, "ZKC_AUTH")
+        return auth.strip()
+    path = env.get("ZKC_AUTH_FILE")
+    if path:
+        return read_credential_file(path, "ZKC_AUTH_FILE")
+    return None
 
 
 @dataclass(frozen=True)
@@ -146,30 +169,30 @@ RULES: dict[str, dict[str, int]] = {
     "controller": _rule(controller=ALL),                    # /controller, /controller_epoch
     "brokers": _rule(admin=R | C | A),                      # /brokers
     "broker_ids": _rule(broker=R | C | D),                  # /brokers/ids
-    "broker": _rule(broker=ALL),                            # /brokers/ids/<b>
+    "broker": _rule(broker=RWCD),                            # /brokers/ids/<b>
     "tasks": _rule(admin=ALL, controller=R | D),            # /tasks
-    "task": _rule(admin=R | W | A, broker=R | C | D),       # /tasks/<t>   (brokers create/delete owner)
-    "owner": _rule(broker=ALL),                             # /tasks/<t>/owner
+    "task": _rule(admin=R | W | A, broker=R | C | D, controller=R | D),  # /tasks/<t> (brokers: owner; controller: strays)
+    "owner": _rule(broker=RWCD),                             # /tasks/<t>/owner
     "groups": _rule(controller=ALL, broker=R | C),          # /groups
     "group": _rule(controller=ALL, broker=R | C),           # /groups/<g>
     "group_state": _rule(controller=ALL),                   # /groups/<g>/state
     "members": _rule(broker=R | C | D),                     # /groups/<g>/members
-    "member": _rule(broker=ALL),                            # /groups/<g>/members/<m>
+    "member": _rule(broker=RWCD),                            # /groups/<g>/members/<m>
     "joins": _rule(controller=ALL),                         # /groups/<g>/join
     "join": _rule(controller=ALL),                          # /groups/<g>/join/<gen>
     "syncs": _rule(controller=ALL, broker=R | C),           # /groups/<g>/sync (controller deletes old gens)
-    "sync": _rule(broker=ALL),                              # /groups/<g>/sync/<gen> (the leader's proposal)
+    "sync": _rule(broker=RWCD),                              # /groups/<g>/sync/<gen> (the leader's proposal)
     "assignments": _rule(controller=ALL),                   # /groups/<g>/assignment
     "assignment": _rule(controller=ALL),                    # /groups/<g>/assignment/<m>
     "statuses": _rule(broker=R | C | D, controller=R | C | D),  # /status
-    "status": _rule(broker=ALL, controller=ALL),            # /status/<t> (workers; controller: invalid specs)
+    "status": _rule(broker=RWCD, controller=ALL),            # /status/<t> (workers; controller: invalid specs)
     "intervals": _rule(broker=R | C | D),                   # /intervals
-    "interval": _rule(broker=ALL),                          # /intervals/<b>
+    "interval": _rule(broker=RWCD),                          # /intervals/<b>
     "admin": _rule(admin=ALL),                              # /admin
     "admin_queue": _rule(admin=ALL, controller=R | D),      # /admin/{rebalance,reassign,delete_tasks}
     "admin_request": _rule(admin=ALL),                      # their children
     "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
-    "shutdown_request": _rule(admin=ALL, broker=ALL),       # /admin/controlled_shutdown/<b>
+    "shutdown_request": _rule(admin=ALL, broker=RWCD),       # /admin/controlled_shutdown/<b>
     "security": _rule(admin=ALL),                           # /security (the policy)
     "other": _rule(admin=ALL),                              # anything else under the root
 }
@@ -315,6 +338,7 @@ class InitResult:
     created: list[str]
     acls_set: int
     policy_ids: dict[str, int]
+    refused: list[str] = field(default_factory=list)  # znodes whose ACL we had no right to set
 
 
 def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_credential: str | None) -> InitResult:
@@ -342,6 +366,7 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
                     raise
     client.set(layout.security, policy.encode())
     n = 0
+    refused: list[str] = []
     stack = [layout.root]
     while stack:  # bounded by the tree's size
         path = stack.pop()
@@ -351,7 +376,10 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
             stack += [f"{path.rstrip('/')}/{c}" for c in client.get_children(path)]
         except NoNodeError:
             continue
-    return InitResult(layout.root, created, n, {r: len(policy.ids(r)) for r in ROLES})
+        except NoAuthError:  # someone took ADMIN away from us on this znode: report it, secure the rest
+            refused.append(path)
+            log.warning("security init: no ADMIN right on %s; its ACL is left as it is", path)
+    return InitResult(layout.root, created, n, {r: len(policy.ids(r)) for r in ROLES}, refused)
 
 
 def _containers(layout: ZkLayout) -> list[str]:
@@ -365,8 +393,16 @@ def _containers(layout: ZkLayout) -> list[str]:
     return out
 
 
-def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: int = 100_000) -> list[str]:
-    """Znodes under the root whose ACL differs from the policy's (empty = all as designed)."""
+def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: int = 100_000,
+               credential: str | None = None) -> list[str]:
+    """Znodes under the root whose ACL differs from the policy's (empty = all as designed).
+
+    Needs admin credentials: ZooKeeper shows the digests of an ACL only to a client with ADMIN on the
+    znode, so any other credential would see every digest ACL as different (false alarms)."""
+    if credential is None or digest_id(credential) not in policy.ids("admin"):
+        raise SecurityError("security check needs admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE with an "
+                            "identity the policy lists as admin): ZooKeeper shows ACL digests only to clients with "
+                            "ADMIN on a znode, so any other credentials would report every znode as wrong")
     wrong: list[str] = []
     stack = [layout.root]
     seen = 0
@@ -375,8 +411,14 @@ def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: 
         seen += 1
         try:
             acls, _ = client.get_acls(path)
+        except NoNodeError:
+            continue
+        try:
             stack += [f"{path.rstrip('/')}/{c}" for c in client.get_children(path)]
         except NoNodeError:
+            continue
+        except NoAuthError:  # an ACL without READ for the admin is itself not the policy's
+            wrong.append(path)
             continue
         want = {(a.perms, a.id.scheme, a.id.id) for a in acl_for(policy, layout, path)}
         have = {(a.perms, a.id.scheme, a.id.id) for a in acls}

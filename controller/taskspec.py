@@ -14,7 +14,8 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from controller.codecs import MAX_PAYLOAD_BYTES, SCHEMA_VERSION, SUPPORTED_VERSIONS, PayloadError, TaskDescriptor
+from controller.codecs import (MAX_PAYLOAD_BYTES, SCHEMA_VERSION, SUPPORTED_VERSIONS, PayloadError, TaskDescriptor,
+                              Unreadable)
 from controller.layout import check_name, InvalidName
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
@@ -123,6 +124,10 @@ class NoopPipeline(_Model):
 Pipeline = Annotated[Union[SparkPipeline, DeclarativePipeline, NoopPipeline], Field(discriminator="kind")]
 
 
+# Brokers one task may be pinned to: pins travel in every join result of the group.
+MAX_PINNED = 256
+
+
 class Placement(_Model):
     pinned: tuple[str, ...] = ()
     pin_mode: Literal["required", "preferred"] = "preferred"
@@ -131,6 +136,9 @@ class Placement(_Model):
     @field_validator("pinned")
     @classmethod
     def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > MAX_PINNED:
+            raise ValueError(f"pins {len(value)} brokers; at most {MAX_PINNED} may be pinned (every pin travels in "
+                             "each rebalance of the group)")
         for b in value:
             check_name("broker id", b)
         return value
@@ -226,6 +234,8 @@ def load_specs(path: str | Path) -> list[TaskSpec]:
 
 def decode_task(data: bytes | None, path: str) -> TaskSpec:
     """Decode ``/tasks/<id>`` or raise PayloadError (never a bare JSON/validation error)."""
+    if isinstance(data, Unreadable):
+        raise PayloadError(path, Unreadable.REASON)
     if data is None or not data:
         raise PayloadError(path, "znode has no data")
     if len(data) > MAX_PAYLOAD_BYTES:

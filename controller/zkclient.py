@@ -42,11 +42,9 @@ def settings_from_env(**overrides: object) -> ZkSettings:
     """Settings from ZKC_ZK / ZKC_ROOT / ZKC_AUTH (or ZKC_AUTH_FILE), TLS from ZKC_ZK_TLS=1 with ZKC_ZK_CA,
     ZKC_ZK_CERT / ZKC_ZK_KEY (client certificate) and ZKC_ZK_TLS_VERIFY=0 (no certificate check), then
     explicit overrides."""
-    auth = os.environ.get("ZKC_AUTH")
-    auth_file = os.environ.get("ZKC_AUTH_FILE")
-    if not auth and auth_file:
-        with open(auth_file) as f:
-            auth = f.read().strip()
+    from controller.security import credential_from_env  # security builds on the client, not the reverse
+
+    auth = None if overrides.get("auth") else credential_from_env()
     values: dict[str, object] = {
         "hosts": os.environ.get("ZKC_ZK", DEFAULT_HOSTS),
         "root": os.environ.get("ZKC_ROOT", "/zkc"),

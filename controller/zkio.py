@@ -300,6 +300,25 @@ class FencedWriter:
         paths = list(dict.fromkeys(paths))
         return [paths[i] for i in self.delete_groups([[p] for p in paths], present)]
 
+    def delete_tree(self, path: str, max_nodes: int = 1000) -> int:
+        """Delete ``path`` and everything under it in fenced multis, children first; returns how many
+        znodes went. Bounded: a subtree of more than ``max_nodes`` raises instead of being walked."""
+        order: list[str] = []
+        stack = [path]
+        while stack:
+            current = stack.pop()
+            try:
+                children = self.client.get_children(current)
+            except NoNodeError:
+                continue
+            order.append(current)
+            if len(order) > max_nodes:
+                raise WriteFailed(f"{path} holds more than {max_nodes} znodes; not deleting it", [])
+            stack += [f"{current}/{c}" for c in children]
+        if order:
+            self.write([Delete(p) for p in reversed(order)])
+        return len(order)
+
     def delete_groups(self, groups: Sequence[Sequence[str]], present: Collection[str] = ()) -> list[int]:
         """Delete groups of znodes in fenced multis (pipelined); returns the indexes of groups left alone.
 

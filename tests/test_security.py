@@ -101,7 +101,7 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
         assert wait_for(lambda: sum(len(w.running_tasks()) for w in workers) == 5, 15)
 
         # every znode the processes created carries the policy's ACL for its path
-        assert check_acls(client("admin"), layout, policy) == []
+        assert check_acls(client("admin"), layout, policy, credential=CREDS["admin"]) == []
 
         assignment = layout.group_assignment("default", "b0")
         forged = codecs.encode(codecs.Assignment(generation=10**6, controller_epoch=10**6, assigned=("t0",), revoked=()))

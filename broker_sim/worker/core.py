@@ -68,7 +68,7 @@ from controller.codecs import (
     PayloadError,
     RunInterval,
 )
-from controller.layout import ZkLayout
+from controller.layout import ZkLayout, check_name
 from controller.protocol import COOPERATIVE, EAGER, run_assignor
 from controller.zkclient import ZkSettings, make_client
 from controller.zkio import FencedWriter
@@ -95,6 +95,16 @@ class WorkerConfig:
     owner_wait_s: float = 120.0
     pool_size: int = 16
     intervals_flush_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        check_name("broker id", self.broker_id)  # refused before anything starts, not on the event thread
+        check_name("group", self.group)
+        if self.instance_id is not None:
+            check_name("instance id", self.instance_id)
+
+
+class RegistrationConflict(RuntimeError):
+    """Our broker id is registered by another live session: we must not run, nor act in its name."""
 
 
 class Worker(Fence, Ownership, Tasks, Reporting):
@@ -126,6 +136,8 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.session_id: int | None = None
         self.stopped = threading.Event()
         self.exited = threading.Event()  # controlled shutdown finished
+        self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit
+        self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
         self._last_flush = 0.0
         self._closing = False
@@ -137,8 +149,11 @@ class Worker(Fence, Ownership, Tasks, Reporting):
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Worker":
+        """Connect, refuse at once if another live broker of this host runs under our id, then start the
+        threads (registration itself is the event thread's first step)."""
         if not self.client.connected:
             self.client.start(timeout=30)
+        self._check_not_running_here()
         self.client.add_listener(self._listener)
         ensure_layout(self.client, self.layout)
         for p in (self.layout.group_members(self.config.group), self.layout.group_assignments(self.config.group),
@@ -150,27 +165,63 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self._enqueue(_Connection("STARTED"))
         return self
 
+    def _registration(self) -> tuple[BrokerInfo | None, Any]:
+        """Who holds our broker znode now: its payload (None if unreadable) and stat, or (None, None)."""
+        try:
+            data, stat = self.client.get(self.layout.broker(self.id))
+        except NoNodeError:
+            return None, None
+        try:
+            return codecs.decode(BrokerInfo, data, self.layout.broker(self.id)), stat
+        except PayloadError:
+            return None, stat
+
+    def _check_not_running_here(self) -> None:
+        """Raise RegistrationConflict if our id is registered by another session whose process runs on this
+        host (a duplicate ``broker run --id``): no need to wait for a session that cannot expire."""
+        info, stat = self._registration()
+        if stat is None or stat.ephemeralOwner == self.client.client_id[0] or info is None:
+            return
+        if info.host == socket.gethostname() and info.pid != os.getpid() and _process_alive(info.pid, self.id):
+            raise RegistrationConflict(f"broker id {self.id} is already running (pid {info.pid} on {info.host}); "
+                                       "stop it first or choose another --id")
+
     def _register(self) -> None:
-        """Create our ephemeral broker znode (waiting, bounded, for a previous session's to expire)."""
+        """Create our ephemeral broker znode. A znode of an earlier session of ours (a restart after a
+        crash) goes once that session expires: wait for it, bounded; a live one is a duplicate id."""
         info = BrokerInfo(broker_id=self.id, host=socket.gethostname(), pid=os.getpid(), group=self.config.group,
                           capacity=self.config.capacity, rack=self.config.rack, instance_id=self.config.instance_id,
                           runner=self.runner.name)
         deadline = time.monotonic() + self.config.settings.session_timeout_s * 3
+        waiting = False
         while True:
             try:
                 self.client.create(self.layout.broker(self.id), codecs.encode(info), ephemeral=True)
                 break
             except NodeExistsError:
-                stat = self.client.exists(self.layout.broker(self.id))
+                holder, stat = self._registration()
                 if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
                     break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"broker id {self.id} is registered by another live session")
+                if stat is not None:
+                    self._check_not_running_here()
+                    if time.monotonic() > deadline:
+                        where = f" (pid {holder.pid} on {holder.host})" if holder else ""
+                        raise RegistrationConflict(f"broker id {self.id} is registered by another live session{where}; "
+                                                   "stop that broker first or choose another --id")
+                    if not waiting:
+                        waiting = True
+                        log.warning("worker %s: id registered by an earlier session; waiting up to %.0fs for it to "
+                                    "expire", self.id, deadline - time.monotonic())
                 time.sleep(0.2)
         self.session_id = self.client.client_id[0]
 
     def request_shutdown(self) -> None:
-        """Controlled shutdown: ask the controller to move our tasks away; we exit once we own nothing."""
+        """Controlled shutdown: ask the controller to move our tasks away; we exit once we own nothing.
+        A worker that never registered has nothing to move, and must not file a request in the name of
+        whoever holds its id: it just exits."""
+        if self.session_id is None:
+            self.exited.set()
+            return
         try:
             self.client.create(self.layout.admin_controlled_shutdown_of(self.id),
                                codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
@@ -259,6 +310,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 return
             try:
                 self._handle(event)
+            except RegistrationConflict as exc:
+                log.error("worker %s: %s", self.id, exc)
+                self.failure = str(exc)
+                self.failed.set()
             except (KazooException, KazooTimeoutError) as exc:
                 log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
             except Exception:
@@ -316,11 +371,14 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             if self._closing:
                 return
             if self.client.client_id and self.session_id is not None and self.client.client_id[0] != self.session_id:
-                # a new session after LOST: register again and rejoin from scratch
+                # a new session after LOST: register again and rejoin from scratch; every watch of the old
+                # session is gone, the controlled-shutdown one included (a request filed meanwhile counts)
                 self._register()
                 self.client.exists(self.layout.controller, watch=self._watch_controller)
+                self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
                 self._read_assignment()
                 self._do(self.member.start(self._read_group_state()))
+                self._enqueue(_ShutdownRequested())
             elif self.fenced:
                 with self.lock:
                     self.fenced = False
@@ -442,3 +500,16 @@ def install_signal_handlers(worker: Worker, on_exit: Callable[[], None]) -> None
 
     signal.signal(signal.SIGTERM, term)
     signal.signal(signal.SIGINT, intr)
+
+
+def _process_alive(pid: int, broker_id: str) -> bool:
+    """Whether ``pid`` is a live process that looks like a broker with this id (not a recycled pid)."""
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return broker_id in " ".join(proc.cmdline())
+    except Exception:  # gone, or not ours to inspect
+        return False

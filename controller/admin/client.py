@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from controller import codecs
@@ -20,6 +20,10 @@ from controller.layout import ZkLayout
 from controller.taskspec import TaskSpec, decode_task
 
 
+# The stat of a znode we may not read: every field 0 (no time, no version).
+_UNKNOWN_STAT = ZnodeStat(*([0] * len(ZnodeStat._fields)))
+
+
 class AdminClient(TaskOperations, ClusterOperations):
     """Operator requests over one kazoo client. Reads are pipelined with the async API (a few waves of
     requests whatever the number of tasks); writes are single requests or one ``multi``."""
@@ -28,25 +32,32 @@ class AdminClient(TaskOperations, ClusterOperations):
         self.client = client
         self.layout = layout
         self.retries = retries
+        self.unreadable: set[str] = set()  # znodes a read met that these credentials may not read
 
     # ---- pipelined reads --------------------------------------------------------------------------
     def _wave(self, gets: Sequence[str] = (), children: Sequence[str] = ()) -> tuple[list[Any], list[list[str] | None]]:
-        """Issue every get and get_children at once, then collect: one round trip of latency."""
+        """Issue every get and get_children at once, then collect: one round trip of latency. A znode these
+        credentials may not read comes back as ``(codecs.Unreadable(), stat)`` (its decoding reports it; its stat all zeros) and
+        is noted in ``unreadable``: one znode whose ACL was changed under us must not make every read of
+        the cluster fail."""
         ga = [self.client.get_async(p) for p in gets]
         ca = [self.client.get_children_async(p) for p in children]
         got: list[Any] = []
-        for a in ga:
+        for p, a in zip(gets, ga):
             try:
                 got.append(a.get(timeout=WAIT_S))
             except NoNodeError:
                 got.append(None)
+            except NoAuthError:
+                self.unreadable.add(p)
+                got.append((codecs.Unreadable(), _UNKNOWN_STAT))  # not even its stat may be read
         kids: list[list[str] | None] = []
-        for a in ca:
+        for p, a in zip(children, ca):
             try:
                 kids.append(sorted(a.get(timeout=WAIT_S)))
             except NoNodeError:
                 kids.append(None)
-        return got, kids
+        return got, kids  # a container we may not list (NoAuth) raises: nothing could be read at all
 
     @staticmethod
     def _decode(cls: type, res: Any, path: str) -> tuple[Any, str | None]:

@@ -51,6 +51,7 @@ class TaskOperations:
             seen.add(s.id)
         notes = list(self._validate_declarative(specs))
         payloads = [(s, s.encode()) for s in specs]  # SpecError for an oversized spec
+        self._check_group_payloads(specs)
         lay = self.layout
         ids = [s.id for s in specs]
         stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
@@ -90,6 +91,39 @@ class TaskOperations:
             done = f"; created {', '.join(created)}" if created else "; nothing was created"
             raise AdminError("; ".join(what) + done)
         return CreateResult(False, tuple(ids), as_json, tuple(notes), len(batches))
+
+    def _check_group_payloads(self, specs: Sequence[TaskSpec]) -> None:
+        """Refuse specs that would make a group's protocol payloads too large for ZooKeeper (a group whose
+        join result cannot be written cannot be scheduled at all): the group's tasks as they are plus the
+        new ones, measured as the join result of a loaded rebalance, against ``GROUP_PAYLOAD_BUDGET``."""
+        from controller.zkio import multi_read
+
+        groups = {s.group for s in specs}
+        new_ids = {s.id for s in specs}
+        lay = self.layout
+        try:
+            existing = [t for t in self.client.get_children(lay.tasks) if t not in new_ids]
+        except NoNodeError:
+            existing = []
+        by_group: dict[str, list[codecs.TaskDescriptor]] = {g: [] for g in groups}
+        for t, res in zip(existing, multi_read(self.client, [lay.task(t) for t in existing])):
+            if res is None:
+                continue
+            try:
+                spec = decode_task(res[0], lay.task(t))
+            except (PayloadError, SpecError):
+                continue  # a malformed spec is the controller's to report; it is not scheduled
+            if spec.group in by_group:
+                by_group[spec.group].append(spec.descriptor())
+        for s in specs:
+            by_group[s.group].append(s.descriptor())
+        for g, tasks in sorted(by_group.items()):
+            size = codecs.group_payload_bytes(tasks)
+            if size > codecs.GROUP_PAYLOAD_BUDGET:
+                raise SpecError(f"group {g!r} would hold {len(tasks)} tasks whose rebalance payload is about {size:,} "
+                                f"bytes, over the {codecs.GROUP_PAYLOAD_BUDGET:,}-byte limit (ZooKeeper keeps each znode "
+                                "under 1 MiB); use shorter task ids or fewer pinned brokers, or put the tasks in "
+                                "several groups; nothing was created")
 
     def _validate_declarative(self, specs: Sequence[TaskSpec]) -> list[str]:
         decl = [s for s in specs if isinstance(s.pipeline, DeclarativePipeline)]

@@ -82,6 +82,9 @@ class ControllerContext:
     invalid_tasks: dict[str, str] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     deletable: dict[str, float] = field(default_factory=dict)  # requested, owner gone -> since (clock time)
+    # deletions that failed with no owner in the way (a stray child, no right to delete it): task ->
+    # (failures so far, clock time of the next attempt), so a retry backs off instead of spinning
+    deletion_retry: dict[str, tuple[int, float]] = field(default_factory=dict)
     groups: dict[str, GroupCoordinator] = field(default_factory=dict)
     members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
     invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)

@@ -223,7 +223,10 @@ class StateLoad:
                 except PayloadError as exc:
                     log.warning("group %s: %s; rebuilding it", g, exc)
             coord = self._new_coordinator(g)
-            self._apply(g, coord.load(info, ctx.members[g], ctx.group_tasks(g), assignments[g]))
+            try:
+                self._apply(g, coord.load(info, ctx.members[g], ctx.group_tasks(g), assignments[g]))
+            except PayloadError as exc:  # one group that cannot be written must not stop the activation
+                log.error("group %s cannot be scheduled: %s", g, exc)
         self._write_invalid_statuses(ctx.invalid_tasks)
         log.info("controller %s loaded %d brokers, %d tasks, %d groups in %.3fs", self.id, len(ctx.brokers),
                  len(ctx.tasks), len(names), load_s)

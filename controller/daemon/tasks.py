@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType
 
 from controller import codecs
@@ -19,7 +20,7 @@ from controller.daemon.context import ControllerContext
 from controller.daemon.loading import _TaskWatch
 from controller.layout import InvalidName
 from controller.taskspec import decode_task
-from controller.zkio import exists_many, get_many
+from controller.zkio import WriteFailed, exists_many, get_many
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ DELETE_BATCH_TASKS = 500
 
 
 DELETE_LINGER_S = 0.5
+# A deletion held up by something other than an owner (a stray child znode) is retried with this backoff.
+DELETE_RETRY_BASE_S = 0.5
+DELETE_RETRY_MAX_S = 30.0
 
 
 class _DeletionWatch:
@@ -209,34 +213,77 @@ class Tasks:
         self._flush_deletions()
 
     def _deletion_deadline(self) -> float | None:
-        return min(self.ctx.deletable.values()) + DELETE_LINGER_S if self.ctx and self.ctx.deletable else None
+        """When the next batch of deletions is due: the linger of the oldest deletable task, or the next
+        retry of one that failed (backing off), whichever is first."""
+        if not self.ctx or not self.ctx.deletable:
+            return None
+        retry = self.ctx.deletion_retry
+        return min(max(since + DELETE_LINGER_S, retry[t][1] if t in retry else 0.0)
+                   for t, since in self.ctx.deletable.items())
 
     def _flush_deletions(self) -> None:
         """Delete the tasks whose owner is gone, with their statuses and requests: a task, its status and
         its request go in the same fenced multi, and the statuses to delete come from one listing."""
         ctx, lay = self.ctx, self.layout
-        if not ctx.deletable:
-            return
+        now = self.clock.now()
+        ready = {t: since for t, since in ctx.deletable.items()
+                 if t not in ctx.deletion_retry or ctx.deletion_retry[t][1] <= now}
+        if not ready:
+            return  # only retries backing off: the timer brings us back
         still_owned = ctx.deleting - ctx.deletable.keys()
-        if still_owned and len(ctx.deletable) < DELETE_BATCH_TASKS and self.clock.now() < self._deletion_deadline():
+        if still_owned and len(ready) < DELETE_BATCH_TASKS and now < min(ready.values()) + DELETE_LINGER_S:
             return  # more releases are on their way: delete them together
-        done = sorted(ctx.deletable)
+        done = sorted(ready)
         statuses = set(self.zk.get_children(lay.statuses))
         groups = [[lay.task(t)] + ([lay.status(t)] if t in statuses else []) + [lay.admin_delete_task(t)] for t in done]
         present = {p for t, g in zip(done, groups) for p in g[1:]}  # the listings say so
         present |= {lay.task(t) for t in done if t in ctx.tasks or t in ctx.invalid_tasks}
         blocked = {done[i] for i in self._write(lambda: self.writer.delete_groups(groups, present))}
+        owned, stuck = self._why_blocked(sorted(blocked))
         for t in done:
+            if t in stuck:
+                continue  # stays deletable, retried after its backoff
             ctx.deletable.pop(t, None)
+            ctx.deletion_retry.pop(t, None)
             if t not in blocked:
                 ctx.tasks.pop(t, None)
                 ctx.invalid_tasks.pop(t, None)
                 ctx.deleting.discard(t)
-        if blocked:  # an owner came back meanwhile: wait for it again
-            self._deletion_watcher().recheck(blocked)
+        if owned:  # an owner came back meanwhile: wait for it again
+            self._deletion_watcher().recheck(owned)
         self.metrics.tasks.set(len(ctx.tasks))
         self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
         log.info("deleted %d tasks %s", len(done) - len(blocked), done[:10])
+
+    def _why_blocked(self, blocked: list[str]) -> tuple[set[str], set[str]]:
+        """Tasks whose deletion found children: those with an ``owner`` again (wait for its release), and
+        those held up by anything else (a stray znode someone created under the task). A stray child is
+        deleted with its subtree (bounded), and the task retried with exponential backoff, so a child we
+        may not delete costs a retry every few seconds at most, never a busy loop."""
+        ctx, lay = self.ctx, self.layout
+        owned: set[str] = set()
+        stuck: set[str] = set()
+        for t in blocked:
+            try:
+                children = self.zk.get_children(lay.task(t))
+            except NoNodeError:
+                continue  # gone after all: the next look finds nothing to do
+            if "owner" in children:
+                owned.add(t)
+                continue
+            failures = ctx.deletion_retry.get(t, (0, 0.0))[0] + 1
+            delay = min(DELETE_RETRY_MAX_S, DELETE_RETRY_BASE_S * 2 ** (failures - 1))
+            ctx.deletion_retry[t] = (failures, self.clock.now() + delay)
+            stuck.add(t)
+            for child in children:
+                path = f"{lay.task(t)}/{child}"
+                try:
+                    self._write(lambda path=path: self.writer.delete_tree(path))
+                    log.warning("deleting task %s: removed %s, a znode that is not ours", t, path)
+                except (KazooException, WriteFailed) as exc:
+                    log.warning("deleting task %s: cannot remove %s (%s); retrying in %.1fs", t, path,
+                                type(exc).__name__, delay)
+        return owned, stuck
 
     def on_statuses_change(self, token: int) -> None:
         """Delete statuses of tasks that no longer exist: a worker's status write for a task it was letting
