@@ -26,16 +26,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, Id, Permissions
 
-from broker_sim.worker import RegistrationConflict, Worker, WorkerConfig
+from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
 from controller import codecs
-from controller.admin import AdminClient, AdminError, wait_for
+from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.layout import InvalidName, ZkLayout
 from controller.security import SecurityError, digest_id
 from controller.taskspec import SpecError, TaskSpec, parse_spec
-from controller.zkclient import ZkSettings, make_client
+from controller.zkclient import ZkSettings
 from tests.test_security import CREDS, PASSWORDS, secured  # noqa: F401 - the fixture, shared
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
@@ -194,7 +194,7 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
 
 
 # ---- 4. ACLs: brokers hold no ADMIN; admin reads go on --------------------------------------------
-def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):
+def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):  # noqa: F811
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
     admin.create_tasks([TaskSpec(id="t0"), TaskSpec(id="t1")])
