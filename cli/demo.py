@@ -10,13 +10,11 @@ with simulated tasks, checked for double ownership instead of records.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
+import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +48,7 @@ class Demo:
     server: ZooKeeperServer | None = None
     t0: float = field(default_factory=time.monotonic)
     killed: dict[str, float] = field(default_factory=dict)
+    api_port: int = 8083
 
     # ---- processes --------------------------------------------------------------------------------
     def _zkctl(self, name: str, *args: str) -> subprocess.Popen:
@@ -71,7 +70,7 @@ class Demo:
     def stop_all(self) -> None:
         """Brokers first (SIGTERM = controlled shutdown, which needs a live controller), then the
         controllers, then ZooKeeper; anything that does not exit in time is killed, always by pid."""
-        for kind in ("broker", "ctl"):
+        for kind in ("broker", "ctl", "api"):
             group = {n: p for n, p in self.procs.items() if n.startswith(kind) and p.poll() is None}
             for proc in group.values():
                 proc.send_signal(signal.SIGTERM)
@@ -86,7 +85,10 @@ class Demo:
             self.server.stop()
 
     def say(self, msg: str) -> None:
-        self.echo(f"[{time.monotonic() - self.t0:6.1f}s] {msg}")
+        try:
+            self.echo(f"[{time.monotonic() - self.t0:6.1f}s] {msg}")
+        except OSError:  # the reader went away (``| head``): carry on silently, and still stop everything
+            self.echo = lambda _text: None
 
     # ---- the cluster's view -----------------------------------------------------------------------
     def view(self, client: Any, layout: ZkLayout, tasks: list[str]) -> dict[str, Any]:
@@ -120,6 +122,10 @@ class Demo:
         self.server = ZooKeeperServer(data_dir=self.state_dir / "zookeeper", port=free_port())
         self.server.start()
         self.say(f"embedded ZooKeeper on {self.server.address} (pid {self.server.read_pid()})")
+        port = _port_or_free(self.api_port)
+        self._zkctl("api", "api", "run", "--port", str(port))
+        self.say(f"web console: http://127.0.0.1:{port}/  (API http://127.0.0.1:{port}/api/v1, live; open it to watch "
+                 "the kills and the moves)")
         settings = ZkSettings(hosts=self.server.address, root=self.root, session_timeout_s=SESSION_S)
         layout = ZkLayout(self.root)
         client = make_client(settings)
@@ -298,17 +304,30 @@ class Demo:
         return ok
 
 
+def _port_or_free(port: int) -> int:
+    """``port`` if nothing listens on it on loopback, else any free port."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            return free_port()
+
+
 @click.command("demo")
 @click.option("--runner", type=click.Choice(["spark", "noop"]), default="spark", show_default=True,
               help="noop: simulated tasks, a fast version")
 @click.option("--records", type=click.IntRange(1, 10_000_000), default=3000, show_default=True,
               help="records per pipeline (spark)")
 @click.option("--rate", type=click.FloatRange(1, 1e6), default=150.0, show_default=True, help="records/s per pipeline")
+@click.option("--api-port", type=click.IntRange(1, 65535), default=8083, show_default=True,
+              help="port of the web console and API (another free port if it is taken)")
 @click.pass_obj
-def demo(ctx: Any, runner: str, records: int, rate: float) -> None:
-    """The whole product on one machine: ZooKeeper, 2 controllers, 3 brokers, 4 pipelines, faults, a check."""
+def demo(ctx: Any, runner: str, records: int, rate: float, api_port: int) -> None:
+    """The whole product on one machine: ZooKeeper, 2 controllers, 3 brokers, 4 pipelines, faults, a check,
+    and the web console to watch it live."""
     state = Path(ctx.state_dir) / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    d = Demo(state_dir=state, runner=runner, records=records, rate=rate)
+    d = Demo(state_dir=state, runner=runner, records=records, rate=rate, api_port=api_port)
     previous = signal.getsignal(signal.SIGINT)
     try:
         code = d.run()

@@ -104,7 +104,8 @@ def test_reads_are_pipelined_whatever_the_number_of_tasks(zk, layout):
     admin.brokers()
     assert len(rows) == 60 and status.tasks["total"] == 60 and status.tasks["unowned"] == 60
     assert sum(counting.sync.values()) == 0, counting.sync
-    assert counting.asynchronous["get_async"] >= 3 * 60
+    # the bulk (3 znodes per task) goes in multiRead requests: far fewer requests than znodes
+    assert counting.asynchronous["get_async"] < 60, counting.asynchronous
 
 
 def test_pause_resume_restart_are_conditional_writes(zk, zk_settings, layout):

@@ -14,7 +14,14 @@ Front ends only parse and print; this package talks to ZooKeeper through the lay
 from kazoo.exceptions import NodeExistsError, NotEmptyError
 
 from controller.admin.client import AdminClient
-from controller.admin.common import WAIT_S, AdminError, ensure_layout, wait_for
+from controller.admin.common import (
+    WAIT_S,
+    AdminError,
+    Conflict,
+    NotFound,
+    ensure_layout,
+    wait_for,
+)
 from controller.admin.declarative import (
     DECLARATIVE_VALIDATOR,
     load_declarative_validator,
@@ -35,7 +42,7 @@ from controller.admin.views import (
     to_dict,
 )
 
-__all__ = ["AdminError", "ensure_layout", "payload_decoder", "ZkInspector", "ZnodeView", "walk", "wait_for",
+__all__ = ["AdminError", "NotFound", "Conflict", "ensure_layout", "payload_decoder", "ZkInspector", "ZnodeView", "walk", "wait_for",
            "AdminClient", "CreateResult", "TaskRow", "TaskDescription", "TaskChange", "AdminRequest", "BrokerView",
            "GroupSummary", "MemberView", "GroupDescription", "ClusterStatus", "ClusterEvent", "to_dict",
            "load_declarative_validator", "NodeExistsError", "NotEmptyError", "WAIT_S", "DECLARATIVE_VALIDATOR"]

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Sequence
 from kazoo.protocol.states import ZnodeStat
 
 from controller import codecs
-from controller.admin.common import AdminError
+from controller.admin.common import NotFound
 from controller.admin.views import (
     AdminRequest,
     BrokerView,
@@ -127,7 +127,7 @@ class ClusterOperations:
         if group is not None:
             lay.group(group)  # InvalidName for a malformed name
             if group not in groups:
-                raise AdminError(f"unknown group {group!r} (groups: {', '.join(groups) or 'none'})")
+                raise NotFound(f"unknown group {group!r} (groups: {', '.join(groups) or 'none'})")
             groups = [group]
         n = len(tasks)
         got, kids = self._wave([lay.task_owner(t) for t in tasks] + [lay.task(t) for t in tasks]
@@ -185,7 +185,7 @@ class ClusterOperations:
         if group is not None:
             lay.group(group)
             if group not in groups:
-                raise AdminError(f"unknown group {group!r} (groups: {', '.join(groups) or 'none'})")
+                raise NotFound(f"unknown group {group!r} (groups: {', '.join(groups) or 'none'})")
         targets = [group] if group else groups
         before = {s.group: s for s in self._summaries(targets)}
         path = self.client.create(lay.admin_rebalance_request_prefix,
@@ -214,7 +214,7 @@ class ClusterOperations:
         lay = self.layout
         if self.client.exists(lay.broker(broker_id)) is None:
             live = self._live_brokers()
-            raise AdminError(f"unknown broker {broker_id!r} (live brokers: {', '.join(live) or 'none'})")
+            raise NotFound(f"unknown broker {broker_id!r} (live brokers: {', '.join(live) or 'none'})")
         path = lay.admin_controlled_shutdown_of(broker_id)
         already = self._file_request(path, codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time()))
         done = None
@@ -229,14 +229,18 @@ class ClusterOperations:
         return AdminRequest("controlled_shutdown", broker_id, path, already, done, self._controller_note())
 
     # ---- watch ------------------------------------------------------------------------------------
-    def watch(self, duration: float | None = None, max_events: int | None = None) -> Iterator[ClusterEvent]:
+    def watch(self, duration: float | None = None, max_events: int | None = None,
+              idle_s: float | None = None) -> Iterator[ClusterEvent | None]:
         """Yield cluster events as ZooKeeper watches report them: controller changes, brokers joining,
         leaving or bouncing, group state/generation changes, tasks created/deleted/paused/resumed and task
         owner moves. The first event (kind ``watching``) summarises the state watched from. Bounded by
-        ``duration`` seconds and ``max_events`` (the ``watching`` event not counted); None = unbounded."""
+        ``duration`` seconds and ``max_events`` (the ``watching`` event not counted); None = unbounded.
+        With ``idle_s``, yields None after that long without an event (a stream's keep-alive, which is
+        also how a server notices a reader that went away)."""
         w = _ClusterWatch(self)
         deadline = None if duration is None else time.monotonic() + duration
         count = 0
+        last = time.monotonic()
         try:
             yield w.start()
             while max_events is None or count < max_events:
@@ -246,7 +250,11 @@ class ClusterOperations:
                 try:
                     key = w.queue.get(timeout=0.5 if remaining is None else min(remaining, 0.5))
                 except queue.Empty:
+                    if idle_s is not None and time.monotonic() - last >= idle_s:
+                        last = time.monotonic()
+                        yield None
                     continue
+                last = time.monotonic()
                 keys = [key]
                 while True:
                     try:

@@ -14,6 +14,15 @@ class AdminError(RuntimeError):
     """An operator request that cannot be carried out (unknown task, no such broker, ...)."""
 
 
+class NotFound(AdminError):
+    """The task, broker, group or znode named does not exist (HTTP 404)."""
+
+
+class Conflict(AdminError):
+    """The request clashes with the cluster's state: an id that exists, a task being deleted, a broker of
+    another group (HTTP 409)."""
+
+
 def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
     """Create the persistent containers of the layout (idempotent, one pipelined batch)."""
     client.ensure_path(layout.root)

@@ -11,7 +11,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from controller import codecs
-from controller.admin.common import AdminError
+from controller.admin.common import NotFound
 from controller.codecs import PayloadError
 from controller.layout import ZkLayout
 from controller.taskspec import decode_task
@@ -100,7 +100,7 @@ class ZkInspector:
         try:
             data, stat = self.client.get(path)
         except NoNodeError:
-            raise AdminError(f"no znode at {path}") from None
+            raise NotFound(f"no znode at {path}") from None
         decoder = payload_decoder(self.layout, path)
         decoded: Any = None
         error = None
@@ -119,7 +119,7 @@ def walk(client: KazooClient, path: str, max_depth: int = 32, max_nodes: int = 1
     """Pre-order listing of the subtree at ``path``: (depth, path, stat), bounded in depth and size."""
     stat = client.exists(path)
     if stat is None:
-        raise AdminError(f"no znode at {path}")
+        raise NotFound(f"no znode at {path}")
     out: list[tuple[int, str, ZnodeStat]] = []
 
     def visit(depth: int, node: str, node_stat: ZnodeStat) -> None:

@@ -14,7 +14,13 @@ from kazoo.exceptions import (
 )
 
 from controller import codecs
-from controller.admin.common import WAIT_S, AdminError, ensure_layout
+from controller.admin.common import (
+    WAIT_S,
+    AdminError,
+    Conflict,
+    NotFound,
+    ensure_layout,
+)
 from controller.admin.declarative import (
     DECLARATIVE_VALIDATOR,
     _run_validator,
@@ -57,7 +63,7 @@ class TaskOperations:
         stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
         existing = [t for t, st in zip(ids, stats[: len(ids)]) if st is not None]
         if existing:
-            raise AdminError(f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
+            raise Conflict(f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
                              f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created")
         stale = [t for t, st in zip(ids, stats[len(ids):]) if st is not None]
         ops = [Create(lay.task(s.id), data) for s, data in payloads] + [Delete(lay.status(t)) for t in stale]
@@ -166,7 +172,10 @@ class TaskOperations:
                     owner=owner.broker if owner else None, owner_generation=owner.generation if owner else None,
                     status=status.state if status else None, status_broker=status.broker if status else None,
                     status_stale=_stale(status, owner),
-                    error=(status.error if status else None) or status_err, deleting=t in deleting_set)
+                    error=(status.error if status else None) or status_err, deleting=t in deleting_set,
+                    owner_since=owner_res[1].ctime / 1000.0 if owner and owner_res[1].ctime else None,
+                    metrics=dict(status.metrics) if status and status.broker == (owner.broker if owner else None)
+                    else {})
             rows.append(row)
         return rows
 
@@ -176,7 +185,7 @@ class TaskOperations:
                  lay.admin_reassign_of(task_id)]
         spec_res, owner_res, status_res, delete_res, reassign_res = self._wave(paths)[0]
         if spec_res is None:
-            raise AdminError(f"unknown task {task_id!r}")
+            raise NotFound(f"unknown task {task_id!r}")
         spec_dict, invalid = None, None
         try:
             spec_dict = decode_task(spec_res[0], paths[0]).model_dump(mode="json", by_alias=True)
@@ -209,7 +218,7 @@ class TaskOperations:
         """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it."""
         lay = self.layout
         if self.client.exists(lay.task(task_id)) is None:
-            raise AdminError(f"unknown task {task_id!r}")
+            raise NotFound(f"unknown task {task_id!r}")
         path = lay.admin_delete_task(task_id)
         already = self._file_request(path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
         done = None
@@ -233,7 +242,7 @@ class TaskOperations:
         for _ in range(self.retries):
             spec, stat, deleting = self._read_spec(task_id)
             if deleting:
-                raise AdminError(f"task {task_id!r} is being deleted")
+                raise Conflict(f"task {task_id!r} is being deleted")
             new = change(spec)
             if new is None:
                 return TaskChange(task_id, action, False, spec.state, spec.restart_nonce, stat.version)
@@ -242,7 +251,7 @@ class TaskOperations:
             except BadVersionError:
                 continue
             except NoNodeError:
-                raise AdminError(f"unknown task {task_id!r}") from None
+                raise NotFound(f"unknown task {task_id!r}") from None
             return TaskChange(task_id, action, True, new.state, new.restart_nonce, new_stat.version)
         raise AdminError(f"task {task_id!r}: its spec kept changing during the {action}; try again")
 
@@ -253,16 +262,16 @@ class TaskOperations:
         broker_res, owner_res = self._wave([lay.broker(to), lay.task_owner(task_id)])[0]
         if broker_res is None:
             live = self._live_brokers()
-            raise AdminError(f"broker {to!r} is not live (live brokers: {', '.join(live) or 'none'})")
+            raise NotFound(f"broker {to!r} is not live (live brokers: {', '.join(live) or 'none'})")
         broker, err = self._decode(codecs.BrokerInfo, broker_res, lay.broker(to))
         if broker is None:
             raise AdminError(f"broker {to!r}: {err}")
         if broker.group != spec.group:
-            raise AdminError(f"broker {to!r} is in group {broker.group!r}, task {task_id!r} in group {spec.group!r}")
+            raise Conflict(f"broker {to!r} is in group {broker.group!r}, task {task_id!r} in group {spec.group!r}")
         if spec.state != "RUNNING":
-            raise AdminError(f"task {task_id!r} is {spec.state}; resume it first")
+            raise Conflict(f"task {task_id!r} is {spec.state}; resume it first")
         if deleting:
-            raise AdminError(f"task {task_id!r} is being deleted")
+            raise Conflict(f"task {task_id!r} is being deleted")
         owner, _ = self._decode(codecs.OwnerInfo, owner_res, lay.task_owner(task_id))
         path = lay.admin_reassign_of(task_id)
         data = codecs.encode(codecs.ReassignRequest(task_id=task_id, to=to))

@@ -39,6 +39,8 @@ class TaskRow:
     error: str | None = None
     deleting: bool = False
     invalid: str | None = None        # why the spec cannot be decoded
+    owner_since: float | None = None  # when the current owner took it (its owner znode's ctime): the last move
+    metrics: dict[str, Any] = field(default_factory=dict)  # what the owner's runner reports (rows, rates, ...)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,129 @@
+"""B9 the HTTP API and the console at scale: ``GET /api/v1/tasks`` latency and the console's first paint
+(in a real headless Chromium) at 1,000 and 10,000 tasks, each task with an owner and a status, through a
+real ``zkctl api run`` process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from benchmarks.common import REPO, Bench, median, table, target, zookeeper
+from controller import codecs
+from controller.admin import AdminClient, ensure_layout
+from controller.layout import ZkLayout
+from controller.taskspec import TaskSpec
+from controller.zkclient import ZkSettings, make_client
+from controller.zkio import Create, FencedWriter
+from controller.zkserver import free_port
+
+NAME = "b9_api"
+TITLE = "B9 the HTTP API and the console at 1,000 and 10,000 tasks"
+
+
+def _populate(client: Any, layout: ZkLayout, n: int) -> None:
+    """``n`` tasks, each owned by one of 20 brokers and with a RUNNING status (as a loaded cluster reads)."""
+    AdminClient(client, layout).create_tasks([TaskSpec(id=f"task-{i:06d}") for i in range(n)])
+    ops = []
+    for i in range(n):
+        t, b = f"task-{i:06d}", f"broker-{i % 20:02d}"
+        ops.append(Create(layout.task_owner(t), codecs.encode(codecs.OwnerInfo(broker=b, generation=1))))
+        ops.append(Create(layout.status(t), codecs.encode(codecs.TaskStatus(
+            broker=b, state="RUNNING", generation=1, updated=time.time(), metrics={"rows": i, "processed_rows_per_s": 1.5}))))
+    FencedWriter(client, None).write(ops)
+
+
+def _get(url: str) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=120) as r:
+        size = len(r.read())
+    return time.perf_counter() - t0, size
+
+
+def _first_paint(url: str, rounds: int) -> list[float] | str:
+    from tests.browser_support import chromium, missing, quit_browser
+
+    why = missing()
+    if why:
+        return why
+    out = []
+    driver = chromium()
+    try:
+        for _ in range(rounds):
+            driver.get("about:blank")
+            driver.get(url)
+            deadline = time.monotonic() + 120
+            while not driver.execute_script("return document.body && document.body.dataset.ready === '1'"):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the console did not paint within 120 s")
+                time.sleep(0.02)
+            out.append(driver.execute_script("return window.zkcFirstPaint") / 1000.0)
+    finally:
+        quit_browser(driver)
+    return out
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    sizes = (1000, 10_000)
+    rounds = 3 if bench.quick else 7
+    rows: list[list[Any]] = []
+    results: dict[str, Any] = {}
+    with zookeeper(heap_mb=512, name="b9") as zk:
+        for n in sizes:
+            root = f"/b9-{n}"
+            layout = ZkLayout(root)
+            client = make_client(ZkSettings(hosts=zk.address, root=root))
+            port = free_port()
+            proc = None
+            try:
+                ensure_layout(client, layout)
+                _populate(client, layout, n)
+                env = {"ZKC_ZK": zk.address, "ZKC_ROOT": root, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+                proc = subprocess.Popen([sys.executable, "-m", "cli.main", "api", "run", "--port", str(port)],
+                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+                base = f"http://127.0.0.1:{port}"
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        _get(base + "/healthz")
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline or proc.poll() is not None:
+                            raise RuntimeError("the API server did not start")
+                        time.sleep(0.2)
+                _get(base + "/api/v1/tasks")  # warm-up
+                lat, size = [], 0
+                for _ in range(rounds):
+                    dt, size = _get(base + "/api/v1/tasks")
+                    lat.append(dt)
+                paint = _first_paint(base + "/", rounds)
+                paint_med = median(paint) if isinstance(paint, list) else None
+                bench.log(f"{n:,} tasks: GET /api/v1/tasks p50 {median(lat) * 1000:.0f} ms ({size / 1e6:.1f} MB); "
+                          f"first paint " + (f"{paint_med:.2f} s" if paint_med is not None else f"not measured ({paint})"))
+                results[str(n)] = {"get_tasks_s": lat, "get_tasks_p50_s": median(lat), "bytes": size,
+                                   "first_paint_s": paint if isinstance(paint, list) else None,
+                                   "first_paint_p50_s": paint_med, "browser": None if isinstance(paint, list) else paint}
+                rows.append([n, median(lat), max(lat), round(size / 1e6, 2), paint_med])
+            finally:
+                if proc is not None:
+                    proc.terminate()
+                    try:
+                        proc.wait(15)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(5)
+                client.stop()
+                client.close()
+    headers = ["tasks", "GET /tasks p50 s", "max s", "MB", "console first paint p50 s"]
+    print(table(headers, rows))
+    targets = [target(f"B9 GET /api/v1/tasks at {n:,} tasks (p50)", f"{results[str(n)]['get_tasks_p50_s'] * 1000:.0f} ms",
+                      "(measure)", None) for n in sizes]
+    targets += [target(f"B9 console first paint at {n:,} tasks (p50)",
+                       f"{results[str(n)]['first_paint_p50_s']:.2f} s" if results[str(n)]["first_paint_p50_s"] else "-",
+                       "(measure)", None) for n in sizes]
+    doc = {"sizes": list(sizes), "rounds": rounds, "results": results, "table": {"headers": headers, "rows": rows},
+           "targets": targets}
+    bench.write(NAME, doc)
+    return doc

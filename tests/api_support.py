@@ -1,0 +1,137 @@
+"""A small real cluster for the HTTP API and console tests: ``zkctl controller run``, no-op
+``zkctl broker run`` processes and ``zkctl api run``, on the test's ZooKeeper root, each stopped by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.zkserver import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+ZKCTL = [sys.executable, "-m", "cli.main"]
+TOKEN = "test-admin-token-8f2c"
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+
+@dataclass
+class ApiCluster:
+    env: dict[str, str]
+    logs: Path
+    port: int = 0
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, name: str, *args: str) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.procs[name] = subprocess.Popen(ZKCTL + list(args), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                cwd=REPO)
+        finally:
+            log.close()
+        return self.procs[name]
+
+    def start_broker(self, broker_id: str) -> subprocess.Popen:
+        return self.start(broker_id, "broker", "run", "--id", broker_id, "--runner", "noop", "--session-timeout", "4")
+
+    def kill(self, name: str) -> None:
+        p = self.procs[name]
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+        p.wait(10)
+
+    def stop(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = TOKEN,
+                timeout: float = 60) -> Reply:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
+                return Reply(r.status, json.loads(raw) if raw else None, {k.lower(): v for k, v in r.headers.items()})
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return Reply(exc.code, json.loads(raw) if raw else None, {k.lower(): v for k, v in exc.headers.items()})
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def start_cluster(env: dict[str, str], logs: Path, brokers: tuple[str, ...] = ("b1", "b2"),
+                  token: str | None = TOKEN) -> ApiCluster:
+    """Controller, brokers and the API server as processes; returns once the API answers and every broker
+    is registered. The caller stops it (``ApiCluster.stop``) in a finally."""
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**env, "PYTHONPATH": str(REPO), "ZKC_TEST_TOKEN": token or ""}
+    cluster = ApiCluster(env=env, logs=logs, port=free_port())
+    try:
+        cluster.start("controller", "controller", "run", "--id", "c1", "--rebalance-timeout", "5", "--session-timeout", "4")
+        for b in brokers:
+            cluster.start_broker(b)
+        args = ["api", "run", "--port", str(cluster.port)] + (["--admin-token", "env:ZKC_TEST_TOKEN"] if token else [])
+        cluster.start("api", *args)
+
+        def ready() -> bool:
+            for name, p in cluster.procs.items():
+                if p.poll() is not None:
+                    raise AssertionError(f"{name} exited with {p.returncode}:\n{cluster.log(name)[-3000:]}")
+            try:
+                r = cluster.request("GET", "/api/v1/brokers", timeout=5)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+            return r.status == 200 and {b["broker_id"] for b in r.body} >= set(brokers)
+
+        wait_until(ready, 60, "the API to answer with every broker registered", interval=0.25)
+        return cluster
+    except BaseException:
+        cluster.stop()
+        raise
+
+
+def os_environ_without_auth() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("ZKC_AUTH", "ZKC_AUTH_FILE")}
