@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -81,10 +82,40 @@ def _server(ctx: Ctx, port: int | None, data_dir: Path | None) -> ZooKeeperServe
 @zk.command("start")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="client port [2181]")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="data dir [STATE_DIR/zookeeper]")
+@click.option("--foreground", is_flag=True, help="run in this process (containers, supervisors) instead of detached")
+@click.option("--server-id", type=click.IntRange(1, 255), envvar="ZKC_ZK_SERVER_ID", default=None,
+              help="this server's id in an ensemble (env ZKC_ZK_SERVER_ID)")
+@click.option("--ensemble", envvar="ZKC_ZK_ENSEMBLE", default=None, metavar="ID=HOST:CLIENT:QUORUM:ELECTION,...",
+              help="every member of the ensemble (env ZKC_ZK_ENSEMBLE); needs --server-id")
 @pass_ctx
-def zk_start(ctx: Ctx, port: int | None, data_dir: Path | None) -> None:
-    """Start a standalone ZooKeeper (detached) and wait until it answers."""
+def zk_start(ctx: Ctx, port: int | None, data_dir: Path | None, foreground: bool, server_id: int | None,
+             ensemble: str | None) -> None:
+    """Start a ZooKeeper server from the jars inside pyspark: standalone, or one member of an ensemble;
+    detached (waits until it answers) or, with --foreground, in this process."""
+    from controller.zkserver import parse_ensemble
+
     server = _server(ctx, port, data_dir)
+    if ensemble is not None or server_id is not None:
+        if ensemble is None or server_id is None:
+            raise click.UsageError("--ensemble and --server-id go together")
+        try:
+            peers, hosts = parse_ensemble(ensemble)
+        except ZooKeeperSetupError as exc:
+            raise click.BadParameter(str(exc), param_hint="--ensemble") from None
+        if server_id not in peers:
+            raise click.BadParameter(f"server id {server_id} is not in the ensemble", param_hint="--server-id")
+        server.server_id, server.peers, server.peer_hosts = server_id, peers, hosts
+        server.port = peers[server_id][0]
+        server.host = "127.0.0.1" if all(h in ("127.0.0.1", "localhost") for h in hosts.values()) else hosts[server_id]
+    if foreground:
+        try:
+            cmd = server.command()
+        except ZooKeeperSetupError as exc:
+            raise UserError(str(exc)) from None
+        click.echo(f"ZooKeeper {'server ' + str(server.server_id) + ' of ' + str(len(server.peers)) if server.peers else 'standalone'}"
+                   f" on port {server.port}, data in {server.data_dir} (foreground)")
+        sys.stdout.flush()
+        os.execv(cmd[0], cmd)  # the JVM takes this process's place: signals from the supervisor reach it
     try:
         pid = server.start()
     except ZooKeeperSetupError as exc:
@@ -224,7 +255,8 @@ def _register() -> None:
         cli.add_command(command)
     cli.lazy["demo"] = _demo_command
     for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim"),
-                                      ("cli.security_cmd", "security"), ("cli.api", "api")):
+                                      ("cli.security_cmd", "security"), ("cli.api", "api"),
+                                      ("cli.containers", "cluster"), ("cli.containers", "health")):
         if command_name not in cli.lazy and importlib.util.find_spec(module_name) is not None:
             cli.lazy[command_name] = lambda m=module_name, c=command_name: _optional(m, c)
 

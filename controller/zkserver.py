@@ -111,6 +111,7 @@ class ZooKeeperServer:
     server_id: int | None = None
     peers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     extra_config: dict[str, str] = field(default_factory=dict)
+    peer_hosts: dict[int, str] = field(default_factory=dict)  # server id -> host, where not ``host`` (containers)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -143,7 +144,10 @@ class ZooKeeperServer:
         if self.peers:
             lines += ["initLimit=10", "syncLimit=5", "standaloneEnabled=false", "reconfigEnabled=false"]
             for sid, (client, quorum, election) in sorted(self.peers.items()):
-                lines.append(f"server.{sid}={self.host}:{quorum}:{election};{self.host}:{client}")
+                host = self.peer_hosts.get(sid, self.host)
+                # our own client port on every address when the members are other hosts (containers)
+                client_host = "0.0.0.0" if sid == self.server_id and host not in ("127.0.0.1", "localhost") else host
+                lines.append(f"server.{sid}={host}:{quorum}:{election};{client_host}:{client}")
         else:
             lines += [f"clientPort={self.port}", f"clientPortAddress={self.host}"]
         lines += [f"{k}={v}" for k, v in self.extra_config.items()]
@@ -177,6 +181,13 @@ class ZooKeeperServer:
 
     def is_serving(self) -> bool:
         return four_letter_word(self.host, self.port, "ruok") == "imok"
+
+    def command(self) -> list[str]:
+        """The java command line of this server (its config written first)."""
+        cfg = self.write_config()
+        return [find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+                "-Dzookeeper.log.dir=" + str(self.data_dir.resolve()), "-Dzookeeper.admin.enableServer=false",
+                "-cp", zookeeper_classpath(), MAIN_CLASS, str(cfg.resolve())]
 
     def start(self, wait: bool = True, timeout: float = 60.0) -> int:
         """Start the server detached and (by default) wait until it serves; return its pid."""
@@ -297,3 +308,19 @@ def start_ensemble(servers: list[ZooKeeperServer], timeout: float = 90.0) -> Non
     assert all(procs)
     for s in servers:
         s.wait_until_serving(timeout)
+
+
+def parse_ensemble(spec: str) -> tuple[dict[int, tuple[int, int, int]], dict[int, str]]:
+    """``1=host:client:quorum:election,2=...`` (what a container of an ensemble is told) -> (peers, hosts)."""
+    peers: dict[int, tuple[int, int, int]] = {}
+    hosts: dict[int, str] = {}
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        sid, sep, rest = item.partition("=")
+        parts = rest.split(":")
+        if not sep or len(parts) != 4 or not sid.strip().isdigit() or not all(p.isdigit() for p in parts[1:]):
+            raise ZooKeeperSetupError(f"bad ensemble member {item!r}: expected ID=HOST:CLIENT:QUORUM:ELECTION")
+        peers[int(sid)] = (int(parts[1]), int(parts[2]), int(parts[3]))
+        hosts[int(sid)] = parts[0]
+    if not peers:
+        raise ZooKeeperSetupError("an ensemble needs at least one member")
+    return peers, hosts

@@ -1,0 +1,157 @@
+"""``zkctl cluster build|up|ps|down|chaos``: the cluster as containers of the one image, through the
+Docker SDK (``pip install 'zkcontroller[docker]'``); and ``zkctl health``, the image's HEALTHCHECK."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import urllib.request
+
+import click
+
+from cli.common import Ctx, UserError, pass_ctx, table
+
+
+def _containers():
+    from broker_sim import containers
+
+    return containers
+
+
+def _guard(fn):
+    """Missing SDK or engine, a bad size: one line, exit 1."""
+    def run(*args, **kwargs):
+        c = _containers()
+        try:
+            return fn(*args, **kwargs)
+        except (c.ContainersUnavailable, ValueError) as exc:
+            raise UserError(str(exc)) from None
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """The whole cluster as containers (ZooKeeper nodes, controllers, brokers), through the Docker SDK."""
+
+
+@cluster.command("build")
+@click.option("--base", default=None, help="base image (build argument BASE) [debian:bookworm-slim]")
+@click.option("--tag", default="zkcontroller:latest", show_default=True)
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [env PIP_CERT]")
+@pass_ctx
+@_guard
+def cluster_build(ctx: Ctx, base: str | None, tag: str, ca_bundle: str | None) -> None:
+    """Build the zkcontroller image from this source tree."""
+    result = _containers().build_image(tag, base, ca_bundle,
+                                       echo=lambda line: None if ctx.json_out else click.echo(line))
+    ctx.emit(result, f"built {result['tag']} ({result['id']}, {result['size_mb']} MB) in {result['seconds']}s")
+
+
+@cluster.command("up")
+@click.option("--docker", "use_docker", is_flag=True, required=True, help="run the cluster as Docker containers")
+@click.option("--name", default="zkc", show_default=True, help="cluster name: prefix of every container")
+@click.option("--zk-nodes", type=click.IntRange(1, 7), default=3, show_default=True)
+@click.option("--controllers", type=click.IntRange(1, 5), default=2, show_default=True)
+@click.option("--brokers", type=click.IntRange(1, 50), default=3, show_default=True)
+@click.option("--runner", type=click.Choice(["noop", "spark"]), default="spark", show_default=True)
+@click.option("--image", default="zkcontroller:latest", show_default=True)
+@pass_ctx
+@_guard
+def cluster_up(ctx: Ctx, use_docker: bool, name: str, zk_nodes: int, controllers: int, brokers: int, runner: str,
+               image: str) -> None:
+    """Start the cluster (restart policy unless-stopped, host networking); returns once ZooKeeper answers and
+    every broker is registered. --json prints {zk, root, containers, brokers, seconds}."""
+    c = _containers()
+    spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers, runner=runner,
+                         image=image, root=ctx.layout.root)
+    info = c.up(spec, echo=lambda line: None if ctx.json_out else click.echo(line))
+    ctx.emit({"zk": info.zk, "root": info.root, "containers": info.containers, "brokers": info.brokers,
+              "seconds": info.seconds},
+             f"cluster {name} up in {info.seconds}s: {len(info.containers)} containers\n"
+             f"  export ZKC_ZK={info.zk} ZKC_ROOT={info.root}")
+
+
+@cluster.command("ps")
+@click.option("--name", default=None, help="one cluster [all]")
+@pass_ctx
+@_guard
+def cluster_ps(ctx: Ctx, name: str | None) -> None:
+    """The containers of a cluster: role, state, health, restarts."""
+    rows = _containers().ps(name)
+    ctx.emit(rows, table(["NAME", "CLUSTER", "ROLE", "STATUS", "HEALTH", "RESTARTS"],
+                         [[r["name"], r["cluster"], r["role"], r["status"], r["health"], r["restarts"]] for r in rows])
+             if rows else "no containers")
+
+
+@cluster.command("down")
+@click.option("--name", default="zkc", show_default=True)
+@click.option("--volumes", is_flag=True, help="also remove the cluster's volumes (checkpoints, state)")
+@pass_ctx
+@_guard
+def cluster_down(ctx: Ctx, name: str, volumes: bool) -> None:
+    """Remove every container of the cluster (volumes only with --volumes)."""
+    result = _containers().down(name, volumes)
+    ctx.emit(result, f"removed {len(result['containers'])} containers"
+             + (f" and {len(result['volumes'])} volumes" if volumes else "") + f" of cluster {name}")
+
+
+@cluster.command("chaos")
+@click.option("--name", default="zkc-chaos", show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--duration", type=click.FloatRange(1, 86400), default=60, show_default=True, help="seconds of faults")
+@click.option("--zk-nodes", type=click.IntRange(1, 7), default=3, show_default=True)
+@click.option("--controllers", type=click.IntRange(1, 5), default=2, show_default=True)
+@click.option("--brokers", type=click.IntRange(2, 50), default=3, show_default=True)
+@click.option("--tasks", type=click.IntRange(1, 10_000), default=12, show_default=True)
+@click.option("--image", default="zkcontroller:latest", show_default=True)
+@click.option("--keep", is_flag=True, help="leave the containers up afterwards")
+@pass_ctx
+@_guard
+def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int, controllers: int, brokers: int,
+                  tasks: int, image: str, keep: bool) -> None:
+    """Seeded container faults (docker kill, pause/unpause, restart of brokers, controllers and ZooKeeper
+    nodes) against a fresh cluster of no-op brokers, then the independent check: no task ever on two
+    brokers at once, every container back, every task running. Exit 1 on a violation."""
+    c = _containers()
+    journals = tempfile.mkdtemp(prefix=f"zkc-{name}-journal-")
+    spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers, runner="noop",
+                         image=image, root=ctx.layout.root, journal_dir=journals)
+    echo = (lambda line: None) if ctx.json_out else click.echo
+    try:
+        summary = c.chaos(spec, seed, duration, tasks=tasks, echo=echo)
+    finally:
+        if not keep:
+            c.down(name, volumes=True)
+    ctx.emit(summary.to_dict(), "\n".join(c.summary_lines(summary)))
+    if not summary.ok:
+        raise SystemExit(1)
+
+
+@click.command("health")
+@click.option("--role", envvar="ZKC_ROLE", default=None, help="zk | controller | broker | api (env ZKC_ROLE)")
+@pass_ctx
+def health(ctx: Ctx, role: str | None) -> None:
+    """Exit 0 if this container's process does its job: ZooKeeper answers ruok (zk), the cluster's
+    ZooKeeper answers (controller), our broker id is registered (broker), /healthz answers (api)."""
+    from controller.zkserver import four_letter_word
+
+    if role == "zk":
+        port = int(os.environ.get("ZKC_ZK_PORT", "2181"))
+        if four_letter_word("127.0.0.1", port, "ruok") != "imok":
+            raise UserError(f"ZooKeeper on port {port} does not answer ruok")
+    elif role == "controller":
+        ctx.client().exists(ctx.layout.controller_epoch)
+    elif role == "broker":
+        broker = os.environ.get("ZKC_BROKER_ID", "")
+        if not broker or ctx.client().exists(ctx.layout.broker(broker)) is None:
+            raise UserError(f"broker {broker or '(ZKC_BROKER_ID unset)'} is not registered")
+    elif role == "api":
+        port = os.environ.get("ZKC_API_PORT", "8083")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=4) as r:
+            if json.loads(r.read()).get("zookeeper") != "connected":
+                raise UserError("the API's ZooKeeper session is not connected")
+    click.echo("ok")
