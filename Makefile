@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo demo-noop test bench bench-quick clean
+.PHONY: demo demo-noop test bench bench-quick clean docker-engine docker-engine-stop image
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (apt-get install python3.11 python3.11-venv)")'
@@ -28,6 +28,17 @@ bench: $(BIN)/.installed
 
 bench-quick: $(BIN)/.installed
 	$(BIN)/python -m benchmarks --quick
+
+# A Docker engine for the container tests (Debian's docker.io; root) and the debootstrapped base image;
+# `make docker-engine-stop` stops, by its pid, only a daemon it started.
+docker-engine:
+	scripts/docker-engine.sh start
+
+docker-engine-stop:
+	scripts/docker-engine.sh stop
+
+image: $(BIN)/.installed
+	$(BIN)/zkctl cluster build
 
 clean:
 	rm -rf $(VENV) .zkc build *.egg-info
