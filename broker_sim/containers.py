@@ -1,7 +1,7 @@
 """A whole cluster as containers of the one zkcontroller image, through the Docker SDK for Python: build the
 image, start ZooKeeper nodes, controllers and brokers with restart policies, list them, remove them, and a
-seeded chaos run over them (kill -9 of a container's process, ``docker pause``/``unpause``, ``docker
-restart``) checked by the same independent checker as every other run.
+seeded chaos run over them (``docker kill``, kill -9 of a container's process, ``docker pause``/``unpause``,
+``docker restart``) checked by the same independent checker as every other run.
 
 Containers use host networking (loopback addresses, ports picked free on the host), so the cluster is
 reached from the host exactly as from inside. Everything a cluster makes carries the label
@@ -35,8 +35,8 @@ LABEL = "zkc.cluster"
 ROLE = "zkc.role"
 DEFAULT_IMAGE = "zkcontroller:latest"
 SESSION_S = 8.0
-CONTAINER_FAULTS = ("kill-broker", "pause-broker", "restart-broker", "kill-controller", "pause-controller",
-                    "restart-zk")
+CONTAINER_FAULTS = ("kill-broker", "crash-broker", "pause-broker", "restart-broker", "kill-controller",
+                    "crash-controller", "pause-controller", "restart-zk")
 
 
 class ContainersUnavailable(RuntimeError):
@@ -106,6 +106,7 @@ class ClusterSpec:
     image: str = DEFAULT_IMAGE
     root: str = "/zkc"
     journal_dir: str | None = None  # chaos: brokers journal every start/stop here (host path)
+    data_dir: str | None = None     # a host directory the brokers mount as /data/checkpoints (else a volume)
 
     def __post_init__(self) -> None:
         check_name("cluster name", self.name)
@@ -183,7 +184,7 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
 def _start_broker(client: Any, spec: ClusterSpec, i: int, env: dict[str, str], checkpoints: str) -> Any:
     bid = spec.broker_id(i)
     args = ["--id", bid, "--zk", env["ZKC_ZK"], "--root", spec.root, "--session-timeout", str(SESSION_S)]
-    volumes = {checkpoints: {"bind": "/data/checkpoints", "mode": "rw"}}
+    volumes = {spec.data_dir or checkpoints: {"bind": "/data/checkpoints", "mode": "rw"}}
     spark = ["--runner", "spark", "--checkpoint-root", "/data/checkpoints", "--spark-master", "local[1]"]
     env = {**env, "ZKC_BROKER_ID": bid}
     if spec.journal_dir is None:
@@ -297,27 +298,34 @@ class ContainerChaosSummary:
     restarted_and_back: bool
     converged_s: float | None
     wall_s: float
+    sinks: dict[str, dict[str, int]] = field(default_factory=dict)  # pipeline -> expected, held, duplicates, missing
 
     @property
     def ok(self) -> bool:
-        return not self.overlaps and not self.failed and self.restarted_and_back and self.converged_s is not None
+        exactly_once = all(v["missing"] == 0 and v["duplicates"] == 0 for v in self.sinks.values())
+        return (not self.overlaps and not self.failed and self.restarted_and_back and self.converged_s is not None
+                and exactly_once)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
 
 
 def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo: Callable[[str], None] = print,
-          settle_s: float = 90.0) -> ContainerChaosSummary:
-    """Start ``spec`` with journaling brokers, create ``tasks`` no-op tasks, play the seeded container faults,
-    then check: no task ever had two running owners (journals of every container life), every broker back
-    (restart policy) and registered, every task running again."""
+          settle_s: float = 120.0, pipelines: int = 0, records: int = 1200) -> ContainerChaosSummary:
+    """Start ``spec`` with journaling brokers, create ``tasks`` no-op tasks (or, with ``pipelines``, that many
+    streaming Spark pipelines fed from the host), play the seeded container faults, then check: no task
+    ever had two running owners (journals of every container life), every container back and every broker
+    registered, every task running again, and with pipelines every sink holding every record exactly once."""
     from controller.admin import AdminClient
     from controller.taskspec import TaskSpec
 
     if spec.journal_dir is None:
         raise ValueError("a chaos run needs spec.journal_dir")
-    Path(spec.journal_dir).mkdir(parents=True, exist_ok=True)
-    Path(spec.journal_dir).chmod(0o777)  # written by the image's non-root user
+    if pipelines and (spec.runner != "spark" or spec.data_dir is None):
+        raise ValueError("pipelines need the spark runner and a shared data directory")
+    for d in filter(None, (spec.journal_dir, spec.data_dir)):
+        Path(d).mkdir(parents=True, exist_ok=True)
+        Path(d).chmod(0o777)  # written by the image's non-root user
     schedule = container_schedule(seed, duration_s, spec)
     for f in schedule:
         echo(f"  {f.at:7.2f}s {f.kind:<17} {f.target} ({f.duration:g}s)")
@@ -328,25 +336,21 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
     kills: dict[str, list[float]] = {}
     injected: dict[str, int] = {}
     failed: list[str] = []
+    feeders: list[Any] = []
     try:
-        ids = [f"chaos-{i:03d}" for i in range(tasks)]
-        AdminClient(zk, ZkLayout(spec.root)).create_tasks([TaskSpec(id=t) for t in ids])
-        _wait(lambda: _all_running(zk, spec.root, ids), 120, "every task running before the faults")
+        admin = AdminClient(zk, ZkLayout(spec.root))
+        if pipelines:
+            ids = [f"pipeline-{i + 1}" for i in range(pipelines)]
+            feeders = _start_pipelines(admin, Path(spec.data_dir), ids, records, duration_s)
+        else:
+            ids = [f"chaos-{i:03d}" for i in range(tasks)]
+            admin.create_tasks([TaskSpec(id=t) for t in ids])
+        _wait(lambda: _all_running(zk, spec.root, ids), 300, "every task running before the faults")
         t0 = time.monotonic()
         for f in schedule:
             time.sleep(max(0.0, t0 + f.at - time.monotonic()))
             try:
-                c = client.containers.get(f.target)
-                if f.kind.startswith("kill"):
-                    kills.setdefault(f.target, []).append(time.time())
-                    crash(c)
-                elif f.kind.startswith("pause"):
-                    c.pause()
-                    time.sleep(f.duration)
-                    c.unpause()
-                else:
-                    kills.setdefault(f.target, []).append(time.time())
-                    c.restart(timeout=10)
+                _inject(client, f, kills)
                 injected[f.kind] = injected.get(f.kind, 0) + 1
                 echo(f"  injected {f.kind} on {f.target}")
             except Exception as exc:
@@ -360,14 +364,92 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
                 break
             time.sleep(0.5)
         back = all(c.status == "running" for c in client.containers.list(all=True, filters={"label": f"{LABEL}={spec.name}"}))
+        sinks: dict[str, dict[str, int]] = {}
+        if pipelines:
+            for g in feeders:
+                g.join()
+            sinks = _wait_sinks(Path(spec.data_dir), ids, records, settle_s)
         time.sleep(3)  # the last stops reach the journals
         intervals = _journal_intervals(Path(spec.journal_dir), kills)
         overlaps = [str(o) for o in double_ownership(close_open(intervals, time.time()))]
         return ContainerChaosSummary(seed, [asdict(f) for f in schedule], injected, failed, len(intervals), overlaps,
-                                     back, converged, round(time.monotonic() - wall0, 1))
+                                     back, converged, round(time.monotonic() - wall0, 1), sinks)
     finally:
         zk.stop()
         zk.close()
+
+
+def _inject(client: Any, f: ContainerFault, kills: dict[str, list[float]]) -> None:
+    """One fault. ``docker kill`` is a manual stop (Docker leaves the container down), so the harness starts
+    it again after the fault's duration, as a supervisor would; a crash is left to the restart policy."""
+    c = client.containers.get(f.target)
+    if f.kind.startswith("kill"):
+        kills.setdefault(f.target, []).append(time.time())
+        c.kill()
+        time.sleep(f.duration)
+        c.start()
+    elif f.kind.startswith("crash"):
+        kills.setdefault(f.target, []).append(time.time())
+        crash(c)
+    elif f.kind.startswith("pause"):
+        c.pause()
+        time.sleep(f.duration)
+        c.unpause()
+    else:
+        kills.setdefault(f.target, []).append(time.time())
+        c.restart(timeout=10)
+
+
+def _start_pipelines(admin: Any, data: Path, ids: list[str], records: int, duration_s: float) -> list[Any]:
+    """Streaming file pipelines whose input the host writes (a data generator per pipeline, spread over the
+    fault phase) into the directory every broker container mounts at /data/checkpoints."""
+    import threading
+
+    from broker_sim.chaos.sinks import pipeline_spec
+    from broker_sim.datagen import DatagenConfig, generate
+
+    for t in ids:
+        (data / "in" / t).mkdir(parents=True, exist_ok=True)
+    admin.create_tasks([pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t)
+                        for t in ids])
+    rate = max(1.0, records / max(1.0, duration_s * 0.8))
+    feeders = []
+    for t in ids:
+        g = threading.Thread(target=generate, args=(DatagenConfig(out_dir=str(data / "in" / t), records=records,
+                                                                  rate=rate, batch=50),),
+                             name=f"chaos-datagen-{t}", daemon=True)
+        g.start()
+        feeders.append(g)
+    return feeders
+
+
+def _sink_ids(data: Path, task: str) -> list[int]:
+    """The ids a sink's committed files hold (its commit log names them by their path in the containers)."""
+    import pyarrow.parquet as pq
+
+    from broker_sim.chaos.sinks import committed_files
+
+    ids: list[int] = []
+    for f in committed_files(data / "out" / task):
+        local = Path(str(f).replace("/data/checkpoints", str(data), 1))
+        ids += pq.read_table(str(local), columns=["id"]).column("id").to_pylist()
+    return ids
+
+
+def _wait_sinks(data: Path, ids: list[str], records: int, timeout: float) -> dict[str, dict[str, int]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = {}
+        for t in ids:
+            try:
+                got = _sink_ids(data, t)
+            except (OSError, ValueError):
+                got = []
+            out[t] = {"expected": records, "held": len(set(got)), "duplicates": len(got) - len(set(got)),
+                      "missing": len(set(range(records)) - set(got))}
+        if all(v["missing"] == 0 for v in out.values()) or time.monotonic() > deadline:
+            return out
+        time.sleep(1.0)
 
 
 def crash(container: Any) -> None:
@@ -412,6 +494,8 @@ def summary_lines(s: ContainerChaosSummary) -> list[str]:
              f"  every container back by its restart policy and every broker registered: {'yes' if s.restarted_and_back else 'NO'}",
              f"  every task running again {'-' if s.converged_s is None else f'{s.converged_s:.1f}s'} after the last fault",
              f"  faults that could not be injected: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
+             *[f"  pipeline {t}: {v['held']} records held of {v['expected']}, {v['duplicates']} duplicates, "
+               f"{v['missing']} missing" for t, v in sorted(s.sinks.items())],
              "  verdict            " + ("OK" if s.ok else "VIOLATION")]
     return lines
 

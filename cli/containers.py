@@ -107,22 +107,30 @@ def cluster_down(ctx: Ctx, name: str, volumes: bool) -> None:
 @click.option("--controllers", type=click.IntRange(1, 5), default=2, show_default=True)
 @click.option("--brokers", type=click.IntRange(2, 50), default=3, show_default=True)
 @click.option("--tasks", type=click.IntRange(1, 10_000), default=12, show_default=True)
+@click.option("--pipelines", type=click.IntRange(0, 20), default=0, show_default=True,
+              help="run that many streaming Spark pipelines (spark brokers) instead of no-op tasks, and check every "
+                   "sink holds every record exactly once")
+@click.option("--records", type=click.IntRange(1, 10_000_000), default=1200, show_default=True,
+              help="records per pipeline, written during the faults")
 @click.option("--image", default="zkcontroller:latest", show_default=True)
 @click.option("--keep", is_flag=True, help="leave the containers up afterwards")
 @pass_ctx
 @_guard
 def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int, controllers: int, brokers: int,
-                  tasks: int, image: str, keep: bool) -> None:
-    """Seeded container faults (docker kill, pause/unpause, restart of brokers, controllers and ZooKeeper
-    nodes) against a fresh cluster of no-op brokers, then the independent check: no task ever on two
-    brokers at once, every container back, every task running. Exit 1 on a violation."""
+                  tasks: int, pipelines: int, records: int, image: str, keep: bool) -> None:
+    """Seeded container faults (docker kill then start, kill -9 of the process, pause/unpause, restart of
+    brokers, controllers and ZooKeeper nodes) against a fresh cluster, then the independent check: no task
+    ever on two brokers at once, every container back, every task running, every sink exactly once.
+    Exit 1 on a violation."""
     c = _containers()
-    journals = tempfile.mkdtemp(prefix=f"zkc-{name}-journal-")
-    spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers, runner="noop",
-                         image=image, root=ctx.layout.root, journal_dir=journals)
+    work = tempfile.mkdtemp(prefix=f"zkc-{name}-")
+    spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers,
+                         runner="spark" if pipelines else "noop", image=image, root=ctx.layout.root,
+                         journal_dir=os.path.join(work, "journal"),
+                         data_dir=os.path.join(work, "data") if pipelines else None)
     echo = (lambda line: None) if ctx.json_out else click.echo
     try:
-        summary = c.chaos(spec, seed, duration, tasks=tasks, echo=echo)
+        summary = c.chaos(spec, seed, duration, tasks=tasks, echo=echo, pipelines=pipelines, records=records)
     finally:
         if not keep:
             c.down(name, volumes=True)

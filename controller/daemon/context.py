@@ -75,9 +75,16 @@ class BrokerDelta:
 
 @dataclass
 class ControllerContext:
-    """What the active controller knows, loaded from ZooKeeper on failover and kept current by events."""
+    """What the active controller knows, loaded from ZooKeeper on failover and kept current by events.
 
+    One object, built whole by ``loading`` and dropped whole on resign, so that no part can outlive an
+    activation; each part changes only its own slice (below). Other parts read a slice, never write it."""
+
+    # ---- brokers (``brokers``) ----
     brokers: dict[str, BrokerRecord] = field(default_factory=dict)
+    shutdown_requests: set[str] = field(default_factory=set)
+    broker_changes: collections.deque[BrokerDelta] = field(default_factory=lambda: collections.deque(maxlen=1000))
+    # ---- tasks, deletions, admin requests (``tasks``) ----
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     invalid_tasks: dict[str, str] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
@@ -85,17 +92,17 @@ class ControllerContext:
     # deletions that failed with no owner in the way (a stray child, no right to delete it): task ->
     # (failures so far, clock time of the next attempt), so a retry backs off instead of spinning
     deletion_retry: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # ---- groups (``groups``) ----
     groups: dict[str, GroupCoordinator] = field(default_factory=dict)
     members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
     invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)
     member_sessions: dict[tuple[str, str], int] = field(default_factory=dict)  # session owning each join request
-    shutdown_requests: set[str] = field(default_factory=set)
-    known_paths: set[str] = field(default_factory=set)
     # per group, the join results this activation wrote and the proposals it watched (path -> generation),
     # deleted once a later generation is Stable; groups whose older generations were listed once (leftovers)
     generation_paths: dict[str, dict[str, int]] = field(default_factory=dict)
     swept_generations: set[str] = field(default_factory=set)
-    broker_changes: collections.deque[BrokerDelta] = field(default_factory=lambda: collections.deque(maxlen=1000))
+    # ---- every part's writes: znodes known to exist (so a write needs no look-up first) ----
+    known_paths: set[str] = field(default_factory=set)
 
     def group_tasks(self, group: str) -> dict[str, TaskDescriptor]:
         return {
