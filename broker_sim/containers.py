@@ -423,7 +423,7 @@ def _start_pipelines(admin: Any, data: Path, ids: list[str], records: int, durat
     return feeders
 
 
-def _sink_ids(data: Path, task: str) -> list[int]:
+def container_sink_ids(data: Path, task: str) -> list[int]:
     """The ids a sink's committed files hold (its commit log names them by their path in the containers)."""
     import pyarrow.parquet as pq
 
@@ -442,7 +442,7 @@ def _wait_sinks(data: Path, ids: list[str], records: int, timeout: float) -> dic
         out = {}
         for t in ids:
             try:
-                got = _sink_ids(data, t)
+                got = container_sink_ids(data, t)
             except (OSError, ValueError):
                 got = []
             out[t] = {"expected": records, "held": len(set(got)), "duplicates": len(got) - len(set(got)),

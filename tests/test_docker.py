@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from broker_sim.chaos.sinks import committed_files, pipeline_spec
-from broker_sim.containers import crash
+from broker_sim.chaos.sinks import pipeline_spec
+from broker_sim.containers import container_sink_ids, crash
 from broker_sim.datagen import DatagenConfig, generate
 from controller import codecs
 from controller.admin import AdminClient
@@ -228,17 +228,10 @@ def _connect(hosts: str) -> bool:
 
 
 def _ids(data: Path, task: str) -> list[int]:
-    """The ids in a sink's committed files; its log names them by their path inside the containers."""
-    import pyarrow.parquet as pq
-
-    ids: list[int] = []
     try:
-        for f in committed_files(data / "out" / task):
-            local = Path(str(f).replace("/data/checkpoints", str(data), 1))
-            ids += pq.read_table(str(local), columns=["id"]).column("id").to_pylist()
+        return container_sink_ids(data, task)
     except (OSError, ValueError):  # a sink being written
         return []
-    return ids
 
 
 def test_container_chaos_finds_no_double_ownership(image):
