@@ -65,16 +65,27 @@ def project_dir() -> Path:
     return root
 
 
+def host_ca_bundle() -> str | None:
+    """The CA bundle this host's own pip and Python trust (``PIP_CERT``, ``SSL_CERT_FILE``,
+    ``REQUESTS_CA_BUNDLE``, else Debian's system bundle): the build's pip then trusts what the host trusts,
+    a TLS-intercepting proxy's CA included."""
+    for candidate in (os.environ.get(v) for v in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    system = "/etc/ssl/certs/ca-certificates.crt"
+    return system if os.path.isfile(system) else None
+
+
 def build_image(tag: str = DEFAULT_IMAGE, base: str | None = None, ca_bundle: str | None = None,
                 echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Build the image (host networking, so the build reaches Debian's and PyPI's mirrors). ``ca_bundle``
-    (default: pip's own ``PIP_CERT``, when set) lets pip inside the build trust a TLS-intercepting proxy;
-    it is in the build context only while the build runs."""
+    (default: ``host_ca_bundle()``) lets pip inside the build trust a TLS-intercepting proxy; it is in the
+    build context only while the build runs, and not in the image."""
     import docker
 
     client = engine()
     root = project_dir()
-    ca_bundle = ca_bundle or os.environ.get("PIP_CERT") or None
+    ca_bundle = ca_bundle or host_ca_bundle()
     staged = root / "build-ca.pem"
     started = time.monotonic()
     args = {"BASE": base} if base else {}

@@ -41,7 +41,8 @@ def cluster() -> None:
 @click.option("--base", default=None, help="base image (build argument BASE) [debian:bookworm-slim]")
 @click.option("--tag", default="zkcontroller:latest", show_default=True)
 @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [env PIP_CERT]")
+              help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [the host's: PIP_CERT, "
+                   "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt]")
 @pass_ctx
 @_guard
 def cluster_build(ctx: Ctx, base: str | None, tag: str, ca_bundle: str | None) -> None:
