@@ -107,11 +107,16 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
             # a crash (kill -9 of the container's process, as the OOM killer would): back by its restart policy
             owners = wait_until(lambda: (o := _owners(admin)) and all(o.values()) and o, 60, "every task owned")
             crashed = next(b for b in (victim, survivor) if b in owners.values())
-            other = survivor if crashed == victim else victim
+            lay = ZkLayout("/dock")
+            dead_session = zk.exists(lay.broker(crashed)).ephemeralOwner
             crash(client.containers.get(crashed))
             moved = [t for t, o in owners.items() if o == crashed]
-            wait_until(lambda: all(_owners(admin).get(t) == other for t in moved), 90,
-                       f"{moved} running on {other} after {crashed} crashed")
+
+            def off_the_dead_session() -> bool:  # on the other broker, or on the crashed one's next life
+                stats = [zk.exists(lay.task_owner(t)) for t in moved]
+                return all(st is not None and st.ephemeralOwner != dead_session for st in stats)
+
+            wait_until(off_the_dead_session, 90, f"{moved} running again after {crashed} crashed")
             wait_until(lambda: (client.containers.get(crashed).status == "running"
                                 and client.containers.get(crashed).attrs["RestartCount"] >= 1), 90,
                        f"{crashed} back by its restart policy")
