@@ -83,7 +83,7 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
         for r in range(reps):
             jid = f"joiner-{r:02d}"
             cfg = WorkerConfig(broker_id=jid, settings=cluster.settings, group=group, protocols=(COOPERATIVE, EAGER),
-                               assignors=("cooperative-sticky",), pool_size=8, status_interval_s=1.0, intervals_flush_s=3600.0)
+                               assignors=("cooperative-sticky",), pool_size=8, status_interval_s=1.0, intervals_flush_s=3600.0, on_halt="kill")
             worker = Worker(cfg, runner=NoopRunner())
             gen0 = coord.generation
             busy0, events0 = _busy_s(ctl)

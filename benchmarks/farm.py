@@ -48,7 +48,7 @@ def _serve(args: argparse.Namespace) -> None:
     def start(bid: str) -> None:
         group = "default" if args.groups <= 1 else f"g{int(bid.rsplit('-', 1)[1]) % args.groups}"
         cfg = WorkerConfig(broker_id=bid, settings=settings, group=group, protocols=protocols, assignors=(args.assignor,),
-                           pool_size=args.pool, status_interval_s=1.0, intervals_flush_s=3600.0)
+                           pool_size=args.pool, status_interval_s=1.0, intervals_flush_s=3600.0, on_halt="kill")
         w = Worker(cfg, runner=NoopRunner(args.start_latency, args.stop_latency)).start()
         with lock:
             workers[bid] = w

@@ -136,7 +136,7 @@ def profile_hops(tasks: int, brokers: int, joins: int) -> str:
                 gen0 = coord.generation
                 share = tasks // (brokers + 1)
                 w = Worker(WorkerConfig(broker_id=f"joiner-{r}", settings=c.settings, pool_size=8, status_interval_s=1.0,
-                                        intervals_flush_s=3600.0), runner=NoopRunner())
+                                        intervals_flush_s=3600.0, on_halt="kill"), runner=NoopRunner())
                 cpu0 = sum(farm.cpu_times()[:2])
                 t0 = time.time()
                 w.start()

@@ -74,7 +74,7 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
                     gen0 = coord.generation
                     s0 = ctl.thread.snapshot()
                     w = Worker(WorkerConfig(broker_id=f"joiner-{r}", settings=c.settings, pool_size=8, status_interval_s=1.0,
-                                            intervals_flush_s=3600.0), runner=NoopRunner())
+                                            intervals_flush_s=3600.0, on_halt="kill"), runner=NoopRunner())
                     del trace[:]
                     t0 = time.time()
                     w.start()

@@ -174,7 +174,7 @@ class Simulation:
             broker_id=bid, settings=self.settings(hosts), protocols=self.opts.protocols(),
             assignors=(self.opts.assignor,),
             instance_id=bid if self.opts.static_membership else None, pool_size=8, status_interval_s=1.0,
-            intervals_flush_s=3600.0)
+            intervals_flush_s=3600.0, on_halt="kill")
         runner = NoopRunner(start_latency_s=self.opts.start_latency_s, stop_latency_s=self.opts.stop_latency_s)
         w = Worker(cfg, runner=runner).start()
         self.workers[bid] = w

@@ -164,6 +164,11 @@ def _worker_metrics(worker: Any, port: int):
               help="shared checkpoint storage for streaming tasks (spark runner)")
 @click.option("--start-latency", type=click.FloatRange(min=0), default=None, help="seconds each start takes (noop runner)")
 @click.option("--stop-latency", type=click.FloatRange(min=0), default=None, help="seconds each stop takes (noop runner)")
+@click.option("--stop-hang", is_flag=True, default=False,
+              help="every stop hangs, as a wedged driver's (noop runner; failure injection: the broker halts, exit 75)")
+@click.option("--stop-timeout", type=click.FloatRange(min=0.1), default=None,
+              help="seconds one task's stop may take before the broker kills its runner and halts (exit 75) "
+                   "[default: 3x the runner's stop budget, at least 5]")
 @click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="seconds a controlled shutdown may take before the broker stops anyway")
@@ -171,11 +176,12 @@ def _worker_metrics(worker: Any, port: int):
 def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, capacity: int, rack: str | None, runner: str,
                protocol: str, assignor: str, metrics_port: int | None, spark_master: str | None, spark_conf: dict[str, str],
                checkpoint_root: Path | None, start_latency: float | None, stop_latency: float | None,
-               session_timeout: float, shutdown_timeout: float) -> None:
+               stop_hang: bool, stop_timeout: float | None, session_timeout: float, shutdown_timeout: float) -> None:
     """Run a broker: register, join the group, run the assigned pipelines.
 
     SIGTERM (or Ctrl-C) = controlled shutdown: exit 0 once the controller has moved its tasks away;
-    Ctrl-C twice = stop at once.
+    Ctrl-C twice = stop at once. Exit 75 = halted at its fence deadline (a stop that hung, ZooKeeper out of
+    reach while a task would not stop, the process paused past its session): its supervisor restarts it.
     """
     from broker_sim.worker import RegistrationConflict, Worker, WorkerConfig, install_signal_handlers
 
@@ -184,14 +190,16 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
             raise click.UsageError("--spark-master, --spark-conf and --checkpoint-root apply to --runner spark only")
         options: dict[str, Any] = {k: v for k, v in (("start_latency_s", start_latency), ("stop_latency_s", stop_latency))
                                    if v is not None}
+        if stop_hang:
+            options["stop_hang"] = True
     else:
-        if start_latency is not None or stop_latency is not None:
-            raise click.UsageError("--start-latency and --stop-latency apply to --runner noop only")
+        if start_latency is not None or stop_latency is not None or stop_hang:
+            raise click.UsageError("--start-latency, --stop-latency and --stop-hang apply to --runner noop only")
         options = _spark_options({"master": spark_master, "conf": spark_conf, "checkpoint_root": checkpoint_root})
     settings = _settings(ctx, session_timeout)
     config = WorkerConfig(broker_id=broker_id, settings=settings, group=group, instance_id=instance_id, capacity=capacity,
                           rack=rack, protocols=(COOPERATIVE, EAGER) if protocol == COOPERATIVE else (EAGER,),
-                          assignors=(assignor,), runner=runner, runner_options=options)
+                          assignors=(assignor,), runner=runner, runner_options=options, stop_timeout_s=stop_timeout)
     client = ctx.new_client(settings)
     try:
         worker = Worker(config, client=client)

@@ -65,7 +65,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
     tx.commit()
     ctl = Controller(ControllerConfig("c0", settings, GroupConfig(rebalance_timeout_s=3.0))).start()
     ctls = [ctl]
-    workers = [Worker(WorkerConfig(broker_id=f"b{i}", settings=settings, status_interval_s=0.2)).start()
+    workers = [Worker(WorkerConfig(broker_id=f"b{i}", settings=settings, status_interval_s=0.2, on_halt="kill")).start()
                for i in range(2)]
     try:
         assert ctl.wait_active(10)

@@ -125,7 +125,7 @@ def cluster(zk, zk_settings, layout):
     try:
         assert c.wait_active(15)
         for b in ("b0", "b1"):
-            workers[b] = Worker(WorkerConfig(b, zk_settings, status_interval_s=0.1, intervals_flush_s=0.2)).start()
+            workers[b] = Worker(WorkerConfig(b, zk_settings, status_interval_s=0.1, intervals_flush_s=0.2, on_halt="kill")).start()
         yield Cluster(c, workers, AdminClient(zk, layout))
     finally:
         for w in workers.values():

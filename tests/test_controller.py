@@ -179,7 +179,7 @@ class Cluster:
         return ctl.start() if start else ctl
 
     def worker(self, wid: str, settings: ZkSettings | None = None, **kw: Any) -> Worker:
-        w = Worker(WorkerConfig(wid, settings or self.settings, **kw))
+        w = Worker(WorkerConfig(wid, settings or self.settings, **kw, on_halt="kill"))
         self.workers.append(w)
         return w.start()
 

@@ -88,7 +88,7 @@ def test_a_worker_whose_id_another_live_session_holds_fails_without_acting_in_it
         holder.create(layout.broker("o2"), codecs.encode(codecs.BrokerInfo(broker_id="o2", host="elsewhere", pid=1)),
                       ephemeral=True)
         settings = ZkSettings(hosts=zk_settings.hosts, root=zk_settings.root, session_timeout_s=1.0)
-        w = Worker(WorkerConfig("o2", settings)).start()
+        w = Worker(WorkerConfig("o2", settings, on_halt="kill")).start()
         try:
             _until(w.failed.is_set, 15, "the worker to give up")
             assert "registered by another live session" in (w.failure or "") and "elsewhere" in w.failure
@@ -109,7 +109,7 @@ def one_broker(zk, zk_settings, layout):
     w = None
     try:
         assert ctl.wait_active(15)
-        w = Worker(WorkerConfig("b0", zk_settings, status_interval_s=0.1)).start()
+        w = Worker(WorkerConfig("b0", zk_settings, status_interval_s=0.1, on_halt="kill")).start()
         yield ctl, w, AdminClient(zk, layout)
     finally:
         if w is not None:
@@ -181,7 +181,7 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
     w = None
     try:
         assert ctl.wait_active(20)
-        w = Worker(WorkerConfig("s0", zk_settings, group="small", status_interval_s=0.1)).start()
+        w = Worker(WorkerConfig("s0", zk_settings, group="small", status_interval_s=0.1, on_halt="kill")).start()
         _until(lambda: w.running_tasks() == {"small-1"}, 30, "the small group's task running")
         admin = AdminClient(zk, layout)
         before = admin.describe_group("small")[0].summary.generation
@@ -272,7 +272,7 @@ def test_a_controlled_shutdown_after_a_session_expiry_ends(one_broker, zk, layou
 # ---- 6. names and credentials -------------------------------------------------------------------------
 def test_names_match_in_full_and_reserved_roots_are_refused():
     with pytest.raises(InvalidName):
-        WorkerConfig("bb3\n", ZkSettings(hosts="127.0.0.1:1"))
+        WorkerConfig("bb3\n", ZkSettings(hosts="127.0.0.1:1"), on_halt="kill")
     for root in ("/zookeeper", "/zookeeper/quota", "zookeeper"):
         with pytest.raises(InvalidName, match="ZooKeeper's own system subtree"):
             ZkLayout(root)

@@ -38,7 +38,7 @@ def workers():
 
 
 def _worker(workers: list[Worker], settings: ZkSettings, bid: str) -> Worker:
-    w = Worker(WorkerConfig(broker_id=bid, settings=settings, status_interval_s=0.2)).start()
+    w = Worker(WorkerConfig(broker_id=bid, settings=settings, status_interval_s=0.2, on_halt="kill")).start()
     workers.append(w)
     return w
 
@@ -169,7 +169,7 @@ def test_a_task_still_starting_when_the_fence_fires_does_not_keep_running(zk, la
         assert ctl.wait_active(10)
         other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION), "other")
         slow = Worker(WorkerConfig(broker_id="slow", settings=ZkSettings(hosts=proxy.address, root=zk_root,
-                                                                         session_timeout_s=SESSION), status_interval_s=0.2),
+                                                                         session_timeout_s=SESSION), status_interval_s=0.2, on_halt="kill"),
                       runner=NoopRunner(start_latency_s=6.0)).start()
         workers.append(slow)
         assert wait_for(lambda: all(w.state() == "Stable" for w in (slow, other)), 20)

@@ -90,7 +90,7 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
     ctl = Controller(ControllerConfig("c0", _settings(zk_hosts, zk_root, "controller"),
                                       GroupConfig(rebalance_timeout_s=3.0))).start()
     workers = [Worker(WorkerConfig(broker_id=f"b{i}", settings=_settings(zk_hosts, zk_root, "broker"),
-                                   status_interval_s=0.2)).start() for i in range(2)]
+                                   status_interval_s=0.2, on_halt="kill")).start() for i in range(2)]
     try:
         assert ctl.wait_active(10)
         assert wait_for(lambda: sum(len(w.running_tasks()) for w in workers) == 6

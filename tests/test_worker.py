@@ -46,7 +46,7 @@ def _create(zk, layout, *specs: TaskSpec) -> None:
 
 
 def _worker(workers, settings, bid, **kw) -> Worker:
-    w = Worker(WorkerConfig(broker_id=bid, settings=settings, status_interval_s=0.1, **kw)).start()
+    w = Worker(WorkerConfig(broker_id=bid, settings=settings, status_interval_s=0.1, **kw, on_halt="kill")).start()
     workers.append(w)
     return w
 
@@ -126,7 +126,7 @@ def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk
             runner = NoopRunner(stop_latency_s=stop_latency_s)
             runner.stop_budget_s = budget
             config = WorkerConfig(broker_id=bid, settings=ZkSettings(hosts=hosts, root=zk_root, session_timeout_s=session),
-                                  status_interval_s=0.1)
+                                  status_interval_s=0.1, on_halt="kill")
             w = Worker(config, runner=runner).start()
             workers.append(w)
             return w
@@ -185,7 +185,7 @@ def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_setti
     waiting in between (one pipelined round, not two round trips per task, ``pool_size`` at a time)."""
     ids = [f"p{i:02d}" for i in range(24)]
     _create(zk, layout, *[TaskSpec(id=t) for t in ids])
-    w = Worker(WorkerConfig(broker_id="solo", settings=zk_settings, status_interval_s=0.1, pool_size=4))
+    w = Worker(WorkerConfig(broker_id="solo", settings=zk_settings, status_interval_s=0.1, pool_size=4, on_halt="kill"))
     sent: list[tuple[str, str]] = []
     send = w.client._call
 
@@ -226,7 +226,7 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     (still ours) and deletes each owner znode; the new owner starts them only after that."""
     ids = [f"r{i}" for i in range(8)]
     _create(zk, layout, *[TaskSpec(id=t) for t in ids])
-    a = Worker(WorkerConfig(broker_id="giver", settings=zk_settings, status_interval_s=0.1))
+    a = Worker(WorkerConfig(broker_id="giver", settings=zk_settings, status_interval_s=0.1, on_halt="kill"))
     sent: list[list[tuple[str, str]]] = []
     send = a.client._call
 

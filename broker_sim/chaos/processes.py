@@ -34,6 +34,7 @@ class JournalRunner(TaskRunner):
         self.inner = inner or NoopRunner()
         self.name = self.inner.name
         self.stop_budget_s = self.inner.stop_budget_s
+        self.runs_processes = self.inner.runs_processes
         self._f = open(path, "a", buffering=1)
         self._lock = threading.Lock()
 
@@ -60,6 +61,12 @@ class JournalRunner(TaskRunner):
 
     def running(self) -> set[str]:
         return self.inner.running()
+
+    def processes(self) -> tuple[set[int], set[int]]:
+        return self.inner.processes()
+
+    def kill(self) -> None:
+        self.inner.kill()
 
     def close(self) -> None:
         for t in sorted(self.inner.running()):

@@ -38,6 +38,9 @@ class TaskRunner(abc.ABC):
     #: How long a ``stop`` may take. The worker fences (stops every task) at least this long before its
     #: session could expire, so a stop begun at the fence deadline ends before another worker can take over.
     stop_budget_s: float = 0.0
+    #: Whether tasks run in processes of their own (a JVM, child processes): those a paused broker cannot stop,
+    #: so a lease guard kills them when the broker's fence deadline passes (``broker_sim.worker.guard``).
+    runs_processes: bool = False
 
     @abc.abstractmethod
     def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
@@ -54,6 +57,20 @@ class TaskRunner(abc.ABC):
     def running(self) -> set[str]:
         """Ids of the tasks this runner currently runs (started and not stopped)."""
         return set()
+
+    def processes(self) -> tuple[set[int], set[int]]:
+        """(pids, process group ids) that run this runner's tasks now: what the lease guard kills."""
+        return set(), set()
+
+    def kill(self) -> None:
+        """The broker halts at its fence deadline: end every task NOW, no grace, nothing that can block (SIGKILL
+        the processes that run them). The default suits runners whose tasks run inside the broker's own
+        process: they end with it."""
+        pids, pgids = self.processes()
+        from broker_sim.worker.guard import kill_all
+        from broker_sim.worker.deadline import Lease
+
+        kill_all(Lease(broker="", owner_pid=0, expires=None, pids=tuple(pids), pgids=tuple(pgids)))
 
     def close(self) -> None:
         """Stop everything and release resources (SparkSession, threads)."""

@@ -423,6 +423,17 @@ class DeclarativeRun:
             return RunStatus(outcome.state, error=outcome.error, trace=outcome.trace, metrics=self._metrics())
         return RunStatus(RunState.RUNNING, metrics=self._metrics())
 
+    def process_groups(self) -> set[int]:
+        """The process groups of this run's client and server (each leads its own): what a halt kills."""
+        with self._lock:
+            client, server = self._client, self._server
+        groups = set()
+        if client is not None and client.poll() is None:
+            groups.add(client.pid)
+        if server is not None and server.proc.poll() is None:
+            groups.add(server.proc.pid)
+        return groups
+
     def _cleanup(self, timeout: float) -> None:
         """Kill the client and the server (by their ids) and wait for both; release the project. Idempotent."""
         deadline = time.monotonic() + timeout

@@ -26,10 +26,15 @@ class _Run:
 class NoopRunner(TaskRunner):
     name = "noop"
 
-    def __init__(self, start_latency_s: float = 0.0, stop_latency_s: float = 0.0, clock: Clock | None = None) -> None:
+    def __init__(self, start_latency_s: float = 0.0, stop_latency_s: float = 0.0, clock: Clock | None = None,
+                 stop_hang: bool = False) -> None:
         self.start_latency_s = start_latency_s
         self.stop_latency_s = stop_latency_s
         self.stop_budget_s = stop_latency_s  # the worker stops its tasks in parallel: one latency
+        #: a wedged runner, for failure injection: every stop blocks until ``kill``/``close`` (or ``wedge``
+        #: toggled off); the broker's deadline watchdog has to escalate
+        self.stop_hang = stop_hang
+        self._unwedged = threading.Event()
         self.clock = clock or SystemClock()
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
@@ -45,6 +50,10 @@ class NoopRunner(TaskRunner):
             run = self._runs.get(task_id)
         if run is None:
             return
+        if self.stop_hang:
+            self._unwedged.wait()  # never returns while wedged: bounded only by kill/close
+            if self.stop_hang:
+                return  # killed: the task did not stop gracefully, and the process ends now
         if self.stop_latency_s:
             time.sleep(self.stop_latency_s)
         with self._lock:
@@ -69,6 +78,20 @@ class NoopRunner(TaskRunner):
         with self._lock:
             return set(self._runs)
 
+    def wedge(self, on: bool) -> None:
+        """Failure injection at run time: stops hang from now on (or no longer)."""
+        self.stop_hang = on
+        if on:
+            self._unwedged.clear()
+        else:
+            self._unwedged.set()
+
+    def kill(self) -> None:
+        self._unwedged.set()  # a hung stop's thread returns (the broker is halting)
+        with self._lock:
+            self._runs.clear()
+
     def close(self) -> None:
+        self._unwedged.set()
         with self._lock:
             self._runs.clear()

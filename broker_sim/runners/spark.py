@@ -75,13 +75,17 @@ class SparkRunner(TaskRunner):
     """Runs a worker's tasks on Spark. One instance per worker process (all share one SparkContext)."""
 
     name = "spark"
+    runs_processes = True  # the driver JVM, Declarative Pipelines runs
 
     def __init__(self, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
                  checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT, app_name: str = "zkcontroller-worker",
                  stop_budget_s: float = DEFAULT_STOP_BUDGET_S) -> None:
         self.spark_master = spark_master or local_master()
         self.stop_budget_s = stop_budget_s
-        self.spark_conf = {**default_conf(self.spark_master), **(spark_conf or {})}
+        # StreamingQuery.stop() waits forever by default (stopTimeout 0): bound it by the stop budget; a stop
+        # that times out raises, and the worker treats that as "not stopped" (it escalates)
+        stop_timeout_ms = {"spark.sql.streaming.stopTimeout": str(max(1, int(stop_budget_s * 1000)))}
+        self.spark_conf = {**default_conf(self.spark_master), **stop_timeout_ms, **(spark_conf or {})}
         self.user_conf = dict(spark_conf or {})
         self.checkpoint_root = str(checkpoint_root)
         self.app_name = app_name
@@ -162,6 +166,22 @@ class SparkRunner(TaskRunner):
     def running(self) -> set[str]:
         with self._lock:
             return set(self._runs)
+
+    def processes(self) -> tuple[set[int], set[int]]:
+        """The driver JVM this runner's session launched (it runs every streaming query and batch job) and the
+        process groups of Declarative Pipelines runs."""
+        pids: set[int] = set()
+        pgids: set[int] = set()
+        holder = self._holder
+        if holder is not None:
+            pid = holder.jvm_pid()
+            if pid is not None:
+                pids.add(pid)
+        with self._lock:
+            runs = [run for _, run in self._runs.values()]
+        for run in runs:
+            pgids |= set(getattr(run, "process_groups", lambda: set())())
+        return pids, pgids
 
     def close(self) -> None:
         """Stop every task (in parallel, each in a named thread), then the SparkSession and its JVM."""

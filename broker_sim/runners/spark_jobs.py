@@ -231,8 +231,9 @@ class StreamingRun:
         stopper.join(timeout)
         if stopper.is_alive() or query.isActive:
             raise TimeoutError(f"task {self.task_id}: streaming query still active {timeout:.0f}s after stop()")
-        if errors and query.isActive:
-            raise errors[0]
+        if errors:  # e.g. spark.sql.streaming.stopTimeout ran out: the stream thread may still be running
+            raise TimeoutError(f"task {self.task_id}: the streaming query's stop did not confirm it stopped: "
+                               f"{type(errors[0]).__name__}: {str(errors[0])[:300]}")
         try:
             self._session.streams.removeListener(self._listener)
         except Exception:

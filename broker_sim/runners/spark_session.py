@@ -93,6 +93,15 @@ class SessionHolder:
     def started(self) -> bool:
         return self._spark is not None
 
+    def jvm_pid(self) -> int | None:
+        """The pid of the driver JVM, if this holder launched it (and it runs)."""
+        if self._spark is None or not self._launched_jvm:
+            return None
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        return None if proc is None or proc.poll() is not None else proc.pid
+
     def _create(self) -> Any:
         import time
 

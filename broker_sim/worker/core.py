@@ -53,7 +53,8 @@ from broker_sim.worker.events import (
     _ShutdownRequested,
     _Stop,
 )
-from broker_sim.worker.fence import Fence, fence_margin
+from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
+from broker_sim.worker.fence import Fence, _LivenessProbe, fence_margin
 from broker_sim.worker.ownership import Ownership
 from broker_sim.worker.reporting import Reporting
 from broker_sim.worker.slots import _TaskSlot
@@ -95,12 +96,21 @@ class WorkerConfig:
     owner_wait_s: float = 120.0
     pool_size: int = 16
     intervals_flush_s: float = 2.0
+    #: each stop's own budget (default: ``deadline.stop_timeout`` of the runner's stop budget)
+    stop_timeout_s: float | None = None
+    #: how a broker halts at its fence deadline: "exit" the process with ``EXIT_HALTED`` (a broker process,
+    #: restarted by its supervisor) or "kill" this worker in-process (embedded workers: simulator, tests)
+    on_halt: str = "exit"
 
     def __post_init__(self) -> None:
         check_name("broker id", self.broker_id)  # refused before anything starts, not on the event thread
         check_name("group", self.group)
         if self.instance_id is not None:
             check_name("instance id", self.instance_id)
+        if self.on_halt not in ("exit", "kill"):
+            raise ValueError(f"on_halt must be 'exit' or 'kill', not {self.on_halt!r}")
+        if self.stop_timeout_s is not None and self.stop_timeout_s <= 0:
+            raise ValueError("stop_timeout_s must be positive")
 
 
 class RegistrationConflict(RuntimeError):
@@ -141,6 +151,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
         self._last_flush = 0.0
         self._closing = False
+        self.probe = _LivenessProbe(self)
+        self.watchdog = DeadlineWatchdog(self)
+        self.deadline_thread = threading.Thread(target=self.watchdog.loop, name=f"worker-{self.id}-deadline",
+                                                daemon=True)
 
     def _new_member(self) -> Member:
         c = self.config
@@ -159,11 +173,29 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         for p in (self.layout.group_members(self.config.group), self.layout.group_assignments(self.config.group),
                   self.layout.group_syncs(self.config.group), self.layout.group_joins(self.config.group)):
             self.client.ensure_path(p)
+        if self.config.on_halt == "exit" and self.runner.runs_processes:
+            self.watchdog.start_guard()
         self.thread.start()
         self.status_thread.start()
         self.pulse_thread.start()
+        self.deadline_thread.start()
         self._enqueue(_Connection("STARTED"))
         return self
+
+    @property
+    def halted(self) -> threading.Event:
+        """Set once the broker halted at its fence deadline (``watchdog.reason`` says why)."""
+        return self.watchdog.halted
+
+    def halt(self, reason: str) -> None:
+        """The deadline watchdog's last step, after the runner's processes were killed: end this broker now,
+        without a graceful anything (a graceful step could hang as the stop did). A process exits with
+        ``EXIT_HALTED`` and its supervisor restarts it; an embedded worker is killed in-process."""
+        self.failure = f"halted: {reason}"
+        if self.config.on_halt == "exit":
+            logging.shutdown()
+            os._exit(EXIT_HALTED)
+        self.kill()
 
     def _registration(self) -> tuple[BrokerInfo | None, Any]:
         """Who holds our broker znode now: its payload (None if unreadable) and stat, or (None, None)."""
@@ -254,6 +286,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 t.join(10)
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.runner.close()
+        self.watchdog.close_guard()
 
     def kill(self) -> None:
         """Die abruptly (in-process kill): tasks end now with no graceful stop, and the session is

@@ -68,6 +68,14 @@ class _LivenessProbe:
         self.last_ok = now
         self.pending = None
 
+    def earliest_expiry(self) -> float | None:
+        """The earliest instant (monotonic) the server may expire our session: ``session_timeout`` after the
+        send time of the last request it answered. None while no session is ours (or a new one is not
+        adopted yet)."""
+        if self.session is None or self.session != self.w.session_id:
+            return None
+        return self.last_ok + self.w.config.settings.session_timeout_s
+
     def step(self, now: float) -> None:
         w = self.w
         if w.session_id is None or w._closing:
@@ -143,14 +151,15 @@ class Fence:
         then un-fence only after a round trip proves the session survived (our broker znode is ours)."""
         period = 0.2
         last = time.monotonic()
-        probe = _LivenessProbe(self)
+        probe = self.probe
         while not self.stopped.wait(period):
             now = time.monotonic()
             gap, last = now - last, now
             if gap <= self.config.settings.session_timeout_s / 3:
                 probe.step(now)
                 continue
-            probe.reset(now)
+            # the last answer stays what it was: the deadline watchdog halts us if the pause went past it
+            probe.pending = None
             log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
             self._fence()
             try:
@@ -159,6 +168,7 @@ class Fence:
             except Exception:
                 alive = False
             if alive:
+                probe.last_ok = max(probe.last_ok, now)  # answered after ``now``: the session lived then
                 with self.lock:
                     self.fenced = False
                 self._reconcile()

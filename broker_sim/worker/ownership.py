@@ -18,6 +18,7 @@ from controller.codecs import OwnerInfo, TaskStatus
 log = logging.getLogger(__name__)
 
 
+BATCH_LINGER_S = 1.0  # how long tasks stopped together wait for the slowest stop before going on their own
 RELEASE_CHUNK = 200  # tasks released per multi (two ops each: the last status, a few hundred bytes, and the owner)
 
 
@@ -69,9 +70,9 @@ class Ownership:
         """Stop one of several tasks let go of together (a revocation, an eager rejoin): the runners stop in
         parallel on pool threads, and whichever stop finishes last releases them all together (``_release``:
         one pipelined read of their statuses, one multi). The member rejoins only once all of them are let
-        go, so waiting for the slowest stop delays nobody; a revoking broker used to send two requests per
-        task and wake its event thread once per task. A runner whose stop raised stays held (and running):
-        the next reconcile stops it again. The busy flags of the batch are cleared once it is released."""
+        go. A slow stop holds the others at most ``BATCH_LINGER_S`` (``_StopBatch.expire``, on a timer); a
+        stop that hangs past its own budget, or raises, is escalated by the deadline watchdog (kill, halt).
+        The busy flags are cleared as tasks are released."""
         stopped = False
         try:
             self._stop_runner(t)
@@ -79,17 +80,61 @@ class Ownership:
         except Exception:
             log.exception("worker %s: stopping %s", self.id, t)
         finally:
-            done = batch.done(t, stopped)
-            if done is not None:
-                tasks, ready = done
+            self._finish_batch(batch.done(t, stopped))
+
+    def _batch_timer(self, batch: "_StopBatch") -> None:
+        timer = threading.Timer(BATCH_LINGER_S, lambda: self._finish_batch(batch.expire()))
+        timer.name = f"worker-{self.id}-batch"
+        timer.daemon = True
+        timer.start()
+
+    def _finish_batch(self, done: tuple[list[str], list[str]] | None) -> None:
+        if done is None:
+            return
+        tasks, ready = done
+        try:
+            self._release(ready)
+        except Exception as exc:  # e.g. connection loss: the next reconcile lets go of them again
+            log.info("worker %s: releasing %d tasks: %s", self.id, len(ready), type(exc).__name__)
+        finally:
+            with self.lock:
+                for x in tasks:
+                    if x in self.slots:
+                        self.slots[x].busy = False
+            self._reconcile()
+
+    def _confirm_released(self, tasks: list[str]) -> None:
+        """After a release multi whose outcome is unknown: a task is let go only once its owner znode is seen
+        gone (or held by another session); one still ours is deleted again (bounded). A task whose release
+        cannot be confirmed stays held: the next reconcile lets go of it again, and until then nobody else
+        can start it (the owner znode is what a new owner waits for)."""
+        gone: list[str] = []
+        for t in tasks:
+            path = self.layout.task_owner(t)
+            for _attempt in range(3):
                 try:
-                    self._release(ready)
-                finally:
-                    with self.lock:
-                        for x in tasks:
-                            if x in self.slots:
-                                self.slots[x].busy = False
-                    self._reconcile()
+                    stat = self.client.exists(path)
+                    if stat is None or stat.ephemeralOwner != self.session_id:
+                        gone.append(t)
+                        break
+                    self.client.delete(path, version=stat.version)
+                except NoNodeError:
+                    gone.append(t)
+                    break
+                except Exception as exc:
+                    log.info("worker %s: confirming the release of %s: %s", self.id, t, type(exc).__name__)
+                    time.sleep(0.2)
+        with self.lock:
+            for t in gone:
+                slot = self.slots[t]
+                slot.held = False
+                slot.dirty = True
+                slot.failures = 0
+                slot.restart_at = None
+        if len(gone) < len(tasks):
+            log.warning("worker %s: release of %s not confirmed; still held", self.id,
+                        ", ".join(sorted(set(tasks) - set(gone))[:5]))
+        self._enqueue(_Owned())
 
     def _release(self, tasks: list[str]) -> None:
         """Write the last status of stopped tasks and delete their owner znodes, in one multi per chunk: a new
@@ -130,8 +175,11 @@ class Ownership:
                 tx.delete(self.layout.task_owner(t))
             try:
                 results = tx.commit_async().get(timeout=30)
-            except Exception:
-                results = [None]
+            except Exception as exc:  # timed out or lost: the multi may or may not have happened
+                log.info("worker %s: release of %d tasks unconfirmed (%s); checking their owner znodes",
+                         self.id, len(tasks), type(exc).__name__)
+                self._confirm_released(tasks)
+                return
             failed = any(isinstance(r, Exception) for r in results)
             if failed and len(tasks) > 1:
                 for t in tasks:

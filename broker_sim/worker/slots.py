@@ -11,22 +11,44 @@ from controller.taskspec import TaskSpec
 
 
 class _StopBatch:
-    """Tasks stopped together: counts the stops still running; the last one to finish releases them all."""
+    """Tasks stopped together, released together: one multi once every stop has returned. A stop that is slow
+    (or hung, until the deadline watchdog escalates) must not hold the others: once ``linger_s`` has passed
+    (``expire``), what has stopped is released at once and each later stop releases its own task."""
 
     def __init__(self, size: int) -> None:
         self._lock = threading.Lock()
         self._left = size
-        self._tasks: list[str] = []
-        self._stopped: list[str] = []
+        self._ready: list[str] = []      # stopped, not released yet
+        self._waiting: list[str] = []    # finished (stopped or not), busy flag not cleared yet
+        self._expired = False
 
     def done(self, task: str, stopped: bool) -> tuple[list[str], list[str]] | None:
-        """Record one finished stop; for the last, every task of the batch and those whose runner stopped."""
+        """Record one finished stop. Returns (tasks whose busy flags to clear, tasks to release now), or None
+        while the batch still waits for others."""
         with self._lock:
-            self._tasks.append(task)
-            if stopped:
-                self._stopped.append(task)
             self._left -= 1
-            return (list(self._tasks), sorted(self._stopped)) if self._left == 0 else None
+            self._waiting.append(task)
+            if stopped:
+                self._ready.append(task)
+            if self._left > 0 and not self._expired:
+                return None
+            out = (list(self._waiting), sorted(self._ready))
+            self._waiting.clear()
+            self._ready.clear()
+            return out
+
+    def expire(self) -> tuple[list[str], list[str]] | None:
+        """The batch waited long enough: what has finished goes now; later stops go one by one."""
+        with self._lock:
+            if self._expired or self._left == 0:
+                return None
+            self._expired = True
+            if not self._waiting:
+                return None
+            out = (list(self._waiting), sorted(self._ready))
+            self._waiting.clear()
+            self._ready.clear()
+            return out
 
 
 @dataclass

@@ -43,6 +43,7 @@ class Tasks:
                 batch = _StopBatch(len(stop))
                 for t in stop:
                     self.pool.submit(self._stop_in_batch, t, batch)
+                self._batch_timer(batch)
             acquire = []
             for t in sorted(self.desired):
                 slot = self.slots.setdefault(t, _TaskSlot())
@@ -238,12 +239,23 @@ class Tasks:
                 log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.id, t, slot.failures, delay, error)
 
     def _stop_runner(self, t: str) -> None:
+        """Stop a task's runner; return only once it has stopped. The stop is bounded: the deadline watchdog
+        escalates (kills the runner's processes, halts the broker) if it has not returned within its own
+        budget or by the session's fence deadline; a stop that raises did not confirm the task stopped, so it
+        is escalated at once (never counted as done)."""
         with self.lock:
             slot = self.slots.get(t)
             if slot is None or not slot.running:
                 return
         end = time.time()
-        self.runner.stop(t)
+        self.watchdog.stop_begins(t)
+        try:
+            self.runner.stop(t, self.watchdog.stop_timeout_s)
+        except Exception as exc:
+            self.watchdog.escalate(f"the stop of {t} failed ({type(exc).__name__}: {exc}); it may still run")
+            raise
+        finally:
+            self.watchdog.stop_ends(t)
         with self.lock:
             slot.running = False
             slot.dirty = True

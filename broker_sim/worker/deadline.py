@@ -1,0 +1,234 @@
+"""The hard fence deadline: no task of this broker runs past the last instant its session is certainly alive.
+
+The fence (``fence``) stops tasks gracefully a *fence margin* before the earliest moment the server can
+expire our session. A stop can hang (a wedged Spark driver, a ``StreamingQuery.stop()`` that never returns),
+and a graceful fence is only as good as the slowest stop. So a named watchdog thread
+(``worker-<id>-deadline``) enforces two hard limits, every ``PERIOD_S``:
+
+- **the session deadline**: ``last_answer + session_timeout - safety`` (``last_answer`` is the send time of
+  the last request ZooKeeper answered; the server cannot expire the session before ``last_answer +
+  session_timeout``). Past it, no runner may still be running or stopping: another broker may take our
+  tasks as soon as the session expires.
+- **each stop's own budget** (``stop_timeout_s``): a stop that has not returned by then holds its owner
+  znode, and with it the task, forever; and a stop that raised did not confirm that the task stopped.
+
+Either way the broker **escalates**: it kills what runs its tasks (``TaskRunner.kill``: the Spark driver JVM
+and every process group a runner started), then halts: the process exits with ``EXIT_HALTED`` (75, EX_TEMPFAIL)
+and its supervisor (docker's restart policy, systemd ``Restart=on-failure``) starts it again; the new process
+registers with a new session once the old one has expired. Embedded workers (the simulator, tests) halt by
+an in-process kill instead (``WorkerConfig.on_halt = "kill"``).
+
+A paused process (SIGSTOP, a VM pause) runs no thread at all, so it cannot enforce anything while paused: the
+**lease guard** (``guard``) does it from outside. The watchdog keeps a lease file saying until when the session
+is certainly alive and which processes run our tasks; a separate guard process kills them when the lease runs
+out unrenewed. When the paused worker resumes past its deadline, the watchdog sees it at once and halts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker_sim.worker.core import Worker
+
+log = logging.getLogger(__name__)
+
+#: The exit code of a broker that halted at its fence deadline (sysexits' EX_TEMPFAIL: restart me).
+EXIT_HALTED = 75
+PERIOD_S = 0.05
+#: How long a broker's own stop of one task may take, by default: a multiple of the runner's stop budget.
+STOP_TIMEOUT_FACTOR = 3.0
+MIN_STOP_TIMEOUT_S = 5.0
+
+
+def safety_margin(session_timeout_s: float, fence_margin_s: float) -> float:
+    """Time left between the hard deadline and the earliest expiry of the session: for killing the runners'
+    processes and exiting (milliseconds), and for clock-rate differences between us and the server (ppm).
+    A twentieth of the session, at most a quarter of the fence margin (the graceful stop gets the rest), at
+    least 0.2 s."""
+    return max(0.2, min(session_timeout_s / 20, fence_margin_s / 4))
+
+
+def stop_timeout(stop_budget_s: float, configured: float | None) -> float:
+    """Each stop's own budget: configured, else three times the runner's declared stop budget (at least 5 s)."""
+    if configured is not None:
+        return configured
+    return max(MIN_STOP_TIMEOUT_S, STOP_TIMEOUT_FACTOR * stop_budget_s)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What the guard reads: until when (``CLOCK_MONOTONIC``, shared by every process of a Linux host) the
+    processes listed may run, and whose lease it is."""
+
+    broker: str
+    owner_pid: int
+    expires: float | None  # None: no task holds the session (nothing to enforce)
+    pids: tuple[int, ...] = ()
+    pgids: tuple[int, ...] = ()
+
+    def encode(self) -> str:
+        return json.dumps({"broker": self.broker, "owner_pid": self.owner_pid, "expires": self.expires,
+                           "pids": list(self.pids), "pgids": list(self.pgids)})
+
+    @staticmethod
+    def decode(text: str) -> "Lease":
+        body = json.loads(text)
+        return Lease(broker=str(body["broker"]), owner_pid=int(body["owner_pid"]),
+                     expires=None if body.get("expires") is None else float(body["expires"]),
+                     pids=tuple(int(p) for p in body.get("pids", ())), pgids=tuple(int(p) for p in body.get("pgids", ())))
+
+
+def write_lease(path: Path, lease: Lease) -> None:
+    """Atomically (write, then rename): the guard never reads half a lease."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(lease.encode())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def lease_dir() -> Path:
+    return Path(os.environ.get("ZKC_STATE_DIR", ".zkc")) / "leases"
+
+
+class DeadlineWatchdog:
+    """The watchdog thread's state: stops in flight with their deadlines, the lease and its guard."""
+
+    def __init__(self, worker: "Worker") -> None:
+        self.w = worker
+        self.safety_s = safety_margin(worker.config.settings.session_timeout_s, worker.fence_margin_s)
+        self.stop_timeout_s = stop_timeout(float(getattr(worker.runner, "stop_budget_s", 0.0)),
+                                           worker.config.stop_timeout_s)
+        self._lock = threading.Lock()
+        self._stops: dict[str, float] = {}  # task -> monotonic instant its stop must have returned by
+        self.halted = threading.Event()
+        self.reason: str | None = None
+        self._lease_path: Path | None = None
+        self._last_lease: Lease | None = None
+        self._guard: subprocess.Popen | None = None
+
+    # ---- stops -----------------------------------------------------------------------------------------
+    def stop_begins(self, task: str) -> None:
+        with self._lock:
+            self._stops[task] = time.monotonic() + self.stop_timeout_s
+
+    def stop_ends(self, task: str) -> None:
+        with self._lock:
+            self._stops.pop(task, None)
+
+    # ---- the session deadline ----------------------------------------------------------------------------
+    def session_deadline(self) -> float | None:
+        """The last instant (monotonic) our tasks may run: ``safety`` before the earliest expiry."""
+        expiry = self.w.probe.earliest_expiry()
+        return None if expiry is None else expiry - self.safety_s
+
+    def check(self, now: float) -> str | None:
+        """Why the broker must halt now, or None. Pure in the worker's state: no I/O."""
+        with self.w.lock:
+            busy = sorted(t for t, s in self.w.slots.items() if s.running)
+        with self._lock:
+            overdue = sorted(t for t, d in self._stops.items() if now >= d)
+            stopping = sorted(self._stops)
+        if overdue:
+            return (f"the stop of {', '.join(overdue[:5])} did not return within its {self.stop_timeout_s:.1f}s "
+                    "budget")
+        deadline = self.session_deadline()
+        if deadline is not None and now >= deadline and (busy or stopping):
+            tasks = sorted(set(busy) | set(stopping))
+            return (f"{len(tasks)} task(s) ({', '.join(tasks[:5])}) still running {now - deadline:.2f}s past the "
+                    "session's fence deadline")
+        return None
+
+    # ---- escalation --------------------------------------------------------------------------------------
+    def escalate(self, reason: str) -> None:
+        """Kill what runs our tasks, then halt. Once."""
+        with self._lock:
+            if self.halted.is_set():
+                return
+            self.halted.set()
+            self.reason = reason
+        w = self.w
+        log.critical("worker %s: HALTING: %s; killing its runners' processes", w.id, reason)
+        try:
+            w.runner.kill()
+        except Exception:
+            log.exception("worker %s: killing the runner's processes", w.id)
+        w.halt(reason)
+
+    # ---- the lease ---------------------------------------------------------------------------------------
+    def start_guard(self) -> None:
+        """Start the lease guard (a process of its own session, so that a SIGSTOP of the worker's process or
+        process group does not stop it). Only brokers that halt by exiting have one: an embedded worker shares
+        its process, and a JVM, with others."""
+        directory = lease_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lease_path = directory / f"{self.w.id}-{os.getpid()}.json"
+        self._write_lease(time.monotonic(), force=True)
+        cmd = [sys.executable, "-m", "broker_sim.worker.guard", str(self._lease_path)]
+        self._guard = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.info("worker %s: lease guard pid %d watches %s", self.w.id, self._guard.pid, self._lease_path)
+
+    def _write_lease(self, now: float, force: bool = False) -> None:
+        if self._lease_path is None:
+            return
+        pids, pgids = self.w.runner.processes()
+        deadline = self.session_deadline()
+        with self.w.lock:
+            busy = any(s.running for s in self.w.slots.values())
+        with self._lock:
+            busy = busy or bool(self._stops)
+        lease = Lease(broker=self.w.id, owner_pid=os.getpid(), expires=deadline if busy else None,
+                      pids=tuple(sorted(pids)), pgids=tuple(sorted(pgids)))
+        last = self._last_lease
+        if not force and last is not None and last.pids == lease.pids and last.pgids == lease.pgids and (
+                (last.expires is None) == (lease.expires is None)) and (
+                lease.expires is None or abs(lease.expires - (last.expires or 0.0)) < 0.1):
+            return
+        try:
+            write_lease(self._lease_path, lease)
+            self._last_lease = lease
+        except OSError as exc:
+            log.warning("worker %s: cannot write its lease %s: %s", self.w.id, self._lease_path, exc)
+
+    def close_guard(self) -> None:
+        """A clean stop: nothing runs any more; the guard exits when its lease file is gone."""
+        if self._lease_path is not None:
+            try:
+                self._lease_path.unlink()
+            except OSError:
+                pass
+        if self._guard is not None:
+            try:
+                self._guard.wait(2.0)
+            except subprocess.TimeoutExpired:
+                self._guard.kill()
+                self._guard.wait(5.0)
+
+    # ---- the thread ----------------------------------------------------------------------------------------
+    def loop(self) -> None:
+        while not self.w.stopped.wait(PERIOD_S):
+            if self.halted.is_set():
+                return
+            now = time.monotonic()
+            reason = self.check(now)
+            if reason is not None:
+                self.escalate(reason)
+                return
+            self._write_lease(now)

@@ -1,0 +1,115 @@
+"""The lease guard: ``python -m broker_sim.worker.guard LEASE_FILE``, one per broker process that runs tasks
+in processes of their own (a Spark driver JVM, Declarative Pipelines runs).
+
+It enforces the fence deadline when the broker cannot: a broker paused by SIGSTOP (or a VM pause) runs no
+thread, while its Spark driver JVM, a process of its own, would go on committing micro-batches. The broker's
+watchdog renews the lease (``deadline.Lease``: an expiry on ``CLOCK_MONOTONIC``, which every process of a
+Linux host shares, and the processes that run its tasks); once ``now >= expires`` the guard SIGKILLs those
+processes and everything they started. It runs in a session of its own, so a signal to the broker's process
+group does not reach it, and it exits when the lease file is removed (a clean stop) or when the broker is gone
+(after killing what the broker left behind).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from broker_sim.worker.deadline import Lease
+
+log = logging.getLogger("broker_sim.worker.guard")
+
+PERIOD_S = 0.02
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not reaped by its parent) runs nothing
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:
+        return []
+
+
+def kill_all(lease: Lease) -> list[int]:
+    """SIGKILL the lease's processes, their descendants (collected first: orphans are re-parented) and process
+    groups. Returns the pids signalled."""
+    victims: list[int] = []
+    for pid in lease.pids:
+        victims += _descendants(pid) + [pid]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pgid in lease.pgids:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return victims
+
+
+def run(path: Path) -> int:
+    """Watch ``path`` until it is removed or its broker is gone; kill at expiry. The loop ends with the broker."""
+    lease: Lease | None = None
+    killed_at: float | None = None
+    while True:
+        try:
+            lease = Lease.decode(path.read_text())
+        except FileNotFoundError:
+            return 0  # a clean stop removed it
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # keep the last good lease
+        if lease is None:
+            time.sleep(PERIOD_S)
+            continue
+        now = time.monotonic()
+        if not _alive(lease.owner_pid):
+            kill_all(lease)
+            log.warning("guard: broker %s (pid %d) is gone; killed what it left running", lease.broker, lease.owner_pid)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            return 0
+        if lease.expires is not None and now >= lease.expires and (lease.pids or lease.pgids):
+            if killed_at is None or now - killed_at > 1.0:
+                victims = kill_all(lease)
+                killed_at = now
+                log.critical("guard: the lease of broker %s (pid %d) ran out %.3fs ago unrenewed: killed %s and "
+                             "process groups %s", lease.broker, lease.owner_pid, now - lease.expires, victims,
+                             list(lease.pgids))
+        time.sleep(PERIOD_S)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m broker_sim.worker.guard LEASE_FILE", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return run(Path(args[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
