@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from broker_sim.chaos import FAULT_KINDS, ChaosOptions, run_chaos
+from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
 from broker_sim.sim import SCENARIOS, SimOptions, format_summary, run_simulation
 from controller.protocol import COOPERATIVE, EAGER
@@ -79,8 +79,8 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
 @click.option("--scheduled-delay", type=click.FloatRange(0, 600), default=0.0, show_default=True)
 @click.option("--mean-gap", type=click.FloatRange(0.1, 3600), default=2.5, show_default=True,
               help="mean seconds between fault starts")
-@click.option("--faults", "kinds", default=",".join(FAULT_KINDS), show_default=True,
-              help="comma-separated fault kinds to draw from")
+@click.option("--faults", "kinds", default=",".join(DEFAULT_FAULT_KINDS), show_default=True,
+              help=f"comma-separated fault kinds to draw from (also: {', '.join(sorted(set(FAULT_KINDS) - set(DEFAULT_FAULT_KINDS)))})")
 @click.option("--pipelines", type=click.IntRange(0, 50), default=0, show_default=True,
               help="streaming file pipelines on the spark runner (needs --process-brokers): sinks must hold every "
                    "generated record exactly once")
@@ -96,11 +96,13 @@ def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers,
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
 
     Faults: broker kill / session expiry / freeze / partition, controller kill / freeze, ZooKeeper
-    stop-start, rolling bounce, task create/delete storms. Verdicts: (1) no task had two running owners,
+    stop-start, rolling bounce, task create/delete storms; on request, wedged stops (a broker's stops hang
+    while it is cut off: it must halt, and is restarted). Verdicts: (1) no task had two running owners,
     (2) every RUNNING task runs on exactly one live broker within a stated bound of the last fault,
     (3) controller epoch and generations only grow, (4) no group stays out of Stable longer than the
     rebalance timeout + delay once the faults stop; with --pipelines, (5) every sink holds every record
-    exactly once. Exits 1 on any violation."""
+    exactly once; when a broker halted, (6) every halted broker is back in the group. Exits 1 on any
+    violation."""
     if pipelines and not process_brokers:
         raise click.UsageError("--pipelines needs --process-brokers (each broker process runs its own Spark)")
     chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())

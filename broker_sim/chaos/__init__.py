@@ -37,6 +37,7 @@ from broker_sim.chaos.processes import JournalRunner, read_journal
 from broker_sim.chaos.run import ChaosRun, run_chaos
 from broker_sim.chaos.schedule import (
            EXCLUSIVE,
+           DEFAULT_FAULT_KINDS,
            FAULT_KINDS,
            GROUP,
            ChaosOptions,
@@ -48,6 +49,6 @@ from broker_sim.chaos.schedule import (
 from broker_sim.chaos.sinks import committed_files, pipeline_spec, sink_ids
 from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict, format_summary
 
-__all__ = ["ChaosOptions", "ChaosRun", "ChaosSummary", "EXCLUSIVE", "FAULT_KINDS", "Fault", "GROUP", "JournalRunner",
+__all__ = ["ChaosOptions", "ChaosRun", "ChaosSummary", "DEFAULT_FAULT_KINDS", "EXCLUSIVE", "FAULT_KINDS", "Fault", "GROUP", "JournalRunner",
            "Sample", "Verdict", "broker_id", "committed_files", "format_summary", "make_schedule", "pipeline_spec",
            "read_journal", "run_chaos", "sink_ids", "task_id"]

@@ -173,6 +173,18 @@ class Checks:
         return Verdict(3, "controller epoch and generations only grow", not bad,
                        bad[:10] or [f"{len(self.samples)} samples; epoch up to {last_epoch}, generation up to {last_gen}"])
 
+    def _verdict_halted_back(self) -> Verdict:
+        """Invariant 6 (when a broker halted): every halted broker was restarted and is a member of the group
+        again at the end (registered with a live session and a join request in the group)."""
+        lay = self.layout
+        registered = set(self.admin.get_children(lay.broker_ids))
+        members = set(self.admin.get_children(lay.group_members(GROUP)))
+        missing = sorted(b for b in self.halts if b not in registered or b not in members)
+        details = [f"{b}: halted {n}x, " + ("back" if b not in missing else "NOT back in the group")
+                   for b, n in sorted(self.halts.items())]
+        return Verdict(6, "every broker that halted at its fence deadline is restarted and back in the group",
+                       not missing, details[:10])
+
     def _verdict_4(self, faults_end: float) -> tuple[Verdict, float]:
         o = self.copts
         after = [s for s in self.samples if s.t >= faults_end and s.state is not None]

@@ -50,6 +50,16 @@ class Faults:
             w.frozen.set()
             proxy.partition()
             return lambda: (proxy.reset(), proxy.heal(), w.frozen.clear())
+        if f.kind == "wedged-stop":
+            # its runner's stops hang from now on, and it is cut off: the fence's stops hang, so it must halt
+            # (exit 75, or an in-process kill) before its session expires; the supervisor restarts it
+            if o.process_brokers:
+                self.broker_procs[f.target].signal_leader(signal.SIGUSR2)
+            else:
+                self.workers[f.target].runner.wedge(True)
+            proxy = self.proxies[f.target]
+            proxy.partition()
+            return lambda: (proxy.reset(), proxy.heal())
         if f.kind == "kill-controller":
             cid = self.active_controller_id()
             if o.process_brokers:

@@ -128,9 +128,13 @@ def _broker_main(argv: list[str]) -> int:
                             spark_conf={"spark.driver.memory": "512m", "spark.sql.shuffle.partitions": "1",
                                         "spark.ui.enabled": "false",
                                         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
-    worker = Worker(config, runner=JournalRunner(a.journal, inner))
+    runner = JournalRunner(a.journal, inner)
+    worker = Worker(config, runner=runner)
     stop_now = threading.Event()
     install_signal_handlers(worker, stop_now.set)
+    wedge = getattr(runner.inner, "wedge", None)
+    if wedge is not None:  # the chaos tool's "wedged-stop" fault: every stop hangs from now on
+        signal.signal(signal.SIGUSR2, lambda _s, _f: wedge(True))
     worker.start()
     try:
         while not (worker.exited.is_set() or stop_now.wait(0.1)):
@@ -162,6 +166,14 @@ class _Proc:
         if self.alive():
             try:
                 os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def signal_leader(self, sig: int) -> None:
+        """Signal the process alone, not what it started (a JVM has signal handlers of its own)."""
+        if self.alive():
+            try:
+                os.kill(self.pid, sig)
             except ProcessLookupError:
                 pass
 

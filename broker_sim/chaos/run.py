@@ -76,6 +76,8 @@ class ChaosRun(Faults, Checks, Simulation):
         self._ctl_seq = 0
         self._incarnation: Counter[str] = Counter()
         self._stop = threading.Event()
+        self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
+        self._procs_lock = threading.Lock()
 
     # ---- cluster pieces ---------------------------------------------------------------------------
     def _upstream(self) -> tuple[str, int]:
@@ -130,9 +132,42 @@ class ChaosRun(Faults, Checks, Simulation):
 
     def _broker_gone(self, bid: str, died_at: float | None) -> None:
         """A process broker exited (or was killed): its journal is complete; collect its intervals."""
-        self.broker_procs.pop(bid, None)
-        journal = self.journals[bid][-1]
+        with self._procs_lock:
+            if self.broker_procs.pop(bid, None) is None:
+                return  # the supervisor got there first
+            journal = self.journals[bid][-1]
         self.process_intervals += read_journal(journal, bid, died_at)
+
+    def _supervise_loop(self) -> None:
+        """What systemd or docker's restart policy does for a deployed broker: a broker that halted at its fence
+        deadline (exit 75; an in-process one killed itself) is started again. Its run intervals end when its
+        exit is noticed here (at most 0.1 s late, which can only make the overlap check stricter)."""
+        from broker_sim.worker.deadline import EXIT_HALTED
+
+        while not self._sampling.wait(0.1):
+            if self.copts.process_brokers:
+                for bid, proc in list(self.broker_procs.items()):
+                    code = proc.popen.poll()
+                    if code != EXIT_HALTED:
+                        continue
+                    died_at = time.time()
+                    with self._procs_lock:
+                        if self.broker_procs.get(bid) is not proc:
+                            continue
+                        del self.broker_procs[bid]
+                        journal = self.journals[bid][-1]
+                    proc.reap_group()
+                    self.process_intervals += read_journal(journal, bid, died_at)
+                    self.halts[bid] += 1
+                    self.echo(f"  {bid} halted at its fence deadline (exit {code}); restarting it")
+                    self.new_broker(bid)
+            else:
+                for bid, w in list(self.workers.items()):
+                    if w.halted.is_set():
+                        self.halts[bid] += 1
+                        self.echo(f"  {bid} halted at its fence deadline ({w.watchdog.reason}); restarting it")
+                        self._retire(w, graceful=False)
+                        self.start_worker(bid)
 
     def active_controller_id(self) -> str | None:
         try:
@@ -155,6 +190,8 @@ class ChaosRun(Faults, Checks, Simulation):
             self.new_broker(broker_id(i))
         sampler = threading.Thread(target=self._sample_loop, name="chaos-sampler", daemon=True)
         sampler.start()
+        supervisor = threading.Thread(target=self._supervise_loop, name="chaos-supervisor", daemon=True)
+        supervisor.start()
         t0 = time.monotonic()
         while self.zk_view() and time.monotonic() - t0 < o.convergence_bound_s + 30:
             time.sleep(0.2)
@@ -236,6 +273,7 @@ class ChaosRun(Faults, Checks, Simulation):
         time.sleep(2 * o.sample_interval_s)
         self._sampling.set()
         sampler.join(5)
+        supervisor.join(5)
         intervals = self.all_run_intervals()
         if o.intervals_out:
             Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
@@ -250,6 +288,8 @@ class ChaosRun(Faults, Checks, Simulation):
         ]
         v4, longest = self._verdict_4(faults_end)
         verdicts.append(v4)
+        if self.halts:
+            verdicts.append(self._verdict_halted_back())
         if v5 is not None:
             verdicts.append(v5)
         gens = [s.generation for s in self.samples if s.generation is not None]
@@ -263,7 +303,7 @@ class ChaosRun(Faults, Checks, Simulation):
             converge_s=None if converge_s is None else round(converge_s, 3),
             convergence_bound_s=o.convergence_bound_s, longest_unstable_s=round(longest, 3),
             stable_bound_s=o.stable_bound_s, intervals=len(intervals), samples=len(self.samples), verdicts=verdicts,
-            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures)
+            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures, halts=dict(sorted(self.halts.items())))
 
     # ---- streaming pipelines ----------------------------------------------------------------------
     def _create_pipelines(self) -> dict[str, tuple[Path, Path]]:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-FAULT_KINDS = ("kill-broker", "expire-broker", "freeze-broker", "partition-broker", "kill-controller",
-               "freeze-controller", "zk-restart", "rolling-bounce", "task-storm")
+DEFAULT_FAULT_KINDS = ("kill-broker", "expire-broker", "freeze-broker", "partition-broker", "kill-controller",
+                       "freeze-controller", "zk-restart", "rolling-bounce", "task-storm")
+#: every kind; "wedged-stop" (a broker's runner stops hanging, as a wedged driver's, while ZooKeeper is cut off:
+#: the broker must halt at its fence deadline and be restarted) is drawn only when asked for
+FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop",)
 
 
 _WEIGHTS = {"kill-broker": 3, "expire-broker": 2, "freeze-broker": 2, "partition-broker": 2, "kill-controller": 2,
-            "freeze-controller": 2, "zk-restart": 1, "rolling-bounce": 1, "task-storm": 2}
+            "freeze-controller": 2, "zk-restart": 1, "rolling-bounce": 1, "task-storm": 2, "wedged-stop": 3}
 
 
 EXCLUSIVE = ("zk-restart", "rolling-bounce")  # nothing else starts or ends while these run
@@ -32,7 +35,7 @@ class ChaosOptions:
     rebalance_timeout_s: float = 8.0
     scheduled_delay_s: float = 0.0
     mean_gap_s: float = 2.5            # mean time between fault starts (exponential)
-    kinds: tuple[str, ...] = FAULT_KINDS
+    kinds: tuple[str, ...] = DEFAULT_FAULT_KINDS
     zk_hosts: str | None = None        # an external ZooKeeper (then no zk-restart faults)
     root: str | None = None
     hold_s: float = 3.0                # invariant 2 must hold for this long once reached
@@ -102,7 +105,7 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
         if t >= opts.duration_s:
             break
         fault: Fault | None = None
-        if kind in ("kill-broker", "expire-broker", "freeze-broker", "partition-broker"):
+        if kind in ("kill-broker", "expire-broker", "freeze-broker", "partition-broker", "wedged-stop"):
             free = [b for b in brokers if busy.get(b, 0.0) <= t]
             # keep at least one broker untouched so the cluster can make progress
             if len(free) > 1 or (free and len(brokers) == 1):
@@ -113,6 +116,7 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
                     # a process frozen past its session cannot fence itself (nothing in it runs): see the docs
                     "freeze-broker": rng.uniform(0.2, 0.6) * s if opts.process_brokers else rng.uniform(0.3, 1.8) * s,
                     "partition-broker": rng.uniform(0.2, 0.8) * s,
+                    "wedged-stop": 1.5 * s,  # cut off past its session: it must halt before the session expires
                 }[kind]
                 fault = Fault(round(t, 3), kind, target, round(duration, 3))
                 busy[target] = t + duration + 1.0

@@ -44,6 +44,7 @@ class ChaosSummary:
     verdicts: list[Verdict]
     wall_s: float
     pipelines: dict[str, dict[str, int]] = field(default_factory=dict)  # per pipeline: expected, held, duplicates, missing
+    halts: dict[str, int] = field(default_factory=dict)  # broker -> times it halted at its fence deadline
 
     @property
     def ok(self) -> bool:
@@ -67,6 +68,8 @@ def format_summary(s: ChaosSummary) -> str:
         f"  converged          {'-' if s.converge_s is None else f'{s.converge_s:.2f}s'} after the last fault "
         f"(bound {s.convergence_bound_s:.0f}s)",
         f"  longest unstable   {s.longest_unstable_s:.2f}s (bound {s.stable_bound_s:.0f}s)",
+        f"  halted, restarted  {sum(s.halts.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in s.halts.items())})"
+                                                            if s.halts else ""),
     ]
     for v in s.verdicts:
         lines.append(f"  invariant {v.invariant} {'ok  ' if v.ok else 'FAIL'} {v.name}")

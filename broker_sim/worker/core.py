@@ -349,6 +349,12 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self.failed.set()
             except (KazooException, KazooTimeoutError) as exc:
                 log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
+                if isinstance(event, _Connection) and event.state == "STARTED" and not self._closing:
+                    # not registered yet (a connection loss mid-way): start again shortly, until it works
+                    retry = threading.Timer(0.5, self._enqueue, args=(event,))
+                    retry.name = f"worker-{self.id}-register-retry"
+                    retry.daemon = True
+                    retry.start()
             except Exception:
                 log.exception("worker %s: error handling %s", self.id, type(event).__name__)
 
@@ -413,11 +419,27 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self._do(self.member.start(self._read_group_state()))
                 self._enqueue(_ShutdownRequested())
             elif self.fenced:
+                if not self._session_confirmed():
+                    return  # the probe un-fences once an answer shows the session is ours
                 with self.lock:
                     self.fenced = False
                 self._reconcile()
             self._enqueue(_GroupState())
             self._enqueue(_Assignment())
+
+    def _session_confirmed(self) -> bool:
+        """One round trip before tasks start again after a fence: it proves our session alive and moves the
+        fence deadline forward from its send time (the last answer may be from before the outage, and a task
+        restarted on it would be past the deadline at once)."""
+        sent = time.monotonic()
+        try:
+            stat = self.client.exists(self.layout.broker(self.id))
+        except (KazooException, KazooTimeoutError):
+            return False
+        if stat is None or stat.ephemeralOwner != self.session_id:
+            return False
+        self.probe.last_ok = max(self.probe.last_ok, sent)
+        return True
 
     def _read_watched(self, cls: type, path: str, watch: Callable[[Any], None]) -> Any:
         """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there
