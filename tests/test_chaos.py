@@ -12,13 +12,24 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from broker_sim.chaos import FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, run_chaos, sink_ids
+from broker_sim.chaos import (
+    DEFAULT_FAULT_KINDS,
+    FAULT_KINDS,
+    ChaosOptions,
+    ChaosRun,
+    Sample,
+    make_schedule,
+    run_chaos,
+    sink_ids,
+)
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from broker_sim.worker import Worker
+from broker_sim.worker.deadline import DeadlineWatchdog
 from cli.main import cli
 from controller.codecs import RunInterval
 
-IN_PROCESS_KINDS = tuple(k for k in FAULT_KINDS if k != "rolling-bounce")
+IN_PROCESS_KINDS = tuple(k for k in DEFAULT_FAULT_KINDS if k != "rolling-bounce")
+WEDGED_KINDS = ("wedged-stop", "kill-broker", "partition-broker", "freeze-broker")
 PROCESS_KINDS = ("kill-broker", "freeze-broker", "kill-controller", "freeze-controller", "expire-broker", "rolling-bounce")
 
 
@@ -28,7 +39,8 @@ def test_same_seed_same_schedule_and_every_kind_is_drawn():
     assert make_schedule(opts) != make_schedule(ChaosOptions(seed=7, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5))
     assert {f.kind for f in make_schedule(opts)} == set(IN_PROCESS_KINDS)
     long = make_schedule(ChaosOptions(seed=1, duration_s=600))
-    assert {f.kind for f in long} == set(FAULT_KINDS)
+    assert {f.kind for f in long} == set(DEFAULT_FAULT_KINDS)  # wedged stops only when asked for
+    assert "wedged-stop" in {f.kind for f in make_schedule(ChaosOptions(seed=1, duration_s=600, kinds=FAULT_KINDS))}
     for f in long:  # an exclusive fault has the cluster to itself
         if f.kind in ("zk-restart", "rolling-bounce"):
             assert not [g for g in long if g is not f and f.at <= g.at < f.at + f.duration]
@@ -62,6 +74,27 @@ def test_process_brokers_with_spark_pipelines_exactly_once():
     assert summary.faults_failed == []
     assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts)
     assert summary.pipelines["pipe-0"] == {"expected": 1500, "held": 1500, "duplicates": 0, "missing": 0}
+
+
+def test_process_brokers_with_wedged_stops_halt_before_their_tasks_move_and_come_back():
+    """Broker processes whose stops hang (SIGUSR2 wedges a no-op runner) while they are cut off from ZooKeeper:
+    each must halt (exit 75) at its fence deadline, before its session expires, so no task ever has two running
+    owners (the halted process's run windows end when its exit is noticed); the harness restarts it, as a
+    supervisor would, and it is back in the group at the end."""
+    summary = run_chaos(ChaosOptions(seed=5, duration_s=30, brokers=3, tasks=20, kinds=WEDGED_KINDS,
+                                     process_brokers=True))
+    assert summary.faults_injected.get("wedged-stop", 0) >= 2, summary.faults_injected
+    assert summary.faults_failed == []
+    assert sum(summary.halts.values()) >= summary.faults_injected["wedged-stop"], summary.halts
+    assert [v.invariant for v in summary.verdicts] == [1, 2, 3, 4, 6]
+    assert summary.ok, [v for v in summary.verdicts if not v.ok]
+
+
+def test_in_process_brokers_with_wedged_stops_are_killed_and_restarted():
+    summary = run_chaos(ChaosOptions(seed=5, duration_s=20, brokers=3, tasks=20, kinds=("wedged-stop", "kill-broker")))
+    assert summary.faults_injected.get("wedged-stop", 0) >= 1, summary.faults_injected
+    assert sum(summary.halts.values()) >= 1
+    assert summary.ok, [v for v in summary.verdicts if not v.ok]
 
 
 def test_sink_reader_counts_committed_files_only(tmp_path):
@@ -114,6 +147,7 @@ def test_a_worker_without_its_fence_is_caught(monkeypatch):
     """Injected bug: workers that never fence (no deadline, no liveness probe). A broker whose network goes
     silent keeps running its tasks after its session expired and they moved: invariant 1 must fail."""
     monkeypatch.setattr(Worker, "_fence", lambda self: None)
+    monkeypatch.setattr(DeadlineWatchdog, "check", lambda self, now: None)
     summary = run_chaos(ChaosOptions(seed=3, duration_s=3, brokers=2, tasks=8, mean_gap_s=1.0, kinds=("expire-broker",),
                                      hold_s=1.0))
     assert summary.faults_injected == {"expire-broker": 1}
