@@ -141,8 +141,8 @@ class DeadlineWatchdog:
 
     def check(self, now: float) -> str | None:
         """Why the broker must halt now, or None. Pure in the worker's state: no I/O."""
-        with self.w.lock:
-            busy = sorted(t for t, s in self.w.slots.items() if s.running)
+        with self.w.lock:  # a start in progress counts: it cannot be aborted, and runs once it returns
+            busy = sorted(t for t, s in self.w.slots.items() if s.running or s.state == "STARTING")
         with self._lock:
             overdue = sorted(t for t, d in self._stops.items() if now >= d)
             stopping = sorted(self._stops)
@@ -191,7 +191,7 @@ class DeadlineWatchdog:
         pids, pgids = self.w.runner.processes()
         deadline = self.session_deadline()
         with self.w.lock:
-            busy = any(s.running for s in self.w.slots.values())
+            busy = any(s.running or s.state == "STARTING" for s in self.w.slots.values())
         with self._lock:
             busy = busy or bool(self._stops)
         lease = Lease(broker=self.w.id, owner_pid=os.getpid(), expires=deadline if busy else None,
