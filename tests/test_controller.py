@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss
+from kazoo.exceptions import ConnectionLoss, NodeExistsError
 from kazoo.retry import KazooRetry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -761,12 +761,22 @@ def test_a_join_result_path_that_exists_already_is_written_all_the_same(cluster,
     gen = _stable_after(zk, layout, 0, workers, len(ids))
     settle(ctl)
     token = ctl.token
-    zk.create(layout.group_join("default", gen + 1), b"garbage")
+    # plant at the generation after the current one: a cooperative follow-up round may have started since
+    # (its join result then exists already; the next one is planted instead)
+    for _ in range(50):
+        current = group_state(zk, layout).generation
+        try:
+            zk.create(layout.group_join("default", current + 1), b"garbage")
+            break
+        except NodeExistsError:
+            time.sleep(0.1)
+    else:
+        raise AssertionError("no generation without a join result to plant garbage at")
     request_rebalance(zk, layout, "default", "test")
-    new = _stable_after(zk, layout, gen, workers, len(ids))
+    new = _stable_after(zk, layout, current, workers, len(ids))  # the planted generation, or a later one
     settle(ctl)
     assert ctl.token == token  # handled inside the write, no reload of the context
-    assert new >= gen + 1
+    assert new >= current + 1 > gen
     joins = zk.get_children(layout.group_joins("default"))
     assert str(new) in joins
     for n in joins:  # the garbage was overwritten (and, if a later generation followed, deleted)
