@@ -17,24 +17,12 @@ import pytest
 from broker_sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
-from controller.daemon import Controller, ControllerConfig
-from controller.group import GroupConfig
 from controller.taskspec import parse_spec
 from tests.spark_support import TEST_CONF, require_spark
 from tests.test_cli import until
-from tests.test_hard_fence import _Broker, _first_owner_after, _owners
+from tests.test_hard_fence import _Broker, _first_owner_after, controller  # noqa: F401  (a fixture)
 
 SESSION_S = 8.0
-
-
-@pytest.fixture
-def controller(zk, zk_settings, layout):
-    c = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=4.0))).start()
-    try:
-        assert c.wait_active(15)
-        yield c
-    finally:
-        c.stop()
 
 
 def _rate_task(task_id: str, out: Path):

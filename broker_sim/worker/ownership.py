@@ -103,6 +103,16 @@ class Ownership:
                         self.slots[x].busy = False
             self._reconcile()
 
+    def _let_go(self, tasks: list[str]) -> None:
+        """Our owner znodes of these tasks are gone: they are someone else's to take."""
+        with self.lock:
+            for t in tasks:
+                slot = self.slots[t]
+                slot.held = False
+                slot.dirty = True
+                slot.failures = 0
+                slot.restart_at = None
+
     def _confirm_released(self, tasks: list[str]) -> None:
         """After a release multi whose outcome is unknown: a task is let go only once its owner znode is seen
         gone (or held by another session); one still ours is deleted again (bounded). A task whose release
@@ -124,13 +134,7 @@ class Ownership:
                 except Exception as exc:
                     log.info("worker %s: confirming the release of %s: %s", self.id, t, type(exc).__name__)
                     time.sleep(0.2)
-        with self.lock:
-            for t in gone:
-                slot = self.slots[t]
-                slot.held = False
-                slot.dirty = True
-                slot.failures = 0
-                slot.restart_at = None
+        self._let_go(gone)
         if len(gone) < len(tasks):
             log.warning("worker %s: release of %s not confirmed; still held", self.id,
                         ", ".join(sorted(set(tasks) - set(gone))[:5]))
@@ -192,13 +196,7 @@ class Ownership:
                     pass
             else:
                 self.known_status.update(self.layout.status(t) for t in tasks)
-            with self.lock:
-                for t in tasks:
-                    slot = self.slots[t]
-                    slot.held = False
-                    slot.dirty = True
-                    slot.failures = 0
-                    slot.restart_at = None
+            self._let_go(tasks)
             self._enqueue(_Owned())
         finally:
             with self.lock:
