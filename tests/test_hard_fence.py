@@ -174,3 +174,27 @@ def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_st
         for b in (wedged, other):
             if b is not None:
                 b.stop()
+
+
+def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(controller, zk, zk_hosts, layout, cli_env,
+                                                                            tmp_path):
+    """SIGTERM asks for a controlled shutdown; the controller is gone, so nobody moves the tasks: after
+    ``--shutdown-timeout`` the broker stops them itself, the stop hangs, and it halts within the stop budget."""
+    tasks = [f"c{i}" for i in range(3)]
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t) for t in tasks])
+    wedged = None
+    try:
+        wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "1.5", "--shutdown-timeout", "1",
+                         "--session-timeout", "6", log=tmp_path / "wedged.log")
+        until(lambda: len(_owners(zk, layout, tasks)) == 3, 30, "the wedged broker to own every task")
+        controller.stop()
+        asked = time.time()
+        os.kill(wedged.proc.pid, signal.SIGTERM)
+        until(lambda: wedged.exited_at is not None, 20, "the broker to halt")
+        log = (tmp_path / "wedged.log").read_text()
+        assert wedged.proc.returncode == EXIT_HALTED, log[-3000:]
+        assert "controlled shutdown did not finish in 1s" in log and "1.5s budget" in log, log[-3000:]
+        assert wedged.exited_at - asked < 10
+    finally:
+        if wedged is not None:
+            wedged.stop()
