@@ -90,3 +90,16 @@ def test_start_refuses_what_spark_refuses(spark_runner: SparkRunner, tmp_path: P
     with pytest.raises(PipelineStartError, match="cannot be set per task"):
         spark_runner.start("static-conf", static, 1)
     assert spark_runner.running() == set()
+
+
+def test_a_streaming_stop_is_bounded_by_the_stop_budget_and_the_jvm_is_known(spark_runner: SparkRunner,
+                                                                            spark: Any) -> None:
+    """``StreamingQuery.stop()`` waits forever by default: the runner bounds it by its stop budget (a stop
+    that times out raises, and the worker escalates), and names the driver JVM the lease guard must kill."""
+    budget_ms = int(spark_runner.stop_budget_s * 1000)
+    assert spark.conf.get("spark.sql.streaming.stopTimeout") == str(budget_ms)
+    pids, _groups = spark_runner.processes()
+    jvm = spark.sparkContext._gateway.proc.pid
+    assert pids == {jvm}
+    with open(f"/proc/{jvm}/cmdline", "rb") as f:
+        assert b"java" in f.read()

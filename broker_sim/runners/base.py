@@ -66,11 +66,10 @@ class TaskRunner(abc.ABC):
         """The broker halts at its fence deadline: end every task NOW, no grace, nothing that can block (SIGKILL
         the processes that run them). The default suits runners whose tasks run inside the broker's own
         process: they end with it."""
-        pids, pgids = self.processes()
-        from broker_sim.worker.guard import kill_all
-        from broker_sim.worker.deadline import Lease
+        from broker_sim.runners.procs import kill_processes
 
-        kill_all(Lease(broker="", owner_pid=0, expires=None, pids=tuple(pids), pgids=tuple(pgids)))
+        pids, pgids = self.processes()
+        kill_processes(pids, pgids)
 
     def close(self) -> None:
         """Stop everything and release resources (SparkSession, threads)."""

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 PR_SET_PDEATHSIG = 1
 
@@ -140,4 +140,29 @@ def stop_process(proc: subprocess.Popen, *, grace_s: float = 10.0, timeout_s: fl
         time.sleep(0.05)
 
 
-__all__ = ["spawn", "stop_process", "group_alive"]
+def _descendants(pid: int) -> list[int]:
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # gone, or not ours to inspect
+        return []
+
+
+def kill_processes(pids: Iterable[int], pgids: Iterable[int] = ()) -> list[int]:
+    """SIGKILL ``pids`` with their descendants (collected first: orphans are re-parented) and the process
+    groups ``pgids``; no waiting, nothing that can block. Returns the pids signalled."""
+    victims: list[int] = []
+    for pid in pids:
+        victims += _descendants(pid) + [pid]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pgid in pgids:
+        _signal_group(pgid, signal.SIGKILL)
+    return victims
+
+
+__all__ = ["spawn", "stop_process", "group_alive", "kill_processes"]

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from broker_sim.runners.procs import kill_processes
 from broker_sim.worker.deadline import Lease
 
 log = logging.getLogger("broker_sim.worker.guard")
@@ -40,32 +41,9 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _descendants(pid: int) -> list[int]:
-    try:
-        import psutil
-
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except Exception:
-        return []
-
-
 def kill_all(lease: Lease) -> list[int]:
-    """SIGKILL the lease's processes, their descendants (collected first: orphans are re-parented) and process
-    groups. Returns the pids signalled."""
-    victims: list[int] = []
-    for pid in lease.pids:
-        victims += _descendants(pid) + [pid]
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pgid in lease.pgids:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    return victims
+    """SIGKILL the lease's processes, their descendants and process groups. Returns the pids signalled."""
+    return kill_processes(lease.pids, lease.pgids)
 
 
 def run(path: Path) -> int:
