@@ -38,7 +38,8 @@ def status(ctx: Ctx) -> None:
     t = st.tasks
     states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
     runs = ", ".join(f"{k} {v}" for k, v in t["by_status"].items()) or "none"
-    click.echo(f"\nTasks: {t['total']} (spec: {states}; reported: {runs}; unowned RUNNING {t['unowned']}"
+    longest = (f", longest {max(0.0, time.time() - t['unassigned_oldest']):.0f}s" if t.get("unassigned_oldest") else "")
+    click.echo(f"\nTasks: {t['total']} (spec: {states}; reported: {runs}; UNASSIGNED {t['unowned']}{longest}"
                + (f"; invalid {t['invalid']}" if t["invalid"] else "") + (f"; deleting {t['deleting']}" if t["deleting"] else "") + ")")
     pending = {k: v for k, v in st.pending.items() if v}
     if pending:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
@@ -54,11 +55,27 @@ def task_list(ctx: Ctx, group: str | None) -> None:
     if not rows:
         click.echo("No tasks.")
         return
+    now = time.time()
     click.echo(table(
         ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
         [[r.task_id, r.group, (r.state or "INVALID") + (" (deleting)" if r.deleting else ""), r.kind, r.owner,
-          r.owner_generation, f"{r.status} (stale)" if r.status_stale else r.status, clip(r.error or r.invalid, 50)]
+          r.owner_generation, shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
+          clip(r.error or r.invalid, 50)]
          for r in rows]))
+
+
+def _ago(t: float | None, now: float) -> str:
+    return "?" if t is None else f"{max(0.0, now - t):.0f}s"
+
+
+def shown_status(shown: str | None, reported: str | None, broker: str | None, updated: float | None,
+                 unassigned_since: float | None, now: float) -> str | None:
+    """STALE and UNASSIGNED say what they stand for: the last report and its age, how long nobody held it."""
+    if shown == "UNASSIGNED":
+        return f"UNASSIGNED {_ago(unassigned_since, now)}"
+    if shown == "STALE":
+        return f"STALE (last {reported} by {broker}, {_ago(updated, now)} ago)"
+    return shown
 
 
 @task.command("describe")
@@ -83,8 +100,11 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
         ("Created", when(d.created)),
         ("Owner", f"{owner.get('broker')} (generation {owner.get('generation')}, since {when(owner.get('since'))})"
          if owner else "none"),
-        ("Status", f"{status['state']} on {status['broker']} (failures {status['failures']}, updated {when(status['updated'])})"
-         + ("  STALE: that broker no longer holds it" if d.status_stale else "") if status else "-"),
+        ("Status", (f"{d.shown}: " if d.shown in ("STALE", "UNASSIGNED") else "")
+         + (f"last reported {status['state']} by {status['broker']} (session {status.get('session') or '?'}, "
+            f"failures {status['failures']}, updated {when(status['updated'])})" if status else "nothing reported")
+         + ("; that session no longer holds the task" if d.status_stale else "")
+         + (f"; nobody holds it, for {_ago(d.unassigned_since, time.time())}" if d.unassigned_since else "")),
         ("Last error", clip(d.last_error, 200)),
     ]
     if d.reassign_to:

@@ -195,6 +195,13 @@ class TaskStatus:
     trace: str | None = None
     failures: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: the ZooKeeper session that wrote it (``0x...``): a status is only as live as that session
+    session: str | None = None
+
+
+def session_hex(session_id: int | None) -> str | None:
+    """A session id as ZooKeeper's own tools print it."""
+    return None if session_id is None else f"0x{session_id:x}"
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,8 @@ class Ownership:
                     slot.state = "STOPPED"
                 finals[t] = codecs.encode(TaskStatus(
                     broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
-                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics))
+                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics,
+                    session=codecs.session_hex(self.session_id)))
         try:
             reads = [(t, self.client.get_async(self.layout.status(t))) for t in tasks]
             tx = self.client.transaction()

@@ -80,7 +80,8 @@ class Reporting:
                 s.dirty = False
             items = [(self.layout.status(t), codecs.encode(TaskStatus(
                 broker=self.id, state=s.state, generation=self.generation, updated=now, error=s.error, trace=s.trace,
-                failures=s.failures, metrics=s.metrics))) for t, s in dirty]
+                failures=s.failures, metrics=s.metrics, session=codecs.session_hex(self.session_id))))
+                for t, s in dirty]
         if items:
             self.status_writer.upsert(items, self.known_status)
 

@@ -21,6 +21,7 @@ from controller.admin.views import (
     GroupSummary,
     MemberView,
     _stale,
+    _unassigned_since,
 )
 from controller.admin.watch import _ClusterWatch
 from controller.codecs import PayloadError
@@ -56,6 +57,7 @@ class ClusterOperations:
         by_status: Counter[str] = Counter()
         owned_by: Counter[str] = Counter()
         invalid = unowned = 0
+        oldest: float | None = None
         for t, s, o, st in zip(tasks, spec_res, owner_res, status_res):
             if s is None:
                 continue
@@ -66,13 +68,17 @@ class ClusterOperations:
                 invalid += 1
                 spec = None
             owner, _ = self._decode(codecs.OwnerInfo, o, lay.task_owner(t))
+            status, _ = self._decode(codecs.TaskStatus, st, lay.status(t))
             if owner is not None:
                 owned_by[owner.broker] += 1
-            elif spec is not None and spec.state == "RUNNING":
-                unowned += 1
-            status, _ = self._decode(codecs.TaskStatus, st, lay.status(t))
+            elif spec is not None:
+                since = _unassigned_since(spec.state, False, status, s[1].ctime / 1000.0,
+                                          st[1].mtime / 1000.0 if st else None)
+                if since is not None:
+                    unowned += 1
+                    oldest = since if oldest is None else min(oldest, since)
             if status is not None:
-                by_status["STALE" if _stale(status, owner) else status.state] += 1
+                by_status["STALE" if _stale(status, owner, o[1].ephemeralOwner if o else None) else status.state] += 1
         shutting = set(shutdowns or ())
         views = tuple(self._broker_view(b, r, owned_by[b], b in shutting) for b, r in zip(brokers, broker_res) if r is not None)
         summaries = tuple(self._group_summary(g, r, m) for g, r, m in zip(groups, state_res, kids))
@@ -83,7 +89,8 @@ class ClusterOperations:
             brokers=views,
             groups=summaries,
             tasks={"total": sum(1 for s in spec_res if s is not None), "by_state": dict(sorted(by_state.items())),
-                   "by_status": dict(sorted(by_status.items())), "unowned": unowned, "invalid": invalid,
+                   "by_status": dict(sorted(by_status.items())), "unowned": unowned, "unassigned_oldest": oldest,
+                   "invalid": invalid,
                    "deleting": len(deleting or ())},
             pending={"delete_tasks": len(deleting or ()), "controlled_shutdown": len(shutting),
                      "reassign": len(reassigns or ()), "rebalance": len(rebalances or ())},

@@ -32,7 +32,9 @@ from controller.admin.views import (
     TaskChange,
     TaskDescription,
     TaskRow,
+    _shown,
     _stale,
+    _unassigned_since,
 )
 from controller.codecs import PayloadError
 from controller.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
@@ -163,15 +165,19 @@ class TaskOperations:
                 spec = decode_task(spec_res[0], lay.task(t))
             except PayloadError as exc:
                 row = TaskRow(t, invalid=exc.reason, deleting=t in deleting_set,
-                              status=status.state if status else None, error=exc.reason)
+                              status=status.state if status else None, error=exc.reason, shown="INVALID")
             else:
                 if group is not None and spec.group != group:
                     continue
+                stale = _stale(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
+                since = _unassigned_since(spec.state, owner_res is not None, status, spec_res[1].ctime / 1000.0,
+                                          status_res[1].mtime / 1000.0 if status_res else None)
                 row = TaskRow(
                     t, spec.group, spec.state, spec.pipeline.kind, spec.weight,
                     owner=owner.broker if owner else None, owner_generation=owner.generation if owner else None,
                     status=status.state if status else None, status_broker=status.broker if status else None,
-                    status_stale=_stale(status, owner),
+                    status_stale=stale, shown=_shown(status, stale, since), unassigned_since=since,
+                    status_updated=status.updated if status else None,
                     error=(status.error if status else None) or status_err, deleting=t in deleting_set,
                     owner_since=owner_res[1].ctime / 1000.0 if owner and owner_res[1].ctime else None,
                     metrics=dict(status.metrics) if status and status.broker == (owner.broker if owner else None)
@@ -194,6 +200,11 @@ class TaskOperations:
         owner, owner_err = self._decode(codecs.OwnerInfo, owner_res, paths[1])
         status, status_err = self._decode(codecs.TaskStatus, status_res, paths[2])
         reassign, _ = self._decode(codecs.ReassignRequest, reassign_res, paths[4])
+        stale = _stale(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
+        since = None
+        if spec_dict is not None:
+            since = _unassigned_since(spec_dict.get("state"), owner_res is not None, status, spec_res[1].ctime / 1000.0,
+                                      status_res[1].mtime / 1000.0 if status_res else None)
         owner_dict = None
         if owner_res is not None:
             owner_dict = {**(codecs.to_jsonable(owner) if owner else {"error": owner_err}),
@@ -203,7 +214,7 @@ class TaskOperations:
             owner=owner_dict, status=codecs.to_jsonable(status) if status else None,
             last_error=(status.error if status else None) or status_err or invalid,
             deleting=delete_res is not None, reassign_to=reassign.to if reassign else None, invalid=invalid,
-            status_stale=_stale(status, owner))
+            status_stale=stale, shown="INVALID" if invalid else _shown(status, stale, since), unassigned_since=since)
 
     def _file_request(self, path: str, payload: Any) -> bool:
         """Create an admin request znode once; True if the same request was already pending."""

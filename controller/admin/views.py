@@ -35,12 +35,17 @@ class TaskRow:
     owner_generation: int | None = None
     status: str | None = None         # what the owner reports: RUNNING, FAILED, STOPPED, COMPLETED, ...
     status_broker: str | None = None  # who reported it
-    status_stale: bool = False        # reported as running by a broker that no longer holds the task
+    status_stale: bool = False        # reported as running by a session that no longer holds the task
     error: str | None = None
     deleting: bool = False
     invalid: str | None = None        # why the spec cannot be decoded
     owner_since: float | None = None  # when the current owner took it (its owner znode's ctime): the last move
     metrics: dict[str, Any] = field(default_factory=dict)  # what the owner's runner reports (rows, rates, ...)
+    #: what to show: STALE for a status its writer's session no longer backs, UNASSIGNED for a task to run that
+    #: nobody holds, else the reported status (None: nothing reported yet)
+    shown: str | None = None
+    status_updated: float | None = None     # when the status was written (its writer's clock)
+    unassigned_since: float | None = None   # a task to run with no owner: since when (see ``_unassigned_since``)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class TaskDescription:
     reassign_to: str | None = None
     invalid: str | None = None
     status_stale: bool = False
+    shown: str | None = None
+    unassigned_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -156,8 +163,35 @@ class ClusterEvent:
 _LIVE_STATES = frozenset({"RUNNING", "STARTING", "RESTARTING"})
 
 
-def _stale(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None) -> bool:
-    """A status that says running, from a broker that does not hold the task (workers do not rewrite it
-    after letting a task go)."""
-    return status is not None and status.state in _LIVE_STATES and (owner is None or owner.broker != status.broker)
+def _stale(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, owner_session: int | None = None) -> bool:
+    """A status that says running, written by a session that does not hold the task: another broker, or an
+    earlier life of the same broker (its session expired; the owner znode, if any, is a new session's).
+    Workers do not rewrite a status after letting a task go, and a dead one cannot."""
+    if status is None or status.state not in _LIVE_STATES:
+        return False
+    if owner is None or owner.broker != status.broker:
+        return True
+    return status.session is not None and owner_session is not None and status.session != codecs.session_hex(owner_session)
+
+
+_FINAL = frozenset({"COMPLETED", "FAILED"})
+
+
+def _unassigned_since(spec_state: str | None, owned: bool, status: codecs.TaskStatus | None, created: float,
+                      status_written: float | None) -> float | None:
+    """For a task that should run (not paused, not finished) and that nobody holds: since when. The later of
+    its creation and its last status write; exact after a release (a release writes the last status in the
+    same multi that deletes the owner znode), early by at most a status interval plus the session timeout
+    after a broker died (its last status was written before its session expired)."""
+    if owned or spec_state != "RUNNING" or (status is not None and status.state in _FINAL):
+        return None
+    return max(created, status_written or 0.0)
+
+
+def _shown(status: codecs.TaskStatus | None, stale: bool, unassigned: float | None) -> str | None:
+    if unassigned is not None:
+        return "UNASSIGNED"
+    if stale:
+        return "STALE"
+    return status.state if status else None
 

@@ -116,7 +116,8 @@ class Tasks:
             return
         now = time.time()
         items = [(self.layout.status(t), codecs.encode(codecs.TaskStatus(
-            broker="controller", state="FAILED", generation=0, updated=now, error=f"invalid task spec: {reason}")))
+            broker="controller", state="FAILED", generation=0, updated=now, error=f"invalid task spec: {reason}",
+            session=codecs.session_hex(self.client.client_id[0] if self.client.client_id else None))))
             for t, reason in sorted(invalid.items())]
         self._write(lambda: self.writer.upsert(items, self.ctx.known_paths if self.ctx else None))
 

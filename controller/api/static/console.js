@@ -77,9 +77,20 @@ async function refresh() {
 function taskState(t) {
   if (t.invalid) return "INVALID";
   if (t.state === "PAUSED") return "PAUSED";
-  if (!t.owner) return "UNASSIGNED";
-  if (t.status_stale) return "STALE";
+  if (t.shown === "UNASSIGNED" || t.shown === "STALE") return t.shown;
+  if (!t.owner) return t.status || "UNASSIGNED";  // a finished task nobody needs to hold
   return t.status || "ASSIGNED";
+}
+
+function stateNote(t, s) {  // what STALE and UNASSIGNED stand for, as a tooltip and a suffix
+  if (s === "UNASSIGNED" && t.unassigned_since) return ` ${ago(t.unassigned_since)}`;
+  return "";
+}
+
+function stateTitle(t, s) {
+  if (s === "STALE") return `last reported ${t.status} by ${t.status_broker} ${ago(t.status_updated)} ago; that broker's session no longer holds the task`;
+  if (s === "UNASSIGNED") return "no broker holds this task";
+  return "";
 }
 
 function filtered() {
@@ -124,7 +135,7 @@ function render() {
     const moved = state.owners.has(t.task_id) && state.owners.get(t.task_id) !== t.owner ? " class=\"moved\"" : "";
     const pauseOrResume = t.state === "PAUSED" ? `<button class="resume" ${can}>resume</button>` : `<button class="pause" ${can}>pause</button>`;
     return `<tr data-task="${esc(t.task_id)}"${moved}><td>${esc(t.task_id)}</td><td>${esc(t.group)}</td>
-      <td class="spec">${esc(t.state || "-")}</td><td class="state s-${s}">${s}</td>
+      <td class="spec">${esc(t.state || "-")}</td><td class="state s-${s}" title="${esc(stateTitle(t, s))}">${s}${esc(stateNote(t, s))}</td>
       <td class="owner">${t.owner ? `<i style="display:inline-block;width:9px;height:9px;border-radius:2px;background:${colour(t.owner)}"></i> ${esc(t.owner)}` : "-"}</td>
       <td>${esc(m.rows ?? "-")}</td><td>${esc(m.processed_rows_per_s ?? "-")}</td><td>${ago(t.owner_since)}</td>
       <td class="error" title="${esc(t.error)}">${esc(t.error || "")}</td>
