@@ -116,7 +116,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         rows = admin().list_tasks(group)
         if state:
             wanted = state.upper()
-            rows = [r for r in rows if wanted in (r.state, r.status, "UNASSIGNED" if not r.owner else None)]
+            rows = [r for r in rows if wanted in (r.state, r.status, r.shown)]
         if owner:
             rows = [r for r in rows if r.owner == owner]
         page = rows[offset: None if limit is None else offset + limit]
