@@ -80,8 +80,18 @@ class OwnerInfo:
 
 
 @dataclass(frozen=True)
+class HeldTasks:
+    """Tasks of a departed static member, kept unassigned until ``until`` (wall-clock seconds) for it to return."""
+
+    instance: str
+    tasks: tuple[str, ...]
+    until: float
+
+
+@dataclass(frozen=True)
 class GroupStateInfo:
-    """``/groups/<g>/state``: the coordinator's view of a group, written only by the controller."""
+    """``/groups/<g>/state``: the coordinator's view of a group, written only by the controller. ``held``
+    keeps the scheduled rebalance delay's holds across a controller failover."""
 
     state: str
     generation: int
@@ -92,6 +102,7 @@ class GroupStateInfo:
     leader: str | None = None
     members: tuple[str, ...] = ()
     reason: str = ""
+    held: tuple[HeldTasks, ...] = ()
 
 
 @dataclass(frozen=True)

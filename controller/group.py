@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping, Union
 
-from controller.clock import Clock
+from controller.clock import Clock, WallClock
 from controller.codecs import (
     Assignment,
     GroupStateInfo,
+    HeldTasks,
     JoinRequest,
     JoinResult,
     MemberMetadata,
@@ -112,6 +113,8 @@ class GroupCoordinator:
     controller_epoch: int
     clock: Clock
     config: GroupConfig = field(default_factory=GroupConfig)
+    #: for the holds' deadlines in ZooKeeper: a monotonic clock does not survive a failover, wall time does
+    wall: Clock = field(default_factory=WallClock)
 
     state: GroupState = GroupState.EMPTY
     generation: int = 0
@@ -153,7 +156,31 @@ class GroupCoordinator:
             leader=self.leader,
             members=self.generation_members,
             reason=self.reason,
+            held=self._held_info(),
         )
+
+    def _held_info(self) -> tuple[HeldTasks, ...]:
+        """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's)."""
+        now, wall = self.clock.now(), self.wall.now()
+        return tuple(HeldTasks(instance=k, tasks=tuple(sorted(h.tasks)), until=round(wall + h.deadline - now, 3))
+                     for k, h in sorted(self.held.items()))
+
+    def _restore_held(self, info: GroupStateInfo) -> None:
+        """The holds of the previous controller, minus members back already and tasks gone or placed."""
+        now, wall = self.clock.now(), self.wall.now()
+        present = {self.identity(m, r) for m, r in self.members.items()}
+        placed = {t for ts in self.assignment.values() for t in ts}
+        for h in info.held:
+            tasks = tuple(t for t in h.tasks if t in self.tasks and t not in placed)
+            if tasks and h.instance not in present:
+                self.held[h.instance] = _Held(tasks, now + max(0.0, h.until - wall))
+
+    def _note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
+        """A hold made, ended or shrunk is written with the group state (ZooKeeper keeps it across failover)."""
+        if [(h.instance, h.tasks) for h in before] != [(h.instance, h.tasks) for h in self._held_info()] \
+                and self.state is not GroupState.DEAD and not any(isinstance(d, WriteGroupState) for d in decisions):
+            decisions.append(WriteGroupState(self.info()))
+        return decisions
 
     def next_deadline(self) -> float | None:
         candidates = [d for d in (self.join_deadline, self.sync_deadline) if d is not None]
@@ -192,6 +219,7 @@ class GroupCoordinator:
                 m: a.assigned for m, a in assignments.items()
                 if a.generation == info.generation and a.error is None and m in self.generation_members
             }
+            self._restore_held(info)
             # a request older than the member's assignment that asks for a later generation was answered
             # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
             self.static_returned = {
@@ -203,7 +231,7 @@ class GroupCoordinator:
                 info.state == GroupState.STABLE.value
                 and set(self.generation_members) == set(self.members)
                 and all(r.join_generation <= info.generation and not r.leaving for r in self.members.values())
-                and {t for ts in self.assignment.values() for t in ts} == set(self.tasks)
+                and {t for ts in self.assignment.values() for t in ts} | self.held_tasks() == set(self.tasks)
             )
             self.state = GroupState.STABLE
             if consistent:
@@ -227,6 +255,7 @@ class GroupCoordinator:
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
         now = self.clock.now()
+        held_before = self._held_info()
         old, new = self.members, dict(snapshot)
         self.members = new
         decisions: list[Decision] = []
@@ -276,7 +305,7 @@ class GroupCoordinator:
             decisions += self._maybe_complete_join(force=False)
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self._to_empty("all members left")
-        return decisions
+        return self._note_held(held_before, decisions)
 
     def on_tasks(self, tasks: Mapping[str, TaskDescriptor]) -> list[Decision]:
         """The group's runnable tasks changed (created, deleted, paused, resumed, reconfigured)."""
@@ -284,6 +313,7 @@ class GroupCoordinator:
         if tasks == self.tasks:
             return []
         self.tasks = tasks
+        held_before = self._held_info()
         for key, h in list(self.held.items()):
             kept = tuple(t for t in h.tasks if t in tasks)
             if kept:
@@ -294,8 +324,8 @@ class GroupCoordinator:
             if t not in tasks:
                 del self.reassign[t]
         if not self.members:
-            return []
-        return self._prepare_rebalance("tasks changed")
+            return self._note_held(held_before, [])
+        return self._note_held(held_before, self._prepare_rebalance("tasks changed"))
 
     def on_rebalance_request(self, reason: str = "manual") -> list[Decision]:
         if not self.members:
@@ -347,6 +377,7 @@ class GroupCoordinator:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
         now = self.clock.now()
         decisions: list[Decision] = []
+        held_before = self._held_info()
         expired = [k for k, h in self.held.items() if h.deadline <= now]
         for k in expired:
             log.info("group %s: %s did not return within the delay; its tasks move", self.group, k)
@@ -358,7 +389,7 @@ class GroupCoordinator:
         elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC) and self.members:
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self._prepare_rebalance("scheduled rebalance delay expired")
-        return decisions
+        return self._note_held(held_before, decisions)
 
     def shutdown(self) -> None:
         """The group is gone (controller resigning): Dead, no more decisions."""

@@ -28,6 +28,7 @@ from controller import codecs, events as ev
 from controller.admin import ensure_layout, wait_for
 from controller.codecs import GroupStateInfo, JoinRequest
 from controller.daemon import Controller, ControllerConfig
+from controller.group import GroupConfig
 from controller.layout import ZkLayout
 from controller.taskspec import TaskSpec
 from controller.zkclient import ZkSettings, make_client
@@ -781,3 +782,36 @@ def test_a_join_result_path_that_exists_already_is_written_all_the_same(cluster,
     assert str(new) in joins
     for n in joins:  # the garbage was overwritten (and, if a later generation followed, deleted)
         assert codecs.decode(codecs.JoinResult, zk.get(layout.group_join("default", int(n)))[0]).generation == int(n)
+
+
+def test_tasks_held_for_a_departed_static_member_stay_held_across_a_controller_failover(cluster, zk, layout):
+    """A static member leaves during the scheduled rebalance delay and the controller fails over inside it: the
+    new controller reads the hold from the group state, so the tasks stay unassigned until the delay ends
+    (not moved at once), and then move."""
+    delay = 6.0
+    ids = [f"t{i}" for i in range(6)]
+    create_tasks(zk, layout, ids)
+    group = GroupConfig(rebalance_timeout_s=5.0, scheduled_rebalance_delay_s=delay)
+    first = cluster.controller("first", group=group)
+    assert first.wait_active(15)
+    stay = cluster.worker("stay", instance_id="i-stay")
+    leave = cluster.worker("leave", instance_id="i-leave")
+    _stable_after(zk, layout, 0, [stay, leave], len(ids))
+    wait_until(lambda: leave.running_tasks() and stay.running_tasks(), 20, "both running tasks")
+    theirs = set(leave.running_tasks())
+    leave.stop()  # a clean stop: gone, tasks released, its session closed
+    left = time.monotonic()
+    wait_until(lambda: [h.instance for h in (group_state(zk, layout).held or ())] == ["i-leave"], 10,
+               "the hold written to the group state")
+    first.stop()  # failover inside the delay
+    second = cluster.controller("second", group=group)
+    assert second.wait_active(15)
+    settle(second)
+    assert second.token is not None
+    # inside the delay the held tasks run nowhere: not moved to the member that stayed
+    while time.monotonic() - left < delay - 1.5:
+        assert not (stay.running_tasks() & theirs), "held tasks moved inside the delay"
+        time.sleep(0.1)
+    wait_until(lambda: stay.running_tasks() == set(ids), delay + 20, "the held tasks to move after the delay")
+    assert time.monotonic() - left >= delay - 0.5
+    assert group_state(zk, layout).held == ()

@@ -423,7 +423,10 @@ def sync_after_rebalance(c, snap):
 def test_delay_holds_a_departed_members_tasks_until_the_deadline():
     c, clock, snap = stable_group(delay=20)
     del snap["b"]
-    assert c.on_members(dict(snap)) == []  # no rebalance: b's tasks wait for it
+    decisions = c.on_members(dict(snap))  # no rebalance: b's tasks wait for it, and ZooKeeper keeps the hold
+    assert states(decisions) == ["Stable"]
+    (written,) = [d.info for d in decisions if isinstance(d, WriteGroupState)]
+    assert [(h.instance, h.tasks) for h in written.held] == [("b", ("t2", "t4"))]
     assert c.state is S.STABLE and c.held_tasks() == {"t2", "t4"}
     assert c.next_deadline() == pytest.approx(clock.now() + 20)
     clock.advance(19.9)
@@ -503,7 +506,7 @@ def test_static_member_returns_inside_the_delay_without_a_rebalance():
     before = dict(c.assignment)
     rebalances = c.rebalances
     del snap["b"]
-    assert c.on_members(dict(snap)) == []
+    assert states(c.on_members(dict(snap))) == ["Stable"]  # the hold, written
     clock.advance(10)
     # the process restarts as a new member id with the same instance id
     snap["b-2"] = req("b-2", 2, instance_id="i-b")
@@ -759,3 +762,56 @@ def test_load_keeps_the_generation_of_an_unfinished_round():
     new = fresh_controller()
     new.load(c.info(), dict(snap), dict(c.tasks), zk_view(c)[1])
     assert new.join_generation == 3  # never reuses generation 2
+
+
+def test_holds_survive_a_controller_failover_with_their_deadlines():
+    """The scheduled delay's holds are in the group state: a new controller keeps the tasks out of the
+    assignment until the original deadline (carried over on wall-clock time), or gives them back to the member."""
+    c, clock, snap = stable_group(members=("a", "b", "c"), task_ids=("t1", "t2", "t3", "t4", "t5", "t6"),
+                                  delay=20, instance_ids=True)
+    wall = FakeClock(1_000.0)
+    c.wall = wall
+    del snap["b"]
+    written = [d.info for d in c.on_members(dict(snap)) if isinstance(d, WriteGroupState)][-1]
+    held = c.held_tasks()
+    assert held and [(h.instance, set(h.tasks), h.until) for h in written.held] == [("i-b", held, 1_020.0)]
+    zk_assignments = {m: Assignment(generation=c.generation, controller_epoch=EPOCH, assigned=ts)
+                      for m, ts in c.assignment.items()}
+    at_failover = dict(snap)
+    wall.advance(5)  # the failover takes 5 s
+    new, new_clock = coordinator(delay=20)
+    new.controller_epoch, new.wall = EPOCH + 1, wall
+    decisions = new.load(written, dict(snap), dict(c.tasks), zk_assignments)
+    assert states(decisions) == ["Stable"] and new.reason == "controller failover: resumed"  # no rebalance
+    assert new.held_tasks() == held and new.next_deadline() == pytest.approx(new_clock.now() + 15)
+    new_clock.advance(14.9)
+    assert new.on_tick() == []
+    new_clock.advance(0.1)
+    assert states(new.on_tick()) == ["PreparingRebalance"] and new.reason == "scheduled rebalance delay expired"
+    join = only(WriteJoinResult, rejoin_all(new, snap)).result
+    assert join.held == ()
+
+    # or the member comes back inside the delay: its tasks again, no rebalance
+    again, _ = coordinator(delay=20)
+    again.controller_epoch, again.wall = EPOCH + 1, wall
+    assert states(again.load(written, dict(at_failover), dict(c.tasks), zk_assignments)) == ["Stable"]
+    decisions = again.on_members({**at_failover, "b-2": req("b-2", 2, instance_id="i-b")})
+    assert set(published(decisions)["b-2"].assigned) == held and again.held == {}
+
+
+def test_a_restored_hold_drops_members_back_and_tasks_gone():
+    c, clock, snap = stable_group(members=("a", "b"), delay=20, instance_ids=True)
+    c.wall = FakeClock(0.0)
+    del snap["b"]
+    written = [d.info for d in c.on_members(dict(snap)) if isinstance(d, WriteGroupState)][-1]
+    tasks = dict(c.tasks)
+    gone = sorted(c.held_tasks())[0]
+    del tasks[gone]
+    new, _ = coordinator(delay=20)
+    new.wall = c.wall
+    new.load(written, dict(snap), tasks, {})
+    assert new.held_tasks() == c.held_tasks() - {gone}
+    back, _ = coordinator(delay=20)
+    back.wall = c.wall
+    back.load(written, {**snap, "b-2": req("b-2", 1, instance_id="i-b")}, dict(c.tasks), {})
+    assert back.held == {}  # its member is back: nothing to hold for
