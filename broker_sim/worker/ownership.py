@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from broker_sim.worker.events import _Owned
 from broker_sim.worker.slots import _StopBatch, _TaskSlot
@@ -30,10 +30,15 @@ class Ownership:
             return frozenset(t for t, s in self.slots.items() if s.held)
 
     def _acquire_owner(self, t: str) -> bool:
-        """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it."""
+        """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it.
+
+        With per-broker identities the controller hands ``/tasks/<t>`` to us (a setACL) before the
+        assignment that gives us the task: NoAuth means that has not happened (yet), so we wait and
+        retry within the same bound rather than give up."""
         path = self.layout.task_owner(t)
         data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
         deadline = time.monotonic() + self.config.owner_wait_s
+        refused = 0
         while time.monotonic() < deadline:
             with self.lock:
                 if t not in self.desired or self._closing:
@@ -43,6 +48,12 @@ class Ownership:
                 return True
             except NoNodeError:
                 return False  # the task itself is gone
+            except NoAuthError:
+                refused += 1
+                if refused == 1:
+                    log.warning("worker %s: no right (yet) to take %s: waiting for it to be handed to us", self.id, t)
+                time.sleep(min(0.05 * 2 ** min(refused, 5), 1.0))
+                continue
             except NodeExistsError:
                 gone = threading.Event()
                 stat = self.client.exists(path, watch=lambda _e: gone.set())
@@ -142,6 +153,9 @@ class Ownership:
                     self.client.delete(self.layout.task_owner(tasks[0]))
                 except NoNodeError:
                     pass
+                except NoAuthError:  # the task was handed to another broker before we let go (we were late)
+                    log.warning("worker %s: %s was handed to another broker before we released it: its owner "
+                                "znode stays until our session ends", self.id, tasks[0])
             else:
                 self.known_status.update(self.layout.status(t) for t in tasks)
             with self.lock:
