@@ -377,11 +377,18 @@ CONTROLLER_PER_BROKER: dict[str, int] = {"task": A}
 assert all(kind in PER_BROKER for kind, rule in RULES.items() if rule["broker"] != R)
 
 
+# znodes named after the broker that creates them: their owner is in their path
+NAMED_BY_OWNER = frozenset({"broker", "member", "interval", "shutdown_request"})
+
+
 def acl_for(policy: AclPolicy, layout: ZkLayout, path: str, owner: str | None = None) -> list[ACL]:
     """The ACL a znode at ``path`` gets under ``policy`` (one entry per identity). ``owner`` is the broker
-    whose own identities get the owner's rights (:data:`PER_BROKER`); None for a znode no broker owns."""
+    whose own identities get the owner's rights (:data:`PER_BROKER`); None for a znode no broker owns. A
+    znode named after a broker (:data:`NAMED_BY_OWNER`) is that broker's, whatever ``owner`` says."""
     kind = classify(layout, path)
     rule = RULES[kind]
+    if kind in NAMED_BY_OWNER:  # whoever creates it, it is the broker's it is named after
+        owner = path.rsplit("/", 1)[-1]
     perms: dict[str, int] = {}
 
     def grant(identities: Iterable[str], p: int) -> None:
@@ -403,11 +410,17 @@ def acl_for(policy: AclPolicy, layout: ZkLayout, path: str, owner: str | None = 
 
 
 def owner_in_acl(policy: AclPolicy, layout: ZkLayout, path: str, acls: Sequence[ACL]) -> str | None:
-    """The broker an existing znode's ACL gives the owner's rights to (None: no broker, or several)."""
-    every, own = PER_BROKER.get(classify(layout, path), (R, 0))
+    """The broker that owns an existing znode: the one it is named after (a registration, a join request,
+    intervals, a shutdown request), else the one its ACL gives the owner's rights to (None: no broker,
+    or several: then no broker keeps them)."""
+    kind = classify(layout, path)
+    every, own = PER_BROKER.get(kind, (R, 0))
     extra = own & ~every
     if not policy.per_broker or not extra:
         return None
+    if kind in NAMED_BY_OWNER:
+        named = path.rsplit("/", 1)[-1]
+        return named if policy.identities_of(named) else None
     owners = {policy.broker_of(a.id.id) for a in acls if a.id.scheme == "digest" and a.perms & extra}
     owners.discard(None)
     return owners.pop() if len(owners) == 1 else None
