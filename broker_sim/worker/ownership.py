@@ -18,6 +18,7 @@ from controller.codecs import OwnerInfo, TaskStatus
 log = logging.getLogger(__name__)
 
 
+RELEASE_RETRY_S = 0.5  # pause before retrying a release we had no right to
 RELEASE_CHUNK = 200  # tasks released per multi (two ops each: the last status, a few hundred bytes, and the owner)
 
 
@@ -153,9 +154,14 @@ class Ownership:
                     self.client.delete(self.layout.task_owner(tasks[0]))
                 except NoNodeError:
                     pass
-                except NoAuthError:  # the task was handed to another broker before we let go (we were late)
-                    log.warning("worker %s: %s was handed to another broker before we released it: its owner "
-                                "znode stays until our session ends", self.id, tasks[0])
+                except NoAuthError:
+                    # no right to delete it: the task was handed to another broker before we let go (we were
+                    # late), or an operator's ACL. It stays held: the next reconcile tries again (paced here);
+                    # the owner znode goes once we may delete it, or with our session
+                    log.warning("worker %s: no right to release %s (handed to another broker before we let go?); "
+                                "retrying, its owner znode stays until then or until our session ends", self.id, tasks[0])
+                    time.sleep(RELEASE_RETRY_S)
+                    raise
             else:
                 self.known_status.update(self.layout.status(t) for t in tasks)
             with self.lock:
