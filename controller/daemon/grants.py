@@ -1,8 +1,10 @@
 """Handing tasks over between brokers with identities of their own: before an assignment that gives a
 task to a broker is written, ``/tasks/<t>`` (CREATE/DELETE of its ``owner`` child) and ``/status/<t>``
 (WRITE) are given to that broker's identity alone, so no other broker can delete its owner znode or
-rewrite its status. setACL cannot go in a multi, so the setACLs are sent (pipelined) and awaited first;
-a failure other than a missing znode aborts the write, and the controller reloads and writes again.
+rewrite its status. setACL cannot go in a multi, so the setACLs are sent (pipelined) and awaited first.
+A missing znode is skipped (no status yet, or a task being deleted); NoAuth (an ACL from before the
+per-broker policy) is logged, and the assignee waits, bounded; any other failure (connection loss) aborts
+the write, and the controller reloads and writes again.
 
 Only a secured cluster whose policy names per-broker identities pays for this; the rest is untouched."""
 
