@@ -20,7 +20,8 @@ from controller.security import (
 
 @click.group("security")
 def security() -> None:
-    """ZooKeeper digest authentication and ACLs (roles: controller, broker, admin, reader)."""
+    """ZooKeeper digest authentication and ACLs (roles: controller, broker, admin, reader; brokers may
+    each have an identity of their own)."""
 
 
 def _role_options(f):
@@ -32,27 +33,56 @@ def _role_options(f):
     return f
 
 
+def _broker_options(f):
+    f = click.option("--broker-user", "broker_user", metavar="PATTERN",
+                     help="a broker identity whose user name is PATTERN with {id} replaced by a broker id is that "
+                          "broker's own (e.g. broker.{id}); list the identities with --broker-digest/--broker-auth-file")(f)
+    f = click.option("--broker-id-auth-file", "broker_id_files", multiple=True, metavar="ID=PATH",
+                     help="file holding broker ID's own credential user:password (repeatable)")(f)
+    f = click.option("--broker-id-digest", "broker_id_digests", multiple=True, metavar="ID=USER:DIGEST",
+                     help="broker ID's own digest identity (as `zkctl security digest --broker ID` prints it; "
+                          "repeatable)")(f)
+    return f
+
+
+def _pair(value: str, option: str) -> tuple[str, str]:
+    broker, sep, rest = value.partition("=")
+    if not sep or not broker or not rest:
+        raise SecurityError(f"{option} takes ID=VALUE (a broker id, '=', then the value)")
+    return broker, rest
+
+
 def _policy(kw: dict) -> AclPolicy:
     roles: dict[str, tuple[str, ...]] = {}
+    brokers: dict[str, list[str]] = {}
     try:
         for role in ROLES:
             ids = [digest_id(read_credential_file(p), f"{role} credentials file {p}") for p in kw[f"{role}_files"]]
             ids += list(kw[f"{role}_digests"])
             roles[role] = tuple(dict.fromkeys(ids))
-        return AclPolicy(roles)
+        for value in kw["broker_id_files"]:
+            b, path = _pair(value, "--broker-id-auth-file")
+            brokers.setdefault(b, []).append(digest_id(read_credential_file(path), f"broker {b} credentials file {path}"))
+        for value in kw["broker_id_digests"]:
+            b, ident = _pair(value, "--broker-id-digest")
+            brokers.setdefault(b, []).append(ident)
+        return AclPolicy(roles, {b: tuple(dict.fromkeys(v)) for b, v in brokers.items()}, kw["broker_user"])
     except SecurityError as exc:
         raise UserError(str(exc)) from None
 
 
 @security.command("init")
 @_role_options
+@_broker_options
 @pass_ctx
 def security_init(ctx: Ctx, **kw) -> None:
-    """Secure the cluster root: write the policy (digest identities per role) to <root>/security, create
-    the containers with their ACLs, and set the ACL of every existing znode under the root.
+    """Secure the cluster root: write the policy (digest identities per role, and of single brokers) to
+    <root>/security, create the containers with their ACLs, and set the ACL of every existing znode under
+    the root (a znode a broker owns stays that broker's).
 
     Run it with admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE) that the policy lists as admin.
-    Every process then needs its role's credentials."""
+    Every process then needs its role's credentials; a broker with an identity of its own needs its own.
+    Restart the processes after changing the policy: each reads it once."""
     policy = _policy(kw)
     if ctx.settings.auth is None:
         raise UserError("security init needs admin credentials: --zk-auth env:NAME|file:PATH, ZKC_AUTH or ZKC_AUTH_FILE")
@@ -96,8 +126,9 @@ def security_check(ctx: Ctx) -> None:
 
 
 @security.command("digest")
+@click.option("--broker", "broker", metavar="ID", help="print ID=USER:DIGEST, for `security init --broker-id-digest`")
 @pass_ctx
-def security_digest(ctx: Ctx) -> None:
+def security_digest(ctx: Ctx, broker: str | None) -> None:
     """Print the digest identity (user:base64(sha1)) of the current credentials, for a policy."""
     auth = ctx.settings.auth
     if auth is None:
@@ -106,4 +137,12 @@ def security_digest(ctx: Ctx) -> None:
         ident = digest_id(auth)
     except SecurityError as exc:
         raise UserError(str(exc)) from None
+    if broker is not None:
+        from controller.layout import InvalidName, check_name
+        try:
+            check_name("broker id", broker)
+        except InvalidName as exc:
+            raise UserError(str(exc)) from None
+        ctx.emit({"digest": ident, "broker": broker}, f"{broker}={ident}")
+        return
     ctx.emit({"digest": ident}, ident)

@@ -24,6 +24,14 @@ passwords) lives in ``<root>/security``, written by ``zkctl security init``; a c
 every znode it creates the ACL :func:`acl_for` computes from the znode's path, whichever code path
 creates it (plain creates, ``ensure_path``, multis): the hook is the client's one request funnel.
 
+Per-broker identities (policy version 2): each broker may have credentials of its own, listed per broker
+id (``brokers``) or recognised by user name (``broker_user``, e.g. ``broker.{id}``). What a broker creates
+for itself (registration, join request, owner znodes, statuses, intervals, its shutdown request) is then
+writable by that broker alone, and no broker's own identity may delete another's: only the broker a task
+is assigned to has CREATE/DELETE on ``/tasks/<t>`` (for its ``owner`` child), which the controller hands
+over (:func:`grants_needed`, a setACL before the assignment that gives the task is written). The shared
+``broker`` role keeps its rights, so a cluster moves one broker at a time.
+
 Secrets: credentials are never logged (``ZkSettings.__repr__`` masks them, and a filter on kazoo's
 loggers masks the auth packet); only digest identities (``user:base64(sha1(user:password))``, what
 ZooKeeper itself stores and shows to anyone through getACL) appear in the policy.
@@ -45,12 +53,12 @@ from kazoo.protocol.serialization import Auth, Create, Create2, Transaction
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from controller.codecs import encode_epoch
-from controller.layout import ZkLayout
+from controller.layout import ZkLayout, check_name
 
 log = logging.getLogger(__name__)
 
 ROLES = ("controller", "broker", "admin", "reader")
-POLICY_VERSION = 1
+POLICY_VERSIONS = (1, 2)  # 1: roles only; 2: and identities of single brokers
 R, W, C, D, A = Permissions.READ, Permissions.WRITE, Permissions.CREATE, Permissions.DELETE, Permissions.ADMIN
 ALL = Permissions.ALL
 # Brokers never get ADMIN (setACL): one broker must not be able to lock the admin or another broker out.
@@ -106,11 +114,34 @@ def credential_from_env(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def _check_identity(where: str, i: object) -> str:
+    user, sep, digest = str(i).partition(":")
+    if not isinstance(i, str) or not sep or not user or not digest:
+        raise SecurityError(f"{where}: {i!r} is not a digest identity 'user:digest'")
+    return i
+
+
+def _check_broker_id(b: object) -> str:
+    try:
+        return check_name("broker id", b)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise SecurityError(f"ACL policy 'brokers': {exc}") from None
+
+
 @dataclass(frozen=True)
 class AclPolicy:
-    """Digest identities of each role (``user:digest``); no passwords."""
+    """Digest identities of each role (``user:digest``), and of each broker; no passwords.
+
+    ``brokers`` maps a broker id to its own identities (several while a credential is rotated);
+    ``broker_user`` (e.g. ``broker.{id}``) says the same by name: a ``broker``-role identity whose user is
+    ``broker.b1`` is broker ``b1``'s. A broker-role identity that is no broker's (the shared ``broker``
+    credential of a cluster that has not moved to per-broker identities) keeps the role's old rights."""
 
     roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    brokers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    broker_user: str | None = None
+    _owner: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_broker: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.roles) - set(ROLES)
@@ -118,40 +149,118 @@ class AclPolicy:
             raise SecurityError(f"unknown role(s) {sorted(unknown)}: roles are {', '.join(ROLES)}")
         for role, ids in self.roles.items():
             for i in ids:
-                user, sep, digest = str(i).partition(":")
-                if not sep or not user or not digest:
-                    raise SecurityError(f"role {role}: {i!r} is not a digest identity 'user:digest'")
+                _check_identity(f"role {role}", i)
+        object.__setattr__(self, "brokers", {b: (v,) if isinstance(v, str) else tuple(v)
+                                             for b, v in self.brokers.items()})
+        owner: dict[str, str] = {}
+
+        def claim(identity: str, broker: str) -> None:
+            if owner.get(identity, broker) != broker:
+                raise SecurityError(f"identity {identity.partition(':')[0]!r} is given to two brokers "
+                                    f"({owner[identity]}, {broker})")
+            owner[identity] = broker
+
+        for b, ids in self.brokers.items():
+            _check_broker_id(b)
+            if not ids:
+                raise SecurityError(f"ACL policy 'brokers': broker {b} has no identity")
+            for i in ids:
+                claim(_check_identity(f"broker {b}", i), b)
+        if self.broker_user is not None:
+            prefix, sep, suffix = self.broker_user.partition("{id}")
+            if not sep or "{id}" in suffix or ":" in self.broker_user:
+                raise SecurityError(f"broker_user {self.broker_user!r} must contain '{{id}}' once (e.g. broker.{{id}}) "
+                                    "and no ':'")
+            for i in self.ids("broker"):
+                user = i.partition(":")[0]
+                if len(user) > len(prefix) + len(suffix) and user.startswith(prefix) and user.endswith(suffix):
+                    b = user[len(prefix):len(user) - len(suffix)]
+                    try:
+                        claim(i, check_name("broker id", b))
+                    except ValueError:
+                        continue  # not a broker id: a shared identity that happens to look alike
+        for i in owner:
+            other = [r for r in ROLES if r != "broker" and i in self.ids(r)]
+            if other:
+                raise SecurityError(f"identity {i.partition(':')[0]!r} is a broker's and also {other[0]}: "
+                                    "a broker's identity must have no other role")
+        by_broker: dict[str, list[str]] = {}
+        for i, b in owner.items():
+            by_broker.setdefault(b, []).append(i)
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_by_broker", {b: tuple(v) for b, v in by_broker.items()})
 
     def ids(self, role: str) -> tuple[str, ...]:
+        """The identities listed under ``role`` (for ``broker``: shared and per-broker ones as written)."""
         return tuple(self.roles.get(role, ()))
 
+    @property
+    def per_broker(self) -> bool:
+        """Whether some broker has an identity of its own (then what brokers create is theirs alone)."""
+        return bool(self._owner)
+
+    def broker_of(self, identity: str | None) -> str | None:
+        """The broker whose own identity this is (None: not a broker's own, e.g. the shared one)."""
+        return self._owner.get(identity) if identity else None
+
+    def identities_of(self, broker: str | None) -> tuple[str, ...]:
+        return self._by_broker.get(broker, ()) if broker else ()
+
+    def shared_broker_ids(self) -> tuple[str, ...]:
+        """Broker-role identities that are no single broker's: the role's old, shared rights."""
+        return tuple(i for i in self.ids("broker") if i not in self._owner)
+
+    def per_broker_ids(self) -> tuple[str, ...]:
+        return tuple(self._owner)
+
     def role_of(self, identity: str) -> str | None:
+        if identity in self._owner:
+            return "broker"
         return next((r for r in ROLES if identity in self.ids(r)), None)
 
     def encode(self) -> bytes:
-        return json.dumps({"version": POLICY_VERSION, "roles": {r: list(self.ids(r)) for r in ROLES}},
-                          sort_keys=True).encode()
+        """Version 1 while no broker has its own identity (processes of earlier releases read it); else 2."""
+        body: dict[str, Any] = {"version": 1, "roles": {r: list(self.ids(r)) for r in ROLES}}
+        if self.brokers or self.broker_user is not None:
+            body.update(version=2, brokers={b: list(v) for b, v in sorted(self.brokers.items())},
+                        broker_user=self.broker_user)
+        return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> "AclPolicy":
         try:
             body = json.loads(data.decode("utf-8"))
-            if not isinstance(body, dict) or body.get("version") != POLICY_VERSION:
-                raise SecurityError(f"unsupported ACL policy version {body.get('version') if isinstance(body, dict) else None!r}")
+            version = body.get("version") if isinstance(body, dict) else None
+            if version not in POLICY_VERSIONS or isinstance(version, bool):
+                raise SecurityError(f"unsupported ACL policy version {version!r}")
             roles = body["roles"]
             if not isinstance(roles, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                                                       for v in roles.values()):
                 raise SecurityError("ACL policy 'roles' must map role names to lists of digest identities")
-            return cls({r: tuple(v) for r, v in roles.items()})
-        except (ValueError, KeyError, RecursionError) as exc:
+            brokers = body.get("brokers", {}) if version >= 2 else {}
+            if not isinstance(brokers, dict) or not all(
+                    isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+                    for v in brokers.values()):
+                raise SecurityError("ACL policy 'brokers' must map broker ids to a digest identity or a list of them")
+            pattern = body.get("broker_user") if version >= 2 else None
+            if pattern is not None and not isinstance(pattern, str):
+                raise SecurityError("ACL policy 'broker_user' must be a string like 'broker.{id}'")
+            return cls({r: tuple(v) for r, v in roles.items()},
+                       {b: (v,) if isinstance(v, str) else tuple(v) for b, v in brokers.items()}, pattern)
+        except (ValueError, KeyError, RecursionError, AttributeError) as exc:
             if isinstance(exc, SecurityError):
                 raise
             raise SecurityError(f"unreadable ACL policy: {type(exc).__name__}: {exc}") from None
 
     @classmethod
-    def from_credentials(cls, credentials: Mapping[str, Iterable[str]]) -> "AclPolicy":
+    def from_credentials(cls, credentials: Mapping[str, Iterable[str]],
+                         brokers: Mapping[str, Iterable[str]] | None = None,
+                         broker_user: str | None = None) -> "AclPolicy":
+        """A policy from ``user:password`` credentials per role and per broker id (hashed here)."""
         return cls({role: tuple(digest_id(c, f"{role} credential") for c in creds)
-                    for role, creds in credentials.items()})
+                    for role, creds in credentials.items()},
+                   {b: tuple(digest_id(c, f"broker {b} credential") for c in creds)
+                    for b, creds in (brokers or {}).items()}, broker_user)
 
 
 # ---- the ACL of every path ---------------------------------------------------------------------------
@@ -238,17 +347,99 @@ def classify(layout: ZkLayout, path: str) -> str:
     return "other"
 
 
-def acl_for(policy: AclPolicy, layout: ZkLayout, path: str) -> list[ACL]:
-    """The ACL a znode at ``path`` gets under ``policy`` (one entry per identity)."""
-    rule = RULES[classify(layout, path)]
-    acls: list[ACL] = []
+# With per-broker identities (``AclPolicy.per_broker``), each broker's own identity gets, per kind: (what every
+# broker's identity gets, what the owning broker's identity gets on top). The owner is the broker that
+# created the znode, or for ``/tasks/<t>`` the broker the controller assigned the task to. No broker's own
+# identity gets DELETE on a container whose children are other brokers' (registrations, join requests,
+# statuses, intervals): ephemerals vanish with their session and the controller deletes statuses. CREATE on
+# such a container cannot be limited to one child name (ZooKeeper has no such right), so it stays with all.
+PER_BROKER: dict[str, tuple[int, int]] = {
+    "broker_ids": (R | C, 0),
+    "broker": (R, R | W),
+    "task": (R, R | C | D),          # the assignee creates and deletes its owner child; granted by the controller
+    "owner": (R, R | W),
+    "groups": (R | C, 0),
+    "group": (R | C, 0),
+    "members": (R | C, 0),
+    "member": (R, R | W),
+    "syncs": (R | C, 0),
+    "sync": (R, R | W),
+    "statuses": (R | C, 0),
+    "status": (R, R | W),            # the controller hands it to a task's new assignee
+    "intervals": (R | C, 0),
+    "interval": (R, R | W),
+    "shutdown_queue": (R | C, 0),
+    "shutdown_request": (R, R | W),
+}
+# what the controller needs on top with per-broker identities: ADMIN on a task, to hand it to its assignee
+CONTROLLER_PER_BROKER: dict[str, int] = {"task": A}
+# every kind whose shared broker rights are more than READ says what a broker's own identity gets instead
+assert all(kind in PER_BROKER for kind, rule in RULES.items() if rule["broker"] != R)
+
+
+# znodes named after the broker that creates them: their owner is in their path
+NAMED_BY_OWNER = frozenset({"broker", "member", "interval", "shutdown_request"})
+
+
+def acl_for(policy: AclPolicy, layout: ZkLayout, path: str, owner: str | None = None) -> list[ACL]:
+    """The ACL a znode at ``path`` gets under ``policy`` (one entry per identity). ``owner`` is the broker
+    whose own identities get the owner's rights (:data:`PER_BROKER`); None for a znode no broker owns. A
+    znode named after a broker (:data:`NAMED_BY_OWNER`) is that broker's, whatever ``owner`` says."""
+    kind = classify(layout, path)
+    rule = RULES[kind]
+    if kind in NAMED_BY_OWNER:  # whoever creates it, it is the broker's it is named after
+        owner = path.rsplit("/", 1)[-1]
+    perms: dict[str, int] = {}
+
+    def grant(identities: Iterable[str], p: int) -> None:
+        for i in identities:
+            if p:
+                perms[i] = perms.get(i, 0) | p
+
     for role in ROLES:
-        perms = rule.get(role, 0)
-        if perms:
-            acls += [ACL(perms, Id("digest", ident)) for ident in policy.ids(role)]
-    if not acls:
+        grant(policy.shared_broker_ids() if role == "broker" else policy.ids(role), rule.get(role, 0))
+    if policy.per_broker:
+        every, own = PER_BROKER.get(kind, (R, 0))
+        grant(policy.per_broker_ids(), every)
+        if own:
+            grant(policy.identities_of(owner), own)
+        grant(policy.ids("controller"), CONTROLLER_PER_BROKER.get(kind, 0))
+    if not perms:
         raise SecurityError("the ACL policy names no identity: it would lock everyone out")
-    return acls
+    return [ACL(p, Id("digest", i)) for i, p in perms.items()]
+
+
+def owner_in_acl(policy: AclPolicy, layout: ZkLayout, path: str, acls: Sequence[ACL]) -> str | None:
+    """The broker that owns an existing znode: the one it is named after (a registration, a join request,
+    intervals, a shutdown request), else the one its ACL gives the owner's rights to (None: no broker,
+    or several: then no broker keeps them)."""
+    kind = classify(layout, path)
+    every, own = PER_BROKER.get(kind, (R, 0))
+    extra = own & ~every
+    if not policy.per_broker or not extra:
+        return None
+    if kind in NAMED_BY_OWNER:
+        named = path.rsplit("/", 1)[-1]
+        return named if policy.identities_of(named) else None
+    owners = {policy.broker_of(a.id.id) for a in acls if a.id.scheme == "digest" and a.perms & extra}
+    owners.discard(None)
+    return owners.pop() if len(owners) == 1 else None
+
+
+def expected_acl(policy: AclPolicy, layout: ZkLayout, path: str, current: Sequence[ACL] = ()) -> list[ACL]:
+    """The policy's ACL for an existing znode: the owner its ACL names keeps the owner's rights."""
+    return acl_for(policy, layout, path, owner_in_acl(policy, layout, path, current))
+
+
+def grants_needed(assigned: Iterable[tuple[str, Iterable[str]]], granted: Mapping[str, str]) -> dict[str, str]:
+    """Tasks whose ``/tasks/<t>`` (and status) must be handed to a new broker before the assignments
+    ``(broker, tasks)`` are written: those not already granted to that broker (``granted``: task -> broker)."""
+    out: dict[str, str] = {}
+    for broker, tasks in assigned:
+        for t in tasks:
+            if granted.get(t) != broker:
+                out[t] = broker
+    return out
 
 
 # ---- the client ------------------------------------------------------------------------------------
@@ -258,12 +449,16 @@ class SecureKazooClient(KazooClient):
 
     The policy is read from ``<root>/security`` on first need (and again at most every ``refresh_s``
     while there is none: a cluster may be secured after its processes started). Without a policy,
-    creates are left as they are (ZooKeeper's open ACL), which is the unsecured mode.
+    creates are left as they are (ZooKeeper's open ACL), which is the unsecured mode. The client knows its
+    own digest identity: when the policy names it as one broker's, what it creates is that broker's
+    (:data:`PER_BROKER`), so no other broker may rewrite it.
     """
 
     def __init__(self, root: str, *args: Any, refresh_s: float = 10.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.layout = ZkLayout(root)
+        creds = [c for scheme, c in kwargs.get("auth_data") or () if scheme == "digest"]
+        self.identity: str | None = digest_id(creds[0]) if creds else None
         self._policy: AclPolicy | None = None
         self._checked = 0.0
         self._refresh_s = refresh_s
@@ -299,8 +494,14 @@ class SecureKazooClient(KazooClient):
         if isinstance(op, (Create, Create2)) and (not op.acl or _is_open(op.acl)):
             policy = self.policy
             if policy is not None:
-                return op._replace(acl=acl_for(policy, self.layout, op.path))
+                return op._replace(acl=acl_for(policy, self.layout, op.path, policy.broker_of(self.identity)))
         return op
+
+    @property
+    def own_broker(self) -> str | None:
+        """The broker id the policy gives this client's identity to (None: no single broker's)."""
+        policy = self.policy
+        return policy.broker_of(self.identity) if policy is not None else None
 
     def _call(self, request: Any, async_object: Any) -> Any:
         if isinstance(request, (Create, Create2)):
@@ -347,9 +548,10 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     authenticated as one of the policy's admin identities (checked, or the admin would lock itself out)."""
     if not policy.ids("admin"):
         raise SecurityError("the policy names no admin identity")
-    for role in ("controller", "broker"):
-        if not policy.ids(role):
-            raise SecurityError(f"the policy names no {role} identity")
+    if not policy.ids("controller"):
+        raise SecurityError("the policy names no controller identity")
+    if not policy.ids("broker") and not policy.per_broker:
+        raise SecurityError("the policy names no broker identity (shared or of a single broker)")
     if own_credential is None or digest_id(own_credential) not in policy.ids("admin"):
         raise SecurityError("run `security init` with admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE) "
                             "that are among the policy's admin identities")
@@ -371,7 +573,9 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     while stack:  # bounded by the tree's size
         path = stack.pop()
         try:
-            client.set_acls(path, acl_for(policy, layout, path))
+            # a znode some broker owns (its owner znode, status, the task handed to it) stays that broker's
+            current = client.get_acls(path)[0] if policy.per_broker else ()
+            client.set_acls(path, expected_acl(policy, layout, path, current))
             n += 1
             stack += [f"{path.rstrip('/')}/{c}" for c in client.get_children(path)]
         except NoNodeError:
@@ -379,7 +583,10 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
         except NoAuthError:  # someone took ADMIN away from us on this znode: report it, secure the rest
             refused.append(path)
             log.warning("security init: no ADMIN right on %s; its ACL is left as it is", path)
-    return InitResult(layout.root, created, n, {r: len(policy.ids(r)) for r in ROLES}, refused)
+    counts = {r: len(policy.ids(r)) for r in ROLES}
+    if policy.per_broker:
+        counts["single-broker"] = len(policy.per_broker_ids())
+    return InitResult(layout.root, created, n, counts, refused)
 
 
 def _containers(layout: ZkLayout) -> list[str]:
@@ -420,7 +627,7 @@ def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: 
         except NoAuthError:  # an ACL without READ for the admin is itself not the policy's
             wrong.append(path)
             continue
-        want = {(a.perms, a.id.scheme, a.id.id) for a in acl_for(policy, layout, path)}
+        want = {(a.perms, a.id.scheme, a.id.id) for a in expected_acl(policy, layout, path, acls)}
         have = {(a.perms, a.id.scheme, a.id.id) for a in acls}
         if want != have:
             wrong.append(path)

@@ -113,6 +113,9 @@ class InterruptibleClient:
     def delete_async(self, path: str, version: int = -1) -> _Pending:
         return self._pending(self._client.delete_async(path, version))
 
+    def set_acls_async(self, path: str, acls: Any, version: int = -1) -> _Pending:
+        return self._pending(self._client.set_acls_async(path, acls, version))
+
     def ensure_path_async(self, path: str, acl: Any = None) -> _Pending:
         return self._pending(self._client.ensure_path_async(path, acl))
 

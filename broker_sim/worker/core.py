@@ -117,6 +117,10 @@ class RegistrationConflict(RuntimeError):
     """Our broker id is registered by another live session: we must not run, nor act in its name."""
 
 
+class IdentityMismatch(RegistrationConflict):
+    """Our credentials are another broker's own (per-broker identities): we must not run under this id."""
+
+
 class Worker(Fence, Ownership, Tasks, Reporting):
     """A broker: registers, joins its group through the Member state machine and runs what it is assigned."""
 
@@ -167,6 +171,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         threads (registration itself is the event thread's first step)."""
         if not self.client.connected:
             self.client.start(timeout=30)
+        owner = getattr(self.client, "own_broker", None)  # a secured client: whose identity the policy says
+        if owner is not None and owner != self.id:
+            raise IdentityMismatch(f"these credentials are broker {owner}'s own (ACL policy), not broker {self.id}'s: "
+                                   "give each broker its own credentials")
         self._check_not_running_here()
         self.client.add_listener(self._listener)
         ensure_layout(self.client, self.layout)

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from broker_sim.worker.events import _Owned
 from broker_sim.worker.slots import _StopBatch, _TaskSlot
@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 
 BATCH_LINGER_S = 1.0  # how long tasks stopped together wait for the slowest stop before going on their own
+RELEASE_RETRY_S = 0.5  # pause before retrying a release we had no right to
 RELEASE_CHUNK = 200  # tasks released per multi (two ops each: the last status, a few hundred bytes, and the owner)
 
 
@@ -31,10 +32,15 @@ class Ownership:
             return frozenset(t for t, s in self.slots.items() if s.held)
 
     def _acquire_owner(self, t: str) -> bool:
-        """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it."""
+        """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it.
+
+        With per-broker identities the controller hands ``/tasks/<t>`` to us (a setACL) before the
+        assignment that gives us the task: NoAuth means that has not happened (yet), so we wait and
+        retry within the same bound rather than give up."""
         path = self.layout.task_owner(t)
         data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
         deadline = time.monotonic() + self.config.owner_wait_s
+        refused = 0
         while time.monotonic() < deadline:
             with self.lock:
                 if t not in self.desired or self._closing:
@@ -44,6 +50,12 @@ class Ownership:
                 return True
             except NoNodeError:
                 return False  # the task itself is gone
+            except NoAuthError:
+                refused += 1
+                if refused == 1:
+                    log.warning("worker %s: no right (yet) to take %s: waiting for it to be handed to us", self.id, t)
+                time.sleep(min(0.05 * 2 ** min(refused, 5), 1.0))
+                continue
             except NodeExistsError:
                 gone = threading.Event()
                 stat = self.client.exists(path, watch=lambda _e: gone.set())
@@ -195,6 +207,14 @@ class Ownership:
                     self.client.delete(self.layout.task_owner(tasks[0]))
                 except NoNodeError:
                     pass
+                except NoAuthError:
+                    # no right to delete it: the task was handed to another broker before we let go (we were
+                    # late), or an operator's ACL. It stays held: the next reconcile tries again (paced here);
+                    # the owner znode goes once we may delete it, or with our session
+                    log.warning("worker %s: no right to release %s (handed to another broker before we let go?); "
+                                "retrying, its owner znode stays until then or until our session ends", self.id, tasks[0])
+                    time.sleep(RELEASE_RETRY_S)
+                    raise
             else:
                 self.known_status.update(self.layout.status(t) for t in tasks)
             self._let_go(tasks)

@@ -8,7 +8,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
 from broker_sim.worker.slots import _StopBatch, _TaskSlot
 from controller import codecs
@@ -96,7 +96,7 @@ class Tasks:
                 try:
                     pending.get()
                     held.append(t)
-                except NodeExistsError:
+                except (NodeExistsError, NoAuthError):  # held by another, or not handed to us yet: wait
                     handed.add(t)
                     self.pool.submit(self._start_task, t, True)
                 except NoNodeError:

@@ -101,6 +101,8 @@ class ControllerContext:
     # deleted once a later generation is Stable; groups whose older generations were listed once (leftovers)
     generation_paths: dict[str, dict[str, int]] = field(default_factory=dict)
     swept_generations: set[str] = field(default_factory=set)
+    # ---- per-broker identities (``grants``): task -> the broker its znodes were handed to ----
+    task_grants: dict[str, str] = field(default_factory=dict)
     # ---- every part's writes: znodes known to exist (so a write needs no look-up first) ----
     known_paths: set[str] = field(default_factory=set)
 

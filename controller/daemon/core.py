@@ -27,6 +27,7 @@ from controller.clock import Clock, SystemClock
 from controller.daemon.brokers import Brokers
 from controller.daemon.context import _TRANSIENT, ControllerConfig, ControllerContext
 from controller.daemon.election import Election
+from controller.daemon.grants import Grants
 from controller.daemon.groups import Groups
 from controller.daemon.loading import StateLoad, _TaskWatch, _TaskWatchArmer
 from controller.daemon.tasks import Tasks, _DeletionWatch
@@ -78,7 +79,7 @@ class _Timer(threading.Thread):
                 self._fire()
 
 
-class Controller(Election, StateLoad, Brokers, Tasks, Groups):
+class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants):
     """A controller candidate; the one that wins ``/controller`` is active."""
 
     def __init__(self, config: ControllerConfig, client: KazooClient | None = None, clock: Clock | None = None) -> None:

@@ -127,6 +127,7 @@ class Groups:
                 (deletes if p in self.ctx.known_paths else lookup).append(p)
         armed = [(gen, self._arm_sync_watch(g, gen)) for gen in watches]
         before = self.writer.requests
+        self._hand_over(decisions)  # per-broker identities: the new assignee's rights precede its assignment
         self._write(lambda: self._write_items(items, deletes))
         self.metrics.zk_writes.inc(self.writer.requests - before)
         for gen, pending in armed:
