@@ -426,9 +426,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self._read_assignment()
                 self._do(self.member.start(self._read_group_state()))
                 self._enqueue(_ShutdownRequested())
-            elif self.fenced:
-                if not self._session_confirmed():
-                    return  # the probe un-fences once an answer shows the session is ours
+            elif self.fenced and self._session_confirmed():  # else the probe un-fences once an answer shows it
                 with self.lock:
                     self.fenced = False
                 self._reconcile()
