@@ -154,6 +154,7 @@ class _Proc:
             self.popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True, env=env)
         self.frozen = False
+        self.stopping = False  # the harness ends it (a kill or a bounce): its exit is the fault's, not a halt
 
     @property
     def pid(self) -> int:
@@ -178,6 +179,7 @@ class _Proc:
                 pass
 
     def kill9(self) -> float:
+        self.stopping = True
         if self.frozen:
             self.signal(signal.SIGCONT)
             self.frozen = False
@@ -194,6 +196,7 @@ class _Proc:
 
     def terminate(self, timeout: float) -> bool:
         """SIGTERM (a broker's controlled shutdown, a controller's stop); SIGKILL if not gone in time."""
+        self.stopping = True
         if self.frozen:
             self.signal(signal.SIGCONT)
             self.frozen = False

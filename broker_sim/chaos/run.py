@@ -77,6 +77,7 @@ class ChaosRun(Faults, Checks, Simulation):
         self._incarnation: Counter[str] = Counter()
         self._stop = threading.Event()
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
+        self.last_restart: float | None = None
         self._procs_lock = threading.Lock()
 
     # ---- cluster pieces ---------------------------------------------------------------------------
@@ -148,7 +149,7 @@ class ChaosRun(Faults, Checks, Simulation):
             if self.copts.process_brokers:
                 for bid, proc in list(self.broker_procs.items()):
                     code = proc.popen.poll()
-                    if code != EXIT_HALTED:
+                    if code != EXIT_HALTED or proc.stopping:  # a fault that ends it restarts it itself
                         continue
                     died_at = time.time()
                     with self._procs_lock:
@@ -159,12 +160,14 @@ class ChaosRun(Faults, Checks, Simulation):
                     proc.reap_group()
                     self.process_intervals += read_journal(journal, bid, died_at)
                     self.halts[bid] += 1
+                    self.last_restart = time.monotonic()
                     self.echo(f"  {bid} halted at its fence deadline (exit {code}); restarting it")
                     self.new_broker(bid)
             else:
                 for bid, w in list(self.workers.items()):
                     if w.halted.is_set():
                         self.halts[bid] += 1
+                        self.last_restart = time.monotonic()
                         self.echo(f"  {bid} halted at its fence deadline ({w.watchdog.reason}); restarting it")
                         self._retire(w, graceful=False)
                         self.start_worker(bid)
