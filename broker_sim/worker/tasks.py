@@ -199,6 +199,9 @@ class Tasks:
                 if slot is None or slot.spec is None:
                     return
                 restart = spec.restart_nonce != slot.spec.restart_nonce or spec.pipeline != slot.spec.pipeline
+                # its spec was garbage (FAILED for good) and is valid again while we still hold the task
+                # (the controller's revocation had not reached us): run it again, or it stays FAILED forever
+                restart = restart or (slot.state == "FAILED" and (slot.error or "").startswith("invalid task spec"))
                 if not restart or slot.busy:
                     slot.spec = spec
                     return
