@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from broker_sim.netproxy import NetProxy
+from broker_sim.runners.procs import process_alive
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
 from controller.taskspec import parse_spec
@@ -55,18 +56,10 @@ def _lease(cli_env, bid: str, pid: int) -> Lease | None:
 
 def _note_death(pid: int, gone: dict[str, float]) -> None:
     deadline = time.monotonic() + 60
-    while _alive(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.01)
-    if not _alive(pid):
+    if not process_alive(pid):
         gone["jvm"] = time.monotonic()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -84,7 +77,7 @@ def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk,
         lease = _lease(spark_env, "sb", broker.proc.pid)
         assert lease is not None and lease.pids and lease.expires is not None, lease
         jvm = lease.pids[0]
-        assert _alive(jvm)
+        assert process_alive(jvm)
         gone: dict[str, float] = {}
         zk.exists(layout.broker("sb"), watch=lambda _e: gone.setdefault("session", time.monotonic()))
         watcher = threading.Thread(target=_note_death, args=(jvm, gone), name="watch-jvm", daemon=True)
@@ -136,7 +129,7 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
         assert broker.proc.returncode == EXIT_HALTED, log[-3000:]
         assert "HALTING" in log, log[-3000:]
         assert broker.exited_at < taken, (broker.exited_at - cut, taken - cut)
-        assert not _alive(jvm)
+        assert not process_alive(jvm)
     finally:
         proxy.heal()
         proxy.close()

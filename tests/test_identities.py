@@ -9,7 +9,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.security import ACL, Id
 
 from broker_sim.checker import double_ownership
@@ -38,7 +38,7 @@ from controller.security import (
 )
 from controller.taskspec import TaskSpec
 from controller.zkclient import ZkSettings, make_client
-from tests.test_security import CREDS, _remove_secured_root
+from tests.test_security import CREDS, _denied, _remove_secured_root
 
 R, W, C, D, A = 1, 2, 4, 8, 16
 BROKER_CREDS = {b: f"broker.{b}:pw-of-{b}" for b in ("b0", "b1", "b2")}
@@ -206,14 +206,6 @@ def per_broker(zk_hosts: str, zk_root: str):
 
 def _settings(zk_hosts: str, zk_root: str, cred: str) -> ZkSettings:
     return ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0, auth=cred)
-
-
-def _denied(fn) -> bool:
-    try:
-        fn()
-    except NoAuthError:
-        return True
-    return False
 
 
 def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_hosts, zk_root):

@@ -54,7 +54,7 @@ class Faults:
             # its runner's stops hang from now on, and it is cut off: the fence's stops hang, so it must halt
             # (exit 75, or an in-process kill) before its session expires; the supervisor restarts it
             if o.process_brokers:
-                self.broker_procs[f.target].signal_leader(signal.SIGUSR2)
+                self.broker_procs[f.target].signal(signal.SIGUSR2, group=False)
             else:
                 self.workers[f.target].runner.wedge(True)
             proxy = self.proxies[f.target]

@@ -163,18 +163,12 @@ class _Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def signal(self, sig: int) -> None:
+    def signal(self, sig: int, group: bool = True) -> None:
+        """Signal its process group (it and what it started), or with ``group=False`` the process alone (a
+        JVM it started has signal handlers of its own)."""
         if self.alive():
             try:
-                os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def signal_leader(self, sig: int) -> None:
-        """Signal the process alone, not what it started (a JVM has signal handlers of its own)."""
-        if self.alive():
-            try:
-                os.kill(self.pid, sig)
+                (os.killpg if group else os.kill)(self.pid, sig)
             except ProcessLookupError:
                 pass
 

@@ -140,6 +140,16 @@ def stop_process(proc: subprocess.Popen, *, grace_s: float = 10.0, timeout_s: fl
         time.sleep(0.05)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs: exists and is not a zombie (exited, not yet reaped by its parent)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:  # gone
+        return False
+
+
 def _descendants(pid: int) -> list[int]:
     try:
         import psutil
@@ -165,4 +175,4 @@ def kill_processes(pids: Iterable[int], pgids: Iterable[int] = ()) -> list[int]:
     return victims
 
 
-__all__ = ["spawn", "stop_process", "group_alive", "kill_processes"]
+__all__ = ["spawn", "stop_process", "group_alive", "kill_processes", "process_alive"]

@@ -3,7 +3,7 @@
 The fence (``fence``) stops tasks gracefully a *fence margin* before the earliest moment the server can
 expire our session. A stop can hang (a wedged Spark driver, a ``StreamingQuery.stop()`` that never returns),
 and a graceful fence is only as good as the slowest stop. So a named watchdog thread
-(``worker-<id>-deadline``) enforces two hard limits, every ``PERIOD_S``:
+(``worker-<id>-deadline``) enforces two hard limits, every half safety margin (at most ``MAX_PERIOD_S``):
 
 - **the session deadline**: ``last_answer + session_timeout - safety`` (``last_answer`` is the send time of
   the last request ZooKeeper answered; the server cannot expire the session before ``last_answer +
@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 #: The exit code of a broker that halted at its fence deadline (sysexits' EX_TEMPFAIL: restart me).
 EXIT_HALTED = 75
-PERIOD_S = 0.05
+#: how often the watchdog looks, at most: half the safety margin (so it acts inside it), never more than this
+MAX_PERIOD_S = 0.25
 #: How long a broker's own stop of one task may take, by default: a multiple of the runner's stop budget.
 STOP_TIMEOUT_FACTOR = 3.0
 MIN_STOP_TIMEOUT_S = 5.0
@@ -123,6 +124,7 @@ class DeadlineWatchdog:
         self._lease_path: Path | None = None
         self._last_lease: Lease | None = None
         self._guard: subprocess.Popen | None = None
+        self.period_s = min(MAX_PERIOD_S, self.safety_s / 2)
 
     # ---- stops -----------------------------------------------------------------------------------------
     def stop_begins(self, task: str) -> None:
@@ -139,19 +141,22 @@ class DeadlineWatchdog:
         expiry = self.w.probe.earliest_expiry()
         return None if expiry is None else expiry - self.safety_s
 
+    def busy(self) -> list[str]:
+        """Tasks that run, start (a start cannot be aborted: it runs once it returns) or stop now."""
+        with self.w.lock:
+            busy = {t for t, s in self.w.slots.items() if s.running or s.state == "STARTING"}
+        with self._lock:
+            return sorted(busy | set(self._stops))
+
     def check(self, now: float) -> str | None:
         """Why the broker must halt now, or None. Pure in the worker's state: no I/O."""
-        with self.w.lock:  # a start in progress counts: it cannot be aborted, and runs once it returns
-            busy = sorted(t for t, s in self.w.slots.items() if s.running or s.state == "STARTING")
         with self._lock:
             overdue = sorted(t for t, d in self._stops.items() if now >= d)
-            stopping = sorted(self._stops)
         if overdue:
             return (f"the stop of {', '.join(overdue[:5])} did not return within its {self.stop_timeout_s:.1f}s "
                     "budget")
         deadline = self.session_deadline()
-        if deadline is not None and now >= deadline and (busy or stopping):
-            tasks = sorted(set(busy) | set(stopping))
+        if deadline is not None and now >= deadline and (tasks := self.busy()):
             return (f"{len(tasks)} task(s) ({', '.join(tasks[:5])}) still running {now - deadline:.2f}s past the "
                     "session's fence deadline")
         return None
@@ -190,10 +195,7 @@ class DeadlineWatchdog:
             return
         pids, pgids = self.w.runner.processes()
         deadline = self.session_deadline()
-        with self.w.lock:
-            busy = any(s.running or s.state == "STARTING" for s in self.w.slots.values())
-        with self._lock:
-            busy = busy or bool(self._stops)
+        busy = bool(self.busy())
         lease = Lease(broker=self.w.id, owner_pid=os.getpid(), expires=deadline if busy else None,
                       pids=tuple(sorted(pids)), pgids=tuple(sorted(pgids)))
         last = self._last_lease
@@ -223,7 +225,7 @@ class DeadlineWatchdog:
 
     # ---- the thread ----------------------------------------------------------------------------------------
     def loop(self) -> None:
-        while not self.w.stopped.wait(PERIOD_S):
+        while not self.w.stopped.wait(self.period_s):
             if self.halted.is_set():
                 return
             now = time.monotonic()

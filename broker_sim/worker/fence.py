@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -139,17 +138,8 @@ class Fence:
             self.fenced = True
             running = [t for t, s in self.slots.items() if s.running]
         log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
-        # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it;
-        # a stop that raises is the deadline watchdog's to escalate
-        def stop_one(t: str) -> None:
-            try:
-                self._stop_runner(t)
-            except Exception as exc:
-                log.warning("worker %s: fencing %s: %s", self.id, t, type(exc).__name__)
-
-        if running:
-            with ThreadPoolExecutor(max_workers=min(32, len(running)), thread_name_prefix=f"worker-{self.id}-fence") as ex:
-                list(ex.map(stop_one, running))
+        # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
+        self._stop_runners(running, "fence")
 
     # ---- status -----------------------------------------------------------------------------------
     def _pulse_loop(self) -> None:

@@ -13,37 +13,17 @@ group does not reach it, and it exits when the lease file is removed (a clean st
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from broker_sim.runners.procs import kill_processes
+from broker_sim.runners.procs import kill_processes, process_alive
 from broker_sim.worker.deadline import Lease
 
 log = logging.getLogger("broker_sim.worker.guard")
 
 PERIOD_S = 0.02
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not reaped by its parent) runs nothing
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def kill_all(lease: Lease) -> list[int]:
-    """SIGKILL the lease's processes, their descendants and process groups. Returns the pids signalled."""
-    return kill_processes(lease.pids, lease.pgids)
 
 
 def run(path: Path) -> int:
@@ -61,8 +41,8 @@ def run(path: Path) -> int:
             time.sleep(PERIOD_S)
             continue
         now = time.monotonic()
-        if not _alive(lease.owner_pid):
-            kill_all(lease)
+        if not process_alive(lease.owner_pid):
+            kill_processes(lease.pids, lease.pgids)
             log.warning("guard: broker %s (pid %d) is gone; killed what it left running", lease.broker, lease.owner_pid)
             try:
                 path.unlink()
@@ -71,7 +51,7 @@ def run(path: Path) -> int:
             return 0
         if lease.expires is not None and now >= lease.expires and (lease.pids or lease.pgids):
             if killed_at is None or now - killed_at > 1.0:
-                victims = kill_all(lease)
+                victims = kill_processes(lease.pids, lease.pgids)
                 killed_at = now
                 log.critical("guard: the lease of broker %s (pid %d) ran out %.3fs ago unrenewed: killed %s and "
                              "process groups %s", lease.broker, lease.owner_pid, now - lease.expires, victims,

@@ -14,6 +14,7 @@ from broker_sim.worker.events import _Owned
 from broker_sim.worker.slots import _StopBatch, _TaskSlot
 from controller import codecs
 from controller.codecs import OwnerInfo, TaskStatus
+from controller.zkio import exists_many
 
 log = logging.getLogger(__name__)
 
@@ -127,25 +128,31 @@ class Ownership:
 
     def _confirm_released(self, tasks: list[str]) -> None:
         """After a release multi whose outcome is unknown: a task is let go only once its owner znode is seen
-        gone (or held by another session); one still ours is deleted again (bounded). A task whose release
-        cannot be confirmed stays held: the next reconcile lets go of it again, and until then nobody else
-        can start it (the owner znode is what a new owner waits for)."""
+        gone (or held by another session); one still ours is deleted again. One pipelined round of
+        ``exists``, one of deletes. A task whose release cannot be confirmed stays held: the next reconcile
+        lets go of it again, and until then nobody else can start it (the owner znode is what a new owner
+        waits for)."""
+        paths = {t: self.layout.task_owner(t) for t in tasks}
         gone: list[str] = []
-        for t in tasks:
-            path = self.layout.task_owner(t)
-            for _attempt in range(3):
-                try:
-                    stat = self.client.exists(path)
-                    if stat is None or stat.ephemeralOwner != self.session_id:
-                        gone.append(t)
-                        break
-                    self.client.delete(path, version=stat.version)
-                except NoNodeError:
-                    gone.append(t)
-                    break
-                except Exception as exc:
-                    log.info("worker %s: confirming the release of %s: %s", self.id, t, type(exc).__name__)
-                    time.sleep(0.2)
+        try:
+            stats = exists_many(self.client, list(paths.values()))
+        except Exception as exc:
+            log.info("worker %s: confirming the release of %d tasks: %s", self.id, len(tasks), type(exc).__name__)
+            stats = [False] * len(tasks)  # unknown: all stay held
+        deletes = []
+        for t, stat in zip(tasks, stats):
+            if stat is None or (stat is not False and stat.ephemeralOwner != self.session_id):
+                gone.append(t)
+            elif stat is not False:
+                deletes.append((t, self.client.delete_async(paths[t], version=stat.version)))
+        for t, pending in deletes:
+            try:
+                pending.get()
+                gone.append(t)
+            except NoNodeError:
+                gone.append(t)
+            except Exception as exc:
+                log.info("worker %s: confirming the release of %s: %s", self.id, t, type(exc).__name__)
         self._let_go(gone)
         if len(gone) < len(tasks):
             log.warning("worker %s: release of %s not confirmed; still held", self.id,

@@ -264,6 +264,19 @@ class Tasks:
             slot.dirty = True
             self._record(t, slot, end, released=time.time())
 
+    def _stop_runners(self, tasks: list[str], why: str) -> None:
+        """Stop these runners in parallel on fresh named threads (a graceful stop costs one stop latency, not
+        one per task); a stop that raises is logged (the deadline watchdog escalates it)."""
+        def stop_one(t: str) -> None:
+            try:
+                self._stop_runner(t)
+            except Exception as exc:
+                log.warning("worker %s: %s of %s: %s: %s", self.id, why, t, type(exc).__name__, exc)
+
+        if tasks:
+            with ThreadPoolExecutor(max_workers=min(32, len(tasks)), thread_name_prefix=f"worker-{self.id}-{why}") as pool:
+                list(pool.map(stop_one, tasks))
+
     def _stop_task(self, t: str) -> None:
         try:
             self._stop_runner(t)
@@ -278,15 +291,7 @@ class Tasks:
         with self.lock:
             running = [t for t, s in self.slots.items() if s.running]
             held = [t for t, s in self.slots.items() if s.held]
-        def stop_one(t: str) -> None:
-            try:
-                self._stop_runner(t)
-            except Exception:
-                log.exception("worker %s: stopping %s", self.id, t)
-
-        if running:  # in parallel: a graceful stop costs one stop latency, not one per task
-            with ThreadPoolExecutor(max_workers=min(32, len(running)), thread_name_prefix=f"worker-{self.id}-stop") as pool:
-                list(pool.map(stop_one, running))
+        self._stop_runners(running, "stop")
         if release and held and self.client.connected:
             t0 = self.client.transaction()
             for t in held:
