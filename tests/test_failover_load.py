@@ -22,7 +22,7 @@ from controller.layout import ZkLayout
 from controller.taskspec import TaskSpec
 from controller.zkio import (MULTI_READ_FIRST_OPS, InterruptibleClient, MultiRead, children_many, get_many, multi_children,
                              multi_read)
-from tests.test_controller import cluster, create_tasks, settle, wait_until  # noqa: F401  (cluster: fixture)
+from tests.controller_support import cluster, create_tasks, settle, wait_until  # noqa: F401  (cluster: fixture)
 
 
 def counting(client: KazooClient) -> list[MultiRead]:
