@@ -81,11 +81,12 @@ class OwnerInfo:
 
 @dataclass(frozen=True)
 class HeldTasks:
-    """Tasks of a departed static member, kept unassigned until ``until`` (wall-clock seconds) for it to return."""
+    """Tasks of a departed static member, kept unassigned until ``until`` (wall-clock seconds) for it to
+    return; ``until`` None: until maintenance mode ends."""
 
     instance: str
     tasks: tuple[str, ...]
-    until: float
+    until: float | None
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ class GroupStateInfo:
     members: tuple[str, ...] = ()
     reason: str = ""
     held: tuple[HeldTasks, ...] = ()
+    #: the move throttle's view: moves in flight now, moves waiting for a later wave, and the imbalance
+    #: (tasks off the preferred layout) last measured
+    moving: tuple[str, ...] = ()
+    deferred: int = 0
+    imbalance: int | None = None
+    maintenance: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,10 +224,53 @@ def session_hex(session_id: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class RebalanceRequest:
-    """``/admin/rebalance/<seq>``: an operator asks for a rebalance of one group (or all)."""
+    """``/admin/rebalance/<seq>``: an operator asks for a rebalance of one group (or all). ``preferred``
+    asks for the preferred layout (the group's assignor from scratch), reached in throttled waves."""
 
     group: str | None = None
     reason: str = "manual"
+    preferred: bool = False
+
+
+@dataclass(frozen=True)
+class MoveLimits:
+    """A move throttle: at most ``max_moves`` moves in flight (a task starting on a broker that did not
+    run it, from its revocation until it runs again), and at most ``max_moves_per_broker`` involving one
+    broker; None is no limit."""
+
+    max_moves: int | None = None
+    max_moves_per_broker: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """``/admin/settings``: what operators set live and the controller honours at its next decision.
+
+    ``throttle`` applies to the whole cluster, ``group_throttle`` to one group each (both hold). Automatic
+    maintenance turns on when more than ``max_offline_brokers`` (or ``max_offline_fraction`` of the brokers
+    seen) are lost within ``offline_window_s``. ``preferred_check_s`` is how often the controller checks each
+    group's imbalance and, above ``max_imbalance`` tasks, rebalances towards the preferred layout (0: never)."""
+
+    throttle: MoveLimits = field(default_factory=MoveLimits)
+    group_throttle: dict[str, MoveLimits] = field(default_factory=dict)
+    max_offline_brokers: int | None = None
+    max_offline_fraction: float | None = None
+    offline_window_s: float = 60.0
+    preferred_check_s: float = 60.0
+    max_imbalance: int = 1
+
+
+@dataclass(frozen=True)
+class MaintenanceInfo:
+    """``/admin/maintenance``: the cluster's maintenance mode (no task moves or gains an owner while
+    ``on``). ``by`` is ``operator`` or ``auto`` (the controller, on losing too many brokers at once; it
+    also ends an automatic one when enough of them are back)."""
+
+    on: bool = False
+    reason: str = ""
+    by: str = "operator"
+    since: float = 0.0
+    offline: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

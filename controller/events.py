@@ -224,6 +224,38 @@ class Reassign:
 
 
 @dataclass(frozen=True)
+class SettingsChange:
+    """``/admin/settings`` changed: throttles, automatic maintenance, preferred placement checks."""
+
+    token: int
+
+    def process(self, c: "Controller") -> None:
+        c.on_settings_change(self.token)
+
+
+@dataclass(frozen=True)
+class MaintenanceChange:
+    """``/admin/maintenance`` changed: maintenance mode on or off."""
+
+    token: int
+
+    def process(self, c: "Controller") -> None:
+        c.on_maintenance_change(self.token)
+
+
+@dataclass(frozen=True)
+class MoveStatus:
+    """The status of a task in flight (moved by the last wave) changed: is it running on its new owner?"""
+
+    token: int
+    group: str
+    task: str
+
+    def process(self, c: "Controller") -> None:
+        c.on_move_status(self.token, self.group, self.task)
+
+
+@dataclass(frozen=True)
 class Tick:
     """A protocol deadline passed (join/sync timeout, scheduled rebalance delay)."""
 

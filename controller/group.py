@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Mapping, Union
 
 from controller.clock import Clock, WallClock
+from controller.assignors import get_assignor
 from controller.codecs import (
     Assignment,
     GroupStateInfo,
@@ -23,11 +24,15 @@ from controller.codecs import (
     JoinRequest,
     JoinResult,
     MemberMetadata,
+    MoveLimits,
     SyncProposal,
     TaskDescriptor,
 )
 from controller.errors import ProtocolError
 from controller.protocol import choose_assignor, choose_protocol, validate_proposal
+from controller.throttle import Move, moves_of, plan_wave
+
+FOREVER = float("inf")
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +94,14 @@ class DeleteGenerationsBelow:
     generation: int
 
 
-Decision = Union[WriteGroupState, WriteJoinResult, WriteAssignments, WatchSync, DeleteGenerationsBelow]
+@dataclass(frozen=True)
+class WatchMoves:
+    """Tell the coordinator (``on_move_done``) when each of these tasks runs on its new owner."""
+
+    tasks: tuple[str, ...]
+
+
+Decision = Union[WriteGroupState, WriteJoinResult, WriteAssignments, WatchSync, DeleteGenerationsBelow, WatchMoves]
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,8 @@ class GroupConfig:
     rebalance_timeout_s: float = 30.0
     scheduled_rebalance_delay_s: float = 0.0
     default_assignor: str = "sticky"
+    #: a move not running on its new owner after this long stops counting against the throttle
+    move_timeout_s: float = 120.0
 
 
 @dataclass
@@ -138,6 +152,21 @@ class GroupCoordinator:
     sync_deadline: float | None = None
     join_result: JoinResult | None = None
     rebalances: int = 0
+    # ---- operations: throttle, maintenance, preferred placement (controller/throttle.py) ----
+    limits: MoveLimits = field(default_factory=MoveLimits)
+    #: what the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)
+    cluster_room: int | None = None
+    maintenance: bool = False
+    moving: dict[str, Move] = field(default_factory=dict)
+    deferred: tuple[str, ...] = ()
+    #: a rebalance that maintenance mode put off (why), started when it ends
+    postponed: str = ""
+    #: task -> member: the preferred layout being restored (``rebalance --preferred``), wave by wave
+    preferred: dict[str, str] = field(default_factory=dict)
+    imbalance: int | None = None
+    preferred_check_s: float = 0.0
+    max_imbalance: int = 1
+    next_check: float | None = None
 
     # ---- state ------------------------------------------------------------------------------------
     def _transition(self, target: GroupState) -> None:
@@ -157,12 +186,18 @@ class GroupCoordinator:
             members=self.generation_members,
             reason=self.reason,
             held=self._held_info(),
+            moving=tuple(sorted(self.moving)),
+            deferred=len(self.deferred),
+            imbalance=self.imbalance,
+            maintenance=self.maintenance,
         )
 
     def _held_info(self) -> tuple[HeldTasks, ...]:
-        """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's)."""
+        """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's);
+        a hold of maintenance mode has none."""
         now, wall = self.clock.now(), self.wall.now()
-        return tuple(HeldTasks(instance=k, tasks=tuple(sorted(h.tasks)), until=round(wall + h.deadline - now, 3))
+        return tuple(HeldTasks(instance=k, tasks=tuple(sorted(h.tasks)),
+                               until=None if h.deadline == FOREVER else round(wall + h.deadline - now, 3))
                      for k, h in sorted(self.held.items()))
 
     def _restore_held(self, info: GroupStateInfo) -> None:
@@ -172,8 +207,10 @@ class GroupCoordinator:
         placed = {t for ts in self.assignment.values() for t in ts}
         for h in info.held:
             tasks = tuple(t for t in h.tasks if t in self.tasks and t not in placed)
+            if h.until is None and not self.maintenance:
+                continue  # held for a maintenance that has ended since: the tasks move now
             if tasks and h.instance not in present:
-                self.held[h.instance] = _Held(tasks, now + max(0.0, h.until - wall))
+                self.held[h.instance] = _Held(tasks, FOREVER if h.until is None else now + max(0.0, h.until - wall))
 
     def _note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
         """A hold made, ended or shrunk is written with the group state (ZooKeeper keeps it across failover)."""
@@ -183,8 +220,9 @@ class GroupCoordinator:
         return decisions
 
     def next_deadline(self) -> float | None:
-        candidates = [d for d in (self.join_deadline, self.sync_deadline) if d is not None]
-        candidates += [h.deadline for h in self.held.values()]
+        candidates = [d for d in (self.join_deadline, self.sync_deadline, self.next_check) if d is not None]
+        candidates += [h.deadline for h in self.held.values() if h.deadline != FOREVER]
+        candidates += [mv.since + self.config.move_timeout_s for mv in self.moving.values()]
         return min(candidates) if candidates else None
 
     def held_tasks(self) -> set[str]:
@@ -220,6 +258,9 @@ class GroupCoordinator:
                 if a.generation == info.generation and a.error is None and m in self.generation_members
             }
             self._restore_held(info)
+            now = self.clock.now()
+            where = {t: m for m, ts in self.assignment.items() for t in ts}
+            self.moving = {t: Move(t, None, where.get(t), now) for t in info.moving if t in self.tasks}
             # a request older than the member's assignment that asks for a later generation was answered
             # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
             self.static_returned = {
@@ -232,11 +273,12 @@ class GroupCoordinator:
                 and set(self.generation_members) == set(self.members)
                 and all(r.join_generation <= info.generation and not r.leaving for r in self.members.values())
                 and {t for ts in self.assignment.values() for t in ts} | self.held_tasks() == set(self.tasks)
+                and not info.deferred  # moves waiting for a wave: the next generation computes them again
             )
             self.state = GroupState.STABLE
             if consistent:
                 self.reason = "controller failover: resumed"
-                return [WriteGroupState(self.info())]
+                return [WriteGroupState(self.info())] + ([WatchMoves(tuple(sorted(self.moving)))] if self.moving else [])
         else:
             self.state = GroupState.EMPTY
             # no readable state: resume above every generation the members and assignments carry, or the
@@ -268,7 +310,14 @@ class GroupCoordinator:
             tasks = self.assignment.pop(m, ())
             if was_member:
                 self.generation_members = tuple(x for x in self.generation_members if x != m)
-            if (was_member and tasks and self.state is GroupState.STABLE
+            for t in [t for t, mv in self.moving.items() if mv.dest == m]:
+                del self.moving[t]  # that move ends with its destination; the task is held or placed again
+            if was_member and tasks and self.state is GroupState.STABLE and self.maintenance:
+                key = self.identity(m, old[m])
+                kept = self.held[key].tasks if key in self.held else ()
+                self.held[key] = _Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
+                log.info("group %s: %s left in maintenance mode; its %d tasks wait", self.group, m, len(tasks))
+            elif (was_member and tasks and self.state is GroupState.STABLE
                     and self.config.scheduled_rebalance_delay_s > 0 and not old[m].leaving):
                 self.held[self.identity(m, old[m])] = _Held(tasks, now + self.config.scheduled_rebalance_delay_s)
                 log.info("group %s: %s left; holding %d tasks for %.1fs", self.group, m, len(tasks),
@@ -284,6 +333,8 @@ class GroupCoordinator:
             key = self.identity(m, request)
             if key in self.held and self.state is GroupState.STABLE and not request.leaving:
                 decisions += self._static_rejoin(m, key)
+            elif self.maintenance and self.state is GroupState.STABLE:
+                self.postponed = self.postponed or f"member {m} joined"  # it gets tasks after maintenance
             elif self.state is not GroupState.PREPARING_REBALANCE:
                 need = need or f"member {m} joined"
         for m in sorted(new.keys() & old.keys()):
@@ -298,6 +349,9 @@ class GroupCoordinator:
                 continue  # the same incompatible request again: answered already, no rebalance storm
             if self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
                 if after.join_generation > self.generation or m not in self.generation_members:
+                    if self.maintenance and self.state is GroupState.STABLE and m not in self.generation_members:
+                        self.postponed = self.postponed or f"member {m} joined"
+                        continue
                     need = need or f"member {m} rejoined"
         if need:
             decisions += self._prepare_rebalance(need)
@@ -323,14 +377,106 @@ class GroupCoordinator:
         for t in list(self.reassign):
             if t not in tasks:
                 del self.reassign[t]
+        for t in [t for t in self.moving if t not in tasks]:
+            del self.moving[t]
         if not self.members:
             return self._note_held(held_before, [])
         return self._note_held(held_before, self._prepare_rebalance("tasks changed"))
 
-    def on_rebalance_request(self, reason: str = "manual") -> list[Decision]:
+    def on_rebalance_request(self, reason: str = "manual", preferred: bool = False) -> list[Decision]:
+        """An operator's rebalance; ``preferred``: towards the assignor's layout from scratch (Kafka's
+        preferred leader election), in waves as the throttle allows."""
         if not self.members:
             return []
+        if preferred:
+            self.preferred = self._preferred_layout()
+            moves = sum(1 for t, m in self.preferred.items() if t not in self.assignment.get(m, ()))
+            reason = f"{reason}: preferred placement ({moves} tasks off it)"
+            log.info("group %s: restoring the preferred placement: %d tasks to move", self.group, moves)
         return self._prepare_rebalance(reason)
+
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+        """The operators' settings changed: a wider throttle may let the next wave go now."""
+        self.limits = limits
+        self.max_imbalance = max_imbalance
+        if preferred_check_s != self.preferred_check_s:
+            self.preferred_check_s = preferred_check_s
+            self.next_check = self.clock.now() + preferred_check_s if preferred_check_s > 0 else None
+        return self._next_wave()
+
+    def on_maintenance(self, on: bool) -> list[Decision]:
+        """Maintenance mode: while on, nothing moves and nothing gains an owner; a departed member's tasks
+        wait for it (held without a deadline) and the rebalances it would have caused wait for the end."""
+        if on == self.maintenance:
+            return []
+        self.maintenance = on
+        if on:
+            self.reason = "maintenance mode: placement frozen"
+            return [WriteGroupState(self.info())] if self.state is not GroupState.DEAD else []
+        held_before = self._held_info()
+        released = [k for k, h in self.held.items() if h.deadline == FOREVER]
+        for k in released:
+            del self.held[k]
+        placed = {t for ts in self.assignment.values() for t in ts}
+        why = self.postponed or ("maintenance ended: held tasks move" if released else "")
+        if not why and (self.deferred or set(self.tasks) - placed - self.held_tasks()
+                        or set(self.members) - set(self.generation_members)):
+            why = "maintenance ended"
+        self.postponed = ""
+        decisions: list[Decision] = []
+        if why and self.members and self.state is not GroupState.DEAD:
+            decisions = self._prepare_rebalance(f"maintenance ended ({why})" if not why.startswith("maintenance") else why)
+        elif self.state is not GroupState.DEAD:
+            self.reason = "maintenance ended"
+            decisions = [WriteGroupState(self.info())]
+        return self._note_held(held_before, decisions)
+
+    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
+        mv = self.moving.get(task_id)
+        if mv is None or mv.dest != broker:
+            return []
+        del self.moving[task_id]
+        return self._next_wave() or ([WriteGroupState(self.info())] if not self.moving else [])
+
+    def _next_wave(self) -> list[Decision]:
+        """Deferred moves go as soon as the throttle has room (each wave running before the next)."""
+        if (self.deferred and self.state is GroupState.STABLE and not self.maintenance and self.members
+                and self._room() != 0):
+            return self._prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+        return []
+
+    def _room(self) -> int | None:
+        left = None if self.limits.max_moves is None else self.limits.max_moves - len(self.moving)
+        if self.cluster_room is not None:
+            left = self.cluster_room if left is None else min(left, self.cluster_room)
+        return None if left is None else max(0, left)
+
+    def _preferred_layout(self) -> dict[str, str]:
+        """Task -> member in the layout the group's assignor gives with no history at all."""
+        return self._layout(previous={})
+
+    def _layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+        members = [MemberMetadata(member_id=m, capacity=r.capacity, rack=r.rack, instance_id=r.instance_id,
+                                  leaving=r.leaving or m in self.shutting_down)
+                   for m, r in sorted(self.members.items()) if m in self.generation_members]
+        if not members:
+            return {}
+        held = self.held_tasks()
+        tasks = [d for t, d in sorted(self.tasks.items()) if t not in held]
+        try:
+            target = get_assignor(self.assignor or self.config.default_assignor).assign(members, tasks, previous)
+        except (KeyError, ValueError) as exc:
+            log.warning("group %s: cannot compute a layout: %s", self.group, exc)
+            return {}
+        return {t: m for m, ts in target.items() for t in ts}
+
+    def measure_imbalance(self) -> int:
+        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
+        current = {m: ts for m, ts in self.assignment.items() if m in self.generation_members}
+        target = self._layout(previous=current)
+        where = {t: m for m, ts in current.items() for t in ts}
+        return sum(1 for t, m in target.items() if where.get(t) != m)
 
     def on_controlled_shutdown(self, member_id: str) -> list[Decision]:
         """Move the member's tasks away before it leaves (it exits once it owns nothing)."""
@@ -358,20 +504,39 @@ class GroupCoordinator:
             log.warning("group %s: refusing proposal of %s for generation %d: %s", self.group,
                         proposal.leader, proposal.generation, "; ".join(problems[:3]))
             return self._prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
+        had = {mm.member_id: set(mm.owned) | set(self.join_result.previous.get(mm.member_id, ()))
+               for mm in self.join_result.members}
+        wave = plan_wave(
+            {m: proposal.assigned.get(m, ()) for m in self.generation_members},
+            {m: proposal.revoked.get(m, ()) for m in self.generation_members},
+            had, self.tasks, self.moving, self.limits, self.clock.now(), frozen=self.maintenance,
+            leaving=[mm.member_id for mm in self.join_result.members if mm.leaving], room=self.cluster_room)
+        if wave.deferred:
+            log.info("group %s: generation %d moves %d tasks now; %d wait for a later wave%s", self.group,
+                     self.generation, len(wave.moving), len(wave.deferred), " (maintenance)" if self.maintenance else "")
+        self.moving, self.deferred = wave.moving, wave.deferred
+        for t, to in list(self.preferred.items()):
+            if t in wave.assigned.get(to, ()) or t not in self.tasks or to not in self.generation_members:
+                del self.preferred[t]  # there (or no longer possible): the pin has done its work
         assignments = []
         for m in self.generation_members:
-            assigned = tuple(sorted(proposal.assigned.get(m, ())))
-            revoked = tuple(sorted(proposal.revoked.get(m, ())))
+            assigned = tuple(sorted(wave.assigned.get(m, ())))
+            revoked = tuple(sorted(wave.revoked.get(m, ())))
             self.assignment[m] = assigned
             assignments.append((m, Assignment(
                 generation=self.generation, controller_epoch=self.controller_epoch, assigned=assigned,
                 revoked=revoked, protocol=self.protocol or "eager", leader=self.leader)))
         self.sync_deadline = None
         self.join_result = None
-        self.reason = "assignment published"
+        self.reason = "assignment published" + (
+            f"; {len(self.deferred)} moves wait ({'maintenance' if self.maintenance else 'throttle'})"
+            if self.deferred else "")
         self._transition(GroupState.STABLE)
-        return [WriteAssignments(tuple(assignments)), WriteGroupState(self.info()),
-                DeleteGenerationsBelow(self.generation)]
+        decisions: list[Decision] = [WriteAssignments(tuple(assignments)), WriteGroupState(self.info()),
+                                     DeleteGenerationsBelow(self.generation)]
+        if self.moving:
+            decisions.append(WatchMoves(tuple(sorted(self.moving))))
+        return decisions
 
     def on_tick(self) -> list[Decision]:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
@@ -382,6 +547,21 @@ class GroupCoordinator:
         for k in expired:
             log.info("group %s: %s did not return within the delay; its tasks move", self.group, k)
             del self.held[k]
+        stale = [t for t, mv in self.moving.items() if now >= mv.since + self.config.move_timeout_s]
+        for t in stale:
+            log.warning("group %s: the move of %s to %s is not done after %.0fs; it stops counting against the "
+                        "throttle", self.group, t, self.moving[t].dest, self.config.move_timeout_s)
+            del self.moving[t]
+        if self.next_check is not None and now >= self.next_check:
+            self.next_check = now + self.preferred_check_s if self.preferred_check_s > 0 else None
+            if self.state is GroupState.STABLE and self.members:
+                before = self.imbalance
+                self.imbalance = self.measure_imbalance()
+                if (self.imbalance > self.max_imbalance and not self.maintenance and not self.moving
+                        and not self.deferred):
+                    decisions += self._prepare_rebalance(f"imbalance: {self.imbalance} tasks off the assignor's layout")
+                elif self.imbalance != before:
+                    decisions.append(WriteGroupState(self.info()))
         if self.state is GroupState.PREPARING_REBALANCE and self.join_deadline is not None and now >= self.join_deadline:
             decisions += self._maybe_complete_join(force=True)
         elif self.state is GroupState.AWAITING_SYNC and self.sync_deadline is not None and now >= self.sync_deadline:
@@ -389,6 +569,8 @@ class GroupCoordinator:
         elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC) and self.members:
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self._prepare_rebalance("scheduled rebalance delay expired")
+        elif stale and not decisions:
+            decisions += self._next_wave()
         return self._note_held(held_before, decisions)
 
     def shutdown(self) -> None:
@@ -481,11 +663,12 @@ class GroupCoordinator:
         descriptors = []
         for t_id in sorted(self.tasks):
             d = self.tasks[t_id]
-            to = self.reassign.get(t_id)
-            if to is not None and to in members:
+            to = self.reassign.get(t_id) or self.preferred.get(t_id)
+            if to is not None and to in members and (t_id in self.reassign or not joined[to].leaving):
                 d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
             elif to is not None:
-                del self.reassign[t_id]
+                self.reassign.pop(t_id, None)
+                self.preferred.pop(t_id, None)
             descriptors.append(d)
         self.join_result = JoinResult(
             generation=self.generation,

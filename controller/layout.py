@@ -171,6 +171,16 @@ class ZkLayout:
     def admin_delete_task(self, task_id: str) -> str:
         return self._p("admin", "delete_tasks", check_name("task id", task_id))
 
+    @property
+    def settings(self) -> str:
+        """Operator settings (move throttles, automatic maintenance), honoured live by the controller."""
+        return self._p("admin", "settings")
+
+    @property
+    def maintenance(self) -> str:
+        """The maintenance mode: empty or ``on: false`` when off."""
+        return self._p("admin", "maintenance")
+
     # security
     @property
     def security(self) -> str:
@@ -189,4 +199,6 @@ class ZkLayout:
             self.admin_controlled_shutdown,
             self.admin_reassign,
             self.admin_delete_tasks,
+            self.settings,
+            self.maintenance,
         )

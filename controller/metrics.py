@@ -34,6 +34,12 @@ class ControllerMetrics:
         self.zk_writes = Counter("zkc_controller_zk_write_requests", "ZooKeeper write requests (multis)", registry=r)
         self.fenced = Counter("zkc_controller_fenced_writes", "writes rejected by the epoch check", registry=r)
         self.rebalances = Counter("zkc_controller_rebalances", "rebalances started", ["group"], registry=r)
+        self.maintenance = Gauge("zkc_controller_maintenance", "1 while the cluster is in maintenance mode", registry=r)
+        self.moving = Gauge("zkc_group_moves_in_flight", "moved tasks not yet running on their new owner", ["group"], registry=r)
+        self.deferred = Gauge("zkc_group_moves_deferred", "moves waiting for a later wave (throttle, maintenance)",
+                              ["group"], registry=r)
+        self.imbalance = Gauge("zkc_group_imbalance", "tasks the group's assignor would move from where they run",
+                               ["group"], registry=r)
 
     def observe(self, event: str, queued: float, elapsed: float) -> None:
         self.events.labels(event).inc()

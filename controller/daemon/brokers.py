@@ -77,8 +77,12 @@ class Brokers:
             return
         ctx.broker_changes.append(delta)
         log.info("brokers joined %s, left %s, bounced %s", list(delta.joined), list(delta.left), list(delta.bounced))
+        leaving = {m for ms in ctx.members.values() for m, r in ms.items() if r.leaving}
+        clean = {b for b in delta.left if b in ctx.shutdown_requests or b in ctx.clean_exits or b in leaving}
         for b in delta.left + delta.bounced:
             self._finish_controlled_shutdown(b)  # that incarnation is gone; its request must not stop the next
+        ctx.clean_exits.difference_update(delta.left)
+        self._note_brokers(delta.joined + delta.bounced, delta.left, clean)
 
     def _finish_controlled_shutdown(self, broker_id: str) -> None:
         if broker_id in self.ctx.shutdown_requests:

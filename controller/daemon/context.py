@@ -16,6 +16,8 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.codecs import (
+    ClusterSettings,
+    MaintenanceInfo,
     BrokerInfo,
     JoinRequest,
     TaskDescriptor,
@@ -103,6 +105,11 @@ class ControllerContext:
     swept_generations: set[str] = field(default_factory=set)
     # ---- per-broker identities (``grants``): task -> the broker its znodes were handed to ----
     task_grants: dict[str, str] = field(default_factory=dict)
+    # ---- operations (``operations``): settings, maintenance mode, brokers lost (clock time) ----
+    settings: ClusterSettings = field(default_factory=ClusterSettings)
+    maintenance: MaintenanceInfo = field(default_factory=MaintenanceInfo)
+    lost: dict[str, float] = field(default_factory=dict)
+    clean_exits: set[str] = field(default_factory=set)  # members that left by a controlled shutdown
     # ---- every part's writes: znodes known to exist (so a write needs no look-up first) ----
     known_paths: set[str] = field(default_factory=set)
 

@@ -30,6 +30,7 @@ from controller.daemon.election import Election
 from controller.daemon.grants import Grants
 from controller.daemon.groups import Groups
 from controller.daemon.loading import StateLoad, _TaskWatch, _TaskWatchArmer
+from controller.daemon.operations import Operations
 from controller.daemon.tasks import Tasks, _DeletionWatch
 from controller.event_thread import ControllerEventThread
 from controller.layout import ZkLayout
@@ -79,7 +80,7 @@ class _Timer(threading.Thread):
                 self._fire()
 
 
-class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants):
+class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations):
     """A controller candidate; the one that wins ``/controller`` is active."""
 
     def __init__(self, config: ControllerConfig, client: KazooClient | None = None, clock: Clock | None = None) -> None:

@@ -22,6 +22,7 @@ from controller.daemon.context import ControllerContext
 from controller.group import (
     DeleteGenerationsBelow,
     GroupCoordinator,
+    WatchMoves,
     WatchSync,
     WriteAssignments,
     WriteGroupState,
@@ -39,6 +40,7 @@ class Groups:
         assert self.ctx is not None and self.epoch is not None
         coord = GroupCoordinator(group=g, controller_epoch=self.epoch, clock=self.clock, config=self.config.group)
         self.ctx.groups[g] = coord
+        self._configure(g, coord)
         self.ctx.members.setdefault(g, {})
         return coord
 
@@ -100,6 +102,7 @@ class Groups:
         items: list[tuple[str, bytes]] = []
         watches: list[int] = []
         cleanup_below: int | None = None
+        moves: tuple[str, ...] = ()
         generations = self.ctx.generation_paths.setdefault(g, {})
         for d in decisions:
             if isinstance(d, WriteAssignments):
@@ -111,6 +114,12 @@ class Groups:
                 items.append((lay.group_state(g), codecs.encode(d.info)))
                 if d.info.state == "PreparingRebalance":
                     self.metrics.rebalances.labels(g).inc()
+                self.metrics.moving.labels(g).set(len(d.info.moving))
+                self.metrics.deferred.labels(g).set(d.info.deferred)
+                if d.info.imbalance is not None:
+                    self.metrics.imbalance.labels(g).set(d.info.imbalance)
+            elif isinstance(d, WatchMoves):
+                moves = d.tasks
             elif isinstance(d, WatchSync):
                 watches.append(d.generation)
                 generations[lay.group_sync(g, d.generation)] = d.generation
@@ -135,6 +144,8 @@ class Groups:
                 self.put(ev.SyncProposalReady(self.token, g, gen))
         if cleanup_below is not None:
             self._cleanup_generations(g, cleanup_below, lookup)
+        if moves:
+            self._watch_moves(g, moves)
 
     def _write_items(self, items: list[tuple[str, bytes]], deletes: list[str]) -> None:
         """Write ``(path, data)`` items and delete ``deletes`` in fenced multis, without looking anything up
@@ -216,6 +227,8 @@ class Groups:
             if res is not None:
                 self._set_member(ctx, group, m, res[0], res[1])
         for m in sorted(current.keys() - children):
+            if current[m].leaving:
+                ctx.clean_exits.add(m)  # a controlled shutdown: not a broker lost
             current.pop(m, None)
             ctx.member_sessions.pop((group, m), None)
         for key in [k for k in ctx.invalid_members if k[0] == group and k[1] not in children]:
@@ -232,6 +245,8 @@ class Groups:
         bounced = []
         for m, res in zip(ids, get_many(self.zk, [lay.group_member(group, m) for m in ids], watch=self._member_watch)):
             if res is None:
+                if m in current and current[m].leaving:
+                    ctx.clean_exits.add(m)
                 current.pop(m, None)
                 ctx.invalid_members.pop((group, m), None)
                 ctx.member_sessions.pop((group, m), None)
@@ -261,6 +276,7 @@ class Groups:
         except PayloadError as exc:
             log.warning("group %s: unreadable proposal; waiting for a rewrite or the sync timeout: %s", group, exc)
             return
+        self._refresh_room(group)
         self._apply(group, coord.on_proposal(proposal))
 
     def on_tick(self) -> None:

@@ -180,6 +180,8 @@ class StateLoad:
                 if method == "multiread":
                     unwatched[t] = res[1].mzxid
         ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=self._deletion_watcher()))
+        self._load_operations(ctx)
+        self.metrics.maintenance.set(1 if ctx.maintenance.on else 0)
         # groups
         names = set(c.get_children(lay.groups, watch=w(ev.GroupsChange)))
         names |= {s.group for s in ctx.tasks.values()}

@@ -323,7 +323,8 @@ class Tasks:
             groups = [req.group] if req.group else sorted(self.ctx.groups)
             for g in groups:
                 if g in self.ctx.groups:
-                    self._apply(g, self.ctx.groups[g].on_rebalance_request(f"requested: {req.reason}"))
+                    self._apply(g, self.ctx.groups[g].on_rebalance_request(f"requested: {req.reason}",
+                                                                         preferred=req.preferred))
         if paths:
             self._write(lambda: self.writer.delete_if_present(paths))
 

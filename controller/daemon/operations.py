@@ -1,0 +1,221 @@
+"""Operations: the operators' settings (move throttles, automatic maintenance, preferred placement checks)
+and maintenance mode, read from ``/admin/settings`` and ``/admin/maintenance`` with data watches and handed
+to every group's coordinator; the status watches that tell a coordinator when a moved task runs again;
+and automatic maintenance when too many brokers are lost at once (a rack or network loss must not pile
+every task onto the survivors)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from controller import codecs
+from controller import events as ev
+from controller.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
+from controller.group import GroupCoordinator
+from controller.throttle import combine
+from controller.zkio import SetData, get_many
+
+log = logging.getLogger(__name__)
+
+#: a moved task's slot is free once its new owner reports one of these
+DONE_STATES = frozenset({"RUNNING", "COMPLETED", "FAILED"})
+
+
+def decode_settings(data: bytes | None, path: str) -> ClusterSettings:
+    """Empty (as created with the layout) is the defaults; garbage is logged and read as the defaults."""
+    if not data:
+        return ClusterSettings()
+    try:
+        return codecs.decode(ClusterSettings, data, path)
+    except PayloadError as exc:
+        log.error("ignoring the settings: %s", exc)
+        return ClusterSettings()
+
+
+def decode_maintenance(data: bytes | None, path: str) -> MaintenanceInfo:
+    """Empty is off; garbage is logged and read as off (an operator turns it on again with the CLI)."""
+    if not data:
+        return MaintenanceInfo()
+    try:
+        return codecs.decode(MaintenanceInfo, data, path)
+    except PayloadError as exc:
+        log.error("ignoring the maintenance mode: %s", exc)
+        return MaintenanceInfo()
+
+
+def offline_limit(settings: ClusterSettings, seen: int) -> int | None:
+    """How many brokers may be lost at once before maintenance turns itself on (None: never)."""
+    limits = []
+    if settings.max_offline_brokers is not None:
+        limits.append(settings.max_offline_brokers)
+    if settings.max_offline_fraction is not None:
+        limits.append(int(settings.max_offline_fraction * seen))
+    return min(limits) if limits else None
+
+
+class Operations:
+    """Settings, maintenance mode, move completion and automatic maintenance."""
+
+    # ---- loading ----------------------------------------------------------------------------------
+    def _load_operations(self, ctx: Any) -> None:
+        """Read both znodes with their watches (before the groups load, so each coordinator starts with them)."""
+        lay = self.layout
+        res = get_many(self.zk, [lay.settings, lay.maintenance],
+                       watch=lambda p: self._watch(ev.SettingsChange if p == lay.settings else ev.MaintenanceChange))
+        ctx.settings = decode_settings(res[0][0] if res[0] else None, lay.settings)
+        ctx.maintenance = decode_maintenance(res[1][0] if res[1] else None, lay.maintenance)
+        if res[1] is not None:
+            ctx.known_paths.add(lay.maintenance)
+
+    def _configure(self, g: str, coord: GroupCoordinator) -> None:
+        """A new coordinator gets the settings and the maintenance mode in force."""
+        s, ctx = self.ctx.settings, self.ctx
+        coord.limits = self._group_limits(g)
+        coord.maintenance = ctx.maintenance.on
+        coord.max_imbalance = s.max_imbalance
+        coord.preferred_check_s = s.preferred_check_s
+        coord.next_check = self.clock.now() + s.preferred_check_s if s.preferred_check_s > 0 else None
+
+    def _group_limits(self, g: str) -> MoveLimits:
+        s = self.ctx.settings
+        per_broker = MoveLimits(max_moves_per_broker=s.throttle.max_moves_per_broker)
+        return combine(per_broker, s.group_throttle.get(g))
+
+    def _refresh_room(self, g: str) -> None:
+        """What the cluster-wide limit leaves group ``g``, from every other group's moves in flight."""
+        total = self.ctx.settings.throttle.max_moves
+        coord = self.ctx.groups[g]
+        if total is None:
+            coord.cluster_room = None
+            return
+        others = sum(len(c.moving) for name, c in self.ctx.groups.items() if name != g)
+        coord.cluster_room = max(0, total - others)
+
+    def _offer_room(self) -> None:
+        """Moves finished somewhere: groups whose next wave waits for room may go."""
+        for g, coord in sorted(self.ctx.groups.items()):
+            if coord.deferred and not coord.moving:
+                self._refresh_room(g)
+                self._apply(g, coord.on_settings(coord.limits, coord.preferred_check_s, coord.max_imbalance))
+
+    # ---- event handlers ---------------------------------------------------------------------------
+    def on_settings_change(self, token: int) -> None:
+        if not self._current(token):
+            return
+        lay = self.layout
+        try:
+            data, _ = self.zk.get(lay.settings, watch=self._watch(ev.SettingsChange))
+        except NoNodeError:
+            data = None
+        self.ctx.settings = s = decode_settings(data, lay.settings)
+        log.info("controller %s: settings: throttle %s, groups %s, max offline %s/%s, preferred check %ss",
+                 self.id, s.throttle, s.group_throttle, s.max_offline_brokers, s.max_offline_fraction, s.preferred_check_s)
+        for g, coord in sorted(self.ctx.groups.items()):
+            self._refresh_room(g)
+            self._apply(g, coord.on_settings(self._group_limits(g), s.preferred_check_s, s.max_imbalance))
+        self._check_offline()
+
+    def on_maintenance_change(self, token: int) -> None:
+        if not self._current(token):
+            return
+        lay = self.layout
+        try:
+            data, _ = self.zk.get(lay.maintenance, watch=self._watch(ev.MaintenanceChange))
+            self.ctx.known_paths.add(lay.maintenance)
+        except NoNodeError:
+            data = None
+        self._set_maintenance(decode_maintenance(data, lay.maintenance))
+
+    def _set_maintenance(self, info: MaintenanceInfo) -> None:
+        ctx = self.ctx
+        was = ctx.maintenance.on
+        ctx.maintenance = info
+        self.metrics.maintenance.set(1 if info.on else 0)
+        if info.on != was:
+            log.warning("controller %s: maintenance mode %s (%s, by %s)", self.id, "ON" if info.on else "off",
+                        info.reason or "no reason given", info.by)
+        if not info.on:
+            ctx.lost.clear()  # what was lost during maintenance is its own business; count afresh
+        for g, coord in sorted(ctx.groups.items()):
+            self._refresh_room(g)
+            self._apply(g, coord.on_maintenance(info.on))
+
+    def _watch_moves(self, g: str, tasks: tuple[str, ...]) -> None:
+        """Read the moved tasks' statuses with a watch each (at most the throttle's worth at a time)."""
+        lay = self.layout
+        watch = lambda p: self._watch(lambda t, task=p.rsplit("/", 1)[1]: ev.MoveStatus(t, g, task))
+        for task, res in zip(tasks, get_many(self.zk, [lay.status(t) for t in tasks], watch=watch)):
+            self._move_status(g, task, res)
+
+    def on_move_status(self, token: int, group: str, task: str) -> None:
+        if not self._current(token):
+            return
+        coord = self.ctx.groups.get(group)
+        if coord is None or task not in coord.moving:
+            return
+        path = self.layout.status(task)
+        try:
+            res = self.zk.get(path, watch=self._watch(lambda t: ev.MoveStatus(t, group, task)))
+        except NoNodeError:
+            self.zk.exists(path, watch=self._watch(lambda t: ev.MoveStatus(t, group, task)))
+            res = None
+        self._move_status(group, task, res)
+
+    def _move_status(self, g: str, task: str, res: tuple[bytes, Any] | None) -> None:
+        coord = self.ctx.groups.get(g)
+        if coord is None or res is None or task not in coord.moving:
+            return
+        try:
+            status = codecs.decode(TaskStatus, res[0], self.layout.status(task))
+        except PayloadError:
+            return  # the new owner rewrites it; the move's timeout frees the slot otherwise
+        if status.state in DONE_STATES and status.broker == coord.moving[task].dest:
+            self._apply(g, coord.on_move_done(task, status.broker))
+            if not coord.moving:
+                self._offer_room()
+
+    # ---- automatic maintenance --------------------------------------------------------------------
+    def _note_brokers(self, joined: tuple[str, ...], left: tuple[str, ...], clean: set[str]) -> None:
+        """Brokers lost without a controlled shutdown are counted for ``offline_window_s``."""
+        ctx, now = self.ctx, self.clock.now()
+        for b in joined:
+            ctx.lost.pop(b, None)
+        for b in left:
+            if b not in clean:
+                ctx.lost[b] = now
+        self._check_offline()
+
+    def _check_offline(self) -> None:
+        ctx, s, now = self.ctx, self.ctx.settings, self.clock.now()
+        m = ctx.maintenance
+        if not (m.on and m.by == "auto"):
+            for b in [b for b, at in ctx.lost.items() if now - at > s.offline_window_s]:
+                del ctx.lost[b]
+        limit = offline_limit(s, len(ctx.brokers) + len(ctx.lost))
+        if m.on and m.by == "auto":
+            still = sorted(b for b in m.offline if b not in ctx.brokers)
+            if limit is None or len(still) <= limit:
+                log.warning("controller %s: %d of the %d lost brokers are back; automatic maintenance ends",
+                            self.id, len(m.offline) - len(still), len(m.offline))
+                self._write_maintenance(MaintenanceInfo(on=False, reason=f"automatic maintenance ended: "
+                                                        f"{len(still)} of {len(m.offline)} brokers still offline",
+                                                        by="auto", since=time.time()))
+            return
+        if m.on or limit is None or len(ctx.lost) <= limit:
+            return
+        lost = tuple(sorted(ctx.lost))
+        reason = (f"{len(lost)} brokers lost within {s.offline_window_s:g}s (at most {limit} may be): "
+                  + ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else ""))
+        log.warning("controller %s: maintenance mode turns itself on: %s", self.id, reason)
+        self._write_maintenance(MaintenanceInfo(on=True, reason=reason, by="auto", since=time.time(), offline=lost))
+
+    def _write_maintenance(self, info: MaintenanceInfo) -> None:
+        """Written fenced (a deposed controller cannot turn it on or off), then applied at once."""
+        path = self.layout.maintenance
+        self._write(lambda: self.writer.upsert([(path, codecs.encode(info))], self.ctx.known_paths))
+        self.ctx.known_paths.add(path)
+        self._set_maintenance(info)
