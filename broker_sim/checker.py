@@ -102,3 +102,57 @@ def restarted_tasks(intervals: Sequence[RunInterval], window: tuple[float, float
     """Tasks that started (again) inside the window: their run was interrupted."""
     t0, t1 = window
     return {i.task_id for i in intervals if t0 <= i.start <= t1}
+
+
+@dataclass(frozen=True)
+class MoveRun:
+    """A task starting on a broker other than the one it last ran on (or its first run): the period from
+    taking its owner znode until its runner had started, when the move counts against the throttle."""
+
+    task_id: str
+    broker: str
+    source: str | None
+    acquired: float
+    started: float
+
+
+def move_runs(intervals: Sequence[RunInterval], window: tuple[float, float] = (0.0, float("inf")),
+              first_runs: bool = False) -> list[MoveRun]:
+    """The moves whose owner was taken inside ``window``; ``first_runs``: a task's first run counts too."""
+    t0, t1 = window
+    by_task: dict[str, list[RunInterval]] = defaultdict(list)
+    for i in intervals:
+        by_task[i.task_id].append(i)
+    out: list[MoveRun] = []
+    for runs in by_task.values():
+        runs.sort(key=lambda i: i.acquired if i.acquired is not None else i.start)
+        for prev, cur in zip([None, *runs], runs):
+            if prev is None and not first_runs:
+                continue
+            if prev is not None and prev.broker == cur.broker:
+                continue
+            acquired = cur.acquired if cur.acquired is not None else cur.start
+            if t0 <= acquired <= t1:
+                out.append(MoveRun(cur.task_id, cur.broker, prev.broker if prev else None, acquired, cur.start))
+    return out
+
+
+def concurrent_moves(moves: Sequence[MoveRun]) -> tuple[int, dict[str, int]]:
+    """The most moves in flight at one instant, in all and per broker (as the one starting it or the one
+    it left): what a move throttle bounds."""
+    points: list[tuple[float, int, MoveRun]] = []
+    for m in moves:
+        points.append((m.acquired, 1, m))
+        points.append((max(m.started, m.acquired), -1, m))
+    points.sort(key=lambda p: (p[0], p[1]))  # an end before a start at the same instant
+    now = 0
+    most = 0
+    per: dict[str, int] = defaultdict(int)
+    per_most: dict[str, int] = defaultdict(int)
+    for _t, delta, m in points:
+        now += delta
+        most = max(most, now)
+        for b in {m.broker, m.source} - {None}:
+            per[b] += delta  # type: ignore[index]
+            per_most[b] = max(per_most[b], per[b])  # type: ignore[index]
+    return most, dict(per_most)

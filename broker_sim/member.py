@@ -215,7 +215,8 @@ class Member:
         # our proposal revoked tasks (ours or others'): the next generation assigns them, and will be
         # started by their owners' rejoins; we start it as soon as our own revocations are let go (Kafka
         # Streams' leader schedules such a follow-up rebalance for every member likewise)
-        self.rejoin_when_released = a.generation == self.follow_up and not self.leaving
+        follow = a.follow_up if a.follow_up is not None else a.generation == self.follow_up
+        self.rejoin_when_released = follow and not self.leaving
         actions: list[Action] = [SetDesired(self.desired)]
         actions += self._after_owned_change()
         return actions

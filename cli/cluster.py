@@ -20,6 +20,10 @@ def status(ctx: Ctx) -> None:
     if ctx.json_out:
         ctx.emit(to_dict(st))
         return
+    m = st.maintenance
+    if m and m.get("on"):
+        click.echo(f"MAINTENANCE MODE since {when(m['since'])} (by {m['by']}): {m['reason']}"
+                   " -- nothing moves; tasks of lost brokers wait")
     c = st.controller
     if c:
         click.echo(f"Controller: {c['controller_id']} on {c['host']} (epoch {c['epoch']}, since {when(c['since'])})")
@@ -32,9 +36,11 @@ def status(ctx: Ctx) -> None:
                            "requested" if b.shutting_down else ""] for b in st.brokers]))
     click.echo(f"\nGroups ({len(st.groups)}):")
     if st.groups:
-        click.echo(table(["GROUP", "STATE", "GEN", "PROTOCOL", "ASSIGNOR", "LEADER", "MEMBERS", "REASON"],
+        click.echo(table(["GROUP", "STATE", "GEN", "PROTOCOL", "ASSIGNOR", "LEADER", "MEMBERS", "MOVING", "WAITING",
+                          "IMBALANCE", "REASON"],
                          [[g.group, g.state or f"? {clip(g.error, 30)}", g.generation, g.protocol, g.assignor, g.leader,
-                           len(g.members), clip(g.reason, 40)] for g in st.groups]))
+                           len(g.members), g.moving, g.deferred, "-" if g.imbalance is None else g.imbalance,
+                           clip(g.reason, 40)] for g in st.groups]))
     t = st.tasks
     states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
     runs = ", ".join(f"{k} {v}" for k, v in t["by_status"].items()) or "none"
@@ -132,12 +138,14 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
 @click.command("rebalance")
 @click.option("--group", "group_name", default=None, shell_complete=complete_names("group"), help="only this group (default: every group)")
 @click.option("--reason", default="manual", show_default=True)
+@click.option("--preferred", is_flag=True, help="restore the preferred placement (the assignor's layout from scratch), "
+              "in waves as the move throttle allows")
 @click.option("--wait", is_flag=True, help="wait until every affected group is Stable at a newer generation")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
 @pass_ctx
-def rebalance(ctx: Ctx, group_name: str | None, reason: str, wait: bool, timeout: float) -> None:
+def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wait: bool, timeout: float) -> None:
     """Ask the controller for a rebalance of one group or all of them."""
-    req = ctx.admin().rebalance(group_name, reason=reason, wait=timeout if wait else 0.0)
+    req = ctx.admin().rebalance(group_name, reason=reason, wait=timeout if wait else 0.0, preferred=preferred)
     if wait and not req.done:
         raise UserError(f"rebalance of {group_name or 'all groups'} not finished within {timeout:g}s")
     what = f"group {group_name}" if group_name else "all groups"

@@ -246,12 +246,13 @@ def _optional(module_name: str, command_name: str) -> click.Command | None:
 
 def _register() -> None:
     from cli.cluster import broker, group, rebalance, status, watch
+    from cli.operations import maintenance, settings
     from cli.run import broker_run, controller
     from cli.tasks import task
     from cli.timeline import timeline
 
     broker.add_command(broker_run)
-    for command in (task, status, broker, group, rebalance, watch, controller, timeline):
+    for command in (task, status, broker, group, rebalance, watch, controller, timeline, maintenance, settings):
         cli.add_command(command)
     cli.lazy["demo"] = _demo_command
     for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim"),

@@ -199,6 +199,10 @@ class Assignment:
     protocol: str = "cooperative"
     leader: str | None = None
     error: str | None = None
+    #: whether this member rejoins once its revocations are let go, so a second round assigns what moved
+    #: (the leader, when the published assignment revokes anything); None: it decides from its own proposal
+    #: (controllers before the move throttle, whose assignment was always the proposal)
+    follow_up: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from controller.codecs import (
 )
 from controller.errors import ProtocolError
 from controller.protocol import choose_assignor, choose_protocol, validate_proposal
-from controller.throttle import Move, moves_of, plan_wave
+from controller.throttle import Move, Wave, plan_wave
 
 FOREVER = float("inf")
 
@@ -440,11 +440,16 @@ class GroupCoordinator:
         return self._next_wave() or ([WriteGroupState(self.info())] if not self.moving else [])
 
     def _next_wave(self) -> list[Decision]:
-        """Deferred moves go as soon as the throttle has room (each wave running before the next)."""
-        if (self.deferred and self.state is GroupState.STABLE and not self.maintenance and self.members
-                and self._room() != 0):
+        """Deferred moves go once the last wave's tasks all run (and the cluster's limit leaves room)."""
+        if (self.deferred and not self.moving and self.state is GroupState.STABLE and not self.maintenance
+                and self.members and self._room() != 0):
             return self._prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
         return []
+
+    def throttled(self) -> bool:
+        """Whether moves are counted: a limit or maintenance mode is in force."""
+        return (self.maintenance or self.cluster_room is not None or self.limits.max_moves is not None
+                or self.limits.max_moves_per_broker is not None)
 
     def _room(self) -> int | None:
         left = None if self.limits.max_moves is None else self.limits.max_moves - len(self.moving)
@@ -506,11 +511,14 @@ class GroupCoordinator:
             return self._prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
         had = {mm.member_id: set(mm.owned) | set(self.join_result.previous.get(mm.member_id, ()))
                for mm in self.join_result.members}
-        wave = plan_wave(
-            {m: proposal.assigned.get(m, ()) for m in self.generation_members},
-            {m: proposal.revoked.get(m, ()) for m in self.generation_members},
-            had, self.tasks, self.moving, self.limits, self.clock.now(), frozen=self.maintenance,
-            leaving=[mm.member_id for mm in self.join_result.members if mm.leaving], room=self.cluster_room)
+        proposed = {m: proposal.assigned.get(m, ()) for m in self.generation_members}
+        revocations = {m: proposal.revoked.get(m, ()) for m in self.generation_members}
+        if self.throttled():
+            wave = plan_wave(proposed, revocations, had, self.tasks, self.moving, self.limits, self.clock.now(),
+                             frozen=self.maintenance, room=self.cluster_room,
+                             leaving=[mm.member_id for mm in self.join_result.members if mm.leaving])
+        else:  # no limit in force: nothing to count, no status to watch
+            wave = Wave(proposed, {m: ts for m, ts in revocations.items() if ts}, {}, ())
         if wave.deferred:
             log.info("group %s: generation %d moves %d tasks now; %d wait for a later wave%s", self.group,
                      self.generation, len(wave.moving), len(wave.deferred), " (maintenance)" if self.maintenance else "")
@@ -519,13 +527,17 @@ class GroupCoordinator:
             if t in wave.assigned.get(to, ()) or t not in self.tasks or to not in self.generation_members:
                 del self.preferred[t]  # there (or no longer possible): the pin has done its work
         assignments = []
+        # the leader starts the second round of a cooperative move: only if a revocation went out (a throttled
+        # wave may hold back every one its proposal made, and a rejoin for nothing would start another)
+        second_round = any(wave.revoked.values()) and self.protocol == "cooperative"
         for m in self.generation_members:
             assigned = tuple(sorted(wave.assigned.get(m, ())))
             revoked = tuple(sorted(wave.revoked.get(m, ())))
             self.assignment[m] = assigned
             assignments.append((m, Assignment(
                 generation=self.generation, controller_epoch=self.controller_epoch, assigned=assigned,
-                revoked=revoked, protocol=self.protocol or "eager", leader=self.leader)))
+                revoked=revoked, protocol=self.protocol or "eager", leader=self.leader,
+                follow_up=second_round and m == self.leader)))
         self.sync_deadline = None
         self.join_result = None
         self.reason = "assignment published" + (

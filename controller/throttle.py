@@ -74,8 +74,8 @@ def plan_wave(
     """Trim a validated proposal to what the limits allow.
 
     ``had`` is what each member ran before this generation (its owned tasks and its last assignment),
-    ``moving`` the moves already in flight, ``room`` what the cluster-wide limit leaves this group (None:
-    no cluster limit). Moves in flight continue without new room (a revoked task's second round); new ones
+    ``moving`` the moves already in flight, ``room`` the most moves this group may have in flight under
+    the cluster-wide limit (None: no cluster limit). Moves in flight continue without new room (a revoked task's second round); new ones
     are taken in order: tasks nobody runs first (service back), then tasks leaving a departing member,
     then the rest, each by task id, so the same proposal always gives the same wave.
     """
@@ -95,8 +95,11 @@ def plan_wave(
     for m in sorted(out_assigned):
         for t in sorted(out_assigned[m] - had_by.get(m, set())):
             mv = in_flight.get(t)
-            if mv is not None and mv.dest in (None, m):
-                in_flight[t] = Move(t, mv.source, m, mv.since)  # the second round of a move under way
+            if mv is not None and mv.dest == m:
+                continue  # under way already (an eager generation restarting it where it goes)
+            if mv is not None and mv.dest is None:
+                # the second round of a move under way: counted already, but its destination is new
+                candidates.append((-1, t, mv.source, m))
                 continue
             source = holder.get(t) if holder.get(t) in members else None
             candidates.append((0 if source is None else 1 if source in leaving else 2, t, source, m))
@@ -108,13 +111,24 @@ def plan_wave(
 
     left = None if limits.max_moves is None else limits.max_moves - len(in_flight)
     if room is not None:
-        left = room if left is None else min(left, room)
+        left = room - len(in_flight) if left is None else min(left, room - len(in_flight))
     if frozen:
         left = 0
     load = broker_load(in_flight)
     per = limits.max_moves_per_broker
     deferred: list[str] = []
-    for _prio, t, source, dest in sorted(candidates):
+    for prio, t, source, dest in sorted(candidates):
+        if prio < 0:  # continuing: only its destination's share is new
+            counted = dest == source  # the move counts against its source already
+            if counted or per is None or load.get(dest, 0) < per:  # type: ignore[arg-type]
+                in_flight[t] = Move(t, source, dest, in_flight[t].since)
+                if not counted:
+                    load[dest] = load.get(dest, 0) + 1  # type: ignore[index]
+                continue
+            del in_flight[t]  # it waits unassigned, and counts again when a later wave takes it
+            deferred.append(t)
+            out_assigned[dest].discard(t)  # type: ignore[index]
+            continue
         involved = {source, dest} - {None}
         if (left is None or left > 0) and (per is None or all(load.get(b, 0) < per for b in involved)):
             in_flight[t] = Move(t, source, dest, now)

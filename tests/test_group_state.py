@@ -274,7 +274,7 @@ def test_a_valid_proposal_is_published_and_the_group_is_stable():
     a = published(decisions)
     assert set(a) == {"a", "b"}
     assert a["a"] == Assignment(generation=2, controller_epoch=EPOCH, assigned=("t1", "t3", "t5"),
-                                protocol=COOPERATIVE, leader="a")
+                                protocol=COOPERATIVE, leader="a", follow_up=False)  # nothing revoked
     assert only(DeleteGenerationsBelow, decisions).generation == 2
     assert c.sync_deadline is None and c.join_result is None
 

@@ -34,12 +34,13 @@ class ClusterOperations:
     # ---- cluster ----------------------------------------------------------------------------------
     def status(self) -> ClusterStatus:
         lay = self.layout
-        (ctl_res, epoch_res), (brokers, groups, tasks, deleting, shutdowns, reassigns, rebalances) = self._wave(
-            [lay.controller, lay.controller_epoch],
+        (ctl_res, epoch_res, maint_res), (brokers, groups, tasks, deleting, shutdowns, reassigns, rebalances) = self._wave(
+            [lay.controller, lay.controller_epoch, lay.maintenance],
             [lay.broker_ids, lay.groups, lay.tasks, lay.admin_delete_tasks, lay.admin_controlled_shutdown,
              lay.admin_reassign, lay.admin_rebalance])
         brokers, groups, tasks = brokers or [], groups or [], tasks or []
         controller, _ = self._decode(codecs.ControllerInfo, ctl_res, lay.controller)
+        maintenance, _ = self._decode(codecs.MaintenanceInfo, maint_res, lay.maintenance) if maint_res and maint_res[0] else (None, None)
         epoch = None
         if epoch_res is not None:
             try:
@@ -92,6 +93,7 @@ class ClusterOperations:
                    "by_status": dict(sorted(by_status.items())), "unowned": unowned, "unassigned_oldest": oldest,
                    "invalid": invalid,
                    "deleting": len(deleting or ())},
+            maintenance=codecs.to_jsonable(maintenance) if maintenance else None,
             pending={"delete_tasks": len(deleting or ()), "controlled_shutdown": len(shutting),
                      "reassign": len(reassigns or ()), "rebalance": len(rebalances or ())},
         )
@@ -110,7 +112,9 @@ class ClusterOperations:
         if info is None:
             return GroupSummary(g, None, live_members=live_t, error=err)
         return GroupSummary(g, info.state, info.generation, info.join_generation, info.protocol, info.assignor,
-                            info.leader, tuple(info.members), live_t, info.reason, info.controller_epoch)
+                            info.leader, tuple(info.members), live_t, info.reason, info.controller_epoch,
+                            moving=len(info.moving), deferred=info.deferred, imbalance=info.imbalance,
+                            held=sum(len(h.tasks) for h in info.held))
 
     def brokers(self) -> list[BrokerView]:
         lay = self.layout
@@ -184,8 +188,10 @@ class ClusterOperations:
             return ("no active controller: the request waits for one",)
         return ()
 
-    def rebalance(self, group: str | None = None, reason: str = "manual", wait: float = 0.0) -> AdminRequest:
-        """Ask for a rebalance of one group (or all): a sequential ``/admin/rebalance/req-`` znode."""
+    def rebalance(self, group: str | None = None, reason: str = "manual", wait: float = 0.0,
+                  preferred: bool = False) -> AdminRequest:
+        """Ask for a rebalance of one group (or all): a sequential ``/admin/rebalance/req-`` znode.
+        ``preferred``: towards the assignor's layout from scratch, in throttled waves."""
         lay = self.layout
         _, (groups,) = self._wave(children=[lay.groups])
         groups = groups or []
@@ -196,9 +202,11 @@ class ClusterOperations:
         targets = [group] if group else groups
         before = {s.group: s for s in self._summaries(targets)}
         path = self.client.create(lay.admin_rebalance_request_prefix,
-                                  codecs.encode(codecs.RebalanceRequest(group=group, reason=reason)),
+                                  codecs.encode(codecs.RebalanceRequest(group=group, reason=reason, preferred=preferred)),
                                   sequence=True, makepath=True)
         notes = list(self._controller_note())
+        if self.maintenance().on:
+            notes.append("maintenance mode is on: the rebalance moves nothing until it ends")
         busy = [g for g, s in before.items() if s.live_members]
         if not busy:
             notes.append("no group has live members: nothing to rebalance")

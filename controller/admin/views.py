@@ -118,6 +118,10 @@ class GroupSummary:
     reason: str = ""
     controller_epoch: int | None = None
     error: str | None = None
+    moving: int = 0                    # moves in flight (throttle)
+    deferred: int = 0                  # moves waiting for a later wave (throttle, maintenance)
+    imbalance: int | None = None       # tasks the assignor would move from where they run
+    held: int = 0                      # tasks waiting for a departed member (delay, maintenance)
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class ClusterStatus:
     groups: tuple[GroupSummary, ...]
     tasks: dict[str, Any]
     pending: dict[str, int]
+    maintenance: dict[str, Any] | None = None  # MaintenanceInfo, when the znode holds one
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,10 @@ class Operations:
         lay = self.layout
         watch = lambda p: self._watch(lambda t, task=p.rsplit("/", 1)[1]: ev.MoveStatus(t, g, task))
         for task, res in zip(tasks, get_many(self.zk, [lay.status(t) for t in tasks], watch=watch)):
+            if res is None:  # no status yet: a get's watch is not armed on a missing znode, an exists' is
+                if self.zk.exists(lay.status(task), watch=watch(lay.status(task))) is not None:
+                    self.put(ev.MoveStatus(self.token, g, task))
+                continue
             self._move_status(g, task, res)
 
     def on_move_status(self, token: int, group: str, task: str) -> None:
@@ -158,10 +162,12 @@ class Operations:
         if coord is None or task not in coord.moving:
             return
         path = self.layout.status(task)
+        watch = self._watch(lambda t: ev.MoveStatus(t, group, task))
         try:
-            res = self.zk.get(path, watch=self._watch(lambda t: ev.MoveStatus(t, group, task)))
+            res = self.zk.get(path, watch=watch)
         except NoNodeError:
-            self.zk.exists(path, watch=self._watch(lambda t: ev.MoveStatus(t, group, task)))
+            if self.zk.exists(path, watch=watch) is not None:
+                self.put(ev.MoveStatus(self.token, group, task))
             res = None
         self._move_status(group, task, res)
 
@@ -173,6 +179,8 @@ class Operations:
             status = codecs.decode(TaskStatus, res[0], self.layout.status(task))
         except PayloadError:
             return  # the new owner rewrites it; the move's timeout frees the slot otherwise
+        log.debug("group %s: move of %s to %s: status %s by %s", g, task, coord.moving[task].dest, status.state,
+                  status.broker)
         if status.state in DONE_STATES and status.broker == coord.moving[task].dest:
             self._apply(g, coord.on_move_done(task, status.broker))
             if not coord.moving:

@@ -1,0 +1,154 @@
+"""Operating a live cluster: maintenance mode and the settings the controller honours live (move
+throttles, automatic maintenance, preferred placement checks). Both live in one znode each, written
+with a version check so two operators (or an operator and the controller) never overwrite each other's
+change unseen."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, TypeVar
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from controller import codecs
+from controller.admin.common import AdminError
+from controller.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
+from controller.layout import check_name
+
+T = TypeVar("T")
+
+#: the settings an operator may change, with what each accepts (the CLI and the API say the same)
+SETTING_RULES: dict[str, str] = {
+    "max_moves": "a whole number >= 1, or none",
+    "max_moves_per_broker": "a whole number >= 1, or none",
+    "max_offline_brokers": "a whole number >= 0, or none",
+    "max_offline_fraction": "a fraction in (0, 1], or none",
+    "offline_window_s": "seconds > 0",
+    "preferred_check_s": "seconds >= 0 (0: never)",
+    "max_imbalance": "a whole number >= 0",
+}
+
+
+class SettingError(AdminError):
+    """A setting refused before anything is written: names the setting and what it accepts."""
+
+
+def _check(name: str, value: Any) -> Any:
+    if name not in SETTING_RULES:
+        raise SettingError(f"unknown setting {name!r} (settings: {', '.join(SETTING_RULES)})")
+    bad = SettingError(f"{name}: {value!r} is not {SETTING_RULES[name]}")
+    if value is None:
+        if name in ("offline_window_s", "preferred_check_s", "max_imbalance"):
+            raise bad
+        return None
+    if isinstance(value, bool):
+        raise bad
+    if name in ("max_moves", "max_moves_per_broker", "max_offline_brokers", "max_imbalance"):
+        if not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
+            raise bad
+        value = int(value)
+        if value < (1 if name.startswith("max_moves") else 0):
+            raise bad
+        return value
+    if not isinstance(value, (int, float)):
+        raise bad
+    value = float(value)
+    ok = {"max_offline_fraction": 0 < value <= 1, "offline_window_s": value > 0, "preferred_check_s": value >= 0}[name]
+    if not ok:
+        raise bad
+    return value
+
+
+class OperationsAdmin:
+    """The maintenance and settings half of ``AdminClient``."""
+
+    def _read_setting(self, path: str, decode: Callable[[bytes], T], empty: T) -> tuple[T, int]:
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
+            return empty, -2  # -2: create it
+        if not data:
+            return empty, stat.version
+        return decode(data), stat.version
+
+    def _rewrite(self, path: str, decode: Callable[[bytes], T], empty: T, change: Callable[[T], T]) -> T:
+        """Read, change, write back at the version read; again if someone wrote in between (bounded)."""
+        for _ in range(max(1, self.retries) * 4):
+            current, version = self._read_setting(path, decode, empty)
+            new = change(current)
+            try:
+                if version == -2:
+                    self.client.create(path, codecs.encode(new), makepath=True)
+                else:
+                    self.client.set(path, codecs.encode(new), version=version)
+                return new
+            except (BadVersionError, NoNodeError):
+                continue
+        raise AdminError(f"{path} kept changing under this request; try again")
+
+    # ---- maintenance ------------------------------------------------------------------------------
+    def maintenance(self) -> MaintenanceInfo:
+        path = self.layout.maintenance
+        try:
+            return self._read_setting(path, lambda d: codecs.decode(MaintenanceInfo, d, path), MaintenanceInfo())[0]
+        except PayloadError as exc:
+            raise AdminError(f"{exc}; `zkctl maintenance off` rewrites it") from None
+
+    def set_maintenance(self, on: bool, reason: str = "") -> MaintenanceInfo:
+        """Turn maintenance mode on (nothing moves or gains an owner) or off (what waited moves now)."""
+        path = self.layout.maintenance
+
+        def decode(d: bytes) -> MaintenanceInfo:
+            try:
+                return codecs.decode(MaintenanceInfo, d, path)
+            except PayloadError:
+                return MaintenanceInfo()  # garbage is replaced by what the operator asks for
+
+        def change(cur: MaintenanceInfo) -> MaintenanceInfo:
+            if on:
+                return MaintenanceInfo(on=True, reason=reason or "turned on by an operator", by="operator",
+                                       since=cur.since if cur.on else time.time(), offline=cur.offline)
+            return MaintenanceInfo(on=False, reason=reason or "turned off by an operator", by="operator",
+                                   since=time.time())
+        return self._rewrite(path, decode, MaintenanceInfo(), change)
+
+    # ---- settings ---------------------------------------------------------------------------------
+    def settings(self) -> ClusterSettings:
+        path = self.layout.settings
+        try:
+            return self._read_setting(path, lambda d: codecs.decode(ClusterSettings, d, path), ClusterSettings())[0]
+        except PayloadError as exc:
+            raise AdminError(f"{exc}; `zkctl settings reset` rewrites it") from None
+
+    def update_settings(self, changes: dict[str, Any], group: str | None = None) -> ClusterSettings:
+        """Change some settings (all checked before anything is written). ``max_moves`` and
+        ``max_moves_per_broker`` with ``group`` are that group's throttle; without, the cluster's."""
+        checked = {k: _check(k, v) for k, v in changes.items()}
+        if group is not None:
+            check_name("group", group)
+            if set(checked) - {"max_moves", "max_moves_per_broker"}:
+                raise SettingError("only max_moves and max_moves_per_broker are set per group")
+        path = self.layout.settings
+
+        def change(cur: ClusterSettings) -> ClusterSettings:
+            throttle_keys = {k: v for k, v in checked.items() if k.startswith("max_moves")}
+            others = {k: v for k, v in checked.items() if not k.startswith("max_moves")}
+            if group is not None:
+                groups = dict(cur.group_throttle)
+                limits = dataclasses.replace(groups.get(group, MoveLimits()), **throttle_keys)
+                if limits == MoveLimits():
+                    groups.pop(group, None)
+                else:
+                    groups[group] = limits
+                return dataclasses.replace(cur, group_throttle=groups)
+            return dataclasses.replace(cur, throttle=dataclasses.replace(cur.throttle, **throttle_keys), **others)
+        try:
+            return self._rewrite(path, lambda d: codecs.decode(ClusterSettings, d, path), ClusterSettings(), change)
+        except PayloadError as exc:
+            raise AdminError(f"{exc}; `zkctl settings reset` rewrites it") from None
+
+    def reset_settings(self) -> ClusterSettings:
+        """Back to the defaults (no throttle, no automatic maintenance)."""
+        return self._rewrite(self.layout.settings, lambda d: ClusterSettings(), ClusterSettings(),
+                            lambda _cur: ClusterSettings())
