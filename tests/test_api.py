@@ -205,3 +205,22 @@ def _answers(cluster: ApiCluster) -> bool:
         return cluster.request("GET", "/healthz", timeout=5).status == 200
     except OSError:
         return False
+
+
+def test_maintenance_and_settings_through_the_api(api):
+    cluster, _zk, _layout = api
+    r = cluster.request("PUT", "/api/v1/maintenance", {"on": True, "reason": "rack 3 work"})
+    assert r.status == 200 and r.body["on"] is True and r.body["by"] == "operator", r.body
+    assert cluster.request("GET", "/api/v1/status").body["maintenance"]["reason"] == "rack 3 work"
+    assert cluster.request("PUT", "/api/v1/maintenance", {"on": "yes"}).status == 422
+    assert cluster.request("PUT", "/api/v1/maintenance", {"on": False}, token=None).status == 401
+    assert cluster.request("PUT", "/api/v1/maintenance", {"on": False}).body["on"] is False
+    r = cluster.request("PATCH", "/api/v1/settings", {"max_moves": 5, "max_moves_per_broker": 2})
+    assert r.status == 200 and r.body["throttle"] == {"max_moves": 5, "max_moves_per_broker": 2}, r.body
+    r = cluster.request("PATCH", "/api/v1/settings", {"max_moves": 0})
+    assert r.status == 400 and "max_moves: 0 is not a whole number >= 1" in r.body["message"], r.body
+    r = cluster.request("PATCH", "/api/v1/settings?group=default", {"max_moves": 1})
+    assert r.body["group_throttle"] == {"default": {"max_moves": 1, "max_moves_per_broker": None}}
+    assert cluster.request("GET", "/api/v1/settings").body["throttle"]["max_moves"] == 5
+    r = cluster.request("POST", "/api/v1/rebalance?group=default&preferred=true&wait=true&timeout=45")
+    assert r.status == 200 and r.body["done"] is True, r.body

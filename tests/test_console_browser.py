@@ -89,6 +89,15 @@ def test_console_live_create_pause_and_broker_kill(browser, zk_hosts, tmp_path):
                    f"{moving} to move to {survivor} on the page")
         _shot(browser, "after-kill")
         shutil.copy(ARTIFACTS / "console-after-kill.png", tmp_path / "console-after-kill.png")
+
+        # maintenance mode, turned on from the CLI: the page says so, and why, without a reload
+        subprocess.run(ZKCTL + ["maintenance", "on", "--reason", "swapping a disk"], env=cluster.env, check=True,
+                       cwd=REPO, capture_output=True, timeout=60)
+        wait_until(lambda: "swapping a disk" in browser.find_element("id", "maintenance").text, 30, "the maintenance banner")
+        assert browser.find_element("id", "maintenance").is_displayed()
+        subprocess.run(ZKCTL + ["maintenance", "off"], env=cluster.env, check=True, cwd=REPO, capture_output=True,
+                       timeout=60)
+        wait_until(lambda: not browser.find_element("id", "maintenance").is_displayed(), 30, "the banner gone")
     finally:
         cluster.stop()
         try:

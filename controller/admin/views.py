@@ -158,7 +158,7 @@ class ClusterEvent:
     """One change seen by :meth:`AdminClient.watch`."""
 
     time: float
-    kind: str       # watching | controller | broker_joined | broker_left | broker_bounced | group |
+    kind: str       # watching | controller | maintenance | broker_joined | broker_left | broker_bounced | group |
                     # task_created | task_deleted | task_state | task_owner
     subject: str
     message: str

@@ -35,6 +35,7 @@ class _ClusterWatch:
         self.groups: dict[str, GroupSummary] = {}
         self.tasks: dict[str, str | None] = {}       # task -> spec state (None: invalid spec)
         self.owners: dict[str, str | None] = {}      # task -> owning broker
+        self.maintenance: codecs.MaintenanceInfo | None = None
         self.started = False
 
     def _w(self, *key: str) -> Callable[[Any], None]:
@@ -69,13 +70,16 @@ class _ClusterWatch:
             return []
 
     def start(self) -> ClusterEvent:
-        list(self.refresh([("controller",), ("brokers",), ("groups",), ("tasks",)]))
+        list(self.refresh([("controller",), ("maintenance",), ("brokers",), ("groups",), ("tasks",)]))
         self.started = True
         ctl = f"controller {self.controller[0]} (epoch {self.controller[1]})" if self.controller else "no controller"
         running = sum(1 for o in self.owners.values() if o)
         msg = (f"watching {self.layout.root}: {ctl}, {len(self.brokers)} brokers, {len(self.groups)} groups, "
                f"{len(self.tasks)} tasks ({running} owned)")
+        if self.maintenance is not None and self.maintenance.on:
+            msg += f"; MAINTENANCE MODE ({self.maintenance.by}): {self.maintenance.reason}"
         return ClusterEvent(time.time(), "watching", self.layout.root, msg, {
+            "maintenance": self.maintenance is not None and self.maintenance.on,
             "controller": self.controller[0] if self.controller else None,
             "epoch": self.controller[1] if self.controller else None,
             "brokers": dict(self.brokers), "groups": {g: s.state for g, s in self.groups.items()},
@@ -86,6 +90,8 @@ class _ClusterWatch:
         for key in keys:
             if key == ("controller",):
                 events += self._controller()
+            elif key == ("maintenance",):
+                events += self._maintenance()
         if ("brokers",) in keys:
             events += self._brokers(None)
         bkeys = [k[1] for k in keys if k[0] == "broker"]
@@ -120,6 +126,21 @@ class _ClusterWatch:
                              previous=before[0])]
         return [self._ev("controller", now[0], f"controller {now[0]} active at epoch {now[1]}", controller=now[0],
                          epoch=now[1], previous=before[0] if before else None)]
+
+    def _maintenance(self) -> list[ClusterEvent]:
+        lay = self.layout
+        (res,) = self._get_watched([(lay.maintenance, ("maintenance",))])
+        info = None
+        if res is not None and res[0]:
+            info, _ = self.admin._decode(codecs.MaintenanceInfo, res, lay.maintenance)
+        on = info is not None and info.on
+        before, self.maintenance = self.maintenance, info
+        if (before is not None and before.on) == on or (before is None and not on):
+            return []
+        what = f"maintenance mode ON (by {info.by}): {info.reason}" if on else (
+            f"maintenance mode off" + (f" ({info.reason})" if info is not None and info.reason else ""))
+        return [self._ev("maintenance", lay.root, what, on=on, by=info.by if info else None,
+                         reason=info.reason if info else "", offline=list(info.offline) if info else [])]
 
     def _brokers(self, which: list[str] | None) -> list[ClusterEvent]:
         lay = self.layout

@@ -185,9 +185,30 @@ def create_app(config: ApiConfig) -> FastAPI:
     def group(group: str) -> dict[str, Any]:
         return to_dict(admin().describe_group(group)[0])
 
-    @app.post(f"{API}/rebalance", summary="Ask the controller for a rebalance (of one group, or all)")
-    def rebalance(group: str | None = None, reason: str = "manual", wait: bool = False, timeout: float = 60.0) -> Any:
-        return done_or_504(admin().rebalance(group, reason=reason, wait=waited(wait, timeout)), wait)
+    @app.post(f"{API}/rebalance", summary="Ask the controller for a rebalance (of one group, or all); preferred: "
+              "towards the assignor's layout from scratch, in throttled waves")
+    def rebalance(group: str | None = None, reason: str = "manual", preferred: bool = False, wait: bool = False,
+                  timeout: float = 60.0) -> Any:
+        return done_or_504(admin().rebalance(group, reason=reason, wait=waited(wait, timeout), preferred=preferred), wait)
+
+    @app.get(f"{API}/maintenance", summary="Maintenance mode: on or off, since when, by whom, why")
+    def get_maintenance() -> dict[str, Any]:
+        return to_dict(admin().maintenance())
+
+    @app.put(f"{API}/maintenance", summary='Turn maintenance mode on or off: {"on": true, "reason": "..."}')
+    def put_maintenance(body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        on = body.get("on")
+        if not isinstance(on, bool) or set(body) - {"on", "reason"} or not isinstance(body.get("reason", ""), str):
+            raise ApiError(422, "invalid_parameter", 'expected {"on": true|false, "reason": "..."}')
+        return to_dict(admin().set_maintenance(on, body.get("reason", "")))
+
+    @app.get(f"{API}/settings", summary="Move throttles, automatic maintenance, preferred placement checks")
+    def get_settings() -> dict[str, Any]:
+        return to_dict(admin().settings())
+
+    @app.patch(f"{API}/settings", summary='Change settings: {"max_moves": 10, ...}; with ?group=G, that group\'s throttle')
+    def patch_settings(body: dict[str, Any] = Body(...), group: str | None = None) -> dict[str, Any]:
+        return to_dict(admin().update_settings(body, group=group))
 
     @app.get(f"{API}/status", summary="The controller, brokers, groups and task counts at a glance")
     def status() -> dict[str, Any]:

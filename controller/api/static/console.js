@@ -110,6 +110,9 @@ function render() {
   const st = state.status;
   if (st) {
     const c = st.controller;
+    const m = st.maintenance;
+    $("maintenance").hidden = !(m && m.on);
+    $("maintenance").textContent = m && m.on ? `Maintenance mode since ${new Date(m.since * 1000).toLocaleTimeString()} (by ${m.by}): ${m.reason} — nothing moves; tasks of lost brokers wait` + (m.offline && m.offline.length ? ` (lost: ${m.offline.join(", ")})` : "") : "";
     $("controller").textContent = c ? `controller ${c.controller_id} · epoch ${c.epoch}` : `no active controller (last epoch ${st.controller_epoch ?? "-"})`;
     $("broker-count").textContent = `(${st.brokers.length})`;
     $("brokers").tBodies[0].innerHTML = st.brokers.map((b) => `<tr data-broker="${esc(b.broker_id)}">
@@ -119,7 +122,8 @@ function render() {
     $("group-count").textContent = `(${st.groups.length})`;
     $("groups").tBodies[0].innerHTML = st.groups.map((g) => `<tr data-group="${esc(g.group)}">
       <td>${esc(g.group)}</td><td>${esc(g.state || g.error)}</td><td>${esc(g.generation)}</td><td>${esc(g.protocol)}</td>
-      <td>${esc(g.leader || "-")}</td><td>${esc((g.members || []).join(", "))}</td></tr>`).join("");
+      <td>${esc(g.leader || "-")}</td><td>${esc((g.members || []).join(", "))}</td>
+      <td>${g.moving || g.deferred ? `${esc(g.moving)} moving, ${esc(g.deferred)} waiting` : "-"}${g.held ? `, ${esc(g.held)} held` : ""}</td></tr>`).join("");
     fillSelect("filter-broker", st.brokers.map((b) => b.broker_id), "all brokers");
     fillSelect("filter-group", [...new Set(state.tasks.map((t) => t.group).filter(Boolean))].sort(), "all groups");
   }
