@@ -138,8 +138,8 @@ def move_runs(intervals: Sequence[RunInterval], window: tuple[float, float] = (0
 
 
 def concurrent_moves(moves: Sequence[MoveRun]) -> tuple[int, dict[str, int]]:
-    """The most moves in flight at one instant, in all and per broker (as the one starting it or the one
-    it left): what a move throttle bounds."""
+    """The most moves in flight at one instant, in all and per broker starting them: what a move
+    throttle bounds."""
     points: list[tuple[float, int, MoveRun]] = []
     for m in moves:
         points.append((m.acquired, 1, m))
@@ -152,7 +152,6 @@ def concurrent_moves(moves: Sequence[MoveRun]) -> tuple[int, dict[str, int]]:
     for _t, delta, m in points:
         now += delta
         most = max(most, now)
-        for b in {m.broker, m.source} - {None}:
-            per[b] += delta  # type: ignore[index]
-            per_most[b] = max(per_most[b], per[b])  # type: ignore[index]
+        per[m.broker] += delta
+        per_most[m.broker] = max(per_most[m.broker], per[m.broker])
     return most, dict(per_most)

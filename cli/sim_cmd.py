@@ -87,12 +87,16 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
 @click.option("--records", type=click.IntRange(1, 10_000_000), default=3000, show_default=True,
               help="records generated per pipeline while the faults run")
 @click.option("--spark-master", default="local[1]", show_default=True, help="Spark master of the broker processes")
+@click.option("--max-moves", type=click.IntRange(1), default=None, help="a move throttle for the run: moves in flight")
+@click.option("--max-moves-per-broker", type=click.IntRange(1), default=None,
+              help="a move throttle for the run: moves starting on one broker")
 @click.option("--json", "json_flag", is_flag=True, help="print the summary as JSON (same as the global --json)")
 @click.option("--intervals-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="write the recorded run intervals as JSON (for `zkctl timeline`)")
 @click.pass_obj
 def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers, session_timeout, rebalance_timeout,
-              scheduled_delay, mean_gap, kinds, pipelines, records, spark_master, json_flag, intervals_out) -> None:
+              scheduled_delay, mean_gap, kinds, pipelines, records, spark_master, max_moves, max_moves_per_broker,
+              json_flag, intervals_out) -> None:
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
 
     Faults: broker kill / session expiry / freeze / partition, controller kill / freeze, ZooKeeper
@@ -101,8 +105,9 @@ def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers,
     (2) every RUNNING task runs on exactly one live broker within a stated bound of the last fault,
     (3) controller epoch and generations only grow, (4) no group stays out of Stable longer than the
     rebalance timeout + delay once the faults stop; with --pipelines, (5) every sink holds every record
-    exactly once; when a broker halted, (6) every halted broker is back in the group. Exits 1 on any
-    violation."""
+    exactly once; when a broker halted, (6) every halted broker is back in the group; with a throttle,
+    (7) never more moves in flight than it allows; with maintenance windows, (8) nothing moves inside them.
+    Exits 1 on any violation."""
     if pipelines and not process_brokers:
         raise click.UsageError("--pipelines needs --process-brokers (each broker process runs its own Spark)")
     chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
@@ -116,7 +121,7 @@ def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers,
                         process_brokers=process_brokers, session_timeout_s=session_timeout,
                         rebalance_timeout_s=rebalance_timeout, scheduled_delay_s=scheduled_delay, mean_gap_s=mean_gap,
                         kinds=chosen, zk_hosts=ctx.hosts if given else None, pipelines=pipelines, records=records,
-                        spark_master=spark_master,
+                        spark_master=spark_master, max_moves=max_moves, max_moves_per_broker=max_moves_per_broker,
                         intervals_out=str(intervals_out) if intervals_out else None)
     as_json = ctx.json_out or json_flag
     summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)

@@ -239,8 +239,8 @@ class RebalanceRequest:
 @dataclass(frozen=True)
 class MoveLimits:
     """A move throttle: at most ``max_moves`` moves in flight (a task starting on a broker that did not
-    run it, from its revocation until it runs again), and at most ``max_moves_per_broker`` involving one
-    broker; None is no limit."""
+    run it, from its revocation until it runs again), and at most ``max_moves_per_broker`` of them starting
+    on one broker; None is no limit."""
 
     max_moves: int | None = None
     max_moves_per_broker: int | None = None

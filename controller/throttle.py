@@ -51,11 +51,11 @@ def combine(*limits: MoveLimits | None) -> MoveLimits:
 
 
 def broker_load(moving: Mapping[str, Move]) -> dict[str, int]:
-    """Moves in flight that involve each member (as the one letting go or the one starting)."""
+    """Moves in flight into each member (a stop is never throttled; starting is what costs a broker)."""
     load: dict[str, int] = {}
     for mv in moving.values():
-        for b in {mv.source, mv.dest} - {None}:
-            load[b] = load.get(b, 0) + 1  # type: ignore[index]
+        if mv.dest is not None:
+            load[mv.dest] = load.get(mv.dest, 0) + 1
     return load
 
 
@@ -119,21 +119,18 @@ def plan_wave(
     deferred: list[str] = []
     for prio, t, source, dest in sorted(candidates):
         if prio < 0:  # continuing: only its destination's share is new
-            counted = dest == source  # the move counts against its source already
-            if counted or per is None or load.get(dest, 0) < per:  # type: ignore[arg-type]
+            if per is None or load.get(dest, 0) < per:  # type: ignore[arg-type]
                 in_flight[t] = Move(t, source, dest, in_flight[t].since)
-                if not counted:
-                    load[dest] = load.get(dest, 0) + 1  # type: ignore[index]
+                load[dest] = load.get(dest, 0) + 1  # type: ignore[index]
                 continue
             del in_flight[t]  # it waits unassigned, and counts again when a later wave takes it
             deferred.append(t)
             out_assigned[dest].discard(t)  # type: ignore[index]
             continue
-        involved = {source, dest} - {None}
-        if (left is None or left > 0) and (per is None or all(load.get(b, 0) < per for b in involved)):
+        if (left is None or left > 0) and (per is None or dest is None or load.get(dest, 0) < per):
             in_flight[t] = Move(t, source, dest, now)
-            for b in involved:
-                load[b] = load.get(b, 0) + 1  # type: ignore[index]
+            if dest is not None:
+                load[dest] = load.get(dest, 0) + 1
             if left is not None:
                 left -= 1
             continue

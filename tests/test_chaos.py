@@ -143,6 +143,44 @@ def test_each_verdict_fails_on_data_that_breaks_it(tmp_path):
         run.tmp.cleanup()
 
 
+def test_the_throttle_and_maintenance_verdicts_fail_on_data_that_breaks_them():
+    run = ChaosRun(ChaosOptions(seed=0, zk_hosts="127.0.0.1:1", root="/unused", max_moves=2, max_moves_per_broker=1))
+    try:
+        first = [RunInterval(task_id=t, broker="b1", start=1.0, end=10.0, acquired=1.0, released=10.0)
+                 for t in ("t1", "t2", "t3")]
+        # three tasks leave b1 at 10 and start, overlapping, on b2 and b3: 3 in flight at once, 2 on b2
+        moved = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
+                 RunInterval(task_id="t2", broker="b2", start=12.5, acquired=11.5),
+                 RunInterval(task_id="t3", broker="b3", start=12.5, acquired=11.8)]
+        v = run._verdict_throttle(first + moved, since=5.0)
+        assert not v.ok and "at most 3 in flight" in v.details[0], v.details
+        waves = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
+                 RunInterval(task_id="t2", broker="b3", start=12.5, acquired=11.5),
+                 RunInterval(task_id="t3", broker="b2", start=14.0, acquired=13.0)]
+        assert run._verdict_throttle(first + waves, since=5.0).ok
+        run.maintenance_windows = [[20.0, 40.0]]
+        assert run._verdict_maintenance(first + waves).ok
+        late = RunInterval(task_id="t1", broker="b3", start=31.0, acquired=30.0)
+        still = RunInterval(task_id="t1", broker="b2", start=12.0, end=29.0, acquired=11.0, released=29.0)
+        assert not run._verdict_maintenance(first + [still, late, *waves[1:]]).ok
+        under_way = RunInterval(task_id="t1", broker="b2", start=12.0, end=20.5, acquired=11.0, released=20.5)
+        assert run._verdict_maintenance(first + [under_way, RunInterval(task_id="t1", broker="b3", start=22.0,
+                                                                          acquired=21.5), *waves[1:]]).ok
+    finally:
+        run.tmp.cleanup()
+
+
+def test_in_process_chaos_with_a_throttle_and_maintenance_windows_keeps_every_invariant():
+    kinds = ("kill-broker", "expire-broker", "partition-broker", "kill-controller", "task-storm", "maintenance")
+    summary = run_chaos(ChaosOptions(seed=11, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5, kinds=kinds,
+                                     max_moves=3, max_moves_per_broker=2))
+    assert summary.faults_injected.get("maintenance", 0) >= 1, summary.faults_injected
+    assert summary.faults_failed == []
+    numbers = {v.invariant for v in summary.verdicts}
+    assert {7, 8} <= numbers, numbers
+    assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts)
+
+
 def test_a_worker_without_its_fence_is_caught(monkeypatch):
     """Injected bug: workers that never fence (no deadline, no liveness probe). A broker whose network goes
     silent keeps running its tasks after its session expired and they moved: invariant 1 must fail."""

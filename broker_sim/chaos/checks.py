@@ -13,7 +13,7 @@ from broker_sim.chaos.processes import read_journal
 from broker_sim.chaos.schedule import GROUP
 from broker_sim.chaos.sinks import sink_ids
 from broker_sim.chaos.summary import Sample, Verdict
-from broker_sim.checker import close_open, double_ownership
+from broker_sim.checker import close_open, concurrent_moves, double_ownership, move_runs
 from controller import codecs
 from controller.codecs import (
     GroupStateInfo,
@@ -194,6 +194,40 @@ class Checks:
                    for b, n in sorted(self.halts.items())]
         return Verdict(6, "every broker that halted at its fence deadline is restarted and back in the group",
                        not missing, details[:10])
+
+    def _verdict_throttle(self, intervals: list[RunInterval], since: float) -> Verdict:
+        """Invariant 7 (with a move throttle): from the brokers' own run intervals, never more moves in flight
+        (owner taken, runner not yet started) than ``max_moves`` at once, nor more than ``max_moves_per_broker``
+        starting on one broker."""
+        o = self.copts
+        moves = move_runs(intervals, (since, float("inf")))
+        most, per = concurrent_moves(moves)
+        busiest = max(per.items(), key=lambda kv: kv[1]) if per else ("-", 0)
+        ok = (o.max_moves is None or most <= o.max_moves) and (
+            o.max_moves_per_broker is None or busiest[1] <= o.max_moves_per_broker)
+        return Verdict(7, "no more moves in flight than the throttle allows, in all and per broker", ok,
+                       [f"{len(moves)} moves; at most {most} in flight at once (max_moves {o.max_moves}), "
+                        f"at most {busiest[1]} starting on {busiest[0]} (max_moves_per_broker {o.max_moves_per_broker})"])
+
+    def _verdict_maintenance(self, intervals: list[RunInterval], grace_s: float = 3.0) -> Verdict:
+        """Invariant 8 (with maintenance windows): nothing moves while maintenance mode is on. A move counts
+        when a task that ran somewhere after the window opened (plus ``grace_s``, for a move decided just
+        before it) starts on another broker before the window closes; moves under way when it opened finish."""
+        bad: list[str] = []
+        for on, off in self.maintenance_windows:
+            if on is None:
+                continue
+            end = off if off is not None else float("inf")
+            for m in move_runs(intervals, (on + grace_s, end)):
+                if m.source is None:
+                    continue
+                left = max((i.released or i.end or float("inf")) for i in intervals
+                           if i.task_id == m.task_id and i.broker == m.source
+                           and (i.acquired or i.start) < m.acquired)
+                if left > on + grace_s:
+                    bad.append(f"{m.task_id}: {m.source} -> {m.broker} at {m.acquired:.2f} in [{on:.2f}, {end:.2f}]")
+        return Verdict(8, "nothing moves while maintenance mode is on", not bad,
+                       bad[:10] or [f"{len(self.maintenance_windows)} windows, no move inside"])
 
     def _verdict_4(self, faults_end: float) -> tuple[Verdict, float]:
         o = self.copts

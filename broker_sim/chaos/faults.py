@@ -60,6 +60,15 @@ class Faults:
             proxy = self.proxies[f.target]
             proxy.partition()
             return lambda: (proxy.reset(), proxy.heal())
+        if f.kind == "maintenance":
+            self.admin_ops.set_maintenance(True, f"chaos {f.at:.2f}")
+            window = [time.time(), None]
+            self.maintenance_windows.append(window)
+
+            def maintenance_off() -> None:
+                window[1] = time.time()
+                self.admin_ops.set_maintenance(False, "chaos: over")
+            return maintenance_off
         if f.kind == "kill-controller":
             cid = self.active_controller_id()
             if o.process_brokers:

@@ -30,6 +30,7 @@ from broker_sim.netproxy import NetProxy
 from broker_sim.sim import SimOptions, Simulation
 from controller import codecs
 from controller.admin import AdminClient
+from controller.admin import AdminClient
 from controller.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
@@ -79,6 +80,12 @@ class ChaosRun(Faults, Checks, Simulation):
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
         self.last_restart: float | None = None
         self._procs_lock = threading.Lock()
+        self.maintenance_windows: list[list[float | None]] = []  # [on, off] wall-clock times
+
+    @property
+    def admin_ops(self) -> AdminClient:
+        """The admin library over the run's own ZooKeeper client (settings, maintenance mode)."""
+        return AdminClient(self.admin, self.layout)
 
     # ---- cluster pieces ---------------------------------------------------------------------------
     def _upstream(self) -> tuple[str, int]:
@@ -186,6 +193,8 @@ class ChaosRun(Faults, Checks, Simulation):
         for f in self.schedule:
             self.echo("  " + f.describe())
         self.create_tasks(o.tasks)
+        if o.max_moves is not None or o.max_moves_per_broker is not None:
+            self.admin_ops.update_settings({"max_moves": o.max_moves, "max_moves_per_broker": o.max_moves_per_broker})
         pipes = self._create_pipelines()
         for _ in range(max(1, o.controllers)):
             self.new_controller()
@@ -205,6 +214,7 @@ class ChaosRun(Faults, Checks, Simulation):
         gen0 = next((s.generation for s in reversed(self.samples) if s.generation is not None), 0)
         gens = self._start_datagens(pipes)
         phase0 = time.monotonic()
+        phase_wall0 = time.time()
         pending: list[tuple[float, int, Callable[[], None], str]] = []  # (due, seq, end action, label)
         seq = 0
         lag = 0.0
@@ -295,6 +305,10 @@ class ChaosRun(Faults, Checks, Simulation):
             verdicts.append(self._verdict_halted_back())
         if v5 is not None:
             verdicts.append(v5)
+        if o.max_moves is not None or o.max_moves_per_broker is not None:
+            verdicts.append(self._verdict_throttle(intervals, phase_wall0))
+        if self.maintenance_windows:
+            verdicts.append(self._verdict_maintenance(intervals))
         gens = [s.generation for s in self.samples if s.generation is not None]
         epochs = sorted({s.epoch for s in self.samples if s.epoch is not None})
         final_tasks = len(self.admin.get_children(self.layout.tasks))

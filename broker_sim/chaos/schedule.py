@@ -9,12 +9,14 @@ from dataclasses import dataclass
 DEFAULT_FAULT_KINDS = ("kill-broker", "expire-broker", "freeze-broker", "partition-broker", "kill-controller",
                        "freeze-controller", "zk-restart", "rolling-bounce", "task-storm")
 #: every kind; "wedged-stop" (a broker's runner stops hanging, as a wedged driver's, while ZooKeeper is cut off:
-#: the broker must halt at its fence deadline and be restarted) is drawn only when asked for
-FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop",)
+#: the broker must halt at its fence deadline and be restarted) and "maintenance" (maintenance mode on for a
+#: while: nothing may move meanwhile) are drawn only when asked for
+FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop", "maintenance")
 
 
 _WEIGHTS = {"kill-broker": 3, "expire-broker": 2, "freeze-broker": 2, "partition-broker": 2, "kill-controller": 2,
-            "freeze-controller": 2, "zk-restart": 1, "rolling-bounce": 1, "task-storm": 2, "wedged-stop": 3}
+            "freeze-controller": 2, "zk-restart": 1, "rolling-bounce": 1, "task-storm": 2, "wedged-stop": 3,
+            "maintenance": 1}
 
 
 EXCLUSIVE = ("zk-restart", "rolling-bounce")  # nothing else starts or ends while these run
@@ -45,6 +47,8 @@ class ChaosOptions:
     records: int = 3000                # records the data generator writes per pipeline while faults run
     spark_master: str = "local[1]"
     sink_timeout_s: float = 300.0      # after the faults, how long the sinks may take to catch up
+    max_moves: int | None = None       # a move throttle for the run (settings max_moves, max_moves_per_broker)
+    max_moves_per_broker: int | None = None
 
     @property
     def convergence_bound_s(self) -> float:
@@ -136,6 +140,11 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
             if all(v <= t for v in busy.values()) and t + duration <= opts.duration_s + per:
                 fault = Fault(round(t, 3), kind, "all", round(duration, 3), controlled=rng.random() < 0.5)
                 exclusive_until = t + duration + 1.0
+        elif kind == "maintenance":
+            if busy.get("maintenance", 0.0) <= t:
+                duration = rng.uniform(1.5, 4.0) * s
+                fault = Fault(round(t, 3), kind, "cluster", round(duration, 3))
+                busy["maintenance"] = t + duration + s
         elif kind == "task-storm":
             n = max(1, rng.randint(max(1, opts.tasks // 4), max(1, opts.tasks // 2)))
             created = [task_id(f"storm{storms}", i) for i in range(n)]
