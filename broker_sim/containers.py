@@ -310,6 +310,8 @@ class ContainerChaosSummary:
     converged_s: float | None
     wall_s: float
     sinks: dict[str, dict[str, int]] = field(default_factory=dict)  # pipeline -> expected, held, duplicates, missing
+    #: every task's last reported status at the end (state, broker, error): what explains a sink that is short
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -384,7 +386,8 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
         intervals = _journal_intervals(Path(spec.journal_dir), kills)
         overlaps = [str(o) for o in double_ownership(close_open(intervals, time.time()))]
         return ContainerChaosSummary(seed, [asdict(f) for f in schedule], injected, failed, len(intervals), overlaps,
-                                     back, converged, round(time.monotonic() - wall0, 1), sinks)
+                                     back, converged, round(time.monotonic() - wall0, 1), sinks,
+                                     _statuses(zk, spec.root, ids))
     finally:
         zk.stop()
         zk.close()
@@ -474,27 +477,53 @@ def crash(container: Any) -> None:
 
 
 def _all_running(zk: Any, root: str, ids: list[str]) -> bool:
+    """Every task has an owner and its owner reports it RUNNING (a FAILED pipeline holds its owner too)."""
     from controller.zkio import exists_many
 
     lay = ZkLayout(root)
     try:
-        return all(s is not None for s in exists_many(zk, [lay.task_owner(t) for t in ids]))
+        if not all(s is not None for s in exists_many(zk, [lay.task_owner(t) for t in ids])):
+            return False
+        return all(v["state"] == "RUNNING" for v in _statuses(zk, root, ids).values())
     except Exception:
         return False
 
 
+def _statuses(zk: Any, root: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    from controller.codecs import PayloadError, TaskStatus, decode
+    from controller.zkio import get_many
+
+    lay = ZkLayout(root)
+    out: dict[str, dict[str, Any]] = {}
+    for t, res in zip(ids, get_many(zk, [lay.status(t) for t in ids])):
+        try:
+            st = decode(TaskStatus, res[0], lay.status(t)) if res is not None else None
+        except PayloadError as exc:
+            out[t] = {"state": "UNREADABLE", "broker": None, "error": str(exc)}
+            continue
+        out[t] = {"state": st.state if st else "NONE", "broker": st.broker if st else None,
+                  "error": st.error if st else None, "failures": st.failures if st else 0}
+    return out
+
+
 def _journal_intervals(journal_dir: Path, kills: dict[str, list[float]]) -> list[RunInterval]:
     """Every container life's intervals. A life's runs still open in its journal ended no later than the
-    first kill or restart of its container after the life began (or are still running)."""
-    out: list[RunInterval] = []
+    first kill or restart of its container after the life began, nor than the birth of its next life: a
+    broker that halted at its fence deadline (exit 75, restarted by the restart policy) killed its runners
+    before it exited, so they ended before the process that follows it began (or are still running)."""
+    lives: dict[str, list[tuple[float, Path]]] = {}
     for path in sorted(journal_dir.glob("*.log")):
         broker, _, stamp = path.stem.rpartition(".")
         try:
-            born = int(stamp) / 1e9
+            lives.setdefault(broker, []).append((int(stamp) / 1e9, path))
         except ValueError:
             continue
-        died = next((k for k in sorted(kills.get(broker, [])) if k >= born), None)
-        out += read_journal(path, broker, died)
+    out: list[RunInterval] = []
+    for broker, runs in lives.items():
+        runs.sort()
+        for (born, path), nxt in zip(runs, [*runs[1:], None]):
+            ends = [k for k in kills.get(broker, []) if k >= born] + ([nxt[0]] if nxt is not None else [])
+            out += read_journal(path, broker, min(ends) if ends else None)
     return out
 
 
@@ -507,6 +536,9 @@ def summary_lines(s: ContainerChaosSummary) -> list[str]:
              f"  faults that could not be injected: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
              *[f"  pipeline {t}: {v['held']} records held of {v['expected']}, {v['duplicates']} duplicates, "
                f"{v['missing']} missing" for t, v in sorted(s.sinks.items())],
+             *[f"  task {t}: {v['state']} on {v['broker']}" + (f" ({v['failures']} failures, last: {v['error']})"
+                                                             if v.get("error") else "")
+               for t, v in sorted(s.statuses.items()) if v["state"] != "RUNNING"],
              "  verdict            " + ("OK" if s.ok else "VIOLATION")]
     return lines
 

@@ -191,3 +191,23 @@ def test_a_worker_without_its_fence_is_caught(monkeypatch):
     assert summary.faults_injected == {"expire-broker": 1}
     v1 = summary.verdicts[0]
     assert not v1.ok and "overlaps" in v1.details[0], v1.details
+
+
+def test_a_container_life_ends_where_the_next_begins(tmp_path):
+    """A broker that halted (exit 75) is restarted by its restart policy, not by the harness: its open runs
+    end at the next life's birth, so a task it ran and someone else took meanwhile is no overlap."""
+    from broker_sim.checker import double_ownership
+    from broker_sim.containers import _journal_intervals
+
+    def life(broker: str, born: float, *records: str) -> None:
+        (tmp_path / f"{broker}.{int(born * 1e9)}.log").write_text("".join(r + "\n" for r in records))
+
+    life("b1", 100.0, '{"e": "start", "t": "p1", "ts": 101.0}')                 # halted at ~110, no stop record
+    life("b1", 112.0, '{"e": "start", "t": "p1", "ts": 125.0}')
+    life("b2", 100.0, '{"e": "start", "t": "p1", "ts": 115.0}', '{"e": "stop", "t": "p1", "ts": 120.0}')
+    got = _journal_intervals(tmp_path, kills={"b1": [200.0]})
+    first = next(i for i in got if i.broker == "b1" and i.start == 101.0)
+    assert first.end == 112.0 and first.released == 112.0
+    assert double_ownership(got, now=300.0) == []
+    # an injected kill earlier than the next life still ends the life there
+    assert next(i for i in _journal_intervals(tmp_path, kills={"b1": [105.0]}) if i.start == 101.0).end == 105.0
