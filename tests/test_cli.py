@@ -519,3 +519,24 @@ def test_controller_run_and_broker_run_processes(zk, cli_env, layout):
     finally:
         for p in procs.values():
             stop_process(p)
+
+
+def test_maintenance_and_settings_commands(cli_env, zk, layout):
+    assert "Maintenance mode is off" in invoke(["maintenance", "status"], cli_env).stdout
+    res = invoke(["maintenance", "on", "--reason", "disk swap"], cli_env)
+    assert res.exit_code == 0 and "Maintenance mode is ON" in res.stdout and "disk swap" in res.stdout, res.output
+    res = invoke(["--json", "maintenance", "status"], cli_env)
+    assert json.loads(res.stdout)["on"] is True
+    assert "MAINTENANCE MODE" in invoke(["status"], cli_env).stdout
+    assert "Maintenance mode is off" in invoke(["maintenance", "off"], cli_env).stdout
+    res = invoke(["settings", "set", "max_moves=4", "max-moves-per-broker=2"], cli_env)
+    assert res.exit_code == 0 and "max_moves" in res.stdout, res.output
+    res = invoke(["--json", "settings", "set", "max_moves=2", "--group", "etl"], cli_env)
+    assert json.loads(res.stdout)["group_throttle"]["etl"]["max_moves"] == 2
+    before = zk.get(layout.settings)[0]
+    assert_user_error(invoke(["settings", "set", "max_moves=0"], cli_env), "max_moves: 0 is not a whole number >= 1")
+    assert_user_error(invoke(["settings", "set", "nonsense=1"], cli_env), "unknown setting 'nonsense'")
+    assert_user_error(invoke(["settings", "set", "max_moves"], cli_env), "expected NAME=VALUE")
+    assert zk.get(layout.settings)[0] == before
+    res = invoke(["--json", "settings", "reset"], cli_env)
+    assert json.loads(res.stdout)["throttle"] == {"max_moves": None, "max_moves_per_broker": None}
