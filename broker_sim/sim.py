@@ -45,6 +45,10 @@ SCENARIOS = ("steady", "rolling-bounce", "add-broker", "kill-broker", "expire-se
              "partition-broker", "controlled-shutdown", "kill-controller")
 
 
+class NotConverged(RuntimeError):
+    """The simulated cluster never reached its steady state: the run measured nothing."""
+
+
 @dataclass(frozen=True)
 class SimOptions:
     brokers: int = 3
@@ -306,7 +310,9 @@ class Simulation:
             self.start_worker(self.broker_id(i))
         took = self.wait_converged(balanced=True)
         if took is None:
-            raise RuntimeError("the cluster did not converge at start")
+            raise NotConverged(f"the cluster of {o.brokers} brokers and {o.tasks} tasks did not converge within "
+                               f"{o.converge_timeout_s:g}s of starting (a machine too small for this many brokers in "
+                               "one process fences them; try fewer brokers or a longer --session-timeout)")
         self.echo(f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}) after {took:.2f}s")
         rebalances0 = self._rebalances()
         t_start = time.time()

@@ -9,7 +9,8 @@ import click
 
 from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
-from broker_sim.sim import SCENARIOS, SimOptions, format_summary, run_simulation
+from broker_sim.sim import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
+from cli.common import UserError
 from controller.protocol import COOPERATIVE, EAGER
 
 
@@ -56,7 +57,10 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
                       controlled_shutdown=controlled_shutdown, zk_hosts=hosts,
                       intervals_out=str(intervals_out) if intervals_out else None)
     echo = (lambda s: None) if ctx.json_out else click.echo
-    summary = run_simulation(opts, echo=echo)
+    try:
+        summary = run_simulation(opts, echo=echo)
+    except NotConverged as exc:
+        raise UserError(str(exc)) from None
     if ctx.json_out:
         click.echo(json.dumps(summary.to_dict(), sort_keys=True))
     else:
@@ -124,7 +128,10 @@ def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers,
                         spark_master=spark_master, max_moves=max_moves, max_moves_per_broker=max_moves_per_broker,
                         intervals_out=str(intervals_out) if intervals_out else None)
     as_json = ctx.json_out or json_flag
-    summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)
+    try:
+        summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)
+    except NotConverged as exc:
+        raise UserError(str(exc)) from None
     click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json else format_chaos(summary))
     if not summary.ok:
         raise SystemExit(1)

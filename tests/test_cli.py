@@ -540,3 +540,11 @@ def test_maintenance_and_settings_commands(cli_env, zk, layout):
     assert zk.get(layout.settings)[0] == before
     res = invoke(["--json", "settings", "reset"], cli_env)
     assert json.loads(res.stdout)["throttle"] == {"max_moves": None, "max_moves_per_broker": None}
+
+
+def test_a_simulation_that_cannot_converge_ends_with_one_line(monkeypatch, zk_hosts):
+    from broker_sim.sim import Simulation
+
+    monkeypatch.setattr(Simulation, "wait_converged", lambda self, balanced=False, timeout=None: None)
+    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "2", "--tasks", "4"])
+    assert_user_error(res, "did not converge within", "try fewer brokers or a longer --session-timeout")

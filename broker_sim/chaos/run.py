@@ -27,7 +27,7 @@ from broker_sim.chaos.schedule import (
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict
 from broker_sim.netproxy import NetProxy
-from broker_sim.sim import SimOptions, Simulation
+from broker_sim.sim import NotConverged, SimOptions, Simulation
 from controller import codecs
 from controller.admin import AdminClient
 from controller.admin import AdminClient
@@ -209,7 +209,7 @@ class ChaosRun(Faults, Checks, Simulation):
             time.sleep(0.2)
         problems = self.zk_view()
         if problems:
-            raise RuntimeError(f"the cluster did not converge at start: {problems[:5]}")
+            raise NotConverged(f"the cluster did not converge at start: {problems[:5]}")
         self.echo(f"{o.brokers} brokers, {o.tasks} tasks running after {time.monotonic() - t0:.1f}s; faults begin")
         gen0 = next((s.generation for s in reversed(self.samples) if s.generation is not None), 0)
         gens = self._start_datagens(pipes)
