@@ -51,6 +51,34 @@ def maintenance_status(ctx: Ctx) -> None:
     ctx.emit(to_jsonable(m), _describe(m))
 
 
+@maintenance.command("auto")
+@click.option("--max-offline-brokers", type=click.IntRange(0), default=None,
+              help="turn maintenance on by itself when more brokers than this are lost at once")
+@click.option("--max-offline-fraction", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="... or more than this fraction of the brokers seen")
+@click.option("--window", "offline_window_s", type=click.FloatRange(0, min_open=True), default=None,
+              help="'at once': within this many seconds [60]")
+@click.option("--off", "disable", is_flag=True, help="never turn maintenance on by itself")
+@pass_ctx
+def maintenance_auto(ctx: Ctx, max_offline_brokers: int | None, max_offline_fraction: float | None,
+                     offline_window_s: float | None, disable: bool) -> None:
+    """Automatic maintenance: when too many brokers are lost at once (a rack, a network), freeze placement
+    instead of piling every task onto the survivors; it ends by itself once enough are back."""
+    if disable:
+        changes: dict[str, Any] = {"max_offline_brokers": None, "max_offline_fraction": None}
+    else:
+        changes = {k: v for k, v in (("max_offline_brokers", max_offline_brokers),
+                                      ("max_offline_fraction", max_offline_fraction),
+                                      ("offline_window_s", offline_window_s)) if v is not None}
+        if not changes:
+            raise UserError("give --max-offline-brokers N, --max-offline-fraction F (and --window S), or --off")
+    try:
+        s = ctx.admin().update_settings(changes)
+    except SettingError as exc:
+        raise UserError(str(exc)) from None
+    ctx.emit(to_jsonable(s), _show(s))
+
+
 # ---- settings -------------------------------------------------------------------------------------
 @click.group("settings")
 def settings() -> None:

@@ -538,6 +538,11 @@ def test_maintenance_and_settings_commands(cli_env, zk, layout):
     assert_user_error(invoke(["settings", "set", "nonsense=1"], cli_env), "unknown setting 'nonsense'")
     assert_user_error(invoke(["settings", "set", "max_moves"], cli_env), "expected NAME=VALUE")
     assert zk.get(layout.settings)[0] == before
+    res = invoke(["--json", "maintenance", "auto", "--max-offline-brokers", "2", "--window", "30"], cli_env)
+    assert json.loads(res.stdout)["max_offline_brokers"] == 2 and json.loads(res.stdout)["offline_window_s"] == 30
+    assert_user_error(invoke(["maintenance", "auto"], cli_env), "--max-offline-brokers")
+    res = invoke(["--json", "maintenance", "auto", "--off"], cli_env)
+    assert json.loads(res.stdout)["max_offline_brokers"] is None
     res = invoke(["--json", "settings", "reset"], cli_env)
     assert json.loads(res.stdout)["throttle"] == {"max_moves": None, "max_moves_per_broker": None}
 

@@ -181,3 +181,18 @@ def test_maintenance_holds_a_lost_members_tasks_and_postpones_joins():
     assert c.assignment["b"] == ("t2", "t3") and not c.held
     d = c.on_maintenance(False)
     assert c.state is GroupState.PREPARING_REBALANCE and "member z joined" in c.reason, d
+
+
+def test_the_imbalance_check_rebalances_a_skewed_group_and_measures_a_balanced_one():
+    c, clock = _coordinator(6, ("a", "b"))
+    _sync(c, {"a": ("t0", "t1", "t2", "t3", "t4", "t5"), "b": ()})  # skewed: b runs nothing
+    c.on_settings(c.limits, preferred_check_s=10.0, max_imbalance=1)
+    assert c.on_tick() == [] and c.state is GroupState.STABLE  # not yet time
+    clock.advance(10.0)
+    c.on_tick()
+    assert c.imbalance == 3 and c.state is GroupState.PREPARING_REBALANCE and "imbalance: 3" in c.reason
+    c.on_members({"a": _req("a", 2, 1), "b": _req("b", 2, 1)})
+    _sync(c, {"a": ("t0", "t1", "t2"), "b": ("t3", "t4", "t5")})
+    clock.advance(10.0)
+    c.on_tick()
+    assert c.imbalance == 0 and c.state is GroupState.STABLE and c.info().imbalance == 0
