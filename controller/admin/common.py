@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from controller.layout import ZkLayout
+
+log = logging.getLogger(__name__)
 
 
 class AdminError(RuntimeError):
@@ -26,8 +30,16 @@ class Conflict(AdminError):
 def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
     """Create the persistent containers of the layout (idempotent, one pipelined batch)."""
     client.ensure_path(layout.root)
+    optional = {layout.settings, layout.maintenance}  # absent: the defaults (no throttle, maintenance off)
     for path in layout.persistent_roots():
-        client.ensure_path(path)
+        try:
+            client.ensure_path(path)
+        except NoAuthError:
+            if path not in optional:
+                raise
+            # a secured root laid out by an earlier release: only the admin role may create these, and
+            # `zkctl security init` (idempotent) does; until then they read as their defaults
+            log.warning("%s is missing and these credentials may not create it; run `zkctl security init`", path)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:

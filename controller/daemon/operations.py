@@ -10,14 +10,14 @@ import logging
 import time
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 
 from controller import codecs
 from controller import events as ev
 from controller.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
 from controller.group import GroupCoordinator
 from controller.throttle import combine
-from controller.zkio import SetData, get_many
+from controller.zkio import WriteFailed, get_many
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,9 @@ class Operations:
         ctx.maintenance = decode_maintenance(res[1][0] if res[1] else None, lay.maintenance)
         if res[1] is not None:
             ctx.known_paths.add(lay.maintenance)
+        for path, r, make in ((lay.settings, res[0], ev.SettingsChange), (lay.maintenance, res[1], ev.MaintenanceChange)):
+            if r is None and self.zk.exists(path, watch=self._watch(make)) is not None:
+                self.put(make(self.token))  # created in between: read it
 
     def _configure(self, g: str, coord: GroupCoordinator) -> None:
         """A new coordinator gets the settings and the maintenance mode in force."""
@@ -224,6 +227,11 @@ class Operations:
     def _write_maintenance(self, info: MaintenanceInfo) -> None:
         """Written fenced (a deposed controller cannot turn it on or off), then applied at once."""
         path = self.layout.maintenance
-        self._write(lambda: self.writer.upsert([(path, codecs.encode(info))], self.ctx.known_paths))
+        try:
+            self._write(lambda: self.writer.upsert([(path, codecs.encode(info))], self.ctx.known_paths))
+        except (WriteFailed, NoAuthError) as exc:  # e.g. a secured root laid out before this znode existed
+            log.error("controller %s: cannot write %s (%s); `zkctl security init` lays it out with its ACL",
+                      self.id, path, exc)
+            return
         self.ctx.known_paths.add(path)
         self._set_maintenance(info)
