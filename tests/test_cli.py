@@ -156,6 +156,9 @@ def cluster(zk, zk_settings, layout):
     (["timeline", "--out", "x.png"], "exactly one of --from-zk and --intervals"),
     (["timeline", "--out", "x.png", "--from-zk", "--intervals", "i.json"], "exactly one of"),
     (["rebalance", "extra"], "unexpected extra argument"),
+    (["task", "restart"], "give a TASK_ID, or --failed"),
+    (["task", "restart", "t1", "--failed"], "not both"),
+    (["task", "restart", "t1", "--group", "g"], "--group goes with --failed"),
 ])
 def test_usage_errors_exit_2(args, needle):
     assert_usage_error(invoke(args), needle)
@@ -166,7 +169,8 @@ def test_help_lists_every_command():
     assert result.exit_code == 0
     for name in ("task", "status", "broker", "group", "rebalance", "watch", "controller", "timeline", "zk", "demo"):
         assert f"  {name} " in result.output
-    for sub, names in (("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign")),
+    for sub, names in (("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign",
+                                 "schema")),
                        ("broker", ("list", "shutdown", "run")), ("group", ("describe",)), ("controller", ("run",))):
         out = invoke([sub, "--help"]).output
         assert all(f"  {n} " in out for n in names), out
@@ -326,6 +330,42 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
     cluster.wait_running({"t2", "t3", "t4"})
     p = zkctl(cli_env, "task", "describe", "t1")
     assert p.returncode == 1 and p.stderr.strip() == "Error: unknown task 't1'" and p.stdout == ""
+
+
+def test_restart_failed_restarts_every_failed_task_in_one_write(cluster, cli_env, tmp_path, zk, layout):
+    specs = tmp_path / "failing.yaml"
+    specs.write_text("".join(f"- id: {t}\n  restart: {{max_attempts: 0}}\n  pipeline: {{kind: noop, fail_after_s: 0.1, "
+                             f"fail_message: {t} broke}}\n" for t in ("f1", "f2"))
+                     + "- id: ok\n  pipeline: {kind: noop}\n")
+    assert "No FAILED tasks; nothing to restart" in ok(cli_env, "task", "restart", "--failed")
+    ok(cli_env, "task", "create", "-f", str(specs))
+    until(lambda: {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
+          == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}, 30, "f1 and f2 FAILED")
+    human = ok(cli_env, "task", "describe", "f1")
+    assert "Restarts:" in human and "up to 0 automatic restarts" in human and "gave up after 1 failure: FAILED until `zkctl task restart`" in human
+    assert "Last error:" in human and "f1 broke" in human
+
+    assert ok(cli_env, "task", "restart", "--failed").splitlines() == ["Restarted 2 FAILED tasks: f1, f2"]
+    assert {t: zk.exists(layout.task(t)).version for t in ("f1", "f2", "ok")} == {"f1": 1, "f2": 1, "ok": 0}
+    assert len({zk.exists(layout.task(t)).mzxid for t in ("f1", "f2")}) == 1, "one multi"
+    assert "No FAILED tasks in group other; nothing to restart" in ok(cli_env, "task", "restart", "--failed",
+                                                                    "--group", "other")
+    until(lambda: {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
+          == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}, 30, "f1 and f2 FAILED again")
+    ok(cli_env, "task", "pause", "f2")
+    out = ok_json(cli_env, "task", "restart", "--failed", "--group", "default")
+    assert [c["task_id"] for c in out["restarted"]] == ["f1"] and out["restarted"][0]["restart_nonce"] == 2
+    assert out["skipped"] == [{"task_id": "f2", "reason": "PAUSED: resume it to run it again"}]
+    assert out["multis"] == 1 and out["group"] == "default" and out["only_failed"] is True
+    desc = ok_json(cli_env, "task", "describe", "f1")
+    assert desc["restart"]["max_attempts"] == 0 and desc["spec"]["restart"]["backoff_initial_s"] == 0.5
+
+
+def test_task_schema_needs_no_zookeeper_and_is_the_specs_schema(tmp_path):
+    p = subprocess.run([ZKCTL, "--zk", "127.0.0.1:1", "task", "schema"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    schema = json.loads(p.stdout)
+    assert schema["$defs"]["TaskSpec"]["required"] == ["id", "pipeline"] and "anyOf" in schema
 
 
 def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
