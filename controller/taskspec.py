@@ -259,7 +259,7 @@ class TaskSpec(_Model):
         return self.model_copy(update={"state": state})
 
 
-def _describe(exc: ValidationError, label: str, obj: Any = None) -> str:
+def _describe(exc: ValidationError, label: str) -> str:
     return describe_errors(exc.errors(), label, schema_definitions())
 
 
