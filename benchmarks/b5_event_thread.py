@@ -30,7 +30,7 @@ from typing import Any, Callable
 from benchmarks.cluster import Cluster
 from benchmarks.common import Bench, median, percentile, table, target, zookeeper
 from controller.admin import wait_for
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 
 NAME = "b5_event_thread"
 TITLE = "B5 event thread under a task-change storm"
@@ -239,15 +239,15 @@ def run(bench: Bench) -> dict[str, Any]:
             ids = list(cluster.task_ids)
             coord = ctl.ctx.groups["default"]
             r0 = coord.rebalances
-            res = _storm(bench, cluster, rec, "restart every task (nonce)", [TaskSpec(id=t, restart_nonce=1) for t in ids], False, tasks)
+            res = _storm(bench, cluster, rec, "restart every task (nonce)", [TaskSpec(id=t, restart_nonce=1, pipeline=NoopPipeline(kind="noop")) for t in ids], False, tasks)
             res["rebalances_in_storm"] = coord.rebalances - r0
             storms.append(res)
             r0 = coord.rebalances
-            res = _storm(bench, cluster, rec, "re-weight every task", [TaskSpec(id=t, restart_nonce=1, weight=2) for t in ids], False, tasks)
+            res = _storm(bench, cluster, rec, "re-weight every task", [TaskSpec(id=t, restart_nonce=1, weight=2, pipeline=NoopPipeline(kind="noop")) for t in ids], False, tasks)
             res["rebalances_in_storm"] = coord.rebalances - r0
             storms.append(res)
             r0 = coord.rebalances
-            new = [TaskSpec(id=f"new-{i:05d}") for i in range(tasks)]
+            new = [TaskSpec(id=f"new-{i:05d}", pipeline=NoopPipeline(kind="noop")) for i in range(tasks)]
             res = _storm(bench, cluster, rec, "create as many new tasks", new, True, 2 * tasks)
             res["rebalances_in_storm"] = coord.rebalances - r0
             storms.append(res)

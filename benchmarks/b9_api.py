@@ -14,7 +14,7 @@ from benchmarks.common import REPO, Bench, median, table, target, zookeeper
 from controller import codecs
 from controller.admin import AdminClient, ensure_layout
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkio import Create, FencedWriter
 from controller.zkserver import free_port
@@ -25,7 +25,7 @@ TITLE = "B9 the HTTP API and the console at 1,000 and 10,000 tasks"
 
 def _populate(client: Any, layout: ZkLayout, n: int) -> None:
     """``n`` tasks, each owned by one of 20 brokers and with a RUNNING status (as a loaded cluster reads)."""
-    AdminClient(client, layout).create_tasks([TaskSpec(id=f"task-{i:06d}") for i in range(n)])
+    AdminClient(client, layout).create_tasks([TaskSpec(id=f"task-{i:06d}", pipeline=NoopPipeline(kind="noop")) for i in range(n)])
     ops = []
     for i in range(n):
         t, b = f"task-{i:06d}", f"broker-{i % 20:02d}"

@@ -20,7 +20,7 @@ from controller.codecs import GroupStateInfo, PayloadError
 from controller.daemon import Controller, ControllerConfig, LoadMethod
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkio import get_many
 
@@ -80,7 +80,7 @@ class Cluster:
         for lo in range(0, self.tasks, 500):
             tx = self.admin.transaction()
             for i in range(lo, min(self.tasks, lo + 500)):
-                tx.create(self.layout.task(self.task_ids[i]), TaskSpec(id=self.task_ids[i], group=self.group_of(i)).encode())
+                tx.create(self.layout.task(self.task_ids[i]), TaskSpec(id=self.task_ids[i], group=self.group_of(i), pipeline=NoopPipeline(kind="noop")).encode())
             pending.append(tx.commit_async())
         for p in pending:
             res = p.get(timeout=120)

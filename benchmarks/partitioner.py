@@ -23,7 +23,7 @@ from kazoo.recipe.partitioner import SetPartitioner
 from broker_sim.checker import close_open
 from broker_sim.runners.noop import NoopRunner
 from controller.codecs import RunInterval
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 
 DEFAULT_TIME_BOUNDARY_S = 30  # kazoo's own default for SetPartitioner(time_boundary=...)
 
@@ -72,7 +72,7 @@ class PartitionerBroker:
                     self.partition = frozenset(p)
                 want = [t for t in sorted(self.partition) if t not in self.running]
                 if want:
-                    futures = [self.pool.submit(self._start, t, spec_cache.setdefault(t, TaskSpec(id=t))) for t in want]
+                    futures = [self.pool.submit(self._start, t, spec_cache.setdefault(t, TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")))) for t in want]
                     wait(futures, timeout=120)
                     continue
             self.state_event.wait(0.05)

@@ -330,7 +330,7 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
     ever had two running owners (journals of every container life), every container back and every broker
     registered, every task running again, and with pipelines every sink holding every record exactly once."""
     from controller.admin import AdminClient
-    from controller.taskspec import TaskSpec
+    from controller.taskspec import NoopPipeline, TaskSpec
 
     if spec.journal_dir is None:
         raise ValueError("a chaos run needs spec.journal_dir")
@@ -357,7 +357,7 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
             feeders = _start_pipelines(admin, Path(spec.data_dir), ids, records, duration_s)
         else:
             ids = [f"chaos-{i:03d}" for i in range(tasks)]
-            admin.create_tasks([TaskSpec(id=t) for t in ids])
+            admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
         _wait(lambda: _all_running(zk, spec.root, ids), 300, "every task running before the faults")
         t0 = time.monotonic()
         for f in schedule:

@@ -35,7 +35,7 @@ from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
 from controller.protocol import COOPERATIVE, EAGER
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkserver import ZooKeeperServer, free_port
 
@@ -144,7 +144,7 @@ class Simulation:
 
     def create_tasks(self, n: int, prefix: str = "task") -> list[str]:
         ids = [f"{prefix}-{i:05d}" for i in range(n)]
-        specs = [TaskSpec(id=t).encode() for t in ids]
+        specs = [TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode() for t in ids]
         for lo in range(0, n, 500):
             tx = self.admin.transaction()
             for t, data in zip(ids[lo:lo + 500], specs[lo:lo + 500]):

@@ -27,7 +27,7 @@ from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec, parse_spec
+from controller.taskspec import NoopPipeline, TaskSpec, parse_spec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkio import get_many
 from controller.zkserver import ZooKeeperServer, free_port
@@ -219,7 +219,7 @@ class Demo:
         admin = AdminClient(client, layout)
         tasks = [f"pipeline-{i}" for i in range(1, PIPELINES + 1)]
         if self.runner != "spark":
-            admin.create_tasks([TaskSpec(id=t) for t in tasks])
+            admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
             return tasks, {}, None
         from broker_sim.datagen import SCHEMA_DDL, Datagen, DatagenConfig
 

@@ -1,4 +1,5 @@
-"""``zkctl task ...``: create, list, describe, delete, pause, resume, restart and reassign tasks."""
+"""``zkctl task ...``: create, list, describe, delete, pause, resume, restart and reassign tasks, and the spec
+schema."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
-from controller.admin import to_dict
-from controller.taskspec import load_specs
+from controller.admin import RestartProgress, to_dict
+from controller.taskspec import load_specs, task_schema
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
@@ -105,6 +106,7 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
             f"failures {status['failures']}, updated {when(status['updated'])})" if status else "nothing reported")
          + ("; that session no longer holds the task" if d.status_stale else "")
          + (f"; nobody holds it, for {_ago(d.unassigned_since, time.time())}" if d.unassigned_since else "")),
+        ("Restarts", restart_line(d.restart)),
         ("Last error", clip(d.last_error, 200)),
     ]
     if d.reassign_to:
@@ -120,6 +122,21 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
         click.echo("Spec:")
         for line in json.dumps(d.spec, indent=2, sort_keys=True).splitlines():
             click.echo("  " + line)
+
+
+def restart_line(r: RestartProgress | None) -> str:
+    """The restart policy and how much of it the failures so far have used."""
+    if r is None:
+        return "-"
+    policy = (f"up to {r.max_attempts} automatic restart{'s' if r.max_attempts != 1 else ''}, backoff "
+              f"{r.backoff_initial_s:g}s doubling to {r.backoff_max_s:g}s")
+    if r.gave_up:
+        used = f"gave up after {r.failures} failure{'s' if r.failures != 1 else ''}: FAILED until `zkctl task restart`"
+    elif r.next_delay_s is not None:
+        used = f"{r.attempts} used after {r.failures} failure{'s' if r.failures != 1 else ''} (this one after {r.next_delay_s:g}s)"
+    else:
+        used = f"{r.attempts} used" + (f" after {r.failures} failure{'s' if r.failures != 1 else ''}" if r.failures else "")
+    return f"{policy}; {used}"
 
 
 @task.command("delete")
@@ -169,11 +186,38 @@ def task_resume(ctx: Ctx, task_id: str) -> None:
 
 
 @task.command("restart")
-@click.argument("task_id", shell_complete=complete_names("task"))
+@click.argument("task_id", required=False, shell_complete=complete_names("task"))
+@click.option("--failed", is_flag=True, help="restart every FAILED task, in one batched write")
+@click.option("--group", default=None, shell_complete=complete_names("group"), help="with --failed: only this group's")
 @pass_ctx
-def task_restart(ctx: Ctx, task_id: str) -> None:
-    """Restart a task where it runs (also clears its failure count)."""
-    _change(ctx, task_id, "restart")
+def task_restart(ctx: Ctx, task_id: str | None, failed: bool, group: str | None) -> None:
+    """Restart TASK_ID where it runs, or with --failed every FAILED task (also clears their failure counts)."""
+    if failed == (task_id is not None):
+        raise click.UsageError("give a TASK_ID, or --failed to restart every FAILED task (not both)")
+    if group is not None and not failed:
+        raise click.UsageError("--group goes with --failed")
+    if task_id is not None:
+        _change(ctx, task_id, "restart")
+        return
+    result = ctx.admin().restart_tasks(group=group, only_failed=True)
+    where = f" in group {group}" if group else ""
+    names = [c.task_id for c in result.restarted]
+    if names:
+        lines = [f"Restarted {len(names)} FAILED task{'s' if len(names) != 1 else ''}{where}: {', '.join(names)}"
+                 + (f" ({result.multis} multis)" if result.multis > 1 else "")]
+    elif result.skipped:
+        lines = [f"No FAILED task{where} could be restarted"]
+    else:
+        lines = [f"No FAILED tasks{where}; nothing to restart"]
+    lines += [f"skipped {s.task_id}: {s.reason}" for s in result.skipped]
+    ctx.emit(to_dict(result), "\n".join(lines))
+
+
+@task.command("schema")
+@pass_ctx
+def task_schema_cmd(ctx: Ctx) -> None:
+    """Print the JSON Schema of spec files (one spec or a list), for editors and CI checks."""
+    click.echo(json.dumps(task_schema(), indent=2 if not ctx.json_out else None, sort_keys=False))
 
 
 @task.command("reassign")

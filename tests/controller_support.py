@@ -20,7 +20,7 @@ from controller.admin import wait_for
 from controller.codecs import GroupStateInfo, JoinRequest
 from controller.daemon import Controller, ControllerConfig
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings
 from controller.zkserver import ZooKeeperServer, free_port
 
@@ -38,7 +38,7 @@ def create_tasks(client: KazooClient, layout: ZkLayout, ids: list[str], group: s
     for i in range(0, len(ids), batch):
         tx = client.transaction()
         for t in ids[i:i + batch]:
-            tx.create(layout.task(t), TaskSpec(id=t, group=group).encode())
+            tx.create(layout.task(t), TaskSpec(id=t, group=group, pipeline=NoopPipeline(kind="noop")).encode())
         pending.append(tx.commit_async())
     for p in pending:
         results = p.get(timeout=60)

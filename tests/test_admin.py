@@ -50,7 +50,7 @@ class CountingClient:
 
 
 def specs(*ids: str, **extra):
-    return [parse_spec({"id": t, **extra}) for t in ids]
+    return [parse_spec({"id": t, "pipeline": {"kind": "noop"}, **extra}) for t in ids]
 
 
 def test_create_writes_all_specs_in_one_multi_and_refuses_existing_ids(zk, layout):
@@ -114,7 +114,7 @@ def test_pause_resume_restart_are_conditional_writes(zk, zk_settings, layout):
     admin.create_tasks(specs("t1"))
 
     def concurrent_change():  # another operator changes the spec between our read and our write
-        spec = parse_spec({"id": "t1", "weight": 7})
+        spec = parse_spec({"id": "t1", "weight": 7, "pipeline": {"kind": "noop"}})
         zk.set(layout.task("t1"), spec.encode())
 
     admin_client.before_set = concurrent_change

@@ -122,7 +122,6 @@ def test_pause_resume_restart_reassign_delete(api):
     assert r.status == 409 and "resume it first" in r.body["message"]
     assert cluster.request("PUT", "/api/v1/tasks/m-1/resume").body["state"] == "RUNNING"
     assert cluster.request("POST", "/api/v1/tasks/m-1/restart").status == 200
-    assert cluster.request("POST", "/api/v1/tasks/restart?only_failed=true").body == []
     target = "b2" if owner == "b1" else "b1"
     wait_until(lambda: _owner(cluster, "m-1"), 30, "m-1 owned again")
     r = cluster.request("POST", "/api/v1/tasks/m-1/reassign?wait=true&timeout=45", {"to": target})
@@ -135,6 +134,32 @@ def test_pause_resume_restart_reassign_delete(api):
     assert cluster.request("GET", "/api/v1/tasks/m-1").status == 404
     r = cluster.request("DELETE", "/api/v1/tasks/c-1?wait=true&timeout=-1")
     assert r.status == 422
+
+
+def _shown(cluster: ApiCluster, task: str) -> str | None:
+    r = cluster.request("GET", f"/api/v1/tasks/{task}")
+    return r.body.get("shown") if r.status == 200 else None
+
+
+def test_restart_every_failed_task_in_one_write(api):
+    cluster, zk, layout = api
+    failing = {"kind": "noop", "fail_after_s": 0.1, "fail_message": "broke"}
+    r = cluster.request("POST", "/api/v1/tasks", [{"id": "rf-1", "restart": {"max_attempts": 0}, "pipeline": failing},
+                                                  {"id": "rf-2", "restart": {"max_attempts": 0}, "pipeline": failing},
+                                                  {"id": "rf-ok", "pipeline": NOOP}])
+    assert r.status == 201, r.body
+    wait_until(lambda: [_shown(cluster, t) for t in ("rf-1", "rf-2", "rf-ok")] == ["FAILED", "FAILED", "RUNNING"], 45,
+               "rf-1 and rf-2 FAILED")
+    assert cluster.request("GET", "/api/v1/tasks/rf-1").body["restart"]["gave_up"] is True
+    r = cluster.request("POST", "/api/v1/tasks/restart?only_failed=true&group=elsewhere")
+    assert r.status == 200 and r.body["restarted"] == [] and r.body["multis"] == 0, r.body
+    r = cluster.request("POST", "/api/v1/tasks/restart?only_failed=true&group=default")
+    assert r.status == 200 and [c["task_id"] for c in r.body["restarted"]] == ["rf-1", "rf-2"], r.body
+    assert r.body["multis"] == 1 and all(c["restart_nonce"] == 1 for c in r.body["restarted"])
+    assert len({zk.exists(layout.task(t)).mzxid for t in ("rf-1", "rf-2")}) == 1, "one multi"
+    assert decode_task(zk.get(layout.task("rf-ok"))[0], layout.task("rf-ok")).restart_nonce == 0
+    for t in ("rf-1", "rf-2", "rf-ok"):
+        assert cluster.request("DELETE", f"/api/v1/tasks/{t}").status == 200
 
 
 def _read_events(url: str, into: list[dict[str, Any]], stop: threading.Event) -> None:

@@ -21,7 +21,7 @@ from controller.codecs import PayloadError
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.security import AclPolicy, SecurityError
-from controller.taskspec import TaskSpec, decode_task
+from controller.taskspec import NoopPipeline, TaskSpec, decode_task
 from controller.zkclient import ZkSettings
 
 GOOD = [f"t{i}" for i in range(6)]
@@ -33,7 +33,7 @@ BAD_TASKS = {
     "unknown-version": json.dumps({"version": 99, "id": "unknown-version"}).encode(),
     "huge": HUGE,
     "empty": b"",
-    "wrong-id": TaskSpec(id="someone-else").encode(),
+    "wrong-id": TaskSpec(id="someone-else", pipeline=NoopPipeline(kind="noop")).encode(),
 }
 GARBAGE = [b"", b"\x00\xff garbage", b"{not json", b"[1,2,3]", b'{"version": 99}', b'{"version": 1, "generation": "x"}',
            b"7" * 500_000]
@@ -70,7 +70,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
     settings = ZkSettings(hosts=zk_settings.hosts, root=zk_settings.root, session_timeout_s=4.0)
     tx = zk.transaction()
     for t in GOOD:
-        tx.create(layout.task(t), TaskSpec(id=t).encode())
+        tx.create(layout.task(t), TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode())
     tx.commit()
     ctl = Controller(ControllerConfig("c0", settings, GroupConfig(rebalance_timeout_s=3.0))).start()
     ctls = [ctl]
@@ -94,7 +94,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         assert wait_for(lambda: _running_once(workers, GOOD[:5]), 10)
         assert wait_for(lambda: (s := _status(zk, layout, "t5")) is not None and s.state == "FAILED", 10)
         # fixed again: it runs again
-        zk.set(layout.task("t5"), TaskSpec(id="t5").encode())
+        zk.set(layout.task("t5"), TaskSpec(id="t5", pipeline=NoopPipeline(kind="noop")).encode())
         assert wait_for(lambda: _running_once(workers, GOOD), 15)
 
         # 2. a garbage join request from a member that does not exist: ignored, no rebalance
@@ -133,7 +133,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
 
         # 6. a garbage owner on a new task: that task waits for the owner to go, the rest keeps running
         tx = zk.transaction()
-        tx.create(layout.task("t6"), TaskSpec(id="t6").encode())
+        tx.create(layout.task("t6"), TaskSpec(id="t6", pipeline=NoopPipeline(kind="noop")).encode())
         tx.create(layout.task_owner("t6"), b"\x00 squatter", ephemeral=True)
         tx.commit()
         time.sleep(1.0)
@@ -183,7 +183,7 @@ JSON = st.recursive(
 )
 DATA = st.one_of(st.binary(max_size=200), JSON.map(lambda v: json.dumps(v).encode()),
                  st.dictionaries(st.sampled_from(["version", "id", "group", "state", "pipeline", "weight", "placement",
-                                                  "max_failures", "restart_nonce"]), JSON, max_size=6)
+                                                  "max_failures", "restart", "restart_nonce"]), JSON, max_size=6)
                  .map(lambda d: json.dumps(d).encode()))
 
 

@@ -156,6 +156,9 @@ def cluster(zk, zk_settings, layout):
     (["timeline", "--out", "x.png"], "exactly one of --from-zk and --intervals"),
     (["timeline", "--out", "x.png", "--from-zk", "--intervals", "i.json"], "exactly one of"),
     (["rebalance", "extra"], "unexpected extra argument"),
+    (["task", "restart"], "give a TASK_ID, or --failed"),
+    (["task", "restart", "t1", "--failed"], "not both"),
+    (["task", "restart", "t1", "--group", "g"], "--group goes with --failed"),
 ])
 def test_usage_errors_exit_2(args, needle):
     assert_usage_error(invoke(args), needle)
@@ -166,7 +169,8 @@ def test_help_lists_every_command():
     assert result.exit_code == 0
     for name in ("task", "status", "broker", "group", "rebalance", "watch", "controller", "timeline", "zk", "demo"):
         assert f"  {name} " in result.output
-    for sub, names in (("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign")),
+    for sub, names in (("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign",
+                                 "schema")),
                        ("broker", ("list", "shutdown", "run")), ("group", ("describe",)), ("controller", ("run",))):
         out = invoke([sub, "--help"]).output
         assert all(f"  {n} " in out for n in names), out
@@ -179,13 +183,15 @@ BAD_SPECS = [
     ("bad.json", "{\"id\": ", "not valid JSON"),
     ("empty.yaml", "", "empty file"),
     ("scalar.yaml", "42\n", "expected a mapping"),
-    ("noid.yaml", "group: g\n", "id: Field required"),
-    ("unknown.yaml", "id: a\ncolour: red\n", "colour"),
+    ("noid.yaml", "group: g\npipeline: {kind: noop}\n", "id is missing"),
+    ("unknown.yaml", "id: a\ncolour: red\npipeline: {kind: noop}\n", "colour is not a field of a task spec"),
+    ("nopipeline.yaml", "id: a\n", 'pipeline is missing: add "pipeline": {"kind": "spark"|"declarative"|"noop", ...}'),
+    ("oldfield.yaml", "id: a\nmax_failures: 3\npipeline: {kind: noop}\n", "restart.max_attempts"),
     ("badid.yaml", "id: 'has space'\n", "task 'has space': id"),
-    ("badgroup.yaml", "id: a\ngroup: 'x/y'\n", "group"),
-    ("state.yaml", "id: a\nstate: STOPPED\n", "state"),
-    ("weight.yaml", "id: a\nweight: 0\n", "weight"),
-    ("kind.yaml", "id: a\npipeline: {kind: flink}\n", "pipeline"),
+    ("badgroup.yaml", "id: a\npipeline: {kind: noop}\ngroup: 'x/y'\n", "group"),
+    ("state.yaml", "id: a\npipeline: {kind: noop}\nstate: STOPPED\n", "state"),
+    ("weight.yaml", "id: a\npipeline: {kind: noop}\nweight: 0\n", "weight"),
+    ("kind.yaml", "id: a\npipeline: {kind: flink}\n", 'pipeline.kind "flink" is not one of spark, declarative, noop'),
     ("nosink.yaml", "id: a\npipeline: {kind: spark, source: {type: rate}}\n", "sink"),
     ("ratebatch.yaml", "id: a\npipeline: {kind: spark, mode: batch, source: {type: rate}, sink: {type: console}}\n",
      "streaming-only"),
@@ -193,9 +199,10 @@ BAD_SPECS = [
      "transform: {sql: 'SELECT 1'}}\n", "view named 'input'"),
     ("files.yaml", "id: a\npipeline: {kind: spark, source: {type: files, format: xml, path: /d, schema: 'a INT'}, "
      "sink: {type: console}}\n", "format"),
-    ("pinned.yaml", "id: a\nplacement: {pinned: ['no/pe']}\n", "broker id"),
-    ("dup.yaml", "- id: a\n- id: a\n", "appears twice"),
-    ("mixed.yaml", "- id: good\n- id: bad\n  weight: -3\n", "task 'bad': weight"),
+    ("pinned.yaml", "id: a\npipeline: {kind: noop}\nplacement: {pinned: ['no/pe']}\n", "broker id"),
+    ("dup.yaml", "- {id: a, pipeline: {kind: noop}}\n- {id: a, pipeline: {kind: noop}}\n", "appears twice"),
+    ("mixed.yaml", "- {id: good, pipeline: {kind: noop}}\n- {id: bad, weight: -3, pipeline: {kind: noop}}\n",
+     "task 'bad': weight must be a whole number from 1 to 1000, not -3"),
     ("decl.yaml", "id: a\npipeline: {kind: declarative}\n", "project"),
 ]
 
@@ -228,7 +235,7 @@ def test_declarative_validator_failure_is_a_user_error(tmp_path, cli_env, zk, la
     fake.validate_declarative = validate_declarative
     monkeypatch.setitem(sys.modules, "broker_sim.runners.declarative", fake)
     spec = tmp_path / "d.yaml"
-    spec.write_text("- id: plain\n- id: d1\n  pipeline: {kind: declarative, project: /nowhere}\n")
+    spec.write_text("- id: plain\n  pipeline: {kind: noop}\n- id: d1\n  pipeline: {kind: declarative, project: /nowhere}\n")
     assert_user_error(invoke(["task", "create", "-f", str(spec)], env=cli_env),
                       "task 'd1': pipeline.project: /nowhere: no spark-pipeline.yml")
     assert zk.get_children(layout.tasks) == []
@@ -240,7 +247,7 @@ def test_declarative_validator_failure_is_a_user_error(tmp_path, cli_env, zk, la
 
 # ---- other user errors: exit 1, one line -----------------------------------------------------------
 def test_unknown_things_are_one_line_user_errors(cli_env, zk, layout):
-    AdminClient(zk, layout).create_tasks([parse_spec({"id": "t1"})])
+    AdminClient(zk, layout).create_tasks([parse_spec({"id": "t1", "pipeline": {"kind": "noop"}})])
     for verb in ("describe", "delete", "pause", "resume", "restart"):
         assert_user_error(invoke(["task", verb, "nope"], env=cli_env), "unknown task 'nope'")
     assert_user_error(invoke(["task", "reassign", "nope", "--to", "b1"], env=cli_env), "unknown task 'nope'")
@@ -325,8 +332,44 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
     assert p.returncode == 1 and p.stderr.strip() == "Error: unknown task 't1'" and p.stdout == ""
 
 
+def test_restart_failed_restarts_every_failed_task_in_one_write(cluster, cli_env, tmp_path, zk, layout):
+    specs = tmp_path / "failing.yaml"
+    specs.write_text("".join(f"- id: {t}\n  restart: {{max_attempts: 0}}\n  pipeline: {{kind: noop, fail_after_s: 0.1, "
+                             f"fail_message: {t} broke}}\n" for t in ("f1", "f2"))
+                     + "- id: ok\n  pipeline: {kind: noop}\n")
+    assert "No FAILED tasks; nothing to restart" in ok(cli_env, "task", "restart", "--failed")
+    ok(cli_env, "task", "create", "-f", str(specs))
+    until(lambda: {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
+          == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}, 30, "f1 and f2 FAILED")
+    human = ok(cli_env, "task", "describe", "f1")
+    assert "Restarts:" in human and "up to 0 automatic restarts" in human and "gave up after 1 failure: FAILED until `zkctl task restart`" in human
+    assert "Last error:" in human and "f1 broke" in human
+
+    assert ok(cli_env, "task", "restart", "--failed").splitlines() == ["Restarted 2 FAILED tasks: f1, f2"]
+    assert {t: zk.exists(layout.task(t)).version for t in ("f1", "f2", "ok")} == {"f1": 1, "f2": 1, "ok": 0}
+    assert len({zk.exists(layout.task(t)).mzxid for t in ("f1", "f2")}) == 1, "one multi"
+    assert "No FAILED tasks in group other; nothing to restart" in ok(cli_env, "task", "restart", "--failed",
+                                                                    "--group", "other")
+    until(lambda: {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
+          == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}, 30, "f1 and f2 FAILED again")
+    ok(cli_env, "task", "pause", "f2")
+    out = ok_json(cli_env, "task", "restart", "--failed", "--group", "default")
+    assert [c["task_id"] for c in out["restarted"]] == ["f1"] and out["restarted"][0]["restart_nonce"] == 2
+    assert out["skipped"] == [{"task_id": "f2", "reason": "PAUSED: resume it to run it again"}]
+    assert out["multis"] == 1 and out["group"] == "default" and out["only_failed"] is True
+    desc = ok_json(cli_env, "task", "describe", "f1")
+    assert desc["restart"]["max_attempts"] == 0 and desc["spec"]["restart"]["backoff_initial_s"] == 0.5
+
+
+def test_task_schema_needs_no_zookeeper_and_is_the_specs_schema(tmp_path):
+    p = subprocess.run([ZKCTL, "--zk", "127.0.0.1:1", "task", "schema"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    schema = json.loads(p.stdout)
+    assert schema["$defs"]["TaskSpec"]["required"] == ["id", "pipeline"] and "anyOf" in schema
+
+
 def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}"}) for i in range(4)])
+    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     until(lambda: ok_json(cli_env, "status")["groups"][0]["state"] == "Stable", what="Stable")
     st = ok_json(cli_env, "status")
@@ -360,7 +403,7 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
 
 
 def test_rebalance_bumps_the_generation(cluster, cli_env):
-    cluster.admin.create_tasks([parse_spec({"id": "t1"})])
+    cluster.admin.create_tasks([parse_spec({"id": "t1", "pipeline": {"kind": "noop"}})])
     cluster.wait_running({"t1"})
     until(lambda: cluster.admin.status().groups[0].state == "Stable", what="Stable")
     before = cluster.admin.status().groups[0].generation
@@ -373,7 +416,7 @@ def test_rebalance_bumps_the_generation(cluster, cli_env):
 
 
 def test_reassign_moves_a_task_without_double_ownership(cluster, cli_env, zk, layout):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}"}) for i in range(4)])
+    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     source = placed["t0"]
     target = "b1" if source == "b0" else "b0"
@@ -393,7 +436,7 @@ def test_reassign_moves_a_task_without_double_ownership(cluster, cli_env, zk, la
 
 
 def test_broker_shutdown_moves_its_tasks_away(cluster, cli_env):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}"}) for i in range(4)])
+    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     assert "b1" in placed.values()
     out = ok(cli_env, "broker", "shutdown", "b1", "--wait", "--timeout", "30")
@@ -405,7 +448,7 @@ def test_broker_shutdown_moves_its_tasks_away(cluster, cli_env):
 
 
 def test_zk_get_decodes_payloads(cluster, cli_env, layout):
-    cluster.admin.create_tasks([parse_spec({"id": "t1", "weight": 3})])
+    cluster.admin.create_tasks([parse_spec({"id": "t1", "weight": 3, "pipeline": {"kind": "noop"}})])
     cluster.wait_running({"t1"})
     got = ok_json(cli_env, "zk", "get", layout.task("t1"))
     assert got["data"]["id"] == "t1" and got["data"]["weight"] == 3 and got["error"] is None
@@ -430,7 +473,7 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
         first = next_event()
         assert first["kind"] == "watching" and first["detail"]["controller"] == "ctl"
         assert set(first["detail"]["brokers"]) == {"b0", "b1"}
-        cluster.admin.create_tasks([parse_spec({"id": "w1"})])
+        cluster.admin.create_tasks([parse_spec({"id": "w1", "pipeline": {"kind": "noop"}})])
         seen: list[dict] = []
         until(lambda: (seen.append(next_event()) or True) and any(
             e["kind"] == "task_owner" and e["subject"] == "w1" and e["detail"]["owner"] for e in seen), 30, "w1 owned")
@@ -453,7 +496,7 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
 
 
 def test_timeline_from_zookeeper_and_from_a_file(cluster, cli_env, tmp_path):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}"}) for i in range(3)])
+    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(3)])
     placed = cluster.wait_running({"t0", "t1", "t2"})
     ok(cli_env, "task", "reassign", "t0", "--to", "b1" if placed["t0"] == "b0" else "b0", "--wait", "--timeout", "20")
     until(lambda: any(i.task_id == "t0" for i in cluster.admin.intervals()), what="intervals flushed to ZooKeeper")
@@ -492,7 +535,7 @@ def test_controller_run_and_broker_run_processes(zk, cli_env, layout):
         until(lambda: (zk.exists(layout.controller) is not None), 30, "the controller to be elected")
         for b in ("p1", "p2"):
             start(b, "broker", "run", "--id", b, "--runner", "noop", "--session-timeout", "4", "--metrics-port", "0")
-        admin.create_tasks([parse_spec({"id": f"t{i}"}) for i in range(4)])
+        admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
         until(lambda: set(owners().values()) == {"p1", "p2"}, 30, "tasks running on both brokers")
 
         os.kill(procs["p1"].pid, signal.SIGTERM)  # controlled shutdown

@@ -26,7 +26,7 @@ from controller.admin import ensure_layout
 from controller.daemon import Controller
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings
 from tests.controller_support import (  # noqa: F401  (cluster: a fixture)
     ActiveMonitor,
@@ -245,7 +245,7 @@ def test_concurrent_watch_firings_are_processed_one_at_a_time_in_order(cluster, 
     def make_tasks(k: int) -> None:
         barrier.wait(10)
         for i in range(10):
-            zk.create(layout.task(f"k{k}-{i}"), TaskSpec(id=f"k{k}-{i}").encode())
+            zk.create(layout.task(f"k{k}-{i}"), TaskSpec(id=f"k{k}-{i}", pipeline=NoopPipeline(kind="noop")).encode())
 
     def make_members(k: int) -> None:
         barrier.wait(10)

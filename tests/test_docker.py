@@ -26,7 +26,7 @@ from broker_sim.datagen import DatagenConfig, generate
 from controller import codecs
 from controller.admin import AdminClient
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkserver import free_port
 from tests.api_support import REPO, os_environ_without_auth, wait_until
@@ -91,7 +91,7 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
         zk = make_client(ZkSettings(hosts=info["zk"], root="/dock"))
         try:
             admin = AdminClient(zk, ZkLayout("/dock"))
-            admin.create_tasks([TaskSpec(id=f"d{i}") for i in range(6)])
+            admin.create_tasks([TaskSpec(id=f"d{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
             owners = wait_until(lambda: (o := _owners(admin)) and all(o.values()) and len(set(o.values())) == 2 and o,
                                 120, "six tasks running on both broker containers")
             victim = max(set(owners.values()), key=lambda b: sum(1 for v in owners.values() if v == b))

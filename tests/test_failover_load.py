@@ -19,7 +19,7 @@ from kazoo.security import make_digest_acl
 from controller import daemon
 from controller.daemon import Controller
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkio import (MULTI_READ_FIRST_OPS, InterruptibleClient, MultiRead, children_many, get_many, multi_children,
                              multi_read)
 from tests.controller_support import cluster, create_tasks, settle, wait_until  # noqa: F401  (cluster: fixture)
@@ -195,7 +195,7 @@ def test_a_server_without_multi_read_gets_pipelined_reads(zk, layout, zk_hosts):
 
 # ---- the controller's load --------------------------------------------------------------------------
 def _set_spec(zk: KazooClient, layout: ZkLayout, t: str, **changes: Any) -> None:
-    spec = TaskSpec(id=t, group="default").model_copy(update=changes)
+    spec = TaskSpec(id=t, group="default", pipeline=NoopPipeline(kind="noop")).model_copy(update=changes)
     zk.set(layout.task(t), spec.encode())
 
 

@@ -18,7 +18,7 @@ from controller import codecs
 from controller.admin import wait_for
 from controller.codecs import IntervalLog, RunInterval
 from controller.protocol import COOPERATIVE, EAGER
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env):
 
     tx = zk.transaction()
     for i in range(12):
-        tx.create(layout.task(f"t{i:02d}"), TaskSpec(id=f"t{i:02d}").encode())
+        tx.create(layout.task(f"t{i:02d}"), TaskSpec(id=f"t{i:02d}", pipeline=NoopPipeline(kind="noop")).encode())
     tx.commit()
     env = dict(cli_env)
     ctl = Controller(ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=10))).start()

@@ -21,7 +21,7 @@ from controller import codecs
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from tests.test_cli import ZKCTL, until
 
 
@@ -125,7 +125,7 @@ def _first_owner_after(zk, layout, tasks, broker, timeout):
 def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_elsewhere(
         controller, zk, zk_hosts, layout, cli_env, tmp_path):
     tasks = [f"h{i}" for i in range(4)]
-    AdminClient(zk, layout).create_tasks([TaskSpec(id=t) for t in tasks])
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     host, port = zk_hosts.split(",")[0].rsplit(":", 1)
     proxy = NetProxy(host, int(port), name="proxy-wedged")
     wedged = other = None
@@ -155,7 +155,7 @@ def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_else
 def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_stop_budget(
         controller, zk, zk_hosts, layout, cli_env, tmp_path):
     tasks = [f"r{i}" for i in range(4)]
-    AdminClient(zk, layout).create_tasks([TaskSpec(id=t) for t in tasks])
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     wedged = other = None
     try:
         wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "2", "--session-timeout", "6",
@@ -181,7 +181,7 @@ def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(contro
     """SIGTERM asks for a controlled shutdown; the controller is gone, so nobody moves the tasks: after
     ``--shutdown-timeout`` the broker stops them itself, the stop hangs, and it halts within the stop budget."""
     tasks = [f"c{i}" for i in range(3)]
-    AdminClient(zk, layout).create_tasks([TaskSpec(id=t) for t in tasks])
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     wedged = None
     try:
         wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "1.5", "--shutdown-timeout", "1",

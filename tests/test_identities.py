@@ -36,7 +36,7 @@ from controller.security import (
     init_security,
     owner_in_acl,
 )
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from tests.test_security import CREDS, _denied, _remove_secured_root
 
@@ -213,7 +213,7 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
     layout, policy, client = per_broker
     admin = AdminClient(client(CREDS["admin"]), layout)
     tasks = [f"t{i}" for i in range(6)]
-    admin.create_tasks([TaskSpec(id=t) for t in tasks])
+    admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     ctl = Controller(ControllerConfig("c0", _settings(zk_hosts, zk_root, CREDS["controller"]),
                                       GroupConfig(rebalance_timeout_s=3.0))).start()
     workers = {b: Worker(WorkerConfig(broker_id=b, settings=_settings(zk_hosts, zk_root, BROKER_CREDS[b]),

@@ -23,6 +23,7 @@ SANS_IO_CORE = (
     "controller.group",
     "controller.layout",
     "controller.protocol",
+    "controller.spec_errors",
     "controller.taskspec",
     "broker_sim.checker",
     "broker_sim.member",

@@ -34,7 +34,7 @@ from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.layout import InvalidName, ZkLayout
 from controller.security import SecurityError, digest_id
-from controller.taskspec import SpecError, TaskSpec, parse_spec
+from controller.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zkclient import ZkSettings
 from tests.test_security import CREDS, PASSWORDS, secured  # noqa: F401 - the fixture, shared
 
@@ -155,7 +155,7 @@ def _long_ids(n: int, seed: int = 7) -> list[str]:
 
 def test_creates_that_would_make_a_group_unschedulable_are_refused_with_the_limit(zk, layout):
     admin = AdminClient(zk, layout)
-    many = [TaskSpec(id=t) for t in _long_ids(7500)]
+    many = [TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in _long_ids(7500)]
     with pytest.raises(SpecError, match=r"group 'default' would hold 7500 tasks .* over the [\d,]+-byte limit"):
         admin.create_tasks(many)
     assert zk.get_children(layout.tasks) == [], "nothing may be written"
@@ -163,10 +163,10 @@ def test_creates_that_would_make_a_group_unschedulable_are_refused_with_the_limi
     with pytest.raises(SpecError, match="at most 256 may be pinned"):
         parse_spec({"id": "p1", "pipeline": {"kind": "noop"}, "placement": {"pinned": brokers}})
     # what fits is accepted, and the limit counts the group's tasks already there
-    admin.create_tasks([TaskSpec(id=t) for t in _long_ids(1000, seed=1)])
+    admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in _long_ids(1000, seed=1)])
     with pytest.raises(SpecError, match="would hold"):
-        admin.create_tasks([TaskSpec(id=t) for t in _long_ids(6000, seed=2)])
-    admin.create_tasks([TaskSpec(id=t, group="other") for t in _long_ids(1000, seed=3)])  # another group
+        admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in _long_ids(6000, seed=2)])
+    admin.create_tasks([TaskSpec(id=t, group="other", pipeline=NoopPipeline(kind="noop")) for t in _long_ids(1000, seed=3)])  # another group
 
 
 def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, layout, zk_settings):
@@ -174,9 +174,9 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
     the controller says so, and every other group and admin request works."""
     from controller.zkio import Create, FencedWriter
 
-    ops = [Create(layout.task(t), TaskSpec(id=t, group="big").encode()) for t in _long_ids(7500)]
+    ops = [Create(layout.task(t), TaskSpec(id=t, group="big", pipeline=NoopPipeline(kind="noop")).encode()) for t in _long_ids(7500)]
     FencedWriter(zk, None).write(ops)
-    AdminClient(zk, layout).create_tasks([TaskSpec(id="small-1", group="small")])
+    AdminClient(zk, layout).create_tasks([TaskSpec(id="small-1", group="small", pipeline=NoopPipeline(kind="noop"))])
     ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=5.0))).start()
     w = None
     try:
@@ -197,7 +197,7 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
 def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):  # noqa: F811
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
-    admin.create_tasks([TaskSpec(id="t0"), TaskSpec(id="t1")])
+    admin.create_tasks([TaskSpec(id="t0", pipeline=NoopPipeline(kind="noop")), TaskSpec(id="t1", pipeline=NoopPipeline(kind="noop"))])
     broker = client("broker")
     # an owner znode made the policy's way: the broker may not change its ACL
     broker.create(layout.task_owner("t0"), codecs.encode(codecs.OwnerInfo(broker="b0", generation=1)), ephemeral=True)

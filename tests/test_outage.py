@@ -21,7 +21,7 @@ from controller.admin import ensure_layout, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkserver import ZooKeeperServer, free_port
 
@@ -58,7 +58,7 @@ def test_a_chatty_worker_cut_off_fences_before_its_session_can_expire(zk, layout
         assert ctl.wait_active(10)
         tx = zk.transaction()
         for i in range(6):
-            tx.create(layout.task(f"t{i}"), TaskSpec(id=f"t{i}").encode())
+            tx.create(layout.task(f"t{i}"), TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")).encode())
         tx.commit()
         cut = _worker(workers, ZkSettings(hosts=proxy.address, root=zk_root, session_timeout_s=SESSION), "cut")
         other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION), "other")
@@ -108,7 +108,7 @@ def test_zookeeper_down_longer_than_the_session_timeout(tmp_path: Path, workers,
         tx = admin.transaction()
         tasks = [f"t{i}" for i in range(9)]
         for t in tasks:
-            tx.create(layout.task(t), TaskSpec(id=t).encode())
+            tx.create(layout.task(t), TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode())
         tx.commit()
         ctls += [Controller(ControllerConfig(f"c{i}", settings, GroupConfig(rebalance_timeout_s=4.0))).start()
                  for i in range(2)]
@@ -175,7 +175,7 @@ def test_a_task_still_starting_when_the_fence_fires_does_not_keep_running(zk, la
         assert wait_for(lambda: all(w.state() == "Stable" for w in (slow, other)), 20)
         tx = zk.transaction()
         for i in range(4):
-            tx.create(layout.task(f"t{i}"), TaskSpec(id=f"t{i}").encode())
+            tx.create(layout.task(f"t{i}"), TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")).encode())
         tx.commit()
         # the slow worker is assigned its share and starts it (6 s per start); cut it off meanwhile
         assert wait_for(lambda: any(s.state == "STARTING" for s in list(slow.slots.values())), 15)

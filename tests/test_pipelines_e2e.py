@@ -339,7 +339,7 @@ def test_runtime_sql_failure_backs_off_then_fails_while_its_neighbour_runs(clust
     poison = parse_spec({**files_task(
         "poison", tmp_path / "bad-in", tmp_path / "bad-out",
         "SELECT CASE WHEN id >= 0 THEN raise_error(concat('bad record ', id)) ELSE id END AS id FROM input"),
-        "max_failures": max_failures})
+        "restart": {"max_attempts": max_failures, "backoff_initial_s": 0.5}})
     live = c.live_brokers() & {"A", "B"}
     assert live == {"A"}, live
     c.admin.create_tasks([healthy, poison])
@@ -362,7 +362,7 @@ def test_runtime_sql_failure_backs_off_then_fails_while_its_neighbour_runs(clust
                        "every failed run of the poisoned task to be recorded")
         assert {i.broker for i in runs} == {"A"}
         gaps = [round(b.start - a.end, 2) for a, b in zip(runs, runs[1:])]
-        backoff = [0.5 * 2 ** k for k in range(max_failures)]  # WorkerConfig.backoff_base_s = 0.5, doubling
+        backoff = [poison.restart.delay_before(k + 1) for k in range(max_failures)]  # 0.5 s, doubling
         assert all(g >= d - 0.05 for g, d in zip(gaps, backoff)), (gaps, backoff)
         assert gaps[-1] > gaps[0], f"the gaps between retries grow: {gaps}"
         healthy_runs = c.intervals("healthy")

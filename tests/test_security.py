@@ -23,7 +23,7 @@ from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
 from controller.security import ROLES, AclPolicy, acl_for, check_acls, classify, digest_id, init_security
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 
 PASSWORDS = {r: f"s3cret-{r}-pw" for r in ROLES}
@@ -86,7 +86,7 @@ def _denied(fn) -> bool:
 def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
-    admin.create_tasks([TaskSpec(id=f"t{i}") for i in range(6)])
+    admin.create_tasks([TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
     ctl = Controller(ControllerConfig("c0", _settings(zk_hosts, zk_root, "controller"),
                                       GroupConfig(rebalance_timeout_s=3.0))).start()
     workers = [Worker(WorkerConfig(broker_id=f"b{i}", settings=_settings(zk_hosts, zk_root, "broker"),
@@ -116,8 +116,8 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
             assert _denied(lambda: c.create(layout.group_assignment("default", "intruder"), forged))
         # nobody but the admin creates tasks or admin requests, or changes a task spec
         for c in (anon, reader, broker, controller):
-            assert _denied(lambda: c.create(layout.task("evil"), TaskSpec(id="evil").encode()))
-            assert _denied(lambda: c.set(layout.task("t0"), TaskSpec(id="t0", state="PAUSED").encode()))
+            assert _denied(lambda: c.create(layout.task("evil"), TaskSpec(id="evil", pipeline=NoopPipeline(kind="noop")).encode()))
+            assert _denied(lambda: c.set(layout.task("t0"), TaskSpec(id="t0", state="PAUSED", pipeline=NoopPipeline(kind="noop")).encode()))
             assert _denied(lambda: c.create(layout.admin_rebalance_request_prefix, b"{}", sequence=True))
         # nobody but brokers register, join or take task ownership
         for c in (anon, reader, operator, controller):
@@ -222,7 +222,7 @@ def test_cli_takes_credentials_from_env_or_file_never_the_command_line(zk_hosts,
     res = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "security", "init", *role_args])
     assert res.exit_code == 0, res.output
     spec = tmp_path / "t.json"
-    spec.write_text('{"id": "cli-task"}')
+    spec.write_text('{"id": "cli-task", "pipeline": {"kind": "noop"}}')
     res = runner.invoke(cli, base + ["--zk-auth-file", str(files["reader"]), "task", "create", "-f", str(spec)])
     assert res.exit_code == 1 and "NoAuth" in res.output
     res = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "task", "create", "-f", str(spec)])

@@ -10,7 +10,7 @@ from controller import codecs
 from controller.admin import AdminClient, to_dict
 from controller.admin.views import _shown, _stale, _unassigned_since
 from controller.codecs import OwnerInfo, TaskStatus
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 from tests.test_cli import cluster, ok, ok_json, until  # noqa: F401  (a fixture)
 
 
@@ -53,7 +53,7 @@ def test_unassigned_means_to_run_and_held_by_nobody_since_the_later_of_creation_
 # ---- against a real ZooKeeper ----------------------------------------------------------------------------------
 def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(cluster, cli_env, zk, layout):
     tasks = [f"s{i}" for i in range(6)]
-    cluster.admin.create_tasks([TaskSpec(id=t) for t in tasks])
+    cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     where = cluster.wait_running(set(tasks))
     until(lambda: all(r.status == "RUNNING" and r.shown == "RUNNING" for r in cluster.admin.list_tasks()), 20,
           "every status RUNNING")

@@ -17,7 +17,7 @@ from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.protocol import COOPERATIVE, EAGER
-from controller.taskspec import NoopPipeline, TaskSpec
+from controller.taskspec import NoopPipeline, RestartPolicy, TaskSpec
 from controller.zkclient import ZkSettings
 
 
@@ -56,7 +56,7 @@ def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, contr
 
     from controller.protocol import run_assignor
 
-    _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(6)])
+    _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
     a = _worker(workers, zk_settings, "a", protocols=(EAGER,))
     b = _worker(workers, zk_settings, "b", protocols=(EAGER,))
     assert wait_for(lambda: len(a.running_tasks() | b.running_tasks()) == 6 and a.state() == b.state() == "Stable", 15)
@@ -96,7 +96,7 @@ def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, contr
 def test_session_loss_takes_the_worker_down_and_back(zk, layout, zk_settings, controller, workers):
     from kazoo.client import KazooClient
 
-    _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(4)])
+    _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(4)])
     w = _worker(workers, zk_settings, "x")
     assert wait_for(lambda: len(w.running_tasks()) == 4, 15)
     member = w.member
@@ -131,7 +131,7 @@ def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk
             workers.append(w)
             return w
 
-        _create(zk, layout, *[TaskSpec(id=f"t{i}") for i in range(6)])
+        _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
         cut = start("cut", proxy.address)
         other = start("other", zk_hosts)
         assert cut.fence_margin_s == max(session / 6, budget)
@@ -152,10 +152,11 @@ def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk
 
 
 def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_settings, controller, workers):
-    spec = TaskSpec(id="flaky", max_failures=3, pipeline=NoopPipeline(kind="noop", fail_after_s=0.05,
-                                                                       fail_message="boom: simulated"))
-    _create(zk, layout, spec, TaskSpec(id="healthy"))
-    w = _worker(workers, zk_settings, "w", backoff_base_s=0.2, backoff_max_s=1.0)
+    policy = RestartPolicy(max_attempts=3, backoff_initial_s=0.2, backoff_max_s=1.0)
+    spec = TaskSpec(id="flaky", restart=policy, pipeline=NoopPipeline(kind="noop", fail_after_s=0.05,
+                                                                      fail_message="boom: simulated"))
+    _create(zk, layout, spec, TaskSpec(id="healthy", pipeline=NoopPipeline(kind="noop")))
+    w = _worker(workers, zk_settings, "w")
 
     def status(t: str) -> codecs.TaskStatus | None:
         try:
@@ -184,7 +185,7 @@ def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_setti
     """A worker given many tasks at once sends all their owner creates, then all their spec reads, without
     waiting in between (one pipelined round, not two round trips per task, ``pool_size`` at a time)."""
     ids = [f"p{i:02d}" for i in range(24)]
-    _create(zk, layout, *[TaskSpec(id=t) for t in ids])
+    _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
     w = Worker(WorkerConfig(broker_id="solo", settings=zk_settings, status_interval_s=0.1, pool_size=4, on_halt="kill"))
     sent: list[tuple[str, str]] = []
     send = w.client._call
@@ -209,7 +210,7 @@ def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settin
     """In a batch, a task whose owner znode another session still holds waits (watch, bounded) while the
     others start; it starts once the znode is gone, and never while it exists."""
     ids = [f"q{i}" for i in range(5)]
-    _create(zk, layout, *[TaskSpec(id=t) for t in ids])
+    _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
     zk.create(layout.task_owner("q2"), codecs.encode(codecs.OwnerInfo(broker="elsewhere", generation=0)), ephemeral=True)
     w = _worker(workers, zk_settings, "taker")
     assert wait_for(lambda: w.running_tasks() == set(ids) - {"q2"}, 15)
@@ -225,7 +226,7 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     """A cooperative revocation of several tasks: their runners stop, then one multi writes each last status
     (still ours) and deletes each owner znode; the new owner starts them only after that."""
     ids = [f"r{i}" for i in range(8)]
-    _create(zk, layout, *[TaskSpec(id=t) for t in ids])
+    _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
     a = Worker(WorkerConfig(broker_id="giver", settings=zk_settings, status_interval_s=0.1, on_halt="kill"))
     sent: list[list[tuple[str, str]]] = []
     send = a.client._call

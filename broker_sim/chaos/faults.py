@@ -12,7 +12,7 @@ from typing import Callable
 
 from broker_sim.chaos.schedule import Fault, broker_id, task_id
 from controller.admin import AdminClient, AdminError
-from controller.taskspec import TaskSpec
+from controller.taskspec import NoopPipeline, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Faults:
         if f.kind == "task-storm":
             admin = AdminClient(self.admin, self.layout)
             if f.create:
-                admin.create_tasks([TaskSpec(id=task_id(f.prefix, i)) for i in range(f.create)])
+                admin.create_tasks([TaskSpec(id=task_id(f.prefix, i), pipeline=NoopPipeline(kind="noop")) for i in range(f.create)])
             for t in f.delete:
                 try:
                     admin.delete_task(t)

@@ -91,8 +91,6 @@ class WorkerConfig:
     runner_options: dict[str, Any] = field(default_factory=dict)
     fence_fraction: float = 1 / 6
     status_interval_s: float = 0.5
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
     owner_wait_s: float = 120.0
     pool_size: int = 16
     intervals_flush_s: float = 2.0

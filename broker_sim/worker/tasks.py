@@ -224,19 +224,21 @@ class Tasks:
             self._reconcile()
 
     def _failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
+        """Count a failure: restart after the backoff of the spec's restart policy, or, once its attempts are
+        spent (or the failure is permanent), stay FAILED with this last error until `task restart`."""
         with self.lock:
             slot = self.slots.setdefault(t, _TaskSlot())
             slot.failures += 1
             slot.error = error
             slot.trace = trace
             slot.dirty = True
-            limit = slot.spec.max_failures if slot.spec is not None else 0
-            if permanent or slot.failures > limit:
+            policy = slot.spec.restart if slot.spec is not None else None  # no spec read: nothing to retry
+            if permanent or policy is None or policy.gives_up(slot.failures):
                 slot.state = "FAILED"
                 slot.restart_at = None
                 log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.id, t, slot.failures, error)
             else:
-                delay = min(self.config.backoff_base_s * 2 ** (slot.failures - 1), self.config.backoff_max_s)
+                delay = policy.delay_before(slot.failures)
                 slot.state = "RESTARTING"
                 slot.restart_at = time.monotonic() + delay
                 log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.id, t, slot.failures, delay, error)

@@ -2,8 +2,8 @@
 
 Front ends only parse and print; this package talks to ZooKeeper through the layout and the codecs:
 
-* ``client`` — ``AdminClient``, composed of ``tasks`` (task operations) and ``cluster`` (status, brokers,
-  groups, rebalance, controlled shutdown, watch);
+* ``client`` — ``AdminClient``, composed of ``tasks`` (task operations), ``restarts`` (restarting every
+  FAILED task in one write) and ``cluster`` (status, brokers, groups, rebalance, controlled shutdown, watch);
 * ``views`` — the frozen results and ``to_dict``;
 * ``inspection`` — ``zkctl zk tree|get``: decoding whatever lives at a path;
 * ``watch`` — the cluster watch behind ``zkctl watch``;
@@ -30,12 +30,15 @@ from controller.admin.inspection import ZkInspector, ZnodeView, payload_decoder,
 from controller.admin.views import (
     AdminRequest,
     BrokerView,
+    BulkRestart,
     ClusterEvent,
     ClusterStatus,
     CreateResult,
     GroupDescription,
     GroupSummary,
     MemberView,
+    RestartProgress,
+    SkippedRestart,
     TaskChange,
     TaskDescription,
     TaskRow,
@@ -43,6 +46,7 @@ from controller.admin.views import (
 )
 
 __all__ = ["AdminError", "NotFound", "Conflict", "ensure_layout", "payload_decoder", "ZkInspector", "ZnodeView", "walk", "wait_for",
-           "AdminClient", "CreateResult", "TaskRow", "TaskDescription", "TaskChange", "AdminRequest", "BrokerView",
+           "AdminClient", "CreateResult", "TaskRow", "TaskDescription", "TaskChange", "BulkRestart", "SkippedRestart", "RestartProgress",
+           "AdminRequest", "BrokerView",
            "GroupSummary", "MemberView", "GroupDescription", "ClusterStatus", "ClusterEvent", "to_dict",
            "load_declarative_validator", "NodeExistsError", "NotEmptyError", "WAIT_S", "DECLARATIVE_VALIDATOR"]

@@ -15,6 +15,7 @@ from controller import codecs
 from controller.admin.cluster import ClusterOperations
 from controller.admin.common import WAIT_S, AdminError, NotFound
 from controller.admin.operations import OperationsAdmin
+from controller.admin.restarts import RestartOperations
 from controller.admin.tasks import TaskOperations
 from controller.codecs import PayloadError
 from controller.layout import ZkLayout
@@ -27,7 +28,7 @@ MULTI_READ_FROM = 8
 _UNKNOWN_STAT = ZnodeStat(*([0] * len(ZnodeStat._fields)))
 
 
-class AdminClient(TaskOperations, ClusterOperations, OperationsAdmin):
+class AdminClient(TaskOperations, RestartOperations, ClusterOperations, OperationsAdmin):
     """Operator requests over one kazoo client. Reads are pipelined with the async API (a few waves of
     requests whatever the number of tasks); writes are single requests or one ``multi``."""
 

@@ -35,6 +35,7 @@ from controller.admin.views import (
     _shown,
     _stale,
     _unassigned_since,
+    restart_progress,
 )
 from controller.codecs import PayloadError
 from controller.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
@@ -192,9 +193,10 @@ class TaskOperations:
         spec_res, owner_res, status_res, delete_res, reassign_res = self._wave(paths)[0]
         if spec_res is None:
             raise NotFound(f"unknown task {task_id!r}")
-        spec_dict, invalid = None, None
+        spec, spec_dict, invalid = None, None, None
         try:
-            spec_dict = decode_task(spec_res[0], paths[0]).model_dump(mode="json", by_alias=True)
+            spec = decode_task(spec_res[0], paths[0])
+            spec_dict = spec.model_dump(mode="json", by_alias=True)
         except PayloadError as exc:
             invalid = exc.reason
         owner, owner_err = self._decode(codecs.OwnerInfo, owner_res, paths[1])
@@ -214,7 +216,8 @@ class TaskOperations:
             owner=owner_dict, status=codecs.to_jsonable(status) if status else None,
             last_error=(status.error if status else None) or status_err or invalid,
             deleting=delete_res is not None, reassign_to=reassign.to if reassign else None, invalid=invalid,
-            status_stale=stale, shown="INVALID" if invalid else _shown(status, stale, since), unassigned_since=since)
+            status_stale=stale, shown="INVALID" if invalid else _shown(status, stale, since), unassigned_since=since,
+            restart=restart_progress(spec.restart, status) if spec is not None else None)
 
     def _file_request(self, path: str, payload: Any) -> bool:
         """Create an admin request znode once; True if the same request was already pending."""

@@ -49,6 +49,19 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
+class RestartProgress:
+    """A task's restart policy and how far its owner has gone through it (from the spec and the status)."""
+
+    max_attempts: int
+    backoff_initial_s: float
+    backoff_max_s: float
+    failures: int                     # failures in a row the owner reported (`task restart` starts over)
+    attempts: int                     # automatic restarts made or scheduled so far
+    gave_up: bool                     # FAILED with every attempt spent: it waits for `task restart`
+    next_delay_s: float | None = None # while RESTARTING: the wait before this attempt
+
+
+@dataclass(frozen=True)
 class TaskDescription:
     task_id: str
     spec: dict[str, Any] | None
@@ -63,6 +76,7 @@ class TaskDescription:
     status_stale: bool = False
     shown: str | None = None
     unassigned_since: float | None = None
+    restart: RestartProgress | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,24 @@ class TaskChange:
     state: str
     restart_nonce: int
     zk_version: int
+
+
+@dataclass(frozen=True)
+class SkippedRestart:
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BulkRestart:
+    """What ``restart_tasks`` did: the tasks restarted (their nonces bumped in ``multis`` multis), and those
+    it left alone, with why."""
+
+    only_failed: bool
+    group: str | None
+    restarted: tuple[TaskChange, ...] = ()
+    skipped: tuple[SkippedRestart, ...] = ()
+    multis: int = 0
 
 
 @dataclass(frozen=True)
@@ -200,3 +232,33 @@ def _shown(status: codecs.TaskStatus | None, stale: bool, unassigned: float | No
         return "STALE"
     return status.state if status else None
 
+
+
+def restart_progress(policy: Any, status: codecs.TaskStatus | None) -> RestartProgress:
+    """The policy (a spec's ``RestartPolicy``) with what the status says of the failures so far."""
+    failures = status.failures if status is not None else 0
+    state = status.state if status is not None else None
+    return RestartProgress(
+        max_attempts=policy.max_attempts, backoff_initial_s=policy.backoff_initial_s,
+        backoff_max_s=policy.backoff_max_s, failures=failures, attempts=min(failures, policy.max_attempts),
+        gave_up=state == "FAILED" and policy.gives_up(failures),
+        next_delay_s=policy.delay_before(failures) if state == "RESTARTING" and failures > 0 else None)
+
+
+def restart_candidates(rows: Any, only_failed: bool) -> tuple[list[str], list[SkippedRestart]]:
+    """Which tasks a bulk restart bumps: those shown FAILED (``only_failed``; what ``task list`` shows) or every
+    task, less those it cannot or need not restart, each with the reason."""
+    chosen: list[str] = []
+    skipped: list[SkippedRestart] = []
+    for r in rows:
+        if only_failed and r.shown != "FAILED":
+            continue
+        if r.invalid:
+            skipped.append(SkippedRestart(r.task_id, f"invalid spec: {r.invalid}"))
+        elif r.deleting:
+            skipped.append(SkippedRestart(r.task_id, "being deleted"))
+        elif r.state == "PAUSED":
+            skipped.append(SkippedRestart(r.task_id, "PAUSED: resume it to run it again"))
+        else:
+            chosen.append(r.task_id)
+    return chosen, skipped
