@@ -7,6 +7,7 @@ import time
 import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
+from cli.progress import waiting
 from controller.admin import to_dict
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
@@ -81,7 +82,8 @@ def broker_list(ctx: Ctx) -> None:
 @pass_ctx
 def broker_shutdown(ctx: Ctx, broker_id: str, wait: bool, timeout: float) -> None:
     """Controlled shutdown: move the broker's tasks away; the broker exits once it holds none."""
-    req = ctx.admin().shutdown_broker(broker_id, wait=timeout if wait else 0.0)
+    with waiting(f"waiting for {broker_id} to hand over its tasks", timeout, "moved", wait, ctx.json_out) as p:
+        req = ctx.admin().shutdown_broker(broker_id, wait=timeout if wait else 0.0, progress=p)
     if wait and not req.done:
         raise UserError(f"broker {broker_id} still holds tasks after {timeout:g}s")
     human = (f"Broker {broker_id} holds no tasks any more" if req.done else
@@ -145,7 +147,10 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
 @pass_ctx
 def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wait: bool, timeout: float) -> None:
     """Ask the controller for a rebalance of one group or all of them."""
-    req = ctx.admin().rebalance(group_name, reason=reason, wait=timeout if wait else 0.0, preferred=preferred)
+    what = f"waiting for {'group ' + group_name if group_name else 'every group'} to be Stable with every move done"
+    with waiting(what, timeout, "groups", wait, ctx.json_out) as p:
+        req = ctx.admin().rebalance(group_name, reason=reason, wait=timeout if wait else 0.0, preferred=preferred,
+                                    progress=p)
     if wait and not req.done:
         raise UserError(f"rebalance of {group_name or 'all groups'} not finished within {timeout:g}s")
     what = f"group {group_name}" if group_name else "all groups"

@@ -24,6 +24,7 @@ import click
 
 from broker_sim.checker import close_open, double_ownership
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
+from cli.common import table
 from controller import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.layout import ZkLayout
@@ -49,6 +50,8 @@ class Demo:
     t0: float = field(default_factory=time.monotonic)
     killed: dict[str, float] = field(default_factory=dict)
     api_port: int = 8083
+    _shape: tuple = ()         # (task, owner, state) of the table last shown
+    _shown_at: float = 0.0
 
     # ---- processes --------------------------------------------------------------------------------
     def _zkctl(self, name: str, *args: str) -> subprocess.Popen:
@@ -104,15 +107,42 @@ class Demo:
         for t, o, s in zip(tasks, owners, statuses):
             owner = codecs.decode(codecs.OwnerInfo, o[0]).broker if o else None
             st = codecs.decode(codecs.TaskStatus, s[0]) if s else None
-            out["tasks"][t] = {"owner": owner, "state": st.state if st else "-",
-                               "rows": (st.metrics or {}).get("rows", 0) if st else 0}
+            state = st.state if st else "UNASSIGNED" if owner is None else "-"
+            if owner is not None and owner in self.killed:
+                state = "LOST"  # we killed it: its owner znode lasts until its session expires
+            out["tasks"][t] = {"owner": owner, "state": state}
         return out
 
+    def sink_rows(self, task: str) -> int | None:
+        """Rows the task's sink holds (committed files only): counted across moves, whoever wrote them
+        (a run's own counter starts again at 0 on every broker the pipeline moves to)."""
+        if self.runner != "spark":
+            return None
+        import pyarrow.parquet as pq
+
+        from broker_sim.chaos.sinks import committed_files
+
+        total = 0
+        for f in committed_files(self.state_dir / "output" / task):
+            try:
+                total += pq.ParquetFile(str(f)).metadata.num_rows
+            except (OSError, ValueError):
+                continue  # being written or removed as we look
+        return total
+
     def progress(self, client: Any, layout: ZkLayout, tasks: list[str], note: str = "") -> dict[str, Any]:
+        """One status line; the tasks' table below it when an owner or a state changed (or every 10 s)."""
         v = self.view(client, layout, tasks)
-        parts = [f"{t}:{d['owner'] or '—'}/{d['state'][:4]}" + (f"/{d['rows']}r" if self.runner == "spark" else "")
-                 for t, d in v["tasks"].items()]
-        self.say(f"controller {v['controller']:<14} " + "  ".join(parts) + (f"  {note}" if note else ""))
+        running = sum(1 for d in v["tasks"].values() if d["owner"] and d["state"] == "RUNNING")
+        self.say(f"controller {v['controller']}: {running}/{len(tasks)} tasks running" + (f" -- {note}" if note else ""))
+        shape = tuple((t, d["owner"], d["state"]) for t, d in v["tasks"].items())
+        if shape != self._shape or time.monotonic() - self._shown_at >= 10.0:
+            self._shape, self._shown_at = shape, time.monotonic()
+            spark = self.runner == "spark"
+            rows = [[t, d["owner"] or "-", d["state"]] + ([self.sink_rows(t)] if spark else [])
+                    for t, d in v["tasks"].items()]
+            for line in table(["TASK", "BROKER", "STATE"] + (["ROWS IN SINK"] if spark else []), rows).splitlines():
+                self.echo(" " * 10 + line)
         return v
 
     # ---- the run ----------------------------------------------------------------------------------

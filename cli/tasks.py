@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
+from cli.progress import waiting
 from controller.admin import RestartProgress, to_dict
 from controller.taskspec import load_specs, task_schema
 
@@ -146,7 +147,8 @@ def restart_line(r: RestartProgress | None) -> str:
 @pass_ctx
 def task_delete(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
     """Delete a task: the controller revokes it, waits for its owner to stop it, then deletes it."""
-    req = ctx.admin().delete_task(task_id, wait=timeout if wait else 0.0)
+    with waiting(f"waiting for {task_id} to be revoked and deleted", timeout, "deleted", wait, ctx.json_out) as p:
+        req = ctx.admin().delete_task(task_id, wait=timeout if wait else 0.0, progress=p)
     if wait and not req.done:
         raise UserError(f"task {task_id} was not deleted within {timeout:g}s"
                         + (f" ({req.notes[0]})" if req.notes else "; the request stays pending"))
@@ -228,7 +230,8 @@ def task_schema_cmd(ctx: Ctx) -> None:
 @pass_ctx
 def task_reassign(ctx: Ctx, task_id: str, to: str, wait: bool, timeout: float) -> None:
     """Move a task to one broker (revoked first, so it never runs twice)."""
-    req = ctx.admin().reassign(task_id, to, wait=timeout if wait else 0.0)
+    with waiting(f"waiting for {task_id} to run on {to}", timeout, "moved", wait, ctx.json_out) as p:
+        req = ctx.admin().reassign(task_id, to, wait=timeout if wait else 0.0, progress=p)
     if wait and not req.done:
         raise UserError(f"task {task_id} did not move to {to} within {timeout:g}s")
     human = f"Task {task_id} now runs on {to}" if req.done else f"Reassignment of {task_id} to {to} requested"

@@ -7,6 +7,7 @@ Every process a test starts is stopped by its pid in a ``finally``."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import queue
 import shutil
@@ -43,8 +44,11 @@ def assert_user_error(result, *needles: str) -> str:
     """Exit 1, one line on stderr starting with 'Error:', no traceback, nothing on stdout."""
     assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
     assert isinstance(result.exception, SystemExit), result.exception  # not an unexpected exception
-    err = result.stderr.strip()
-    assert err.startswith("Error: ") and "\n" not in err, err
+    lines = result.stderr.strip().splitlines()
+    # a --wait command's progress lines may come first (plain lines, as stderr is no terminal here)
+    assert all(re.match(r"^\[\s*\d+\.\ds\] waiting for .*: \d+/\d+ ", line) for line in lines[:-1]), lines
+    err = lines[-1] if lines else ""
+    assert err.startswith("Error: "), err
     assert "Traceback" not in result.output and result.stdout == ""
     for n in needles:
         assert n in err, (n, err)
@@ -407,7 +411,9 @@ def test_rebalance_bumps_the_generation(cluster, cli_env):
     cluster.wait_running({"t1"})
     until(lambda: cluster.admin.status().groups[0].state == "Stable", what="Stable")
     before = cluster.admin.status().groups[0].generation
-    req = ok_json(cli_env, "rebalance", "--group", "default", "--wait", "--timeout", "20")
+    p = zkctl(cli_env, "--json", "rebalance", "--group", "default", "--wait", "--timeout", "20")
+    assert p.returncode == 0 and p.stderr == "", p.stderr  # --json: no progress, stdout pure JSON
+    req = json.loads(p.stdout)
     assert req["done"] is True and req["path"].rsplit("/", 1)[1].startswith("req-")
     after = cluster.admin.status().groups[0]
     assert after.state == "Stable" and after.generation > before
@@ -439,8 +445,14 @@ def test_broker_shutdown_moves_its_tasks_away(cluster, cli_env):
     cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     assert "b1" in placed.values()
-    out = ok(cli_env, "broker", "shutdown", "b1", "--wait", "--timeout", "30")
-    assert "Broker b1 holds no tasks any more" in out
+    held = sum(1 for b in placed.values() if b == "b1")
+    p = zkctl(cli_env, "broker", "shutdown", "b1", "--wait", "--timeout", "30")
+    assert p.returncode == 0 and "Broker b1 holds no tasks any more" in p.stdout, (p.stdout, p.stderr)
+    # its progress, on stderr as plain lines (no terminal here): what it waits for, and how far it is
+    lines = p.stderr.strip().splitlines()
+    assert lines and all(re.match(r"^\[\s*\d+\.\ds\] waiting for b1 to hand over its tasks: \d+/\d+ moved "
+                                  r"\(timeout 30s\)$", line) for line in lines), lines
+    assert lines[-1].split(": ")[1].startswith(f"{held}/{held} moved") and "\r" not in p.stderr
     assert set(cluster.running().values()) == {"b0"}
     until(cluster.workers["b1"].exited.is_set, what="b1's controlled shutdown to complete")
     cluster.workers["b1"].stop()  # what `zkctl broker run` does once `exited` is set
@@ -596,3 +608,21 @@ def test_a_simulation_that_cannot_converge_ends_with_one_line(monkeypatch, zk_ho
     monkeypatch.setattr(Simulation, "wait_converged", lambda self, balanced=False, timeout=None: None)
     res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "2", "--tasks", "4"])
     assert_user_error(res, "did not converge within", "try fewer brokers or a longer --session-timeout")
+
+
+def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
+    """``zkctl demo --runner noop`` (the README's main job in its fast form): real processes, a broker and a
+    controller killed; its status is an aligned table with full state names."""
+    env = {**os.environ, "ZKC_STATE_DIR": str(tmp_path / "state")}
+    env.pop("ZKC_ZK", None)
+    p = subprocess.run([ZKCTL, "demo", "--runner", "noop"], env=env, capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = p.stdout
+    assert "double ownership: 0" in out and "controller ctl-" in out and "took over at epoch 2" in out
+    header = next(line for line in out.splitlines() if line.split() == ["TASK", "BROKER", "STATE"])
+    rows = out.splitlines()[out.splitlines().index(header) + 1:][:4]
+    assert [r.split()[0] for r in rows] == [f"pipeline-{i}" for i in range(1, 5)]
+    assert {r.split()[2] for r in rows} <= {"UNASSIGNED", "STARTING", "RUNNING", "LOST"}
+    assert all(r.index(r.split()[2]) == header.index("STATE") for r in rows)  # aligned
+    assert " LOST" in out  # the killed broker's tasks, until its session expires

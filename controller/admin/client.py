@@ -28,6 +28,10 @@ MULTI_READ_FROM = 8
 _UNKNOWN_STAT = ZnodeStat(*([0] * len(ZnodeStat._fields)))
 
 
+#: told (done, total) while a ``--wait`` request waits (the CLI draws it; the API passes none)
+Progress = Callable[[int, int], None]
+
+
 class AdminClient(TaskOperations, RestartOperations, ClusterOperations, OperationsAdmin):
     """Operator requests over one kazoo client. Reads are pipelined with the async API (a few waves of
     requests whatever the number of tasks); writes are single requests or one ``multi``."""
@@ -104,15 +108,21 @@ class AdminClient(TaskOperations, RestartOperations, ClusterOperations, Operatio
         _, (kids,) = self._wave(children=[self.layout.broker_ids])
         return kids or []
 
-    def _wait(self, check: Callable[[Callable[[Any], None]], bool], timeout: float, interval: float = 0.25) -> bool:
-        """Wait until ``check(watch)`` is true: it arms ``watch`` on what it reads, and is re-run when a
-        watch fires or at least every ``interval`` (bounded by ``timeout``)."""
+    def _wait(self, check: Callable[[Callable[[Any], None]], bool | tuple[int, int]], timeout: float,
+              interval: float = 0.25, progress: Progress | None = None) -> bool:
+        """Wait until ``check(watch)`` is done: it arms ``watch`` on what it reads, and is re-run when a
+        watch fires or at least every ``interval`` (bounded by ``timeout``). A check returns True/False, or
+        (done, total), done when equal, which ``progress`` is told at every look."""
         fired = threading.Event()
         watch = lambda _event: fired.set()  # one callable: kazoo keeps a set, so re-arming does not pile up
         deadline = time.monotonic() + timeout
         while True:
             fired.clear()
-            if check(watch):
+            got = check(watch)
+            done, total = got if isinstance(got, tuple) else (int(bool(got)), 1)
+            if progress is not None:
+                progress(done, total)
+            if done >= total:
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -189,7 +189,7 @@ class ClusterOperations:
         return ()
 
     def rebalance(self, group: str | None = None, reason: str = "manual", wait: float = 0.0,
-                  preferred: bool = False) -> AdminRequest:
+                  preferred: bool = False, progress: Callable[[int, int], None] | None = None) -> AdminRequest:
         """Ask for a rebalance of one group (or all): a sequential ``/admin/rebalance/req-`` znode.
         ``preferred``: towards the assignor's layout from scratch, in throttled waves."""
         lay = self.layout
@@ -212,10 +212,11 @@ class ClusterOperations:
             notes.append("no group has live members: nothing to rebalance")
         done = None
         if wait > 0:
-            def settled(_w: Callable[[Any], None]) -> bool:
+            def settled(_w: Callable[[Any], None]) -> tuple[int, int]:
                 now = {s.group: s for s in self._summaries(busy)}
-                return all(now[g].state == "Stable" and (now[g].generation or 0) > (before[g].generation or 0) for g in busy)
-            done = self._wait(settled, wait)
+                return sum(1 for g in busy if now[g].state == "Stable" and not now[g].moving and not now[g].deferred
+                           and (now[g].generation or 0) > (before[g].generation or 0)), len(busy)
+            done = self._wait(settled, wait, progress=progress)
         return AdminRequest("rebalance", group, path, False, done, tuple(notes))
 
     def _summaries(self, groups: Sequence[str]) -> list[GroupSummary]:
@@ -223,7 +224,8 @@ class ClusterOperations:
         got, kids = self._wave([lay.group_state(g) for g in groups], [lay.group_members(g) for g in groups])
         return [self._group_summary(g, r, m) for g, r, m in zip(groups, got, kids)]
 
-    def shutdown_broker(self, broker_id: str, wait: float = 0.0) -> AdminRequest:
+    def shutdown_broker(self, broker_id: str, wait: float = 0.0,
+                        progress: Callable[[int, int], None] | None = None) -> AdminRequest:
         """Controlled shutdown: the controller moves the broker's tasks away; the broker exits when it owns
         nothing. ``wait`` waits (bounded) until it holds no task or is gone."""
         lay = self.layout
@@ -234,13 +236,19 @@ class ClusterOperations:
         already = self._file_request(path, codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time()))
         done = None
         if wait > 0:
-            def released(w: Callable[[Any], None]) -> bool:
+            held_at_first: list[int] = []
+
+            def released(w: Callable[[Any], None]) -> tuple[int, int]:
                 if self.client.exists(lay.broker(broker_id), watch=w) is None:
-                    return True
+                    return (held_at_first or [1])[0], (held_at_first or [1])[0]
                 tasks = self._wave(children=[lay.tasks])[1][0] or []
-                return not any(o is not None and o[0] is not None and o[0].broker == broker_id
-                               for o in self._owners(tasks).values())
-            done = self._wait(released, wait)
+                held = sum(1 for o in self._owners(tasks).values()
+                           if o is not None and o[0] is not None and o[0].broker == broker_id)
+                if not held_at_first:
+                    held_at_first.append(max(held, 1))
+                total = max(held_at_first[0], held)
+                return (total - held, total) if held else (total, total)
+            done = self._wait(released, wait, progress=progress)
         return AdminRequest("controlled_shutdown", broker_id, path, already, done, self._controller_note())
 
     # ---- watch ------------------------------------------------------------------------------------

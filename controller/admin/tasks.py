@@ -228,7 +228,7 @@ class TaskOperations:
         except NodeExistsError:
             return True
 
-    def delete_task(self, task_id: str, wait: float = 0.0) -> AdminRequest:
+    def delete_task(self, task_id: str, wait: float = 0.0, progress: Callable[[int, int], None] | None = None) -> AdminRequest:
         """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it."""
         lay = self.layout
         if self.client.exists(lay.task(task_id)) is None:
@@ -237,7 +237,7 @@ class TaskOperations:
         already = self._file_request(path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
         done = None
         if wait > 0:
-            done = self._wait(lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait)
+            done = self._wait(lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait, progress=progress)
         return AdminRequest("delete", task_id, path, already, done, self._controller_note())
 
     def pause(self, task_id: str) -> TaskChange:
@@ -269,7 +269,8 @@ class TaskOperations:
             return TaskChange(task_id, action, True, new.state, new.restart_nonce, new_stat.version)
         raise AdminError(f"task {task_id!r}: its spec kept changing during the {action}; try again")
 
-    def reassign(self, task_id: str, to: str, wait: float = 0.0) -> AdminRequest:
+    def reassign(self, task_id: str, to: str, wait: float = 0.0,
+                 progress: Callable[[int, int], None] | None = None) -> AdminRequest:
         """Move one task to one live broker of its group (the controller revokes it first: never two owners)."""
         lay = self.layout
         spec, _stat, deleting = self._read_spec(task_id)
@@ -305,7 +306,7 @@ class TaskOperations:
                     return False
                 info, _ = self._decode(codecs.OwnerInfo, (data, None), lay.task_owner(task_id))
                 return info is not None and info.broker == to
-            done = self._wait(owned_by_target, wait)
+            done = self._wait(owned_by_target, wait, progress=progress)
         return AdminRequest("reassign", task_id, path, already, done, tuple(notes))
 
     # ---- run intervals (timelines) ----------------------------------------------------------------
