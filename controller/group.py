@@ -509,11 +509,11 @@ class GroupCoordinator:
             log.warning("group %s: refusing proposal of %s for generation %d: %s", self.group,
                         proposal.leader, proposal.generation, "; ".join(problems[:3]))
             return self._prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
-        had = {mm.member_id: set(mm.owned) | set(self.join_result.previous.get(mm.member_id, ()))
-               for mm in self.join_result.members}
         proposed = {m: proposal.assigned.get(m, ()) for m in self.generation_members}
         revocations = {m: proposal.revoked.get(m, ()) for m in self.generation_members}
         if self.throttled():
+            had = {mm.member_id: set(mm.owned) | set(self.join_result.previous.get(mm.member_id, ()))
+                   for mm in self.join_result.members}
             wave = plan_wave(proposed, revocations, had, self.tasks, self.moving, self.limits, self.clock.now(),
                              frozen=self.maintenance, room=self.cluster_room,
                              leaving=[mm.member_id for mm in self.join_result.members if mm.leaving])
