@@ -107,7 +107,7 @@ class Demo:
         for t, o, s in zip(tasks, owners, statuses):
             owner = codecs.decode(codecs.OwnerInfo, o[0]).broker if o else None
             st = codecs.decode(codecs.TaskStatus, s[0]) if s else None
-            state = st.state if st else "UNASSIGNED" if owner is None else "-"
+            state = st.state if st else "UNASSIGNED" if owner is None else "ASSIGNED"  # (no status written yet)
             if owner is not None and owner in self.killed:
                 state = "LOST"  # we killed it: its owner znode lasts until its session expires
             out["tasks"][t] = {"owner": owner, "state": state}

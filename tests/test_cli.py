@@ -626,6 +626,6 @@ def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
     header = next(line for line in out.splitlines() if line.split() == ["TASK", "BROKER", "STATE"])
     rows = out.splitlines()[out.splitlines().index(header) + 1:][:4]
     assert [r.split()[0] for r in rows] == [f"pipeline-{i}" for i in range(1, 5)]
-    assert {r.split()[2] for r in rows} <= {"UNASSIGNED", "STARTING", "RUNNING", "LOST"}
+    assert {r.split()[2] for r in rows} <= {"UNASSIGNED", "ASSIGNED", "STARTING", "RUNNING", "LOST"}
     assert all(r.index(r.split()[2]) == header.index("STATE") for r in rows)  # aligned
     assert " LOST" in out  # the killed broker's tasks, until its session expires
