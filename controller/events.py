@@ -116,6 +116,17 @@ class TaskConfigChange:
 
 
 @dataclass(frozen=True)
+class TasksResync:
+    """The tasks' watches may have missed changes (the connection dropped: kazoo and the server forgot them):
+    re-arm, then read every task again."""
+
+    token: int
+
+    def process(self, c: "Controller") -> None:
+        c.on_tasks_resync(self.token)
+
+
+@dataclass(frozen=True)
 class TaskConfigChanges:
     """Several tasks' specs to re-read at once: watch firings merged (``coalesce``) after a reconnect or
     while queued one behind another."""
@@ -271,7 +282,7 @@ class Shutdown:
 
 # Events that only ask "re-read this part of ZooKeeper": processing one twice in a row changes nothing,
 # so held copies can be merged (see coalesce).
-_REREADS = (ControllerChange, BrokerChange, TaskChange, TaskDeletion, StatusesChange, GroupsChange, MembersChange,
+_REREADS = (ControllerChange, BrokerChange, TaskChange, TasksResync, TaskDeletion, StatusesChange, GroupsChange, MembersChange,
             SyncProposalReady, Rebalance, ControlledShutdown, Reassign, Tick)
 
 

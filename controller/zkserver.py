@@ -134,7 +134,7 @@ class ZooKeeperServer:
             f"tickTime={self.tick_ms}",
             f"dataDir={self.data_dir.resolve() / 'data'}",
             "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr,mntr,stat,cons",
+            "4lw.commands.whitelist=ruok,srvr,mntr,stat,cons,wchc",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "minSessionTimeout=1000",
             "maxClientCnxns=0",

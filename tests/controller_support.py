@@ -22,9 +22,23 @@ from controller.daemon import Controller, ControllerConfig
 from controller.layout import ZkLayout
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings
-from controller.zkserver import ZooKeeperServer, free_port
+from controller.zkserver import ZooKeeperServer, four_letter_word, free_port
 
 log = logging.getLogger(__name__)
+
+
+def watches_by_session(hosts: str) -> dict[int, set[str]]:
+    """The server's own list of watched paths per session (``wchc``)."""
+    host, port = hosts.split(":")
+    out: dict[int, set[str]] = {}
+    session = None
+    for line in four_letter_word(host, int(port), "wchc", timeout=5.0).splitlines():
+        if line.startswith("0x"):
+            session = int(line, 16)
+            out[session] = set()
+        elif line.strip() and session is not None:
+            out[session].add(line.strip())
+    return out
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> None:

@@ -19,10 +19,11 @@ from kazoo.security import make_digest_acl
 from controller import daemon
 from controller.daemon import Controller
 from controller.layout import ZkLayout
+from controller.watches import AddWatch, PersistentWatches
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkio import (MULTI_READ_FIRST_OPS, InterruptibleClient, MultiRead, children_many, get_many, multi_children,
                              multi_read)
-from tests.controller_support import cluster, create_tasks, settle, wait_until  # noqa: F401  (cluster: fixture)
+from tests.controller_support import cluster, create_tasks, settle, wait_until, watches_by_session  # noqa: F401  (cluster: fixture)
 
 
 def counting(client: KazooClient) -> list[MultiRead]:
@@ -210,7 +211,7 @@ def test_a_spec_change_between_the_load_and_its_watch_is_not_lost(cluster, zk, l
     monkeypatch.setattr(daemon.loading, "ARM_WATCH_CHUNK", 10)
     ids = [f"t{i:03d}" for i in range(45)]
     create_tasks(zk, layout, ids)
-    ctl = cluster.controller("c0", start=False)
+    ctl = cluster.controller("c0", start=False, task_watch="one-shot")
     chunks: list[list[str]] = []
     touched: dict[str, str] = {}
 
@@ -264,7 +265,7 @@ def test_a_reload_stops_the_watch_armer_of_the_load_before(cluster, zk, layout, 
     monkeypatch.setattr(daemon.loading, "ARM_WATCH_CHUNK", 10)
     ids = [f"t{i:03d}" for i in range(30)]
     create_tasks(zk, layout, ids)
-    ctl = cluster.controller("c1", start=False)
+    ctl = cluster.controller("c1", start=False, task_watch="one-shot")
     entered, release = threading.Event(), threading.Event()
     cluster.releases.append(release)
     seen: list[int] = []
@@ -294,7 +295,7 @@ def test_a_reload_stops_the_watch_armer_of_the_load_before(cluster, zk, layout, 
 def test_the_pipelined_load_arms_watches_inline_and_starts_no_armer(cluster, zk, layout):
     ids = [f"t{i:03d}" for i in range(20)]
     create_tasks(zk, layout, ids)
-    ctl = cluster.controller("c2", load="pipelined")
+    ctl = cluster.controller("c2", load="pipelined", task_watch="one-shot")
     wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
     assert ctl.watch_armer is None
     assert all(_watchers(ctl, layout, t) == 1 for t in ids)
@@ -302,3 +303,70 @@ def test_the_pipelined_load_arms_watches_inline_and_starts_no_armer(cluster, zk,
     wait_until(lambda: ctl.ctx.tasks[ids[0]].state == "PAUSED", 10, "the change seen")
     with pytest.raises(ValueError):
         daemon.ControllerConfig("x", ctl.config.settings, load="bogus")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        daemon.ControllerConfig("x", ctl.config.settings, task_watch="bogus")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("load", ["multiread", "pipelined"])
+def test_the_persistent_watch_of_the_tasks_replaces_every_task_watch(cluster, zk, layout, zk_hosts, load):
+    """One PERSISTENT_RECURSIVE watch on /tasks, armed before the load reads: no armer, no data watch per
+    task, no children watch; a task created, edited, paused or deleted afterwards is seen through it, and
+    events below a task (its owner) are not taken for spec changes. A resign removes it on the server."""
+    ids = [f"t{i:03d}" for i in range(20)]
+    create_tasks(zk, layout, ids)
+    ctl = cluster.controller("c3", load=load)
+    wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 20, 10, "active")
+    assert ctl.task_tree_watched and ctl.watch_armer is None
+    assert not any(_watchers(ctl, layout, t) for t in ids)
+    assert not ctl.client._child_watchers.get(layout.tasks)
+    create_tasks(zk, layout, ["new"])
+    _set_spec(zk, layout, ids[0], state="PAUSED")
+    _set_spec(zk, layout, ids[1], weight=5)
+    zk.delete(layout.task(ids[2]))
+    zk.create(layout.task_owner(ids[3]), b"{}", ephemeral=True)  # a child event: no spec re-read
+    wait_until(lambda: "new" in ctl.ctx.tasks and ctl.ctx.tasks[ids[0]].state == "PAUSED"
+               and ctl.ctx.tasks[ids[1]].weight == 5 and ids[2] not in ctl.ctx.tasks, 10, "every change seen")
+    settle(ctl)
+    watches = PersistentWatches.for_client(ctl.client)
+    assert watches.armed(layout.tasks)
+    after: list[Any] = []
+    ctl.put(Resign(lambda: after.extend([watches.armed(layout.tasks), ctl.task_tree_watched,
+                                         watches_by_session(zk_hosts).get(ctl.client.client_id[0], set())])))
+    settle(ctl)
+    assert after[:2] == [False, False] and layout.tasks not in after[2], after  # (before it runs again and wins)
+
+
+@dataclass(frozen=True)
+class Resign:
+    then: Any
+
+    def process(self, c: Controller) -> None:
+        c.resign("a test asked")
+        self.then()
+
+
+def test_a_server_without_add_watch_gets_one_watch_per_task(cluster, zk, layout):
+    """ZooKeeper < 3.6 answers addWatch with UNIMPLEMENTED (as the multiRead test above plays it): the
+    controller keeps one data watch per task and a children watch on /tasks, and sees changes through them."""
+    ids = [f"t{i:03d}" for i in range(10)]
+    create_tasks(zk, layout, ids)
+    ctl = cluster.controller("c4", start=False)
+    send = ctl.client._call
+    rejected: list[AddWatch] = []
+
+    def call(request: Any, async_object: Any) -> Any:
+        if isinstance(request, AddWatch):
+            rejected.append(request)
+            async_object.set_exception(UnimplementedError())
+            return None
+        return send(request, async_object)
+
+    ctl.client._call = call
+    ctl.start()
+    wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 10, 10, "active")
+    wait_until(lambda: ctl.watch_armer is not None and ctl.watch_armer.took_s is not None, 20, "every watch armed")
+    assert len(rejected) == 1 and not ctl.task_tree_watched
+    assert all(_watchers(ctl, layout, t) == 1 for t in ids)
+    create_tasks(zk, layout, ["new"])
+    _set_spec(zk, layout, ids[0], state="PAUSED")
+    wait_until(lambda: "new" in ctl.ctx.tasks and ctl.ctx.tasks[ids[0]].state == "PAUSED", 10, "changes seen")

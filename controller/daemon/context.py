@@ -40,6 +40,13 @@ LoadMethod = Literal["multiread", "pipelined", "sequential"]
 
 LOAD_METHODS: tuple[str, ...] = ("multiread", "pipelined", "sequential")
 
+# How the controller watches task specs: "persistent" (the default) arms one PERSISTENT_RECURSIVE watch on
+# ``/tasks`` (ZooKeeper 3.6+, ``controller/watches.py``) and falls back on "one-shot" where the server has no
+# ``addWatch``; "one-shot" keeps a data watch per task, re-armed after every firing.
+TaskWatch = Literal["persistent", "one-shot"]
+
+TASK_WATCHES: tuple[str, ...] = ("persistent", "one-shot")
+
 
 @dataclass(frozen=True)
 class ControllerConfig:
@@ -49,10 +56,13 @@ class ControllerConfig:
     metrics_port: int | None = None
     host: str = field(default_factory=socket.gethostname)
     load: LoadMethod = "multiread"
+    task_watch: TaskWatch = "persistent"
 
     def __post_init__(self) -> None:
         if self.load not in LOAD_METHODS:
             raise ValueError(f"unknown load method {self.load!r} (one of {', '.join(LOAD_METHODS)})")
+        if self.task_watch not in TASK_WATCHES:
+            raise ValueError(f"unknown task watch {self.task_watch!r} (one of {', '.join(TASK_WATCHES)})")
 
 
 @dataclass

@@ -29,7 +29,7 @@ from controller.daemon.context import _TRANSIENT, ControllerConfig, ControllerCo
 from controller.daemon.election import Election
 from controller.daemon.grants import Grants
 from controller.daemon.groups import Groups
-from controller.daemon.loading import StateLoad, _TaskWatch, _TaskWatchArmer
+from controller.daemon.loading import StateLoad, _TaskTreeWatch, _TaskWatch, _TaskWatchArmer
 from controller.daemon.operations import Operations
 from controller.daemon.tasks import Tasks, _DeletionWatch
 from controller.event_thread import ControllerEventThread
@@ -114,6 +114,8 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         self._deletion_watch: _DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
         self._task_watcher: _TaskWatch | None = None  # the one data watcher of every task znode, per activation
         self.watch_armer: _TaskWatchArmer | None = None  # arms the tasks' watches after a multiRead load
+        self._task_tree_watcher: _TaskTreeWatch | None = None  # the persistent watch of /tasks, per activation
+        self.task_tree_watched = False  # this activation watches /tasks with one persistent recursive watch
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> "Controller":

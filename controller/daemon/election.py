@@ -135,6 +135,10 @@ class Election:
         self.active = False
         self.token += 1
         self._stop_watch_armer()
+        try:
+            self._unwatch_task_tree()
+        except Exception:  # best effort: its events carry a stale token from now on
+            log.exception("controller %s: removing the watch of the tasks", self.id)
         self.ctx = None
         self.writer = None
         self.held.clear()

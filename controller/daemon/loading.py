@@ -21,6 +21,7 @@ from controller.codecs import (
     PayloadError,
 )
 from controller.daemon.context import _TRANSIENT, ControllerContext
+from controller.watches import PersistentWatches
 from controller.zkio import (
     InterruptibleClient,
     children_many,
@@ -37,19 +38,63 @@ log = logging.getLogger(__name__)
 ARM_WATCH_CHUNK = 100
 
 
-class _TaskWatch:
-    """The data watcher of every task znode of one activation: a firing (spec changed, task deleted) enqueues
-    ``TaskConfigChange`` for the task its path names. One object per activation, not one per task and read:
-    kazoo's watcher sets then never hold two callbacks for one task."""
+class _Resync:
+    """One pending ``TasksResync`` per activation, however many watches fire NONE at once (kazoo fires each
+    one-shot watcher once per path it was armed on)."""
 
     def __init__(self, token: int, put: Callable[[Any], None]) -> None:
         self.token = token
         self._put = put
+        self._lock = threading.Lock()
+        self._queued = False
+
+    def lost(self) -> None:
+        with self._lock:
+            if self._queued:
+                return
+            self._queued = True
+        self._put(ev.TasksResync(self.token))
+
+    def taken(self) -> None:
+        """The event thread starts the re-read: a later loss needs another."""
+        with self._lock:
+            self._queued = False
+
+
+class _TaskWatch(_Resync):
+    """The data watcher of every task znode of one activation: a firing (spec changed, task deleted) enqueues
+    ``TaskConfigChange`` for the task its path names. One object per activation, not one per task and read:
+    kazoo's watcher sets then never hold two callbacks for one task. A NONE firing (path None) means the
+    connection dropped and kazoo forgot every watch: ``TasksResync`` re-reads every task, re-arming them (on
+    a lost session it carries a stale token and is dropped)."""
 
     def __call__(self, event: Any) -> None:  # kazoo's thread: enqueue only
         path = getattr(event, "path", None)
-        if path:  # None: kazoo dropped every watch with the session; that activation is over
+        if path:
             self._put(ev.TaskConfigChange(self.token, path.rsplit("/", 1)[1]))
+        else:
+            self.lost()
+
+
+class _TaskTreeWatch(_Resync):
+    """The persistent recursive watcher of ``/tasks`` of one activation (``controller/watches.py``): a task
+    znode created, changed or deleted enqueues ``TaskConfigChange`` for it; events below a task (its owner)
+    are not specs and are dropped here, on kazoo's thread. NONE (the connection dropped): ``TasksResync``."""
+
+    def __init__(self, token: int, put: Callable[[Any], None], tasks_path: str) -> None:
+        super().__init__(token, put)
+        self._prefix = tasks_path.rstrip("/") + "/"
+
+    def __call__(self, event: Any) -> None:  # kazoo's thread: enqueue only
+        path = getattr(event, "path", None)
+        if path is None:
+            self.lost()
+            return
+        if not path.startswith(self._prefix):
+            return
+        task = path[len(self._prefix):]
+        if task and "/" not in task:
+            self._put(ev.TaskConfigChange(self.token, task))
 
 
 class _TaskWatchArmer(threading.Thread):
@@ -166,18 +211,20 @@ class StateLoad:
                                      watch=lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b)))):
             if res is not None:
                 ctx.brokers[b] = self._broker_record(lay.broker(b), res)
-        # tasks
-        tids = [t for t in c.get_children(lay.tasks, watch=w(ev.TaskChange))]
+        # tasks: the recursive watch first (armed before the read, it misses nothing after it), else a
+        # children watch and one data watch per task
+        tree = self._watch_task_tree()
+        tids = [t for t in c.get_children(lay.tasks, watch=None if tree else w(ev.TaskChange))]
         task_paths = [lay.task(t) for t in tids]
         unwatched: dict[str, int] = {}  # task -> mzxid read, for the tasks whose watch is still to arm
         if method == "multiread":
             task_data = multi_read(c, task_paths)
         else:
-            task_data = fetch(c, task_paths, watch=self._task_watch)
+            task_data = fetch(c, task_paths, watch=None if tree else self._task_watch)
         for t, res in zip(tids, task_data):
             if res is not None:
                 self._set_task(ctx, t, res[0])
-                if method == "multiread":
+                if method == "multiread" and not tree:
                     unwatched[t] = res[1].mzxid
         ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=self._deletion_watcher()))
         self._load_operations(ctx)
@@ -241,6 +288,22 @@ class StateLoad:
                 f"controller-{self.id}-watch-armer", self.zk, self.token, unwatched, lay.task, self._task_watch(lay.tasks),
                 self.put, hook=self.before_arming)
             self.watch_armer.start()
+
+    def _watch_task_tree(self) -> bool:
+        """Arm this activation's persistent recursive watch of ``/tasks``; False where the configuration or
+        the server says one-shot watches (the caller arms those)."""
+        self.task_tree_watched = False
+        if self.config.task_watch != "persistent":
+            return False
+        self._task_tree_watcher = _TaskTreeWatch(self.token, self.put, self.layout.tasks)
+        self.task_tree_watched = PersistentWatches.for_client(self.client).add(self.layout.tasks, self._task_tree_watcher)
+        return self.task_tree_watched
+
+    def _unwatch_task_tree(self) -> None:
+        """The activation is over: its watch goes (a candidate has no use for every task's events)."""
+        if self.task_tree_watched:
+            self.task_tree_watched = False
+            PersistentWatches.for_client(self.client).remove(self.layout.tasks)
 
     def _stop_watch_armer(self) -> None:
         """The activation the armer works for is over (resign, reload): it stops between two chunks; its

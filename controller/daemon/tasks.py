@@ -20,7 +20,8 @@ from controller.daemon.context import ControllerContext
 from controller.daemon.loading import _TaskWatch
 from controller.layout import InvalidName
 from controller.taskspec import decode_task
-from controller.zkio import WriteFailed, exists_many, get_many
+from controller.watches import PersistentWatches
+from controller.zkio import WriteFailed, exists_many, get_many, multi_read
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class Tasks:
         known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
         new_ids = sorted(ids - known)
         touched: set[str] = set()
-        for t, res in zip(new_ids, get_many(self.zk, [lay.task(t) for t in new_ids], watch=self._task_watch)):
+        for t, res in zip(new_ids, self._read_specs(new_ids)):
             if res is not None:
                 self._set_task(ctx, t, res[0])
                 if t in ctx.tasks:
@@ -149,18 +150,32 @@ class Tasks:
         self._write(lambda: self.writer.delete_if_present([self.layout.status(t) for t in gone]))
         return groups
 
-    def on_task_config_changes(self, token: int, task_ids: tuple[str, ...]) -> None:
-        """Tasks' specs changed (paused, resumed, edited) or were deleted: one pipelined re-read."""
+    def _read_specs(self, ids: list[str]) -> list[Any]:
+        """Task znodes, in order (None where gone): under the persistent watch of ``/tasks`` in multiRead
+        requests, else pipelined, re-arming each one's data watch."""
+        paths = [self.layout.task(t) for t in ids]
+        if self.task_tree_watched:
+            return multi_read(self.zk, paths)
+        return get_many(self.zk, paths, watch=self._task_watch)
+
+    def on_task_config_changes(self, token: int, task_ids: tuple[str, ...], new: bool = False) -> None:
+        """Tasks' specs created, changed (paused, resumed, edited) or deleted: one batched re-read.
+
+        A task the context does not know is new where the persistent watch of ``/tasks`` (or a resync,
+        ``new``) reports it; under one-shot watches it was deleted by us, or is new and TaskChange reads it."""
         if not self._current(token):
             return
-        ctx, lay = self.ctx, self.layout
-        # a task the context does not know was deleted by us (or is new, and TaskChange reads it)
-        ids = sorted(t for t in task_ids if t in ctx.tasks or t in ctx.invalid_tasks)
+        ctx = self.ctx
+        if new or self.task_tree_watched:
+            ids = sorted(set(task_ids))
+        else:
+            ids = sorted(t for t in task_ids if t in ctx.tasks or t in ctx.invalid_tasks)
         touched: set[str] = set()
         gone: list[str] = []
-        for t, res in zip(ids, get_many(self.zk, [lay.task(t) for t in ids], watch=self._task_watch)):
+        for t, res in zip(ids, self._read_specs(ids)):
             if res is None:
-                gone.append(t)
+                if t in ctx.tasks or t in ctx.invalid_tasks:
+                    gone.append(t)
                 continue
             before = ctx.tasks.get(t)
             self._set_task(ctx, t, res[0])
@@ -170,6 +185,21 @@ class Tasks:
         touched |= self._forget_tasks(gone)
         self._tasks_changed(touched)
         self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in ids if t in ctx.invalid_tasks})
+
+    def on_tasks_resync(self, token: int) -> None:
+        """The tasks' watches may have missed changes (a dropped connection): re-arm them, then read every
+        task again, the known ones and the listed ones, and apply what differs."""
+        if not self._current(token):
+            return
+        watcher = self._task_tree_watcher if self.task_tree_watched else self._task_watcher
+        if watcher is not None:
+            watcher.taken()
+        if self.task_tree_watched:
+            PersistentWatches.for_client(self.client).ensure(self.layout.tasks)
+        listed = self.zk.get_children(self.layout.tasks, watch=None if self.task_tree_watched else self._watch(ev.TaskChange))
+        known = self.ctx.tasks.keys() | self.ctx.invalid_tasks.keys()
+        log.info("controller %s: reading %d tasks again after a dropped connection", self.id, len(known | set(listed)))
+        self.on_task_config_changes(token, tuple(sorted(known | set(listed))), new=True)
 
     def _tasks_changed(self, groups: set[str]) -> None:
         self.metrics.tasks.set(len(self.ctx.tasks))
