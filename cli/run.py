@@ -172,11 +172,14 @@ def _worker_metrics(worker: Any, port: int):
 @click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="seconds a controlled shutdown may take before the broker stops anyway")
+@click.option("--metrics-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="seconds between status writes when only a task's metrics changed (state changes: at once)")
 @pass_ctx
 def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, capacity: int, rack: str | None, runner: str,
                protocol: str, assignor: str, metrics_port: int | None, spark_master: str | None, spark_conf: dict[str, str],
                checkpoint_root: Path | None, start_latency: float | None, stop_latency: float | None,
-               stop_hang: bool, stop_timeout: float | None, session_timeout: float, shutdown_timeout: float) -> None:
+               stop_hang: bool, stop_timeout: float | None, session_timeout: float, shutdown_timeout: float,
+               metrics_interval: float) -> None:
     """Run a broker: register, join the group, run the assigned pipelines.
 
     SIGTERM (or Ctrl-C) = controlled shutdown: exit 0 once the controller has moved its tasks away;
@@ -199,7 +202,8 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
     settings = _settings(ctx, session_timeout)
     config = WorkerConfig(broker_id=broker_id, settings=settings, group=group, instance_id=instance_id, capacity=capacity,
                           rack=rack, protocols=(COOPERATIVE, EAGER) if protocol == COOPERATIVE else (EAGER,),
-                          assignors=(assignor,), runner=runner, runner_options=options, stop_timeout_s=stop_timeout)
+                          assignors=(assignor,), runner=runner, runner_options=options, stop_timeout_s=stop_timeout,
+                          metrics_interval_s=metrics_interval)
     client = ctx.new_client(settings)
     try:
         worker = Worker(config, client=client)

@@ -262,3 +262,34 @@ def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(capl
     with caplog.at_level(logging.WARNING, logger="broker_sim.worker"):
         assert fence_margin(6.0, 1 / 6, 4.0, "b1") == 3.0  # never fence after less than half the session
     assert "use a session timeout of at least 8.0s" in caplog.text
+
+
+
+def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(zk, layout, zk_settings,
+                                                                                controller, workers):
+    """The no-op runner's uptime changes at every poll (every 0.1 s here). A broker with no metrics interval
+    rewrites that status at every poll; one with a 60 s interval leaves it, yet writes the task's completion
+    (a state change) at once, with the metrics of that moment."""
+    _create(zk, layout,
+            TaskSpec(id="slow", group="slow", pipeline=NoopPipeline(kind="noop", complete_after_s=3.0)),
+            TaskSpec(id="fast", group="fast", pipeline=NoopPipeline(kind="noop")))
+    _worker(workers, zk_settings, "s", group="slow", metrics_interval_s=60.0)
+    _worker(workers, zk_settings, "f", group="fast", metrics_interval_s=0.0)
+
+    def status(t: str) -> tuple[codecs.TaskStatus, int] | None:
+        try:
+            data, stat = zk.get(layout.status(t))
+        except Exception:
+            return None
+        return codecs.decode(codecs.TaskStatus, data, layout.status(t)), stat.version
+
+    assert wait_for(lambda: all((s := status(t)) and s[0].state == "RUNNING" for t in ("slow", "fast")), 20)
+    (_, slow0), (_, fast0) = status("slow"), status("fast")
+    time.sleep(2.0)
+    (slow, slow1), (_, fast1) = status("slow"), status("fast")
+    assert fast1 - fast0 >= 8, f"metric-only writes at every poll without an interval: {fast1 - fast0} in 2 s"
+    if slow.state == "RUNNING":  # (the completion, due 3 s after the start, may already be in under load)
+        assert slow1 == slow0, f"metric-only writes held for the 60 s interval: {slow1 - slow0} in 2 s"
+    assert wait_for(lambda: status("slow")[0].state == "COMPLETED", 10), "a state change is not held"
+    done, _ = status("slow")
+    assert done.metrics["uptime_s"] >= 3.0, f"it carries the metrics of its moment: {done.metrics}"

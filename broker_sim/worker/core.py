@@ -91,6 +91,8 @@ class WorkerConfig:
     runner_options: dict[str, Any] = field(default_factory=dict)
     fence_fraction: float = 1 / 6
     status_interval_s: float = 0.5
+    #: a status whose metrics alone changed is rewritten at most this often (state changes: every status tick)
+    metrics_interval_s: float = 5.0
     owner_wait_s: float = 120.0
     pool_size: int = 16
     intervals_flush_s: float = 2.0
@@ -107,6 +109,8 @@ class WorkerConfig:
             check_name("instance id", self.instance_id)
         if self.on_halt not in ("exit", "kill"):
             raise ValueError(f"on_halt must be 'exit' or 'kill', not {self.on_halt!r}")
+        if self.metrics_interval_s < 0:
+            raise ValueError("metrics_interval_s must not be negative")
         if self.stop_timeout_s is not None and self.stop_timeout_s <= 0:
             raise ValueError("stop_timeout_s must be positive")
 

@@ -56,7 +56,7 @@ class Reporting:
                 slot = self.slots[t]
                 if st.metrics != slot.metrics:
                     slot.metrics = dict(st.metrics)
-                    slot.dirty = True
+                    slot.metrics_dirty = True
             if st.state is RunState.FAILED:
                 self._stop_runner(t)
                 self._failed(t, st.error or "failed", st.trace)
@@ -73,11 +73,18 @@ class Reporting:
             self._reconcile()
 
     def _write_statuses(self) -> None:
+        """Write the statuses whose state changed, and those whose metrics alone changed once their last write
+        is ``metrics_interval_s`` old: a metric such as an uptime changes at every poll, and rewriting every
+        task's status for it is most of what a broker (and ZooKeeper) would spend on statuses."""
         now = time.time()
+        tick = time.monotonic()
+        metrics_due = tick - self.config.metrics_interval_s
         with self.lock:
-            dirty = [(t, s) for t, s in self.slots.items() if s.dirty and s.held and not s.releasing]
+            dirty = [(t, s) for t, s in self.slots.items()
+                     if (s.dirty or (s.metrics_dirty and s.written_at <= metrics_due)) and s.held and not s.releasing]
             for _, s in dirty:
-                s.dirty = False
+                s.dirty = s.metrics_dirty = False
+                s.written_at = tick
             items = [(self.layout.status(t), codecs.encode(TaskStatus(
                 broker=self.id, state=s.state, generation=self.generation, updated=now, error=s.error, trace=s.trace,
                 failures=s.failures, metrics=s.metrics, session=codecs.session_hex(self.session_id))))

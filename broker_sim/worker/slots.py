@@ -65,6 +65,8 @@ class _TaskSlot:
     metrics: dict[str, Any] = field(default_factory=dict)
     acquired: float | None = None
     started: float | None = None
-    dirty: bool = True
+    dirty: bool = True          # its state changed: written at the next status tick
+    metrics_dirty: bool = False  # only its metrics changed: written once ``metrics_interval_s`` has passed
+    written_at: float = 0.0     # monotonic time of its last status write
     releasing: bool = False     # its last status goes with the owner znode's deletion (the status loop leaves it)
     nonce: int = 0
