@@ -1,5 +1,5 @@
 """A benchmark cluster on a shared ZooKeeper: T tasks in G groups, controllers (in this process or as
-``zkctl controller run`` processes) and a broker farm (``benchmarks.farm``) in a child process."""
+``zkctl controller run`` processes) and a broker farm (``broker_sim.farm``) in a child process."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.farm import REPO, Farm
+from benchmarks.common import REPO
+from broker_sim.farm import Farm
 from controller import codecs
 from controller.admin import ensure_layout, wait_for
 from controller.codecs import GroupStateInfo, PayloadError

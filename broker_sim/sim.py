@@ -5,8 +5,9 @@ and ends with a summary computed by the independent checker.
 Faults: kill (tasks end now, session closed at once), expire (the broker's network goes silent longer
 than the session timeout, so the session expires naturally and the worker fences first), pause (the
 worker's threads and its network freeze), partition (network silent for a while), controlled shutdown,
-restart with the same id, kill the controller. With ``process_brokers`` the brokers are separate
-``zkctl broker run`` processes instead (kill -9, SIGSTOP/SIGCONT are then real).
+restart with the same id, kill the controller. With ``farms`` the brokers live in that many broker farm
+processes (``broker_sim.farm``), so that a hundred of them neither share the controller's interpreter nor
+starve each other's heartbeats; the faults are then carried out inside the farms.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from broker_sim.checker import close_open, double_ownership, downtime, moved_tasks
+from broker_sim.farm import Farm, FarmError, task_digest
 from broker_sim.netproxy import NetProxy
 from broker_sim.runners.noop import NoopRunner
 from broker_sim.worker import Worker, WorkerConfig
@@ -70,6 +72,8 @@ class SimOptions:
     converge_timeout_s: float = 60.0
     use_proxies: bool = False
     intervals_out: str | None = None
+    #: broker farm processes the brokers are spread over (0: every broker in this process)
+    farms: int = 0
 
     def protocols(self) -> tuple[str, ...]:
         return (COOPERATIVE, EAGER) if self.protocol == COOPERATIVE else (EAGER,)
@@ -99,6 +103,7 @@ class SimSummary:
     wall_s: float
     window_s: float
     overlaps: list[str] = field(default_factory=list)
+    farms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +127,7 @@ class Simulation:
         self.intervals_done: list[RunInterval] = []
         self.hosts = ""
         self.steps: list[StepResult] = []
+        self.farms: _Farms | None = None
 
     # ---- setup ------------------------------------------------------------------------------------
     def __enter__(self) -> "Simulation":
@@ -165,7 +171,17 @@ class Simulation:
     def broker_id(self, i: int) -> str:
         return f"broker-{i:03d}"
 
-    def start_worker(self, bid: str) -> Worker:
+    def start_workers(self, ids: list[str]) -> None:
+        if self.opts.farms:
+            self.farms = _Farms(self, ids)
+        else:
+            for bid in ids:
+                self.start_worker(bid)
+
+    def start_worker(self, bid: str) -> Worker | None:
+        if self.farms is not None:
+            self.farms.start(bid)
+            return None
         hosts = self.hosts
         if self.opts.use_proxies:
             host, port = self.hosts.split(",")[0].split(":")
@@ -185,6 +201,8 @@ class Simulation:
         return w
 
     def close(self) -> None:
+        if self.farms is not None:
+            self.farms.close()
         for w in list(self.workers.values()):
             self._retire(w, graceful=True)
         for c in self.controllers:
@@ -217,6 +235,8 @@ class Simulation:
     def all_intervals(self) -> list[RunInterval]:
         now = time.time()
         out = list(self.intervals_done)
+        if self.farms is not None:
+            out += self.farms.intervals()
         for w in self.workers.values():
             out += list(w.intervals) + w.open_intervals()
         return close_open(out, now)
@@ -226,6 +246,11 @@ class Simulation:
 
     def converged(self, expect_brokers: set[str] | None = None) -> bool:
         """Every task runs on exactly one live worker and the group is Stable."""
+        if self.farms is not None:
+            counts, digest = self.farms.running()
+            if sum(counts.values()) != len(self.task_ids) or digest != self.farms.expected_digest:
+                return False
+            return self._stable()
         running: dict[str, int] = {}
         for bid, w in self.workers.items():
             if expect_brokers is not None and bid not in expect_brokers:
@@ -234,6 +259,9 @@ class Simulation:
                 running[t] = running.get(t, 0) + 1
         if len(running) != len(self.task_ids) or any(v != 1 for v in running.values()):
             return False
+        return self._stable()
+
+    def _stable(self) -> bool:
         ctl = self.active_controller()
         if ctl is None:
             return False
@@ -241,26 +269,35 @@ class Simulation:
         return coord is not None and coord.state.value == "Stable"
 
     def balanced(self) -> bool:
-        counts = [len(w.running_tasks()) for w in self.workers.values()]
+        if self.farms is not None:
+            counts = list(self.farms.running()[0].values())
+        else:
+            counts = [len(w.running_tasks()) for w in self.workers.values()]
         return bool(counts) and max(counts) - min(counts) <= 1
 
     def wait_converged(self, timeout: float | None = None, balanced: bool = False) -> float | None:
         t0 = time.monotonic()
         ok = wait_for(lambda: self.converged() and (not balanced or self.balanced()),
-                      timeout or self.opts.converge_timeout_s, 0.02)
+                      timeout or self.opts.converge_timeout_s, 0.05 if self.farms is not None else 0.02)
         return time.monotonic() - t0 if ok else None
 
     # ---- faults -----------------------------------------------------------------------------------
     def kill(self, bid: str) -> None:
+        if self.farms is not None:
+            return self.farms.call(bid, "kill")
         w = self.workers[bid]
         w.kill()
         self._retire(w, graceful=False)
 
     def leave(self, bid: str) -> None:
         """A clean stop: tasks stopped gracefully, session closed."""
+        if self.farms is not None:
+            return self.farms.call(bid, "leave")
         self._retire(self.workers[bid], graceful=True)
 
     def controlled_shutdown(self, bid: str, timeout: float = 60.0) -> bool:
+        if self.farms is not None:
+            return bool(self.farms.call(bid, "shutdown", timeout=timeout))
         w = self.workers[bid]
         w.request_shutdown()
         ok = w.exited.wait(timeout)
@@ -268,6 +305,8 @@ class Simulation:
         return ok
 
     def partition(self, bid: str, seconds: float) -> None:
+        if self.farms is not None:
+            return self.farms.call(bid, "partition", seconds=seconds)
         proxy = self.proxies[bid]
         proxy.partition()
         time.sleep(seconds)
@@ -276,6 +315,8 @@ class Simulation:
 
     def pause(self, bid: str, seconds: float) -> None:
         """Freeze the worker's own threads and its network (no heartbeats), then resume."""
+        if self.farms is not None:
+            return self.farms.call(bid, "pause", seconds=seconds)
         w = self.workers[bid]
         w.frozen.set()
         proxy = self.proxies.get(bid)
@@ -306,14 +347,15 @@ class Simulation:
         self.start_controller("ctl-0")
         if o.scenario == "kill-controller":
             self.start_controller("ctl-1")
-        for i in range(o.brokers):
-            self.start_worker(self.broker_id(i))
+        self.start_workers([self.broker_id(i) for i in range(o.brokers)])
         took = self.wait_converged(balanced=True)
         if took is None:
+            where = (f"{o.farms} broker farm process(es)" if o.farms else "one process")
             raise NotConverged(f"the cluster of {o.brokers} brokers and {o.tasks} tasks did not converge within "
-                               f"{o.converge_timeout_s:g}s of starting (a machine too small for this many brokers in "
-                               "one process fences them; try fewer brokers or a longer --session-timeout)")
-        self.echo(f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}) after {took:.2f}s")
+                               f"{o.converge_timeout_s:g}s of starting ({where}; a machine too small for this many "
+                               "brokers fences them: try more --farms, fewer brokers or a longer --session-timeout)")
+        self.echo(f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}"
+                  f"{f', {o.farms} farms' if o.farms else ''}) after {took:.2f}s")
         rebalances0 = self._rebalances()
         t_start = time.time()
         getattr(self, "_scenario_" + o.scenario.replace("-", "_"))()
@@ -328,7 +370,7 @@ class Simulation:
             step_convergence_s=[round(s.converged_s, 3) for s in self.steps if s.converged_s is not None],
             steps=[asdict(s) for s in self.steps], rebalances=self._rebalances() - rebalances0,
             wall_s=round(time.monotonic() - wall0, 3), window_s=round(t_end - t_start, 3),
-            overlaps=[str(x) for x in overlaps[:10]])
+            overlaps=[str(x) for x in overlaps[:10]], farms=o.farms)
         if o.intervals_out:
             Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
         return summary
@@ -390,6 +432,70 @@ class Simulation:
         self._step("partition", bid, lambda: self.partition(bid, self.opts.session_timeout_s * 0.5))
 
 
+class _Farms:
+    """The simulation's brokers spread over broker farm processes: broker ``i`` lives in farm ``i % n``."""
+
+    def __init__(self, sim: Simulation, ids: list[str]) -> None:
+        o = sim.opts
+        self.sim = sim
+        self.expected_digest = task_digest(sim.task_ids)
+        self.home: dict[str, Farm] = {}
+        self.farms: list[Farm] = []
+        proxies = o.use_proxies or o.scenario in ("expire-session", "pause-broker", "partition-broker")
+        logs = Path(sim.tmp.name)
+        try:
+            for k in range(o.farms):
+                mine = ids[k::o.farms]
+                self.farms.append(Farm(sim.hosts, sim.root, ids=mine, session_timeout=o.session_timeout_s,
+                                       protocol=o.protocol, assignor=o.assignor, start_latency=o.start_latency_s,
+                                       stop_latency=o.stop_latency_s, static=o.static_membership, proxies=proxies,
+                                       log_path=logs / f"farm-{k}.log", wait_ready=False))
+                for bid in mine:
+                    self.home[bid] = self.farms[-1]
+            for f in self.farms:
+                f.wait_ready()
+        except FarmError as exc:
+            self.close()
+            raise NotConverged(f"a broker farm did not start: {exc}") from None
+
+    def _farm(self, bid: str) -> Farm:
+        if bid not in self.home:  # a new broker: the next farm in turn
+            index = int(bid.rsplit("-", 1)[1]) if bid.rsplit("-", 1)[-1].isdigit() else len(self.home)
+            self.home[bid] = self.farms[index % len(self.farms)]
+        return self.home[bid]
+
+    def start(self, bid: str) -> None:
+        self._farm(bid).call("start", id=bid)
+
+    def call(self, bid: str, cmd: str, timeout: float | None = None, seconds: float | None = None) -> Any:
+        kw: dict[str, Any] = {"id": bid}
+        if timeout is not None:
+            kw["within"] = timeout
+        if seconds is not None:
+            kw["seconds"] = seconds
+        wait = (timeout or 0.0) + (seconds or 0.0) + 120.0
+        return self._farm(bid).call(cmd, timeout=wait, **kw).get("ok")
+
+    def running(self) -> tuple[dict[str, int], int]:
+        counts: dict[str, int] = {}
+        digest = 0
+        for f in self.farms:
+            r = f.call("running")
+            counts.update(r["counts"])
+            digest = (digest + r["digest"]) % (1 << 64)
+        return counts, digest
+
+    def intervals(self) -> list[RunInterval]:
+        out: list[RunInterval] = []
+        for f in self.farms:
+            out += [RunInterval(**i) for i in f.call("intervals", timeout=300.0)["intervals"]]
+        return out
+
+    def close(self) -> None:
+        for f in self.farms:
+            f.close()
+
+
 def run_simulation(opts: SimOptions, echo: Callable[[str], None] = lambda s: None) -> SimSummary:
     if opts.scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {opts.scenario!r}: choose one of {', '.join(SCENARIOS)}")
@@ -408,5 +514,7 @@ def format_summary(s: SimSummary) -> str:
         f"  rebalances         {s.rebalances}",
         f"  step convergence   {', '.join(f'{x:.2f}s' for x in s.step_convergence_s) or '-'}",
     ]
+    if s.farms:
+        lines[0] += f" · {s.farms} broker farm processes"
     lines += [f"  OVERLAP {o}" for o in s.overlaps]
     return "\n".join(lines)

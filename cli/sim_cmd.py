@@ -9,6 +9,7 @@ import click
 
 from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
+from broker_sim.farm import FarmError
 from broker_sim.sim import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
 from cli.common import UserError
 from controller.protocol import COOPERATIVE, EAGER
@@ -19,8 +20,12 @@ def sim() -> None:
     """Many brokers in one process, scripted scenarios and failure injection."""
 
 
+#: brokers per farm process when ``--farms`` is left to choose
+BROKERS_PER_FARM = 25
+
+
 @sim.command("run")
-@click.option("--brokers", type=click.IntRange(1, 500), default=3, show_default=True)
+@click.option("--brokers", type=click.IntRange(1, 1000), default=3, show_default=True)
 @click.option("--tasks", type=click.IntRange(0, 100_000), default=30, show_default=True)
 @click.option("--protocol", type=click.Choice([COOPERATIVE, EAGER]), default=COOPERATIVE, show_default=True)
 @click.option("--assignor", default="cooperative-sticky", show_default=True)
@@ -37,12 +42,19 @@ def sim() -> None:
 @click.option("--controlled-shutdown", is_flag=True, help="brokers leave by controlled shutdown in rolling bounces")
 @click.option("--intervals-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="write the recorded run intervals as JSON (for `zkctl timeline`)")
+@click.option("--farms", type=click.IntRange(0, 64), default=None,
+              help=f"broker farm processes to spread the brokers over (0: all in this process) "
+                   f"[default: 0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}]")
+@click.option("--converge-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="seconds the cluster may take to converge, at start and after each step")
 @click.pass_obj
 def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed, start_latency, stop_latency,
-            session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out) -> None:
+            session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out, farms,
+            converge_timeout) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
-    Exits 1 if any task was ever owned twice."""
+    Many brokers are spread over broker farm processes (--farms), so that they do not share the
+    controller's interpreter. Exits 1 if any task was ever owned twice, or if the cluster did not converge."""
     from controller.assignors import ASSIGNORS
 
     if assignor not in ASSIGNORS:
@@ -55,11 +67,13 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
                       restart_gap_s=restart_gap, seed=seed, start_latency_s=start_latency, stop_latency_s=stop_latency,
                       session_timeout_s=session_timeout, scheduled_delay_s=scheduled_delay, static_membership=static,
                       controlled_shutdown=controlled_shutdown, zk_hosts=hosts,
-                      intervals_out=str(intervals_out) if intervals_out else None)
+                      intervals_out=str(intervals_out) if intervals_out else None,
+                      farms=farms if farms is not None else (0 if brokers <= BROKERS_PER_FARM else -(-brokers // BROKERS_PER_FARM)),
+                      converge_timeout_s=converge_timeout)
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
         summary = run_simulation(opts, echo=echo)
-    except NotConverged as exc:
+    except (NotConverged, FarmError) as exc:
         raise UserError(str(exc)) from None
     if ctx.json_out:
         click.echo(json.dumps(summary.to_dict(), sort_keys=True))
@@ -67,6 +81,9 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
         click.echo(format_summary(summary))
     if summary.double_ownership:
         raise SystemExit(1)
+    stuck = [f"{s['step']} {s['broker']}" for s in summary.steps if s["converged_s"] is None]
+    if stuck:
+        raise UserError(f"the cluster did not converge within {converge_timeout:g}s after: {', '.join(stuck)}")
 
 
 @sim.command("chaos")

@@ -610,7 +610,21 @@ def test_a_simulation_that_cannot_converge_ends_with_one_line(monkeypatch, zk_ho
 
     monkeypatch.setattr(Simulation, "wait_converged", lambda self, balanced=False, timeout=None: None)
     res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "2", "--tasks", "4"])
-    assert_user_error(res, "did not converge within", "try fewer brokers or a longer --session-timeout")
+    assert_user_error(res, "did not converge within", "try more --farms, fewer brokers or a longer --session-timeout")
+
+
+@pytest.mark.parametrize("scenario,extra", [("pause-broker", []), ("rolling-bounce", ["--controlled-shutdown"])])
+def test_the_simulator_spreads_brokers_over_farm_processes(zk_hosts, scenario, extra):
+    """``--farms 2``: the brokers run in two broker farm processes, and the faults (a pause through the broker's
+    own proxy; controlled shutdowns and restarts) are carried out there; the checker reads their intervals."""
+    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "4", "--tasks", "40", "--farms", "2",
+                  "--session-timeout", "4", "--scenario", scenario, *extra])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["farms"] == 2 and summary["double_ownership"] == 0
+    steps = summary["steps"]
+    assert steps and all(s["converged_s"] is not None for s in steps), steps
+    assert summary["moved_tasks"] >= (10 if scenario == "pause-broker" else 40), summary
 
 
 def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
