@@ -59,7 +59,32 @@ class _FarmServer:
         self.workers: dict[str, Worker] = {}
         self.proxies: dict[str, NetProxy] = {}
         self.gone: list[Any] = []  # intervals of the brokers that left or were killed
+        self.halts: Counter[str] = Counter()
         self.lock = threading.Lock()
+        self.closing = threading.Event()
+        self.supervisor = threading.Thread(target=self._supervise, name="farm-supervisor", daemon=True)
+        self.supervisor.start()
+
+    def _supervise(self) -> None:
+        """What systemd or docker's restart policy does for a deployed broker: one that halted at its fence
+        deadline (an embedded worker kills itself) is started again under the same id."""
+        import logging
+
+        while not self.closing.wait(0.1):
+            with self.lock:
+                halted = [(b, w) for b, w in self.workers.items() if w.halted.is_set()]
+            for bid, w in halted:
+                with self.lock:
+                    if self.workers.get(bid) is not w:
+                        continue  # left or killed meanwhile
+                    del self.workers[bid]
+                    self.gone += list(w.intervals)
+                    self.halts[bid] += 1
+                logging.getLogger(__name__).warning("farm: %s halted at its fence deadline; restarting it", bid)
+                try:
+                    self.start(bid)
+                except Exception:
+                    logging.getLogger(__name__).exception("farm: restarting %s", bid)
 
     def start(self, bid: str) -> None:
         import dataclasses
@@ -138,6 +163,8 @@ class _FarmServer:
         return out
 
     def stop(self) -> int:
+        self.closing.set()
+        self.supervisor.join(5)
         with self.lock:
             ws = list(self.workers.values())
             self.workers.clear()
@@ -187,8 +214,10 @@ def _serve(args: argparse.Namespace) -> None:
                      "states": dict(states)})
             elif cmd == "running":
                 snap = farm.snapshot()
+                with farm.lock:
+                    halts = dict(farm.halts)
                 out({"counts": {b: len(ts) for b, ts in snap.items()},
-                     "digest": task_digest(t for ts in snap.values() for t in ts)})
+                     "digest": task_digest(t for ts in snap.values() for t in ts), "halts": halts})
             elif cmd == "tasks":
                 out({"tasks": farm.snapshot()})
             elif cmd == "rss":

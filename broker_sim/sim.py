@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 import os
 import random
 import signal
@@ -104,6 +105,7 @@ class SimSummary:
     window_s: float
     overlaps: list[str] = field(default_factory=list)
     farms: int = 0
+    halts: int = 0  # brokers that halted at their fence deadline (restarted, as a supervisor would)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,12 +130,16 @@ class Simulation:
         self.hosts = ""
         self.steps: list[StepResult] = []
         self.farms: _Farms | None = None
+        self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline (and were restarted)
 
     # ---- setup ------------------------------------------------------------------------------------
     def __enter__(self) -> "Simulation":
         if self.opts.zk_hosts is None:
+            # a heap for the tasks' znodes, watches and sessions: at 10,000 tasks a 256 MB heap spends
+            # seconds in full collections, during which no broker gets an answer and all of them fence
             self.server = ZooKeeperServer(data_dir=Path(self.tmp.name) / "zk", port=free_port(), tick_ms=200,
-                                          max_session_timeout_ms=120_000)
+                                          max_session_timeout_ms=120_000,
+                                          heap_mb=min(2048, 256 + self.opts.tasks // 16))
             self.server.start()
             self.hosts = self.server.address
         else:
@@ -251,6 +257,7 @@ class Simulation:
             if sum(counts.values()) != len(self.task_ids) or digest != self.farms.expected_digest:
                 return False
             return self._stable()
+        self._restart_halted()
         running: dict[str, int] = {}
         for bid, w in self.workers.items():
             if expect_brokers is not None and bid not in expect_brokers:
@@ -260,6 +267,16 @@ class Simulation:
         if len(running) != len(self.task_ids) or any(v != 1 for v in running.values()):
             return False
         return self._stable()
+
+    def _restart_halted(self) -> None:
+        """What a supervisor does for a deployed broker: one that halted at its fence deadline (an embedded
+        worker kills itself) is started again under the same id."""
+        for bid, w in list(self.workers.items()):
+            if w.halted.is_set():
+                self.halts[bid] += 1
+                self.echo(f"  {bid} halted at its fence deadline ({w.watchdog.reason}); restarting it")
+                self._retire(w, graceful=False)
+                self.start_worker(bid)
 
     def _stable(self) -> bool:
         ctl = self.active_controller()
@@ -370,7 +387,7 @@ class Simulation:
             step_convergence_s=[round(s.converged_s, 3) for s in self.steps if s.converged_s is not None],
             steps=[asdict(s) for s in self.steps], rebalances=self._rebalances() - rebalances0,
             wall_s=round(time.monotonic() - wall0, 3), window_s=round(t_end - t_start, 3),
-            overlaps=[str(x) for x in overlaps[:10]], farms=o.farms)
+            overlaps=[str(x) for x in overlaps[:10]], farms=o.farms, halts=sum(self.halts.values()))
         if o.intervals_out:
             Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
         return summary
@@ -483,6 +500,10 @@ class _Farms:
             r = f.call("running")
             counts.update(r["counts"])
             digest = (digest + r["digest"]) % (1 << 64)
+            for bid, n in r["halts"].items():
+                if n > self.sim.halts[bid]:
+                    self.sim.echo(f"  {bid} halted at its fence deadline; its farm restarted it")
+                    self.sim.halts[bid] = n
         return counts, digest
 
     def intervals(self) -> list[RunInterval]:
@@ -516,5 +537,7 @@ def format_summary(s: SimSummary) -> str:
     ]
     if s.farms:
         lines[0] += f" · {s.farms} broker farm processes"
+    if s.halts:
+        lines.append(f"  halted brokers     {s.halts} (restarted; the machine could not keep their sessions)")
     lines += [f"  OVERLAP {o}" for o in s.overlaps]
     return "\n".join(lines)
