@@ -105,7 +105,8 @@ class _FarmServer:
         group = "default" if a.groups <= 1 else f"g{int(bid.rsplit('-', 1)[1]) % a.groups}"
         cfg = WorkerConfig(broker_id=bid, settings=settings, group=group, protocols=self.protocols,
                            assignors=(a.assignor,), instance_id=bid if a.static else None, pool_size=a.pool,
-                           status_interval_s=1.0, intervals_flush_s=3600.0, on_halt="kill")
+                           status_interval_s=1.0, metrics_interval_s=a.metrics_interval, intervals_flush_s=3600.0,
+                           on_halt="kill")
         w = Worker(cfg, runner=NoopRunner(a.start_latency, a.stop_latency)).start()
         with self.lock:
             self.workers[bid] = w
@@ -270,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--session-timeout", type=float, default=20.0)
     p.add_argument("--start-latency", type=float, default=0.0)
     p.add_argument("--stop-latency", type=float, default=0.0)
+    p.add_argument("--metrics-interval", type=float, default=5.0, help="seconds between metric-only status writes")
     p.add_argument("--static", action="store_true", help="static membership (instance id = broker id)")
     p.add_argument("--proxies", action="store_true", help="each broker reaches ZooKeeper through its own proxy")
     _serve(p.parse_args(argv))
@@ -289,11 +291,12 @@ class Farm:
                  assignor: str = "cooperative-sticky", start_latency: float = 0.0, stop_latency: float = 0.0,
                  log_path: Path | None = None, ready_timeout: float = 300.0, groups: int = 1,
                  ids: list[str] | None = None, static: bool = False, proxies: bool = False,
-                 wait_ready: bool = True) -> None:
+                 metrics_interval: float = 5.0, wait_ready: bool = True) -> None:
         cmd = [sys.executable, "-m", "broker_sim.farm", "--zk", zk, "--root", root, "--brokers", str(brokers),
                "--first", str(first), "--prefix", prefix, "--session-timeout", str(session_timeout),
                "--pool", str(pool), "--protocol", protocol, "--assignor", assignor,
-               "--start-latency", str(start_latency), "--stop-latency", str(stop_latency), "--groups", str(groups)]
+               "--start-latency", str(start_latency), "--stop-latency", str(stop_latency), "--groups", str(groups),
+               "--metrics-interval", str(metrics_interval)]
         if ids is not None:
             if any("," in i for i in ids):
                 raise ValueError("broker ids must not contain ','")

@@ -1,7 +1,10 @@
 """A TCP proxy between one simulated broker and ZooKeeper, for network failure injection.
 
 ``partition()`` stops forwarding bytes in both directions while keeping the sockets open (what a
-network partition or a frozen peer looks like to both ends: silence); ``heal()`` resumes; ``reset()``
+network partition or a frozen peer looks like to both ends: silence); once it returns, no byte sent
+after it crosses (a pump preempted between its check and its read would otherwise relay bytes sent
+after the partition, and a test measuring from that moment would see a request answered after the cut);
+``heal()`` resumes; ``reset()``
 drops every connection. Threads are named after the proxy; every loop is bounded by socket timeouts
 and the stop flag.
 """
@@ -31,6 +34,7 @@ class NetProxy:
         self._stopped = threading.Event()
         self._conns: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
+        self._gate = threading.Lock()  # held by a pump from its check of ``_open`` until it has read the bytes
         self._accept = threading.Thread(target=self._accept_loop, name=f"{name}-accept", daemon=True)
         self._accept.start()
 
@@ -39,7 +43,8 @@ class NetProxy:
         return f"127.0.0.1:{self.port}"
 
     def partition(self) -> None:
-        self._open.clear()
+        with self._gate:  # waits for a forward in progress: nothing crosses after this returns
+            self._open.clear()
 
     def heal(self) -> None:
         self._open.set()
@@ -96,16 +101,17 @@ class NetProxy:
                 except (OSError, ValueError):
                     return
                 for s in readable:
-                    if not self._open.is_set():
-                        break
-                    try:
-                        data = s.recv(65536)
-                    except OSError:
-                        return
+                    with self._gate:  # (select said readable: the recv does not block)
+                        if not self._open.is_set():
+                            break
+                        try:
+                            data = s.recv(65536)
+                        except OSError:
+                            return
                     if not data:
                         return
                     try:
-                        peers[s].sendall(data)
+                        peers[s].sendall(data)  # bytes sent before the partition, delivered late: latency
                     except OSError:
                         return
         finally:

@@ -75,6 +75,8 @@ class SimOptions:
     intervals_out: str | None = None
     #: broker farm processes the brokers are spread over (0: every broker in this process)
     farms: int = 0
+    #: seconds between a task's metric-only status writes (the no-op runner's uptime changes at every poll)
+    metrics_interval_s: float = 5.0
 
     def protocols(self) -> tuple[str, ...]:
         return (COOPERATIVE, EAGER) if self.protocol == COOPERATIVE else (EAGER,)
@@ -200,7 +202,7 @@ class Simulation:
             broker_id=bid, settings=self.settings(hosts), protocols=self.opts.protocols(),
             assignors=(self.opts.assignor,),
             instance_id=bid if self.opts.static_membership else None, pool_size=8, status_interval_s=1.0,
-            intervals_flush_s=3600.0, on_halt="kill")
+            metrics_interval_s=self.opts.metrics_interval_s, intervals_flush_s=3600.0, on_halt="kill")
         runner = NoopRunner(start_latency_s=self.opts.start_latency_s, stop_latency_s=self.opts.stop_latency_s)
         w = Worker(cfg, runner=runner).start()
         self.workers[bid] = w
@@ -466,6 +468,7 @@ class _Farms:
                 self.farms.append(Farm(sim.hosts, sim.root, ids=mine, session_timeout=o.session_timeout_s,
                                        protocol=o.protocol, assignor=o.assignor, start_latency=o.start_latency_s,
                                        stop_latency=o.stop_latency_s, static=o.static_membership, proxies=proxies,
+                                       metrics_interval=o.metrics_interval_s,
                                        log_path=logs / f"farm-{k}.log", wait_ready=False))
                 for bid in mine:
                     self.home[bid] = self.farms[-1]

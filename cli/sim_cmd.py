@@ -45,12 +45,14 @@ BROKERS_PER_FARM = 25
 @click.option("--farms", type=click.IntRange(0, 64), default=None,
               help=f"broker farm processes to spread the brokers over (0: all in this process) "
                    f"[default: 0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}]")
+@click.option("--metrics-interval", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
+              help="seconds between a task's metric-only status writes (at 100,000 tasks: 20,000 writes/s at 5 s)")
 @click.option("--converge-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="seconds the cluster may take to converge, at start and after each step")
 @click.pass_obj
 def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed, start_latency, stop_latency,
             session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out, farms,
-            converge_timeout) -> None:
+            metrics_interval, converge_timeout) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
@@ -69,7 +71,7 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
                       controlled_shutdown=controlled_shutdown, zk_hosts=hosts,
                       intervals_out=str(intervals_out) if intervals_out else None,
                       farms=farms if farms is not None else (0 if brokers <= BROKERS_PER_FARM else -(-brokers // BROKERS_PER_FARM)),
-                      converge_timeout_s=converge_timeout)
+                      converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval)
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
         summary = run_simulation(opts, echo=echo)

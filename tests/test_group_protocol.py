@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -159,10 +160,12 @@ def test_controlled_shutdown_moves_tasks_before_leaving(cluster_factory):
 
 
 # ---- worker processes: kill -9 ---------------------------------------------------------------------
-def _broker_process(env: dict[str, str], bid: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "noop",
-                             "--session-timeout", "4"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+def _broker_process(env: dict[str, str], bid: str, log: Path) -> subprocess.Popen:
+    """A broker process whose output goes to a file (a pipe nobody reads would stall it once full)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "noop",
+                                 "--session-timeout", "4"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _intervals_from_zk(client, layout) -> list[RunInterval]:
@@ -174,7 +177,7 @@ def _intervals_from_zk(client, layout) -> list[RunInterval]:
 
 
 @pytest.mark.slow
-def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env):
+def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env, tmp_path):
     """Workers as real processes; one is killed with SIGKILL: its tasks move only after its session
     expires (its owner znodes vanish), and no task is ever owned twice."""
     from controller.daemon import Controller, ControllerConfig
@@ -186,7 +189,7 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env):
     tx.commit()
     env = dict(cli_env)
     ctl = Controller(ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=10))).start()
-    procs = {b: _broker_process(env, b) for b in ("p0", "p1", "p2")}
+    procs = {b: _broker_process(env, b, tmp_path / f"{b}.log") for b in ("p0", "p1", "p2")}
     try:
         def owners() -> dict[str, str]:
             out = {}
@@ -216,7 +219,9 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env):
              RunInterval(task_id=i.task_id, broker=i.broker, start=i.start, end=killed_at, acquired=i.acquired,
                          released=killed_at) for i in _intervals_from_zk(zk, layout)], time.time())
         assert victim_tasks and {i.task_id for i in intervals if i.broker != victim and i.start > killed_at} >= victim_tasks
-        assert double_ownership(intervals) == []
+        overlaps = double_ownership(intervals)
+        assert overlaps == [], "\n".join([str(o) for o in overlaps] + [
+            f"--- {b}.log\n" + (tmp_path / f"{b}.log").read_text()[-4000:] for b in procs])
     finally:
         for p in procs.values():
             if p.poll() is None:

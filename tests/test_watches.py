@@ -45,6 +45,7 @@ def test_no_watch_is_lost_when_the_connection_drops(cluster, zk, layout, zk_host
         wait_until(lambda: len(w.running_tasks()) + len(direct.running_tasks()) == 4
                    and w.state() == direct.state() == "Stable", 20, "4 tasks running on 2 workers")
         settle(ctl)
+        wait_until(lambda: ctl.client.client_id and w.client.client_id, 15, "both connected")
         sessions = {"controller": ctl.client.client_id[0], "worker": w.client.client_id[0]}
         before = {name: steady_watches(zk_hosts, s) for name, s in sessions.items()}
         if task_watch == "persistent":  # one recursive watch instead of one per task
@@ -57,7 +58,10 @@ def test_no_watch_is_lost_when_the_connection_drops(cluster, zk, layout, zk_host
         proxy.reset()  # both lose their connection and reconnect at once, within their sessions
         wait_until(lambda: ctl.connected and ctl.client.connected and w.client.connected, 15, "reconnected")
         settle(ctl)
-        assert ctl.client.client_id[0] == sessions["controller"] and w.client.client_id[0] == sessions["worker"]
+        # (read once connected: a client between connections has no session id to show)
+        wait_until(lambda: ctl.client.client_id and w.client.client_id, 15, "both connected after settling")
+        assert ctl.client.client_id[0] == sessions["controller"] and w.client.client_id[0] == sessions["worker"], \
+            "a session was lost with the connection (the test needs the same sessions)"
         for name, s in sessions.items():
             deadline = time.monotonic() + 10
             while (lost := before[name] - steady_watches(zk_hosts, s)) and time.monotonic() < deadline:
