@@ -35,7 +35,10 @@ BROKERS_PER_FARM = 25
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--start-latency", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="no-op task start latency (s)")
 @click.option("--stop-latency", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="no-op task stop latency (s)")
-@click.option("--session-timeout", type=click.FloatRange(2, 120), default=6.0, show_default=True)
+@click.option("--session-timeout", type=click.FloatRange(2, 120), default=None,
+              help="ZooKeeper session of each broker, seconds [default: 6; 10 when the brokers are spread over farms, "
+                   "whose start (every broker taking its tasks at once) can keep ZooKeeper from answering for 5 s "
+                   "on a small machine]")
 @click.option("--scheduled-delay", type=click.FloatRange(0, 3600), default=0.0, show_default=True,
               help="scheduled rebalance delay: a departed broker's tasks wait this long for it")
 @click.option("--static", "static", is_flag=True, help="static membership (instance id = broker id)")
@@ -65,12 +68,15 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
     root = click.get_current_context().find_root()
     given = root.get_parameter_source("hosts") not in (click.core.ParameterSource.DEFAULT, None)
     hosts = ctx.hosts if given else None
+    n_farms = farms if farms is not None else (0 if brokers <= BROKERS_PER_FARM else -(-brokers // BROKERS_PER_FARM))
+    if session_timeout is None:
+        session_timeout = 10.0 if n_farms else 6.0
     opts = SimOptions(brokers=brokers, tasks=tasks, protocol=protocol, assignor=assignor, scenario=scenario,
                       restart_gap_s=restart_gap, seed=seed, start_latency_s=start_latency, stop_latency_s=stop_latency,
                       session_timeout_s=session_timeout, scheduled_delay_s=scheduled_delay, static_membership=static,
                       controlled_shutdown=controlled_shutdown, zk_hosts=hosts,
                       intervals_out=str(intervals_out) if intervals_out else None,
-                      farms=farms if farms is not None else (0 if brokers <= BROKERS_PER_FARM else -(-brokers // BROKERS_PER_FARM)),
+                      farms=n_farms,
                       converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval)
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
