@@ -50,12 +50,12 @@ class _FarmServer:
     def __init__(self, args: argparse.Namespace) -> None:
         from broker_sim.netproxy import NetProxy
         from broker_sim.worker import Worker
-        from controller.protocol import COOPERATIVE, EAGER
+        from controller.protocol import protocols_for
         from controller.zkclient import ZkSettings
 
         self.args = args
         self.settings = ZkSettings(hosts=args.zk, root=args.root, session_timeout_s=args.session_timeout)
-        self.protocols = (COOPERATIVE, EAGER) if args.protocol == COOPERATIVE else (EAGER,)
+        self.protocols = protocols_for(args.protocol)
         self.workers: dict[str, Worker] = {}
         self.proxies: dict[str, NetProxy] = {}
         self.gone: list[Any] = []  # intervals of the brokers that left or were killed

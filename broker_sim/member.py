@@ -10,13 +10,14 @@ Reactions to errors read the flags of :class:`~controller.errors.ProtocolError`,
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Union
 
 from controller.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal
 from controller.errors import ProtocolError
-from controller.protocol import COOPERATIVE, EAGER, cooperative_adjust
+from controller.protocol import COOPERATIVE, EAGER, RECONCILE, cooperative_adjust
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +28,24 @@ class WorkerState(str, Enum):
     JOINING = "Joining"
     SYNCING = "Syncing"
     STABLE = "Stable"
+    #: reconcile protocol: moving towards the published assignment (releasing or acquiring tasks)
+    RECONCILING = "Reconciling"
 
 
 VALID_PREVIOUS: dict[WorkerState, frozenset[WorkerState]] = {
+    # (from Reconciling: the group went back to a join round, a member without reconcile joined)
     WorkerState.PREPARING_JOIN: frozenset({WorkerState.DOWN, WorkerState.JOINING, WorkerState.SYNCING,
-                                           WorkerState.STABLE}),
+                                           WorkerState.STABLE, WorkerState.RECONCILING}),
     WorkerState.JOINING: frozenset({WorkerState.PREPARING_JOIN}),
     WorkerState.SYNCING: frozenset({WorkerState.JOINING}),
-    # Joining -> Stable: a static member that returns inside the delay gets its tasks without a sync.
-    WorkerState.STABLE: frozenset({WorkerState.SYNCING, WorkerState.JOINING}),
+    # Joining -> Stable: a static member that returns inside the delay gets its tasks without a sync;
+    # Reconciling -> Stable: it runs exactly its published assignment.
+    WorkerState.STABLE: frozenset({WorkerState.SYNCING, WorkerState.JOINING, WorkerState.RECONCILING}),
+    # reconcile: any assignment the coordinator publishes (from a join round it ended, or a change)
+    WorkerState.RECONCILING: frozenset({WorkerState.PREPARING_JOIN, WorkerState.JOINING, WorkerState.SYNCING,
+                                        WorkerState.STABLE}),
     WorkerState.DOWN: frozenset({WorkerState.PREPARING_JOIN, WorkerState.JOINING, WorkerState.SYNCING,
-                                 WorkerState.STABLE}),
+                                 WorkerState.STABLE, WorkerState.RECONCILING}),
 }
 
 
@@ -104,6 +112,12 @@ class Member:
     follow_up: int = -1  # a generation whose proposal (ours, as leader) revoked tasks: they move in the next one
     rejoin_when_released: bool = False  # applied that generation: rejoin once our own revocations are let go
     leaving: bool = False
+    #: reconcile: the group's coordinator places tasks; we report (rewrite our request) after releases
+    reconcile_mode: bool = False
+    #: this life of the member (a restart is a new one): a reconcile assignment names the life it is for
+    incarnation: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    #: what our request znode last listed as owned (the coordinator counts it as ours until we say otherwise)
+    reported: frozenset[str] = frozenset()
     last_error: ProtocolError | None = None
     transitions: list[tuple[WorkerState, WorkerState]] = field(default_factory=list)
 
@@ -126,10 +140,12 @@ class Member:
     def _request(self, join_generation: int) -> JoinRequest:
         """``owned`` lists what we hold *and* what we were given but may still be acquiring (Kafka's
         owned partitions): the leader must not hand either to someone else before we let go."""
+        self.reported = self.owned | self.desired
         return JoinRequest(
             member_id=self.member_id, join_generation=join_generation, generation=self.generation,
-            protocols=self.protocols, assignors=self.assignors, owned=tuple(sorted(self.owned | self.desired)),
+            protocols=self.protocols, assignors=self.assignors, owned=tuple(sorted(self.reported)),
             capacity=self.capacity, rack=self.rack, instance_id=self.instance_id, leaving=self.leaving,
+            incarnation=self.incarnation,
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -147,6 +163,7 @@ class Member:
     def stop(self) -> list[Action]:
         """Session lost or worker stopping: Down, running nothing."""
         self._transition(WorkerState.DOWN)
+        self.reconcile_mode = False
         self.desired = frozenset()
         self.pending_join = None
         return [SetDesired(frozenset())]
@@ -160,6 +177,12 @@ class Member:
         self.group = info
         if self.state is WorkerState.DOWN:
             return []
+        if info.protocol == RECONCILE and info.state in ("Reconciling", "Stable"):
+            # no barrier: our assignment comes on its own when the coordinator places tasks with us
+            if (self.reconcile_mode or self.member_id in info.members
+                    or self.state in (WorkerState.JOINING, WorkerState.PREPARING_JOIN)):
+                return []
+            return self._rejoin(info.generation + 1, ProtocolError.UNKNOWN_MEMBER_ID)
         if info.state == "PreparingRebalance":
             if self.state in (WorkerState.JOINING, WorkerState.SYNCING) and self.join_generation == info.join_generation:
                 return []  # already joined this round
@@ -191,6 +214,8 @@ class Member:
     def on_assignment(self, a: Assignment) -> list[Action]:
         if a.controller_epoch < self.epoch_seen or self.state is WorkerState.DOWN:
             return []
+        if a.protocol == RECONCILE:
+            return self._on_target(a)
         static_return = (
             self.state is WorkerState.JOINING and self.group is not None and self.group.state == "Stable"
             and a.generation == self.group.generation == self.join_generation - 1
@@ -265,12 +290,51 @@ class Member:
         if self.leaving or self.state is WorkerState.DOWN:
             return []
         self.leaving = True
+        if self.reconcile_mode:  # no round to join: the request says it, the coordinator re-targets
+            return [WriteJoin(self._request(self.join_generation))] + self._after_owned_change()
         target = (self.group.generation + 1) if self.group else self.join_generation + 1
         if self.group and self.group.state == "PreparingRebalance":
             target = self.group.join_generation
         return self._rejoin(target, None)
 
     # ---- internals --------------------------------------------------------------------------------
+    def _on_target(self, a: Assignment) -> list[Action]:
+        """Reconcile: the coordinator published what we may run now (a member epoch newer than any we have).
+        Tasks it no longer names are revoked: once they are let go we report, and only then may the
+        coordinator hand them on."""
+        if a.generation <= self.generation or a.incarnation != self.incarnation or RECONCILE not in self.protocols:
+            return []  # stale, for a previous life of ours (a restart), or not for a member like us
+        if a.error is not None:
+            return self._on_error(ProtocolError.parse(a.error) or ProtocolError.UNKNOWN_MEMBER_ID)
+        self.epoch_seen = max(self.epoch_seen, a.controller_epoch)
+        self.generation = a.generation
+        self.join_generation = max(self.join_generation, a.generation)
+        self.last_error = None
+        self.pending_join = None
+        self.rejoin_when_released = False
+        self.reconcile_mode = True
+        before = self.desired
+        self.desired = frozenset(a.assigned)
+        # what we were told to run may be held already (an acquisition in flight) until the worker says not
+        self.owned = self.owned | (before - self.desired)
+        self.pending_revocation = (self.pending_revocation | (before - self.desired) | frozenset(a.revoked)) - self.desired
+        self._transition(WorkerState.RECONCILING)
+        return [SetDesired(self.desired)] + self._after_owned_change()
+
+    def _after_reconcile_change(self) -> list[Action]:
+        """Reconcile: report once revoked tasks are let go (or anything we reported is gone); Stable when we
+        run exactly our assignment."""
+        actions: list[Action] = []
+        released = bool(self.pending_revocation) and not (self.pending_revocation & self.owned)
+        if released or self.reported - self.owned - self.desired:
+            self.pending_revocation = frozenset()
+            actions.append(WriteJoin(self._request(self.join_generation)))
+        if self.state is WorkerState.RECONCILING and self.owned == self.desired and not self.pending_revocation:
+            self._transition(WorkerState.STABLE)
+        if self.leaving and not self.desired and not self.owned and not self.pending_revocation:
+            actions.append(Exit())
+        return actions
+
     def _on_error(self, err: ProtocolError) -> list[Action]:
         self.last_error = err
         log.info("%s: %s (%s)", self.member_id, err.name, err.doc)
@@ -297,6 +361,7 @@ class Member:
     def _rejoin(self, target: int, err: ProtocolError | None) -> list[Action]:
         if err is not None:
             self.last_error = err
+        self.reconcile_mode = False  # a join round: the group left reconcile (or we are new to it)
         self._transition(WorkerState.PREPARING_JOIN)
         actions: list[Action] = []
         if self._revokes_all_on_join() and self.desired:
@@ -306,6 +371,8 @@ class Member:
         return actions + self._after_owned_change()
 
     def _after_owned_change(self) -> list[Action]:
+        if self.reconcile_mode and self.state in (WorkerState.RECONCILING, WorkerState.STABLE):
+            return self._after_reconcile_change()
         actions: list[Action] = []
         if self.pending_join is not None and self.state is WorkerState.PREPARING_JOIN:
             # eager, or a member that lost its membership (generation reset): let go of everything first

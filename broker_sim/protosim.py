@@ -252,7 +252,8 @@ class ProtocolSim:
         old = self.nodes.get(mid)
         session = (old.session + 1) if old else 1
 
-        member = Member(member_id=mid, assign=run_assignor, protocols=prefs, assignors=(self.cfg.assignor,))
+        member = Member(member_id=mid, assign=run_assignor, protocols=prefs, assignors=(self.cfg.assignor,),
+                        incarnation=f"{mid}.{session}")
         node = _Node(member=member, session=session)
         self.nodes[mid] = node
         self._member_do(mid, member.start(self.state_zk))
@@ -304,6 +305,9 @@ class ProtocolSim:
                     self._to_controller(lambda p=p: self._controller(lambda: self.coordinator.on_proposal(p)))
             elif isinstance(act, SetDesired):
                 self._reconcile(mid)
+                if m.reconcile_mode:  # the worker reports what it holds once its stops and starts are under way
+                    session = node.session
+                    self._at(self.clock.now() + 0.0001, lambda session=session: self._report_owned(mid, session))
             elif isinstance(act, Exit):
                 self._crash(mid, clean=True)
 
@@ -318,15 +322,19 @@ class ProtocolSim:
             node.acquiring.add(t)
             self._acquire(mid, t, node.session)
 
+    def _report_owned(self, mid: str, session: int) -> None:
+        node = self.nodes.get(mid)
+        if node is None or not node.alive or node.session != session:
+            return
+        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring)))
+
     def _acquire(self, mid: str, t: str, session: int) -> None:
         node = self.nodes.get(mid)
         if node is None or not node.alive or node.session != session:
             return
-        if t not in node.member.desired or node.partitioned_until > self.clock.now():
-            node.acquiring.discard(t)
-            return
-        if t not in self.tasks:
-            node.acquiring.discard(t)
+        if t not in node.member.desired or node.partitioned_until > self.clock.now() or t not in self.tasks:
+            node.acquiring.discard(t)  # given up: no longer "may hold any moment"
+            self._report_owned(mid, session)
             return
         if t in self.locks:
             self._at(self.clock.now() + 0.02, lambda: self._acquire(mid, t, session))  # watch on the owner znode
@@ -344,7 +352,7 @@ class ProtocolSim:
             self._at(node.frozen_until, lambda: self._started(mid, t, session))
             return
         node.running[t] = self.clock.now()
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding)))
+        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring)))
         if t not in node.member.desired:
             self._reconcile(mid)
 
@@ -360,7 +368,7 @@ class ProtocolSim:
         node.holding.discard(t)
         if self.locks.get(t) == mid:
             del self.locks[t]
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding)))
+        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring)))
         if t in node.member.desired:
             self._reconcile(mid)
 

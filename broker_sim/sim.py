@@ -37,7 +37,7 @@ from controller.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.layout import ZkLayout
-from controller.protocol import COOPERATIVE, EAGER
+from controller.protocol import COOPERATIVE, protocols_for
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.zkserver import ZooKeeperServer, free_port
@@ -79,7 +79,7 @@ class SimOptions:
     metrics_interval_s: float = 5.0
 
     def protocols(self) -> tuple[str, ...]:
-        return (COOPERATIVE, EAGER) if self.protocol == COOPERATIVE else (EAGER,)
+        return protocols_for(self.protocol)
 
 
 @dataclass
@@ -209,15 +209,16 @@ class Simulation:
         return w
 
     def close(self) -> None:
-        if self.farms is not None:
-            self.farms.close()
-        for w in list(self.workers.values()):
-            self._retire(w, graceful=True)
+        # controllers first: a broker stopping must not make the others take its tasks in the teardown
         for c in self.controllers:
             try:
                 c.stop()
             except Exception:
                 pass
+        if self.farms is not None:
+            self.farms.close()
+        for w in list(self.workers.values()):
+            self._retire(w, graceful=True)
         for p in self.proxies.values():
             p.close()
         try:
@@ -395,8 +396,14 @@ class Simulation:
         return summary
 
     def _rebalances(self) -> int:
-        return sum(c.ctx.groups["default"].rebalances for c in self.controllers
-                   if c.ctx is not None and "default" in c.ctx.groups)
+        """Rebalances counted by every group coordinator seen so far: a controller killed or resigned keeps
+        the count it had (its context is gone; the new controller's coordinator counts from zero)."""
+        seen = self.__dict__.setdefault("_coordinators", {})
+        for c in self.controllers:
+            if c.ctx is not None and "default" in c.ctx.groups:
+                coord = c.ctx.groups["default"]
+                seen[id(coord)] = coord  # (kept alive here, so its id is never reused)
+        return sum(coord.rebalances for coord in seen.values())
 
     def _step(self, name: str, bid: str, action: Callable[[], None], gap: float = 0.0,
               back: Callable[[], None] | None = None) -> StepResult:

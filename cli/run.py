@@ -21,7 +21,7 @@ import click
 from cli.common import Ctx, UserError, pass_ctx
 from controller.assignors import ASSIGNORS
 from controller.layout import InvalidName, check_name
-from controller.protocol import COOPERATIVE, EAGER
+from controller.protocol import COOPERATIVE, PROTOCOLS, protocols_for
 
 log = logging.getLogger("zkctl")
 
@@ -153,8 +153,9 @@ def _worker_metrics(worker: Any, port: int):
 @click.option("--capacity", type=click.IntRange(1, 1_000_000), default=1, show_default=True)
 @click.option("--rack", default=None)
 @click.option("--runner", type=click.Choice(["spark", "noop"]), default="spark", show_default=True)
-@click.option("--protocol", type=click.Choice([COOPERATIVE, EAGER]), default=COOPERATIVE, show_default=True,
-              help="cooperative also accepts eager, so a mixed group still forms (rolling upgrades)")
+@click.option("--protocol", type=click.Choice(list(PROTOCOLS)), default=COOPERATIVE, show_default=True,
+              help="reconcile: the controller places tasks, no join barrier (also accepts cooperative); cooperative "
+                   "also accepts eager: a mixed group still forms (rolling upgrades)")
 @click.option("--assignor", type=click.Choice(sorted(ASSIGNORS)), default="cooperative-sticky", show_default=True,
               help="assignor this broker uses when it leads the group")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)")
@@ -201,7 +202,7 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
         options = _spark_options({"master": spark_master, "conf": spark_conf, "checkpoint_root": checkpoint_root})
     settings = _settings(ctx, session_timeout)
     config = WorkerConfig(broker_id=broker_id, settings=settings, group=group, instance_id=instance_id, capacity=capacity,
-                          rack=rack, protocols=(COOPERATIVE, EAGER) if protocol == COOPERATIVE else (EAGER,),
+                          rack=rack, protocols=protocols_for(protocol),
                           assignors=(assignor,), runner=runner, runner_options=options, stop_timeout_s=stop_timeout,
                           metrics_interval_s=metrics_interval)
     client = ctx.new_client(settings)

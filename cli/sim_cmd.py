@@ -12,7 +12,7 @@ from broker_sim.chaos import format_summary as format_chaos
 from broker_sim.farm import FarmError
 from broker_sim.sim import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
 from cli.common import UserError
-from controller.protocol import COOPERATIVE, EAGER
+from controller.protocol import COOPERATIVE, PROTOCOLS
 
 
 @click.group("sim")
@@ -27,7 +27,8 @@ BROKERS_PER_FARM = 25
 @sim.command("run")
 @click.option("--brokers", type=click.IntRange(1, 1000), default=3, show_default=True)
 @click.option("--tasks", type=click.IntRange(0, 100_000), default=30, show_default=True)
-@click.option("--protocol", type=click.Choice([COOPERATIVE, EAGER]), default=COOPERATIVE, show_default=True)
+@click.option("--protocol", type=click.Choice(list(PROTOCOLS)), default=COOPERATIVE, show_default=True,
+              help="reconcile: the controller places tasks and each broker reconciles alone (no join barrier)")
 @click.option("--assignor", default="cooperative-sticky", show_default=True)
 @click.option("--scenario", type=click.Choice(SCENARIOS), default="steady", show_default=True)
 @click.option("--restart-gap", "restart_gap", type=click.FloatRange(0, 3600), default=1.0, show_default=True,

@@ -130,6 +130,8 @@ class JoinRequest:
     rack: str | None = None
     instance_id: str | None = None
     leaving: bool = False
+    #: this life of the member (new at every start): a reconcile assignment names the one it is for
+    incarnation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,8 @@ class Assignment:
     #: (the leader, when the published assignment revokes anything); None: it decides from its own proposal
     #: (controllers before the move throttle, whose assignment was always the proposal)
     follow_up: bool | None = None
+    #: reconcile: the member's life (its request's ``incarnation``) this assignment is for
+    incarnation: str | None = None
 
 
 @dataclass(frozen=True)

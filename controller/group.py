@@ -29,7 +29,8 @@ from controller.codecs import (
     TaskDescriptor,
 )
 from controller.errors import ProtocolError
-from controller.protocol import choose_assignor, choose_protocol, validate_proposal
+from controller.protocol import RECONCILE, choose_assignor, choose_protocol, validate_proposal
+from controller.reconcile import ReconcileMixin
 from controller.throttle import Move, Wave, plan_wave
 
 FOREVER = float("inf")
@@ -42,16 +43,23 @@ class GroupState(str, Enum):
     PREPARING_REBALANCE = "PreparingRebalance"
     AWAITING_SYNC = "AwaitingSync"
     STABLE = "Stable"
+    #: reconcile protocol: members are moving towards their targets (revocations or moves outstanding)
+    RECONCILING = "Reconciling"
     DEAD = "Dead"
 
 
 VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
-    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY}),
+    # (from Reconciling: a member without reconcile joined, the group goes back through a join round)
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY,
+                                               GroupState.RECONCILING}),
     GroupState.AWAITING_SYNC: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.STABLE: frozenset({GroupState.AWAITING_SYNC}),
+    # (from Reconciling: every member has its target and every revocation is confirmed)
+    GroupState.STABLE: frozenset({GroupState.AWAITING_SYNC, GroupState.RECONCILING}),
+    # (from PreparingRebalance: a join round chose reconcile; from Stable: a change under reconcile)
+    GroupState.RECONCILING: frozenset({GroupState.PREPARING_REBALANCE, GroupState.STABLE}),
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.DEAD: frozenset({GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC,
-                                GroupState.EMPTY, GroupState.DEAD}),
+                                GroupState.EMPTY, GroupState.RECONCILING, GroupState.DEAD}),
 }
 
 
@@ -122,7 +130,7 @@ class _Held:
 
 
 @dataclass
-class GroupCoordinator:
+class GroupCoordinator(ReconcileMixin):
     group: str
     controller_epoch: int
     clock: Clock
@@ -167,6 +175,11 @@ class GroupCoordinator:
     preferred_check_s: float = 0.0
     max_imbalance: int = 1
     next_check: float | None = None
+    # ---- reconcile protocol (controller/reconcile.py) ----
+    #: member -> the tasks the assignor gives it
+    target: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: member -> task -> the member epoch of a revocation not yet confirmed released
+    unreleased: dict[str, dict[str, int]] = field(default_factory=dict)
 
     # ---- state ------------------------------------------------------------------------------------
     def _transition(self, target: GroupState) -> None:
@@ -248,6 +261,27 @@ class GroupCoordinator:
         """
         self.members = dict(members)
         self.tasks = dict(tasks)
+        if info is not None and info.protocol == RECONCILE:
+            # member epochs run ahead of the state znode (it is not rewritten for every step)
+            self.generation = max([info.generation, info.join_generation - 1, 0]
+                                  + [a.generation for a in assignments.values()])
+            self.join_generation = self.generation
+            self.protocol, self.assignor, self.leader = info.protocol, info.assignor, None
+            self._restore_held(info)
+            if (info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value) and self.members
+                    and self._all_prefer_reconcile(self.members)):
+                self.generation_members = tuple(sorted(self.members))
+                return self._r_load(assignments)
+            # (a member that cannot reconcile, or no members: a join round, as for the other protocols)
+            self.assignment = {m: a.assigned for m, a in assignments.items() if m in self.members and a.error is None}
+            self.generation_members = tuple(m for m in info.members if m in self.members)
+            self.state = GroupState.STABLE
+            if not self.members:
+                self._transition(GroupState.PREPARING_REBALANCE)
+                self._transition(GroupState.EMPTY)
+                self.generation_members = ()
+                return [WriteGroupState(self.info())]
+            return self._prepare_rebalance("controller failover")
         if info is not None:
             self.generation = max(info.generation, info.join_generation - 1, 0)
             self.join_generation = self.generation
@@ -298,6 +332,8 @@ class GroupCoordinator:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
         now = self.clock.now()
         held_before = self._held_info()
+        if self.reconciling():
+            return self._note_held(held_before, self._r_on_members(snapshot))
         old, new = self.members, dict(snapshot)
         self.members = new
         decisions: list[Decision] = []
@@ -441,6 +477,11 @@ class GroupCoordinator:
 
     def _next_wave(self) -> list[Decision]:
         """Deferred moves go once the last wave's tasks all run (and the cluster's limit leaves room)."""
+        if self.reconciling():
+            if self.deferred and not self.moving and not self.maintenance and self._room() != 0:
+                self.reason = f"next wave: {len(self.deferred)} moves waiting for the throttle"
+                return self._r_step(write_state=True)
+            return []
         if (self.deferred and not self.moving and self.state is GroupState.STABLE and not self.maintenance
                 and self.members and self._room() != 0):
             return self._prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
@@ -578,7 +619,8 @@ class GroupCoordinator:
             decisions += self._maybe_complete_join(force=True)
         elif self.state is GroupState.AWAITING_SYNC and self.sync_deadline is not None and now >= self.sync_deadline:
             decisions += self._prepare_rebalance(f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync")
-        elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC) and self.members:
+        elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.RECONCILING) \
+                and self.members:
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self._prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:
@@ -599,6 +641,8 @@ class GroupCoordinator:
         self.join_generation = self.generation
         self.generation_members, self.leader = (), None
         self.assignment.clear()
+        self.target.clear()
+        self.unreleased.clear()
         self.join_deadline = self.sync_deadline = None
         self.join_result = None
         return [WriteGroupState(self.info())]
@@ -619,6 +663,13 @@ class GroupCoordinator:
         self.reason = reason
         if self.state is GroupState.DEAD:
             return []
+        if self.reconciling():
+            if self._all_prefer_reconcile(self.members):
+                return self._r_retarget(reason)
+            # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
+            log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
+            self.target.clear()
+            self.unreleased.clear()
         if self.state is not GroupState.PREPARING_REBALANCE:
             if not self.members:
                 return self._to_empty(reason) if self.state is not GroupState.EMPTY else []
@@ -651,6 +702,14 @@ class GroupCoordinator:
         errors: dict[str, ProtocolError] = {m: ProtocolError.REBALANCE_TIMEOUT for m in self.members if m not in joined}
         leader_hint = self.leader if self.leader in joined else min(joined)
         choice = choose_protocol({m: r.protocols for m, r in joined.items()}, leader_hint)
+        if choice.protocol == RECONCILE:
+            if self._all_prefer_reconcile(self.members):
+                # no sync phase: the coordinator places the tasks itself, every live member takes part
+                self.generation = target
+                return decisions + self._r_enter(f"generation {target} joined by {len(joined)} members")
+            # a member that did not join (yet) cannot reconcile: choose among the others
+            choice = choose_protocol({m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()},
+                                     leader_hint)
         for m in choice.incompatible:
             errors[m] = ProtocolError.INCONSISTENT_PROTOCOL
         members = [m for m in sorted(joined) if m not in errors]

@@ -15,7 +15,21 @@ from controller.codecs import JoinResult, MemberMetadata, SyncProposal, TaskDesc
 
 EAGER = "eager"
 COOPERATIVE = "cooperative"
-PROTOCOLS = (COOPERATIVE, EAGER)
+#: the coordinator computes targets, members reconcile alone (controller/reconcile.py)
+RECONCILE = "reconcile"
+PROTOCOLS = (RECONCILE, COOPERATIVE, EAGER)
+
+
+def protocols_for(choice: str) -> tuple[str, ...]:
+    """What a member that asks for ``choice`` lists, in preference order: each protocol also accepts the
+    older ones, so a group whose members run different software still forms (rolling upgrades)."""
+    if choice == RECONCILE:
+        return (RECONCILE, COOPERATIVE)
+    if choice == COOPERATIVE:
+        return (COOPERATIVE, EAGER)
+    if choice == EAGER:
+        return (EAGER,)
+    raise ValueError(f"unknown protocol {choice!r}: choose one of {', '.join(PROTOCOLS)}")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,10 @@ LEGAL = {
     (S.AWAITING_SYNC, S.STABLE),
     (S.PREPARING_REBALANCE, S.EMPTY),
     (S.STABLE, S.DEAD), (S.PREPARING_REBALANCE, S.DEAD), (S.AWAITING_SYNC, S.DEAD), (S.EMPTY, S.DEAD), (S.DEAD, S.DEAD),
+    # reconcile (KIP-848's Assigning/Reconciling folded into one): entered from a join round that chose it,
+    # Stable <-> Reconciling as targets change and are reached, back to a join round for a member without it
+    (S.PREPARING_REBALANCE, S.RECONCILING), (S.STABLE, S.RECONCILING), (S.RECONCILING, S.STABLE),
+    (S.RECONCILING, S.PREPARING_REBALANCE), (S.RECONCILING, S.DEAD),
 }
 EPOCH = 3
 BOTH = (COOPERATIVE, EAGER)

@@ -35,6 +35,10 @@ LEGAL = {
     (W.SYNCING, W.STABLE),
     (W.JOINING, W.STABLE),  # a static member back inside the delay gets its tasks without a sync
     (W.PREPARING_JOIN, W.DOWN), (W.JOINING, W.DOWN), (W.SYNCING, W.DOWN), (W.STABLE, W.DOWN),
+    # reconcile: any published assignment starts reconciling; reached, Stable; a join round, PreparingJoin
+    (W.PREPARING_JOIN, W.RECONCILING), (W.JOINING, W.RECONCILING), (W.SYNCING, W.RECONCILING),
+    (W.STABLE, W.RECONCILING), (W.RECONCILING, W.STABLE), (W.RECONCILING, W.PREPARING_JOIN),
+    (W.RECONCILING, W.DOWN),
 }
 EPOCH = 4
 ME = "m1"

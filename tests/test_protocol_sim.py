@@ -24,9 +24,13 @@ import pytest
 
 import controller.group
 from broker_sim.protosim import ProtocolSim, SimConfig, SimResult
-from controller.protocol import COOPERATIVE, EAGER, validate_proposal
+import controller.reconcile
+from controller.protocol import COOPERATIVE, EAGER, RECONCILE, validate_proposal
 
 MIN_SCHEDULES = 10_000
+#: the reconcile protocol alone gets as many as the others together
+MIN_RECONCILE_SCHEDULES = 10_000
+RECONCILING = (RECONCILE, COOPERATIVE)
 CHUNK = 250
 
 
@@ -39,12 +43,22 @@ class UpgradeSim(ProtocolSim):
         self.cfg = config
 
 
+class ReconcileUpgradeSim(ProtocolSim):
+    """A rolling upgrade to reconcile: the first members run cooperative-only software; every member
+    started after them prefers reconcile (and still speaks cooperative)."""
+
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        super().__init__(seed, dataclasses.replace(config, protocol_mix=((COOPERATIVE, EAGER),)))
+        self.cfg = config
+
+
 @dataclass(frozen=True)
 class Scenario:
     config: SimConfig
     seeds: int
     sim: type[ProtocolSim] = ProtocolSim
     faulty: bool = False
+    reconcile: bool = False
 
     def make(self, seed: int) -> ProtocolSim:
         return self.sim(seed, self.config)
@@ -60,6 +74,13 @@ CONFIGS: dict[str, Scenario] = {
     "faulty-leaders": Scenario(SimConfig(faulty_leader_probability=0.3), 1500, faulty=True),
     "delay-mixed-faulty": Scenario(SimConfig(scheduled_delay=2.0, protocol_mix=((COOPERATIVE, EAGER), (EAGER,)),
                                              faulty_leader_probability=0.3), 500, faulty=True),
+    "reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,)), 4000, reconcile=True),
+    "reconcile-delay": Scenario(SimConfig(protocol_mix=(RECONCILING,), scheduled_delay=2.0), 2000, reconcile=True),
+    "upgrade-cooperative-to-reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,), faults=6), 2000,
+                                                 sim=ReconcileUpgradeSim, reconcile=True),
+    # members with and without reconcile come and go: the group enters and leaves it, both ways
+    "mixed-reconcile-cooperative": Scenario(SimConfig(protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6),
+                                            2000, reconcile=True),
 }
 
 
@@ -153,7 +174,8 @@ def report(name: str, failures: list[Failure], total: int) -> str:
 
 
 def test_enough_schedules():
-    assert sum(s.seeds for s in CONFIGS.values()) >= MIN_SCHEDULES
+    assert sum(s.seeds for s in CONFIGS.values() if not s.reconcile) >= MIN_SCHEDULES
+    assert sum(s.seeds for s in CONFIGS.values() if s.reconcile) >= MIN_RECONCILE_SCHEDULES
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -195,12 +217,64 @@ def test_without_the_still_owns_check_faulty_leaders_break_invariant_2(monkeypat
         assert ProtocolSim(seed, config).run().violations == []
 
 
+def test_without_waiting_for_releases_reconcile_breaks_invariant_2(monkeypatch, caplog):
+    """The planted bug of the reconcile protocol: a coordinator that counts only what it published as
+    held (not revocations still unconfirmed, not what members report) hands tasks on too early."""
+    monkeypatch.setattr(controller.reconcile, "holders",
+                        lambda published, unreleased, requests: {m: set(published.get(m, ())) for m in requests})
+    caplog.set_level(logging.ERROR, logger="controller")
+    config = CONFIGS["reconcile"].config
+    broken = [seed for seed in range(20) if any(v.invariant == 2 for v in ProtocolSim(seed, config).run().violations)]
+    assert broken, "the simulation did not notice a reconcile coordinator that hands tasks on before their release"
+    monkeypatch.undo()
+    for seed in broken[:3]:
+        assert ProtocolSim(seed, config).run().violations == []
+
+
+def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
+    """The reconcile schedules run the new protocol (no join round once in it), and the mixed ones enter
+    and leave it."""
+    import controller.group
+
+    entered, left = [], []
+    enter, prepare = controller.group.GroupCoordinator._r_enter, controller.group.GroupCoordinator._prepare_rebalance
+
+    def counting_enter(self, reason):
+        entered.append(reason)
+        return enter(self, reason)
+
+    def counting_prepare(self, reason):
+        if self.reconciling() and not self._all_prefer_reconcile(self.members):
+            left.append(reason)
+        return prepare(self, reason)
+
+    monkeypatch.setattr(controller.group.GroupCoordinator, "_r_enter", counting_enter)
+    monkeypatch.setattr(controller.group.GroupCoordinator, "_prepare_rebalance", counting_prepare)
+    for seed in range(20):
+        sim = CONFIGS["reconcile"].make(seed)
+        sim.run()
+        assert sim.coordinator.protocol == RECONCILE
+        assert sim.coordinator.join_result is None
+    assert entered and not left
+    entered.clear()
+    upgraded = 0
+    for seed in range(40):
+        sim = CONFIGS["upgrade-cooperative-to-reconcile"].make(seed)
+        sim.run()
+        upgraded += sim.coordinator.protocol == RECONCILE
+    assert upgraded and entered
+    entered.clear()
+    for seed in range(60):
+        CONFIGS["mixed-reconcile-cooperative"].make(seed).run()
+    assert entered and left
+
+
 def test_a_seed_replays_the_same_schedule():
     def fingerprint(result: SimResult):
         return (result.faults, result.events, result.rebalances, result.converged_at,
                 [(v.invariant, v.detail) for v in result.violations])
 
-    for name in ("cooperative", "upgrade-eager-to-cooperative", "faulty-leaders"):
+    for name in ("cooperative", "upgrade-eager-to-cooperative", "faulty-leaders", "reconcile"):
         first = CONFIGS[name].make(12345).run()
         again = CONFIGS[name].make(12345).run()
         assert fingerprint(first) == fingerprint(again)

@@ -501,6 +501,8 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 with self.lock:
                     self.desired = act.tasks
                 self._reconcile()
+                if self.member.reconcile_mode:
+                    self._enqueue(_Owned())  # what we hold now that the stops and starts are under way
             elif isinstance(act, Exit):
                 log.info("worker %s: controlled shutdown complete", self.id)
                 self.exited.set()

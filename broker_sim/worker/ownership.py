@@ -29,8 +29,10 @@ class Ownership:
 
     # ---- tasks ------------------------------------------------------------------------------------
     def _held(self) -> frozenset[str]:
+        """Tasks whose owner znode we hold, or may hold any moment (a create in flight: a busy slot not yet
+        held). A revoked task counts as let go only once neither is true."""
         with self.lock:
-            return frozenset(t for t, s in self.slots.items() if s.held)
+            return frozenset(t for t, s in self.slots.items() if s.held or s.busy)
 
     def _acquire_owner(self, t: str) -> bool:
         """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it.

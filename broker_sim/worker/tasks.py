@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
+from broker_sim.worker.events import _Owned
 from broker_sim.worker.slots import _StopBatch, _TaskSlot
 from controller import codecs
 from controller.codecs import OwnerInfo, PayloadError
@@ -70,8 +71,11 @@ class Tasks:
             self._run(t, spec)
         finally:
             with self.lock:
+                held = t in self.slots and self.slots[t].held
                 if t in self.slots:
                     self.slots[t].busy = False
+            if acquire and not held:
+                self._enqueue(_Owned())  # an acquisition given up: no longer "may hold any moment"
             self._reconcile()
 
     def _start_tasks(self, tasks: list[str]) -> None:
@@ -121,9 +125,13 @@ class Tasks:
                     self.pool.submit(self._launch, t, spec)
         finally:
             with self.lock:
+                given_up = False
                 for t in tasks:
                     if t not in handed and t in self.slots:
                         self.slots[t].busy = False
+                        given_up = given_up or not self.slots[t].held
+            if given_up:
+                self._enqueue(_Owned())  # acquisitions given up: no longer "may hold any moment"
             self._reconcile()
 
     def _launch(self, t: str, spec: TaskSpec) -> None:
