@@ -18,7 +18,7 @@ from broker_sim.sim import SimOptions, Simulation
 from controller import codecs
 from controller.admin import wait_for
 from controller.codecs import IntervalLog, RunInterval
-from controller.protocol import COOPERATIVE, EAGER
+from controller.protocol import COOPERATIVE, EAGER, RECONCILE
 from controller.taskspec import NoopPipeline, TaskSpec
 
 
@@ -51,12 +51,14 @@ def _assert_no_double_ownership(sim: Simulation) -> None:
     assert overlaps == [], "\n".join(str(o) for o in overlaps[:5])
 
 
-@pytest.mark.parametrize("protocol", [COOPERATIVE, EAGER])
+@pytest.mark.parametrize("protocol", [COOPERATIVE, EAGER, RECONCILE])
 def test_adding_a_fourth_worker(cluster_factory, protocol):
-    """Cooperative: tasks that stay are never interrupted and exactly the moved ones pause.
-    Eager: every task stops and restarts."""
+    """Cooperative and reconcile: tasks that stay are never interrupted and exactly the moved ones pause.
+    Eager: every task stops and restarts. Reconcile does it without a join round: no member rejoins."""
     sim = cluster_factory(protocol=protocol, start_latency_s=0.05, stop_latency_s=0.05)
     _start(sim, 3, 30)
+    coord = sim.active_controller().ctx.groups["default"]
+    rounds = coord.rebalances
     before = {t: b for b, w in sim.workers.items() for t in w.running_tasks()}
     t_join = time.time()
     sim.start_worker(sim.broker_id(3))
@@ -67,7 +69,10 @@ def test_adding_a_fourth_worker(cluster_factory, protocol):
     closed = list(sim.intervals_done) + [i for w in sim.workers.values() for i in w.intervals]
     interrupted = {i.task_id for i in closed if i.end is not None and i.end >= t_join}
     restarted = {i.task_id for i in sim.all_intervals() if i.start >= t_join}
-    if protocol == COOPERATIVE:
+    if protocol == RECONCILE:
+        assert coord.protocol == RECONCILE and coord.join_result is None and coord.leader is None
+        assert coord.rebalances == rounds + 1, "one new target, no join round"
+    if protocol in (COOPERATIVE, RECONCILE):
         assert interrupted == moved, "only the moved tasks may stop"
         assert restarted == moved
         stayed = set(after) - moved
@@ -79,8 +84,9 @@ def test_adding_a_fourth_worker(cluster_factory, protocol):
     _assert_no_double_ownership(sim)
 
 
-def test_leave_and_crash_and_controller_failover_mid_rebalance(cluster_factory):
-    sim = cluster_factory(protocol=COOPERATIVE, start_latency_s=0.1, stop_latency_s=0.1)
+@pytest.mark.parametrize("protocol", [COOPERATIVE, RECONCILE])
+def test_leave_and_crash_and_controller_failover_mid_rebalance(cluster_factory, protocol):
+    sim = cluster_factory(protocol=protocol, start_latency_s=0.1, stop_latency_s=0.1)
     _start(sim, 4, 40)
     sim.start_controller("ctl-1")  # a standby candidate
     sim.leave(sim.broker_id(0))
@@ -95,6 +101,7 @@ def test_leave_and_crash_and_controller_failover_mid_rebalance(cluster_factory):
     assert sim.wait_converged(30, balanced=True) is not None
     new = sim.active_controller()
     assert new is not None and new.epoch == old.epoch + 1
+    assert new.ctx.groups["default"].protocol == protocol
     _assert_no_double_ownership(sim)
 
 
@@ -117,9 +124,11 @@ def test_protocol_upgrade_eager_to_cooperative_by_rolling_restart(cluster_factor
     _assert_no_double_ownership(sim)
 
 
-def test_scheduled_delay_and_static_membership(cluster_factory):
-    """A static member that returns inside the delay gets its own tasks back; nobody else is disturbed."""
-    sim = cluster_factory(protocol=COOPERATIVE, scheduled_delay_s=8.0, static_membership=True)
+@pytest.mark.parametrize("protocol", [COOPERATIVE, RECONCILE])
+def test_scheduled_delay_and_static_membership(cluster_factory, protocol):
+    """A static member that returns inside the delay gets its own tasks back; nobody else is disturbed
+    (cooperative: without a rebalance; reconcile: a new target that moves nothing else)."""
+    sim = cluster_factory(protocol=protocol, scheduled_delay_s=8.0, static_membership=True)
     _start(sim, 3, 30)
     victim = sim.broker_id(1)
     mine = set(sim.workers[victim].running_tasks())
@@ -134,7 +143,35 @@ def test_scheduled_delay_and_static_membership(cluster_factory):
     assert sim.workers[victim].running_tasks() == mine
     others = {i.task_id for i in sim.all_intervals() if i.start >= t_leave and i.broker != victim}
     assert others == set(), "other members' tasks were not touched"
-    assert sim.active_controller().ctx.groups["default"].rebalances == rebalances, "no rebalance for a static return"
+    if protocol == COOPERATIVE:
+        assert sim.active_controller().ctx.groups["default"].rebalances == rebalances, "no rebalance for a static return"
+
+
+def test_rolling_upgrade_cooperative_to_reconcile_and_back(cluster_factory):
+    """A live cooperative group: each broker restarted with reconcile (which still speaks cooperative); the
+    group stays cooperative until the last cooperative-only member is gone, then reconciles (no join rounds
+    after that); one broker restarted cooperative-only takes it back through a join round. Every task runs
+    at the end of each step and none is ever owned twice."""
+    sim = cluster_factory(protocol=COOPERATIVE, start_latency_s=0.05, stop_latency_s=0.05)
+    _start(sim, 3, 30)
+    coord = lambda: sim.active_controller().ctx.groups["default"]
+    assert coord().protocol == COOPERATIVE
+    for i in range(3):
+        bid = sim.broker_id(i)
+        sim.leave(bid)
+        sim.opts = SimOptions(**{**sim.opts.__dict__, "protocol": RECONCILE})
+        sim.start_worker(bid)
+        assert sim.wait_converged(30, balanced=True) is not None
+        assert coord().protocol == (RECONCILE if i == 2 else COOPERATIVE), f"after upgrading {i + 1} workers"
+    assert all(w.member.reconcile_mode for w in sim.workers.values())
+    bid = sim.broker_id(1)
+    sim.leave(bid)
+    sim.opts = SimOptions(**{**sim.opts.__dict__, "protocol": COOPERATIVE})
+    sim.start_worker(bid)
+    assert sim.wait_converged(30, balanced=True) is not None
+    assert coord().protocol == COOPERATIVE
+    assert not any(w.member.reconcile_mode for w in sim.workers.values())
+    _assert_no_double_ownership(sim)
 
 
 def test_scheduled_delay_expires_and_tasks_move(cluster_factory):
@@ -148,8 +185,9 @@ def test_scheduled_delay_expires_and_tasks_move(cluster_factory):
     assert mine <= running
 
 
-def test_controlled_shutdown_moves_tasks_before_leaving(cluster_factory):
-    sim = cluster_factory(protocol=COOPERATIVE, stop_latency_s=0.05, start_latency_s=0.05)
+@pytest.mark.parametrize("protocol", [COOPERATIVE, RECONCILE])
+def test_controlled_shutdown_moves_tasks_before_leaving(cluster_factory, protocol):
+    sim = cluster_factory(protocol=protocol, stop_latency_s=0.05, start_latency_s=0.05)
     _start(sim, 3, 30)
     victim = sim.broker_id(0)
     w = sim.workers[victim]
