@@ -22,6 +22,7 @@ BENCHMARKS = {
     "B5": "benchmarks.b5_event_thread",
     "B6": "benchmarks.b6_spark",
     "B7": "benchmarks.b7_memory",
+    "B8": "benchmarks.b8_scale",
     "B9": "benchmarks.b9_api",
 }
 

@@ -1,6 +1,6 @@
 """B1 — rolling bounce: every broker in turn stops cleanly, stays down for ``gap`` seconds and comes back
 (same id); the next one goes once the cluster has converged. No-op tasks with 200 ms stop and 500 ms
-start latency. Contenders: our eager and cooperative protocols, cooperative with controlled shutdown,
+start latency. Contenders: our eager, cooperative and reconcile protocols, cooperative with controlled shutdown,
 cooperative with static membership (scheduled rebalance delay > gap), and the peer, kazoo's
 ``SetPartitioner`` recipe, driven through the same bounce with the same runner latencies.
 
@@ -26,7 +26,7 @@ from broker_sim.sim import SimOptions, Simulation
 from broker_sim.timeline import plot_timeline
 from controller.admin import wait_for
 from controller.codecs import RunInterval
-from controller.protocol import COOPERATIVE, EAGER
+from controller.protocol import COOPERATIVE, EAGER, RECONCILE
 
 NAME = "b1_rolling_bounce"
 TITLE = "B1 rolling bounce"
@@ -40,6 +40,7 @@ def _contenders(delay_s: float) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("eager", dict(protocol=EAGER, assignor="sticky")),
         ("cooperative", dict(protocol=COOPERATIVE)),
+        ("reconcile", dict(protocol=RECONCILE)),
         ("cooperative + controlled shutdown", dict(protocol=COOPERATIVE, controlled_shutdown=True)),
         ("cooperative + static membership", dict(protocol=COOPERATIVE, static_membership=True, scheduled_delay_s=delay_s)),
     ]
@@ -223,6 +224,9 @@ def run(bench: Bench) -> dict[str, Any]:
                f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / coop:.1f}" if coop else "", quick_size=quick),
         target("B1 controlled-shutdown downtime vs SetPartitioner", f"1/{sp_ref / cs:.1f}" if cs else "-", "≤ 1/100", bool(cs) and cs <= sp_ref / 100,
                f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / cs:.1f}" if cs else "", quick_size=quick),
+        target("B1 reconcile downtime vs eager", f"1/{med['eager'] / med['reconcile']:.1f}" if med["reconcile"] else "-",
+               "≤ 1/20", bool(med["reconcile"]) and med["reconcile"] <= med["eager"] / 20,
+               f"cooperative in the same run: 1/{med['eager'] / coop:.1f}" if coop else "", quick_size=quick),
         target("B1 double ownership (all contenders, all runs)", double_total, "0", double_total == 0),
     ]
     doc = {
