@@ -180,6 +180,8 @@ class GroupCoordinator(ReconcileMixin):
     target: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: member -> task -> the member epoch of a revocation not yet confirmed released
     unreleased: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: member -> the member epoch of its last published assignment
+    epochs: dict[str, int] = field(default_factory=dict)
 
     # ---- state ------------------------------------------------------------------------------------
     def _transition(self, target: GroupState) -> None:
@@ -643,6 +645,7 @@ class GroupCoordinator(ReconcileMixin):
         self.assignment.clear()
         self.target.clear()
         self.unreleased.clear()
+        self.epochs.clear()
         self.join_deadline = self.sync_deadline = None
         self.join_result = None
         return [WriteGroupState(self.info())]

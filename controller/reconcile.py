@@ -67,6 +67,10 @@ def step(
 class ReconcileMixin:
     """The reconcile half of :class:`~controller.group.GroupCoordinator` (its fields live there)."""
 
+    def epoch_of(self: "GroupCoordinator", member: str) -> int:
+        """The member epoch of the member's last published assignment (-1: none yet)."""
+        return self.epochs.get(member, -1)
+
     # ---- mode -------------------------------------------------------------------------------------
     def reconciling(self: "GroupCoordinator") -> bool:
         """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
@@ -120,6 +124,7 @@ class ReconcileMixin:
             tasks = self.assignment.pop(m, ())
             self.unreleased.pop(m, None)
             self.target.pop(m, None)
+            self.epochs.pop(m, None)
             for t in [t for t, mv in self.moving.items() if mv.dest == m]:
                 del self.moving[t]
             key = self.identity(m, old[m])
@@ -229,6 +234,7 @@ class ReconcileMixin:
                 if not pending:
                     del self.unreleased[m]
                 self.assignment[m] = now_assigned
+                self.epochs[m] = self.generation
                 # every revocation not yet confirmed, not only this step's: the assignment znode alone tells
                 # a new controller what the member may still be stopping
                 writes.append((m, Assignment(generation=self.generation, controller_epoch=self.controller_epoch,
@@ -266,6 +272,7 @@ class ReconcileMixin:
             if a.incarnation != self.members[m].incarnation:
                 continue  # published to an earlier life of the member: that session, and all it held, is gone
             self.assignment[m] = tuple(a.assigned)
+            self.epochs[m] = a.generation
             self.generation = max(self.generation, a.generation)
             pending = confirm_releases({t: a.generation for t in a.revoked}, self.members[m])
             if pending:

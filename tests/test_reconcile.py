@@ -1,0 +1,212 @@
+"""The reconcile protocol's coordinator, sans-IO: driven with a FakeClock and hand-built member requests
+(the reports members write), reading only the decisions it returns. What it must never do: hand a task to a
+member while another may still run it."""
+
+from __future__ import annotations
+
+from controller.clock import FakeClock
+from controller.codecs import Assignment, JoinRequest, MoveLimits, TaskDescriptor
+from controller.group import (
+    FOREVER,
+    GroupConfig,
+    GroupCoordinator,
+    GroupState,
+    WatchMoves,
+    WriteAssignments,
+    WriteGroupState,
+)
+from controller.protocol import COOPERATIVE, EAGER, RECONCILE
+from controller.reconcile import confirm_releases, holders
+
+EPOCH = 5
+RECONCILING = (RECONCILE, COOPERATIVE)
+
+
+def req(m: str, generation: int = -1, owned: tuple[str, ...] = (), join_generation: int = 1,
+        protocols: tuple[str, ...] = RECONCILING, leaving: bool = False, incarnation: str | None = None,
+        instance_id: str | None = None) -> JoinRequest:
+    return JoinRequest(member_id=m, join_generation=join_generation, generation=generation, protocols=protocols,
+                       assignors=("sticky",), owned=owned, leaving=leaving, incarnation=incarnation or f"{m}.1",
+                       instance_id=instance_id)
+
+
+def tasks(n: int) -> dict[str, TaskDescriptor]:
+    return {f"t{i}": TaskDescriptor(task_id=f"t{i}") for i in range(n)}
+
+
+def published(decisions) -> dict[str, Assignment]:
+    out: dict[str, Assignment] = {}
+    for d in decisions:
+        if isinstance(d, WriteAssignments):
+            out.update(dict(d.assignments))
+    return out
+
+
+def states(decisions) -> list[str]:
+    return [d.info.state for d in decisions if isinstance(d, WriteGroupState)]
+
+
+def coordinator(n_tasks: int = 6, **config) -> GroupCoordinator:
+    c = GroupCoordinator(group="g", controller_epoch=EPOCH, clock=FakeClock(), config=GroupConfig(**config))
+    c.on_tasks(tasks(n_tasks))
+    return c
+
+
+def report(c: GroupCoordinator, m: str, owned: tuple[str, ...] | None = None, **kw) -> list:
+    """Member ``m`` reports at its current member epoch, owning what it was last published (or ``owned``)."""
+    a = c.assignment[m]
+    members = dict(c.members)
+    members[m] = req(m, generation=c.epoch_of(m), owned=a if owned is None else owned,
+                     incarnation=c.members[m].incarnation, **kw)
+    return c.on_members(members)
+
+
+def one_member(n_tasks: int = 6) -> tuple[GroupCoordinator, list]:
+    c = coordinator(n_tasks)
+    c.on_members({"a": req("a")})
+    return c, c.on_members({"a": req("a")})
+
+
+def test_a_group_whose_members_all_offer_reconcile_enters_it_without_a_sync_phase():
+    c = coordinator()
+    decisions = c.on_members({"a": req("a")})
+    a = published(decisions)["a"]
+    assert a.protocol == RECONCILE and a.assigned == tuple(sorted(tasks(6))) and a.incarnation == "a.1"
+    assert c.state is GroupState.STABLE and c.protocol == RECONCILE and c.leader is None and c.join_result is None
+    assert states(decisions)[-1] == "Stable"
+
+
+def test_a_member_added_gets_tasks_only_after_their_owner_reported_the_release():
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    step1 = c.on_members({"a": req("a"), "b": req("b")})
+    out = published(step1)
+    assert out["a"].revoked and not set(out["a"].assigned) & set(out["a"].revoked)
+    assert out["b"].assigned == (), "nothing handed to b while a may still run it"
+    assert c.state is GroupState.RECONCILING
+    moving = set(out["a"].revoked)
+    # a stale report (older than the revocation's epoch) listing nothing confirms nothing
+    stale = c.on_members({"a": req("a", generation=out["a"].generation - 1, owned=()), "b": req("b")})
+    assert "b" not in published(stale)
+    # a's report at the revocation's epoch, without the revoked tasks: they go to b, and a is not written again
+    step2 = report(c, "a", owned=out["a"].assigned)
+    out2 = published(step2)
+    assert set(out2) == {"b"} and set(out2["b"].assigned) == moving
+    assert out2["b"].generation > out["b"].generation
+    assert c.state is GroupState.STABLE
+
+
+def test_a_report_that_still_lists_a_revoked_task_keeps_it_from_its_new_owner():
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    out = published(c.on_members({"a": req("a"), "b": req("b")}))
+    still = out["a"].revoked[0]
+    step = report(c, "a", owned=out["a"].assigned + (still,))
+    assert still not in published(step).get("b", Assignment(generation=0, controller_epoch=EPOCH)).assigned
+    assert c.unreleased["a"] == {still: out["a"].generation}
+
+
+def test_member_epochs_only_grow_and_only_changed_members_are_written():
+    c = coordinator(12)
+    c.on_members({"a": req("a"), "b": req("b")})
+    c.on_members({"a": req("a"), "b": req("b")})
+    epochs = {m: c.epoch_of(m) for m in "ab"}
+    out = published(c.on_tasks(tasks(13)))  # one task more: one member gets it, the other is left alone
+    assert len(out) == 1
+    for m, a in out.items():
+        assert a.generation > epochs[m]
+
+
+def test_the_throttle_lets_moves_go_in_waves():
+    c = coordinator(8)
+    c.on_members({"a": req("a")})
+    c.on_settings(MoveLimits(max_moves=2), 0.0, 1)
+    decisions = c.on_members({"a": req("a"), "b": req("b")})
+    first = set(published(decisions)["a"].revoked)
+    assert len(first) == 2 and len(c.deferred) == 2, "two moves in flight at most; two wait"
+    assert c.state is GroupState.RECONCILING
+    step = report(c, "a")
+    assert set(published(step)["b"].assigned) == first
+    assert any(isinstance(d, WatchMoves) and set(d.tasks) == first for d in step)
+    wave: list = []
+    for t in sorted(first):
+        assert not published(wave), "the next wave waits for every move of this one to run"
+        wave = c.on_move_done(t, "b")
+    second = set(published(wave)["a"].revoked)
+    assert len(second) == 2 and not second & first
+    report(c, "a")
+    for t in sorted(second):
+        c.on_move_done(t, "b")
+    assert len(c.assignment["a"]) == len(c.assignment["b"]) == 4 and c.state is GroupState.STABLE
+
+
+def test_maintenance_mode_holds_a_departed_members_tasks_and_moves_nothing():
+    c = coordinator(6)
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    assert c.state is GroupState.STABLE
+    b_tasks = c.assignment["b"]
+    c.on_maintenance(True)
+    decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"])})
+    assert "a" not in published(decisions), "nothing moves in maintenance mode"
+    assert c.held["b"].tasks == b_tasks and c.held["b"].deadline == FOREVER
+    decisions = c.on_maintenance(False)
+    assert set(published(decisions)["a"].assigned) == set(tasks(6))
+
+
+def test_a_controller_failover_keeps_unconfirmed_revocations():
+    c = coordinator(6)
+    c.on_members({"a": req("a")})
+    out = published(c.on_members({"a": req("a"), "b": req("b")}))
+    members = dict(c.members)
+    state = c.info()
+    # the new controller: what ZooKeeper holds (the assignments as written, the members' requests)
+    n = GroupCoordinator(group="g", controller_epoch=EPOCH + 1, clock=FakeClock(), config=GroupConfig())
+    after = n.load(state, members, tasks(6), out)
+    assert n.protocol == RECONCILE and n.join_result is None
+    moved = set(out["a"].revoked)
+    assert not moved & set(published(after).get("b", Assignment(0, EPOCH)).assigned), "revoked, not yet released"
+    assert n.unreleased["a"].keys() == moved
+    step = report(n, "a", owned=out["a"].assigned)
+    assert set(published(step)["b"].assigned) == moved
+
+
+def test_a_member_without_reconcile_takes_the_group_back_to_a_join_round():
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    decisions = c.on_members({"a": req("a"), "old": req("old", protocols=(COOPERATIVE, EAGER))})
+    assert c.state is GroupState.PREPARING_REBALANCE
+    assert states(decisions)[-1] == "PreparingRebalance"
+    assert not c.unreleased and not c.target
+
+
+def test_a_restart_is_a_new_member_and_its_previous_lifes_assignment_is_not_reused():
+    c = coordinator()
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    before = c.epoch_of("b")
+    decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"]),
+                              "b": req("b", incarnation="b.2")})
+    out = published(decisions)
+    assert out["b"].incarnation == "b.2" and out["b"].generation > before
+
+
+def test_controlled_shutdown_drains_the_member_then_it_owns_nothing():
+    c = coordinator()
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    out = published(c.on_controlled_shutdown("b"))
+    assert out["b"].assigned == () and out["b"].revoked
+    step = report(c, "b", owned=())
+    assert set(published(step)["a"].assigned) == set(tasks(6))
+
+
+def test_the_pure_parts():
+    assert holders({"a": ("t1",)}, {"a": {"t2": 3}}, {"a": req("a", owned=("t3",)), "b": req("b")}) == \
+        {"a": {"t1", "t2", "t3"}, "b": set()}
+    pending = {"t1": 4, "t2": 6}
+    assert confirm_releases(pending, req("a", generation=5, owned=())) == {"t2": 6}
+    assert confirm_releases(pending, req("a", generation=6, owned=("t1",))) == {"t1": 4}
