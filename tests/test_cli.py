@@ -627,6 +627,20 @@ def test_the_simulator_spreads_brokers_over_farm_processes(zk_hosts, scenario, e
     assert summary["moved_tasks"] >= (10 if scenario == "pause-broker" else 40), summary
 
 
+@pytest.mark.parametrize("scenario", ["rolling-bounce", "add-broker", "kill-broker", "expire-session", "pause-broker",
+                                      "partition-broker", "controlled-shutdown", "kill-controller"])
+def test_the_simulator_runs_every_scenario_under_reconcile(zk_hosts, scenario):
+    """``--protocol reconcile``: every fault scenario converges with no task ever owned twice, and the group
+    reconciles (no join round once it runs the protocol)."""
+    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "4", "--tasks", "40", "--protocol", "reconcile",
+                  "--session-timeout", "4", "--scenario", scenario])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["protocol"] == "reconcile" and summary["double_ownership"] == 0, summary
+    steps = summary["steps"]
+    assert steps and all(s["converged_s"] is not None for s in steps), steps
+
+
 def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
     """``zkctl demo --runner noop`` (the README's main job in its fast form): real processes, a broker and a
     controller killed; its status is an aligned table with full state names."""
