@@ -256,10 +256,12 @@ class Simulation:
     def converged(self, expect_brokers: set[str] | None = None) -> bool:
         """Every task runs on exactly one live worker and the group is Stable."""
         if self.farms is not None:
-            counts, digest = self.farms.running()
-            if sum(counts.values()) != len(self.task_ids) or digest != self.farms.expected_digest:
+            # the group first (in this process): asking every farm for a digest of what it runs costs the farms
+            # CPU, which their brokers need while the group is still moving tasks
+            if not self._stable():
                 return False
-            return self._stable()
+            counts, digest = self.farms.running()
+            return sum(counts.values()) == len(self.task_ids) and digest == self.farms.expected_digest and self._stable()
         self._restart_halted()
         running: dict[str, int] = {}
         for bid, w in self.workers.items():
