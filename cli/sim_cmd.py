@@ -120,13 +120,15 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
 @click.option("--max-moves", type=click.IntRange(1), default=None, help="a move throttle for the run: moves in flight")
 @click.option("--max-moves-per-broker", type=click.IntRange(1), default=None,
               help="a move throttle for the run: moves starting on one broker")
+@click.option("--protocol", type=click.Choice(list(PROTOCOLS)), default=COOPERATIVE, show_default=True,
+              help="the brokers' group protocol")
 @click.option("--json", "json_flag", is_flag=True, help="print the summary as JSON (same as the global --json)")
 @click.option("--intervals-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="write the recorded run intervals as JSON (for `zkctl timeline`)")
 @click.pass_obj
 def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers, session_timeout, rebalance_timeout,
               scheduled_delay, mean_gap, kinds, pipelines, records, spark_master, max_moves, max_moves_per_broker,
-              json_flag, intervals_out) -> None:
+              protocol, json_flag, intervals_out) -> None:
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
 
     Faults: broker kill / session expiry / freeze / partition, controller kill / freeze, ZooKeeper
@@ -152,7 +154,7 @@ def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers,
                         rebalance_timeout_s=rebalance_timeout, scheduled_delay_s=scheduled_delay, mean_gap_s=mean_gap,
                         kinds=chosen, zk_hosts=ctx.hosts if given else None, pipelines=pipelines, records=records,
                         spark_master=spark_master, max_moves=max_moves, max_moves_per_broker=max_moves_per_broker,
-                        intervals_out=str(intervals_out) if intervals_out else None)
+                        intervals_out=str(intervals_out) if intervals_out else None, protocol=protocol)
     as_json = ctx.json_out or json_flag
     try:
         summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)

@@ -119,6 +119,9 @@ class GroupConfig:
     default_assignor: str = "sticky"
     #: a move not running on its new owner after this long stops counting against the throttle
     move_timeout_s: float = 120.0
+    #: reconcile: while a group is still reconciling, its target is recomputed at most this often (a burst of
+    #: brokers starting together gets one target for many of them, not a cascade of moves for each)
+    retarget_interval_s: float = 0.5
 
 
 @dataclass
@@ -182,6 +185,10 @@ class GroupCoordinator(ReconcileMixin):
     unreleased: dict[str, dict[str, int]] = field(default_factory=dict)
     #: member -> the member epoch of its last published assignment
     epochs: dict[str, int] = field(default_factory=dict)
+    last_retarget: float = float("-inf")
+    #: a new target put off by ``retarget_interval_s`` (when, and why)
+    retarget_due: float | None = None
+    retarget_reason: str = ""
 
     # ---- state ------------------------------------------------------------------------------------
     def _transition(self, target: GroupState) -> None:
@@ -235,7 +242,8 @@ class GroupCoordinator(ReconcileMixin):
         return decisions
 
     def next_deadline(self) -> float | None:
-        candidates = [d for d in (self.join_deadline, self.sync_deadline, self.next_check) if d is not None]
+        candidates = [d for d in (self.join_deadline, self.sync_deadline, self.next_check, self.retarget_due)
+                      if d is not None]
         candidates += [h.deadline for h in self.held.values() if h.deadline != FOREVER]
         candidates += [mv.since + self.config.move_timeout_s for mv in self.moving.values()]
         return min(candidates) if candidates else None
@@ -617,6 +625,8 @@ class GroupCoordinator(ReconcileMixin):
                     decisions += self._prepare_rebalance(f"imbalance: {self.imbalance} tasks off the assignor's layout")
                 elif self.imbalance != before:
                     decisions.append(WriteGroupState(self.info()))
+        if self.retarget_due is not None and now >= self.retarget_due and self.reconciling():
+            decisions += self._prepare_rebalance(self.retarget_reason or "target put off")
         if self.state is GroupState.PREPARING_REBALANCE and self.join_deadline is not None and now >= self.join_deadline:
             decisions += self._maybe_complete_join(force=True)
         elif self.state is GroupState.AWAITING_SYNC and self.sync_deadline is not None and now >= self.sync_deadline:
@@ -668,11 +678,12 @@ class GroupCoordinator(ReconcileMixin):
             return []
         if self.reconciling():
             if self._all_prefer_reconcile(self.members):
-                return self._r_retarget(reason)
+                return self._r_retarget_soon(reason)
             # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
             log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
             self.target.clear()
             self.unreleased.clear()
+            self.retarget_due, self.retarget_reason = None, ""
         if self.state is not GroupState.PREPARING_REBALANCE:
             if not self.members:
                 return self._to_empty(reason) if self.state is not GroupState.EMPTY else []

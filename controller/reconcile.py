@@ -162,8 +162,22 @@ class ReconcileMixin:
             return self._prepare_rebalance(need)  # re-targets (or leaves reconcile for a cooperative round)
         return self._r_step(write_state=False)
 
+    def _r_retarget_soon(self: "GroupCoordinator", reason: str) -> list["Decision"]:
+        """A new target now, or, while the group is still reconciling towards one computed less than
+        ``retarget_interval_s`` ago, at that interval's end (a step now for what changed meanwhile)."""
+        from controller.group import GroupState
+
+        due = self.last_retarget + self.config.retarget_interval_s
+        if self.state is GroupState.RECONCILING and self.clock.now() < due:
+            self.retarget_due = due
+            self.retarget_reason = self.retarget_reason or reason
+            return self._r_step(write_state=False)
+        return self._r_retarget(self.retarget_reason or reason)
+
     def _r_retarget(self: "GroupCoordinator", reason: str, everyone: bool = False) -> list["Decision"]:
         """Compute every member's target with the group's assignor, then take a step towards it."""
+        self.last_retarget = self.clock.now()
+        self.retarget_due, self.retarget_reason = None, ""
         self.reason = reason
         self.rebalances += 1
         self.generation_members = tuple(sorted(self.members))

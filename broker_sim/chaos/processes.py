@@ -102,7 +102,7 @@ def read_journal(path: Path, broker: str, died_at: float | None) -> list[RunInte
 
 def _broker_main(argv: list[str]) -> int:
     from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
-    from controller.protocol import COOPERATIVE, EAGER
+    from controller.protocol import COOPERATIVE, PROTOCOLS, protocols_for
     from controller.zkclient import settings_from_env
 
     p = argparse.ArgumentParser(prog="python -m broker_sim.chaos broker")
@@ -114,11 +114,12 @@ def _broker_main(argv: list[str]) -> int:
     p.add_argument("--runner", choices=("noop", "spark"), default="noop")
     p.add_argument("--spark-master", default="local[1]")
     p.add_argument("--checkpoint-root", default=None)
+    p.add_argument("--protocol", choices=PROTOCOLS, default=COOPERATIVE)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = settings_from_env(hosts=a.zk, root=a.root, session_timeout_s=a.session_timeout)
-    config = WorkerConfig(broker_id=a.id, settings=settings, protocols=(COOPERATIVE, EAGER), status_interval_s=0.5,
+    config = WorkerConfig(broker_id=a.id, settings=settings, protocols=protocols_for(a.protocol), status_interval_s=0.5,
                           intervals_flush_s=2.0)
     inner: TaskRunner | None = None
     if a.runner == "spark":

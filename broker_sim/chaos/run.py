@@ -61,7 +61,8 @@ class ChaosRun(Faults, Checks, Simulation):
         super().__init__(SimOptions(brokers=opts.brokers, tasks=opts.tasks, session_timeout_s=opts.session_timeout_s,
                                     rebalance_timeout_s=opts.rebalance_timeout_s,
                                     scheduled_delay_s=opts.scheduled_delay_s, zk_hosts=opts.zk_hosts, root=opts.root,
-                                    seed=opts.seed, use_proxies=True, converge_timeout_s=opts.convergence_bound_s),
+                                    seed=opts.seed, use_proxies=True, converge_timeout_s=opts.convergence_bound_s,
+                                    protocol=opts.protocol),
                          echo)
         self.copts = opts
         self.schedule = make_schedule(opts)
@@ -132,7 +133,8 @@ class ChaosRun(Faults, Checks, Simulation):
         journal = Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.journal"
         self.journals.setdefault(bid, []).append(journal)
         cmd = [sys.executable, "-m", "broker_sim.chaos", "broker", "--id", bid, "--zk", proxy.address, "--root",
-               self.root, "--session-timeout", str(self.copts.session_timeout_s), "--journal", str(journal)]
+               self.root, "--session-timeout", str(self.copts.session_timeout_s), "--journal", str(journal),
+               "--protocol", self.copts.protocol]
         if self.copts.pipelines:
             cmd += ["--runner", "spark", "--spark-master", self.copts.spark_master, "--checkpoint-root",
                     str(Path(self.tmp.name) / "checkpoints")]

@@ -49,6 +49,7 @@ class ChaosOptions:
     sink_timeout_s: float = 300.0      # after the faults, how long the sinks may take to catch up
     max_moves: int | None = None       # a move throttle for the run (settings max_moves, max_moves_per_broker)
     max_moves_per_broker: int | None = None
+    protocol: str = "cooperative"      # the brokers' protocol: cooperative (also eager), eager or reconcile
 
     @property
     def convergence_bound_s(self) -> float:
