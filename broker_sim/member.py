@@ -322,12 +322,14 @@ class Member:
         return [SetDesired(self.desired)] + self._after_owned_change()
 
     def _after_reconcile_change(self) -> list[Action]:
-        """Reconcile: report once revoked tasks are let go (or anything we reported is gone); Stable when we
-        run exactly our assignment."""
+        """Reconcile: report whenever revoked tasks were let go (or anything we reported is gone); Stable when
+        we run exactly our assignment."""
         actions: list[Action] = []
-        released = bool(self.pending_revocation) and not (self.pending_revocation & self.owned)
+        # report as releases happen, not once the last is done: a broker letting go of many tasks hands each
+        # on as soon as it is free (a report names only what we still hold, so it confirms exactly those)
+        released = self.pending_revocation - self.owned
         if released or self.reported - self.owned - self.desired:
-            self.pending_revocation = frozenset()
+            self.pending_revocation = self.pending_revocation & self.owned
             actions.append(WriteJoin(self._request(self.join_generation)))
         if self.state is WorkerState.RECONCILING and self.owned == self.desired and not self.pending_revocation:
             self._transition(WorkerState.STABLE)

@@ -181,7 +181,11 @@ class ReconcileMixin:
         self.reason = reason
         self.rebalances += 1
         self.generation_members = tuple(sorted(self.members))
-        previous = {m: self.assignment[m] for m in self.members if m in self.assignment}
+        # sticky to where tasks are heading (the current target), not to where they still run: a target
+        # computed from a half-reached one would move again what is already on its way (KIP-848 likewise
+        # gives its assignors the current target assignment)
+        previous = {m: self.target[m] if m in self.target else self.assignment[m]
+                    for m in self.members if m in self.target or m in self.assignment}
         for m, r in sorted(self.members.items()):
             key = self.identity(m, r)
             if key in self.held and not r.leaving:  # a static member back within the delay: its tasks again
