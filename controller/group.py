@@ -122,6 +122,10 @@ class GroupConfig:
     #: reconcile: while a group is still reconciling, its target is recomputed at most this often (a burst of
     #: brokers starting together gets one target for many of them, not a cascade of moves for each)
     retarget_interval_s: float = 0.5
+    #: reconcile: a group that runs nothing yet waits this long after each member joins (at most the rebalance
+    #: timeout after the first) before its first target, so that brokers starting together are placed in one
+    #: go instead of each newcomer taking tasks from the ones before it (Kafka's initial rebalance delay)
+    initial_delay_s: float = 1.0
 
 
 @dataclass
@@ -189,6 +193,8 @@ class GroupCoordinator(ReconcileMixin):
     #: a new target put off by ``retarget_interval_s`` (when, and why)
     retarget_due: float | None = None
     retarget_reason: str = ""
+    #: reconcile: while a new group forms (nothing runs yet), the latest its first target may wait until
+    forming_until: float | None = None
 
     # ---- state ------------------------------------------------------------------------------------
     def _transition(self, target: GroupState) -> None:
@@ -683,7 +689,7 @@ class GroupCoordinator(ReconcileMixin):
             log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
             self.target.clear()
             self.unreleased.clear()
-            self.retarget_due, self.retarget_reason = None, ""
+            self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
         if self.state is not GroupState.PREPARING_REBALANCE:
             if not self.members:
                 return self._to_empty(reason) if self.state is not GroupState.EMPTY else []

@@ -104,6 +104,16 @@ class ReconcileMixin:
         if self.state is not GroupState.RECONCILING:
             self._transition(GroupState.RECONCILING)
         log.info("group %s: reconcile protocol (%s)", self.group, reason)
+        nothing_runs = not any(self.assignment.values()) and not any(r.owned for r in self.members.values())
+        if nothing_runs and self.config.initial_delay_s > 0:
+            # a group forming: wait for the brokers starting with this one (every member learns the protocol now)
+            now = self.clock.now()
+            self.forming_until = now + self.config.rebalance_timeout_s
+            self.retarget_due = min(now + self.config.initial_delay_s, self.forming_until)
+            self.retarget_reason = reason
+            self.target = {}
+            self.reason = f"forming: waiting {self.config.initial_delay_s:g}s for more members ({reason})"
+            return self._r_step(write_state=True, everyone=True)
         return self._r_retarget(reason, everyone=True)
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -167,8 +177,16 @@ class ReconcileMixin:
         ``retarget_interval_s`` ago, at that interval's end (a step now for what changed meanwhile)."""
         from controller.group import GroupState
 
+        now = self.clock.now()
+        if self.forming_until is not None:
+            if self.retarget_due is not None and now < self.retarget_due:
+                # still forming: another member (or change) moves the first target back, within the bound
+                self.retarget_due = min(now + self.config.initial_delay_s, self.forming_until)
+                self.retarget_reason = self.retarget_reason or reason
+                return self._r_step(write_state=False)
+            return self._r_retarget(self.retarget_reason or reason)
         due = self.last_retarget + self.config.retarget_interval_s
-        if self.state is GroupState.RECONCILING and self.clock.now() < due:
+        if self.state is GroupState.RECONCILING and now < due:
             self.retarget_due = due
             self.retarget_reason = self.retarget_reason or reason
             return self._r_step(write_state=False)
@@ -177,7 +195,7 @@ class ReconcileMixin:
     def _r_retarget(self: "GroupCoordinator", reason: str, everyone: bool = False) -> list["Decision"]:
         """Compute every member's target with the group's assignor, then take a step towards it."""
         self.last_retarget = self.clock.now()
-        self.retarget_due, self.retarget_reason = None, ""
+        self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
         self.reason = reason
         self.rebalances += 1
         self.generation_members = tuple(sorted(self.members))
@@ -259,7 +277,7 @@ class ReconcileMixin:
                                              assigned=now_assigned, revoked=tuple(sorted(pending)),
                                              protocol=RECONCILE, incarnation=self.members[m].incarnation)))
             decisions.append(WriteAssignments(tuple(writes)))
-        settled = (not self.unreleased and not self.deferred
+        settled = (not self.unreleased and not self.deferred and self.retarget_due is None
                    and all(self.assignment.get(m, ()) == self.target.get(m, ()) for m in self.members))
         state = GroupState.STABLE if settled else GroupState.RECONCILING
         if state is not self.state:

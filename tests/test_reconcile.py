@@ -47,6 +47,7 @@ def states(decisions) -> list[str]:
 
 
 def coordinator(n_tasks: int = 6, **config) -> GroupCoordinator:
+    config.setdefault("initial_delay_s", 0.0)  # (the forming window has a test of its own)
     c = GroupCoordinator(group="g", controller_epoch=EPOCH, clock=FakeClock(), config=GroupConfig(**config))
     c.on_tasks(tasks(n_tasks))
     return c
@@ -202,6 +203,37 @@ def test_controlled_shutdown_drains_the_member_then_it_owns_nothing():
     assert out["b"].assigned == () and out["b"].revoked
     step = report(c, "b", owned=())
     assert set(published(step)["a"].assigned) == set(tasks(6))
+
+
+def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them_in_one_go():
+    """Nothing runs yet: the first target waits ``initial_delay_s`` after each join (at most the rebalance
+    timeout after the first), so ten brokers starting together are placed once, with no task moving twice."""
+    c = coordinator(20, initial_delay_s=1.0, rebalance_timeout_s=5.0)
+    clock = c.clock
+    first = c.on_members({"m0": req("m0")})
+    assert published(first)["m0"].assigned == () and c.state is GroupState.RECONCILING
+    assert "forming" in c.reason
+    members = {"m0": req("m0")}
+    for i in range(1, 10):
+        clock.advance(0.4)
+        members[f"m{i}"] = req(f"m{i}")
+        assert not any(a.assigned for a in published(c.on_members(dict(members))).values())
+        assert c.on_tick() == [] or not any(a.assigned for a in published(c.on_tick()).values())
+    clock.advance(1.0)
+    out = published(c.on_tick())
+    assert sorted(len(a.assigned) for a in out.values()) == [2] * 10, "one target for all ten"
+    assert not c.unreleased and c.state is GroupState.STABLE
+    assert c.rebalances == 2, "the join round that formed the group, then one target"
+    # and the wait is bounded: a steady stream of joins cannot hold the first target back for ever
+    c2 = coordinator(20, initial_delay_s=1.0, rebalance_timeout_s=2.0)
+    c2.on_members({"a": req("a")})
+    placed = False
+    members = {"a": req("a")}
+    for i in range(10):
+        c2.clock.advance(0.5)
+        members[f"b{i}"] = req(f"b{i}")
+        placed = placed or any(a.assigned for a in published(c2.on_members(dict(members)) + c2.on_tick()).values())
+    assert placed
 
 
 def test_the_pure_parts():
