@@ -66,10 +66,15 @@ def controller() -> None:
               help="seconds a departed broker's tasks wait for it to come back before they move")
 @click.option("--default-assignor", type=click.Choice(sorted(ASSIGNORS)), default="sticky", show_default=True,
               help="assignor when members name none in common")
+@click.option("--initial-delay", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="reconcile: seconds a group that runs nothing yet waits after each join before its first target")
+@click.option("--retarget-interval", type=click.FloatRange(min=0), default=0.5, show_default=True,
+              help="reconcile: while a group still reconciles, the least seconds between two targets")
 @click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
 @pass_ctx
 def controller_run(ctx: Ctx, controller_id: str | None, metrics_port: int | None, rebalance_timeout: float,
-                   scheduled_delay: float, default_assignor: str, session_timeout: float) -> None:
+                   scheduled_delay: float, default_assignor: str, initial_delay: float, retarget_interval: float,
+                   session_timeout: float) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
     from controller.daemon import Controller, ControllerConfig, default_controller_id
     from controller.group import GroupConfig
@@ -78,7 +83,8 @@ def controller_run(ctx: Ctx, controller_id: str | None, metrics_port: int | None
     config = ControllerConfig(
         controller_id=controller_id or default_controller_id(), settings=settings, metrics_port=metrics_port,
         group=GroupConfig(rebalance_timeout_s=rebalance_timeout, scheduled_rebalance_delay_s=scheduled_delay,
-                          default_assignor=default_assignor))
+                          default_assignor=default_assignor, initial_delay_s=initial_delay,
+                          retarget_interval_s=retarget_interval))
     client = ctx.new_client(settings)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
