@@ -76,6 +76,18 @@ def test_process_brokers_with_spark_pipelines_exactly_once():
     assert summary.pipelines["pipe-0"] == {"expected": 1500, "held": 1500, "duplicates": 0, "missing": 0}
 
 
+@pytest.mark.slow
+def test_process_brokers_under_reconcile_keep_every_invariant():
+    """The reconcile protocol under kill -9, SIGSTOP, partitions, session expiry, controller kills and task
+    storms, with broker processes: no task ever has two running owners, and the group reconciles back."""
+    res = CliRunner().invoke(cli, ["sim", "chaos", "--seed", "11", "--duration", "30", "--brokers", "3", "--tasks", "20",
+                                   "--process-brokers", "--protocol", "reconcile", "--json"])
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["faults_failed"] == []
+    assert summary["ok"] and res.exit_code == 0, json.dumps(summary["verdicts"], indent=1)
+    assert summary["rebalances"] > 0 and sum(summary["faults_injected"].values()) >= 5, summary["faults_injected"]
+
+
 def test_process_brokers_with_wedged_stops_halt_before_their_tasks_move_and_come_back():
     """Broker processes whose stops hang (SIGUSR2 wedges a no-op runner) while they are cut off from ZooKeeper:
     each must halt (exit 75) at its fence deadline, before its session expires, so no task ever has two running
