@@ -117,6 +117,8 @@ class Simulation:
     """One simulated cluster. Use as a context manager; ``run()`` plays the scenario."""
 
     def __init__(self, opts: SimOptions, echo: Callable[[str], None] = lambda s: None) -> None:
+        #: every group coordinator seen (id -> it): a killed controller's count of rebalances is kept
+        self.coordinators_seen: dict[int, Any] = {}
         self.opts = opts
         self.echo = echo
         self.rng = random.Random(opts.seed)
@@ -400,7 +402,7 @@ class Simulation:
     def _rebalances(self) -> int:
         """Rebalances counted by every group coordinator seen so far: a controller killed or resigned keeps
         the count it had (its context is gone; the new controller's coordinator counts from zero)."""
-        seen = self.__dict__.setdefault("_coordinators", {})
+        seen = self.coordinators_seen
         for c in self.controllers:
             if c.ctx is not None and "default" in c.ctx.groups:
                 coord = c.ctx.groups["default"]

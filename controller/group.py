@@ -393,9 +393,8 @@ class GroupCoordinator(ReconcileMixin):
             before, after = old[m], new[m]
             if before == after:
                 continue
-            if after.leaving and not before.leaving and m not in self.shutting_down:
-                self.shutting_down.add(m)
-                need = need or f"controlled shutdown of {m}"
+            leaving = self._newly_leaving(m, before, after)
+            need = need or leaving
             excluded = self.excluded.get(m)
             if excluded and not excluded[0].retriable and excluded[1].protocols == after.protocols:
                 continue  # the same incompatible request again: answered already, no rebalance storm
@@ -412,6 +411,14 @@ class GroupCoordinator(ReconcileMixin):
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self._to_empty("all members left")
         return self._note_held(held_before, decisions)
+
+    def _newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
+        """A member whose request now says it is leaving starts its controlled shutdown (once): the reason
+        for a rebalance, or "" when nothing changed."""
+        if after.leaving and not before.leaving and m not in self.shutting_down:
+            self.shutting_down.add(m)
+            return f"controlled shutdown of {m}"
+        return ""
 
     def on_tasks(self, tasks: Mapping[str, TaskDescriptor]) -> list[Decision]:
         """The group's runnable tasks changed (created, deleted, paused, resumed, reconfigured)."""

@@ -156,9 +156,8 @@ class ReconcileMixin:
             before, after = old[m], new[m]
             if before == after:
                 continue
-            if after.leaving and not before.leaving and m not in self.shutting_down:
-                self.shutting_down.add(m)
-                need = need or f"controlled shutdown of {m}"
+            leaving = self._newly_leaving(m, before, after)
+            need = need or leaving
             if after.protocols != before.protocols or after.capacity != before.capacity or after.rack != before.rack:
                 need = need or f"member {m} changed"
             if m in self.unreleased:

@@ -218,7 +218,7 @@ def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them
         clock.advance(0.4)
         members[f"m{i}"] = req(f"m{i}")
         assert not any(a.assigned for a in published(c.on_members(dict(members))).values())
-        assert c.on_tick() == [] or not any(a.assigned for a in published(c.on_tick()).values())
+        assert not any(a.assigned for a in published(c.on_tick()).values())
     clock.advance(1.0)
     out = published(c.on_tick())
     assert sorted(len(a.assigned) for a in out.values()) == [2] * 10, "one target for all ten"
