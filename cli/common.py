@@ -17,6 +17,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from controller.codecs import PayloadError
 from controller.layout import InvalidName, ZkLayout
 from controller.taskspec import SpecError
+from controller.layout_io import list_tasks
 from controller.zkclient import ZkSettings, make_client, settings_from_env
 
 
@@ -36,10 +37,12 @@ def _one_line(text: str) -> str:
 def user_message(exc: BaseException) -> str | None:
     """The one-line message for an exception that is the operator's problem, or None for a bug."""
     from controller.admin import AdminError
+    from controller.layout_io import LayoutError
     from controller.security import SecurityError
     from controller.zkserver import ZooKeeperSetupError
 
-    if isinstance(exc, (AdminError, SpecError, InvalidName, PayloadError, ZooKeeperSetupError, SecurityError)):
+    if isinstance(exc, (AdminError, SpecError, InvalidName, PayloadError, ZooKeeperSetupError, SecurityError,
+                        LayoutError)):
         return _one_line(str(exc))
     if isinstance(exc, KazooTimeoutError):
         return "ZooKeeper did not answer in time (is it running? check --zk / ZKC_ZK)"
@@ -233,12 +236,13 @@ def complete_names(kind: str):
         try:
             settings = settings_from_env(hosts=params.get("hosts"), root=params.get("root"))
             layout = ZkLayout(settings.root)
-            parent = {"task": layout.tasks, "broker": layout.broker_ids, "group": layout.groups}[kind]
+            parent = {"broker": layout.broker_ids, "group": layout.groups}.get(kind)
             client = make_client(settings, timeout=1.0)
         except Exception:
             return []
         try:
-            return sorted(n for n in client.get_children(parent) if n.startswith(incomplete))
+            names = list_tasks(client, layout) if parent is None else client.get_children(parent)
+            return sorted(n for n in names if n.startswith(incomplete))
         except Exception:
             return []
         finally:

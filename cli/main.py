@@ -256,7 +256,7 @@ def _register() -> None:
         cli.add_command(command)
     cli.lazy["demo"] = _demo_command
     for module_name, command_name in (("cli.datagen", "datagen"), ("cli.sim_cmd", "sim"), ("cli.sim", "sim"),
-                                      ("cli.security_cmd", "security"), ("cli.api", "api"),
+                                      ("cli.security_cmd", "security"), ("cli.layout_cmd", "layout"), ("cli.api", "api"),
                                       ("cli.containers", "cluster"), ("cli.containers", "health")):
         if command_name not in cli.lazy and importlib.util.find_spec(module_name) is not None:
             cli.lazy[command_name] = lambda m=module_name, c=command_name: _optional(m, c)

@@ -269,6 +269,15 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class LayoutInfo:
+    """``/layout``: the root's layout version and bucket count. Written last when a root is laid out or
+    migrated, so a root without it is fresh (no entries) or flat (an earlier release's, to migrate)."""
+
+    layout: int = 2
+    buckets: int = 256
+
+
+@dataclass(frozen=True)
 class MaintenanceInfo:
     """``/admin/maintenance``: the cluster's maintenance mode (no task moves or gains an owner while
     ``on``). ``by`` is ``operator`` or ``auto`` (the controller, on losing too many brokers at once; it

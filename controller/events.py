@@ -96,12 +96,14 @@ class BrokerModifications:
 
 @dataclass(frozen=True)
 class TaskChange:
-    """``/tasks`` children changed: tasks created (or deleted behind our back)."""
+    """A task bucket's children changed: tasks created (or deleted behind our back). ``bucket``: the bucket
+    znode whose watch fired (only it is listed again), None for all of them."""
 
     token: int
+    bucket: str | None = None
 
     def process(self, c: "Controller") -> None:
-        c.on_task_change(self.token)
+        c.on_task_change(self.token, self.bucket)
 
 
 @dataclass(frozen=True)
@@ -150,12 +152,14 @@ class TaskDeletion:
 
 @dataclass(frozen=True)
 class StatusesChange:
-    """``/status`` children changed: a status may belong to a task that no longer exists."""
+    """A status bucket's children changed: a status may belong to a task that no longer exists. ``bucket``:
+    the bucket znode whose watch fired (only it is listed again), None for all of them."""
 
     token: int
+    bucket: str | None = None
 
     def process(self, c: "Controller") -> None:
-        c.on_statuses_change(self.token)
+        c.on_statuses_change(self.token, self.bucket)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,20 @@ No other module builds a path string. Several clusters can share one ensemble by
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
+from functools import cached_property
 
 DEFAULT_ROOT = "/zkc"
+
+# Version 2 of the layout keeps task specs and statuses in buckets (``/tasks/<bucket>/<id>``,
+# ``/status/<bucket>/<id>``) so that no listing grows with the number of tasks: at 100,000 tasks one flat
+# listing is ~1.6 MB, past the 1 MB reply that ZooKeeper's own Java clients accept (``jute.maxbuffer``); a
+# bucket holds ~1/256 of them. Version 1 (flat) is what ``zkctl layout migrate`` converts.
+LAYOUT_VERSION = 2
+BUCKETS = 256
+# A bucket's name starts with "_", which no task id may: a flat root's task can never pass for a bucket.
+_BUCKET = re.compile(r"_[0-9a-f]{2}")
 
 # Names that become one path segment: broker ids, task ids, group names, member ids. Always ``fullmatch``:
 # ``$`` in ``match`` also matches before a trailing newline ("bb3\n" would pass).
@@ -29,6 +40,18 @@ def check_name(kind: str, name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def bucket_of(task_id: str) -> str:
+    """The bucket of a task: a stable hash of its id (the same in every process and release)."""
+    return f"_{zlib.crc32(task_id.encode()) % BUCKETS:02x}"
+
+
+def is_bucket(name: str) -> bool:
+    return bool(_BUCKET.fullmatch(name))
+
+
+BUCKET_NAMES: tuple[str, ...] = tuple(f"_{i:02x}" for i in range(BUCKETS))
 
 
 def normalize_root(root: str) -> str:
@@ -74,16 +97,44 @@ class ZkLayout:
     def broker(self, broker_id: str) -> str:
         return self._p("brokers", "ids", check_name("broker id", broker_id))
 
+    @property
+    def layout_info(self) -> str:
+        """The layout's version and bucket count, written once the root is laid out (``LayoutInfo``)."""
+        return self._p("layout")
+
+    @property
+    def layout_migration(self) -> str:
+        """Held (ephemeral) by the one ``zkctl layout migrate`` at work on the root."""
+        return self._p("layout_migration")
+
     # tasks
     @property
     def tasks(self) -> str:
+        """The container of the task buckets (never list it for tasks: see ``task_buckets``)."""
         return self._p("tasks")
 
+    @cached_property
+    def task_buckets(self) -> tuple[str, ...]:
+        return tuple(self._p("tasks", b) for b in BUCKET_NAMES)
+
+    def task_bucket(self, task_id: str) -> str:
+        return self._p("tasks", bucket_of(check_name("task id", task_id)))
+
     def task(self, task_id: str) -> str:
-        return self._p("tasks", check_name("task id", task_id))
+        return self._p("tasks", bucket_of(check_name("task id", task_id)), task_id)
 
     def task_owner(self, task_id: str) -> str:
-        return self._p("tasks", check_name("task id", task_id), "owner")
+        return self.task(task_id) + "/owner"
+
+    def task_of(self, path: str) -> str | None:
+        """The task whose spec znode ``path`` is (None for a bucket, an owner, or anything else)."""
+        prefix = self.tasks + "/"
+        if not path.startswith(prefix):
+            return None
+        parts = path[len(prefix):].split("/")
+        if len(parts) != 2 or not is_bucket(parts[0]) or not _NAME.fullmatch(parts[1]) or bucket_of(parts[1]) != parts[0]:
+            return None
+        return parts[1]
 
     # groups
     @property
@@ -125,8 +176,19 @@ class ZkLayout:
     def statuses(self) -> str:
         return self._p("status")
 
+    @cached_property
+    def status_buckets(self) -> tuple[str, ...]:
+        return tuple(self._p("status", b) for b in BUCKET_NAMES)
+
+    def status_bucket(self, task_id: str) -> str:
+        return self._p("status", bucket_of(check_name("task id", task_id)))
+
     def status(self, task_id: str) -> str:
-        return self._p("status", check_name("task id", task_id))
+        return self._p("status", bucket_of(check_name("task id", task_id)), task_id)
+
+    def bucket_roots(self) -> tuple[str, ...]:
+        """Every bucket of the layout, created with it (before its ``layout_info``)."""
+        return self.task_buckets + self.status_buckets
 
     # run intervals (recorded by workers for the timeline and the invariant checker)
     @property

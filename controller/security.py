@@ -52,8 +52,10 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.serialization import Auth, Create, Create2, Transaction
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
-from controller.codecs import encode_epoch
-from controller.layout import ZkLayout, check_name
+from controller import codecs
+from controller.codecs import LayoutInfo, encode_epoch
+from controller.layout import BUCKETS, LAYOUT_VERSION, ZkLayout, check_name, is_bucket
+from controller.layout_io import check_root
 
 log = logging.getLogger(__name__)
 
@@ -279,9 +281,11 @@ RULES: dict[str, dict[str, int]] = {
     "brokers": _rule(admin=R | C | A),                      # /brokers
     "broker_ids": _rule(broker=R | C | D),                  # /brokers/ids
     "broker": _rule(broker=RWCD),                            # /brokers/ids/<b>
+    "layout": _rule(admin=ALL),                             # /layout (version, buckets)
     "tasks": _rule(admin=ALL, controller=R | D),            # /tasks
-    "task": _rule(admin=R | W | A, broker=R | C | D, controller=R | D),  # /tasks/<t> (brokers: owner; controller: strays)
-    "owner": _rule(broker=RWCD),                             # /tasks/<t>/owner
+    "task_bucket": _rule(admin=ALL, controller=R | D),      # /tasks/<bucket>
+    "task": _rule(admin=R | W | A, broker=R | C | D, controller=R | D),  # /tasks/<bucket>/<t> (brokers: owner; controller: strays)
+    "owner": _rule(broker=RWCD),                             # /tasks/<bucket>/<t>/owner
     "groups": _rule(controller=ALL, broker=R | C),          # /groups
     "group": _rule(controller=ALL, broker=R | C),           # /groups/<g>
     "group_state": _rule(controller=ALL),                   # /groups/<g>/state
@@ -293,8 +297,9 @@ RULES: dict[str, dict[str, int]] = {
     "sync": _rule(broker=RWCD),                              # /groups/<g>/sync/<gen> (the leader's proposal)
     "assignments": _rule(controller=ALL),                   # /groups/<g>/assignment
     "assignment": _rule(controller=ALL),                    # /groups/<g>/assignment/<m>
-    "statuses": _rule(broker=R | C | D, controller=R | C | D),  # /status
-    "status": _rule(broker=RWCD, controller=ALL),            # /status/<t> (workers; controller: invalid specs)
+    "statuses": _rule(admin=R | C | A, broker=R | C | D, controller=R | C | D),  # /status (admin: lays out buckets)
+    "status_bucket": _rule(broker=R | C | D, controller=R | C | D),  # /status/<bucket>
+    "status": _rule(broker=RWCD, controller=ALL),            # /status/<bucket>/<t> (workers; controller: invalid specs)
     "intervals": _rule(broker=R | C | D),                   # /intervals
     "interval": _rule(broker=RWCD),                          # /intervals/<b>
     "admin": _rule(admin=ALL),                              # /admin
@@ -321,11 +326,13 @@ def classify(layout: ZkLayout, path: str) -> str:
     if n == 1:
         return {"controller": "controller", "controller_epoch": "controller", "brokers": "brokers",
                 "tasks": "tasks", "groups": "groups", "status": "statuses", "intervals": "intervals",
-                "admin": "admin", "security": "security"}.get(head, "other")
+                "admin": "admin", "security": "security", "layout": "layout"}.get(head, "other")
     if head == "brokers":
         return "broker_ids" if n == 2 and parts[1] == "ids" else "broker" if n == 3 and parts[1] == "ids" else "other"
+    if head in ("tasks", "status") and not is_bucket(parts[1]):
+        return "other"
     if head == "tasks":
-        return "task" if n == 2 else "owner" if n == 3 and parts[2] == "owner" else "other"
+        return "task_bucket" if n == 2 else "task" if n == 3 else "owner" if n == 4 and parts[3] == "owner" else "other"
     if head == "groups":
         if n == 2:
             return "group"
@@ -338,7 +345,7 @@ def classify(layout: ZkLayout, path: str) -> str:
             return kind[0]
         return kind[1] if n == 4 and kind[1] else "other"
     if head == "status":
-        return "status" if n == 2 else "other"
+        return "status_bucket" if n == 2 else "status" if n == 3 else "other"
     if head == "intervals":
         return "interval" if n == 2 else "other"
     if head == "admin":
@@ -369,6 +376,7 @@ PER_BROKER: dict[str, tuple[int, int]] = {
     "syncs": (R | C, 0),
     "sync": (R, R | W),
     "statuses": (R | C, 0),
+    "status_bucket": (R | C, 0),
     "status": (R, R | W),            # the controller hands it to a task's new assignee
     "intervals": (R | C, 0),
     "interval": (R, R | W),
@@ -560,10 +568,15 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
         raise SecurityError("run `security init` with admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE) "
                             "that are among the policy's admin identities")
     created: list[str] = []
+    laid_out = check_root(client, layout)  # a flat root is migrated first (LayoutError, nothing written)
     paths = [layout.root, layout.security, layout.controller_epoch, *_containers(layout)]
+    if not laid_out:
+        paths += [*layout.bucket_roots(), layout.layout_info]  # the marker last
+    marker = codecs.encode(LayoutInfo(LAYOUT_VERSION, BUCKETS))
     for path in paths:
         if client.exists(path) is None:
-            data = policy.encode() if path == layout.security else encode_epoch(0) if path == layout.controller_epoch else b""
+            data = (policy.encode() if path == layout.security else encode_epoch(0) if path == layout.controller_epoch
+                    else marker if path == layout.layout_info else b"")
             try:
                 client.create(path, data, acl=acl_for(policy, layout, path), makepath=True)
                 created.append(path)

@@ -18,6 +18,7 @@ from controller import codecs
 from controller.admin import AdminClient, AdminError
 from controller.codecs import RunInterval
 from controller.taskspec import SpecError, parse_spec
+from controller.layout_io import list_tasks
 
 
 class CountingClient:
@@ -56,12 +57,12 @@ def specs(*ids: str, **extra):
 def test_create_writes_all_specs_in_one_multi_and_refuses_existing_ids(zk, layout):
     admin = AdminClient(zk, layout)
     dry = admin.create_tasks(specs("a", "b"), dry_run=True)
-    assert dry.dry_run and dry.tasks == ("a", "b") and zk.get_children(layout.tasks) == []
+    assert dry.dry_run and dry.tasks == ("a", "b") and list_tasks(zk, layout) == []
     result = admin.create_tasks(specs("a", "b", "c"))
-    assert result.multis == 1 and sorted(zk.get_children(layout.tasks)) == ["a", "b", "c"]
+    assert result.multis == 1 and list_tasks(zk, layout) == ["a", "b", "c"]
     with pytest.raises(AdminError, match=r"already exist: a, c; nothing was created"):
         admin.create_tasks(specs("a", "d", "c"))
-    assert "d" not in zk.get_children(layout.tasks)
+    assert "d" not in list_tasks(zk, layout)
     with pytest.raises(SpecError, match="appears twice"):
         admin.create_tasks(specs("x", "x"))
 
@@ -88,7 +89,7 @@ def test_declarative_specs_use_the_colleagues_validator_when_it_exists(zk, layou
     monkeypatch.setitem(sys.modules, "broker_sim.runners.declarative", fake)
     with pytest.raises(SpecError, match=r"task 'd1': pipeline.project: no spark-pipeline.yml in /nowhere"):
         admin.create_tasks(decl + specs("plain"))
-    assert zk.get_children(layout.tasks) == []  # nothing written, not even the valid one
+    assert list_tasks(zk, layout) == []  # nothing written, not even the valid one
 
     fake.validate_declarative = lambda project: None  # a validator taking the project directory
     assert any("checked: d1" in n for n in admin.create_tasks(decl).notes)

@@ -23,6 +23,7 @@ from controller.group import GroupConfig
 from controller.security import AclPolicy, SecurityError
 from controller.taskspec import NoopPipeline, TaskSpec, decode_task
 from controller.zkclient import ZkSettings
+from controller.layout_io import list_tasks
 
 GOOD = [f"t{i}" for i in range(6)]
 HUGE = b'{"version": 1, "id": "huge", "group": "default", "x": "' + b"y" * 1_000_000 + b'"}'
@@ -268,4 +269,4 @@ def test_cli_refuses_more_malformed_spec_files_and_writes_nothing(name, content,
     path.write_bytes(content)
     res = CliRunner().invoke(cli, ["--zk", zk_hosts, "--zk-root", layout.root, "task", "create", "-f", str(path)])
     assert res.exit_code == 1 and needle in res.output and "Traceback" not in res.output, res.output[-500:]
-    assert zk.get_children(layout.tasks) == []
+    assert list_tasks(zk, layout) == []

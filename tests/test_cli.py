@@ -30,6 +30,7 @@ from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
 from controller.taskspec import parse_spec
 from controller.zkserver import free_port
+from controller.layout_io import list_tasks
 
 ZKCTL = shutil.which("zkctl", path=str(Path(sys.executable).parent)) or "zkctl"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -218,14 +219,14 @@ def test_malformed_specs_are_refused_and_nothing_is_written(name, content, needl
         path.write_text(content)
     for extra in ([], ["--dry-run"]):
         assert_user_error(invoke(["task", "create", "-f", str(path), *extra], env=cli_env), needle)
-    assert zk.get_children(layout.tasks) == []
+    assert list_tasks(zk, layout) == []
 
 
 def test_existing_ids_are_refused_by_name_and_nothing_is_written(tmp_path, cli_env, zk, layout):
     assert invoke(["task", "create", "-f", str(write_specs(tmp_path / "a.yaml", "t1", "t2"))], env=cli_env).exit_code == 0
     assert_user_error(invoke(["task", "create", "-f", str(write_specs(tmp_path / "b.yaml", "t3", "t2"))], env=cli_env),
                       "already exists: t2", "nothing was created")
-    assert sorted(zk.get_children(layout.tasks)) == ["t1", "t2"]
+    assert list_tasks(zk, layout) == ["t1", "t2"]
 
 
 def test_declarative_validator_failure_is_a_user_error(tmp_path, cli_env, zk, layout, monkeypatch):
@@ -242,11 +243,11 @@ def test_declarative_validator_failure_is_a_user_error(tmp_path, cli_env, zk, la
     spec.write_text("- id: plain\n  pipeline: {kind: noop}\n- id: d1\n  pipeline: {kind: declarative, project: /nowhere}\n")
     assert_user_error(invoke(["task", "create", "-f", str(spec)], env=cli_env),
                       "task 'd1': pipeline.project: /nowhere: no spark-pipeline.yml")
-    assert zk.get_children(layout.tasks) == []
+    assert list_tasks(zk, layout) == []
     monkeypatch.setitem(sys.modules, "broker_sim.runners.declarative", None)
     result = invoke(["task", "create", "-f", str(spec), "--dry-run"], env=cli_env)
     assert result.exit_code == 0 and "not checked" in result.output and "Dry run: 2 task specs valid" in result.output
-    assert zk.get_children(layout.tasks) == []
+    assert list_tasks(zk, layout) == []
 
 
 # ---- other user errors: exit 1, one line -----------------------------------------------------------

@@ -28,6 +28,7 @@ from controller.group import GroupConfig
 from controller.layout import ZkLayout
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings
+from controller.layout_io import list_tasks, list_statuses
 from tests.controller_support import (  # noqa: F401  (cluster: a fixture)
     ActiveMonitor,
     Block,
@@ -329,10 +330,10 @@ def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, la
     requests.clear()
     t0 = time.monotonic()
     request_deletions(zk, layout, ids)
-    wait_until(lambda: zk.get_children(layout.tasks) == [], 180, "all tasks deleted", interval=0.1)
+    wait_until(lambda: list_tasks(zk, layout) == [], 180, "all tasks deleted", interval=0.1)
     wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == [], 10, "all requests done")
     deleted = time.monotonic() - t0
-    wait_until(lambda: zk.get_children(layout.statuses) == [], 10, "all statuses deleted")
+    wait_until(lambda: list_statuses(zk, layout) == [], 10, "all statuses deleted")
     assert all(not w.running_tasks() for w in workers)
     settle(ctl)  # ZooKeeper may show a multi's effect before the controller has finished the event
     delete_requests = dict(requests)
@@ -355,22 +356,22 @@ def test_a_task_is_deleted_only_after_its_owner_lets_go(cluster, zk, layout):
 
     request_deletions(zk, layout, ["t1", "t2", "t3", "ghost"])
     # the others go (after the batching linger, since t1 is still owned); a request for no task is dropped
-    wait_until(lambda: zk.get_children(layout.tasks) == ["t1"], 10, "t2 and t3 deleted")
+    wait_until(lambda: list_tasks(zk, layout) == ["t1"], 10, "t2 and t3 deleted")
     wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == ["t1"], 5, "their requests removed")
-    assert zk.get_children(layout.statuses) == ["t1"]
+    assert list_statuses(zk, layout) == ["t1"]
     settle(ctl)
     assert set(ctl.ctx.tasks) == {"t1"} and ctl.ctx.deleting == {"t1"}
 
     owner.stop()  # the owner lets go
-    wait_until(lambda: zk.get_children(layout.tasks) == [], 5, "t1 deleted once released")
+    wait_until(lambda: list_tasks(zk, layout) == [], 5, "t1 deleted once released")
     wait_until(lambda: zk.get_children(layout.admin_delete_tasks) == [], 5, "its request removed")
-    assert zk.get_children(layout.statuses) == []
+    assert list_statuses(zk, layout) == []
     settle(ctl)
     assert not ctl.ctx.tasks and not ctl.ctx.deleting and not ctl.ctx.deletable
 
     # a worker's late status write for a task already deleted does not stay behind
     zk.create(layout.status("t2"), status)
-    wait_until(lambda: zk.get_children(layout.statuses) == [], 5, "the orphaned status deleted")
+    wait_until(lambda: list_statuses(zk, layout) == [], 5, "the orphaned status deleted")
 
 
 # ---- 5. connection states -------------------------------------------------------------------------

@@ -70,7 +70,8 @@ def _layout_paths(layout: ZkLayout) -> dict[str, str]:
         "shutdown_queue": layout.root + "/admin/controlled_shutdown",
         "shutdown_request": layout.admin_controlled_shutdown_of("b0"), "security": layout.security,
         "settings": layout.settings, "maintenance": layout.maintenance,
-        "other": layout.root + "/elsewhere",
+        "other": layout.root + "/elsewhere", "layout": layout.layout_info,
+        "task_bucket": layout.task_bucket("t"), "status_bucket": layout.status_bucket("t"),
     }
     assert set(paths) == set(RULES)
     for kind, path in paths.items():
@@ -127,7 +128,7 @@ def test_per_broker_acl_of_every_path(pattern):
     assert task[other] == R | C | D and task[me] == R and task[controller] & A
     assert {a.id.id: a.perms for a in acl_for(policy, layout, layout.task("t"))}[controller] == R | D | A
     # no broker's own identity may delete children of a container whose children are other brokers'
-    for kind in ("broker_ids", "members", "statuses", "intervals", "shutdown_queue", "syncs"):
+    for kind in ("broker_ids", "members", "statuses", "status_bucket", "intervals", "shutdown_queue", "syncs"):
         assert PER_BROKER[kind] == (R | C, 0), kind
 
 

@@ -36,6 +36,7 @@ from controller.layout import InvalidName, ZkLayout
 from controller.security import SecurityError, digest_id
 from controller.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zkclient import ZkSettings
+from controller.layout_io import list_tasks
 from tests.test_security import CREDS, PASSWORDS, secured  # noqa: F401 - the fixture, shared
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
@@ -158,7 +159,7 @@ def test_creates_that_would_make_a_group_unschedulable_are_refused_with_the_limi
     many = [TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in _long_ids(7500)]
     with pytest.raises(SpecError, match=r"group 'default' would hold 7500 tasks .* over the [\d,]+-byte limit"):
         admin.create_tasks(many)
-    assert zk.get_children(layout.tasks) == [], "nothing may be written"
+    assert list_tasks(zk, layout) == [], "nothing may be written"
     brokers = [f"b{i}" for i in range(4000)]
     with pytest.raises(SpecError, match="at most 256 may be pinned"):
         parse_spec({"id": "p1", "pipeline": {"kind": "noop"}, "placement": {"pinned": brokers}})

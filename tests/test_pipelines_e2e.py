@@ -44,6 +44,7 @@ from controller.layout import ZkLayout
 from controller.taskspec import DeclarativePipeline, TaskSpec, parse_spec
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller.zkclient import ZkSettings, make_client
+from controller.layout_io import list_tasks
 from tests.spark_support import (  # noqa: F401 (fixtures)
     REPO, TEST_JVM_OPTS, copy_project, files_task, require_spark, sink_ids, spark, spark_runner)
 
@@ -172,7 +173,7 @@ class Cluster:
         lines = []
         try:
             lines.append(f"live brokers: {sorted(self.live_brokers())}")
-            for t in sorted(self.zk.get_children(self.layout.tasks)):
+            for t in list_tasks(self.zk, self.layout):
                 st = self.status(t)
                 lines.append(f"{t}: owner={self.owner(t)} status=" + (
                     f"{st.broker}/{st.state} failures={st.failures} error={(st.error or '')[:200]!r} "

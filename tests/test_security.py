@@ -25,6 +25,7 @@ from controller.layout import ZkLayout
 from controller.security import ROLES, AclPolicy, acl_for, check_acls, classify, digest_id, init_security
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
+from controller.layout_io import list_tasks
 
 PASSWORDS = {r: f"s3cret-{r}-pw" for r in ROLES}
 CREDS = {r: f"zkc-{r}:{PASSWORDS[r]}" for r in ROLES}
@@ -97,7 +98,7 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
                         and all(w.state() == "Stable" for w in workers), 30), "the secured cluster did not converge"
         # the operator's requests work through the controller: delete a task, rebalance
         admin.delete_task("t5", wait=15)
-        assert "t5" not in client("reader").get_children(layout.tasks)
+        assert "t5" not in list_tasks(client("reader"), layout)
         assert wait_for(lambda: sum(len(w.running_tasks()) for w in workers) == 5, 15)
 
         # every znode the processes created carries the policy's ACL for its path
@@ -125,9 +126,9 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
             assert _denied(lambda: c.create(layout.group_member("default", "fake"), b"{}", ephemeral=True))
             assert _denied(lambda: c.create(layout.task_owner("t0") + "x", b"{}", ephemeral=True))
         # unauthenticated: not even reading; a reader reads everything
-        assert _denied(lambda: anon.get_children(layout.tasks))
+        assert _denied(lambda: list_tasks(anon, layout))
         assert _denied(lambda: anon.get(layout.controller))
-        assert sorted(reader.get_children(layout.tasks)) == [f"t{i}" for i in range(5)]
+        assert list_tasks(reader, layout) == [f"t{i}" for i in range(5)]
         assert reader.get(assignment)[0]
         # after all that, the cluster still runs every task once
         assert sum(len(w.running_tasks()) for w in workers) == 5

@@ -19,6 +19,7 @@ from controller.group import GroupConfig
 from controller.protocol import COOPERATIVE, EAGER
 from controller.taskspec import NoopPipeline, RestartPolicy, TaskSpec
 from controller.zkclient import ZkSettings
+from controller.layout_io import list_statuses
 
 
 @pytest.fixture
@@ -240,7 +241,7 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     workers.append(a.start())
     assert wait_for(lambda: a.running_tasks() == set(ids), 15)
     assert wait_for(lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "giver"
-                                for t in ids if zk.exists(layout.status(t))) and len(zk.get_children(layout.statuses)) == len(ids), 10)
+                                for t in ids if zk.exists(layout.status(t))) and len(list_statuses(zk, layout)) == len(ids), 10)
     del sent[:]
     b = _worker(workers, zk_settings, "taker")
     assert wait_for(lambda: len(b.running_tasks()) == 4 and len(a.running_tasks()) == 4, 15)

@@ -24,6 +24,7 @@ from controller.codecs import (
 )
 from controller.taskspec import decode_task
 from controller.zkclient import make_client
+from controller.layout_io import list_tasks
 from controller.zkio import exists_many, get_many
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Checks:
         """What is wrong with 'every RUNNING task runs on exactly one live broker' right now (empty = ok)."""
         c, lay = self.admin, self.layout
         problems: list[str] = []
-        tasks = sorted(c.get_children(lay.tasks))
+        tasks = list_tasks(c, lay)
         deleting = c.get_children(lay.admin_delete_tasks)
         if deleting:
             problems.append(f"{len(deleting)} deletions pending")

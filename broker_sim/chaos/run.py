@@ -34,6 +34,7 @@ from controller.admin import AdminClient
 from controller.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig
+from controller.layout_io import list_tasks
 from controller.zkclient import ZkSettings
 
 log = logging.getLogger(__name__)
@@ -313,7 +314,7 @@ class ChaosRun(Faults, Checks, Simulation):
             verdicts.append(self._verdict_maintenance(intervals))
         gens = [s.generation for s in self.samples if s.generation is not None]
         epochs = sorted({s.epoch for s in self.samples if s.epoch is not None})
-        final_tasks = len(self.admin.get_children(self.layout.tasks))
+        final_tasks = len(list_tasks(self.admin, self.layout))
         return ChaosSummary(
             seed=o.seed, process_brokers=o.process_brokers, brokers=o.brokers, tasks_initial=o.tasks,
             tasks_final=final_tasks, duration_s=o.duration_s, schedule=[f.describe().strip() for f in self.schedule],

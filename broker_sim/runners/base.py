@@ -2,7 +2,7 @@
 
 ``start`` and ``stop`` block until done; the worker calls them concurrently (one named pool thread per
 call) so runners must be thread-safe. ``stop`` returns only once the task has fully stopped: the worker
-releases ``/tasks/<id>/owner`` right after, so a runner that returned early would let two owners overlap.
+releases ``/tasks/<bucket>/<id>/owner`` right after, so a runner that returned early would let two owners overlap.
 """
 
 from __future__ import annotations

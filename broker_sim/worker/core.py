@@ -5,7 +5,7 @@ kazoo callbacks only enqueue; ``worker-<id>-task_N`` pool threads start and stop
 calls); ``worker-<id>-status`` polls the runner, restarts failed tasks with backoff and writes status
 in batches; a fence timer runs while the connection is suspended.
 
-Ownership fencing: a task runs only while this worker holds the ephemeral ``/tasks/<id>/owner``; the
+Ownership fencing: a task runs only while this worker holds the ephemeral ``/tasks/<bucket>/<id>/owner``; the
 znode is created before the runner starts and deleted only after the runner's ``stop`` returned. A new
 owner waits (watch, bounded re-checks) until it is gone.
 

@@ -1,4 +1,4 @@
-"""Ownership of tasks: the ephemeral ``/tasks/<id>/owner`` znode is created before a runner starts
+"""Ownership of tasks: the ephemeral ``/tasks/<bucket>/<id>/owner`` znode is created before a runner starts
 (tasks given together in pipelined rounds) and deleted only after its ``stop`` returned (tasks let go
 together stop on pool threads; the last to stop releases them all in one multi with their last statuses)."""
 

@@ -19,6 +19,7 @@ from controller.admin.restarts import RestartOperations
 from controller.admin.tasks import TaskOperations
 from controller.codecs import PayloadError
 from controller.layout import ZkLayout
+from controller.layout_io import list_tasks
 from controller.zkio import multi_read
 from controller.taskspec import TaskSpec, decode_task
 
@@ -71,6 +72,10 @@ class AdminClient(TaskOperations, RestartOperations, ClusterOperations, Operatio
             except NoNodeError:
                 kids.append(None)
         return got, kids  # a container we may not list (NoAuth) raises: nothing could be read at all
+
+    def _task_ids(self) -> list[str]:
+        """Every task id, sorted: the task buckets, in multiRead requests (never one listing of them all)."""
+        return list_tasks(self.client, self.layout)
 
     @staticmethod
     def _decode(cls: type, res: Any, path: str) -> tuple[Any, str | None]:

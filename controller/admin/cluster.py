@@ -34,11 +34,11 @@ class ClusterOperations:
     # ---- cluster ----------------------------------------------------------------------------------
     def status(self) -> ClusterStatus:
         lay = self.layout
-        (ctl_res, epoch_res, maint_res), (brokers, groups, tasks, deleting, shutdowns, reassigns, rebalances) = self._wave(
+        (ctl_res, epoch_res, maint_res), (brokers, groups, deleting, shutdowns, reassigns, rebalances) = self._wave(
             [lay.controller, lay.controller_epoch, lay.maintenance],
-            [lay.broker_ids, lay.groups, lay.tasks, lay.admin_delete_tasks, lay.admin_controlled_shutdown,
+            [lay.broker_ids, lay.groups, lay.admin_delete_tasks, lay.admin_controlled_shutdown,
              lay.admin_reassign, lay.admin_rebalance])
-        brokers, groups, tasks = brokers or [], groups or [], tasks or []
+        brokers, groups, tasks = brokers or [], groups or [], self._task_ids()
         controller, _ = self._decode(codecs.ControllerInfo, ctl_res, lay.controller)
         maintenance, _ = self._decode(codecs.MaintenanceInfo, maint_res, lay.maintenance) if maint_res and maint_res[0] else (None, None)
         epoch = None
@@ -118,8 +118,8 @@ class ClusterOperations:
 
     def brokers(self) -> list[BrokerView]:
         lay = self.layout
-        _, (ids, tasks, shutdowns) = self._wave(children=[lay.broker_ids, lay.tasks, lay.admin_controlled_shutdown])
-        ids, tasks = ids or [], tasks or []
+        _, (ids, shutdowns) = self._wave(children=[lay.broker_ids, lay.admin_controlled_shutdown])
+        ids, tasks = ids or [], self._task_ids()
         got, _ = self._wave([lay.broker(b) for b in ids] + [lay.task_owner(t) for t in tasks])
         owned_by: Counter[str] = Counter()
         for t, o in zip(tasks, got[len(ids):]):
@@ -133,8 +133,8 @@ class ClusterOperations:
         """Each group (or the one named): its state, and per member the join request, the published
         assignment and the tasks it holds right now."""
         lay = self.layout
-        _, (groups, tasks) = self._wave(children=[lay.groups, lay.tasks])
-        groups, tasks = groups or [], tasks or []
+        _, (groups,) = self._wave(children=[lay.groups])
+        groups, tasks = groups or [], self._task_ids()
         if group is not None:
             lay.group(group)  # InvalidName for a malformed name
             if group not in groups:
@@ -241,7 +241,7 @@ class ClusterOperations:
             def released(w: Callable[[Any], None]) -> tuple[int, int]:
                 if self.client.exists(lay.broker(broker_id), watch=w) is None:
                     return (held_at_first or [1])[0], (held_at_first or [1])[0]
-                tasks = self._wave(children=[lay.tasks])[1][0] or []
+                tasks = self._task_ids()
                 held = sum(1 for o in self._owners(tasks).values()
                            if o is not None and o[0] is not None and o[0].broker == broker_id)
                 if not held_at_first:

@@ -10,6 +10,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from controller.layout import ZkLayout
+from controller.layout_io import LayoutError, check_root, lay_out_buckets
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,9 @@ class Conflict(AdminError):
 
 
 def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
-    """Create the persistent containers of the layout (idempotent, one pipelined batch)."""
+    """Create the persistent containers and buckets of the layout (idempotent); a root in the flat layout of
+    an earlier release raises LayoutError (``zkctl layout migrate`` converts it) before anything is written."""
+    laid_out = check_root(client, layout)
     client.ensure_path(layout.root)
     optional = {layout.settings, layout.maintenance}  # absent: the defaults (no throttle, maintenance off)
     for path in layout.persistent_roots():
@@ -40,6 +43,13 @@ def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
             # a secured root laid out by an earlier release: only the admin role may create these, and
             # `zkctl security init` (idempotent) does; until then they read as their defaults
             log.warning("%s is missing and these credentials may not create it; run `zkctl security init`", path)
+    if laid_out:
+        return
+    try:
+        lay_out_buckets(client, layout)
+    except NoAuthError:
+        raise LayoutError(f"{layout.root} is not laid out in buckets yet and these credentials may not create them: "
+                          "run `zkctl security init` with admin credentials") from None
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:

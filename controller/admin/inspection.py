@@ -33,9 +33,11 @@ def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str]
             return codecs.decode_epoch
         case ["brokers", "ids", _]:
             return of(codecs.BrokerInfo)
-        case ["tasks", _]:
+        case ["layout"]:
+            return of(codecs.LayoutInfo)
+        case ["tasks", _, _]:
             return decode_task
-        case ["tasks", _, "owner"]:
+        case ["tasks", _, _, "owner"]:
             return of(codecs.OwnerInfo)
         case ["groups", _, "state"]:
             return of(codecs.GroupStateInfo)
@@ -47,7 +49,7 @@ def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str]
             return of(codecs.SyncProposal)
         case ["groups", _, "assignment", _]:
             return of(codecs.Assignment)
-        case ["status", _]:
+        case ["status", _, _]:
             return of(codecs.TaskStatus)
         case ["intervals", _]:
             return of(codecs.IntervalLog)

@@ -111,7 +111,7 @@ class TaskOperations:
         new_ids = {s.id for s in specs}
         lay = self.layout
         try:
-            existing = [t for t in self.client.get_children(lay.tasks) if t not in new_ids]
+            existing = [t for t in self._task_ids() if t not in new_ids]
         except NoNodeError:
             existing = []
         by_group: dict[str, list[codecs.TaskDescriptor]] = {g: [] for g in groups}
@@ -150,8 +150,8 @@ class TaskOperations:
 
     def list_tasks(self, group: str | None = None) -> list[TaskRow]:
         lay = self.layout
-        _, (ids, deleting) = self._wave(children=[lay.tasks, lay.admin_delete_tasks])
-        ids = ids or []
+        ids = self._task_ids()
+        _, (deleting,) = self._wave(children=[lay.admin_delete_tasks])
         deleting_set = set(deleting or ())
         n = len(ids)
         got, _ = self._wave([lay.task(t) for t in ids] + [lay.task_owner(t) for t in ids] + [lay.status(t) for t in ids])

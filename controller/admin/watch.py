@@ -13,6 +13,7 @@ from controller import codecs
 from controller.admin.common import WAIT_S
 from controller.admin.views import ClusterEvent, GroupSummary
 from controller.codecs import PayloadError
+from controller.layout_io import list_tasks
 from controller.taskspec import decode_task
 
 if TYPE_CHECKING:
@@ -201,7 +202,9 @@ class _ClusterWatch:
         lay = self.layout
         events = []
         if specs is None:
-            ids = self._children_watched(lay.tasks, ("tasks",))
+            # a root not laid out yet has no buckets to watch: its layout marker says when it has
+            laid_out = self.client.exists(lay.layout_info, watch=self._w("tasks")) is not None
+            ids = list_tasks(self.client, lay, watch=self._w("tasks")) if laid_out else []
             for t in sorted(set(self.tasks) - set(ids)):
                 del self.tasks[t]
                 self.owners.pop(t, None)

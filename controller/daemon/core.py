@@ -163,6 +163,11 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         token = self.token
         return lambda _event: self.put(make(token))
 
+    def _bucket_watch(self, make: Callable[[int, str | None], Any]) -> Callable[[Any], None]:
+        """A children watch of buckets: the event names the bucket that fired (None: the connection dropped)."""
+        token = self.token
+        return lambda event: self.put(make(token, getattr(event, "path", None)))
+
     def _current(self, token: int) -> bool:
         return self.active and token == self.token
 

@@ -21,6 +21,8 @@ from controller.codecs import (
     PayloadError,
 )
 from controller.daemon.context import _TRANSIENT, ControllerContext
+from controller.layout import ZkLayout
+from controller.layout_io import list_tasks
 from controller.watches import PersistentWatches
 from controller.zkio import (
     InterruptibleClient,
@@ -81,19 +83,17 @@ class _TaskTreeWatch(_Resync):
     znode created, changed or deleted enqueues ``TaskConfigChange`` for it; events below a task (its owner)
     are not specs and are dropped here, on kazoo's thread. NONE (the connection dropped): ``TasksResync``."""
 
-    def __init__(self, token: int, put: Callable[[Any], None], tasks_path: str) -> None:
+    def __init__(self, token: int, put: Callable[[Any], None], layout: ZkLayout) -> None:
         super().__init__(token, put)
-        self._prefix = tasks_path.rstrip("/") + "/"
+        self._layout = layout
 
     def __call__(self, event: Any) -> None:  # kazoo's thread: enqueue only
         path = getattr(event, "path", None)
         if path is None:
             self.lost()
             return
-        if not path.startswith(self._prefix):
-            return
-        task = path[len(self._prefix):]
-        if task and "/" not in task:
+        task = self._layout.task_of(path)  # None for a bucket, an owner, a stray
+        if task is not None:
             self._put(ev.TaskConfigChange(self.token, task))
 
 
@@ -214,7 +214,7 @@ class StateLoad:
         # tasks: the recursive watch first (armed before the read, it misses nothing after it), else a
         # children watch and one data watch per task
         tree = self._watch_task_tree()
-        tids = [t for t in c.get_children(lay.tasks, watch=None if tree else w(ev.TaskChange))]
+        tids = list_tasks(c, lay, watch=None if tree else self._bucket_watch(ev.TaskChange))
         task_paths = [lay.task(t) for t in tids]
         unwatched: dict[str, int] = {}  # task -> mzxid read, for the tasks whose watch is still to arm
         if method == "multiread":
@@ -295,7 +295,7 @@ class StateLoad:
         self.task_tree_watched = False
         if self.config.task_watch != "persistent":
             return False
-        self._task_tree_watcher = _TaskTreeWatch(self.token, self.put, self.layout.tasks)
+        self._task_tree_watcher = _TaskTreeWatch(self.token, self.put, self.layout)
         self.task_tree_watched = PersistentWatches.for_client(self.client).add(self.layout.tasks, self._task_tree_watcher)
         return self.task_tree_watched
 

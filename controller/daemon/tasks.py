@@ -18,7 +18,8 @@ from controller.codecs import (
 )
 from controller.daemon.context import ControllerContext
 from controller.daemon.loading import _TaskWatch
-from controller.layout import InvalidName
+from controller.layout import bucket_of
+from controller.layout_io import list_buckets, list_tasks
 from controller.taskspec import decode_task
 from controller.watches import PersistentWatches
 from controller.zkio import WriteFailed, exists_many, get_many, multi_read
@@ -122,12 +123,20 @@ class Tasks:
             for t, reason in sorted(invalid.items())]
         self._write(lambda: self.writer.upsert(items, self.ctx.known_paths if self.ctx else None))
 
-    def on_task_change(self, token: int) -> None:
+    def on_task_change(self, token: int, bucket: str | None = None) -> None:
+        """Tasks created or deleted under one-shot watches: the bucket that fired is listed again (re-arming
+        its watch), or every bucket when none is named."""
         if not self._current(token):
             return
         ctx, lay = self.ctx, self.layout
-        ids = set(self.zk.get_children(lay.tasks, watch=self._watch(ev.TaskChange)))
+        watch = self._bucket_watch(ev.TaskChange)
         known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
+        if bucket in lay.task_buckets:
+            ids = set(list_buckets(self.zk, [bucket], "task id", watch))
+            name = bucket.rsplit("/", 1)[1]
+            known = {t for t in known if bucket_of(t) == name}
+        else:
+            ids = set(list_tasks(self.zk, lay, watch))
         new_ids = sorted(ids - known)
         touched: set[str] = set()
         for t, res in zip(new_ids, self._read_specs(new_ids)):
@@ -196,7 +205,7 @@ class Tasks:
             watcher.taken()
         if self.task_tree_watched:
             PersistentWatches.for_client(self.client).ensure(self.layout.tasks)
-        listed = self.zk.get_children(self.layout.tasks, watch=None if self.task_tree_watched else self._watch(ev.TaskChange))
+        listed = list_tasks(self.zk, self.layout, None if self.task_tree_watched else self._bucket_watch(ev.TaskChange))
         known = self.ctx.tasks.keys() | self.ctx.invalid_tasks.keys()
         log.info("controller %s: reading %d tasks again after a dropped connection", self.id, len(known | set(listed)))
         self.on_task_config_changes(token, tuple(sorted(known | set(listed))), new=True)
@@ -265,7 +274,7 @@ class Tasks:
         if still_owned and len(ready) < DELETE_BATCH_TASKS and now < min(ready.values()) + DELETE_LINGER_S:
             return  # more releases are on their way: delete them together
         done = sorted(ready)
-        statuses = set(self.zk.get_children(lay.statuses))
+        statuses = set(list_buckets(self.zk, sorted({lay.status_bucket(t) for t in done}), "task id"))
         groups = [[lay.task(t)] + ([lay.status(t)] if t in statuses else []) + [lay.admin_delete_task(t)] for t in done]
         present = {p for t, g in zip(done, groups) for p in g[1:]}  # the listings say so
         present |= {lay.task(t) for t in done if t in ctx.tasks or t in ctx.invalid_tasks}
@@ -316,22 +325,17 @@ class Tasks:
                                 type(exc).__name__, delay)
         return owned, stuck
 
-    def on_statuses_change(self, token: int) -> None:
+    def on_statuses_change(self, token: int, bucket: str | None = None) -> None:
         """Delete statuses of tasks that no longer exist: a worker's status write for a task it was letting
-        go of can land after the task and its status were deleted. One listing (re-arming the watch);
-        the orphans go in fenced multis."""
+        go of can land after the task and its status were deleted. One listing of the bucket that fired, or
+        of every bucket (re-arming their watches); the orphans go in fenced multis."""
         if not self._current(token):
             return
         ctx, lay = self.ctx, self.layout
-        names = self.zk.get_children(lay.statuses, watch=self._watch(ev.StatusesChange))
-        orphans = []
-        for t in names:
-            if t in ctx.tasks or t in ctx.invalid_tasks:
-                continue
-            try:
-                orphans.append(lay.status(t))
-            except InvalidName:
-                log.warning("ignoring a status znode with an invalid name: %r", t)
+        watch = self._bucket_watch(ev.StatusesChange)
+        buckets = [bucket] if bucket in lay.status_buckets else list(lay.status_buckets)
+        names = list_buckets(self.zk, buckets, "task id", watch)  # illegal names are logged and left out
+        orphans = [lay.status(t) for t in names if t not in ctx.tasks and t not in ctx.invalid_tasks]
         if orphans:
             log.info("deleting %d statuses of tasks that no longer exist %s", len(orphans), orphans[:5])
             self._write(lambda: self.writer.delete_if_present(orphans, present=set(orphans)))
