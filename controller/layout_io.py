@@ -66,15 +66,23 @@ def flat_root_error(layout: ZkLayout, tasks: Sequence[str], statuses: Sequence[s
 
 
 def create_buckets(client: KazooClient, layout: ZkLayout, acl_of: Callable[[str], Any] | None = None) -> int:
-    """Create the buckets that are missing (pipelined; idempotent); returns how many were created."""
-    pending = [(p, client.create_async(p, b"", acl=acl_of(p) if acl_of else None)) for p in layout.bucket_roots()]
+    """Create the buckets that are missing (idempotent); returns how many were created. A fresh root's 256
+    task and 256 status buckets go in two multis; where some exist already, the missing ones one by one."""
     created = 0
-    for _path, result in pending:
-        try:
-            result.get(timeout=WAIT_S)
-            created += 1
-        except NodeExistsError:
-            pass
+    for paths in (layout.task_buckets, layout.status_buckets):
+        tx = client.transaction()
+        for p in paths:
+            tx.create(p, b"", acl=acl_of(p) if acl_of else None)
+        if not any(isinstance(r, Exception) for r in tx.commit()):
+            created += len(paths)
+            continue
+        pending = [client.create_async(p, b"", acl=acl_of(p) if acl_of else None) for p in paths]
+        for result in pending:
+            try:
+                result.get(timeout=WAIT_S)
+                created += 1
+            except NodeExistsError:
+                pass
     return created
 
 

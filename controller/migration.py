@@ -22,11 +22,11 @@ from controller import codecs
 from controller.codecs import PayloadError
 from controller.layout import InvalidName, ZkLayout, check_name
 from controller.layout_io import LayoutError, create_buckets, flat_entries, read_layout_info, write_layout_info
-from controller.zkio import WAIT_S, multi_children, multi_read
+from controller.zkio import MAX_BYTES_PER_MULTI, WAIT_S, multi_children, multi_read
 
 log = logging.getLogger(__name__)
 
-# znodes moved per multi (two operations each): far below ZooKeeper's 1 MiB request with 20 KB specs
+# znodes read and moved per round (two operations each); a multi also stops at MAX_BYTES_PER_MULTI of data
 MOVES_PER_MULTI = 100
 
 
@@ -109,22 +109,42 @@ def _move(client: KazooClient, moves: list[tuple[str, str, str]]) -> tuple[int, 
             if res is None:
                 continue  # gone since the listing: nothing to move
             items.append((old, new, res[0], res[1].version, acl_list))
-        if not items:
-            continue
+        for part in _parts(items):
+            m, n, b = _move_part(client, part)
+            moved, multis = moved + m, multis + n
+            blocked += b
+    return moved, multis, blocked
+
+
+def _parts(items: list[tuple[str, str, bytes, int, list]]) -> list[list[tuple[str, str, bytes, int, list]]]:
+    """Items in multis of at most ``MAX_BYTES_PER_MULTI`` of data (a spec may be up to 900 KiB)."""
+    parts: list[list[tuple[str, str, bytes, int, list]]] = []
+    size = 0
+    for item in items:
+        if not parts or size + len(item[2]) > MAX_BYTES_PER_MULTI:
+            parts.append([])
+            size = 0
+        parts[-1].append(item)
+        size += len(item[2])
+    return parts
+
+
+def _move_part(client: KazooClient, items: list[tuple[str, str, bytes, int, list]]) -> tuple[int, int, list[tuple[str, str]]]:
+    """One multi for ``items``; if it fails, one per item. Returns (moved, multis, blocked)."""
+    moved, multis = 0, 1
+    blocked: list[tuple[str, str]] = []
+    if _commit(client, items) is None:
+        return len(items), multis, blocked
+    for item in items:  # one of them failed, so none moved: one by one, to name what cannot move
         multis += 1
-        if _commit(client, items) is None:
-            moved += len(items)
-            continue
-        for item in items:  # one of them failed, so none moved: one by one, to name what cannot move
-            multis += 1
-            error = _commit(client, [item])
-            if error is None:
-                moved += 1
-            elif isinstance(error, NodeExistsError):
-                blocked.append((item[0], "it exists in its bucket too: delete one of the two"))
-            else:
-                blocked.append((item[0], f"it changed or went while migrating ({type(error).__name__}): run the "
-                                         "migration again"))
+        error = _commit(client, [item])
+        if error is None:
+            moved += 1
+        elif isinstance(error, NodeExistsError):
+            blocked.append((item[0], "it exists in its bucket too: delete one of the two"))
+        else:
+            blocked.append((item[0], f"it changed or went while migrating ({type(error).__name__}): run the "
+                                     "migration again"))
     return moved, multis, blocked
 
 

@@ -15,6 +15,7 @@ from controller.admin import ensure_layout
 from controller.layout import ZkLayout
 from controller.zkclient import ZkSettings, make_client
 from controller.zkserver import ZooKeeperServer, free_port
+from controller.zkio import delete_tree
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +58,7 @@ def zk(zk_settings: ZkSettings, layout: ZkLayout) -> Iterator[KazooClient]:
         yield client
     finally:
         try:
-            client.delete(layout.root, recursive=True)
+            delete_tree(client, layout.root)
         except Exception:
             pass
         client.stop()

@@ -19,6 +19,7 @@ from controller.admin import AdminClient, AdminError
 from controller.codecs import RunInterval
 from controller.taskspec import SpecError, parse_spec
 from controller.layout_io import list_tasks
+from controller.zkio import delete_tree
 
 
 class CountingClient:
@@ -205,7 +206,7 @@ def test_watch_on_an_empty_root_writes_nothing_and_sees_the_cluster_appear(zk, z
         zk.create(fresh.controller, codecs.encode(codecs.ControllerInfo("c1", 1, "h", 0.0)), ephemeral=True)
         assert sorted((e.kind, e.subject) for e in gen) == [("controller", "c1"), ("task_created", "t1")]
     finally:
-        zk.delete(fresh.root, recursive=True)
+        delete_tree(zk, fresh.root)
 
 
 def test_timeline_summary_and_plot(tmp_path: Path):

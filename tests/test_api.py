@@ -17,6 +17,7 @@ from controller.layout import ZkLayout
 from controller.taskspec import decode_task
 from controller.zkclient import ZkSettings, make_client
 from controller.zkserver import ZooKeeperServer, free_port
+from controller.zkio import delete_tree
 from tests.api_support import TOKEN, ApiCluster, os_environ_without_auth, start_cluster, wait_until
 
 NOOP = {"kind": "noop"}
@@ -34,7 +35,7 @@ def api(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
     finally:
         cluster.stop()
         try:
-            zk.delete(root, recursive=True)
+            delete_tree(zk, root)
         finally:
             zk.stop()
             zk.close()

@@ -15,6 +15,7 @@ import pytest
 from controller.layout import ZkLayout
 from controller.taskspec import decode_task
 from controller.zkclient import ZkSettings, make_client
+from controller.zkio import delete_tree
 from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster, wait_until
 from tests.browser_support import chromium, missing, quit_browser
 
@@ -101,7 +102,7 @@ def test_console_live_create_pause_and_broker_kill(browser, zk_hosts, tmp_path):
     finally:
         cluster.stop()
         try:
-            zk.delete(root, recursive=True)
+            delete_tree(zk, root)
         finally:
             zk.stop()
             zk.close()

@@ -5,7 +5,6 @@ garbage in a bucket is isolated, and a migrated root runs its tasks."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from controller.layout_io import LayoutError, check_root, list_statuses, list_ta
 from controller.migration import migrate
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
+from controller.zkio import delete_tree
 from tests.controller_support import Cluster, cluster, wait_until  # noqa: F401 (cluster: a fixture)
 
 
@@ -64,7 +64,7 @@ def flat(zk_hosts: str, zk_root: str):
     try:
         yield client, layout
     finally:
-        client.delete(layout.root, recursive=True)
+        delete_tree(client, layout.root)
         client.stop()
         client.close()
 
@@ -96,6 +96,13 @@ def test_every_process_refuses_a_flat_root_and_writes_nothing(flat, zk_hosts: st
     finally:
         c.close()
     assert _snapshot(client, layout.root) == before
+    # reads refuse it too, rather than showing an empty cluster
+    with pytest.raises(LayoutError):
+        AdminClient(client, layout).list_tasks()
+    with pytest.raises(LayoutError):
+        AdminClient(client, layout).status()
+    r = CliRunner().invoke(cli, ["--zk", zk_hosts, "--zk-root", layout.root, "status"], prog_name="zkctl")
+    assert r.exit_code == 1 and "layout migrate" in r.output and "Traceback" not in r.output, r.output
     # the operator's commands say it in one line, exit 1
     spec_file = tmp_path / "t3.json"
     spec_file.write_text(json.dumps({"id": "t3", "pipeline": {"kind": "noop"}}))
@@ -222,3 +229,16 @@ def test_garbage_in_a_bucket_is_logged_and_isolated(cluster, zk: KazooClient, la
     admin = AdminClient(zk, layout)
     wait_until(lambda: {r.task_id: r.owner for r in admin.list_tasks()} == {"t1": "b1", "t2": "b1"}, 30, "both run")
     assert ctl.active
+
+
+def test_large_specs_move_in_multis_under_the_request_limit(flat):
+    """A multi is bounded by bytes too: 60 specs of ~40 KB are 2.4 MB, more than one ZooKeeper request."""
+    client, layout = flat
+    ids = [f"big-{i}" for i in range(60)]
+    for p in layout.persistent_roots():
+        client.ensure_path(p)
+    for t in ids:
+        client.create(f"{layout.tasks}/{t}", TaskSpec(id=t, pipeline=NoopPipeline(kind="noop", fail_message="x" * 40_000)).encode())
+    result = migrate(client, layout)
+    assert result.done and result.moved == 60 and result.multis >= 5, result
+    assert list_tasks(client, layout) == sorted(ids)

@@ -45,6 +45,7 @@ from controller.taskspec import DeclarativePipeline, TaskSpec, parse_spec
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller.zkclient import ZkSettings, make_client
 from controller.layout_io import list_tasks
+from controller.zkio import delete_tree
 from tests.spark_support import (  # noqa: F401 (fixtures)
     REPO, TEST_JVM_OPTS, copy_project, files_task, require_spark, sink_ids, spark, spark_runner)
 
@@ -231,7 +232,7 @@ def cluster(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         c.stop_all()
         ctl.stop()
         try:
-            zk.delete(root, recursive=True)
+            delete_tree(zk, root)
         except Exception:
             pass
         zk.stop()

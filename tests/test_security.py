@@ -26,6 +26,7 @@ from controller.security import ROLES, AclPolicy, acl_for, check_acls, classify,
 from controller.taskspec import NoopPipeline, TaskSpec
 from controller.zkclient import ZkSettings, make_client
 from controller.layout_io import list_tasks
+from controller.zkio import delete_tree
 
 PASSWORDS = {r: f"s3cret-{r}-pw" for r in ROLES}
 CREDS = {r: f"zkc-{r}:{PASSWORDS[r]}" for r in ROLES}
@@ -66,7 +67,7 @@ def _remove_secured_root(zk_hosts: str, layout: ZkLayout) -> None:
                 stack += [f"{path}/{c}" for c in admin.get_children(path)]
             except NoNodeError:
                 continue
-        admin.delete(layout.root, recursive=True)
+        delete_tree(admin, layout.root)
     finally:
         admin.stop()
         admin.close()
@@ -181,7 +182,7 @@ def test_secrets_never_in_logs_or_reprs(zk_hosts, zk_root, caplog, tmp_path):
         settings = ZkSettings(hosts=zk_hosts, root=zk_root, auth=CREDS["admin"])
         client = make_client(settings)
         client.ensure_path(zk_root + "/x")
-        client.delete(zk_root, recursive=True)
+        delete_tree(client, zk_root)
         text = repr(settings) + str(settings) + repr(client)
         client.stop()
         client.close()

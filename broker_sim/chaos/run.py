@@ -30,7 +30,6 @@ from broker_sim.netproxy import NetProxy
 from broker_sim.sim import NotConverged, SimOptions, Simulation
 from controller import codecs
 from controller.admin import AdminClient
-from controller.admin import AdminClient
 from controller.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
 from controller.group import GroupConfig

@@ -19,7 +19,7 @@ from controller.admin.restarts import RestartOperations
 from controller.admin.tasks import TaskOperations
 from controller.codecs import PayloadError
 from controller.layout import ZkLayout
-from controller.layout_io import list_tasks
+from controller.layout_io import check_root, list_tasks
 from controller.zkio import multi_read
 from controller.taskspec import TaskSpec, decode_task
 
@@ -42,6 +42,7 @@ class AdminClient(TaskOperations, RestartOperations, ClusterOperations, Operatio
         self.layout = layout
         self.retries = retries
         self.unreadable: set[str] = set()  # znodes a read met that these credentials may not read
+        self._laid_out = False  # the root's layout marker seen: no need to look again
 
     # ---- pipelined reads --------------------------------------------------------------------------
     def _wave(self, gets: Sequence[str] = (), children: Sequence[str] = ()) -> tuple[list[Any], list[list[str] | None]]:
@@ -74,7 +75,10 @@ class AdminClient(TaskOperations, RestartOperations, ClusterOperations, Operatio
         return got, kids  # a container we may not list (NoAuth) raises: nothing could be read at all
 
     def _task_ids(self) -> list[str]:
-        """Every task id, sorted: the task buckets, in multiRead requests (never one listing of them all)."""
+        """Every task id, sorted: the task buckets, in multiRead requests (never one listing of them all). A
+        flat root of an earlier release raises LayoutError rather than reading as empty."""
+        if not self._laid_out:
+            self._laid_out = check_root(self.client, self.layout)
         return list_tasks(self.client, self.layout)
 
     @staticmethod

@@ -98,17 +98,23 @@ class _ClusterWatch:
         bkeys = [k[1] for k in keys if k[0] == "broker"]
         if bkeys:
             events += self._brokers(bkeys)
+        # causal order within one batch: a task created (or deleted, or edited) makes its group rebalance,
+        # which gives the task its owner
+        new: list[str] = []
+        if ("tasks",) in keys:
+            deleted, new = self._task_listing()
+            events += deleted
+        specs = list(dict.fromkeys(new + [k[1] for k in keys if k[0] == "task"]))
+        if specs:
+            events += self._tasks(specs, [])
         if ("groups",) in keys:
             events += self._groups(None)
         gkeys = [k[1] for k in keys if k[0] == "group"]
         if gkeys:
             events += self._groups(gkeys)
-        if ("tasks",) in keys:
-            events += self._tasks(None, None)
-        tkeys = [k[1] for k in keys if k[0] == "task"]
-        okeys = [k[1] for k in keys if k[0] == "owner"]
-        if tkeys or okeys:
-            events += self._tasks(tkeys, okeys)
+        owners = list(dict.fromkeys(new + [k[1] for k in keys if k[0] == "owner"]))
+        if owners:
+            events += self._tasks([], owners)
         return events
 
     def _ev(self, kind: str, subject: str, message: str, **detail: Any) -> ClusterEvent:
@@ -198,20 +204,22 @@ class _ClusterWatch:
                 members=list(now.members), reason=now.reason))
         return events
 
-    def _tasks(self, specs: list[str] | None, owners: list[str] | None) -> list[ClusterEvent]:
+    def _task_listing(self) -> tuple[list[ClusterEvent], list[str]]:
+        """The tasks listed again: events for those deleted, and the ids of those not seen before."""
+        lay = self.layout
+        # a root not laid out yet has no buckets to watch: its layout marker says when it has
+        laid_out = self.client.exists(lay.layout_info, watch=self._w("tasks")) is not None
+        ids = list_tasks(self.client, lay, watch=self._w("tasks")) if laid_out else []
+        events = []
+        for t in sorted(set(self.tasks) - set(ids)):
+            del self.tasks[t]
+            self.owners.pop(t, None)
+            events.append(self._ev("task_deleted", t, f"task {t} deleted"))
+        return events, [t for t in ids if t not in self.tasks]
+
+    def _tasks(self, specs: list[str], owners: list[str]) -> list[ClusterEvent]:
         lay = self.layout
         events = []
-        if specs is None:
-            # a root not laid out yet has no buckets to watch: its layout marker says when it has
-            laid_out = self.client.exists(lay.layout_info, watch=self._w("tasks")) is not None
-            ids = list_tasks(self.client, lay, watch=self._w("tasks")) if laid_out else []
-            for t in sorted(set(self.tasks) - set(ids)):
-                del self.tasks[t]
-                self.owners.pop(t, None)
-                events.append(self._ev("task_deleted", t, f"task {t} deleted"))
-            new = [t for t in ids if t not in self.tasks]
-            specs, owners = new, new
-        owners = owners or []
         got = self._get_watched([(lay.task(t), ("task", t)) for t in specs]
                                 + [(lay.task_owner(t), ("owner", t)) for t in owners])
         initial = not self.started

@@ -9,6 +9,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from controller.admin import AdminError, Conflict, NotFound
 from controller.codecs import PayloadError
 from controller.layout import InvalidName
+from controller.layout_io import LayoutError
 from controller.security import SecurityError
 from controller.taskspec import SpecError
 
@@ -41,6 +42,8 @@ def classify(exc: BaseException) -> tuple[int, str, str] | None:
         return 422, "invalid_spec", message
     if isinstance(exc, SecurityError):
         return 400, "bad_request", message
+    if isinstance(exc, LayoutError):  # a root of an earlier release, to migrate: not the caller's to fix
+        return 503, "layout_not_migrated", message
     if isinstance(exc, AdminError):
         return 400, "bad_request", message
     if isinstance(exc, UNAVAILABLE):
@@ -51,4 +54,4 @@ def classify(exc: BaseException) -> tuple[int, str, str] | None:
 
 
 HANDLED: tuple[type[BaseException], ...] = (AdminError, SpecError, PayloadError, InvalidName, SecurityError,
-                                            KazooException, KazooTimeoutError)
+                                            LayoutError, KazooException, KazooTimeoutError)
