@@ -24,6 +24,7 @@ BENCHMARKS = {
     "B7": "benchmarks.b7_memory",
     "B8": "benchmarks.b8_scale",
     "B9": "benchmarks.b9_api",
+    "B10": "benchmarks.b10_layout",
 }
 
 

@@ -114,9 +114,13 @@ def lay_out_buckets(client: KazooClient, layout: ZkLayout, acl_of: Callable[[str
 # ---- listings ----------------------------------------------------------------------------------------
 
 def _names(bucket_names: Sequence[str], listings: Sequence[list[str] | None], what: str) -> list[str]:
-    """Entries of the buckets listed, in order; an entry that is not a legal id, or that sits in another
+    return [name for name, _bucket in _entries(bucket_names, listings, what)]
+
+
+def _entries(bucket_names: Sequence[str], listings: Sequence[list[str] | None], what: str) -> list[tuple[str, str]]:
+    """(entry, bucket) of the buckets listed, sorted; an entry that is not a legal id, or that sits in another
     id's bucket, is logged and left out (garbage is isolated, never a crash)."""
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for bucket, names in zip(bucket_names, listings):
         for name in names or ():
             try:
@@ -127,7 +131,7 @@ def _names(bucket_names: Sequence[str], listings: Sequence[list[str] | None], wh
             if bucket_of(name) != bucket:
                 log.warning("ignoring %s entry %r in bucket %s: its bucket is %s", what, name, bucket, bucket_of(name))
                 continue
-            out.append(name)
+            out.append((name, bucket))
     return sorted(out)
 
 
@@ -139,6 +143,14 @@ def list_buckets(client: KazooClient, paths: Sequence[str], what: str,
     else:
         listings = children_many(client, paths, watch=lambda _p: watch)
     return _names([p.rsplit("/", 1)[1] for p in paths], listings, what)
+
+
+def list_task_paths(client: KazooClient, layout: ZkLayout) -> list[tuple[str, str]]:
+    """Every task as (id, spec path), sorted by id: a failover reads 100,000 of them, so each path is the
+    listed bucket's plus the id, validated once (``_names``), not built again by ``ZkLayout.task``."""
+    paths = layout.task_buckets
+    entries = _entries([p.rsplit("/", 1)[1] for p in paths], multi_children(client, paths), "task id")
+    return [(t, f"{layout.tasks}/{bucket}/{t}") for t, bucket in entries]
 
 
 def list_tasks(client: KazooClient, layout: ZkLayout, watch: Callable[[Any], None] | None = None) -> list[str]:

@@ -514,7 +514,10 @@ def _multi_read_ops(client: KazooClient | InterruptibleClient, op_type: int, pat
     if raw in _NO_MULTI_READ:
         return None
     root = _norm_root(raw.chroot or "")  # kazoo's _prefix_root, with the root normalised once, not per path
-    full = [normpath(join(root, p.lstrip("/"))) for p in paths]
+    base = root.rstrip("/")
+    # a clean absolute path (what ZkLayout builds) needs no normpath: the root in front is the whole prefixing
+    full = [base + p if p[:1] == "/" and "//" not in p and "/." not in p and p != "/" else normpath(join(root, p.lstrip("/")))
+            for p in paths]
     results: list[SubResult] = []
     in_flight: deque[tuple[int, Any]] = deque()  # (sub-reads, async result)
     sent = 0

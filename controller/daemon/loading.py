@@ -22,7 +22,7 @@ from controller.codecs import (
 )
 from controller.daemon.context import _TRANSIENT, ControllerContext
 from controller.layout import ZkLayout
-from controller.layout_io import list_tasks
+from controller.layout_io import list_task_paths, list_tasks
 from controller.watches import PersistentWatches
 from controller.zkio import (
     InterruptibleClient,
@@ -214,16 +214,20 @@ class StateLoad:
         # tasks: the recursive watch first (armed before the read, it misses nothing after it), else a
         # children watch and one data watch per task
         tree = self._watch_task_tree()
-        tids = list_tasks(c, lay, watch=None if tree else self._bucket_watch(ev.TaskChange))
-        task_paths = [lay.task(t) for t in tids]
+        if tree:
+            listed = list_task_paths(c, lay)
+        else:
+            listed = [(t, lay.task(t)) for t in list_tasks(c, lay, watch=self._bucket_watch(ev.TaskChange))]
+        tids = [t for t, _ in listed]
+        task_paths = [p for _, p in listed]
         unwatched: dict[str, int] = {}  # task -> mzxid read, for the tasks whose watch is still to arm
         if method == "multiread":
             task_data = multi_read(c, task_paths)
         else:
             task_data = fetch(c, task_paths, watch=None if tree else self._task_watch)
-        for t, res in zip(tids, task_data):
+        for t, path, res in zip(tids, task_paths, task_data):
             if res is not None:
-                self._set_task(ctx, t, res[0])
+                self._set_task(ctx, t, res[0], path)
                 if method == "multiread" and not tree:
                     unwatched[t] = res[1].mzxid
         ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=self._deletion_watcher()))

@@ -103,8 +103,8 @@ class Tasks:
             self._task_watcher = _TaskWatch(self.token, self.put)
         return self._task_watcher
 
-    def _set_task(self, ctx: ControllerContext, t: str, data: bytes) -> None:
-        path = self.layout.task(t)
+    def _set_task(self, ctx: ControllerContext, t: str, data: bytes, path: str | None = None) -> None:
+        path = path or self.layout.task(t)
         try:
             ctx.tasks[t] = decode_task(data, path)
             ctx.invalid_tasks.pop(t, None)
