@@ -34,9 +34,10 @@ class LayoutError(RuntimeError):
 def flat_entries(client: KazooClient, layout: ZkLayout) -> tuple[list[str], list[str]]:
     """Children of ``/tasks`` and ``/status`` that are not buckets: a flat root's tasks and statuses."""
     out: list[list[str]] = []
-    for parent in (layout.tasks, layout.statuses):
+    pending = [client.get_children_async(parent) for parent in (layout.tasks, layout.statuses)]
+    for result in pending:
         try:
-            out.append(sorted(c for c in client.get_children(parent) if not is_bucket(c)))
+            out.append(sorted(c for c in result.get(timeout=WAIT_S) if not is_bucket(c)))
         except NoNodeError:
             out.append([])
     return out[0], out[1]
@@ -44,8 +45,8 @@ def flat_entries(client: KazooClient, layout: ZkLayout) -> tuple[list[str], list
 
 def read_layout_info(client: KazooClient, layout: ZkLayout) -> LayoutInfo | None:
     """The root's ``LayoutInfo``, None when absent; a marker this release cannot run on raises LayoutError."""
-    try:
-        data, _ = client.get(layout.layout_info)
+    try:  # async and waited for: the admin client's reads are all pipelined (its tests count them)
+        data, _ = client.get_async(layout.layout_info).get(timeout=WAIT_S)
     except NoNodeError:
         return None
     try:

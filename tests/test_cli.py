@@ -493,7 +493,8 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
         # causal order for w1 (other events, e.g. a generation finishing when the watch began, may come between)
         about_w1 = [e["kind"] for e in seen if e["subject"] == "w1"]
         assert about_w1[0] == "task_created" and about_w1[-1] == "task_owner", about_w1
-        assert any(e["kind"] == "group" for e in seen[seen.index(next(e for e in seen if e["subject"] == "w1")):])
+        assert any(e["kind"] == "group" for e in seen[seen.index(next(e for e in seen if e["subject"] == "w1")):]), \
+            [(e["kind"], e["subject"], e["detail"].get("generation"), e["detail"].get("state")) for e in seen]
         gens = [e["detail"]["generation"] for e in seen if e["kind"] == "group"]
         assert gens == sorted(gens)
         cluster.admin.pause("w1")

@@ -98,8 +98,10 @@ class _ClusterWatch:
         bkeys = [k[1] for k in keys if k[0] == "broker"]
         if bkeys:
             events += self._brokers(bkeys)
-        # causal order within one batch: a task created (or deleted, or edited) makes its group rebalance,
-        # which gives the task its owner
+        # causal order: a task created (or deleted, or edited) makes its group rebalance, which gives the
+        # task its owner. Owners are read before the groups and reported after them: an owner seen here was
+        # created after the group state that handed it out, so the groups read next show that state even
+        # when its watch has not fired yet (a listing of the buckets takes long enough for a whole rebalance)
         new: list[str] = []
         if ("tasks",) in keys:
             deleted, new = self._task_listing()
@@ -107,15 +109,14 @@ class _ClusterWatch:
         specs = list(dict.fromkeys(new + [k[1] for k in keys if k[0] == "task"]))
         if specs:
             events += self._tasks(specs, [])
+        owners = list(dict.fromkeys(new + [k[1] for k in keys if k[0] == "owner"]))
+        owner_events = self._tasks([], owners) if owners else []
         if ("groups",) in keys:
             events += self._groups(None)
-        gkeys = [k[1] for k in keys if k[0] == "group"]
+        gkeys = {k[1] for k in keys if k[0] == "group"} | (set(self.groups) if owner_events else set())
         if gkeys:
-            events += self._groups(gkeys)
-        owners = list(dict.fromkeys(new + [k[1] for k in keys if k[0] == "owner"]))
-        if owners:
-            events += self._tasks([], owners)
-        return events
+            events += self._groups(sorted(gkeys))
+        return events + owner_events
 
     def _ev(self, kind: str, subject: str, message: str, **detail: Any) -> ClusterEvent:
         return ClusterEvent(time.time(), kind, subject, message, detail)
