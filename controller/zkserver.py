@@ -115,6 +115,9 @@ class ZooKeeperServer:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        # the process this object started: whether it still runs is then its exit status, not a look at
+        # /proc (whose cmdline of a process still starting can read empty: a false "exited")
+        self._proc: subprocess.Popen | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -215,6 +218,7 @@ class ZooKeeperServer:
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         self.pid_file.write_text(f"{proc.pid}\n")
+        self._proc = proc
         if wait:
             try:
                 self.wait_until_serving(timeout, proc)
@@ -224,6 +228,8 @@ class ZooKeeperServer:
         return proc.pid
 
     def wait_until_serving(self, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+        if proc is None and self._proc is not None and self._proc.pid == self.read_pid():
+            proc = self._proc
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if (proc is not None and proc.poll() is not None) or (proc is None and not self.is_running()):

@@ -47,6 +47,10 @@ class ClusterOperations:
                 epoch = codecs.decode_epoch(epoch_res[0], lay.controller_epoch)
             except PayloadError:
                 epoch = None
+        if controller is not None and (epoch is None or controller.epoch > epoch):
+            # a controller between winning /controller and bumping /controller_epoch (two writes): it runs
+            # at the epoch it claimed, or gives /controller up if the bump fails
+            epoch = controller.epoch
         n = len(tasks)
         got, kids = self._wave(
             [lay.task(t) for t in tasks] + [lay.task_owner(t) for t in tasks] + [lay.status(t) for t in tasks]
