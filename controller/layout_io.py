@@ -66,22 +66,22 @@ def flat_root_error(layout: ZkLayout, tasks: Sequence[str], statuses: Sequence[s
         "(nothing was changed)")
 
 
-def create_buckets(client: KazooClient, layout: ZkLayout, acl_of: Callable[[str], Any] | None = None) -> int:
-    """Create the buckets that are missing (idempotent); returns how many were created. A fresh root's 256
-    task and 256 status buckets go in two multis; where some exist already, the missing ones one by one."""
-    created = 0
+def create_buckets(client: KazooClient, layout: ZkLayout, acl_of: Callable[[str], Any] | None = None) -> list[str]:
+    """Create the buckets that are missing (idempotent); returns the paths created. A fresh root's 256 task
+    and 256 status buckets go in two multis; where some exist already, the missing ones pipelined."""
+    created: list[str] = []
     for paths in (layout.task_buckets, layout.status_buckets):
         tx = client.transaction()
         for p in paths:
             tx.create(p, b"", acl=acl_of(p) if acl_of else None)
         if not any(isinstance(r, Exception) for r in tx.commit()):
-            created += len(paths)
+            created += paths
             continue
-        pending = [client.create_async(p, b"", acl=acl_of(p) if acl_of else None) for p in paths]
-        for result in pending:
+        pending = [(p, client.create_async(p, b"", acl=acl_of(p) if acl_of else None)) for p in paths]
+        for p, result in pending:
             try:
                 result.get(timeout=WAIT_S)
-                created += 1
+                created.append(p)
             except NodeExistsError:
                 pass
     return created
@@ -136,21 +136,25 @@ def _entries(bucket_names: Sequence[str], listings: Sequence[list[str] | None], 
     return sorted(out)
 
 
+def _listings(client: KazooClient, paths: Sequence[str], watch: Callable[[Any], None] | None) -> list[list[str] | None]:
+    """The children of the bucket znodes ``paths``: multiRead without a watch, else one children watch each."""
+    if watch is None:
+        return multi_children(client, paths)
+    return children_many(client, paths, watch=lambda _p: watch)
+
+
 def list_buckets(client: KazooClient, paths: Sequence[str], what: str,
                  watch: Callable[[Any], None] | None = None) -> list[str]:
-    """Entries of the bucket znodes ``paths``: multiRead without a watch, else one children watch each."""
-    if watch is None:
-        listings = multi_children(client, paths)
-    else:
-        listings = children_many(client, paths, watch=lambda _p: watch)
-    return _names([p.rsplit("/", 1)[1] for p in paths], listings, what)
+    """Entries of the bucket znodes ``paths`` (legal ids in their own bucket), sorted."""
+    return _names([p.rsplit("/", 1)[1] for p in paths], _listings(client, paths, watch), what)
 
 
-def list_task_paths(client: KazooClient, layout: ZkLayout) -> list[tuple[str, str]]:
+def list_task_paths(client: KazooClient, layout: ZkLayout,
+                    watch: Callable[[Any], None] | None = None) -> list[tuple[str, str]]:
     """Every task as (id, spec path), sorted by id: a failover reads 100,000 of them, so each path is the
-    listed bucket's plus the id, validated once (``_names``), not built again by ``ZkLayout.task``."""
+    listed bucket's plus the id, validated once (``_entries``), not built again by ``ZkLayout.task``."""
     paths = layout.task_buckets
-    entries = _entries([p.rsplit("/", 1)[1] for p in paths], multi_children(client, paths), "task id")
+    entries = _entries([p.rsplit("/", 1)[1] for p in paths], _listings(client, paths, watch), "task id")
     return [(t, f"{layout.tasks}/{bucket}/{t}") for t, bucket in entries]
 
 

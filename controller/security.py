@@ -52,10 +52,9 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.serialization import Auth, Create, Create2, Transaction
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
-from controller import codecs
-from controller.codecs import LayoutInfo, encode_epoch
-from controller.layout import BUCKETS, LAYOUT_VERSION, ZkLayout, check_name, is_bucket
-from controller.layout_io import check_root
+from controller.codecs import encode_epoch
+from controller.layout import ZkLayout, check_name, is_bucket
+from controller.layout_io import check_root, create_buckets, write_layout_info
 
 log = logging.getLogger(__name__)
 
@@ -570,19 +569,20 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     created: list[str] = []
     laid_out = check_root(client, layout)  # a flat root is migrated first (LayoutError, nothing written)
     paths = [layout.root, layout.security, layout.controller_epoch, *_containers(layout)]
-    if not laid_out:
-        paths += [*layout.bucket_roots(), layout.layout_info]  # the marker last
-    marker = codecs.encode(LayoutInfo(LAYOUT_VERSION, BUCKETS))
     for path in paths:
         if client.exists(path) is None:
-            data = (policy.encode() if path == layout.security else encode_epoch(0) if path == layout.controller_epoch
-                    else marker if path == layout.layout_info else b"")
+            data = policy.encode() if path == layout.security else encode_epoch(0) if path == layout.controller_epoch else b""
             try:
                 client.create(path, data, acl=acl_for(policy, layout, path), makepath=True)
                 created.append(path)
             except Exception as exc:
                 if type(exc).__name__ != "NodeExistsError":
                     raise
+    if not laid_out:  # the buckets in two multis, then the marker, each with the policy's ACL
+        acl_of = lambda p: acl_for(policy, layout, p)  # noqa: E731
+        created += create_buckets(client, layout, acl_of)
+        write_layout_info(client, layout, acl_of(layout.layout_info))
+        created.append(layout.layout_info)
     client.set(layout.security, policy.encode())
     n = 0
     refused: list[str] = []

@@ -110,10 +110,7 @@ class TaskOperations:
         groups = {s.group for s in specs}
         new_ids = {s.id for s in specs}
         lay = self.layout
-        try:
-            existing = [t for t in self._task_ids() if t not in new_ids]
-        except NoNodeError:
-            existing = []
+        existing = [t for t in self._task_ids() if t not in new_ids]
         by_group: dict[str, list[codecs.TaskDescriptor]] = {g: [] for g in groups}
         for t, res in zip(existing, multi_read(self.client, [lay.task(t) for t in existing])):
             if res is None:

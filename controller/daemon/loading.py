@@ -22,7 +22,7 @@ from controller.codecs import (
 )
 from controller.daemon.context import _TRANSIENT, ControllerContext
 from controller.layout import ZkLayout
-from controller.layout_io import list_task_paths, list_tasks
+from controller.layout_io import list_task_paths
 from controller.watches import PersistentWatches
 from controller.zkio import (
     InterruptibleClient,
@@ -214,10 +214,7 @@ class StateLoad:
         # tasks: the recursive watch first (armed before the read, it misses nothing after it), else a
         # children watch and one data watch per task
         tree = self._watch_task_tree()
-        if tree:
-            listed = list_task_paths(c, lay)
-        else:
-            listed = [(t, lay.task(t)) for t in list_tasks(c, lay, watch=self._bucket_watch(ev.TaskChange))]
+        listed = list_task_paths(c, lay, watch=None if tree else self._bucket_watch(ev.TaskChange))
         tids = [t for t, _ in listed]
         task_paths = [p for _, p in listed]
         unwatched: dict[str, int] = {}  # task -> mzxid read, for the tasks whose watch is still to arm
