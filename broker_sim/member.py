@@ -130,6 +130,14 @@ class Member:
         self.transitions.append((self.state, target))
         self.state = target
 
+    @property
+    def follows_assignment_alone(self) -> bool:
+        """Under reconcile, with its place in the group settled, a member learns all it needs from its own
+        assignment: the group state's changes (Reconciling <-> Stable at every step) tell it nothing, and a
+        read of it by every member at every step cost more than the step's own moves. When the group leaves
+        reconcile, the coordinator says so in each member's assignment (REBALANCE_IN_PROGRESS)."""
+        return self.reconcile_mode and self.state in (WorkerState.RECONCILING, WorkerState.STABLE)
+
     def _revokes_all_on_join(self) -> bool:
         """Eager behaviour unless both this member and the group's current protocol are cooperative."""
         group_protocol = self.group.protocol if self.group and self.group.protocol else None
@@ -305,7 +313,15 @@ class Member:
         if a.generation <= self.generation or a.incarnation != self.incarnation or RECONCILE not in self.protocols:
             return []  # stale, for a previous life of ours (a restart), or not for a member like us
         if a.error is not None:
-            return self._on_error(ProtocolError.parse(a.error) or ProtocolError.UNKNOWN_MEMBER_ID)
+            err = ProtocolError.parse(a.error) or ProtocolError.UNKNOWN_MEMBER_ID
+            if err is ProtocolError.REBALANCE_IN_PROGRESS:
+                # the group leaves reconcile for a join round (a member that cannot reconcile): join it, at
+                # the round's generation, which the notice carries (we stopped reading the group state)
+                if not self.follows_assignment_alone:
+                    return []  # we read the group state again already: it told us
+                self.epoch_seen = max(self.epoch_seen, a.controller_epoch)
+                return self._rejoin(a.generation, err)
+            return self._on_error(err)
         self.epoch_seen = max(self.epoch_seen, a.controller_epoch)
         self.generation = a.generation
         self.join_generation = max(self.join_generation, a.generation)

@@ -94,6 +94,8 @@ class _Node:
     last_gen_seen: int = -1
     last_epoch_seen: int = -1
     inbox_time: float = 0.0
+    #: the group state's watch is armed (as the worker's: not while the member follows its assignment alone)
+    state_watched: bool = True
     backlog: list[Callable[[], None]] = field(default_factory=list)  # held while frozen/partitioned, in order
 
 
@@ -186,8 +188,9 @@ class ProtocolSim:
         for d in decisions:
             if isinstance(d, WriteGroupState):
                 self.state_zk = d.info
-                for mid in list(self.nodes):
-                    self._to_member(mid, lambda mid=mid, info=d.info: self._member_do(mid, self.nodes[mid].member.on_group_state(info)))
+                for mid, node in list(self.nodes.items()):
+                    if node.state_watched:
+                        self._to_member(mid, lambda mid=mid, info=d.info: self._group_state_to(mid, info))
             elif isinstance(d, WriteJoinResult):
                 self.joins_zk[d.result.generation] = d.result
             elif isinstance(d, WriteAssignments):
@@ -310,6 +313,25 @@ class ProtocolSim:
                     self._at(self.clock.now() + 0.0001, lambda session=session: self._report_owned(mid, session))
             elif isinstance(act, Exit):
                 self._crash(mid, clean=True)
+        if (not node.state_watched and not m.follows_assignment_alone and node.alive
+                and self.nodes.get(mid) is node):
+            self._reread_group_state(mid, node)
+
+    def _group_state_to(self, mid: str, info: GroupStateInfo) -> None:
+        """The group state's watch fired at the member: as the worker does, a member that follows its
+        assignment alone does not read it, and its watch stays disarmed until it reads the state again."""
+        node = self.nodes[mid]
+        if node.member.follows_assignment_alone:
+            node.state_watched = False
+            return
+        self._member_do(mid, node.member.on_group_state(info))
+
+    def _reread_group_state(self, mid: str, node: _Node) -> None:
+        """The member stopped following its assignment alone: the worker reads the group state again (its
+        current value, when the read arrives), which arms the watch."""
+        node.state_watched = True
+        self._to_member(mid, lambda: self.state_zk is not None
+                        and self._member_do(mid, self.nodes[mid].member.on_group_state(self.state_zk)))
 
     def _reconcile(self, mid: str) -> None:
         node = self.nodes[mid]

@@ -670,6 +670,9 @@ class GroupCoordinator(ReconcileMixin):
         self.unreleased.clear()
         self.epochs.clear()
         self.join_deadline = self.sync_deadline = None
+        # a reconcile target put off (or a group forming) is void with nobody left: a deadline kept from it
+        # would come due forever in a group that no longer reconciles
+        self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
         self.join_result = None
         return [WriteGroupState(self.info())]
 
@@ -689,6 +692,7 @@ class GroupCoordinator(ReconcileMixin):
         self.reason = reason
         if self.state is GroupState.DEAD:
             return []
+        leaving_reconcile = False
         if self.reconciling():
             if self._all_prefer_reconcile(self.members):
                 return self._r_retarget_soon(reason)
@@ -697,6 +701,7 @@ class GroupCoordinator(ReconcileMixin):
             self.target.clear()
             self.unreleased.clear()
             self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
+            leaving_reconcile = True
         if self.state is not GroupState.PREPARING_REBALANCE:
             if not self.members:
                 return self._to_empty(reason) if self.state is not GroupState.EMPTY else []
@@ -707,6 +712,8 @@ class GroupCoordinator(ReconcileMixin):
             self.join_result = None
             self.rebalances += 1
             decisions: list[Decision] = [WriteGroupState(self.info())]
+            if leaving_reconcile:
+                decisions.append(WriteAssignments(self._r_leave_notices()))
         else:
             decisions = []
         return decisions + self._maybe_complete_join(force=False)

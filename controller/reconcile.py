@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from controller.assignors import get_assignor
 from controller.codecs import Assignment, JoinRequest, MemberMetadata, TaskDescriptor
+from controller.errors import ProtocolError
 from controller.protocol import RECONCILE, choose_assignor, choose_protocol, cooperative_adjust
 from controller.throttle import Wave, plan_wave
 
@@ -294,6 +295,15 @@ class ReconcileMixin:
         if new_moves:
             decisions.append(WatchMoves(new_moves))
         return decisions
+
+    def _r_leave_notices(self: "GroupCoordinator") -> tuple[tuple[str, Assignment], ...]:
+        """Leaving reconcile for a join round: tell every member in its own assignment, the one znode a
+        reconciling member reads (REBALANCE_IN_PROGRESS, at the round's generation, for this life of it).
+        It keeps what it runs (a cooperative round) and joins; no task is given by a notice."""
+        return tuple((m, Assignment(generation=self.join_generation, controller_epoch=self.controller_epoch,
+                                    error=ProtocolError.REBALANCE_IN_PROGRESS.name, protocol=RECONCILE,
+                                    incarnation=r.incarnation))
+                     for m, r in sorted(self.members.items()))
 
     def _r_load(self: "GroupCoordinator", assignments: Mapping[str, Assignment]) -> list["Decision"]:
         """Resume a reconciling group after a controller failover: the published assignments and their

@@ -225,7 +225,10 @@ class FencedWriter:
         self.requests = 0
         self.ops_written = 0
 
-    def write(self, ops: Sequence[Op]) -> None:
+    def write(self, ops: Sequence[Op], versions: dict[str, int] | None = None) -> None:
+        """Write ``ops`` in fenced multis. ``versions`` (updated in place) gets the data version each written
+        znode has now (a create's is 0), and loses the paths of a batch that failed (their version is unknown):
+        a writer that knows its version can later write conditionally without reading first."""
         if not ops:
             return
         batches = chunk_ops(ops)
@@ -259,17 +262,30 @@ class FencedWriter:
                     failures.append((op, result))
             if any(isinstance(r, Exception) for r in results):
                 unwritten += batch
+                if versions is not None:
+                    for op in batch:
+                        versions.pop(op.path, None)
             else:
                 self.ops_written += len(batch)
+                if versions is not None:
+                    for op, result in zip(batch, results):
+                        if isinstance(op, Create):
+                            versions[op.path] = 0
+                        elif isinstance(op, SetData) and isinstance(result, ZnodeStat):
+                            versions[op.path] = result.version
+                        else:
+                            versions.pop(op.path, None)
         if failures:
             detail = "; ".join(f"{type(e).__name__} on {op.path}" for op, e in failures[:5])
             raise WriteFailed(f"{len(failures)} ops failed: {detail}", failures, unwritten)
 
-    def upsert(self, items: Sequence[tuple[str, bytes]], known: set[str] | None = None) -> None:
+    def upsert(self, items: Sequence[tuple[str, bytes]], known: set[str] | None = None,
+               versions: dict[str, int] | None = None) -> None:
         """Create or overwrite each (path, data): set where the znode exists, create where it doesn't.
 
         ``known`` caches paths known to exist (updated in place). Unknown paths are looked up with
         pipelined ``exists`` calls; a race (someone deleted/created meanwhile) is retried once.
+        ``versions``: see :meth:`write`.
         """
         known = known if known is not None else set()
         # A path written twice in one batch (e.g. a group's state: PreparingRebalance, then AwaitingSync)
@@ -284,7 +300,7 @@ class FencedWriter:
                     known.add(p)
             ops: list[Op] = [SetData(p, d) if p in known else Create(p, d) for p, d in items]
             try:
-                self.write(ops)
+                self.write(ops, versions)
             except WriteFailed as exc:
                 if attempt == 1:
                     raise

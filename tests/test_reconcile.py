@@ -180,6 +180,43 @@ def test_a_member_without_reconcile_takes_the_group_back_to_a_join_round():
     assert c.state is GroupState.PREPARING_REBALANCE
     assert states(decisions)[-1] == "PreparingRebalance"
     assert not c.unreleased and not c.target
+    # a reconciling member reads its own assignment only: the notice to join the round comes there
+    notices = published(decisions)
+    assert notices["a"].error == "REBALANCE_IN_PROGRESS" and notices["a"].generation == c.join_generation
+    assert notices["a"].incarnation == "a.1" and notices["a"].assigned == () and notices["a"].protocol == RECONCILE
+
+
+def test_a_reconciling_member_follows_its_assignment_alone_and_joins_the_round_it_is_told_of():
+    from broker_sim.member import Member, SetDesired, WorkerState, WriteJoin
+
+    m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
+    m.start(None)
+    assert not m.follows_assignment_alone, "joining: the group state says how"
+    given = Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
+                       incarnation="a.1")
+    assert SetDesired(frozenset({"t1", "t2"})) in m.on_assignment(given)
+    m.on_owned(frozenset({"t1", "t2"}))
+    assert m.state is WorkerState.STABLE and m.follows_assignment_alone
+    # a notice for another life of ours, or an older one, changes nothing
+    assert m.on_assignment(Assignment(generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
+                                      protocol=RECONCILE, incarnation="a.0")) == []
+    assert m.on_assignment(Assignment(generation=3, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
+                                      protocol=RECONCILE, incarnation="a.1")) == []
+    actions = m.on_assignment(Assignment(generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
+                                         protocol=RECONCILE, incarnation="a.1"))
+    [join] = [a for a in actions if isinstance(a, WriteJoin)]
+    assert join.request.join_generation == 9 and set(join.request.owned) == {"t1", "t2"}, "cooperative: keeps them"
+    assert not m.follows_assignment_alone and not m.reconcile_mode and m.desired == {"t1", "t2"}
+
+
+def test_a_group_left_by_everyone_while_a_target_was_put_off_keeps_no_deadline():
+    """A forming reconcile group has a target due; if every member leaves first, the group is Empty and that
+    deadline is void (kept, it would come due at every tick of a group that no longer reconciles)."""
+    c = coordinator(4, initial_delay_s=1.0)
+    c.on_members({"a": req("a")})
+    assert c.retarget_due is not None
+    c.on_members({})
+    assert c.state is GroupState.EMPTY and c.next_deadline() is None
 
 
 def test_a_restart_is_a_new_member_and_its_previous_lifes_assignment_is_not_reused():

@@ -256,6 +256,50 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
         assert wait_for(lambda t=t: codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "taker", 5)
 
 
+def test_a_release_writes_the_last_status_at_its_own_last_version_without_reading_it(zk, layout, zk_settings,
+                                                                                     controller, workers):
+    """A release may write a task's last status only while that status is still ours. The version our own
+    last write left says so without a read (a broker letting go of one task spends one round trip, not
+    two); a status someone else wrote since is not ours: the release finds that out and leaves it alone."""
+    specs = {t: TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ("v0", "v1")}
+    _create(zk, layout, *specs.values())
+    a = Worker(WorkerConfig(broker_id="giver", settings=zk_settings, status_interval_s=0.1, metrics_interval_s=600.0,
+                            on_halt="kill"))
+    sent: list[tuple[str, str | None]] = []
+    send = a.client._call
+
+    def recording_call(request, async_object):
+        sent.append((type(request).__name__, getattr(request, "path", None)))
+        return send(request, async_object)
+
+    a.client._call = recording_call
+    workers.append(a.start())
+
+    def status(t: str) -> tuple[codecs.TaskStatus, int] | None:
+        try:
+            data, stat = zk.get(layout.status(t))
+        except Exception:
+            return None
+        return codecs.decode(codecs.TaskStatus, data), stat.version
+
+    assert wait_for(lambda: all((s := status(t)) and s[0].state == "RUNNING" and s[0].broker == "giver"
+                                and a.status_versions.get(layout.status(t)) == s[1] for t in specs), 20)
+    del sent[:]
+    zk.set(layout.task("v0"), specs["v0"].with_state("PAUSED").encode())
+    assert wait_for(lambda: a.running_tasks() == {"v1"} and zk.exists(layout.task_owner("v0")) is None, 15)
+    last, _ = status("v0")
+    assert (last.broker, last.state) == ("giver", "STOPPED")
+    assert ("GetData", layout.status("v0")) not in sent, "the release read the status it had written itself"
+    assert layout.status("v0") not in a.status_versions, "a released task's version is the next owner's to know"
+    # someone else writes v1's status (an operator, or the controller marking a task FAILED)
+    foreign = codecs.encode(codecs.TaskStatus(broker="operator", state="FAILED", generation=0, updated=time.time(),
+                                              error="marked by hand"))
+    zk.set(layout.status("v1"), foreign)
+    zk.set(layout.task("v1"), specs["v1"].with_state("PAUSED").encode())
+    assert wait_for(lambda: not a.running_tasks() and zk.exists(layout.task_owner("v1")) is None, 15)
+    assert zk.get(layout.status("v1"))[0] == foreign, "the release overwrote a status that was no longer ours"
+
+
 def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(caplog):
     assert fence_margin(6.0, 1 / 6, 0.0) == pytest.approx(1.0)  # a sixth of the session by default
     assert fence_margin(6.0, 1 / 6, 2.0) == 2.0  # a slower stop: fence earlier

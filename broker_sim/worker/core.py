@@ -147,6 +147,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.intervals: collections.deque[RunInterval] = collections.deque(maxlen=100_000)
         self.status_writer = FencedWriter(self.client, None)
         self.known_status: set[str] = set()
+        #: whether our watch on the group state is armed: not while the member follows its assignment alone
+        self.group_state_watched = False
+        #: data version of each status we wrote last (what a release's conditional write expects to find)
+        self.status_versions: dict[str, int] = {}
         self.fenced = False
         self.fence_timer: threading.Timer | None = None
         self.session_id: int | None = None
@@ -372,6 +376,9 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         if isinstance(event, _Connection):
             self._on_connection(event.state)
         elif isinstance(event, _GroupState):
+            if self.member.follows_assignment_alone:
+                self.group_state_watched = False  # its watch fired; not armed again while we follow our assignment
+                return
             info = self._read_group_state()
             if info is not None:
                 self._do(self.member.on_group_state(info))
@@ -396,6 +403,12 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         elif isinstance(event, _ShutdownRequested):
             if self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown) is not None:
                 self._do(self.member.request_shutdown())
+        if (not self.group_state_watched and not self.member.follows_assignment_alone
+                and self.member.state is not WorkerState.DOWN and not self._closing):
+            # we left reconcile (a notice in our assignment): read the group state again, arming its watch
+            info = self._read_group_state()
+            if info is not None:
+                self._do(self.member.on_group_state(info))
 
     def _on_connection(self, state: str) -> None:
         if state in ("STARTED",):
@@ -464,7 +477,9 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             return None
 
     def _read_group_state(self) -> GroupStateInfo | None:
-        return self._read_watched(GroupStateInfo, self.layout.group_state(self.config.group), self._watch_group_state)
+        info = self._read_watched(GroupStateInfo, self.layout.group_state(self.config.group), self._watch_group_state)
+        self.group_state_watched = True  # (armed by the read, whether or not the znode exists)
+        return info
 
     def _read_assignment(self) -> Assignment | None:
         return self._read_watched(Assignment, self.layout.group_assignment(self.config.group, self.id),

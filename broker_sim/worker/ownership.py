@@ -161,18 +161,20 @@ class Ownership:
                         ", ".join(sorted(set(tasks) - set(gone))[:5]))
         self._enqueue(_Owned())
 
-    def _release(self, tasks: list[str]) -> None:
+    def _release(self, tasks: list[str], cached: bool = True) -> None:
         """Write the last status of stopped tasks and delete their owner znodes, in one multi per chunk: a new
         owner can start only after the owner znode is gone, so its RUNNING can never be overwritten by our
-        STOPPED. Only a status that is still ours is written, at the version read just before (the
-        controller may have marked the task FAILED meanwhile); the reads are pipelined. A multi that fails
-        (a version moved under us) is retried task by task; a single task's that fails deletes the owner
-        znode alone."""
+        STOPPED. Only a status that is still ours is written: at the version our own last write left
+        (``status_versions``), or, where we have none, at the version read just before (pipelined reads; the
+        controller may have marked the task FAILED meanwhile). A multi that fails (a version moved under us)
+        is retried with the statuses read first, then task by task; a single task's that fails deletes the
+        owner znode alone. The cached versions spare a release the read's round trip: most brokers let go
+        of one task when another joins, and that read was a third of their path."""
         if not tasks:
             return
         if len(tasks) > RELEASE_CHUNK:
             for i in range(0, len(tasks), RELEASE_CHUNK):
-                self._release(tasks[i:i + RELEASE_CHUNK])
+                self._release(tasks[i:i + RELEASE_CHUNK], cached)
             return
         finals: dict[str, bytes] = {}
         with self.lock:
@@ -186,18 +188,23 @@ class Ownership:
                     error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics,
                     session=codecs.session_hex(self.session_id)))
         try:
-            reads = [(t, self.client.get_async(self.layout.status(t))) for t in tasks]
+            paths = {t: self.layout.status(t) for t in tasks}
+            known = {t: v for t in tasks if cached and (v := self.status_versions.get(paths[t])) is not None}
+            reads = {t: self.client.get_async(paths[t]) for t in tasks if t not in known}
             tx = self.client.transaction()
-            for t, pending in reads:
-                status_path = self.layout.status(t)
-                try:
-                    data, stat = pending.get()
-                    if codecs.decode(TaskStatus, data, status_path).broker == self.id:
-                        tx.set_data(status_path, finals[t], version=stat.version)
-                except NoNodeError:
-                    tx.create(status_path, finals[t])
-                except Exception:
-                    pass
+            for t in tasks:
+                status_path = paths[t]
+                if t in known:
+                    tx.set_data(status_path, finals[t], version=known[t])
+                else:
+                    try:
+                        data, stat = reads[t].get()
+                        if codecs.decode(TaskStatus, data, status_path).broker == self.id:
+                            tx.set_data(status_path, finals[t], version=stat.version)
+                    except NoNodeError:
+                        tx.create(status_path, finals[t])
+                    except Exception:
+                        pass
                 tx.delete(self.layout.task_owner(t))
             try:
                 results = tx.commit_async().get(timeout=30)
@@ -207,9 +214,14 @@ class Ownership:
                 self._confirm_released(tasks)
                 return
             failed = any(isinstance(r, Exception) for r in results)
+            if failed and known:
+                for t in known:
+                    self.status_versions.pop(paths[t], None)
+                self._release(tasks, cached=False)  # someone wrote a status since our last write: read first
+                return
             if failed and len(tasks) > 1:
                 for t in tasks:
-                    self._release([t])
+                    self._release([t], cached=False)
                 return
             if failed:
                 try:
@@ -225,7 +237,9 @@ class Ownership:
                     time.sleep(RELEASE_RETRY_S)
                     raise
             else:
-                self.known_status.update(self.layout.status(t) for t in tasks)
+                self.known_status.update(paths.values())
+            for p in paths.values():  # the next owner writes them: a version of ours would only be stale
+                self.status_versions.pop(p, None)
             self._let_go(tasks)
             self._enqueue(_Owned())
         finally:

@@ -90,7 +90,7 @@ class Reporting:
                 failures=s.failures, metrics=s.metrics, session=codecs.session_hex(self.session_id))))
                 for t, s in dirty]
         if items:
-            self.status_writer.upsert(items, self.known_status)
+            self.status_writer.upsert(items, self.known_status, self.status_versions)
 
     def _flush_intervals(self, force: bool = False) -> None:
         if not force and time.monotonic() - self._last_flush < self.config.intervals_flush_s:
