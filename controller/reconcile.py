@@ -62,7 +62,7 @@ def step(
     """One reconciliation step: per member, the part of its target nobody else holds (assigned now), and
     per member what it holds that its target no longer names (to revoke). The cooperative adjustment is
     exactly this rule, applied to the members' holdings instead of a join round's ``owned`` lists."""
-    return cooperative_adjust(target, {m: tuple(sorted(ts)) for m, ts in held_by.items()})
+    return cooperative_adjust(target, held_by)
 
 
 class ReconcileMixin:

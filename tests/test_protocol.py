@@ -225,6 +225,18 @@ def test_adjust_revokes_exactly_what_moves_or_vanished(inputs):
 
 
 @PROPERTY_SETTINGS
+@given(adjust_inputs(disjoint=True))
+def test_adjusts_set_algebra_agrees_with_the_task_by_task_rule(inputs):
+    """One owner and one target per task takes the set-algebra path; it must give exactly what the task by
+    task rule (kept for conflicting claims) gives."""
+    from controller.protocol import _adjust_conflicting
+
+    _members, _tasks, target, owned = inputs
+    targeted = {t for ts in target.values() for t in ts}
+    assert cooperative_adjust(target, owned) == _adjust_conflicting(target, owned, targeted)
+
+
+@PROPERTY_SETTINGS
 @given(adjust_inputs(disjoint=False))
 def test_adjust_is_safe_and_valid_even_with_conflicting_claims(inputs):
     """Stale or conflicting owned lists (two members claiming one task): still never double-owned."""
