@@ -217,8 +217,10 @@ def _serve(args: argparse.Namespace) -> None:
                 snap = farm.snapshot()
                 with farm.lock:
                     halts = dict(farm.halts)
+                    starts = [s for w in farm.workers.values() if (s := w.last_start()) is not None]
                 out({"counts": {b: len(ts) for b, ts in snap.items()},
-                     "digest": task_digest(t for ts in snap.values() for t in ts), "halts": halts})
+                     "digest": task_digest(t for ts in snap.values() for t in ts), "halts": halts,
+                     "last_start": max(starts, default=None)})
             elif cmd == "tasks":
                 out({"tasks": farm.snapshot()})
             elif cmd == "rss":

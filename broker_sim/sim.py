@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -88,7 +89,10 @@ class StepResult:
     broker: str
     started: float
     left_converged_s: float | None = None
+    #: from the step to the instant the cluster converged (see ``Simulation.settled_at``)
     converged_s: float | None = None
+    #: from the step to the poll that saw it converged
+    detected_s: float | None = None
 
 
 @dataclass
@@ -134,6 +138,7 @@ class Simulation:
         self.hosts = ""
         self.steps: list[StepResult] = []
         self.farms: _Farms | None = None
+        self._last_start: float | None = None  # (of the last poll that found every task running)
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline (and were restarted)
 
     # ---- setup ------------------------------------------------------------------------------------
@@ -255,15 +260,19 @@ class Simulation:
     def active_controller(self) -> Controller | None:
         return next((c for c in self.controllers if c.active and c.ctx is not None), None)
 
-    def converged(self, expect_brokers: set[str] | None = None) -> bool:
-        """Every task runs on exactly one live worker and the group is Stable."""
+    def converged(self, expect_brokers: set[str] | None = None, balanced: bool = False) -> bool:
+        """Every task runs on exactly one live worker and the group is Stable (``balanced``: and every broker
+        runs as many tasks as any other, give or take one)."""
         if self.farms is not None:
             # the group first (in this process): asking every farm for a digest of what it runs costs the farms
-            # CPU, which their brokers need while the group is still moving tasks
+            # CPU, which their brokers need while the group is still moving tasks; one answer per farm serves
+            # both questions
             if not self._stable():
                 return False
-            counts, digest = self.farms.running()
-            return sum(counts.values()) == len(self.task_ids) and digest == self.farms.expected_digest and self._stable()
+            counts, digest, last_start = self.farms.running()
+            self._last_start = last_start
+            return (sum(counts.values()) == len(self.task_ids) and digest == self.farms.expected_digest
+                    and (not balanced or _even(counts.values())) and self._stable())
         self._restart_halted()
         running: dict[str, int] = {}
         for bid, w in self.workers.items():
@@ -273,7 +282,8 @@ class Simulation:
                 running[t] = running.get(t, 0) + 1
         if len(running) != len(self.task_ids) or any(v != 1 for v in running.values()):
             return False
-        return self._stable()
+        self._last_start = max((s for w in self.workers.values() if (s := w.last_start()) is not None), default=None)
+        return (not balanced or self.balanced()) and self._stable()
 
     def _restart_halted(self) -> None:
         """What a supervisor does for a deployed broker: one that halted at its fence deadline (an embedded
@@ -285,25 +295,34 @@ class Simulation:
                 self._retire(w, graceful=False)
                 self.start_worker(bid)
 
-    def _stable(self) -> bool:
+    def _group(self) -> Any:
         ctl = self.active_controller()
-        if ctl is None:
-            return False
-        coord = ctl.ctx.groups.get("default") if ctl.ctx else None
+        return ctl.ctx.groups.get("default") if ctl is not None and ctl.ctx else None
+
+    def _stable(self) -> bool:
+        coord = self._group()
         return coord is not None and coord.state.value == "Stable"
 
     def balanced(self) -> bool:
         if self.farms is not None:
-            counts = list(self.farms.running()[0].values())
-        else:
-            counts = [len(w.running_tasks()) for w in self.workers.values()]
-        return bool(counts) and max(counts) - min(counts) <= 1
+            return _even(self.farms.running()[0].values())
+        return _even([len(w.running_tasks()) for w in self.workers.values()])
 
     def wait_converged(self, timeout: float | None = None, balanced: bool = False) -> float | None:
+        """Seconds until a poll saw the cluster converged (None: not within ``timeout``)."""
         t0 = time.monotonic()
-        ok = wait_for(lambda: self.converged() and (not balanced or self.balanced()),
+        ok = wait_for(lambda: self.converged(balanced=balanced),
                       timeout or self.opts.converge_timeout_s, 0.05 if self.farms is not None else 0.02)
         return time.monotonic() - t0 if ok else None
+
+    def settled_at(self) -> float | None:
+        """Wall time the cluster a poll just saw converged got there: the later of the start of the last task
+        to start among those running and the group's entering Stable. A step's figure is measured to this
+        instant, not to the poll that noticed it (a poll every 50 ms, each asking every farm, would add its own
+        interval and cost to every figure)."""
+        coord = self._group()
+        marks = [m for m in (self._last_start, coord.state_since if coord is not None else None) if m is not None]
+        return max(marks) if marks else None
 
     # ---- faults -----------------------------------------------------------------------------------
     def kill(self, bid: str) -> None:
@@ -419,9 +438,14 @@ class Simulation:
         if back is not None:
             back()
         took = self.wait_converged(balanced=True)
-        step.converged_s = None if took is None else round(time.monotonic() - t0, 3)
+        if took is not None:
+            step.detected_s = round(time.monotonic() - t0, 3)
+            settled = self.settled_at()
+            step.converged_s = step.detected_s if settled is None else round(min(max(0.0, settled - step.started),
+                                                                                  step.detected_s), 3)
         self.steps.append(step)
-        self.echo(f"  {name} {bid}: converged in {step.converged_s}s")
+        self.echo(f"  {name} {bid}: converged in {step.converged_s}s"
+                  + (f" (seen by a poll at {step.detected_s}s)" if step.detected_s is not None else ""))
         return step
 
     def _scenario_steady(self) -> None:
@@ -462,6 +486,11 @@ class Simulation:
         self._step("partition", bid, lambda: self.partition(bid, self.opts.session_timeout_s * 0.5))
 
 
+def _even(counts: Any) -> bool:
+    counts = list(counts)
+    return bool(counts) and max(counts) - min(counts) <= 1
+
+
 class _Farms:
     """The simulation's brokers spread over broker farm processes: broker ``i`` lives in farm ``i % n``."""
 
@@ -471,6 +500,7 @@ class _Farms:
         self.expected_digest = task_digest(sim.task_ids)
         self.home: dict[str, Farm] = {}
         self.farms: list[Farm] = []
+        self.pool = ThreadPoolExecutor(max_workers=max(1, o.farms), thread_name_prefix="sim-farm-poll")
         proxies = o.use_proxies or o.scenario in ("expire-session", "pause-broker", "partition-broker")
         logs = Path(sim.tmp.name)
         try:
@@ -507,18 +537,22 @@ class _Farms:
         wait = (timeout or 0.0) + (seconds or 0.0) + 120.0
         return self._farm(bid).call(cmd, timeout=wait, **kw).get("ok")
 
-    def running(self) -> tuple[dict[str, int], int]:
+    def running(self) -> tuple[dict[str, int], int, float | None]:
+        """Tasks running per broker, a digest of which, and when the last of them started: every farm is
+        asked at once (one after the other, a poll took four farms' answers end to end)."""
         counts: dict[str, int] = {}
         digest = 0
-        for f in self.farms:
-            r = f.call("running")
+        starts: list[float] = []
+        for r in self.pool.map(lambda f: f.call("running"), self.farms):
             counts.update(r["counts"])
+            if r.get("last_start") is not None:
+                starts.append(r["last_start"])
             digest = (digest + r["digest"]) % (1 << 64)
             for bid, n in r["halts"].items():
                 if n > self.sim.halts[bid]:
                     self.sim.echo(f"  {bid} halted at its fence deadline; its farm restarted it")
                     self.sim.halts[bid] = n
-        return counts, digest
+        return counts, digest, max(starts, default=None)
 
     def intervals(self) -> list[RunInterval]:
         out: list[RunInterval] = []
@@ -529,6 +563,7 @@ class _Farms:
     def close(self) -> None:
         for f in self.farms:
             f.close()
+        self.pool.shutdown(wait=False)
 
 
 def run_simulation(opts: SimOptions, echo: Callable[[str], None] = lambda s: None) -> SimSummary:

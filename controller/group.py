@@ -146,6 +146,8 @@ class GroupCoordinator(ReconcileMixin):
     wall: Clock = field(default_factory=WallClock)
 
     state: GroupState = GroupState.EMPTY
+    #: wall time the group entered its state (what a benchmark takes as the instant a group became Stable)
+    state_since: float | None = None
     generation: int = 0
     join_generation: int = 0
     protocol: str | None = None
@@ -201,6 +203,7 @@ class GroupCoordinator(ReconcileMixin):
         check_transition(self.state, target)
         log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
         self.state = target
+        self.state_since = self.wall.now()
 
     def info(self) -> GroupStateInfo:
         return GroupStateInfo(
@@ -326,6 +329,7 @@ class GroupCoordinator(ReconcileMixin):
                 and not info.deferred  # moves waiting for a wave: the next generation computes them again
             )
             self.state = GroupState.STABLE
+            self.state_since = self.wall.now()
             if consistent:
                 self.reason = "controller failover: resumed"
                 return [WriteGroupState(self.info())] + ([WatchMoves(tuple(sorted(self.moving)))] if self.moving else [])

@@ -558,6 +558,11 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         with self.lock:
             return {t for t, s in self.slots.items() if s.running}
 
+    def last_start(self) -> float | None:
+        """Wall time the latest of the tasks running now started (None: nothing runs)."""
+        with self.lock:
+            return max((s.started for s in self.slots.values() if s.running and s.started is not None), default=None)
+
     def state(self) -> str:
         return self.member.state.value
 
