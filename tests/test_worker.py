@@ -183,8 +183,9 @@ def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_sett
 
 
 def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_settings, controller, workers):
-    """A worker given many tasks at once sends all their owner creates, then all their spec reads, without
-    waiting in between (one pipelined round, not two round trips per task, ``pool_size`` at a time)."""
+    """A worker given many tasks at once creates all their owner znodes in one multi and sends all their spec
+    reads right behind it, without waiting in between (one round, not two round trips per task,
+    ``pool_size`` at a time, nor a request per create)."""
     ids = [f"p{i:02d}" for i in range(24)]
     _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
     w = Worker(WorkerConfig(broker_id="solo", settings=zk_settings, status_interval_s=0.1, pool_size=4, on_halt="kill"))
@@ -192,16 +193,25 @@ def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_setti
     send = w.client._call
 
     def recording_call(request, async_object):
-        sent.append((type(request).__name__, getattr(request, "path", "") or ""))
+        ops = getattr(request, "operations", None)
+        if ops is not None:
+            sent.append(("Transaction", ",".join(f"{type(op).__name__}:{op.path}" for op in ops)))
+        else:
+            sent.append((type(request).__name__, getattr(request, "path", "") or ""))
         return send(request, async_object)
 
     w.client._call = recording_call
     workers.append(w.start())
     assert wait_for(lambda: w.running_tasks() == set(ids), 15)
-    creates = [i for i, (kind, p) in enumerate(sent) if kind == "Create" and p.endswith("/owner")]
+    single = [i for i, (kind, p) in enumerate(sent) if kind == "Create" and p.endswith("/owner")]
+    assert not single, "owner znodes created one request each"
+    multis = [i for i, (kind, p) in enumerate(sent) if kind == "Transaction" and "/owner" in p and "Create:" in p]
+    assert len(multis) == 1, sent
+    [multi] = multis
+    assert sorted(op.split(":")[1].rsplit("/", 2)[-2] for op in sent[multi][1].split(",")) == ids
     reads = [i for i, (kind, p) in enumerate(sent) if kind == "GetData" and p.rsplit("/", 1)[1] in ids]
-    assert len(creates) == len(reads) == len(ids)
-    assert max(creates) < min(reads), "owner creates and spec reads interleave: one task at a time"
+    assert len(reads) == len(ids)
+    assert multi < min(reads), "the spec reads go out behind the creates"
     for t in ids:
         owner = codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner(t))[0])
         assert owner.broker == "solo" and owner.generation == w.generation

@@ -18,6 +18,8 @@ from controller.taskspec import TaskSpec, decode_task
 
 log = logging.getLogger(__name__)
 
+CREATE_CHUNK = 200  # owner znodes created per multi when tasks are taken together
+
 
 class Tasks:
     """Starting, restarting and stopping the assigned tasks' runners."""
@@ -79,11 +81,13 @@ class Tasks:
             self._reconcile()
 
     def _start_tasks(self, tasks: list[str]) -> None:
-        """Start several newly desired tasks together: their owner znodes are created and their specs read
-        in one pipelined round (the reads sent right behind the creates), then each runner starts on a pool
-        thread (``_launch``). One ``_start_task`` per task took two round trips each, ``pool_size`` tasks at
-        a time: a broker given ~50 tasks in a rebalance started its last one a dozen round trips after its
-        first. A task whose owner znode is still there (its previous owner has not let go yet, or it is
+        """Start several newly desired tasks together: their owner znodes are created in one multi per
+        ``CREATE_CHUNK`` and their specs read in one pipelined round (the reads sent right behind the
+        creates), then each runner starts on a pool thread (``_launch``). A multi one of whose owner znodes
+        is not free does nothing: its tasks are then taken one create each. (One ``_start_task`` per task
+        took two round trips each, ``pool_size`` tasks at a time: a broker given ~50 tasks in a rebalance
+        started its last one a dozen round trips after its first; a hundred creates, one request each, were
+        most of a joiner's start at 10,000 tasks.) A task whose owner znode is still there (its previous owner has not let go yet, or it is
         ours already) goes through ``_start_task``'s bounded wait instead (its spec read here is unused;
         the watch it armed only re-checks a task we hold). Every task in ``tasks`` is marked busy by the
         caller; the busy flag passes to the job that carries the task on, or is cleared here."""
@@ -92,10 +96,27 @@ class Tasks:
             with self.lock:
                 live = [t for t in tasks if t in self.desired and not self._closing and not self.fenced]
             owner = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
-            creates = [(t, self.client.create_async(self.layout.task_owner(t), owner, ephemeral=True)) for t in live]
+            together = []
+            for i in range(0, len(live), CREATE_CHUNK):
+                tx = self.client.transaction()
+                for t in live[i:i + CREATE_CHUNK]:
+                    tx.create(self.layout.task_owner(t), owner, ephemeral=True)
+                together.append((live[i:i + CREATE_CHUNK], tx.commit_async()))
             reads = {t: self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t))
                      for t in live}
             held: list[str] = []
+            creates = []
+            for chunk, pending in together:
+                try:
+                    results = pending.get()
+                except Exception as exc:  # e.g. connection loss: one by one below, whatever happened
+                    log.info("worker %s: taking %d tasks: %s", self.id, len(chunk), type(exc).__name__)
+                    results = [exc]
+                if not any(isinstance(r, Exception) for r in results):
+                    held += chunk
+                else:  # one of them not free (or gone): the multi did nothing; each on its own
+                    creates += [(t, self.client.create_async(self.layout.task_owner(t), owner, ephemeral=True))
+                                for t in chunk]
             for t, pending in creates:
                 try:
                     pending.get()
