@@ -78,6 +78,8 @@ class SimOptions:
     farms: int = 0
     #: seconds between a task's metric-only status writes (the no-op runner's uptime changes at every poll)
     metrics_interval_s: float = 5.0
+    #: seconds the converged cluster runs before the scenario (its steps are measured from a steady cluster)
+    settle_s: float = 0.0
 
     def protocols(self) -> tuple[str, ...]:
         return protocols_for(self.protocol)
@@ -399,6 +401,9 @@ class Simulation:
                                "brokers fences them: try more --farms, fewer brokers or a longer --session-timeout)")
         self.echo(f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}"
                   f"{f', {o.farms} farms' if o.farms else ''}) after {took:.2f}s")
+        if o.settle_s:
+            time.sleep(o.settle_s)
+            self.echo(f"  ran {o.settle_s:g}s to settle; the scenario starts")
         rebalances0 = self._rebalances()
         t_start = time.time()
         getattr(self, "_scenario_" + o.scenario.replace("-", "_"))()

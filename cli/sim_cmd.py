@@ -53,10 +53,14 @@ BROKERS_PER_FARM = 25
               help="seconds between a task's metric-only status writes (at 100,000 tasks: 20,000 writes/s at 5 s)")
 @click.option("--converge-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="seconds the cluster may take to converge, at start and after each step")
+@click.option("--settle", type=click.FloatRange(0, 600), default=None,
+              help="seconds the converged cluster runs before the scenario, so that the step is measured from a "
+                   "steady cluster, not amid the first status writes of every task just started "
+                   "[default: 0; 2 when the brokers are spread over farms]")
 @click.pass_obj
 def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed, start_latency, stop_latency,
             session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out, farms,
-            metrics_interval, converge_timeout) -> None:
+            metrics_interval, converge_timeout, settle) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
@@ -78,7 +82,8 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
                       controlled_shutdown=controlled_shutdown, zk_hosts=hosts,
                       intervals_out=str(intervals_out) if intervals_out else None,
                       farms=n_farms,
-                      converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval)
+                      converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval,
+                      settle_s=settle if settle is not None else (2.0 if n_farms else 0.0))
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
         summary = run_simulation(opts, echo=echo)

@@ -90,7 +90,7 @@ def cooperative_adjust(
     target (deleted, paused, unassignable) are revoked. For an eager group nobody owns anything at
     join time, so this is the identity.
     """
-    held = {m: set(ts) for m, ts in owned.items()}
+    held = {m: ts if isinstance(ts, (set, frozenset)) else set(ts) for m, ts in owned.items()}
     placed = {m: set(ts) for m, ts in target.items()}
     held_all: set[str] = set().union(*held.values())
     targeted: set[str] = set().union(*placed.values())

@@ -46,7 +46,14 @@ def holders(
     """Member -> every task it may still run: published to it, revoked from it but not confirmed released,
     or reported by it as owned. A member that is gone holds nothing (its session, and with it every owner
     znode it held, ended)."""
-    return {m: set(published.get(m, ())) | set(unreleased.get(m, {})) | set(r.owned) for m, r in requests.items()}
+    out: dict[str, set[str]] = {}
+    for m, r in requests.items():
+        mine, pending = published.get(m, ()), unreleased.get(m)
+        if not pending and r.owned == mine:  # (most members, most steps: one set, not three and two unions)
+            out[m] = set(mine)
+        else:
+            out[m] = set(mine) | set(pending or ()) | set(r.owned)
+    return out
 
 
 def confirm_releases(pending: Mapping[str, int], report: JoinRequest) -> dict[str, int]:
