@@ -18,6 +18,7 @@ from collections import Counter
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,10 @@ class SimOptions:
     metrics_interval_s: float = 5.0
     #: seconds the converged cluster runs before the scenario (its steps are measured from a steady cluster)
     settle_s: float = 0.0
+    #: a one-step scenario's step taken this many times on the same cluster, each from where the one before
+    #: started (an unmeasured step between puts it back: the broker added shut down, the broker killed or
+    #: shut down started again, a new standby controller), each after ``settle_s``
+    repeat: int = 1
 
     def protocols(self) -> tuple[str, ...]:
         return protocols_for(self.protocol)
@@ -95,6 +100,8 @@ class StepResult:
     converged_s: float | None = None
     #: from the step to the poll that saw it converged
     detected_s: float | None = None
+    #: False for a step that only puts the cluster back between repeats (not a figure of the scenario)
+    measured: bool = True
 
 
 @dataclass
@@ -415,7 +422,7 @@ class Simulation:
             scenario=o.scenario, protocol=o.protocol, brokers=o.brokers, tasks=o.tasks,
             task_downtime_s=round(sum(down.values()), 3), double_ownership=len(overlaps),
             moved_tasks=moved_tasks(intervals, (t_start, t_end)),
-            step_convergence_s=[round(s.converged_s, 3) for s in self.steps if s.converged_s is not None],
+            step_convergence_s=[round(s.converged_s, 3) for s in self.steps if s.converged_s is not None and s.measured],
             steps=[asdict(s) for s in self.steps], rebalances=self._rebalances() - rebalances0,
             wall_s=round(time.monotonic() - wall0, 3), window_s=round(t_end - t_start, 3),
             overlaps=[str(x) for x in overlaps[:10]], farms=o.farms, halts=sum(self.halts.values()))
@@ -434,8 +441,8 @@ class Simulation:
         return sum(coord.rebalances for coord in seen.values())
 
     def _step(self, name: str, bid: str, action: Callable[[], None], gap: float = 0.0,
-              back: Callable[[], None] | None = None) -> StepResult:
-        step = StepResult(name, bid, time.time())
+              back: Callable[[], None] | None = None, measured: bool = True) -> StepResult:
+        step = StepResult(name, bid, time.time(), measured=measured)
         t0 = time.monotonic()
         action()
         if gap:
@@ -463,32 +470,58 @@ class Simulation:
             leave = (lambda b=bid: self.controlled_shutdown(b)) if o.controlled_shutdown else (lambda b=bid: self.leave(b))
             self._step("bounce", bid, leave, gap=o.restart_gap_s, back=lambda b=bid: self.start_worker(b))
 
+    def _repeated(self, step: Callable[[int], None], restore: Callable[[int], None] | None = None) -> None:
+        """A one-step scenario, ``repeat`` times: between two, ``restore`` puts the cluster back (unmeasured)
+        and it settles again."""
+        for i in range(self.opts.repeat):
+            if i:
+                if restore is not None:
+                    restore(i - 1)
+                if self.opts.settle_s:
+                    time.sleep(self.opts.settle_s)
+            step(i)
+
     def _scenario_add_broker(self) -> None:
-        bid = self.broker_id(self.opts.brokers)
-        self._step("add", bid, lambda: self.start_worker(bid))
+        new = lambda i: self.broker_id(self.opts.brokers + i)  # noqa: E731
+        self._repeated(lambda i: self._step("add", new(i), lambda: self.start_worker(new(i))),
+                       lambda i: self._step("restore", new(i), lambda: self.controlled_shutdown(new(i)), measured=False))
+
+    def _victims(self) -> list[str]:
+        """The brokers the repeats of a one-step scenario hit, drawn from the seed."""
+        return [self.broker_id(self.rng.randrange(self.opts.brokers)) for _ in range(self.opts.repeat)]
 
     def _scenario_kill_broker(self) -> None:
-        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
-        self._step("kill", bid, lambda: self.kill(bid))
+        victims = self._victims()
+        self._repeated(lambda i: self._step("kill", victims[i], lambda: self.kill(victims[i])),
+                       lambda i: self._step("restore", victims[i], lambda: self.start_worker(victims[i]), measured=False))
 
     def _scenario_controlled_shutdown(self) -> None:
-        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
-        self._step("controlled-shutdown", bid, lambda: self.controlled_shutdown(bid))
+        victims = self._victims()
+        self._repeated(lambda i: self._step("controlled-shutdown", victims[i], lambda: self.controlled_shutdown(victims[i])),
+                       lambda i: self._step("restore", victims[i], lambda: self.start_worker(victims[i]), measured=False))
 
     def _scenario_kill_controller(self) -> None:
-        self._step("kill-controller", "ctl-0", lambda: self.kill_controller())
+        def standby(i: int) -> None:
+            self.start_controller(f"ctl-{i + 2}")  # the next standby (ctl-0 ran first, ctl-1 stood by)
+        self._repeated(lambda i: self._step("kill-controller", self.active_id(), lambda: self.kill_controller()), standby)
+
+    def active_id(self) -> str:
+        ctl = self.active_controller()
+        return ctl.config.controller_id if ctl is not None else "-"
 
     def _scenario_expire_session(self) -> None:
-        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
-        self._step("expire", bid, lambda: self.expire(bid))
+        victims = self._victims()
+        self._repeated(lambda i: self._step("expire", victims[i], lambda: self.expire(victims[i])))
 
     def _scenario_pause_broker(self) -> None:
-        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
-        self._step("pause", bid, lambda: self.pause(bid, self.opts.session_timeout_s * 1.6))
+        victims = self._victims()
+        self._repeated(lambda i: self._step("pause", victims[i],
+                                            lambda: self.pause(victims[i], self.opts.session_timeout_s * 1.6)))
 
     def _scenario_partition_broker(self) -> None:
-        bid = self.broker_id(self.rng.randrange(self.opts.brokers))
-        self._step("partition", bid, lambda: self.partition(bid, self.opts.session_timeout_s * 0.5))
+        victims = self._victims()
+        self._repeated(lambda i: self._step("partition", victims[i],
+                                            lambda: self.partition(victims[i], self.opts.session_timeout_s * 0.5)))
 
 
 def _even(counts: Any) -> bool:
@@ -587,7 +620,8 @@ def format_summary(s: SimSummary) -> str:
         f"  double ownership   {s.double_ownership}",
         f"  moved tasks        {s.moved_tasks}",
         f"  rebalances         {s.rebalances}",
-        f"  step convergence   {', '.join(f'{x:.2f}s' for x in s.step_convergence_s) or '-'}",
+        f"  step convergence   {', '.join(f'{x:.2f}s' for x in s.step_convergence_s) or '-'}"
+        + (f" (median {statistics.median(s.step_convergence_s):.2f}s)" if len(s.step_convergence_s) > 1 else ""),
     ]
     if s.farms:
         lines[0] += f" · {s.farms} broker farm processes"

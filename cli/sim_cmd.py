@@ -57,15 +57,23 @@ BROKERS_PER_FARM = 25
               help="seconds the converged cluster runs before the scenario, so that the step is measured from a "
                    "steady cluster, not amid the first status writes of every task just started "
                    "[default: 0; 2 when the brokers are spread over farms]")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="take a one-step scenario's step this many times on the same cluster (put back, unmeasured, "
+                   "in between: the broker added shut down, the broker killed or shut down started again, a new "
+                   "standby controller); the summary gives each figure and their median")
 @click.pass_obj
 def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed, start_latency, stop_latency,
             session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out, farms,
-            metrics_interval, converge_timeout, settle) -> None:
+            metrics_interval, converge_timeout, settle, repeat) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
     controller's interpreter. Exits 1 if any task was ever owned twice, or if the cluster did not converge."""
     from controller.assignors import ASSIGNORS
+
+    if repeat > 1 and scenario in ("steady", "rolling-bounce"):
+        raise click.BadParameter(f"--repeat applies to one-step scenarios; {scenario} is not one",
+                                 param_hint="--repeat")
 
     if assignor not in ASSIGNORS:
         raise click.BadParameter(f"unknown assignor {assignor!r}; choose one of {', '.join(sorted(ASSIGNORS))}",
@@ -83,7 +91,7 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
                       intervals_out=str(intervals_out) if intervals_out else None,
                       farms=n_farms,
                       converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval,
-                      settle_s=settle if settle is not None else (2.0 if n_farms else 0.0))
+                      settle_s=settle if settle is not None else (2.0 if n_farms else 0.0), repeat=repeat)
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
         summary = run_simulation(opts, echo=echo)
