@@ -643,6 +643,27 @@ def test_the_simulator_runs_every_scenario_under_reconcile(zk_hosts, scenario):
     assert steps and all(s["converged_s"] is not None for s in steps), steps
 
 
+@pytest.mark.parametrize("scenario", ["add-broker", "kill-broker", "controlled-shutdown", "kill-controller"])
+def test_a_repeated_step_is_measured_each_time_from_the_same_cluster_put_back(zk_hosts, scenario):
+    """``--repeat 2``: the step twice, the cluster put back in between by a step that is not a figure; each
+    figure runs to the instant the cluster converged, which no poll can see before it happened."""
+    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "3", "--tasks", "30", "--protocol", "reconcile",
+                  "--session-timeout", "4", "--scenario", scenario, "--repeat", "2", "--settle", "0.2"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    steps = summary["steps"]
+    measured = [s for s in steps if s["measured"]]
+    assert len(measured) == 2 and len(summary["step_convergence_s"]) == 2, steps
+    restores = [s for s in steps if not s["measured"]]
+    assert len(restores) == (0 if scenario == "kill-controller" else 1), steps
+    assert all(s["converged_s"] is not None and 0 <= s["converged_s"] <= s["detected_s"] for s in steps), steps
+    assert summary["double_ownership"] == 0
+    if scenario == "add-broker":
+        assert [s["broker"] for s in measured] == ["broker-003", "broker-004"]
+    refused = invoke(["--zk", zk_hosts, "sim", "run", "--scenario", "rolling-bounce", "--repeat", "2"])
+    assert refused.exit_code != 0 and "one-step scenarios" in refused.output
+
+
 def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
     """``zkctl demo --runner noop`` (the README's main job in its fast form): real processes, a broker and a
     controller killed; its status is an aligned table with full state names."""
