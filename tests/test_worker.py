@@ -310,6 +310,34 @@ def test_a_release_writes_the_last_status_at_its_own_last_version_without_readin
     assert zk.get(layout.status("v1"))[0] == foreign, "the release overwrote a status that was no longer ours"
 
 
+def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_has_ended(zk, layout, zk_settings,
+                                                                                       controller, workers):
+    """A task let go counts as released only once its stop job is over (its slot busy no more: until then it
+    "may be held any moment"). The member must hear of it after that, not only from inside the release:
+    here every release returns 0.3 s late, so a look from inside it always sees the slot still busy. With
+    the look only there, the report that hands the task on never came and the joiner never got its share."""
+    from controller.protocol import RECONCILE
+
+    ids = [f"b{i}" for i in range(6)]
+    _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
+    both = (RECONCILE, COOPERATIVE)
+    a = _worker(workers, zk_settings, "a", protocols=both)
+    b = _worker(workers, zk_settings, "b", protocols=both)
+    assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) == 6
+                    and controller.ctx.groups["default"].protocol == RECONCILE
+                    and controller.ctx.groups["default"].state.value == "Stable", 20)
+    for w in (a, b):
+        release = w._release
+
+        def late_release(tasks, cached=True, _release=release):
+            _release(tasks, cached)
+            time.sleep(0.3)
+        w._release = late_release
+    c = _worker(workers, zk_settings, "c", protocols=both)
+    assert wait_for(lambda: len(c.running_tasks()) == 2 and len(a.running_tasks()) == len(b.running_tasks()) == 2, 10), \
+        (a.running_tasks(), b.running_tasks(), c.running_tasks())
+
+
 def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(caplog):
     assert fence_margin(6.0, 1 / 6, 0.0) == pytest.approx(1.0)  # a sixth of the session by default
     assert fence_margin(6.0, 1 / 6, 2.0) == 2.0  # a slower stop: fence earlier

@@ -116,6 +116,7 @@ class Ownership:
                 for x in tasks:
                     if x in self.slots:
                         self.slots[x].busy = False
+            self._enqueue(_Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
             self._reconcile()
 
     def _let_go(self, tasks: list[str]) -> None:
@@ -240,8 +241,7 @@ class Ownership:
                 self.known_status.update(paths.values())
             for p in paths.values():  # the next owner writes them: a version of ours would only be stale
                 self.status_versions.pop(p, None)
-            self._let_go(tasks)
-            self._enqueue(_Owned())
+            self._let_go(tasks)  # (the caller says so once their slots are no longer busy: see _stop_task)
         finally:
             with self.lock:
                 for t in tasks:

@@ -316,6 +316,7 @@ class Tasks:
             with self.lock:
                 if t in self.slots:
                     self.slots[t].busy = False
+            self._enqueue(_Owned())  # only now is it let go: a busy slot counts as "may hold any moment"
             self._reconcile()
 
     def _stop_all_tasks(self, release: bool) -> None:
