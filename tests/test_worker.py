@@ -338,6 +338,35 @@ def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_ha
         (a.running_tasks(), b.running_tasks(), c.running_tasks())
 
 
+def test_a_spec_watch_whose_re_read_failed_is_armed_again(zk, layout, zk_settings, controller, workers):
+    """A spec change fires the owner's one-shot watch; the read that re-arms it fails (the connection dropped
+    just then). The worker reads again shortly, so the restart asked for then is carried out, and so is one
+    asked for later (without the retry the task ran on, its watch gone, and no restart was ever seen)."""
+    from kazoo.exceptions import ConnectionLoss
+
+    spec = TaskSpec(id="watched", pipeline=NoopPipeline(kind="noop"))
+    _create(zk, layout, spec)
+    w = _worker(workers, zk_settings, "w")
+    assert wait_for(lambda: w.running_tasks() == {"watched"}, 15)
+    path = layout.task("watched")
+    get = w.client.get
+    failed = []
+
+    def flaky_get(p, *a, **kw):
+        if p == path and not failed:
+            failed.append(p)
+            raise ConnectionLoss("the connection dropped (injected)")
+        return get(p, *a, **kw)
+
+    w.client.get = flaky_get
+    runs = lambda: len([i for i in w.intervals if i.task_id == "watched"])  # noqa: E731 (runs ended so far)
+    for nonce in (1, 2):
+        data, stat = zk.get(path)
+        zk.set(path, spec.model_copy(update={"restart_nonce": nonce}).encode(), version=stat.version)
+        assert wait_for(lambda n=nonce: runs() >= n and w.running_tasks() == {"watched"}, 10), f"restart {nonce}"
+    assert failed, "the injected failure did not happen: the test proves nothing"
+
+
 def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(caplog):
     assert fence_margin(6.0, 1 / 6, 0.0) == pytest.approx(1.0)  # a sixth of the session by default
     assert fence_margin(6.0, 1 / 6, 2.0) == 2.0  # a slower stop: fence earlier

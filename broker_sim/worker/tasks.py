@@ -4,6 +4,7 @@ spec changes, restarts with backoff after failures, and stopping."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from controller.taskspec import TaskSpec, decode_task
 log = logging.getLogger(__name__)
 
 CREATE_CHUNK = 200  # owner znodes created per multi when tasks are taken together
+SPEC_RETRY_S = 1.0  # pause before reading a held task's spec again when the read that re-arms its watch failed
 
 
 class Tasks:
@@ -221,7 +223,18 @@ class Tasks:
                 self._stop_runner(t)
                 self._failed(t, f"invalid task spec: {exc}", None, permanent=True)
                 return
-            except (NoNodeError, KazooException):
+            except NoNodeError:
+                return
+            except KazooException as exc:
+                # the read that re-arms the watch failed (the connection dropped after the firing): without a
+                # watch a later restart or settings change would go unseen while we run the task, so look
+                # again shortly, for as long as we hold it (a lost session lets go of it, and ends this)
+                log.info("worker %s: re-reading the spec of %s: %s; again in %gs", self.id, t, type(exc).__name__,
+                         SPEC_RETRY_S)
+                retry = threading.Timer(SPEC_RETRY_S, self._spec_changed, args=(t,))
+                retry.name = f"worker-{self.id}-spec-retry"
+                retry.daemon = True
+                retry.start()
                 return
             with self.lock:
                 slot = self.slots.get(t)
