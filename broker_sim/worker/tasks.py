@@ -251,7 +251,12 @@ class Tasks:
                 slot.failures = 0
                 slot.restart_at = None
             self.pool.submit(self._restart, t, spec)
-        self.pool.submit(check)
+        if self._closing or self.stopped.is_set():
+            return  # (a retry coming due after the worker stopped)
+        try:
+            self.pool.submit(check)
+        except RuntimeError:  # the pool is shut down: the worker is stopping
+            return
 
     def _restart(self, t: str, spec: TaskSpec) -> None:
         try:
