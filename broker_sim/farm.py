@@ -217,7 +217,8 @@ def _serve(args: argparse.Namespace) -> None:
                 snap = farm.snapshot()
                 with farm.lock:
                     halts = dict(farm.halts)
-                    starts = [s for w in farm.workers.values() if (s := w.last_start()) is not None]
+                    ws = list(farm.workers.values())
+                starts = [s for w in ws if (s := w.last_start()) is not None]  # (each worker's lock, not under ours)
                 out({"counts": {b: len(ts) for b, ts in snap.items()},
                      "digest": task_digest(t for ts in snap.values() for t in ts), "halts": halts,
                      "last_start": max(starts, default=None)})

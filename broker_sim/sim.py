@@ -503,9 +503,9 @@ class Simulation:
     def _scenario_kill_controller(self) -> None:
         def standby(i: int) -> None:
             self.start_controller(f"ctl-{i + 2}")  # the next standby (ctl-0 ran first, ctl-1 stood by)
-        self._repeated(lambda i: self._step("kill-controller", self.active_id(), lambda: self.kill_controller()), standby)
+        self._repeated(lambda i: self._step("kill-controller", self._active_id(), lambda: self.kill_controller()), standby)
 
-    def active_id(self) -> str:
+    def _active_id(self) -> str:
         ctl = self.active_controller()
         return ctl.config.controller_id if ctl is not None else "-"
 

@@ -29,11 +29,20 @@ from typing import TYPE_CHECKING, Mapping
 from controller.assignors import get_assignor
 from controller.codecs import Assignment, JoinRequest, MemberMetadata, TaskDescriptor
 from controller.errors import ProtocolError
+from controller.group_types import (
+    FOREVER,
+    Decision,
+    GroupState,
+    WatchMoves,
+    WriteAssignments,
+    WriteGroupState,
+    _Held,
+)
 from controller.protocol import RECONCILE, choose_assignor, choose_protocol, cooperative_adjust
 from controller.throttle import Wave, plan_wave
 
 if TYPE_CHECKING:  # the mixin's host
-    from controller.group import Decision, GroupCoordinator
+    from controller.group import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +91,6 @@ class ReconcileMixin:
     # ---- mode -------------------------------------------------------------------------------------
     def reconciling(self: "GroupCoordinator") -> bool:
         """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
-        from controller.group import GroupState
-
         return self.protocol == RECONCILE and self.state in (GroupState.RECONCILING, GroupState.STABLE)
 
     def _all_prefer_reconcile(self: "GroupCoordinator", requests: Mapping[str, JoinRequest]) -> bool:
@@ -94,11 +101,9 @@ class ReconcileMixin:
         return choice.protocol == RECONCILE and not choice.incompatible
 
     # ---- entering and leaving ---------------------------------------------------------------------
-    def _r_enter(self: "GroupCoordinator", reason: str) -> list["Decision"]:
+    def _r_enter(self: "GroupCoordinator", reason: str) -> list[Decision]:
         """A join round ended with every member for reconcile (or a failover found it): from now on the
         coordinator places tasks itself. What the members listed as owned counts as held."""
-        from controller.group import GroupState
-
         self.protocol = RECONCILE
         self.leader = None
         self.join_deadline = self.sync_deadline = None
@@ -125,10 +130,8 @@ class ReconcileMixin:
         return self._r_retarget(reason, everyone=True)
 
     # ---- inputs -----------------------------------------------------------------------------------
-    def _r_on_members(self: "GroupCoordinator", snapshot: Mapping[str, JoinRequest]) -> list["Decision"]:
+    def _r_on_members(self: "GroupCoordinator", snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """Members joined, left, or reported releases (rewrote their requests)."""
-        from controller.group import FOREVER, _Held
-
         now = self.clock.now()
         old, new = self.members, dict(snapshot)
         self.members = new
@@ -179,11 +182,9 @@ class ReconcileMixin:
             return self._prepare_rebalance(need)  # re-targets (or leaves reconcile for a cooperative round)
         return self._r_step(write_state=False)
 
-    def _r_retarget_soon(self: "GroupCoordinator", reason: str) -> list["Decision"]:
+    def _r_retarget_soon(self: "GroupCoordinator", reason: str) -> list[Decision]:
         """A new target now, or, while the group is still reconciling towards one computed less than
         ``retarget_interval_s`` ago, at that interval's end (a step now for what changed meanwhile)."""
-        from controller.group import GroupState
-
         now = self.clock.now()
         if self.forming_until is not None:
             if self.retarget_due is not None and now < self.retarget_due:
@@ -199,7 +200,7 @@ class ReconcileMixin:
             return self._r_step(write_state=False)
         return self._r_retarget(self.retarget_reason or reason)
 
-    def _r_retarget(self: "GroupCoordinator", reason: str, everyone: bool = False) -> list["Decision"]:
+    def _r_retarget(self: "GroupCoordinator", reason: str, everyone: bool = False) -> list[Decision]:
         """Compute every member's target with the group's assignor, then take a step towards it."""
         self.last_retarget = self.clock.now()
         self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
@@ -240,11 +241,9 @@ class ReconcileMixin:
         self.target = {m: tuple(sorted(target.get(m, ()))) for m in self.members}
         return self._r_step(write_state=True, everyone=everyone)
 
-    def _r_step(self: "GroupCoordinator", write_state: bool, everyone: bool = False) -> list["Decision"]:
+    def _r_step(self: "GroupCoordinator", write_state: bool, everyone: bool = False) -> list[Decision]:
         """Publish to each member what it may have now; write only the members whose assignment changes
         (``everyone``: all of them, when the group has just entered the protocol)."""
-        from controller.group import GroupState, WatchMoves, WriteAssignments, WriteGroupState
-
         held_by = holders(self.assignment, self.unreleased, self.members)
         assigned, revoked = step(self.target, held_by)
         moving_before = dict(self.moving)
@@ -312,11 +311,9 @@ class ReconcileMixin:
                                     incarnation=r.incarnation))
                      for m, r in sorted(self.members.items()))
 
-    def _r_load(self: "GroupCoordinator", assignments: Mapping[str, Assignment]) -> list["Decision"]:
+    def _r_load(self: "GroupCoordinator", assignments: Mapping[str, Assignment]) -> list[Decision]:
         """Resume a reconciling group after a controller failover: the published assignments and their
         unconfirmed revocations come from ZooKeeper; the members' reports confirm what they can."""
-        from controller.group import GroupState
-
         self.assignment, self.unreleased = {}, {}
         for m, a in assignments.items():
             if m not in self.members or a.error is not None or a.protocol != RECONCILE:
