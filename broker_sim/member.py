@@ -118,6 +118,8 @@ class Member:
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     #: what our request znode last listed as owned (the coordinator counts it as ours until we say otherwise)
     reported: frozenset[str] = frozenset()
+    #: the last report built to be written (``on_released`` tells whether a release's report is still the last)
+    last_report: JoinRequest | None = None
     last_error: ProtocolError | None = None
     transitions: list[tuple[WorkerState, WorkerState]] = field(default_factory=list)
 
@@ -149,9 +151,13 @@ class Member:
         """``owned`` lists what we hold *and* what we were given but may still be acquiring (Kafka's
         owned partitions): the leader must not hand either to someone else before we let go."""
         self.reported = self.owned | self.desired
+        self.last_report = self._build_request(join_generation, self.reported)
+        return self.last_report
+
+    def _build_request(self, join_generation: int, owned: frozenset[str]) -> JoinRequest:
         return JoinRequest(
             member_id=self.member_id, join_generation=join_generation, generation=self.generation,
-            protocols=self.protocols, assignors=self.assignors, owned=tuple(sorted(self.reported)),
+            protocols=self.protocols, assignors=self.assignors, owned=tuple(sorted(owned)),
             capacity=self.capacity, rack=self.rack, instance_id=self.instance_id, leaving=self.leaving,
             incarnation=self.incarnation,
         )
@@ -286,6 +292,28 @@ class Member:
         """The worker reports which tasks it holds (owner znode held) after starts/stops complete."""
         self.owned = frozenset(owned)
         return self._after_owned_change()
+
+    def release_report(self, releasing: frozenset[str], held: frozenset[str]) -> JoinRequest | None:
+        """Reconcile: the report to write in the very multi that lets go of ``releasing`` (``held``: what the
+        worker holds or may hold, those included), so the coordinator learns of the release from the write
+        that makes it, without a round trip of its own after it (one of three a broker giving a task up
+        spent). None when we are not reconciling: a join round's request has its own time. Nothing changes
+        here until the worker says the multi succeeded (``on_released``); if it fails, the report is
+        written the usual way once the release is done."""
+        if not self.follows_assignment_alone:
+            return None
+        self.last_report = self._build_request(self.join_generation, (held - releasing) | self.desired)
+        return self.last_report
+
+    def on_released(self, owned: frozenset[str], request: JoinRequest) -> list[Action]:
+        """The release multi carrying ``request`` (from ``release_report``) succeeded; ``owned`` is what the
+        worker holds now. The request znode lists what it says, unless a later report was written since
+        (requests from one session apply in order): then that one stands. A report of an older epoch than
+        ours now confirms nothing revoked since, so it does not count as our report of those."""
+        if self.last_report is request and request.join_generation == self.join_generation:
+            self.reported = frozenset(request.owned)
+            self.pending_revocation = self.pending_revocation & self.reported
+        return self.on_owned(owned)
 
     def on_coordinator(self, available: bool) -> list[Action]:
         """No active controller (COORDINATOR_NOT_AVAILABLE): keep running; rejoin when one writes state."""

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
+from controller.zkpoll import make_handler
+
 DEFAULT_HOSTS = "127.0.0.1:2181"
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ def make_client(settings: ZkSettings, *, connect: bool = True, timeout: float = 
     """A kazoo client for ``settings``, connected unless ``connect`` is False."""
     kwargs: dict[str, object] = dict(
         hosts=settings.hosts,
+        handler=make_handler(),  # kazoo's, with one poll(2) per wait instead of a new epoll set (zkpoll.py)
         timeout=settings.session_timeout_s,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=5, delay=0.05, max_delay=0.5),

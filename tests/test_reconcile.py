@@ -209,6 +209,48 @@ def test_a_reconciling_member_follows_its_assignment_alone_and_joins_the_round_i
     assert not m.follows_assignment_alone and not m.reconcile_mode and m.desired == {"t1", "t2"}
 
 
+def test_a_release_carries_the_report_that_confirms_it_unless_a_later_one_was_written():
+    """The worker sends a reconciling member's release with its report in one multi (``release_report``):
+    what it lists is what will be held once the multi is done. Nothing changes until the multi succeeded
+    (``on_released``); then no separate report follows. A report built later (a newer assignment applied
+    meanwhile) is the one that stands: then the member reports again, at its epoch."""
+    from broker_sim.member import Member, WorkerState, WriteJoin
+
+    def stable_member() -> Member:
+        m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
+        m.start(None)
+        m.on_assignment(Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2", "t3"),
+                                   protocol=RECONCILE, incarnation="a.1"))
+        m.on_owned(frozenset({"t1", "t2", "t3"}))
+        assert m.state is WorkerState.STABLE
+        return m
+
+    m = stable_member()
+    m.on_assignment(Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
+                               incarnation="a.1"))
+    held = frozenset({"t1", "t2", "t3"})  # t3 is stopping: busy, so still counted as held
+    request = m.release_report(frozenset({"t3"}), held)
+    assert request is not None and request.owned == ("t1", "t2") and request.join_generation == 6
+    assert m.pending_revocation == {"t3"} and m.reported != {"t1", "t2"}, "nothing counts until the multi succeeded"
+    actions = m.on_released(frozenset({"t1", "t2"}), request)
+    assert not [a for a in actions if isinstance(a, WriteJoin)], "the release carried the report"
+    assert m.reported == {"t1", "t2"} and not m.pending_revocation and m.state is WorkerState.STABLE
+
+    m = stable_member()
+    m.on_assignment(Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
+                               incarnation="a.1"))
+    request = m.release_report(frozenset({"t3"}), frozenset({"t1", "t2", "t3"}))
+    m.on_assignment(Assignment(generation=7, controller_epoch=EPOCH, assigned=("t1",), protocol=RECONCILE,
+                               incarnation="a.1"))  # applied while the multi was in flight
+    actions = m.on_released(frozenset({"t1", "t2"}), request)
+    [join] = [a for a in actions if isinstance(a, WriteJoin)]
+    assert join.request.join_generation == 7 and set(join.request.owned) == {"t1", "t2"}, "t2 is still held"
+
+    joining = Member(member_id="b", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",))
+    joining.start(None)
+    assert joining.release_report(frozenset({"t1"}), frozenset({"t1"})) is None, "a join round writes its own request"
+
+
 def test_a_group_left_by_everyone_while_a_target_was_put_off_keeps_no_deadline():
     """A forming reconcile group has a target due; if every member leaves first, the group is Empty and that
     deadline is void (kept, it would come due at every tick of a group that no longer reconciles)."""

@@ -50,8 +50,10 @@ from broker_sim.worker.events import (
     _GroupState,
     _JoinResult,
     _Owned,
+    _Released,
     _ShutdownRequested,
     _Stop,
+    _Stopped,
 )
 from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
 from broker_sim.worker.fence import Fence, _LivenessProbe, fence_margin
@@ -391,6 +393,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self._do(actions)
         elif isinstance(event, _Owned):
             self._do(self.member.on_owned(self._held()))
+        elif isinstance(event, _Stopped):
+            self._on_stopped(event)
+        elif isinstance(event, _Released):
+            self._on_released(event)
         elif isinstance(event, _JoinResult):
             # still waiting for that generation's result (else the state got there first, or it is over)
             if self.member.state is WorkerState.JOINING and self.member.join_generation == event.generation:

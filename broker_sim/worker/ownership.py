@@ -10,10 +10,10 @@ import time
 
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
-from broker_sim.worker.events import _Owned
+from broker_sim.worker.events import _Owned, _Released, _Stopped
 from broker_sim.worker.slots import _StopBatch, _TaskSlot
 from controller import codecs
-from controller.codecs import OwnerInfo, TaskStatus
+from controller.codecs import JoinRequest, OwnerInfo, TaskStatus
 from controller.zkio import exists_many
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,18 @@ class Ownership:
         if done is None:
             return
         tasks, ready = done
+        if not self._hand_over_release(tasks, ready):
+            self._release_and_finish(tasks, ready)
+
+    def _release_and_finish(self, tasks: list[str], ready: list[str], cached: bool = True,
+                            unknown: bool = False) -> None:
+        """Release the stopped tasks ``ready`` (``unknown``: a release multi's outcome is not known: look at
+        their owner znodes instead), then clear the busy flags of ``tasks`` and tell the member."""
         try:
-            self._release(ready)
+            if unknown:
+                self._confirm_released(ready)
+            else:
+                self._release(ready, cached)
         except Exception as exc:  # e.g. connection loss: the next reconcile lets go of them again
             log.info("worker %s: releasing %d tasks: %s", self.id, len(ready), type(exc).__name__)
         finally:
@@ -118,6 +128,93 @@ class Ownership:
                         self.slots[x].busy = False
             self._enqueue(_Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
             self._reconcile()
+
+    # ---- a reconciling member's release, with its report ------------------------------------------
+    def _hand_over_release(self, tasks: list[str], ready: list[str]) -> bool:
+        """On a pool thread, once revoked tasks stopped: a reconciling member's release goes to the event
+        thread, which sends it with the member's report in one multi (``_send_release``). Only the event
+        thread writes the report: a release sent from here could land after a newer report and undo it.
+        (The member's mode is read here as a hint; the event thread checks again.)"""
+        if not ready or not self.member.follows_assignment_alone:
+            return False
+        self._enqueue(_Stopped(tuple(tasks), tuple(ready)))
+        return True
+
+    def _on_stopped(self, event: _Stopped) -> None:
+        """Event thread: release ``event.ready`` with our report, or the usual way on a pool thread when that
+        cannot be (not reconciling any more, not connected, fenced, a status version not known)."""
+        tasks, ready = list(event.tasks), list(event.ready)
+        request = None
+        if self.client.connected and not self.fenced and len(ready) <= RELEASE_CHUNK:
+            request = self.member.release_report(frozenset(ready), self._held())
+        if request is None or not self._send_release(tasks, ready, request):
+            self.pool.submit(self._release_and_finish, tasks, ready)
+
+    def _send_release(self, tasks: list[str], ready: list[str], request: JoinRequest) -> bool:
+        """Send one multi: the last statuses of ``ready`` at the versions of our own last writes, their
+        owner znodes deleted, and our report (the request znode). Its answer comes back as ``_Released``;
+        the event thread does not wait for it. False (nothing sent) if a status version is not known: the
+        usual release reads it first."""
+        paths = {t: self.layout.status(t) for t in ready}
+        versions = {t: self.status_versions.get(paths[t]) for t in ready}
+        if any(v is None for v in versions.values()):
+            return False
+        finals = self._final_statuses(ready)
+        tx = self.client.transaction()
+        for t in ready:
+            tx.set_data(paths[t], finals[t], version=versions[t])
+            tx.delete(self.layout.task_owner(t))
+        tx.set_data(self.layout.group_member(self.config.group, self.id), codecs.encode(request))
+        pending = tx.commit_async()
+        pending.rawlink(lambda result: self._enqueue(_Released(tuple(tasks), tuple(ready), request, result)))
+        return True
+
+    def _on_released(self, event: _Released) -> None:
+        """Event thread: the answer to ``_send_release``. Done: the tasks are let go and the member knows its
+        report is written. A multi that failed did nothing (someone wrote a status since: the usual release
+        reads them first); one whose outcome is unknown (connection lost) is checked by its owner znodes."""
+        tasks, ready = list(event.tasks), list(event.ready)
+        unknown = False
+        try:
+            results = event.result.get(block=False)
+            done = not any(isinstance(r, Exception) for r in results)
+        except Exception as exc:
+            log.info("worker %s: release of %d tasks unconfirmed (%s)", self.id, len(ready), type(exc).__name__)
+            done, unknown = False, True
+        paths = [self.layout.status(t) for t in ready]
+        for p in paths:  # released: the next owner writes them; failed: a version of ours was stale
+            self.status_versions.pop(p, None)
+        with self.lock:
+            for t in ready:
+                if t in self.slots:
+                    self.slots[t].releasing = False
+        if not done:
+            self.pool.submit(self._release_and_finish, tasks, ready, False, unknown)
+            return
+        self.known_status.update(paths)
+        self._let_go(ready)
+        with self.lock:
+            for t in tasks:
+                if t in self.slots:
+                    self.slots[t].busy = False
+        self._do(self.member.on_released(self._held(), event.request))
+        self._reconcile()
+
+    def _final_statuses(self, tasks: list[str]) -> dict[str, bytes]:
+        """The last status of each task let go, encoded; its slot is marked releasing (the status loop leaves
+        it alone until the release is over)."""
+        finals: dict[str, bytes] = {}
+        with self.lock:
+            for t in tasks:
+                slot = self.slots[t]
+                slot.releasing = True
+                if slot.state not in ("COMPLETED", "FAILED"):
+                    slot.state = "STOPPED"
+                finals[t] = codecs.encode(TaskStatus(
+                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
+                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics,
+                    session=codecs.session_hex(self.session_id)))
+        return finals
 
     def _let_go(self, tasks: list[str]) -> None:
         """Our owner znodes of these tasks are gone: they are someone else's to take."""
@@ -177,17 +274,7 @@ class Ownership:
             for i in range(0, len(tasks), RELEASE_CHUNK):
                 self._release(tasks[i:i + RELEASE_CHUNK], cached)
             return
-        finals: dict[str, bytes] = {}
-        with self.lock:
-            for t in tasks:
-                slot = self.slots[t]
-                slot.releasing = True
-                if slot.state not in ("COMPLETED", "FAILED"):
-                    slot.state = "STOPPED"
-                finals[t] = codecs.encode(TaskStatus(
-                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
-                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics,
-                    session=codecs.session_hex(self.session_id)))
+        finals = self._final_statuses(tasks)
         try:
             paths = {t: self.layout.status(t) for t in tasks}
             known = {t: v for t in tasks if cached and (v := self.status_versions.get(paths[t])) is not None}

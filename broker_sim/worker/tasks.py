@@ -327,15 +327,19 @@ class Tasks:
                 list(pool.map(stop_one, tasks))
 
     def _stop_task(self, t: str) -> None:
+        handed = False
         try:
             self._stop_runner(t)
-            self._release([t])
+            handed = self._hand_over_release([t], [t])  # reconcile: the event thread releases it, and reports
+            if not handed:
+                self._release([t])
         finally:
-            with self.lock:
-                if t in self.slots:
-                    self.slots[t].busy = False
-            self._enqueue(_Owned())  # only now is it let go: a busy slot counts as "may hold any moment"
-            self._reconcile()
+            if not handed:
+                with self.lock:
+                    if t in self.slots:
+                        self.slots[t].busy = False
+                self._enqueue(_Owned())  # only now is it let go: a busy slot counts as "may hold any moment"
+                self._reconcile()
 
     def _stop_all_tasks(self, release: bool) -> None:
         with self.lock:
