@@ -151,6 +151,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.known_status: set[str] = set()
         #: whether our watch on the group state is armed: not while the member follows its assignment alone
         self.group_state_watched = False
+        self._member_written = False  # whether this session created our request znode (else the first write creates it)
         #: data version of each status we wrote last (what a release's conditional write expects to find)
         self.status_versions: dict[str, int] = {}
         self.fenced = False
@@ -419,11 +420,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
     def _on_connection(self, state: str) -> None:
         if state in ("STARTED",):
             self._register()
-            self.client.exists(self.layout.controller, watch=self._watch_controller)
-            self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
-            self._read_assignment()  # arm the watch; a stale assignment from a previous life is ignored by generation
-            info = self._read_group_state()
-            self._do(self.member.start(info))
+            self._do(self.member.start(self._arm_watches()))
             self._enqueue(_ShutdownRequested())
         elif state == str(KazooState.LOST):
             log.warning("worker %s: session lost; everything it held is gone", self.id)
@@ -442,10 +439,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 # a new session after LOST: register again and rejoin from scratch; every watch of the old
                 # session is gone, the controlled-shutdown one included (a request filed meanwhile counts)
                 self._register()
-                self.client.exists(self.layout.controller, watch=self._watch_controller)
-                self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
-                self._read_assignment()
-                self._do(self.member.start(self._read_group_state()))
+                self._do(self.member.start(self._arm_watches()))
                 self._enqueue(_ShutdownRequested())
             elif self.fenced and self._session_confirmed():  # else the probe un-fences once an answer shows it
                 with self.lock:
@@ -453,6 +447,33 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self._reconcile()
             self._enqueue(_GroupState())
             self._enqueue(_Assignment())
+
+    def _arm_watches(self) -> GroupStateInfo | None:
+        """A new session (registered): arm every watch a member needs (the controller, a controlled-shutdown
+        request, our assignment, the group state) and read the group state, in one pipelined round instead
+        of five round trips one after the other before the join (a broker's start is on the path of every
+        rebalance it triggers). A znode that may be missing gets an ``exists`` with its read: a ``get`` of a
+        missing znode leaves no watch. An assignment from a previous life is ignored by its generation."""
+        assignment = self.layout.group_assignment(self.config.group, self.id)
+        state = self.layout.group_state(self.config.group)
+        arms = [self.client.exists_async(self.layout.controller, watch=self._watch_controller),
+                self.client.exists_async(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown),
+                self.client.exists_async(assignment, watch=self._watch_assignment),
+                self.client.exists_async(state, watch=self._watch_group_state)]
+        read = self.client.get_async(state, watch=self._watch_group_state)
+        for pending in arms:
+            pending.get()  # (raises on a connection loss, as the reads one by one did)
+        self.group_state_watched = True
+        self._member_written = False  # this session has no request znode yet: the first write creates it
+        try:
+            data, _ = read.get()
+        except NoNodeError:
+            return None
+        try:
+            return codecs.decode(GroupStateInfo, data, state)
+        except PayloadError as exc:
+            log.warning("worker %s: ignoring %s", self.id, exc)
+            return None
 
     def _session_confirmed(self) -> bool:
         """One round trip before tasks start again after a fence: it proves our session alive and moves the
@@ -496,10 +517,17 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             if isinstance(act, WriteJoin):
                 path = self.layout.group_member(self.config.group, self.id)
                 data = codecs.encode(act.request)
-                try:
-                    self.client.set(path, data)
-                except NoNodeError:
-                    self.client.create(path, data, ephemeral=True, makepath=True)
+                if self._member_written:
+                    try:
+                        self.client.set(path, data)
+                    except NoNodeError:
+                        self.client.create(path, data, ephemeral=True, makepath=True)
+                else:  # a new session's first request: create it (one round trip, not a failed set first)
+                    try:
+                        self.client.create(path, data, ephemeral=True, makepath=True)
+                    except NodeExistsError:  # an earlier session's, not expired yet
+                        self.client.set(path, data)
+                    self._member_written = True
                 group = self.member.group
                 if group is not None and group.leader == self.id:
                     self._watch_join_result(act.request.join_generation)

@@ -1,6 +1,7 @@
 """Ownership of tasks: the ephemeral ``/tasks/<bucket>/<id>/owner`` znode is created before a runner starts
 (tasks given together in pipelined rounds) and deleted only after its ``stop`` returned (tasks let go
-together stop on pool threads; the last to stop releases them all in one multi with their last statuses)."""
+together stop on pool threads; the last to stop releases them all in one multi with their last statuses; a
+reconciling member's release is sent by its event thread, with its report in the same multi)."""
 
 from __future__ import annotations
 
