@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
+_READ = select.POLLIN | select.POLLPRI if hasattr(select, "poll") else 0
 _READY_TO_READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL \
     if hasattr(select, "poll") else 0
 _READY_TO_WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP | select.POLLNVAL if hasattr(select, "poll") else 0
@@ -39,17 +40,27 @@ def poll_select(rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any]
     kazoo's own), with one ``poll`` call: ``timeout`` in seconds, None to wait for ever."""
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative")
+    wait = None if timeout is None else math.ceil(timeout * 1000)
+    poller = select.poll()
+    if not wlist:  # what kazoo's connection thread asks for all the time: is there something to read
+        fds = [(_fd(obj), obj) for obj in rlist]
+        for fd, _ in fds:
+            poller.register(fd, _READ)
+        ready = poller.poll(wait)
+        if not ready:
+            return [], [], []
+        events = dict(ready)
+        return [obj for fd, obj in fds if events.get(fd, 0) & _READY_TO_READ], [], []
     masks: dict[int, int] = {}
     for obj in rlist:
         fd = _fd(obj)
-        masks[fd] = masks.get(fd, 0) | select.POLLIN | select.POLLPRI
+        masks[fd] = masks.get(fd, 0) | _READ
     for obj in wlist:
         fd = _fd(obj)
         masks[fd] = masks.get(fd, 0) | select.POLLOUT
-    poller = select.poll()
     for fd, mask in masks.items():
         poller.register(fd, mask)
-    ready = dict(poller.poll(None if timeout is None else math.ceil(timeout * 1000)))
+    ready = dict(poller.poll(wait))
     if not ready:
         return [], [], []
     readable = [obj for obj in rlist if ready.get(_fd(obj), 0) & _READY_TO_READ]

@@ -27,18 +27,20 @@ class Tasks:
     """Starting, restarting and stopping the assigned tasks' runners."""
 
     def _reconcile(self) -> None:
-        """Bring held/running tasks in line with ``desired``: stops first, then starts."""
+        """Bring held/running tasks in line with ``desired``: stops first, then starts. (Called after every
+        start and stop: it looks at each slot once and allocates nothing for tasks it already knows.)"""
         with self.lock:
             if self._closing:
                 return
+            desired, slots, fenced = self.desired, self.slots, self.fenced
             stop = []
-            for t, slot in list(self.slots.items()):
-                if slot.busy:
+            for t, slot in slots.items():
+                if slot.busy or not slot.held:
                     continue
-                if t not in self.desired and slot.held:
+                if t not in desired:
                     slot.busy = True
                     stop.append(t)
-                elif t in self.desired and slot.held and not slot.running and not self.fenced and slot.state not in ("FAILED", "COMPLETED"):
+                elif not slot.running and not fenced and slot.state not in ("FAILED", "COMPLETED"):
                     if slot.restart_at is None or slot.restart_at <= time.monotonic():
                         slot.busy = True
                         self.pool.submit(self._start_task, t, False)
@@ -50,11 +52,14 @@ class Tasks:
                     self.pool.submit(self._stop_in_batch, t, batch)
                 self._batch_timer(batch)
             acquire = []
-            for t in sorted(self.desired):
-                slot = self.slots.setdefault(t, _TaskSlot())
-                if not slot.held and not slot.busy and not self.fenced:
-                    slot.busy = True
-                    acquire.append(t)
+            if not fenced:
+                for t in sorted(desired):
+                    slot = slots.get(t)
+                    if slot is None:
+                        slot = slots[t] = _TaskSlot()
+                    if not slot.held and not slot.busy:
+                        slot.busy = True
+                        acquire.append(t)
             if len(acquire) == 1:
                 self.pool.submit(self._start_task, acquire[0], True)
             elif acquire:
