@@ -136,6 +136,7 @@ class ReconcileMixin:
         old, new = self.members, dict(snapshot)
         self.members = new
         need = ""
+        quiet_exit = False  # a member that was to run nothing and ran nothing left: no one's target changes
         for m in sorted(old.keys() & new.keys()):
             if old[m].incarnation != new[m].incarnation:  # a restart seen as one change: it left, then joined
                 self.members = old
@@ -143,8 +144,8 @@ class ReconcileMixin:
         for m in sorted(old.keys() - new.keys()):
             self.shutting_down.discard(m)
             tasks = self.assignment.pop(m, ())
-            self.unreleased.pop(m, None)
-            self.target.pop(m, None)
+            self.unreleased.pop(m, None)  # (its session ended, and with it every owner znode it held)
+            targeted = self.target.pop(m, ())
             self.epochs.pop(m, None)
             for t in [t for t, mv in self.moving.items() if mv.dest == m]:
                 del self.moving[t]
@@ -157,6 +158,12 @@ class ReconcileMixin:
                 self.held[key] = _Held(tasks, now + self.config.scheduled_rebalance_delay_s)
                 log.info("group %s: %s left; holding %d tasks for %.1fs", self.group, m, len(tasks),
                          self.config.scheduled_rebalance_delay_s)
+            if not tasks and not targeted:
+                # the end of a controlled shutdown (its tasks already re-targeted away): a new target would be
+                # the one there is, and asking for one while tasks still move would hold the group Reconciling
+                # until the retarget interval is over, for nothing
+                quiet_exit = True
+                continue
             need = need or f"member {m} left"
         for m in sorted(new.keys() - old.keys()):
             if self.maintenance:
@@ -180,7 +187,7 @@ class ReconcileMixin:
             return self._to_empty("all members left")
         if need:
             return self._prepare_rebalance(need)  # re-targets (or leaves reconcile for a cooperative round)
-        return self._r_step(write_state=False)
+        return self._r_step(write_state=quiet_exit)  # (the state lists the members)
 
     def _r_retarget_soon(self: "GroupCoordinator", reason: str) -> list[Decision]:
         """A new target now, or, while the group is still reconciling towards one computed less than

@@ -284,6 +284,30 @@ def test_controlled_shutdown_drains_the_member_then_it_owns_nothing():
     assert set(published(step)["a"].assigned) == set(tasks(6))
 
 
+def test_the_end_of_a_controlled_shutdown_needs_no_new_target():
+    """The drained member leaves (its session ends, often right behind its last report, before the
+    coordinator has read that). Its tasks were re-targeted away already: the group settles at once, the
+    state written without it. Asking for a target then, inside the retarget interval, held the group
+    Reconciling until that interval was over (half a second more on every controlled shutdown)."""
+    c = coordinator(retarget_interval_s=30.0)
+    c.on_members({"a": req("a"), "b": req("b"), "x": req("x")})
+    for m in ("a", "b", "x"):
+        report(c, m)
+    assert c.state is GroupState.STABLE
+    published(c.on_controlled_shutdown("x"))
+    retargets = c.rebalances
+    members = {m: r for m, r in c.members.items() if m != "x"}  # x left before its report was read
+    out = c.on_members(members)
+    assert c.rebalances == retargets and c.retarget_due is None
+    given = published(out)
+    assert set(given["a"].assigned) | set(given["b"].assigned) == set(tasks(6))
+    assert c.state is GroupState.STABLE and states(out) == ["Stable"]
+    assert [d.info.members for d in out if isinstance(d, WriteGroupState)] == [("a", "b")]
+    # a member that still had a share leaving is another matter: a new target, at once (the group was Stable)
+    out = c.on_members({"a": c.members["a"]})
+    assert c.rebalances == retargets + 1 and set(published(out)["a"].assigned) == set(tasks(6))
+
+
 def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them_in_one_go():
     """Nothing runs yet: the first target waits ``initial_delay_s`` after each join (at most the rebalance
     timeout after the first), so ten brokers starting together are placed once, with no task moving twice."""
