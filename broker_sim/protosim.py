@@ -91,6 +91,9 @@ class _Node:
     holding: set[str] = field(default_factory=set)               # owner locks held
     stopping: set[str] = field(default_factory=set)
     acquiring: set[str] = field(default_factory=set)
+    #: released with the member's report in one write, the answer not back yet: still "held" to the member
+    #: (the worker's slot is busy), but its owner lock is free and nothing of it runs
+    releasing: set[str] = field(default_factory=set)
     last_gen_seen: int = -1
     last_epoch_seen: int = -1
     inbox_time: float = 0.0
@@ -340,7 +343,7 @@ class ProtocolSim:
             node.stopping.add(t)
             session = node.session
             self._at(self.clock.now() + self.cfg.stop_latency, lambda t=t, session=session: self._stopped(mid, t, session))
-        for t in sorted(desired - node.holding - node.acquiring):
+        for t in sorted(desired - node.holding - node.acquiring - node.releasing):
             node.acquiring.add(t)
             self._acquire(mid, t, node.session)
 
@@ -348,7 +351,7 @@ class ProtocolSim:
         node = self.nodes.get(mid)
         if node is None or not node.alive or node.session != session:
             return
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring)))
+        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing)))
 
     def _acquire(self, mid: str, t: str, session: int) -> None:
         node = self.nodes.get(mid)
@@ -374,7 +377,7 @@ class ProtocolSim:
             self._at(node.frozen_until, lambda: self._started(mid, t, session))
             return
         node.running[t] = self.clock.now()
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring)))
+        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing)))
         if t not in node.member.desired:
             self._reconcile(mid)
 
@@ -386,11 +389,40 @@ class ProtocolSim:
             self._at(node.frozen_until, lambda: self._stopped(mid, t, session))
             return
         self._end_run(node, mid, t)
+        if node.member.follows_assignment_alone and self.rng.random() < 0.8:
+            # the worker's release multi carries the member's report (else, as when a status version is not
+            # known, it releases first and reports after): the owner znode goes and the request is rewritten
+            # in one write; the task counts as held (``releasing``) until the answer reaches the member
+            request = node.member.release_report(frozenset({t}), frozenset(node.holding | node.acquiring | node.releasing))
+            if request is not None:
+                node.stopping.discard(t)
+                node.holding.discard(t)
+                node.releasing.add(t)
+                if self.locks.get(t) == mid:
+                    del self.locks[t]
+                self.members_zk[mid] = request
+                self.member_session[mid] = node.session
+                self._members_changed()
+                self._at(self.clock.now() + self._delay(), lambda: self._released(mid, t, request, session))
+                return
         node.stopping.discard(t)
         node.holding.discard(t)
         if self.locks.get(t) == mid:
             del self.locks[t]
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring)))
+        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing)))
+        if t in node.member.desired:
+            self._reconcile(mid)
+
+    def _released(self, mid: str, t: str, request: JoinRequest, session: int) -> None:
+        """The answer to a release that carried the member's report."""
+        node = self.nodes.get(mid)
+        if node is None or node.session != session or not node.alive:
+            return
+        if node.frozen_until > self.clock.now():
+            self._at(node.frozen_until, lambda: self._released(mid, t, request, session))
+            return
+        node.releasing.discard(t)
+        self._member_do(mid, node.member.on_released(frozenset(node.holding | node.acquiring | node.releasing), request))
         if t in node.member.desired:
             self._reconcile(mid)
 
@@ -415,6 +447,7 @@ class ProtocolSim:
             self._end_run(node, mid, t)
         node.alive = False
         node.holding.clear()
+        node.releasing.clear()
         self._session_gone(mid)
 
     def _freeze(self, mid: str, duration: float) -> None:
@@ -436,6 +469,7 @@ class ProtocolSim:
             self._end_run(node, mid, t)
         node.alive = False
         node.holding.clear()
+        node.releasing.clear()
         self._session_gone(mid)
         self._at(node.frozen_until, lambda: self._respawn(mid, node))  # it wakes up, sees LOST, starts over
 
@@ -464,6 +498,7 @@ class ProtocolSim:
                     self._end_run(n, mid, t)
                 n.alive = False
                 n.holding.clear()
+                n.releasing.clear()
                 self._session_gone(mid)
                 self._at(n.partitioned_until, lambda: self._respawn(mid, n))
             self._at(self.clock.now() + self.cfg.session_timeout, expire)
