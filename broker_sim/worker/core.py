@@ -469,11 +469,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             data, _ = read.get()
         except NoNodeError:
             return None
-        try:
-            return codecs.decode(GroupStateInfo, data, state)
-        except PayloadError as exc:
-            log.warning("worker %s: ignoring %s", self.id, exc)
-            return None
+        return self._decoded(GroupStateInfo, data, state)
 
     def _session_confirmed(self) -> bool:
         """One round trip before tasks start again after a fence: it proves our session alive and moves the
@@ -497,6 +493,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         except NoNodeError:
             self.client.exists(path, watch=watch)
             return None
+        return self._decoded(cls, data, path)
+
+    def _decoded(self, cls: type, data: bytes, path: str) -> Any:
+        """``data`` decoded as ``cls``; garbage is logged and ignored (None), never a crash of the worker."""
         try:
             return codecs.decode(cls, data, path)
         except PayloadError as exc:
