@@ -370,3 +370,33 @@ def test_a_server_without_add_watch_gets_one_watch_per_task(cluster, zk, layout)
     create_tasks(zk, layout, ["new"])
     _set_spec(zk, layout, ids[0], state="PAUSED")
     wait_until(lambda: "new" in ctl.ctx.tasks and ctl.ctx.tasks[ids[0]].state == "PAUSED", 10, "changes seen")
+
+
+def test_the_load_runs_with_the_cyclic_collector_paused_and_gives_it_back(cluster, zk, layout):
+    """The load allocates a dozen objects per task and frees almost none: collections it triggered walked
+    the growing context again and again (B10: 100,000 tasks loaded in 3.09 s with them, 1.26 s without,
+    same run). The collector is paused for the load alone, and on again after it, a failed load included."""
+    import gc
+
+    create_tasks(zk, layout, [f"g{i:03d}" for i in range(20)])
+    ctl = cluster.controller("c0", start=False)
+    seen: list[bool] = []
+    load_state = ctl._load_state
+
+    def watched() -> None:
+        seen.append(gc.isenabled())
+        load_state()
+    ctl._load_state = watched
+    assert gc.isenabled()
+    ctl.start()
+    wait_until(lambda: ctl.ctx is not None and len(ctl.ctx.tasks) == 20, 20, "the state loaded")
+    assert seen and not any(seen), "the collector ran during the load"
+    assert gc.isenabled(), "the collector is on again after the load"
+
+    def failing() -> None:
+        seen.append(gc.isenabled())
+        raise RuntimeError("a load that fails half-way (injected)")
+    ctl._load_state = failing
+    with pytest.raises(RuntimeError):
+        ctl._load()
+    assert seen[-1] is False and gc.isenabled()

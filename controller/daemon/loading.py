@@ -3,6 +3,7 @@ arm the tasks' data watches in the background without losing a change made in be
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -186,6 +187,19 @@ class StateLoad:
     """Loading the context on activation or reload."""
 
     def _load(self) -> None:
+        """Read the whole cluster state and arm watches (``_load_state``), with Python's cyclic garbage
+        collector paused: the load allocates a dozen objects per task and frees almost none, so every
+        collection it triggered walked the growing context again, for nothing (100,000 tasks: 3.09 s with
+        them, 1.26 s without, benchmark B10)."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._load_state()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _load_state(self) -> None:
         """Read the whole cluster state and arm watches.
 
         ``load="multiread"`` (the default): task specs, group states and assignments are read without
