@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-_READ = select.POLLIN | select.POLLPRI if hasattr(select, "poll") else 0
-_READY_TO_READ = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL \
-    if hasattr(select, "poll") else 0
-_READY_TO_WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP | select.POLLNVAL if hasattr(select, "poll") else 0
+_HAS_POLL = hasattr(select, "poll")
+_READ = select.POLLIN | select.POLLPRI if _HAS_POLL else 0
+_WRITE = select.POLLOUT if _HAS_POLL else 0
+_TROUBLE = select.POLLERR | select.POLLHUP | select.POLLNVAL if _HAS_POLL else 0  # reported as ready, as select does
 
 
 def _fd(obj: Any) -> int:
@@ -40,31 +40,19 @@ def poll_select(rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any]
     kazoo's own), with one ``poll`` call: ``timeout`` in seconds, None to wait for ever."""
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative")
-    wait = None if timeout is None else math.ceil(timeout * 1000)
-    poller = select.poll()
-    if not wlist:  # what kazoo's connection thread asks for all the time: is there something to read
-        fds = [(_fd(obj), obj) for obj in rlist]
-        for fd, _ in fds:
-            poller.register(fd, _READ)
-        ready = poller.poll(wait)
-        if not ready:
-            return [], [], []
-        events = dict(ready)
-        return [obj for fd, obj in fds if events.get(fd, 0) & _READY_TO_READ], [], []
+    wanted = [(_fd(obj), obj, _READ) for obj in rlist] + [(_fd(obj), obj, _WRITE) for obj in wlist]
     masks: dict[int, int] = {}
-    for obj in rlist:
-        fd = _fd(obj)
-        masks[fd] = masks.get(fd, 0) | _READ
-    for obj in wlist:
-        fd = _fd(obj)
-        masks[fd] = masks.get(fd, 0) | select.POLLOUT
+    for fd, _, mask in wanted:
+        masks[fd] = masks.get(fd, 0) | mask
+    poller = select.poll()
     for fd, mask in masks.items():
         poller.register(fd, mask)
-    ready = dict(poller.poll(wait))
+    ready = poller.poll(None if timeout is None else math.ceil(timeout * 1000))
     if not ready:
         return [], [], []
-    readable = [obj for obj in rlist if ready.get(_fd(obj), 0) & _READY_TO_READ]
-    writable = [obj for obj in wlist if ready.get(_fd(obj), 0) & _READY_TO_WRITE]
+    events = dict(ready)
+    readable = [obj for fd, obj, mask in wanted if mask == _READ and events.get(fd, 0) & (_READ | _TROUBLE)]
+    writable = [obj for fd, obj, mask in wanted if mask == _WRITE and events.get(fd, 0) & (_WRITE | _TROUBLE)]
     return readable, writable, []
 
 
@@ -77,4 +65,4 @@ class PollingHandler(SequentialThreadingHandler):
 
 
 def make_handler() -> SequentialThreadingHandler:
-    return PollingHandler() if hasattr(select, "poll") else SequentialThreadingHandler()
+    return PollingHandler() if _HAS_POLL else SequentialThreadingHandler()

@@ -118,6 +118,14 @@ def test_every_failed_task_is_restarted_by_one_multi_and_nothing_else(cluster, z
     assert wait_for(lambda: all(runs(workers["b0"], t) == before[t] + 1 for t in ("f1", "f2", "f3")), 20), \
         {t: runs(workers["b0"], t) for t in before}
     assert runs(workers["b0"], "healthy") == before["healthy"]
+
+    def failed_again(t: str) -> bool:
+        """The re-run is over and its FAILED is the status written (``runs`` counts a run from its start; the
+        FAILED shown until the re-run's RUNNING is written is the first run's)."""
+        ended = [i.end for i in workers["b0"].intervals if i.task_id == t]
+        status = codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0])
+        return len(ended) == before[t] + 1 and status.state == "FAILED" and status.updated >= max(ended)
+    assert wait_for(lambda: all(failed_again(t) for t in ("f1", "f2", "f3")), 20)
     assert wait_for(lambda: shown(admin) == {**want, "fp": "FAILED"}, 20), shown(admin)
 
     everywhere = admin.restart_tasks()

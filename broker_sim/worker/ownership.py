@@ -183,23 +183,30 @@ class Ownership:
             log.info("worker %s: release of %d tasks unconfirmed (%s)", self.id, len(ready), type(exc).__name__)
             done, unknown = False, True
         paths = [self.layout.status(t) for t in ready]
-        for p in paths:  # released: the next owner writes them; failed: a version of ours was stale
-            self.status_versions.pop(p, None)
         with self.lock:
             for t in ready:
                 if t in self.slots:
                     self.slots[t].releasing = False
         if not done:
+            for p in paths:  # a version of ours was stale
+                self.status_versions.pop(p, None)
             self.pool.submit(self._release_and_finish, tasks, ready, False, unknown)
             return
-        self.known_status.update(paths)
-        self._let_go(ready)
+        self._released(ready, paths)
         with self.lock:
             for t in tasks:
                 if t in self.slots:
                     self.slots[t].busy = False
         self._do(self.member.on_released(self._held(), event.request))
         self._reconcile()
+
+    def _released(self, tasks: list[str], status_paths: list[str]) -> None:
+        """A release multi succeeded: its statuses are there, their versions the next owner's to know, and the
+        tasks are someone else's to take."""
+        self.known_status.update(status_paths)
+        for p in status_paths:
+            self.status_versions.pop(p, None)
+        self._let_go(tasks)
 
     def _final_statuses(self, tasks: list[str]) -> dict[str, bytes]:
         """The last status of each task let go, encoded; its slot is marked releasing (the status loop leaves
@@ -325,11 +332,11 @@ class Ownership:
                                 "retrying, its owner znode stays until then or until our session ends", self.id, tasks[0])
                     time.sleep(RELEASE_RETRY_S)
                     raise
+                for p in paths.values():
+                    self.status_versions.pop(p, None)
+                self._let_go(tasks)
             else:
-                self.known_status.update(paths.values())
-            for p in paths.values():  # the next owner writes them: a version of ours would only be stale
-                self.status_versions.pop(p, None)
-            self._let_go(tasks)  # (the caller says so once their slots are no longer busy: see _stop_task)
+                self._released(tasks, list(paths.values()))  # (the caller tells the member, busy flags cleared)
         finally:
             with self.lock:
                 for t in tasks:

@@ -332,19 +332,8 @@ class Tasks:
                 list(pool.map(stop_one, tasks))
 
     def _stop_task(self, t: str) -> None:
-        handed = False
-        try:
-            self._stop_runner(t)
-            handed = self._hand_over_release([t], [t])  # reconcile: the event thread releases it, and reports
-            if not handed:
-                self._release([t])
-        finally:
-            if not handed:
-                with self.lock:
-                    if t in self.slots:
-                        self.slots[t].busy = False
-                self._enqueue(_Owned())  # only now is it let go: a busy slot counts as "may hold any moment"
-                self._reconcile()
+        """One task let go alone: a batch of one (stop, then release; see ``_stop_in_batch``)."""
+        self._stop_in_batch(t, _StopBatch(1))
 
     def _stop_all_tasks(self, release: bool) -> None:
         with self.lock:
