@@ -112,6 +112,10 @@ class ZooKeeperServer:
     peers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     extra_config: dict[str, str] = field(default_factory=dict)
     peer_hosts: dict[int, str] = field(default_factory=dict)  # server id -> host, where not ``host`` (containers)
+    # An embedded server shares a small machine's cores with the cluster it serves: the C2 compiler's
+    # bursts in its first minutes took up to 40% of a core (docs/benchmarks.md, "ZooKeeper's JIT"); C1
+    # alone compiles in a fraction of that, its code a little slower per request.
+    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -188,7 +192,7 @@ class ZooKeeperServer:
     def command(self) -> list[str]:
         """The java command line of this server (its config written first)."""
         cfg = self.write_config()
-        return [find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+        return [find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", *self.jvm_options,
                 "-Dzookeeper.log.dir=" + str(self.data_dir.resolve()), "-Dzookeeper.admin.enableServer=false",
                 "-cp", zookeeper_classpath(), MAIN_CLASS, str(cfg.resolve())]
 
@@ -200,19 +204,7 @@ class ZooKeeperServer:
             if wait:
                 self.wait_until_serving(timeout)
             return pid
-        java = find_java()
-        cfg = self.write_config()
-        cmd = [
-            java,
-            f"-Xmx{self.heap_mb}m",
-            "-XX:+UseSerialGC",
-            "-Dzookeeper.log.dir=" + str(self.data_dir.resolve()),
-            "-Dzookeeper.admin.enableServer=false",
-            "-cp",
-            zookeeper_classpath(),
-            MAIN_CLASS,
-            str(cfg.resolve()),
-        ]
+        cmd = self.command()
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True

@@ -163,6 +163,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
         self._last_flush = 0.0
+        self._flushed: list[RunInterval] = []  # the interval log as last written (an unchanged one is not rewritten)
         self._closing = False
         self.probe = _LivenessProbe(self)
         self.watchdog = DeadlineWatchdog(self)

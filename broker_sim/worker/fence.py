@@ -44,6 +44,11 @@ def fence_margin(session_timeout_s: float, fence_fraction: float, stop_budget_s:
     return margin
 
 
+def probe_interval(fence_margin_s: float) -> float:
+    """How often the liveness probe asks: half the fence margin, at least 0.2 s and at most 1 s."""
+    return min(1.0, max(0.2, fence_margin_s / 2))
+
+
 class _LivenessProbe:
     """The fence deadline without relying on kazoo's SUSPENDED, run by the pulse thread.
 
@@ -58,6 +63,8 @@ class _LivenessProbe:
     def __init__(self, worker: "Worker") -> None:
         self.w = worker
         self.limit = worker.config.settings.session_timeout_s - worker.fence_margin_s
+        self.interval = probe_interval(worker.fence_margin_s)
+        self.sent_at = float("-inf")
         self.session: int | None = None
         self.last_ok = time.monotonic()
         self.pending: tuple[float, Any] | None = None
@@ -66,6 +73,7 @@ class _LivenessProbe:
     def reset(self, now: float) -> None:
         self.last_ok = now
         self.pending = None
+        self.sent_at = float("-inf")  # a new session: ask at once
 
     def earliest_expiry(self) -> float | None:
         """The earliest instant (monotonic) the server may expire our session: ``session_timeout`` after the
@@ -99,7 +107,8 @@ class _LivenessProbe:
                     with w.lock:
                         w.fenced = False
                     w._reconcile()
-        if self.pending is None and w.client.connected:
+        if self.pending is None and w.client.connected and now - self.sent_at >= self.interval:
+            self.sent_at = now
             try:
                 self.pending = (now, w.client.exists_async(w.layout.broker(w.id)))
             except Exception:

@@ -93,14 +93,18 @@ class Reporting:
             self.status_writer.upsert(items, self.known_status, self.status_versions)
 
     def _flush_intervals(self, force: bool = False) -> None:
+        """Write this broker's interval log when it changed (a run started or ended): an open interval stays
+        the same while its task runs, and rewriting a hundred tasks' log every flush was most of the bytes a
+        quiet cluster sent ZooKeeper."""
         if not force and time.monotonic() - self._last_flush < self.config.intervals_flush_s:
             return
         self._last_flush = time.monotonic()
         recent = (list(self.intervals) + self.open_intervals())[-MAX_INTERVALS_IN_ZK:]
-        if not recent or not self.client.connected:
+        if not recent or recent == self._flushed or not self.client.connected:
             return
         data = codecs.encode(codecs.IntervalLog(broker=self.id, intervals=tuple(recent)))
         try:
             self.status_writer.upsert([(self.layout.broker_intervals(self.id), data)], self.known_status)
         except Exception:
-            pass
+            return
+        self._flushed = recent
