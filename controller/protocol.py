@@ -91,16 +91,31 @@ def cooperative_adjust(
     join time, so this is the identity.
     """
     held = {m: ts if isinstance(ts, (set, frozenset)) else set(ts) for m, ts in owned.items()}
-    placed = {m: set(ts) for m, ts in target.items()}
     held_all: set[str] = set().union(*held.values())
-    targeted: set[str] = set().union(*placed.values())
-    if (sum(map(len, held.values())) == len(held_all) and sum(map(len, placed.values())) == len(targeted)):
+    targeted: set[str] = set().union(*target.values())
+    if (sum(map(len, held.values())) == len(held_all) and sum(map(len, target.values())) == len(targeted)):
         # the common case, one owner and one target per task: set algebra (10,000s of tasks at every step of a
         # reconciling group; a loop over them was most of a step). A member gets what nobody else holds; a
-        # holder loses what its target does not name.
-        assigned = {m: tuple(sorted((ts - held_all) | (ts & held.get(m, set())))) for m, ts in placed.items()}
-        revoked = {m: tuple(sorted(hs - placed.get(m, set()))) for m, hs in held.items()}
-        return assigned, {m: ts for m, ts in revoked.items() if ts}
+        # holder loses what its target does not name. Most members hold exactly their target: a look-up per
+        # task says so, with no set built and no difference taken (a reconciling group's step is mostly them).
+        nothing: frozenset[str] = frozenset()
+        assigned: dict[str, tuple[str, ...]] = {}
+        revoked: dict[str, tuple[str, ...]] = {}
+        for m, ts in target.items():
+            hs = held.get(m, nothing)
+            if hs.issuperset(ts):  # (everything in its target is its own already)
+                assigned[m] = tuple(sorted(ts))
+                if len(hs) != len(assigned[m]):  # (targets name a task once: the rest is what it loses)
+                    revoked[m] = tuple(sorted(hs.difference(ts)))
+            else:
+                assigned[m] = tuple(sorted(t for t in ts if t in hs or t not in held_all))
+                gone = hs.difference(ts)
+                if gone:
+                    revoked[m] = tuple(sorted(gone))
+        for m, hs in held.items():
+            if m not in target and hs:
+                revoked[m] = tuple(sorted(hs))
+        return assigned, revoked
     return _adjust_conflicting(target, owned, targeted)
 
 

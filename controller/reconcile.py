@@ -266,9 +266,10 @@ class ReconcileMixin:
         for m in sorted(self.members):
             now_assigned = tuple(sorted(assigned.get(m, ())))
             pending = self.unreleased.get(m, {})
-            for t in set(now_assigned) & pending.keys():
-                del pending[t]  # revoked, then given back before it was let go: it simply stays
-            to_revoke = tuple(sorted(t for t in revoked.get(m, ()) if t not in pending))
+            if pending:
+                for t in pending.keys() & set(now_assigned):
+                    del pending[t]  # revoked, then given back before it was let go: it simply stays
+            to_revoke = tuple(sorted(t for t in revoked[m] if t not in pending)) if m in revoked else ()
             if now_assigned != self.assignment.get(m) or to_revoke or everyone:
                 changed.append((m, now_assigned, to_revoke))
         decisions: list[Decision] = []

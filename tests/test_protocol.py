@@ -225,13 +225,19 @@ def test_adjust_revokes_exactly_what_moves_or_vanished(inputs):
 
 
 @PROPERTY_SETTINGS
-@given(adjust_inputs(disjoint=True))
-def test_adjusts_set_algebra_agrees_with_the_task_by_task_rule(inputs):
+@given(adjust_inputs(disjoint=True), st.sets(st.sampled_from(TASKS)), st.booleans())
+def test_adjusts_set_algebra_agrees_with_the_task_by_task_rule(inputs, departed, as_sets):
     """One owner and one target per task takes the set-algebra path; it must give exactly what the task by
-    task rule (kept for conflicting claims) gives."""
+    task rule (kept for conflicting claims) gives, also for a holder the target no longer names (a member
+    gone: ``departed`` takes over those of the tasks nobody holds) and for holdings given as sets."""
     from controller.protocol import _adjust_conflicting
 
     _members, _tasks, target, owned = inputs
+    held_now = {t for ts in owned.values() for t in ts}
+    if departed - held_now:
+        owned = {**owned, "departed": tuple(sorted(departed - held_now))}
+    if as_sets:
+        owned = {m: set(ts) for m, ts in owned.items()}
     targeted = {t for ts in target.values() for t in ts}
     assert cooperative_adjust(target, owned) == _adjust_conflicting(target, owned, targeted)
 
