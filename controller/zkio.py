@@ -34,6 +34,7 @@ MAX_OPS_PER_MULTI = 1000
 MAX_BYTES_PER_MULTI = 512 * 1024
 WAIT_S = 60.0
 WAIT_SLICE_S = 0.05
+UPSERT_ATTEMPTS = 4
 
 
 class _Pending:
@@ -284,8 +285,9 @@ class FencedWriter:
         """Create or overwrite each (path, data): set where the znode exists, create where it doesn't.
 
         ``known`` caches paths known to exist (updated in place). Unknown paths are looked up with
-        pipelined ``exists`` calls; a race (someone deleted/created meanwhile) is retried once.
-        ``versions``: see :meth:`write`.
+        pipelined ``exists`` calls; a race (someone deleted/created meanwhile) is looked up and written
+        again, up to ``UPSERT_ATTEMPTS`` times in all: a failed multi names only its first failing op, so two
+        paths raced in one batch take two more rounds. ``versions``: see :meth:`write`.
         """
         known = known if known is not None else set()
         # A path written twice in one batch (e.g. a group's state: PreparingRebalance, then AwaitingSync)
@@ -293,7 +295,7 @@ class FencedWriter:
         # is never visible anyway, and a Create followed by a Create of the same new znode would fail.
         last = {p: d for p, d in items}
         items = [(p, last.pop(p)) for p, _ in items if p in last]
-        for attempt in range(2):
+        for attempt in range(UPSERT_ATTEMPTS):
             unknown = [p for p, _ in items if p not in known]
             for p, stat in zip(unknown, exists_many(self.client, unknown)):
                 if stat is not None:
@@ -302,7 +304,7 @@ class FencedWriter:
             try:
                 self.write(ops, versions)
             except WriteFailed as exc:
-                if attempt == 1:
+                if attempt == UPSERT_ATTEMPTS - 1:
                     raise
                 for op, err in exc.failures:
                     if isinstance(err, NoNodeError):

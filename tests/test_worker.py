@@ -457,3 +457,17 @@ def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(
     assert wait_for(lambda: status("slow")[0].state == "COMPLETED", 10), "a state change is not held"
     done, _ = status("slow")
     assert done.metrics["uptime_s"] >= 3.0, f"it carries the metrics of its moment: {done.metrics}"
+
+
+def test_statuses_whose_existence_the_broker_had_wrong_are_written_all_the_same(zk, layout):
+    """A failed multi names only its first failing op (the rest read as rolled back), so a batch in which
+    two paths were not what the writer believed (here: both believed there, both gone) fails on one, then on
+    the other: the upsert looks them up and writes again until every one is right."""
+    from controller.zkio import FencedWriter
+
+    paths = [layout.root + f"/upsert-race-{i}" for i in range(3)]
+    zk.create(paths[2], b"old")
+    known = {paths[0], paths[1]}  # believed to exist, they do not
+    FencedWriter(zk, None).upsert([(p, f"v{i}".encode()) for i, p in enumerate(paths)], known)
+    assert [zk.get(p)[0] for p in paths] == [b"v0", b"v1", b"v2"]
+    assert known == set(paths)

@@ -90,7 +90,14 @@ class Reporting:
                 failures=s.failures, metrics=s.metrics, session=codecs.session_hex(self.session_id))))
                 for t, s in dirty]
         if items:
-            self.status_writer.upsert(items, self.known_status, self.status_versions)
+            try:
+                self.status_writer.upsert(items, self.known_status, self.status_versions)
+            except Exception:
+                with self.lock:  # not written: the next poll writes them again, nothing is lost
+                    for t, s in dirty:
+                        if self.slots.get(t) is s:
+                            s.dirty = True
+                raise
 
     def _flush_intervals(self, force: bool = False) -> None:
         """Write this broker's interval log when it changed (a run started or ended): an open interval stays
