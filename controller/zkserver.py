@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -98,6 +99,15 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
         return ""
 
 
+def default_jvm_options() -> tuple[str, ...]:
+    """The server JVM's options: ``$SERVER_JVMFLAGS`` (as ZooKeeper's own scripts read it) if set, else C1
+    only. An embedded server shares a small machine's cores with the cluster it serves, and the C2
+    compiler's bursts in its first minutes took up to 40% of a core of two (docs/benchmarks.md, "The
+    machine's own load"); C1 alone compiles in a fraction of that, its code a little slower per request."""
+    flags = os.environ.get("SERVER_JVMFLAGS")
+    return tuple(shlex.split(flags)) if flags is not None else ("-XX:TieredStopAtLevel=1",)
+
+
 @dataclass
 class ZooKeeperServer:
     """One ZooKeeper server process. ``peers`` (server id -> (client, quorum, election) ports) makes it part of an ensemble."""
@@ -112,10 +122,7 @@ class ZooKeeperServer:
     peers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     extra_config: dict[str, str] = field(default_factory=dict)
     peer_hosts: dict[int, str] = field(default_factory=dict)  # server id -> host, where not ``host`` (containers)
-    # An embedded server shares a small machine's cores with the cluster it serves: the C2 compiler's
-    # bursts in its first minutes took up to 40% of a core (docs/benchmarks.md, "ZooKeeper's JIT"); C1
-    # alone compiles in a fraction of that, its code a little slower per request.
-    jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
+    jvm_options: tuple[str, ...] = field(default_factory=lambda: default_jvm_options())
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

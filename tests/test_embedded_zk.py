@@ -54,6 +54,20 @@ def test_zkctl_zk_start_tree_stop_leaves_no_java(tmp_path, cli_env):
     assert run(["zk", "status"], env, check=False).returncode == 3
 
 
+def test_the_server_jvm_runs_c1_only_unless_server_jvmflags_says_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("SERVER_JVMFLAGS", raising=False)
+    assert "-XX:TieredStopAtLevel=1" in ZooKeeperServer(data_dir=tmp_path / "a", port=free_port()).command()
+    monkeypatch.setenv("SERVER_JVMFLAGS", "-Xss1m -Dzkc.flag='two words'")
+    server = ZooKeeperServer(data_dir=tmp_path / "b", port=free_port())
+    pid = server.start()
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+        assert "-Xss1m" in cmdline and "-Dzkc.flag=two words" in cmdline and "-XX:TieredStopAtLevel=1" not in cmdline
+        assert server.is_serving()
+    finally:
+        server.stop()
+
+
 def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
