@@ -122,7 +122,7 @@ class ZooKeeperServer:
     peers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     extra_config: dict[str, str] = field(default_factory=dict)
     peer_hosts: dict[int, str] = field(default_factory=dict)  # server id -> host, where not ``host`` (containers)
-    jvm_options: tuple[str, ...] = field(default_factory=lambda: default_jvm_options())
+    jvm_options: tuple[str, ...] = field(default_factory=default_jvm_options)
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

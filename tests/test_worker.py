@@ -429,6 +429,39 @@ def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(capl
 
 
 
+def test_the_liveness_probe_asks_every_half_margin_between_a_fifth_of_a_second_and_one():
+    from broker_sim.worker.fence import probe_interval
+
+    assert probe_interval(1.0) == pytest.approx(0.5)  # the simulator's 6 s session, a sixth of it as margin
+    assert probe_interval(0.2) == 0.2 and probe_interval(5.0) == 1.0  # (bounds: never busier, never staler)
+
+
+def test_the_interval_log_is_rewritten_when_a_run_starts_not_at_every_flush(zk, layout, zk_settings, controller,
+                                                                             workers):
+    """An open interval stays the same while its task runs: a broker whose runs did not change leaves its
+    interval log alone at every flush (it rewrote it at every one), and writes it when a run starts."""
+    from kazoo.exceptions import NoNodeError
+
+    _create(zk, layout, *[TaskSpec(id=f"i{i}", pipeline=NoopPipeline(kind="noop")) for i in range(2)])
+    _worker(workers, zk_settings, "iv", intervals_flush_s=0.1)
+    path = layout.broker_intervals("iv")
+
+    def log() -> tuple[set[str], int]:
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            return set(), -1
+        return {i.task_id for i in codecs.decode(codecs.IntervalLog, data, path).intervals}, stat.version
+
+    assert wait_for(lambda: log()[0] == {"i0", "i1"}, 20)
+    _, v0 = log()
+    time.sleep(1.0)  # ten flushes
+    _, v1 = log()
+    assert v1 - v0 <= 1, f"the unchanged log was rewritten {v1 - v0} times in ten flushes"
+    _create(zk, layout, TaskSpec(id="i2", pipeline=NoopPipeline(kind="noop")))
+    assert wait_for(lambda: log()[0] == {"i0", "i1", "i2"}, 20), "a run that started is in the log"
+
+
 def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(zk, layout, zk_settings,
                                                                                 controller, workers):
     """The no-op runner's uptime changes at every poll (every 0.1 s here). A broker with no metrics interval
