@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Collection, Mapping
 
 from controller.clock import Clock, WallClock
-from controller.assignors import get_assignor
 from controller.codecs import (
     Assignment,
     GroupStateInfo,
     HeldTasks,
     JoinRequest,
     JoinResult,
-    MemberMetadata,
     MoveLimits,
-    SyncProposal,
     TaskDescriptor,
 )
 from controller.errors import ProtocolError
@@ -44,14 +41,17 @@ from controller.group_types import (  # noqa: F401 (the coordinator's vocabulary
     _Held,
     check_transition,
 )
-from controller.protocol import RECONCILE, choose_assignor, choose_protocol, validate_proposal
+from controller.group_operations import OperationsMixin
+from controller.join_round import JoinRoundMixin
+from controller.protocol import RECONCILE
 from controller.reconcile import ReconcileMixin
-from controller.throttle import Move, Wave, plan_wave
+from controller.throttle import Move
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
-class GroupCoordinator(ReconcileMixin):
+class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
     group: str
     controller_epoch: int
     clock: Clock
@@ -372,99 +372,6 @@ class GroupCoordinator(ReconcileMixin):
             log.info("group %s: restoring the preferred placement: %d tasks to move", self.group, moves)
         return self._prepare_rebalance(reason)
 
-    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
-        """The operators' settings changed: a wider throttle may let the next wave go now."""
-        self.limits = limits
-        self.max_imbalance = max_imbalance
-        if preferred_check_s != self.preferred_check_s:
-            self.preferred_check_s = preferred_check_s
-            self.next_check = self.clock.now() + preferred_check_s if preferred_check_s > 0 else None
-        return self._next_wave()
-
-    def on_maintenance(self, on: bool) -> list[Decision]:
-        """Maintenance mode: while on, nothing moves and nothing gains an owner; a departed member's tasks
-        wait for it (held without a deadline) and the rebalances it would have caused wait for the end."""
-        if on == self.maintenance:
-            return []
-        self.maintenance = on
-        if on:
-            self.reason = "maintenance mode: placement frozen"
-            return [WriteGroupState(self.info())] if self.state is not GroupState.DEAD else []
-        held_before = self._held_info()
-        released = [k for k, h in self.held.items() if h.deadline == FOREVER]
-        for k in released:
-            del self.held[k]
-        placed = {t for ts in self.assignment.values() for t in ts}
-        why = self.postponed or ("maintenance ended: held tasks move" if released else "")
-        if not why and (self.deferred or set(self.tasks) - placed - self.held_tasks()
-                        or set(self.members) - set(self.generation_members)):
-            why = "maintenance ended"
-        self.postponed = ""
-        decisions: list[Decision] = []
-        if why and self.members and self.state is not GroupState.DEAD:
-            decisions = self._prepare_rebalance(f"maintenance ended ({why})" if not why.startswith("maintenance") else why)
-        elif self.state is not GroupState.DEAD:
-            self.reason = "maintenance ended"
-            decisions = [WriteGroupState(self.info())]
-        return self._note_held(held_before, decisions)
-
-    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
-        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
-        mv = self.moving.get(task_id)
-        if mv is None or mv.dest != broker:
-            return []
-        del self.moving[task_id]
-        return self._next_wave() or ([WriteGroupState(self.info())] if not self.moving else [])
-
-    def _next_wave(self) -> list[Decision]:
-        """Deferred moves go once the last wave's tasks all run (and the cluster's limit leaves room)."""
-        if self.reconciling():
-            if self.deferred and not self.moving and not self.maintenance and self._room() != 0:
-                self.reason = f"next wave: {len(self.deferred)} moves waiting for the throttle"
-                return self._r_step(write_state=True)
-            return []
-        if (self.deferred and not self.moving and self.state is GroupState.STABLE and not self.maintenance
-                and self.members and self._room() != 0):
-            return self._prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
-        return []
-
-    def throttled(self) -> bool:
-        """Whether moves are counted: a limit or maintenance mode is in force."""
-        return (self.maintenance or self.cluster_room is not None or self.limits.max_moves is not None
-                or self.limits.max_moves_per_broker is not None)
-
-    def _room(self) -> int | None:
-        left = None if self.limits.max_moves is None else self.limits.max_moves - len(self.moving)
-        if self.cluster_room is not None:
-            left = self.cluster_room if left is None else min(left, self.cluster_room)
-        return None if left is None else max(0, left)
-
-    def _preferred_layout(self) -> dict[str, str]:
-        """Task -> member in the layout the group's assignor gives with no history at all."""
-        return self._layout(previous={})
-
-    def _layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
-        members = [MemberMetadata(member_id=m, capacity=r.capacity, rack=r.rack, instance_id=r.instance_id,
-                                  leaving=r.leaving or m in self.shutting_down)
-                   for m, r in sorted(self.members.items()) if m in self.generation_members]
-        if not members:
-            return {}
-        held = self.held_tasks()
-        tasks = [d for t, d in sorted(self.tasks.items()) if t not in held]
-        try:
-            target = get_assignor(self.assignor or self.config.default_assignor).assign(members, tasks, previous)
-        except (KeyError, ValueError) as exc:
-            log.warning("group %s: cannot compute a layout: %s", self.group, exc)
-            return {}
-        return {t: m for m, ts in target.items() for t in ts}
-
-    def measure_imbalance(self) -> int:
-        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
-        current = {m: ts for m, ts in self.assignment.items() if m in self.generation_members}
-        target = self._layout(previous=current)
-        where = {t: m for m, ts in current.items() for t in ts}
-        return sum(1 for t, m in target.items() if where.get(t) != m)
-
     def on_controlled_shutdown(self, member_id: str) -> list[Decision]:
         """Move the member's tasks away before it leaves (it exits once it owns nothing)."""
         if member_id not in self.members or member_id in self.shutting_down:
@@ -478,59 +385,6 @@ class GroupCoordinator(ReconcileMixin):
             return []
         self.reassign[task_id] = to
         return self._prepare_rebalance(f"reassign {task_id} to {to}")
-
-    def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
-        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
-        if (self.state is not GroupState.AWAITING_SYNC or self.join_result is None
-                or proposal.generation != self.generation):
-            log.info("group %s: ignoring proposal for generation %d (ILLEGAL_GENERATION; now %s gen %d)",
-                     self.group, proposal.generation, self.state.value, self.generation)
-            return []
-        problems = validate_proposal(self.join_result, proposal)
-        if problems:
-            log.warning("group %s: refusing proposal of %s for generation %d: %s", self.group,
-                        proposal.leader, proposal.generation, "; ".join(problems[:3]))
-            return self._prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
-        proposed = {m: proposal.assigned.get(m, ()) for m in self.generation_members}
-        revocations = {m: proposal.revoked.get(m, ()) for m in self.generation_members}
-        if self.throttled():
-            had = {mm.member_id: set(mm.owned) | set(self.join_result.previous.get(mm.member_id, ()))
-                   for mm in self.join_result.members}
-            wave = plan_wave(proposed, revocations, had, self.tasks, self.moving, self.limits, self.clock.now(),
-                             frozen=self.maintenance, room=self.cluster_room,
-                             leaving=[mm.member_id for mm in self.join_result.members if mm.leaving])
-        else:  # no limit in force: nothing to count, no status to watch
-            wave = Wave(proposed, {m: ts for m, ts in revocations.items() if ts}, {}, ())
-        if wave.deferred:
-            log.info("group %s: generation %d moves %d tasks now; %d wait for a later wave%s", self.group,
-                     self.generation, len(wave.moving), len(wave.deferred), " (maintenance)" if self.maintenance else "")
-        self.moving, self.deferred = wave.moving, wave.deferred
-        for t, to in list(self.preferred.items()):
-            if t in wave.assigned.get(to, ()) or t not in self.tasks or to not in self.generation_members:
-                del self.preferred[t]  # there (or no longer possible): the pin has done its work
-        assignments = []
-        # the leader starts the second round of a cooperative move: only if a revocation went out (a throttled
-        # wave may hold back every one its proposal made, and a rejoin for nothing would start another)
-        second_round = any(wave.revoked.values()) and self.protocol == "cooperative"
-        for m in self.generation_members:
-            assigned = tuple(sorted(wave.assigned.get(m, ())))
-            revoked = tuple(sorted(wave.revoked.get(m, ())))
-            self.assignment[m] = assigned
-            assignments.append((m, Assignment(
-                generation=self.generation, controller_epoch=self.controller_epoch, assigned=assigned,
-                revoked=revoked, protocol=self.protocol or "eager", leader=self.leader,
-                follow_up=second_round and m == self.leader)))
-        self.sync_deadline = None
-        self.join_result = None
-        self.reason = "assignment published" + (
-            f"; {len(self.deferred)} moves wait ({'maintenance' if self.maintenance else 'throttle'})"
-            if self.deferred else "")
-        self._transition(GroupState.STABLE)
-        decisions: list[Decision] = [WriteAssignments(tuple(assignments)), WriteGroupState(self.info()),
-                                     DeleteGenerationsBelow(self.generation)]
-        if self.moving:
-            decisions.append(WatchMoves(tuple(sorted(self.moving))))
-        return decisions
 
     def on_tick(self) -> list[Decision]:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
@@ -594,18 +448,6 @@ class GroupCoordinator(ReconcileMixin):
         self.join_result = None
         return [WriteGroupState(self.info())]
 
-    def _static_rejoin(self, member_id: str, key: str) -> list[Decision]:
-        """A static member came back within the delay: its held tasks again, nobody else disturbed."""
-        tasks = tuple(t for t in self.held.pop(key).tasks if t in self.tasks)
-        self.generation_members = tuple(sorted(set(self.generation_members) | {member_id}))
-        self.assignment[member_id] = tasks
-        self.static_returned[member_id] = self.members[member_id]
-        self.reason = f"static member {key} returned"
-        log.info("group %s: %s returned as %s; %d tasks back without a rebalance", self.group, key, member_id, len(tasks))
-        a = Assignment(generation=self.generation, controller_epoch=self.controller_epoch, assigned=tasks,
-                       protocol=self.protocol or "eager", leader=self.leader)
-        return [WriteAssignments(((member_id, a),)), WriteGroupState(self.info())]
-
     def _prepare_rebalance(self, reason: str) -> list[Decision]:
         self.reason = reason
         if self.state is GroupState.DEAD:
@@ -636,91 +478,22 @@ class GroupCoordinator(ReconcileMixin):
             decisions = []
         return decisions + self._maybe_complete_join(force=False)
 
-    def _maybe_complete_join(self, force: bool) -> list[Decision]:
-        """Complete the join phase once every live member rejoined (or on timeout, with those that did)."""
-        assert self.state is GroupState.PREPARING_REBALANCE
-        if not self.members:
-            return self._to_empty("all members left")
-        target = self.join_generation
-        joined = {m: r for m, r in self.members.items()
-                  if r.join_generation == target and r != self.static_returned.get(m)}
-        if len(joined) < len(self.members) and not force:
-            return []
-        if not joined:
-            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
-            self.reason = "no member rejoined in time; waiting again"
-            return [WriteGroupState(self.info())]
-        decisions: list[Decision] = []
-        errors: dict[str, ProtocolError] = {m: ProtocolError.REBALANCE_TIMEOUT for m in self.members if m not in joined}
-        leader_hint = self.leader if self.leader in joined else min(joined)
-        choice = choose_protocol({m: r.protocols for m, r in joined.items()}, leader_hint)
-        if choice.protocol == RECONCILE:
-            if self._all_prefer_reconcile(self.members):
-                # no sync phase: the coordinator places the tasks itself, every live member takes part
-                self.generation = target
-                return decisions + self._r_enter(f"generation {target} joined by {len(joined)} members")
-            # a member that did not join (yet) cannot reconcile: choose among the others
-            choice = choose_protocol({m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()},
-                                     leader_hint)
-        for m in choice.incompatible:
-            errors[m] = ProtocolError.INCONSISTENT_PROTOCOL
-        members = [m for m in sorted(joined) if m not in errors]
-        self.excluded = {m: (e, self.members[m]) for m, e in errors.items()}
-        if not members or choice.protocol is None:
-            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
-            self.reason = "no member could be admitted"
-            return [WriteGroupState(self.info()), WriteAssignments(self._error_assignments(errors, target))]
-        self.generation = target
-        self.leader = leader_hint if leader_hint in members else members[0]
-        self.protocol = choice.protocol
-        self.assignor = choose_assignor({m: joined[m].assignors for m in members}, self.leader, self.config.default_assignor)
-        self.generation_members = tuple(members)
-        self.join_deadline = None
-        self.sync_deadline = self.clock.now() + self.config.rebalance_timeout_s
-        # static members back inside the delay take their held tasks back (as their previous assignment)
-        previous = {m: self.assignment[m] for m in members if m in self.assignment}
-        for m in members:
-            key = self.identity(m, joined[m])
-            if key in self.held:
-                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(self.held.pop(key).tasks)))
+    def _descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
+        """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
+        reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
+        (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
+        if not (skip or self.reassign or self.preferred):  # (most rounds: every task as it is)
+            return [self.tasks[t_id] for t_id in sorted(self.tasks)]
         descriptors = []
         for t_id in sorted(self.tasks):
+            if t_id in skip:
+                continue
             d = self.tasks[t_id]
             to = self.reassign.get(t_id) or self.preferred.get(t_id)
-            if to is not None and to in members and (t_id in self.reassign or not joined[to].leaving):
+            if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
                 d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
             elif to is not None:
                 self.reassign.pop(t_id, None)
                 self.preferred.pop(t_id, None)
             descriptors.append(d)
-        self.join_result = JoinResult(
-            generation=self.generation,
-            leader=self.leader,
-            protocol=self.protocol,
-            assignor=self.assignor,
-            controller_epoch=self.controller_epoch,
-            members=tuple(
-                MemberMetadata(member_id=m, owned=tuple(sorted(joined[m].owned)), capacity=joined[m].capacity,
-                               rack=joined[m].rack, instance_id=joined[m].instance_id,
-                               leaving=joined[m].leaving or m in self.shutting_down)
-                for m in members
-            ),
-            tasks=tuple(descriptors),
-            held=tuple(sorted(self.held_tasks() & set(self.tasks))),
-            previous={m: tuple(sorted(ts)) for m, ts in previous.items()},
-        )
-        self.assignment = {m: ts for m, ts in self.assignment.items() if m in members}
-        self.reason = f"generation {self.generation} joined by {len(members)} members"
-        self._transition(GroupState.AWAITING_SYNC)
-        decisions.append(WriteJoinResult(self.join_result))
-        if errors:
-            decisions.append(WriteAssignments(self._error_assignments(errors, self.generation)))
-        decisions += [WriteGroupState(self.info()), WatchSync(self.generation)]
-        return decisions
-
-    def _error_assignments(self, errors: Mapping[str, ProtocolError], generation: int) -> tuple[tuple[str, Assignment], ...]:
-        return tuple(
-            (m, Assignment(generation=generation, controller_epoch=self.controller_epoch, error=e.name,
-                           protocol=self.protocol or "eager", leader=self.leader))
-            for m, e in sorted(errors.items(), key=lambda kv: kv[0])
-        )
+        return descriptors

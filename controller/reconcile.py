@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Mapping
 
 from controller.assignors import get_assignor
-from controller.codecs import Assignment, JoinRequest, MemberMetadata, TaskDescriptor
+from controller.codecs import Assignment, JoinRequest, MemberMetadata
 from controller.errors import ProtocolError
 from controller.group_types import (
     FOREVER,
@@ -227,23 +227,7 @@ class ReconcileMixin:
         members = [MemberMetadata(member_id=m, owned=previous.get(m, ()), capacity=r.capacity, rack=r.rack,
                                   instance_id=r.instance_id, leaving=r.leaving or m in self.shutting_down)
                    for m, r in sorted(self.members.items())]
-        held = self.held_tasks()
-        if not (held or self.reassign or self.preferred):  # (most retargets: every task as it is)
-            descriptors = [self.tasks[t_id] for t_id in sorted(self.tasks)]
-        else:
-            descriptors = []
-            for t_id in sorted(self.tasks):
-                if t_id in held:
-                    continue
-                d = self.tasks[t_id]
-                to = self.reassign.get(t_id) or self.preferred.get(t_id)
-                if to is not None and to in self.members and (t_id in self.reassign or not self.members[to].leaving):
-                    d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required",
-                                       rack=d.rack)
-                elif to is not None:
-                    self.reassign.pop(t_id, None)
-                    self.preferred.pop(t_id, None)
-                descriptors.append(d)
+        descriptors = self._descriptors(self.members, skip=self.held_tasks())
         try:
             target = get_assignor(self.assignor or self.config.default_assignor).assign(members, descriptors, previous)
         except (KeyError, ValueError) as exc:

@@ -22,6 +22,8 @@ SANS_IO_CORE = (
     "controller.errors",
     "controller.group",
     "controller.group_types",
+    "controller.group_operations",
+    "controller.join_round",
     "controller.reconcile",
     "controller.throttle",
     "controller.layout",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pytest
 
 import controller.group
+import controller.join_round
 from broker_sim.protosim import ProtocolSim, SimConfig, SimResult
 import controller.reconcile
 from controller.protocol import COOPERATIVE, EAGER, RECONCILE, validate_proposal
@@ -119,7 +120,7 @@ def _worker_init() -> None:
     # refused proposals are logged as warnings by design: thousands of them here, not worth formatting
     logging.getLogger("controller").setLevel(logging.ERROR)
     logging.getLogger("broker_sim").setLevel(logging.ERROR)
-    controller.group.validate_proposal = _counting
+    controller.join_round.validate_proposal = _counting  # (the join round validates proposals)
 
 
 def run_chunk(name: str, seeds: range) -> Chunk:
@@ -202,7 +203,7 @@ def test_without_the_still_owns_check_faulty_leaders_break_invariant_2(monkeypat
     def lax(join, proposal):
         return [p for p in validate_proposal(join, proposal) if "still owns" not in p]
 
-    monkeypatch.setattr(controller.group, "validate_proposal", lax)
+    monkeypatch.setattr(controller.join_round, "validate_proposal", lax)
     caplog.set_level(logging.ERROR, logger="controller")
     config = SimConfig(faulty_leader_probability=0.3)
     broken = {}
