@@ -586,24 +586,50 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     client.set(layout.security, policy.encode())
     n = 0
     refused: list[str] = []
-    stack = [layout.root]
-    while stack:  # bounded by the tree's size
-        path = stack.pop()
-        try:
-            # a znode some broker owns (its owner znode, status, the task handed to it) stays that broker's
-            current = client.get_acls(path)[0] if policy.per_broker else ()
-            client.set_acls(path, expected_acl(policy, layout, path, current))
+    frontier = [layout.root]
+    while frontier:  # bounded by the tree's size: each znode is in one frontier, once
+        chunk, frontier = frontier[:ACL_WINDOW], frontier[ACL_WINDOW:]
+        # a znode some broker owns (its owner znode, status, the task handed to it) stays that broker's
+        if policy.per_broker:
+            current = _answers([client.get_acls_async(p) for p in chunk])
+        else:
+            current = [(((), None), None)] * len(chunk)  # (the ACL it has does not matter)
+        sets = [(path, err) if err is not None else
+                (path, (client.set_acls_async(path, expected_acl(policy, layout, path, got[0])),
+                        client.get_children_async(path)))
+                for path, (got, err) in zip(chunk, current)]
+        for path, sent in sets:
+            err = sent if isinstance(sent, Exception) else _answers([sent[0]])[0][1]
+            if isinstance(err, NoAuthError):  # someone took ADMIN away from us on this znode: report it,
+                refused.append(path)          # secure the rest
+                log.warning("security init: no ADMIN right on %s; its ACL is left as it is", path)
+                continue
+            if err is not None:  # (gone meanwhile)
+                continue
             n += 1
-            stack += [f"{path.rstrip('/')}/{c}" for c in client.get_children(path)]
-        except NoNodeError:
-            continue
-        except NoAuthError:  # someone took ADMIN away from us on this znode: report it, secure the rest
-            refused.append(path)
-            log.warning("security init: no ADMIN right on %s; its ACL is left as it is", path)
+            (names, err), = _answers([sent[1]])
+            if err is None:
+                frontier += [f"{path.rstrip('/')}/{c}" for c in names]
     counts = {r: len(policy.ids(r)) for r in ROLES}
     if policy.per_broker:
         counts["single-broker"] = len(policy.per_broker_ids())
     return InitResult(layout.root, created, n, counts, refused)
+
+
+#: znodes whose ACL (and children) are asked for at once: the walk goes in pipelined rounds, not round trips
+ACL_WINDOW = 500
+
+
+def _answers(pending: Sequence[Any]) -> list[tuple[Any, Exception | None]]:
+    """Each async request's (value, None), or (None, NoNodeError | NoAuthError) for the two answers a walk of
+    a live tree expects: a znode gone meanwhile, or one we may not touch. Anything else raises."""
+    out: list[tuple[Any, Exception | None]] = []
+    for r in pending:
+        try:
+            out.append((r.get(), None))
+        except (NoNodeError, NoAuthError) as exc:
+            out.append((None, exc))
+    return out
 
 
 def _containers(layout: ZkLayout) -> list[str]:
@@ -628,24 +654,29 @@ def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: 
                             "identity the policy lists as admin): ZooKeeper shows ACL digests only to clients with "
                             "ADMIN on a znode, so any other credentials would report every znode as wrong")
     wrong: list[str] = []
-    stack = [layout.root]
+    frontier = [layout.root]
     seen = 0
-    while stack and seen < limit:
-        path = stack.pop()
-        seen += 1
-        try:
-            acls, _ = client.get_acls(path)
-        except NoNodeError:
-            continue
-        try:
-            stack += [f"{path.rstrip('/')}/{c}" for c in client.get_children(path)]
-        except NoNodeError:
-            continue
-        except NoAuthError:  # an ACL without READ for the admin is itself not the policy's
-            wrong.append(path)
-            continue
-        want = {(a.perms, a.id.scheme, a.id.id) for a in expected_acl(policy, layout, path, acls)}
-        have = {(a.perms, a.id.scheme, a.id.id) for a in acls}
-        if want != have:
-            wrong.append(path)
+    while frontier and seen < limit:  # bounded by ``limit`` znodes
+        k = min(ACL_WINDOW, limit - seen)
+        chunk, frontier = frontier[:k], frontier[k:]
+        seen += len(chunk)
+        pending = [(p, client.get_acls_async(p), client.get_children_async(p)) for p in chunk]
+        for path, acls_done, children in pending:
+            (got, err), = _answers([acls_done])
+            if isinstance(err, NoAuthError):  # (as below: not even its ACL may be read)
+                wrong.append(path)
+            if err is not None:
+                continue
+            acls = got[0]
+            (names, err), = _answers([children])
+            if isinstance(err, NoAuthError):  # an ACL without READ for the admin is itself not the policy's
+                wrong.append(path)
+                continue
+            if err is not None:
+                continue
+            frontier += [f"{path.rstrip('/')}/{c}" for c in names]
+            want = {(a.perms, a.id.scheme, a.id.id) for a in expected_acl(policy, layout, path, acls)}
+            have = {(a.perms, a.id.scheme, a.id.id) for a in acls}
+            if want != have:
+                wrong.append(path)
     return sorted(wrong)

@@ -287,6 +287,40 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
         ctl.stop()
 
 
+def test_init_and_check_walk_a_root_larger_than_their_window_and_report_what_they_may_not_touch(per_broker):
+    """``security init`` and ``check`` walk the tree in pipelined rounds of ``ACL_WINDOW`` znodes: every znode
+    of a root larger than one round is checked and set; one whose ACL denies us ADMIN is reported (init's
+    ``refused``, check's list) and the rest secured all the same."""
+    from kazoo.security import OPEN_ACL_UNSAFE, Permissions
+
+    from controller.security import ACL_WINDOW
+
+    layout, policy, client = per_broker
+    admin = client(CREDS["admin"])
+    tasks = [f"w{i}" for i in range(ACL_WINDOW + 200)]
+    AdminClient(admin, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
+    opened = [layout.task(t) for t in tasks]  # every one wrong: the walks must reach them all
+    for pending in [admin.set_acls_async(path, OPEN_ACL_UNSAFE) for path in opened]:
+        pending.get()
+    foreign = layout.root + "/foreign"
+    admin.create(foreign, b"")  # (created with the policy's ACL: our client sees to that), then taken from us
+    admin.set_acls(foreign, [ACL(Permissions.READ, Id("world", "anyone"))])
+    try:
+        assert check_acls(admin, layout, policy, credential=CREDS["admin"]) == sorted(opened + [foreign])
+        result = init_security(admin, layout, policy, CREDS["admin"])
+        assert result.refused == [foreign]
+        stack, znodes = [layout.root], 0
+        while stack:  # (a plain walk, one znode at a time)
+            path = stack.pop()
+            znodes += 1
+            stack += [f"{path.rstrip('/')}/{c}" for c in admin.get_children(path)]
+        assert result.acls_set == znodes - 1  # every znode but the one refused
+        assert check_acls(admin, layout, policy, credential=CREDS["admin"]) == [foreign]
+    finally:
+        admin.set_acls(layout.root, OPEN_ACL_UNSAFE)  # (the root's ADMIN is ours: it may take DELETE, which the
+        admin.delete(foreign)                          # policy leaves out, to remove a znode it cannot touch)
+
+
 def test_a_broker_with_another_brokers_credentials_does_not_start(per_broker, zk_hosts, zk_root):
     layout, _policy_, client = per_broker
     w = Worker(WorkerConfig(broker_id="b1", settings=_settings(zk_hosts, zk_root, BROKER_CREDS["b0"])))
