@@ -163,6 +163,8 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
         self._last_flush = 0.0
+        #: a status write of the status loop and a release's marking of its tasks, one at a time
+        self.status_lock = threading.Lock()
         self._flushed: list[RunInterval] = []  # the interval log as last written (an unchanged one is not rewritten)
         self._closing = False
         self.probe = _LivenessProbe(self)

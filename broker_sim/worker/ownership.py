@@ -156,11 +156,16 @@ class Ownership:
         owner znodes deleted, and our report (the request znode). Its answer comes back as ``_Released``;
         the event thread does not wait for it. False (nothing sent) if a status version is not known: the
         usual release reads it first."""
-        paths = {t: self.layout.status(t) for t in ready}
-        versions = {t: self.status_versions.get(paths[t]) for t in ready}
-        if any(v is None for v in versions.values()):
-            return False
-        finals = self._final_statuses(ready)
+        if not self.status_lock.acquire(blocking=False):
+            return False  # a status write is in flight: the usual release (on a pool thread) waits for it
+        try:
+            paths = {t: self.layout.status(t) for t in ready}
+            versions = {t: self.status_versions.get(paths[t]) for t in ready}
+            if any(v is None for v in versions.values()):
+                return False
+            finals = self._final_statuses(ready)
+        finally:
+            self.status_lock.release()
         tx = self.client.transaction()
         for t in ready:
             tx.set_data(paths[t], finals[t], version=versions[t])
@@ -210,7 +215,8 @@ class Ownership:
 
     def _final_statuses(self, tasks: list[str]) -> dict[str, bytes]:
         """The last status of each task let go, encoded; its slot is marked releasing (the status loop leaves
-        it alone until the release is over)."""
+        it alone until the release is over). Called holding ``status_lock``: a status write the status loop
+        has in flight ends first, or it would still write (create, even) a status the release writes too."""
         finals: dict[str, bytes] = {}
         with self.lock:
             for t in tasks:
@@ -282,7 +288,8 @@ class Ownership:
             for i in range(0, len(tasks), RELEASE_CHUNK):
                 self._release(tasks[i:i + RELEASE_CHUNK], cached)
             return
-        finals = self._final_statuses(tasks)
+        with self.status_lock:  # (after a status write in flight: its versions are then ours to know)
+            finals = self._final_statuses(tasks)
         try:
             paths = {t: self.layout.status(t) for t in tasks}
             known = {t: v for t in tasks if cached and (v := self.status_versions.get(paths[t])) is not None}

@@ -75,7 +75,12 @@ class Reporting:
     def _write_statuses(self) -> None:
         """Write the statuses whose state changed, and those whose metrics alone changed once their last write
         is ``metrics_interval_s`` old: a metric such as an uptime changes at every poll, and rewriting every
-        task's status for it is most of what a broker (and ZooKeeper) would spend on statuses."""
+        task's status for it is most of what a broker (and ZooKeeper) would spend on statuses. Under
+        ``status_lock``: a release marks its tasks either before (they are left out) or after this write."""
+        with self.status_lock:
+            self._write_dirty_statuses()
+
+    def _write_dirty_statuses(self) -> None:
         now = time.time()
         tick = time.monotonic()
         metrics_due = tick - self.config.metrics_interval_s
