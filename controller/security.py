@@ -594,22 +594,25 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
             current = _answers([client.get_acls_async(p) for p in chunk])
         else:
             current = [(((), None), None)] * len(chunk)  # (the ACL it has does not matter)
-        sets = [(path, err) if err is not None else
-                (path, (client.set_acls_async(path, expected_acl(policy, layout, path, got[0])),
-                        client.get_children_async(path)))
-                for path, (got, err) in zip(chunk, current)]
-        for path, sent in sets:
-            err = sent if isinstance(sent, Exception) else _answers([sent[0]])[0][1]
+        sent = []
+        for path, (got, err) in zip(chunk, current):
+            if err is None:
+                sent.append((path, client.set_acls_async(path, expected_acl(policy, layout, path, got[0])),
+                             client.get_children_async(path)))
+            elif isinstance(err, NoAuthError):
+                refused.append(path)  # (not even its ACL may be read)
+        for path, set_done, children in sent:
+            (_, err), = _answers([set_done])
             if isinstance(err, NoAuthError):  # someone took ADMIN away from us on this znode: report it,
                 refused.append(path)          # secure the rest
-                log.warning("security init: no ADMIN right on %s; its ACL is left as it is", path)
-                continue
-            if err is not None:  # (gone meanwhile)
+            if err is not None:  # (or it is gone meanwhile)
                 continue
             n += 1
-            (names, err), = _answers([sent[1]])
+            (names, err), = _answers([children])
             if err is None:
                 frontier += [f"{path.rstrip('/')}/{c}" for c in names]
+    for path in refused:
+        log.warning("security init: no ADMIN right on %s; its ACL is left as it is", path)
     counts = {r: len(policy.ids(r)) for r in ROLES}
     if policy.per_broker:
         counts["single-broker"] = len(policy.per_broker_ids())
