@@ -591,7 +591,8 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
         chunk, frontier = frontier[:ACL_WINDOW], frontier[ACL_WINDOW:]
         # a znode some broker owns (its owner znode, status, the task handed to it) stays that broker's
         if policy.per_broker:
-            current = _answers([client.get_acls_async(p) for p in chunk])
+            asked = [client.get_acls_async(p) for p in chunk]  # (all sent, then all answered: one round)
+            current = [_outcome(r) for r in asked]
         else:
             current = [(((), None), None)] * len(chunk)  # (the ACL it has does not matter)
         sent = []
@@ -602,13 +603,13 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
             elif isinstance(err, NoAuthError):
                 refused.append(path)  # (not even its ACL may be read)
         for path, set_done, children in sent:
-            (_, err), = _answers([set_done])
+            _, err = _outcome(set_done)
             if isinstance(err, NoAuthError):  # someone took ADMIN away from us on this znode: report it,
                 refused.append(path)          # secure the rest
             if err is not None:  # (or it is gone meanwhile)
                 continue
             n += 1
-            (names, err), = _answers([children])
+            names, err = _outcome(children)
             if err is None:
                 frontier += [f"{path.rstrip('/')}/{c}" for c in names]
     for path in refused:
@@ -623,16 +624,13 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
 ACL_WINDOW = 500
 
 
-def _answers(pending: Sequence[Any]) -> list[tuple[Any, Exception | None]]:
-    """Each async request's (value, None), or (None, NoNodeError | NoAuthError) for the two answers a walk of
-    a live tree expects: a znode gone meanwhile, or one we may not touch. Anything else raises."""
-    out: list[tuple[Any, Exception | None]] = []
-    for r in pending:
-        try:
-            out.append((r.get(), None))
-        except (NoNodeError, NoAuthError) as exc:
-            out.append((None, exc))
-    return out
+def _outcome(pending: Any) -> tuple[Any, Exception | None]:
+    """An async request's (value, None), or (None, NoNodeError | NoAuthError) for the two answers a walk of a
+    live tree expects: a znode gone meanwhile, or one we may not touch. Anything else raises."""
+    try:
+        return pending.get(), None
+    except (NoNodeError, NoAuthError) as exc:
+        return None, exc
 
 
 def _containers(layout: ZkLayout) -> list[str]:
@@ -665,13 +663,13 @@ def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: 
         seen += len(chunk)
         pending = [(p, client.get_acls_async(p), client.get_children_async(p)) for p in chunk]
         for path, acls_done, children in pending:
-            (got, err), = _answers([acls_done])
+            got, err = _outcome(acls_done)
             if isinstance(err, NoAuthError):  # (as below: not even its ACL may be read)
                 wrong.append(path)
             if err is not None:
                 continue
             acls = got[0]
-            (names, err), = _answers([children])
+            names, err = _outcome(children)
             if isinstance(err, NoAuthError):  # an ACL without READ for the admin is itself not the policy's
                 wrong.append(path)
                 continue
