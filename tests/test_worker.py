@@ -403,9 +403,9 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
     both = (RECONCILE, COOPERATIVE)
     a = _worker(workers, zk_settings, "a", protocols=both)
     b = _worker(workers, zk_settings, "b", protocols=both)
-    group = controller.ctx.groups["default"]
-    assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) == 6 and group.protocol == RECONCILE
-                    and group.state.value == "Stable", 20)
+    assert wait_for(lambda: (g := controller.ctx.groups.get("default")) is not None and g.protocol == RECONCILE
+                    and g.state.value == "Stable" and len(a.running_tasks()) + len(b.running_tasks()) == 6, 20)
+    group = controller.ctx.groups["default"]  # (there once a member joined: not at once)
 
     def owned_by(w: Worker) -> set[str]:
         return {t for t in ids if (st := zk.exists(layout.task_owner(t))) is not None
@@ -465,6 +465,45 @@ def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(capl
         assert fence_margin(6.0, 1 / 6, 4.0, "b1") == 3.0  # never fence after less than half the session
     assert "use a session timeout of at least 8.0s" in caplog.text
 
+
+
+def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_the_probe(zk, layout, zk_settings,
+                                                                                        controller, workers):
+    """The SUSPENDED timer can fire after the reconnection's handler has run (the timer thread was already
+    inside ``_fence``): the worker is fenced with the connection healthy, so neither the probe's own silence
+    nor a reconnection will come to lift it. The probe's next answer, to a request sent after the fence
+    went up, must: else the worker holds its tasks stopped, and takes none it is given, for good."""
+    _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(3)])
+    w = _worker(workers, zk_settings, "w1")
+    assert wait_for(lambda: len(w.running_tasks()) == 3, 15)
+    w._fence()  # what the timer does
+    assert wait_for(lambda: w.running_tasks() == set(), 5)
+    assert wait_for(lambda: len(w.running_tasks()) == 3, 5 * w.probe.interval + 2), "the fence was never lifted"
+    assert not w.fenced
+
+
+def test_a_suspended_timer_pending_when_the_probe_fences_cannot_fence_again_after_the_lift(zk, layout, zk_settings,
+                                                                                        controller, workers):
+    """The chaos run's tasks left without an owner: a partition armed the SUSPENDED timer, the liveness probe
+    fenced first (which dropped the timer without cancelling it), the reconnection lifted the fence, and
+    the orphaned timer then fenced again with the connection healthy, nobody left to lift it; tasks the
+    coordinator then gave the worker were never taken. A fence, whoever raises it, cancels a pending
+    timer."""
+    _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(3)])
+    w = _worker(workers, zk_settings, "w1")
+    assert wait_for(lambda: len(w.running_tasks()) == 3, 15)
+    w._arm_fence()  # SUSPENDED
+    timer = w.fence_timer
+    assert timer is not None and timer.is_alive()
+    w._fence()  # the probe's
+    assert wait_for(lambda: w.running_tasks() == set(), 5)
+    assert wait_for(lambda: len(w.running_tasks()) == 3 and not w.fenced, 5 * w.probe.interval + 2)
+    timer.join(5)  # (it would have fired by now: its delay is a third of the session less the margin)
+    assert not timer.is_alive()
+    time.sleep(0.3)
+    assert len(w.running_tasks()) == 3 and not w.fenced, "a fence raised after it was lifted"
+    _create(zk, layout, TaskSpec(id="t9", pipeline=NoopPipeline(kind="noop")))  # given now: it is taken
+    assert wait_for(lambda: "t9" in w.running_tasks(), 10)
 
 
 def test_the_liveness_probe_asks_every_half_margin_between_a_fifth_of_a_second_and_one():

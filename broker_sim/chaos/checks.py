@@ -109,15 +109,26 @@ class Checks:
             st = codecs.decode(TaskStatus, status_res[0], lay.status(t))
             if st.state != "RUNNING" or st.broker != owner.broker:
                 problems.append(f"{t}: status {st.state} on {st.broker}, owner {owner.broker}")
-        if not self.copts.process_brokers:
-            running: Counter[str] = Counter(t for w in self.workers.values() for t in w.running_tasks())
-            for t in sorted(expected):
-                if running[t] != 1:
-                    problems.append(f"{t}: running on {running[t]} in-process workers")
-            extra = sorted(set(running) - expected)
-            if extra:
-                problems.append(f"running but not expected: {extra[:5]}")
+        # what runs for real, not what the brokers wrote: a broker fenced for good keeps its owner znodes and
+        # RUNNING statuses while its runners are stopped (the processes' journals record every start and stop)
+        running = self.running_now()
+        where = "broker processes" if self.copts.process_brokers else "in-process workers"
+        for t in sorted(expected):
+            if running[t] != 1:
+                problems.append(f"{t}: running on {running[t]} {where}")
+        extra = sorted(set(running) - expected)
+        if extra:
+            problems.append(f"running but not expected: {extra[:5]}")
         return problems
+
+    def running_now(self) -> Counter[str]:
+        """Task -> how many live brokers run it now: a process broker's from its journal (a start not yet
+        followed by a stop), an in-process worker's from its runner."""
+        if not self.copts.process_brokers:
+            return Counter(t for w in self.workers.values() for t in w.running_tasks())
+        with self._procs_lock:
+            journals = [(bid, self.journals[bid][-1]) for bid in self.broker_procs]
+        return Counter(i.task_id for bid, journal in journals for i in read_journal(journal, bid, None) if i.end is None)
 
     # ---- the run ----------------------------------------------------------------------------------
     def all_run_intervals(self) -> list[RunInterval]:

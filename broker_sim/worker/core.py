@@ -155,6 +155,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         #: data version of each status we wrote last (what a release's conditional write expects to find)
         self.status_versions: dict[str, int] = {}
         self.fenced = False
+        self.fenced_at = float("-inf")  # (monotonic) when the fence last went up: older answers cannot lift it
         self.fence_timer: threading.Timer | None = None
         self.session_id: int | None = None
         self.stopped = threading.Event()
@@ -334,11 +335,11 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.events.put(event)
 
     def _listener(self, state: KazooState) -> None:
-        self._enqueue(_Connection(str(state)))
         if state == KazooState.SUSPENDED:
             self._arm_fence()
         elif state == KazooState.CONNECTED:
-            self._disarm_fence()
+            self._disarm_fence()  # before the event: its handler must see any fence the timer raised
+        self._enqueue(_Connection(str(state)))
 
     def _watch_group_state(self, _event: Any = None) -> None:
         self._enqueue(_GroupState())
@@ -444,10 +445,8 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self._register()
                 self._do(self.member.start(self._arm_watches()))
                 self._enqueue(_ShutdownRequested())
-            elif self.fenced and self._session_confirmed():  # else the probe un-fences once an answer shows it
-                with self.lock:
-                    self.fenced = False
-                self._reconcile()
+            elif self.fenced:  # (if this fails, the probe lifts it once an answer shows the session alive)
+                self._resume_if_alive()
             self._enqueue(_GroupState())
             self._enqueue(_Assignment())
 
@@ -474,19 +473,17 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             return None
         return self._decoded(GroupStateInfo, data, state)
 
-    def _session_confirmed(self) -> bool:
-        """One round trip before tasks start again after a fence: it proves our session alive and moves the
+    def _resume_if_alive(self) -> None:
+        """Reconnected while fenced: one round trip proves our session alive and lifts the fence, moving the
         fence deadline forward from its send time (the last answer may be from before the outage, and a task
         restarted on it would be past the deadline at once)."""
         sent = time.monotonic()
         try:
             stat = self.client.exists(self.layout.broker(self.id))
         except (KazooException, KazooTimeoutError):
-            return False
-        if stat is None or stat.ephemeralOwner != self.session_id:
-            return False
-        self.probe.last_ok = max(self.probe.last_ok, sent)
-        return True
+            return
+        if stat is not None and stat.ephemeralOwner == self.session_id:
+            self._lift_fence(sent, "reconnected and our session is alive")
 
     def _read_watched(self, cls: type, path: str, watch: Callable[[Any], None]) -> Any:
         """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there

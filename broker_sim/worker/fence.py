@@ -101,12 +101,11 @@ class _LivenessProbe:
                 stat = False
             if stat is not False:
                 self.last_ok = max(self.last_ok, sent)
-                if self.fenced and stat is not None and stat.ephemeralOwner == w.session_id:
-                    self.fenced = False
-                    log.info("worker %s: ZooKeeper answers again and our session is alive; resuming", w.id)
-                    with w.lock:
-                        w.fenced = False
-                    w._reconcile()
+                if stat is not None and stat.ephemeralOwner == w.session_id:
+                    self.fenced = False  # (this silence is over: the next one may fence again)
+                    # whoever raised the fence (this probe, the SUSPENDED timer, a pause): an answer to a
+                    # request sent after it went up proves the session outlived it
+                    w._lift_fence(sent, "ZooKeeper answers again and our session is alive")
         if self.pending is None and w.client.connected and now - self.sent_at >= self.interval:
             self.sent_at = now
             try:
@@ -141,14 +140,33 @@ class Fence:
                 self.fence_timer = None
 
     def _fence(self) -> None:
-        """ZooKeeper has not come back in time: stop every task before our session can expire."""
+        """ZooKeeper has not come back in time: stop every task before our session can expire.
+
+        A SUSPENDED timer still pending is cancelled, whoever fences: left to fire, it would fence again
+        later, possibly after the fence was lifted, with the connection healthy and nothing left to lift it."""
         with self.lock:
-            self.fence_timer = None
+            timer, self.fence_timer = self.fence_timer, None
             self.fenced = True
+            self.fenced_at = time.monotonic()
             running = [t for t, s in self.slots.items() if s.running]
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
         log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
         # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
         self._stop_runners(running, "fence")
+
+    def _lift_fence(self, sent: float, why: str) -> bool:
+        """An answer to a request sent at ``sent`` (monotonic) showed our session alive: lift the fence if
+        that request went out after the fence went up (an older answer proves nothing about the silence
+        that raised it), and move the liveness deadline forward from its send time."""
+        with self.lock:
+            if not self.fenced or sent < self.fenced_at or self._closing:
+                return False
+            self.fenced = False
+        self.probe.last_ok = max(self.probe.last_ok, sent)
+        log.info("worker %s: %s; resuming", self.id, why)
+        self._reconcile()
+        return True
 
     # ---- status -----------------------------------------------------------------------------------
     def _pulse_loop(self) -> None:
@@ -168,14 +186,12 @@ class Fence:
             probe.pending = None
             log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
             self._fence()
+            sent = time.monotonic()
             try:
                 stat = self.client.exists(self.layout.broker(self.id))
                 alive = stat is not None and stat.ephemeralOwner == self.session_id
             except Exception:
                 alive = False
             if alive:
-                probe.last_ok = max(probe.last_ok, now)  # answered after ``now``: the session lived then
-                with self.lock:
-                    self.fenced = False
-                self._reconcile()
+                self._lift_fence(sent, "the session survived the pause")
             last = time.monotonic()
