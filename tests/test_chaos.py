@@ -80,8 +80,8 @@ def test_process_brokers_with_spark_pipelines_exactly_once():
 def test_process_brokers_under_reconcile_keep_every_invariant(monkeypatch, tmp_path):
     """The reconcile protocol under kill -9, SIGSTOP, partitions, session expiry, controller kills and task
     storms, with broker processes: no task ever has two running owners, and the group reconciles back.
-    (A failure prints the brokers' and controllers' logs: one run in 15 once left tasks without an owner,
-    docs/reliability.md "The tasks left without an owner".)"""
+    A failure prints the brokers' and controllers' logs (they found a broker fenced for good by an orphaned
+    SUSPENDED timer: docs/reliability.md "The tasks left without an owner")."""
     import tempfile
 
     monkeypatch.setenv("ZKC_CHAOS_KEEP", "1")  # the run's work directory stays, here under tmp_path

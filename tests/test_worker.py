@@ -473,13 +473,25 @@ def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_th
     inside ``_fence``): the worker is fenced with the connection healthy, so neither the probe's own silence
     nor a reconnection will come to lift it. The probe's next answer, to a request sent after the fence
     went up, must: else the worker holds its tasks stopped, and takes none it is given, for good."""
-    _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(3)])
+    ids = [f"t{i}" for i in range(3)]
+    _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
     w = _worker(workers, zk_settings, "w1")
     assert wait_for(lambda: len(w.running_tasks()) == 3, 15)
+
+    def states() -> set[str]:
+        return {codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).state if zk.exists(layout.status(t))
+                else "none yet" for t in ids}
+
+    assert wait_for(lambda: states() == {"RUNNING"}, 5)
+    lift = w._lift_fence
+    w._lift_fence = lambda sent, why: False  # held up while connected: what it shows meanwhile
     w._fence()  # what the timer does
     assert wait_for(lambda: w.running_tasks() == set(), 5)
+    assert wait_for(lambda: states() == {"STOPPED"}, 5), "a fenced broker's statuses say its stopped tasks run"
+    w._lift_fence = lift
     assert wait_for(lambda: len(w.running_tasks()) == 3, 5 * w.probe.interval + 2), "the fence was never lifted"
     assert not w.fenced
+    assert wait_for(lambda: states() == {"RUNNING"}, 5)
 
 
 def test_a_suspended_timer_pending_when_the_probe_fences_cannot_fence_again_after_the_lift(zk, layout, zk_settings,

@@ -315,6 +315,8 @@ class Tasks:
             self.watchdog.stop_ends(t)
         with self.lock:
             slot.running = False
+            if slot.state == "RUNNING":  # (a fenced broker still connected writes it: its status must not lie)
+                slot.state = "STOPPED"
             slot.dirty = True
             self._record(t, slot, end, released=time.time())
 
