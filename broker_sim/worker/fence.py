@@ -16,6 +16,12 @@ hiccup); a runner whose stop budget exceeds the cap gets a warning: give it a lo
 The pulse thread (``worker-<id>-pulse``) runs ``_LivenessProbe`` and detects that the process itself was
 paused (SIGSTOP, a VM pause): it fences at once, un-fencing only after a round trip proves the session is
 still its own.
+
+One fence, three routes up (the SUSPENDED timer, the probe, the pause detector), one rule down
+(``_lift_fence``): an answer to a request sent after the fence went up, showing the session still owns our
+broker znode, lifts it whichever route raised it. Raising it cancels a pending SUSPENDED timer: left to
+fire after the fence was lifted, it fenced a healthy worker that nothing then lifted (a chaos run's
+tasks stayed without an owner).
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ class _LivenessProbe:
     cheap ``exists`` of our broker znode in flight; the server heard from us no earlier than the send
     time of the last answered one, so our session lives at least ``session_timeout`` past it. Once
     ``session_timeout - fence_margin_s`` has passed without an answer, stop every task (the same margin
-    as the SUSPENDED fence timer); resume when an answer shows our session still owns our broker znode."""
+    as the SUSPENDED fence timer); an answer showing our session still owns our broker znode lifts any fence
+    raised before its request was sent."""
 
     def __init__(self, worker: "Worker") -> None:
         self.w = worker
@@ -149,8 +156,8 @@ class Fence:
             self.fenced = True
             self.fenced_at = time.monotonic()
             running = [t for t, s in self.slots.items() if s.running]
-        if timer is not None and timer is not threading.current_thread():
-            timer.cancel()
+        if timer is not None:
+            timer.cancel()  # (harmless from the timer's own thread: it has fired)
         log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
         # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
         self._stop_runners(running, "fence")
