@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -265,7 +266,16 @@ def _register() -> None:
 _register()
 
 
+def _terminate_as_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> None:
+    # SIGTERM ends a command as Ctrl-C does, so its cleanup runs: the embedded ZooKeeper, controllers and brokers
+    # a demo or simulation started are stopped by pid, not left running (Python's default for SIGTERM exits
+    # without unwinding). Commands that give SIGTERM a meaning of their own (a broker's controlled shutdown,
+    # a controller's stop, the API server's graceful stop) install their own handler.
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         cli(prog_name="zkctl")
     except Exception as exc:  # raised outside a command (e.g. while closing the ZooKeeper client)

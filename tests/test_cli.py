@@ -531,6 +531,48 @@ def test_timeline_from_zookeeper_and_from_a_file(cluster, cli_env, tmp_path):
     assert (tmp_path / "sim.png").read_bytes()[:8] == PNG
 
 
+def test_sigterm_ends_a_simulation_with_every_process_it_started(tmp_path):
+    """`zkctl sim chaos --process-brokers` starts a ZooKeeper JVM (in a session of its own), controller and
+    broker processes. SIGTERM ends it as Ctrl-C does: each of them is stopped, none left running (Python's
+    default for SIGTERM exited without any cleanup, and the JVM lived on). Every process is also stopped by
+    its pid here whatever happens."""
+    import psutil
+
+    log = (tmp_path / "chaos.log").open("w")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen([ZKCTL, "sim", "chaos", "--seed", "11", "--duration", "120", "--brokers", "2", "--tasks", "4",
+                          "--process-brokers"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    started: list[psutil.Process] = []
+    try:
+        def spawned() -> bool:
+            started[:] = psutil.Process(p.pid).children(recursive=True)
+            names = [" ".join(c.cmdline()) for c in started if c.is_running()]
+            return (any("QuorumPeerMain" in n or "ZooKeeperServerMain" in n for n in names)
+                    and sum("broker_sim.chaos broker" in n for n in names) == 2)
+
+        until(spawned, 60, "the simulation's ZooKeeper and brokers")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) != 0  # (interrupted)
+        left = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            left = [c for c in started if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+            if not left:
+                break
+            time.sleep(0.2)
+        assert not left, [" ".join(c.cmdline())[:120] for c in left]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        for c in started:
+            try:
+                c.kill()
+            except psutil.NoSuchProcess:
+                pass
+        log.close()
+
+
 def test_controller_run_and_broker_run_processes(zk, cli_env, layout):
     """`zkctl controller run` and two `zkctl broker run --runner noop`: tasks run on them; SIGTERM is a
     controlled shutdown (tasks move, exit 0); Ctrl-C twice stops a broker at once; the controller stops on
