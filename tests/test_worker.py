@@ -20,6 +20,7 @@ from controller.protocol import COOPERATIVE, EAGER
 from controller.taskspec import NoopPipeline, RestartPolicy, TaskSpec
 from controller.zkclient import ZkSettings
 from controller.layout_io import list_statuses
+from controller.zkio import get_many
 
 
 @pytest.fixture
@@ -478,17 +479,19 @@ def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_th
     w = _worker(workers, zk_settings, "w1")
     assert wait_for(lambda: len(w.running_tasks()) == 3, 15)
 
-    def states() -> set[str]:
-        return {codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).state if zk.exists(layout.status(t))
-                else "none yet" for t in ids}
+    def states() -> set[str]:  # (one pipelined round)
+        return {codecs.decode(codecs.TaskStatus, got[0]).state if got else "none yet"
+                for got in get_many(zk, [layout.status(t) for t in ids])}
 
     assert wait_for(lambda: states() == {"RUNNING"}, 5)
     lift = w._lift_fence
     w._lift_fence = lambda sent, why: False  # held up while connected: what it shows meanwhile
-    w._fence()  # what the timer does
-    assert wait_for(lambda: w.running_tasks() == set(), 5)
-    assert wait_for(lambda: states() == {"STOPPED"}, 5), "a fenced broker's statuses say its stopped tasks run"
-    w._lift_fence = lift
+    try:
+        w._fence()  # what the timer does
+        assert wait_for(lambda: w.running_tasks() == set(), 5)
+        assert wait_for(lambda: states() == {"STOPPED"}, 5), "a fenced broker's statuses say its stopped tasks run"
+    finally:
+        w._lift_fence = lift
     assert wait_for(lambda: len(w.running_tasks()) == 3, 5 * w.probe.interval + 2), "the fence was never lifted"
     assert not w.fenced
     assert wait_for(lambda: states() == {"RUNNING"}, 5)
@@ -508,14 +511,28 @@ def test_a_suspended_timer_pending_when_the_probe_fences_cannot_fence_again_afte
     timer = w.fence_timer
     assert timer is not None and timer.is_alive()
     w._fence()  # the probe's
+    probes_fence = w.fenced_at
     assert wait_for(lambda: w.running_tasks() == set(), 5)
     assert wait_for(lambda: len(w.running_tasks()) == 3 and not w.fenced, 5 * w.probe.interval + 2)
-    timer.join(5)  # (it would have fired by now: its delay is a third of the session less the margin)
+    timer.join(5)  # ended: cancelled, or (without the cancel) fired, its ``_fence`` done, within its delay
     assert not timer.is_alive()
-    time.sleep(0.3)
-    assert len(w.running_tasks()) == 3 and not w.fenced, "a fence raised after it was lifted"
+    assert w.fenced_at == probes_fence, "a fence raised after it was lifted"
     _create(zk, layout, TaskSpec(id="t9", pipeline=NoopPipeline(kind="noop")))  # given now: it is taken
     assert wait_for(lambda: "t9" in w.running_tasks(), 10)
+
+
+def test_only_an_answer_to_a_request_sent_after_the_fence_went_up_lifts_it(zk_settings):
+    """The lifting rule alone (a worker not started: no ZooKeeper needed): an answer proves the session alive
+    at its request's send time, so one sent before the fence says nothing about the silence that raised it."""
+    w = Worker(WorkerConfig(broker_id="rule", settings=zk_settings))
+    try:
+        w.fenced, w.fenced_at, w.probe.last_ok = True, 100.0, 90.0
+        assert not w._lift_fence(99.9, "an older answer") and w.fenced and w.probe.last_ok == 90.0
+        assert w._lift_fence(100.0, "an answer sent after") and not w.fenced
+        assert w.probe.last_ok == 100.0  # the fence deadline moves forward from the send time
+        assert not w._lift_fence(101.0, "nothing to lift")
+    finally:
+        w.pool.shutdown()
 
 
 def test_the_liveness_probe_asks_every_half_margin_between_a_fifth_of_a_second_and_one():

@@ -446,7 +446,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self._do(self.member.start(self._arm_watches()))
                 self._enqueue(_ShutdownRequested())
             elif self.fenced:  # (if this fails, the probe lifts it once an answer shows the session alive)
-                self._resume_if_alive()
+                self._resume_if_alive("reconnected and our session is alive")
             self._enqueue(_GroupState())
             self._enqueue(_Assignment())
 
@@ -472,18 +472,6 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         except NoNodeError:
             return None
         return self._decoded(GroupStateInfo, data, state)
-
-    def _resume_if_alive(self) -> None:
-        """Reconnected while fenced: one round trip proves our session alive and lifts the fence, moving the
-        fence deadline forward from its send time (the last answer may be from before the outage, and a task
-        restarted on it would be past the deadline at once)."""
-        sent = time.monotonic()
-        try:
-            stat = self.client.exists(self.layout.broker(self.id))
-        except (KazooException, KazooTimeoutError):
-            return
-        if stat is not None and stat.ephemeralOwner == self.session_id:
-            self._lift_fence(sent, "reconnected and our session is alive")
 
     def _read_watched(self, cls: type, path: str, watch: Callable[[Any], None]) -> Any:
         """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there

@@ -108,7 +108,7 @@ class _LivenessProbe:
                 stat = False
             if stat is not False:
                 self.last_ok = max(self.last_ok, sent)
-                if stat is not None and stat.ephemeralOwner == w.session_id:
+                if w._session_owns(stat):
                     self.fenced = False  # (this silence is over: the next one may fence again)
                     # whoever raised the fence (this probe, the SUSPENDED timer, a pause): an answer to a
                     # request sent after it went up proves the session outlived it
@@ -175,6 +175,21 @@ class Fence:
         self._reconcile()
         return True
 
+    def _session_owns(self, stat: Any) -> bool:
+        """Whether an answer about our broker znode shows our session alive (it still owns the znode)."""
+        return stat is not None and stat.ephemeralOwner == self.session_id
+
+    def _resume_if_alive(self, why: str) -> None:
+        """One round trip, sent now (after the fence went up), to prove our session alive and lift the fence
+        (a reconnection, the end of a pause); if it fails, the probe's next answer lifts it instead."""
+        sent = time.monotonic()
+        try:
+            stat = self.client.exists(self.layout.broker(self.id))
+        except Exception:  # (connection loss, timeout, a client closing: the pulse thread must not die of it)
+            return
+        if self._session_owns(stat):
+            self._lift_fence(sent, why)
+
     # ---- status -----------------------------------------------------------------------------------
     def _pulse_loop(self) -> None:
         """Detect that this process was paused (SIGSTOP, VM or GC pause): a thread doing no I/O wakes up
@@ -193,12 +208,5 @@ class Fence:
             probe.pending = None
             log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
             self._fence()
-            sent = time.monotonic()
-            try:
-                stat = self.client.exists(self.layout.broker(self.id))
-                alive = stat is not None and stat.ephemeralOwner == self.session_id
-            except Exception:
-                alive = False
-            if alive:
-                self._lift_fence(sent, "the session survived the pause")
+            self._resume_if_alive("the session survived the pause")
             last = time.monotonic()
