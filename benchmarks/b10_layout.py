@@ -4,10 +4,10 @@
    ``<root>/status/<id>`` with a status, the persistent containers, no ``<root>/layout`` marker) is written by
    hand in pipelined transactions;
 2. on the flat root: one ``get_children(<root>/tasks)`` from kazoo (time, reply bytes), ZooKeeper's own Java
-   client (``ZooKeeperMain ls <root>/tasks``, the jars of ``controller.zkserver``), whether this release
+   client (``ZooKeeperMain ls <root>/tasks``, the jars of ``controller.zk.server``), whether this release
    refuses the root (``ensure_layout`` and a ``Controller`` raise ``LayoutError``), and what the admin
    reads (``zkctl task list`` / ``zkctl status``) show on it;
-3. ``controller.migration.migrate`` converts it (seconds, znodes moved, multis);
+3. ``controller.admin.migration.migrate`` converts it (seconds, znodes moved, multis);
 4. on the bucketed root: ``list_tasks`` (256 buckets in multiRead requests), the largest bucket listing, the
    Java client listing one bucket, ``AdminClient.list_tasks()`` and ``.status()``, and a controller's
    failover load of every task (``last_load_s``, tasks in its context).
@@ -33,16 +33,16 @@ import time
 from typing import Any, Callable
 
 from benchmarks.common import Bench, median, table, target, zookeeper
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.layout import BUCKETS, ZkLayout
-from controller.layout_io import LayoutError, list_tasks
-from controller.migration import migrate
-from controller.taskspec import NoopPipeline, TaskSpec
-from controller.zkclient import ZkSettings, make_client
-from controller.zkio import multi_children
-from controller.zkserver import find_java, zookeeper_classpath
+from controller.protocol.layout import BUCKETS, ZkLayout
+from controller.zk.layout_io import LayoutError, list_tasks
+from controller.admin.migration import migrate
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.io import multi_children
+from controller.zk.server import find_java, zookeeper_classpath
 
 NAME = "b10_layout"
 TITLE = "B10 100,000 tasks: the bucketed layout"

@@ -4,7 +4,7 @@ start latency. Contenders: our eager, cooperative and reconcile protocols, coope
 cooperative with static membership (scheduled rebalance delay > gap), and the peer, kazoo's
 ``SetPartitioner`` recipe, driven through the same bounce with the same runner latencies.
 
-Figures come from recorded run intervals through the independent checker (``broker_sim.checker``):
+Figures come from recorded run intervals through the independent checker (``broker_sim.sim.checker``):
 task downtime (task-seconds with no running owner inside the bounce window), tasks moved, double
 ownership; per-step convergence is the time from the broker's stop until every task runs exactly once,
 balanced, group Stable. Each downtime gap is decomposed into stopping (old owner's runner stop),
@@ -21,19 +21,19 @@ from typing import Any, Sequence
 
 from benchmarks.common import Bench, StackSampler, median, ratio, table, target, zookeeper
 from benchmarks.partitioner import DEFAULT_TIME_BOUNDARY_S, PartitionerCluster
-from broker_sim.checker import double_ownership, downtime, moved_tasks
-from broker_sim.sim import SimOptions, Simulation
-from broker_sim.timeline import plot_timeline
+from broker_sim.sim.checker import double_ownership, downtime, moved_tasks
+from broker_sim.sim.simulator import SimOptions, Simulation
+from broker_sim.sim.timeline import plot_timeline
 from controller.admin import wait_for
-from controller.codecs import RunInterval
-from controller.protocol import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.codecs import RunInterval
+from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
 
 NAME = "b1_rolling_bounce"
 TITLE = "B1 rolling bounce"
 
 START_LATENCY_S = 0.5
 STOP_LATENCY_S = 0.2
-POOL_SIZE = 8  # broker_sim.sim.Simulation.start_worker's pool; the peer's brokers get the same
+POOL_SIZE = 8  # broker_sim.sim.simulator.Simulation.start_worker's pool; the peer's brokers get the same
 
 
 def _contenders(delay_s: float) -> list[tuple[str, dict[str, Any]]]:

@@ -25,7 +25,7 @@ from kazoo.protocol.states import EventType
 
 from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import wait_for
 from controller.daemon import LOAD_METHODS, Controller
 

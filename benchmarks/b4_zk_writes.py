@@ -8,9 +8,9 @@ import time
 from typing import Any, Callable
 
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
-from controller import codecs
-from controller.zkclient import ZkSettings, make_client
-from controller.zkio import Create, Delete, FencedWriter, InterruptibleClient, SetData, chunk_ops
+from controller.protocol import codecs
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.io import Create, Delete, FencedWriter, InterruptibleClient, SetData, chunk_ops
 
 NAME = "b4_zk_writes"
 TITLE = "B4 ZooKeeper write paths"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Bench, median, ratio, table, target
-from broker_sim.datagen import SCHEMA_DDL, DatagenConfig, generate
+from broker_sim.sim.datagen import SCHEMA_DDL, DatagenConfig, generate
 
 NAME = "b6_spark"
 TITLE = "B6 Spark overhead (task vs direct)"
@@ -24,7 +24,7 @@ FILES_PER_TRIGGER = 10
 
 
 def _spec(task_id: str, src: str, out: str) -> Any:
-    from controller.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
+    from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
 
     pipeline = SparkPipeline(
         source=FilesSource(type="files", format="json", path=src, schema=SCHEMA_DDL, max_files_per_trigger=FILES_PER_TRIGGER),

@@ -15,7 +15,7 @@ import psutil
 
 from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, table, target, zookeeper
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import wait_for
 
 NAME = "b7_memory"

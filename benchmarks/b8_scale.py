@@ -2,7 +2,7 @@
 processes, the controller in this process, one group. Scenarios, each from a converged cluster: a broker
 added, a broker shut down (controlled shutdown), a broker killed (its session closed at once, so the
 figure is measured from its session's end), and the controller killed with a standby taking over
-(convergence after the failover, its state loaded). Figures are the simulator's (``broker_sim.sim``):
+(convergence after the failover, its state loaded). Figures are the simulator's (``broker_sim.sim.simulator``):
 step convergence is the time from the step until every task runs exactly once, balanced, group Stable
 (to the instant it got there: the last task's start or the group's entering Stable, whichever is later),
 each step taken after the converged cluster ran 3 s (``settle_s``), so from a steady cluster. Each cell
@@ -28,9 +28,9 @@ from dataclasses import replace
 from typing import Any
 
 from benchmarks.common import Bench, table, target
-from broker_sim.sim import NotConverged, SimOptions, Simulation
-from controller.protocol import COOPERATIVE, RECONCILE
-from controller.zkserver import four_letter_word
+from broker_sim.sim.simulator import NotConverged, SimOptions, Simulation
+from controller.protocol.rules import COOPERATIVE, RECONCILE
+from controller.zk.server import four_letter_word
 
 NAME = "b8_scale"
 TITLE = "B8 scale: cooperative and reconcile side by side"

@@ -11,13 +11,13 @@ import urllib.request
 from typing import Any
 
 from benchmarks.common import REPO, Bench, median, table, target, zookeeper
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout
-from controller.layout import ZkLayout
-from controller.taskspec import NoopPipeline, TaskSpec
-from controller.zkclient import ZkSettings, make_client
-from controller.zkio import Create, FencedWriter
-from controller.zkserver import free_port
+from controller.protocol.layout import ZkLayout
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.io import Create, FencedWriter
+from controller.zk.server import free_port
 
 NAME = "b9_api"
 TITLE = "B9 the HTTP API and the console at 1,000 and 10,000 tasks"

@@ -1,5 +1,5 @@
 """A benchmark cluster on a shared ZooKeeper: T tasks in G groups, controllers (in this process or as
-``zkctl controller run`` processes) and a broker farm (``broker_sim.farm``) in a child process."""
+``zkctl controller run`` processes) and a broker farm (``broker_sim.sim.farm``) in a child process."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO
-from broker_sim.farm import Farm
-from controller import codecs
+from broker_sim.sim.farm import Farm
+from controller.protocol import codecs
 from controller.admin import ensure_layout, wait_for
-from controller.codecs import GroupStateInfo, PayloadError
+from controller.protocol.codecs import GroupStateInfo, PayloadError
 from controller.daemon import Controller, ControllerConfig, LoadMethod
-from controller.group import GroupConfig
-from controller.layout import ZkLayout
-from controller.taskspec import NoopPipeline, TaskSpec
-from controller.zkclient import ZkSettings, make_client
-from controller.zkio import get_many
+from controller.protocol.group import GroupConfig
+from controller.protocol.layout import ZkLayout
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.io import get_many
 
 # B2's extra row splits 10,000 tasks into groups of this size (one group's join result carries every
 # task's descriptor, every member's owned list and the previous assignment: ~1 MB at 10,000 tasks, which
@@ -70,7 +70,7 @@ class Cluster:
         self.farm: Farm | None = None
         self.log_dir = log_dir
         self.errors = ErrorLog()
-        logging.getLogger("controller.event_thread").addHandler(self.errors)
+        logging.getLogger("controller.daemon.event_thread").addHandler(self.errors)
 
     def group_of(self, i: int) -> str:
         return self.group_names[i % len(self.group_names)]
@@ -156,7 +156,7 @@ class Cluster:
                 pass
         for p in self.procs:
             stop_process(p)
-        logging.getLogger("controller.event_thread").removeHandler(self.errors)
+        logging.getLogger("controller.daemon.event_thread").removeHandler(self.errors)
         try:
             self.admin.stop()
             self.admin.close()

@@ -45,7 +45,7 @@ class Bench:
         full = {"benchmark": name, "mode": "quick" if self.quick else "full",
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": self.machine, **doc}
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(full, indent=1, default=_jsonable) + "\n")
+        tmp.write_text(json.dumps(full, indent=1, default=jsonable) + "\n")
         tmp.replace(path)
         return path
 
@@ -54,7 +54,7 @@ class Bench:
         return self.out_dir / f"{name}.png"
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if hasattr(value, "_asdict"):
         return value._asdict()
     if hasattr(value, "__dataclass_fields__"):
@@ -99,7 +99,7 @@ def _version(module: str) -> str | None:
 
 def zookeeper_version() -> str | None:
     try:
-        from controller.zkserver import zookeeper_classpath
+        from controller.zk.server import zookeeper_classpath
 
         for jar in zookeeper_classpath().split(os.pathsep):
             m = re.match(r"zookeeper-(\d+\.\d+\.\d+)\.jar$", os.path.basename(jar))
@@ -216,7 +216,7 @@ def target(name: str, measured: Any, goal: str, ok: bool | None, note: str = "",
 @contextlib.contextmanager
 def zookeeper(heap_mb: int = 512, name: str = "bench") -> Iterator[Any]:
     """A fresh embedded ZooKeeper on a free loopback port, stopped (by its pid) on exit."""
-    from controller.zkserver import ZooKeeperServer, free_port
+    from controller.zk.server import ZooKeeperServer, free_port
 
     tmp = tempfile.TemporaryDirectory(prefix=f"zkc-{name}-")
     server = ZooKeeperServer(data_dir=Path(tmp.name) / "zk", port=free_port(), tick_ms=200,

@@ -20,10 +20,10 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.recipe.partitioner import SetPartitioner
 
-from broker_sim.checker import close_open
+from broker_sim.sim.checker import close_open
 from broker_sim.runners.noop import NoopRunner
-from controller.codecs import RunInterval
-from controller.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.codecs import RunInterval
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
 
 DEFAULT_TIME_BOUNDARY_S = 30  # kazoo's own default for SetPartitioner(time_boundary=...)
 
@@ -135,7 +135,7 @@ class PartitionerBroker:
 
 
 class PartitionerCluster:
-    """Brokers over one partition path; the same observation API as ``broker_sim.sim.Simulation``."""
+    """Brokers over one partition path; the same observation API as ``broker_sim.sim.simulator.Simulation``."""
 
     def __init__(self, hosts: str, path: str, task_ids: list[str], time_boundary: float, start_latency_s: float,
                  stop_latency_s: float, pool_size: int = 8, session_timeout_s: float = 6.0) -> None:

@@ -43,7 +43,7 @@ def _wrap(ctl: Any, prof: cProfile.Profile) -> Callable[[], None]:
 def profile_join(tasks: int, brokers: int, joins: int) -> str:
     """Joins of one broker into a stable group; per join the generations, the group's state changes with
     their reasons, the event types the controller processed; then cProfile of its event thread."""
-    import controller.group as group_mod
+    import controller.protocol.group as group_mod
     from broker_sim.runners.noop import NoopRunner
     from broker_sim.worker import Worker, WorkerConfig
     from controller.admin import wait_for
@@ -147,9 +147,9 @@ def profile_load(tasks: int) -> str:
 def profile_reads(n: int) -> str:
     """Raw read rates through kazoo: multiRead requests (``zkio.multi_read``), pipelined ``get_async``
     (``zkio.get_many``), one ``get`` per round trip."""
-    from controller.daemon import _get_sequential
-    from controller.zkclient import ZkSettings, make_client
-    from controller.zkio import InterruptibleClient, get_many, multi_read
+    from controller.daemon import get_sequential
+    from controller.zk.client import ZkSettings, make_client
+    from controller.zk.io import InterruptibleClient, get_many, multi_read
 
     out = [f"# {n} reads of 300-byte znodes, median of 3\n"]
     with zookeeper(heap_mb=512, name="prof") as zk:
@@ -164,7 +164,7 @@ def profile_reads(n: int) -> str:
                 tx.commit()
             zc = InterruptibleClient(client)
             for name, fn in (("multiRead multi_read", multi_read), ("pipelined get_many", get_many),
-                             ("sequential get", _get_sequential)):
+                             ("sequential get", get_sequential)):
                 times = []
                 prof = cProfile.Profile()
                 for _ in range(3):

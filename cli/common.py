@@ -14,11 +14,10 @@ import click
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from controller.codecs import PayloadError
-from controller.layout import InvalidName, ZkLayout
-from controller.taskspec import SpecError
-from controller.layout_io import list_tasks
-from controller.zkclient import ZkSettings, make_client, settings_from_env
+from controller.protocol.errors import ZkcError
+from controller.protocol.layout import ZkLayout
+from controller.zk.layout_io import list_tasks
+from controller.zk.client import ZkSettings, make_client, settings_from_env
 
 
 class UserError(click.ClickException):
@@ -36,14 +35,8 @@ def _one_line(text: str) -> str:
 
 def user_message(exc: BaseException) -> str | None:
     """The one-line message for an exception that is the operator's problem, or None for a bug."""
-    from controller.admin import AdminError
-    from controller.layout_io import LayoutError
-    from controller.security import SecurityError
-    from controller.zkserver import ZooKeeperSetupError
-
-    if isinstance(exc, (AdminError, SpecError, InvalidName, PayloadError, ZooKeeperSetupError, SecurityError,
-                        LayoutError)):
-        return _one_line(str(exc))
+    if isinstance(exc, ZkcError):
+        return _one_line(str(exc)) if exc.user_facing else None
     if isinstance(exc, KazooTimeoutError):
         return "ZooKeeper did not answer in time (is it running? check --zk / ZKC_ZK)"
     if isinstance(exc, KazooException):
@@ -156,7 +149,7 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
     ZKC_AUTH / ZKC_AUTH_FILE apply). The credentials themselves are refused on the command line (they
     would show in ``ps`` and shell history), and no message ever repeats them. Processes this one starts
     inherit the source (ZKC_AUTH_FILE or ZKC_AUTH), not a command-line copy."""
-    from controller.security import SecurityError, parse_credential, read_credential_file
+    from controller.zk.security import SecurityError, parse_credential, read_credential_file
 
     if source is not None and file is not None:
         raise click.UsageError("give --zk-auth or --zk-auth-file, not both")

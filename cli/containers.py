@@ -14,7 +14,7 @@ from cli.common import Ctx, UserError, pass_ctx, table
 
 
 def _containers():
-    from broker_sim import containers
+    from broker_sim.deploy import containers
 
     return containers
 
@@ -146,7 +146,7 @@ def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int
 def health(ctx: Ctx, role: str | None) -> None:
     """Exit 0 if this container's process does its job: ZooKeeper answers ruok (zk), the cluster's
     ZooKeeper answers (controller), our broker id is registered (broker), /healthz answers (api)."""
-    from controller.zkserver import four_letter_word
+    from controller.zk.server import four_letter_word
 
     if role == "zk":
         port = int(os.environ.get("ZKC_ZK_PORT", "2181"))

@@ -1,6 +1,6 @@
 """``zkctl datagen``: write numbered JSON records into a directory over time (input for the demo pipelines).
 
-Thin: ``broker_sim.datagen`` does the work. Not registered here; ``cli/main.py`` adds it to the group.
+Thin: ``broker_sim.sim.datagen`` does the work. Not registered here; ``cli/main.py`` adds it to the group.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from broker_sim.datagen import SCHEMA_DDL, DatagenConfig, generate
+from broker_sim.sim.datagen import SCHEMA_DDL, DatagenConfig, generate
 
 
 @click.command("datagen")

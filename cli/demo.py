@@ -22,16 +22,16 @@ from typing import Any, Callable
 
 import click
 
-from broker_sim.checker import close_open, double_ownership
+from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from cli.common import table
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
-from controller.layout import ZkLayout
-from controller.taskspec import NoopPipeline, TaskSpec, parse_spec
-from controller.zkclient import ZkSettings, make_client
-from controller.zkio import get_many
-from controller.zkserver import ZooKeeperServer, free_port
+from controller.protocol.layout import ZkLayout
+from controller.protocol.taskspec import NoopPipeline, TaskSpec, parse_spec
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.io import get_many
+from controller.zk.server import ZooKeeperServer, free_port
 
 SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # the spark runner asks for twice its stop budget (worker.fence_margin)
 PIPELINES = 4
@@ -54,7 +54,7 @@ class Demo:
     _shown_at: float = 0.0
 
     # ---- processes --------------------------------------------------------------------------------
-    def _zkctl(self, name: str, *args: str) -> subprocess.Popen:
+    def zkctl_command(self, name: str, *args: str) -> subprocess.Popen:
         log = open(self.state_dir / "logs" / f"{name}.log", "ab")
         env = dict(os.environ, ZKC_ZK=self.server.address, ZKC_ROOT=self.root, ZKC_STATE_DIR=str(self.state_dir),
                    PYTHONUNBUFFERED="1")
@@ -251,7 +251,7 @@ class Demo:
         if self.runner != "spark":
             admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
             return tasks, {}, None
-        from broker_sim.datagen import SCHEMA_DDL, Datagen, DatagenConfig
+        from broker_sim.sim.datagen import SCHEMA_DDL, Datagen, DatagenConfig
 
         specs, expected, gens = [], {}, []
         for i, t in enumerate(tasks):

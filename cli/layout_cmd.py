@@ -9,10 +9,10 @@ import time
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.layout import BUCKETS, LAYOUT_VERSION
-from controller.layout_io import LayoutError, flat_entries, read_layout_info
-from controller.migration import migrate
-from controller.zkio import multi_children
+from controller.protocol.layout import BUCKETS, LAYOUT_VERSION
+from controller.zk.layout_io import LayoutError, flat_entries, read_layout_info
+from controller.admin.migration import migrate
+from controller.zk.io import multi_children
 
 
 @click.group("layout")

@@ -20,10 +20,10 @@ from pathlib import Path
 import click
 
 from cli.common import Ctx, UserError, ZkctlGroup, pass_ctx, resolve_auth, user_message
-from controller.codecs import PayloadError
-from controller.layout import DEFAULT_ROOT, InvalidName, ZkLayout
-from controller.zkclient import DEFAULT_HOSTS
-from controller.zkserver import ZooKeeperServer, ZooKeeperSetupError
+from controller.protocol.codecs import PayloadError
+from controller.protocol.layout import DEFAULT_ROOT, InvalidName, ZkLayout
+from controller.zk.client import DEFAULT_HOSTS
+from controller.zk.server import ZooKeeperServer, ZooKeeperSetupError
 
 DEFAULT_STATE_DIR = ".zkc"
 
@@ -93,7 +93,7 @@ def zk_start(ctx: Ctx, port: int | None, data_dir: Path | None, foreground: bool
              ensemble: str | None) -> None:
     """Start a ZooKeeper server from the jars inside pyspark: standalone, or one member of an ensemble;
     detached (waits until it answers) or, with --foreground, in this process."""
-    from controller.zkserver import parse_ensemble
+    from controller.zk.server import parse_ensemble
 
     server = _server(ctx, port, data_dir)
     if ensemble is not None or server_id is not None:

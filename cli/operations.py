@@ -9,7 +9,7 @@ import click
 
 from cli.common import Ctx, UserError, pass_ctx, table, when
 from controller.admin.operations import SETTING_RULES, SettingError
-from controller.codecs import to_jsonable
+from controller.protocol.codecs import to_jsonable
 
 
 @click.group("maintenance")

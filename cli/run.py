@@ -19,9 +19,9 @@ from typing import Any
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.assignors import ASSIGNORS
-from controller.layout import InvalidName, check_name
-from controller.protocol import COOPERATIVE, PROTOCOLS, protocols_for
+from controller.protocol.assignors import ASSIGNORS
+from controller.protocol.layout import InvalidName, check_name
+from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
 
 log = logging.getLogger("zkctl")
 
@@ -77,7 +77,7 @@ def controller_run(ctx: Ctx, controller_id: str | None, metrics_port: int | None
                    session_timeout: float) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
     from controller.daemon import Controller, ControllerConfig, default_controller_id
-    from controller.group import GroupConfig
+    from controller.protocol.group import GroupConfig
 
     settings = _settings(ctx, session_timeout)
     config = ControllerConfig(
@@ -142,7 +142,7 @@ def _spark_options(given: dict[str, Any]) -> dict[str, Any]:
 def _worker_metrics(worker: Any, port: int):
     from prometheus_client import CollectorRegistry, Gauge
 
-    from controller.metrics import MetricsServer
+    from controller.daemon.metrics import MetricsServer
 
     r = CollectorRegistry()
     Gauge("zkc_worker_running_tasks", "tasks this broker runs", registry=r).set_function(lambda: len(worker.running_tasks()))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.security import (
+from controller.zk.security import (
     ROLES,
     AclPolicy,
     SecurityError,
@@ -138,7 +138,7 @@ def security_digest(ctx: Ctx, broker: str | None) -> None:
     except SecurityError as exc:
         raise UserError(str(exc)) from None
     if broker is not None:
-        from controller.layout import InvalidName, check_name
+        from controller.protocol.layout import InvalidName, check_name
         try:
             check_name("broker id", broker)
         except InvalidName as exc:

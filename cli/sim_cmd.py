@@ -9,10 +9,10 @@ import click
 
 from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
-from broker_sim.farm import FarmError
-from broker_sim.sim import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
+from broker_sim.sim.farm import FarmError
+from broker_sim.sim.simulator import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
 from cli.common import UserError
-from controller.protocol import COOPERATIVE, PROTOCOLS
+from controller.protocol.rules import COOPERATIVE, PROTOCOLS
 
 
 @click.group("sim")
@@ -69,7 +69,7 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
     controller's interpreter. Exits 1 if any task was ever owned twice, or if the cluster did not converge."""
-    from controller.assignors import ASSIGNORS
+    from controller.protocol.assignors import ASSIGNORS
 
     if repeat > 1 and scenario in ("steady", "rolling-bounce"):
         raise click.BadParameter(f"--repeat applies to one-step scenarios; {scenario} is not one",

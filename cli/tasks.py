@@ -12,7 +12,7 @@ import click
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
 from cli.progress import waiting
 from controller.admin import RestartProgress, to_dict
-from controller.taskspec import load_specs, task_schema
+from controller.protocol.taskspec import load_specs, task_schema
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 

@@ -19,7 +19,7 @@ from controller.admin import to_dict
 @pass_ctx
 def timeline(ctx: Ctx, out: Path, from_zk: bool, intervals_file: Path | None, title: str | None) -> None:
     """One row per task, one colour per broker, gaps where nothing ran (double ownership outlined in red)."""
-    from broker_sim.timeline import TimelineError, load_intervals, plot_timeline
+    from broker_sim.sim.timeline import TimelineError, load_intervals, plot_timeline
 
     if from_zk == (intervals_file is not None):
         raise click.UsageError("give exactly one of --from-zk and --intervals FILE")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.zkserver import free_port
+from controller.zk.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 ZKCTL = [sys.executable, "-m", "cli.main"]

@@ -12,10 +12,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from controller.admin import ensure_layout
-from controller.layout import ZkLayout
-from controller.zkclient import ZkSettings, make_client
-from controller.zkserver import ZooKeeperServer, free_port
-from controller.zkio import delete_tree
+from controller.protocol.layout import ZkLayout
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.server import ZooKeeperServer, free_port
+from controller.zk.io import delete_tree
 
 
 @pytest.fixture(scope="session")

@@ -15,14 +15,14 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker_sim.worker import Worker, WorkerConfig
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import wait_for
-from controller.codecs import GroupStateInfo, JoinRequest
+from controller.protocol.codecs import GroupStateInfo, JoinRequest
 from controller.daemon import Controller, ControllerConfig
-from controller.layout import ZkLayout
-from controller.taskspec import NoopPipeline, TaskSpec
-from controller.zkclient import ZkSettings
-from controller.zkserver import ZooKeeperServer, four_letter_word, free_port
+from controller.protocol.layout import ZkLayout
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import ZkSettings
+from controller.zk.server import ZooKeeperServer, four_letter_word, free_port
 
 log = logging.getLogger(__name__)
 

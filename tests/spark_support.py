@@ -76,8 +76,8 @@ def copy_project(name: str, dst: Path) -> Path:
 
 def files_task(task_id: str, src: Path, out: Path, sql: str, max_files: int | None = None,
                **pipeline: Any) -> dict[str, Any]:
-    """A task spec document: JSON files of ``broker_sim.datagen`` records -> ``sql`` -> parquet files."""
-    from broker_sim.datagen import SCHEMA_DDL
+    """A task spec document: JSON files of ``broker_sim.sim.datagen`` records -> ``sql`` -> parquet files."""
+    from broker_sim.sim.datagen import SCHEMA_DDL
 
     source: dict[str, Any] = {"type": "files", "format": "json", "path": str(src), "schema": SCHEMA_DDL}
     if max_files is not None:
@@ -166,7 +166,7 @@ def _child_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from broker_sim.runners.spark import SparkRunner
-    from controller.taskspec import parse_spec
+    from controller.protocol.taskspec import parse_spec
 
     spec = parse_spec(json.loads(Path(args.spec).read_text()))
     conf = dict(c.split("=", 1) for c in args.conf)

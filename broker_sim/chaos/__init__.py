@@ -5,7 +5,7 @@ printed before the run starts). :class:`ChaosRun` plays it against N brokers, tw
 candidates and an embedded ZooKeeper of its own, samples ``/controller_epoch`` and
 ``/groups/<g>/state`` all along, and once the last fault is over checks four invariants:
 
-1. no task ever had two running owners (the checker's interval overlap, see ``broker_sim.checker``);
+1. no task ever had two running owners (the checker's interval overlap, see ``broker_sim.sim.checker``);
 2. within ``convergence_bound_s`` of the last fault, every RUNNING task runs on exactly one live broker,
    as ZooKeeper shows it (owner znode held by a live broker's session, status RUNNING by that broker,
    no deletion pending) and, for in-process brokers, as the workers themselves show it — and it stays

@@ -2,10 +2,10 @@
 
 import sys
 
-from broker_sim.chaos.processes import _broker_main
+from broker_sim.chaos.processes import broker_main
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "broker":
-        sys.exit(_broker_main(sys.argv[2:]))
+        sys.exit(broker_main(sys.argv[2:]))
     print("usage: python -m broker_sim.chaos broker --id ID --zk HOSTS --root ROOT --journal PATH", file=sys.stderr)
     sys.exit(2)

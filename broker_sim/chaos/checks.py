@@ -13,19 +13,19 @@ from broker_sim.chaos.processes import read_journal
 from broker_sim.chaos.schedule import GROUP
 from broker_sim.chaos.sinks import sink_ids
 from broker_sim.chaos.summary import Sample, Verdict
-from broker_sim.checker import close_open, concurrent_moves, double_ownership, move_runs
-from controller import codecs
-from controller.codecs import (
+from broker_sim.sim.checker import close_open, concurrent_moves, double_ownership, move_runs
+from controller.protocol import codecs
+from controller.protocol.codecs import (
     GroupStateInfo,
     OwnerInfo,
     PayloadError,
     RunInterval,
     TaskStatus,
 )
-from controller.taskspec import decode_task
-from controller.zkclient import make_client
-from controller.layout_io import list_tasks
-from controller.zkio import exists_many, get_many
+from controller.protocol.taskspec import decode_task
+from controller.zk.client import make_client
+from controller.zk.layout_io import list_tasks
+from controller.zk.io import exists_many, get_many
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from broker_sim.chaos.schedule import Fault, broker_id, task_id
 from controller.admin import AdminClient, AdminError
-from controller.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from broker_sim.runners.base import RunStatus, TaskRunner
 from broker_sim.runners.noop import NoopRunner
-from controller.codecs import RunInterval
-from controller.taskspec import TaskSpec
+from controller.protocol.codecs import RunInterval
+from controller.protocol.taskspec import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,10 @@ def read_journal(path: Path, broker: str, died_at: float | None) -> list[RunInte
     return out
 
 
-def _broker_main(argv: list[str]) -> int:
+def broker_main(argv: list[str]) -> int:
     from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
-    from controller.protocol import COOPERATIVE, PROTOCOLS, protocols_for
-    from controller.zkclient import settings_from_env
+    from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
+    from controller.zk.client import settings_from_env
 
     p = argparse.ArgumentParser(prog="python -m broker_sim.chaos broker")
     p.add_argument("--id", required=True)
@@ -145,7 +145,7 @@ def _broker_main(argv: list[str]) -> int:
     return 0
 
 
-class _Proc:
+class ChaosProcess:
     """A child process we started (stopped by its pid only)."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
@@ -207,7 +207,7 @@ class _Proc:
             self.reap_group()
 
 
-def _zkctl() -> list[str]:
+def zkctl_command() -> list[str]:
     exe = Path(sys.executable).parent / "zkctl"
     if exe.exists():
         return [str(exe)]

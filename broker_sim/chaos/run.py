@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from broker_sim.chaos.checks import Checks
 from broker_sim.chaos.faults import Faults
-from broker_sim.chaos.processes import _Proc, _zkctl, read_journal
+from broker_sim.chaos.processes import ChaosProcess, zkctl_command, read_journal
 from broker_sim.chaos.schedule import (
     EXCLUSIVE,
     FAULT_KINDS,
@@ -26,15 +26,15 @@ from broker_sim.chaos.schedule import (
 )
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict
-from broker_sim.netproxy import NetProxy
-from broker_sim.sim import NotConverged, SimOptions, Simulation
-from controller import codecs
+from broker_sim.sim.netproxy import NetProxy
+from broker_sim.sim.simulator import NotConverged, SimOptions, Simulation
+from controller.protocol import codecs
 from controller.admin import AdminClient
-from controller.codecs import RunInterval
+from controller.protocol.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
-from controller.group import GroupConfig
-from controller.layout_io import list_tasks
-from controller.zkclient import ZkSettings
+from controller.protocol.group import GroupConfig
+from controller.zk.layout_io import list_tasks
+from controller.zk.client import ZkSettings
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,8 @@ class ChaosRun(Faults, Checks, Simulation):
         self.injected: Counter[str] = Counter()
         self.failed: list[str] = []
         self.ctl_proxies: dict[str, NetProxy] = {}
-        self.ctl_procs: dict[str, _Proc] = {}
-        self.broker_procs: dict[str, _Proc] = {}
+        self.ctl_procs: dict[str, ChaosProcess] = {}
+        self.broker_procs: dict[str, ChaosProcess] = {}
         self.journals: dict[str, list[Path]] = {}
         self.process_intervals: list[RunInterval] = []
         self._ctl_seq = 0
@@ -106,10 +106,10 @@ class ChaosRun(Faults, Checks, Simulation):
         proxy = self._proxy(cid, self.ctl_proxies)
         o = self.copts
         if o.process_brokers:
-            cmd = _zkctl() + ["--zk", proxy.address, "--zk-root", self.root, "controller", "run", "--id", cid,
+            cmd = zkctl_command() + ["--zk", proxy.address, "--zk-root", self.root, "controller", "run", "--id", cid,
                               "--rebalance-timeout", str(o.rebalance_timeout_s), "--scheduled-delay",
                               str(o.scheduled_delay_s), "--session-timeout", str(o.session_timeout_s)]
-            self.ctl_procs[cid] = _Proc(cid, cmd, Path(self.tmp.name) / f"{cid}.log")
+            self.ctl_procs[cid] = ChaosProcess(cid, cmd, Path(self.tmp.name) / f"{cid}.log")
         else:
             cfg = ControllerConfig(cid, ZkSettings(hosts=proxy.address, root=self.root,
                                                    session_timeout_s=o.session_timeout_s, auth=self.settings().auth),
@@ -138,7 +138,7 @@ class ChaosRun(Faults, Checks, Simulation):
         if self.copts.pipelines:
             cmd += ["--runner", "spark", "--spark-master", self.copts.spark_master, "--checkpoint-root",
                     str(Path(self.tmp.name) / "checkpoints")]
-        self.broker_procs[bid] = _Proc(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
+        self.broker_procs[bid] = ChaosProcess(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
 
     def _broker_gone(self, bid: str, died_at: float | None) -> None:
         """A process broker exited (or was killed): its journal is complete; collect its intervals."""
@@ -337,7 +337,7 @@ class ChaosRun(Faults, Checks, Simulation):
         return pipes
 
     def _start_datagens(self, pipes: dict[str, tuple[Path, Path]]) -> dict[str, Any]:
-        from broker_sim.datagen import Datagen, DatagenConfig
+        from broker_sim.sim.datagen import Datagen, DatagenConfig
 
         o = self.copts
         rate = max(1.0, o.records / max(1.0, 0.8 * o.duration_s))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from controller.taskspec import TaskSpec
+from controller.protocol.taskspec import TaskSpec
 
 
 def committed_files(sink: Path) -> list[Path]:
@@ -59,8 +59,8 @@ def sink_ids(sink: Path) -> list[int]:
 
 
 def pipeline_spec(task: str, src: Path, out: Path) -> TaskSpec:
-    from broker_sim.datagen import SCHEMA_DDL
-    from controller.taskspec import parse_spec
+    from broker_sim.sim.datagen import SCHEMA_DDL
+    from controller.protocol.taskspec import parse_spec
 
     return parse_spec({"id": task, "pipeline": {
         "kind": "spark", "mode": "streaming", "trigger": {"processing_time": "1 second"},

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from controller.taskspec import TaskSpec
+from controller.protocol.taskspec import TaskSpec
 
 
 class RunState(str, Enum):

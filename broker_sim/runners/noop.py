@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
-from controller.clock import Clock, SystemClock
-from controller.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.clock import Clock, SystemClock
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
 
 
 @dataclass

@@ -26,7 +26,7 @@ from broker_sim.runners.spark_session import (
     local_master,
     release_session,
 )
-from controller.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
+from controller.protocol.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
 
 DEFAULT_CHECKPOINT_ROOT = os.path.join(os.environ.get("ZKC_STATE_DIR", ".zkc"), "checkpoints")
 # A streaming query's stop interrupts its micro-batch and waits for the stream thread: about a second on an

@@ -18,14 +18,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from broker_sim.runners.base import RunState, RunStatus
-from controller.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
+from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
+from controller.protocol.errors import ZkcError
 
 POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000
 MAX_TRACE_CHARS = 16000
 
 
-class PipelineStartError(RuntimeError):
+class PipelineStartError(ZkcError, RuntimeError):
     """A pipeline that Spark refused at start (analysis error, bad option); the message is Spark's."""
 
 

@@ -12,10 +12,14 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from controller.protocol.errors import ZkcError
 
 
-class SparkSetupError(RuntimeError):
+class SparkSetupError(ZkcError, RuntimeError):
     """Spark cannot start here (no Java, no pyspark, a clashing session); the message says what to do."""
+
+    status = 503
+    code = "spark_setup"
 
 
 def local_master() -> str:

@@ -1,4 +1,4 @@
-"""A worker (broker): the kazoo layer around the sans-IO :class:`~broker_sim.member.Member`.
+"""A worker (broker): the kazoo layer around the sans-IO :class:`~controller.protocol.member.Member`.
 
 Threads (all named after the broker): ``worker-<id>-events`` is the only one that drives the Member;
 kazoo callbacks only enqueue; ``worker-<id>-task_N`` pool threads start and stop tasks (blocking runner
@@ -33,7 +33,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from broker_sim.member import (
+from controller.protocol.member import (
     Exit,
     Member,
     ReadJoinResult,
@@ -44,26 +44,26 @@ from broker_sim.member import (
 )
 from broker_sim.runners import TaskRunner, make_runner
 from broker_sim.worker.events import (
-    _Assignment,
-    _Connection,
-    _Coordinator,
-    _GroupState,
-    _JoinResult,
-    _Owned,
-    _Released,
-    _ShutdownRequested,
-    _Stop,
-    _Stopped,
+    AssignmentEvent,
+    ConnectionEvent,
+    CoordinatorEvent,
+    GroupStateEvent,
+    JoinResultEvent,
+    Owned,
+    Released,
+    ShutdownRequested,
+    StopEvent,
+    Stopped,
 )
 from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
-from broker_sim.worker.fence import Fence, _LivenessProbe, fence_margin
+from broker_sim.worker.fence import Fence, LivenessProbe, fence_margin
 from broker_sim.worker.ownership import Ownership
 from broker_sim.worker.reporting import Reporting
-from broker_sim.worker.slots import _TaskSlot
+from broker_sim.worker.slots import TaskSlot
 from broker_sim.worker.tasks import Tasks
-from controller import codecs
-from controller.admin import ensure_layout
-from controller.codecs import (
+from controller.protocol import codecs
+from controller.zk.layout_io import ensure_layout
+from controller.protocol.codecs import (
     Assignment,
     BrokerInfo,
     GroupStateInfo,
@@ -71,10 +71,11 @@ from controller.codecs import (
     PayloadError,
     RunInterval,
 )
-from controller.layout import ZkLayout, check_name
-from controller.protocol import COOPERATIVE, EAGER, run_assignor
-from controller.zkclient import ZkSettings, make_client
-from controller.zkio import FencedWriter
+from controller.protocol.layout import ZkLayout, check_name
+from controller.protocol.rules import COOPERATIVE, EAGER, run_assignor
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.io import FencedWriter
+from controller.protocol.errors import ZkcError
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,11 @@ class WorkerConfig:
             raise ValueError("stop_timeout_s must be positive")
 
 
-class RegistrationConflict(RuntimeError):
+class RegistrationConflict(ZkcError, RuntimeError):
     """Our broker id is registered by another live session: we must not run, nor act in its name."""
+
+    status = 409
+    code = "conflict"
 
 
 class IdentityMismatch(RegistrationConflict):
@@ -143,7 +147,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.pulse_thread = threading.Thread(target=self._pulse_loop, name=f"worker-{self.id}-pulse", daemon=True)
         self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
         self.lock = threading.RLock()
-        self.slots: dict[str, _TaskSlot] = {}
+        self.slots: dict[str, TaskSlot] = {}
         self.desired: frozenset[str] = frozenset()
         self.generation = -1
         self.intervals: collections.deque[RunInterval] = collections.deque(maxlen=100_000)
@@ -168,7 +172,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.status_lock = threading.Lock()
         self._flushed: list[RunInterval] = []  # the interval log as last written (an unchanged one is not rewritten)
         self._closing = False
-        self.probe = _LivenessProbe(self)
+        self.probe = LivenessProbe(self)
         self.watchdog = DeadlineWatchdog(self)
         self.deadline_thread = threading.Thread(target=self.watchdog.loop, name=f"worker-{self.id}-deadline",
                                                 daemon=True)
@@ -200,7 +204,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.status_thread.start()
         self.pulse_thread.start()
         self.deadline_thread.start()
-        self._enqueue(_Connection("STARTED"))
+        self._enqueue(ConnectionEvent("STARTED"))
         return self
 
     @property
@@ -281,7 +285,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                                makepath=True)
         except NodeExistsError:
             pass
-        self._enqueue(_ShutdownRequested())
+        self._enqueue(ShutdownRequested())
 
     def stop(self, graceful: bool = True) -> None:
         """Stop everything: tasks (releasing owner znodes), the session, then the threads.
@@ -291,7 +295,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         if self._closing:
             return
         self._closing = True
-        self._enqueue(_Stop())
+        self._enqueue(StopEvent())
         self._stop_all_tasks(release=True)
         self.stopped.set()
         if self.client.connected:
@@ -320,7 +324,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                     self._record(t, slot, now, released=now)
                 slot.running = False
         self.stopped.set()
-        self._enqueue(_Stop())
+        self._enqueue(StopEvent())
         self.runner.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         try:
@@ -339,19 +343,19 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             self._arm_fence()
         elif state == KazooState.CONNECTED:
             self._disarm_fence()  # before the event: its handler must see any fence the timer raised
-        self._enqueue(_Connection(str(state)))
+        self._enqueue(ConnectionEvent(str(state)))
 
     def _watch_group_state(self, _event: Any = None) -> None:
-        self._enqueue(_GroupState())
+        self._enqueue(GroupStateEvent())
 
     def _watch_assignment(self, _event: Any = None) -> None:
-        self._enqueue(_Assignment())
+        self._enqueue(AssignmentEvent())
 
     def _watch_controller(self, _event: Any = None) -> None:
-        self._enqueue(_Coordinator())
+        self._enqueue(CoordinatorEvent())
 
     def _watch_shutdown(self, _event: Any = None) -> None:
-        self._enqueue(_ShutdownRequested())
+        self._enqueue(ShutdownRequested())
 
 
     # ---- the event loop ---------------------------------------------------------------------------
@@ -360,7 +364,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             event = self.events.get()
             while self.frozen.is_set() and not self._closing:
                 time.sleep(0.05)
-            if isinstance(event, _Stop):
+            if isinstance(event, StopEvent):
                 return
             try:
                 self._handle(event)
@@ -370,7 +374,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self.failed.set()
             except (KazooException, KazooTimeoutError) as exc:
                 log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
-                if isinstance(event, _Connection) and event.state == "STARTED" and not self._closing:
+                if isinstance(event, ConnectionEvent) and event.state == "STARTED" and not self._closing:
                     # not registered yet (a connection loss mid-way): start again shortly, until it works
                     retry = threading.Timer(0.5, self._enqueue, args=(event,))
                     retry.name = f"worker-{self.id}-register-retry"
@@ -380,38 +384,38 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 log.exception("worker %s: error handling %s", self.id, type(event).__name__)
 
     def _handle(self, event: Any) -> None:
-        if isinstance(event, _Connection):
+        if isinstance(event, ConnectionEvent):
             self._on_connection(event.state)
-        elif isinstance(event, _GroupState):
+        elif isinstance(event, GroupStateEvent):
             if self.member.follows_assignment_alone:
                 self.group_state_watched = False  # its watch fired; not armed again while we follow our assignment
                 return
             info = self._read_group_state()
             if info is not None:
                 self._do(self.member.on_group_state(info))
-        elif isinstance(event, _Assignment):
+        elif isinstance(event, AssignmentEvent):
             a = self._read_assignment()
             if a is not None:
                 actions = self.member.on_assignment(a)
                 if self.member.generation >= 0:
                     self.generation = self.member.generation  # owner znodes record the new generation
                 self._do(actions)
-        elif isinstance(event, _Owned):
+        elif isinstance(event, Owned):
             self._do(self.member.on_owned(self._held()))
-        elif isinstance(event, _Stopped):
+        elif isinstance(event, Stopped):
             self._on_stopped(event)
-        elif isinstance(event, _Released):
+        elif isinstance(event, Released):
             self._on_released(event)
-        elif isinstance(event, _JoinResult):
+        elif isinstance(event, JoinResultEvent):
             # still waiting for that generation's result (else the state got there first, or it is over)
             if self.member.state is WorkerState.JOINING and self.member.join_generation == event.generation:
                 result = self._read_join_result(event.generation, missing_ok=True)
                 if result is not None:
                     self._do(self.member.on_join_result(result))
-        elif isinstance(event, _Coordinator):
+        elif isinstance(event, CoordinatorEvent):
             present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
             self._do(self.member.on_coordinator(present))
-        elif isinstance(event, _ShutdownRequested):
+        elif isinstance(event, ShutdownRequested):
             if self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown) is not None:
                 self._do(self.member.request_shutdown())
         if (not self.group_state_watched and not self.member.follows_assignment_alone
@@ -425,7 +429,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         if state in ("STARTED",):
             self._register()
             self._do(self.member.start(self._arm_watches()))
-            self._enqueue(_ShutdownRequested())
+            self._enqueue(ShutdownRequested())
         elif state == str(KazooState.LOST):
             log.warning("worker %s: session lost; everything it held is gone", self.id)
             self._stop_all_tasks(release=False)
@@ -444,11 +448,11 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 # session is gone, the controlled-shutdown one included (a request filed meanwhile counts)
                 self._register()
                 self._do(self.member.start(self._arm_watches()))
-                self._enqueue(_ShutdownRequested())
+                self._enqueue(ShutdownRequested())
             elif self.fenced:  # (if this fails, the probe lifts it once an answer shows the session alive)
                 self._resume_if_alive("reconnected and our session is alive")
-            self._enqueue(_GroupState())
-            self._enqueue(_Assignment())
+            self._enqueue(GroupStateEvent())
+            self._enqueue(AssignmentEvent())
 
     def _arm_watches(self) -> GroupStateInfo | None:
         """A new session (registered): arm every watch a member needs (the controller, a controlled-shutdown
@@ -539,7 +543,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                     self.desired = act.tasks
                 self._reconcile()
                 if self.member.reconcile_mode:
-                    self._enqueue(_Owned())  # what we hold now that the stops and starts are under way
+                    self._enqueue(Owned())  # what we hold now that the stops and starts are under way
             elif isinstance(act, Exit):
                 log.info("worker %s: controlled shutdown complete", self.id)
                 self.exited.set()
@@ -551,12 +555,12 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         between the join and the proposal. Only this member watches it (everyone reading a join result of
         thousands of tasks would cost more than it saves); a new leader learns it from the state."""
         path = self.layout.group_join(self.config.group, generation)
-        pending = self.client.exists_async(path, watch=lambda _e: self._enqueue(_JoinResult(generation)))
+        pending = self.client.exists_async(path, watch=lambda _e: self._enqueue(JoinResultEvent(generation)))
 
         def already_there(result: Any) -> None:  # kazoo's thread: enqueue only
             try:
                 if result.get(block=False) is not None:
-                    self._enqueue(_JoinResult(generation))
+                    self._enqueue(JoinResultEvent(generation))
             except Exception:
                 pass
         pending.rawlink(already_there)

@@ -6,26 +6,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.codecs import JoinRequest
+from controller.protocol.codecs import JoinRequest
 
 
 @dataclass(frozen=True)
-class _GroupState:
+class GroupStateEvent:
     pass
 
 
 @dataclass(frozen=True)
-class _Assignment:
+class AssignmentEvent:
     pass
 
 
 @dataclass(frozen=True)
-class _Owned:
+class Owned:
     pass
 
 
 @dataclass(frozen=True)
-class _Stopped:
+class Stopped:
     """Reconcile: revoked tasks stopped on pool threads; the event thread releases them with our report in
     one multi (``tasks``: whose busy flags to clear; ``ready``: those that stopped, to release)."""
 
@@ -34,8 +34,8 @@ class _Stopped:
 
 
 @dataclass(frozen=True)
-class _Released:
-    """The release multi sent by the event thread for ``_Stopped`` has an answer (``result``: kazoo's
+class Released:
+    """The release multi sent by the event thread for ``Stopped`` has an answer (``result``: kazoo's
     async result) and carried ``request``, our report."""
 
     tasks: tuple[str, ...]
@@ -45,27 +45,27 @@ class _Released:
 
 
 @dataclass(frozen=True)
-class _JoinResult:
+class JoinResultEvent:
     """The join result of a generation we joined was written (we led the last one: we may lead this)."""
 
     generation: int
 
 
 @dataclass(frozen=True)
-class _Coordinator:
+class CoordinatorEvent:
     pass
 
 
 @dataclass(frozen=True)
-class _ShutdownRequested:
+class ShutdownRequested:
     pass
 
 
 @dataclass(frozen=True)
-class _Connection:
+class ConnectionEvent:
     state: str
 
 
 @dataclass(frozen=True)
-class _Stop:
+class StopEvent:
     pass

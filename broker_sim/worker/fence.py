@@ -8,12 +8,12 @@ So at the moment we see SUSPENDED, the session — and with it our owner znodes,
 owner start — survives at least another ``session_timeout / 3``. We stop every task a *fence margin*
 before the earliest expiry: ``fence_margin_s = max(fence_fraction * session_timeout, runner.stop_budget_s)``
 (``fence_fraction`` defaults to 1/6), i.e. ``max(0, session_timeout / 3 - margin)`` after SUSPENDED, and
-the liveness probe (``_LivenessProbe``) does the same ``session_timeout - margin`` after the last answer.
+the liveness probe (``LivenessProbe``) does the same ``session_timeout - margin`` after the last answer.
 That leaves the margin for the runners' ``stop`` to finish before anyone else can take over. The margin is
 capped at half the session timeout (fencing after less silence than that would stop tasks on every
 hiccup); a runner whose stop budget exceeds the cap gets a warning: give it a longer session timeout.
 
-The pulse thread (``worker-<id>-pulse``) runs ``_LivenessProbe`` and detects that the process itself was
+The pulse thread (``worker-<id>-pulse``) runs ``LivenessProbe`` and detects that the process itself was
 paused (SIGSTOP, a VM pause): it fences at once, un-fencing only after a round trip proves the session is
 still its own.
 
@@ -55,7 +55,7 @@ def probe_interval(fence_margin_s: float) -> float:
     return min(1.0, max(0.2, fence_margin_s / 2))
 
 
-class _LivenessProbe:
+class LivenessProbe:
     """The fence deadline without relying on kazoo's SUSPENDED, run by the pulse thread.
 
     kazoo declares SUSPENDED only when a heartbeat ping goes unanswered, and every request it sends

@@ -11,11 +11,11 @@ import time
 
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
-from broker_sim.worker.events import _Owned, _Released, _Stopped
-from broker_sim.worker.slots import _StopBatch, _TaskSlot
-from controller import codecs
-from controller.codecs import JoinRequest, OwnerInfo, TaskStatus
-from controller.zkio import exists_many
+from broker_sim.worker.events import Owned, Released, Stopped
+from broker_sim.worker.slots import StopBatch, TaskSlot
+from controller.protocol import codecs
+from controller.protocol.codecs import JoinRequest, OwnerInfo, TaskStatus
+from controller.zk.io import exists_many
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +76,17 @@ class Ownership:
         now = time.time()
         with self.lock:
             for t in tasks:
-                slot = self.slots.setdefault(t, _TaskSlot())
+                slot = self.slots.setdefault(t, TaskSlot())
                 slot.held = True
                 slot.acquired = now
                 slot.dirty = True
-        self._enqueue(_Owned())
+        self._enqueue(Owned())
 
-    def _stop_in_batch(self, t: str, batch: "_StopBatch") -> None:
+    def _stop_in_batch(self, t: str, batch: "StopBatch") -> None:
         """Stop one of several tasks let go of together (a revocation, an eager rejoin): the runners stop in
         parallel on pool threads, and whichever stop finishes last releases them all together (``_release``:
         one pipelined read of their statuses, one multi). The member rejoins only once all of them are let
-        go. A slow stop holds the others at most ``BATCH_LINGER_S`` (``_StopBatch.expire``, on a timer); a
+        go. A slow stop holds the others at most ``BATCH_LINGER_S`` (``StopBatch.expire``, on a timer); a
         stop that hangs past its own budget, or raises, is escalated by the deadline watchdog (kill, halt).
         The busy flags are cleared as tasks are released."""
         stopped = False
@@ -98,7 +98,7 @@ class Ownership:
         finally:
             self._finish_batch(batch.done(t, stopped))
 
-    def _batch_timer(self, batch: "_StopBatch") -> None:
+    def _batch_timer(self, batch: "StopBatch") -> None:
         timer = threading.Timer(BATCH_LINGER_S, lambda: self._finish_batch(batch.expire()))
         timer.name = f"worker-{self.id}-batch"
         timer.daemon = True
@@ -127,7 +127,7 @@ class Ownership:
                 for x in tasks:
                     if x in self.slots:
                         self.slots[x].busy = False
-            self._enqueue(_Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
+            self._enqueue(Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
             self._reconcile()
 
     # ---- a reconciling member's release, with its report ------------------------------------------
@@ -138,10 +138,10 @@ class Ownership:
         (The member's mode is read here as a hint; the event thread checks again.)"""
         if not ready or not self.member.follows_assignment_alone:
             return False
-        self._enqueue(_Stopped(tuple(tasks), tuple(ready)))
+        self._enqueue(Stopped(tuple(tasks), tuple(ready)))
         return True
 
-    def _on_stopped(self, event: _Stopped) -> None:
+    def _on_stopped(self, event: Stopped) -> None:
         """Event thread: release ``event.ready`` with our report, or the usual way on a pool thread when that
         cannot be (not reconciling any more, not connected, fenced, a status version not known)."""
         tasks, ready = list(event.tasks), list(event.ready)
@@ -153,7 +153,7 @@ class Ownership:
 
     def _send_release(self, tasks: list[str], ready: list[str], request: JoinRequest) -> bool:
         """Send one multi: the last statuses of ``ready`` at the versions of our own last writes, their
-        owner znodes deleted, and our report (the request znode). Its answer comes back as ``_Released``;
+        owner znodes deleted, and our report (the request znode). Its answer comes back as ``Released``;
         the event thread does not wait for it. False (nothing sent) if a status version is not known: the
         usual release reads it first."""
         if not self.status_lock.acquire(blocking=False):
@@ -172,10 +172,10 @@ class Ownership:
             tx.delete(self.layout.task_owner(t))
         tx.set_data(self.layout.group_member(self.config.group, self.id), codecs.encode(request))
         pending = tx.commit_async()
-        pending.rawlink(lambda result: self._enqueue(_Released(tuple(tasks), tuple(ready), request, result)))
+        pending.rawlink(lambda result: self._enqueue(Released(tuple(tasks), tuple(ready), request, result)))
         return True
 
-    def _on_released(self, event: _Released) -> None:
+    def _on_released(self, event: Released) -> None:
         """Event thread: the answer to ``_send_release``. Done: the tasks are let go and the member knows its
         report is written. A multi that failed did nothing (someone wrote a status since: the usual release
         reads them first); one whose outcome is unknown (connection lost) is checked by its owner znodes."""
@@ -271,7 +271,7 @@ class Ownership:
         if len(gone) < len(tasks):
             log.warning("worker %s: release of %s not confirmed; still held", self.id,
                         ", ".join(sorted(set(tasks) - set(gone))[:5]))
-        self._enqueue(_Owned())
+        self._enqueue(Owned())
 
     def _release(self, tasks: list[str], cached: bool = True) -> None:
         """Write the last status of stopped tasks and delete their owner znodes, in one multi per chunk: a new

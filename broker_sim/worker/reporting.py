@@ -10,9 +10,9 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker_sim.runners import RunState
-from broker_sim.worker.slots import _TaskSlot
-from controller import codecs
-from controller.codecs import RunInterval, TaskStatus
+from broker_sim.worker.slots import TaskSlot
+from controller.protocol import codecs
+from controller.protocol.codecs import RunInterval, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ MAX_INTERVALS_IN_ZK = 5000
 class Reporting:
     """Task statuses and run intervals."""
 
-    def _record(self, t: str, slot: _TaskSlot, end: float, released: float | None) -> None:
+    def _record(self, t: str, slot: TaskSlot, end: float, released: float | None) -> None:
         if slot.started is not None:
             self.intervals.append(RunInterval(task_id=t, broker=self.id, start=slot.started, end=end,
                                               generation=self.generation, acquired=slot.acquired, released=released))

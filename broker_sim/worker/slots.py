@@ -7,10 +7,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.taskspec import TaskSpec
+from controller.protocol.taskspec import TaskSpec
 
 
-class _StopBatch:
+class StopBatch:
     """Tasks stopped together, released together: one multi once every stop has returned. A stop that is slow
     (or hung, until the deadline watchdog escalates) must not hold the others: once ``linger_s`` has passed
     (``expire``), what has stopped is released at once and each later stop releases its own task."""
@@ -52,7 +52,7 @@ class _StopBatch:
 
 
 @dataclass
-class _TaskSlot:
+class TaskSlot:
     spec: TaskSpec | None = None
     held: bool = False          # our owner znode exists
     running: bool = False       # runner started (and not stopped)

@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
-from broker_sim.worker.events import _Owned
-from broker_sim.worker.slots import _StopBatch, _TaskSlot
-from controller import codecs
-from controller.codecs import OwnerInfo, PayloadError
-from controller.taskspec import TaskSpec, decode_task
+from broker_sim.worker.events import Owned
+from broker_sim.worker.slots import StopBatch, TaskSlot
+from controller.protocol import codecs
+from controller.protocol.codecs import OwnerInfo, PayloadError
+from controller.protocol.taskspec import TaskSpec, decode_task
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Tasks:
             if len(stop) == 1:
                 self.pool.submit(self._stop_task, stop[0])
             elif stop:
-                batch = _StopBatch(len(stop))
+                batch = StopBatch(len(stop))
                 for t in stop:
                     self.pool.submit(self._stop_in_batch, t, batch)
                 self._batch_timer(batch)
@@ -56,7 +56,7 @@ class Tasks:
                 for t in sorted(desired):
                     slot = slots.get(t)
                     if slot is None:
-                        slot = slots[t] = _TaskSlot()
+                        slot = slots[t] = TaskSlot()
                     if not slot.held and not slot.busy:
                         slot.busy = True
                         acquire.append(t)
@@ -84,7 +84,7 @@ class Tasks:
                 if t in self.slots:
                     self.slots[t].busy = False
             if acquire and not held:
-                self._enqueue(_Owned())  # an acquisition given up: no longer "may hold any moment"
+                self._enqueue(Owned())  # an acquisition given up: no longer "may hold any moment"
             self._reconcile()
 
     def _start_tasks(self, tasks: list[str]) -> None:
@@ -159,7 +159,7 @@ class Tasks:
                         self.slots[t].busy = False
                         given_up = given_up or not self.slots[t].held
             if given_up:
-                self._enqueue(_Owned())  # acquisitions given up: no longer "may hold any moment"
+                self._enqueue(Owned())  # acquisitions given up: no longer "may hold any moment"
             self._reconcile()
 
     def _launch(self, t: str, spec: TaskSpec) -> None:
@@ -279,7 +279,7 @@ class Tasks:
         """Count a failure: restart after the backoff of the spec's restart policy, or, once its attempts are
         spent (or the failure is permanent), stay FAILED with this last error until `task restart`."""
         with self.lock:
-            slot = self.slots.setdefault(t, _TaskSlot())
+            slot = self.slots.setdefault(t, TaskSlot())
             slot.failures += 1
             slot.error = error
             slot.trace = trace
@@ -335,7 +335,7 @@ class Tasks:
 
     def _stop_task(self, t: str) -> None:
         """One task let go alone: a batch of one (stop, then release; see ``_stop_in_batch``)."""
-        self._stop_in_batch(t, _StopBatch(1))
+        self._stop_in_batch(t, StopBatch(1))
 
     def _stop_all_tasks(self, release: bool) -> None:
         with self.lock:

@@ -11,19 +11,19 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin.cluster import ClusterOperations
 from controller.admin.common import WAIT_S, AdminError, NotFound
 from controller.admin.operations import OperationsAdmin
 from controller.admin.restarts import RestartOperations
 from controller.admin.tasks import TaskOperations
-from controller.codecs import PayloadError
-from controller.layout import ZkLayout
-from controller.layout_io import check_root, list_tasks
-from controller.zkio import multi_read
-from controller.taskspec import TaskSpec, decode_task
+from controller.protocol.codecs import PayloadError
+from controller.protocol.layout import ZkLayout
+from controller.zk.layout_io import check_root, list_tasks
+from controller.zk.io import multi_read
+from controller.protocol.taskspec import TaskSpec, decode_task
 
-# From this many znodes on, a read goes through multiRead (controller.zkio.multi_read).
+# From this many znodes on, a read goes through multiRead (controller.zk.io.multi_read).
 MULTI_READ_FROM = 8
 # The stat of a znode we may not read: every field 0 (no time, no version).
 _UNKNOWN_STAT = ZnodeStat(*([0] * len(ZnodeStat._fields)))

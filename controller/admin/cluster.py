@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from kazoo.protocol.states import ZnodeStat
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin.common import NotFound
 from controller.admin.views import (
     AdminRequest,
@@ -20,12 +20,12 @@ from controller.admin.views import (
     GroupDescription,
     GroupSummary,
     MemberView,
-    _stale,
-    _unassigned_since,
+    stale_after,
+    unassigned_since,
 )
-from controller.admin.watch import _ClusterWatch
-from controller.codecs import PayloadError
-from controller.taskspec import decode_task
+from controller.admin.watch import ClusterWatch
+from controller.protocol.codecs import PayloadError
+from controller.protocol.taskspec import decode_task
 
 
 class ClusterOperations:
@@ -77,13 +77,13 @@ class ClusterOperations:
             if owner is not None:
                 owned_by[owner.broker] += 1
             elif spec is not None:
-                since = _unassigned_since(spec.state, False, status, s[1].ctime / 1000.0,
+                since = unassigned_since(spec.state, False, status, s[1].ctime / 1000.0,
                                           st[1].mtime / 1000.0 if st else None)
                 if since is not None:
                     unowned += 1
                     oldest = since if oldest is None else min(oldest, since)
             if status is not None:
-                by_status["STALE" if _stale(status, owner, o[1].ephemeralOwner if o else None) else status.state] += 1
+                by_status["STALE" if stale_after(status, owner, o[1].ephemeralOwner if o else None) else status.state] += 1
         shutting = set(shutdowns or ())
         views = tuple(self._broker_view(b, r, owned_by[b], b in shutting) for b, r in zip(brokers, broker_res) if r is not None)
         summaries = tuple(self._group_summary(g, r, m) for g, r, m in zip(groups, state_res, kids))
@@ -264,7 +264,7 @@ class ClusterOperations:
         ``duration`` seconds and ``max_events`` (the ``watching`` event not counted); None = unbounded.
         With ``idle_s``, yields None after that long without an event (a stream's keep-alive, which is
         also how a server notices a reader that went away)."""
-        w = _ClusterWatch(self)
+        w = ClusterWatch(self)
         deadline = None if duration is None else time.monotonic() + duration
         count = 0
         last = time.monotonic()

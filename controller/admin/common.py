@@ -6,50 +6,30 @@ import logging
 import time
 from typing import Callable
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
 
-from controller.layout import ZkLayout
-from controller.layout_io import LayoutError, check_root, lay_out_buckets
+from controller.zk.layout_io import ensure_layout  # noqa: F401  (part of the admin library)
+from controller.protocol.errors import ZkcError
 
 log = logging.getLogger(__name__)
 
 
-class AdminError(RuntimeError):
+class AdminError(ZkcError, RuntimeError):
     """An operator request that cannot be carried out (unknown task, no such broker, ...)."""
 
 
 class NotFound(AdminError):
     """The task, broker, group or znode named does not exist (HTTP 404)."""
 
+    status = 404
+    code = "not_found"
+
 
 class Conflict(AdminError):
     """The request clashes with the cluster's state: an id that exists, a task being deleted, a broker of
     another group (HTTP 409)."""
 
-
-def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
-    """Create the persistent containers and buckets of the layout (idempotent); a root in the flat layout of
-    an earlier release raises LayoutError (``zkctl layout migrate`` converts it) before anything is written."""
-    laid_out = check_root(client, layout)
-    client.ensure_path(layout.root)
-    optional = {layout.settings, layout.maintenance}  # absent: the defaults (no throttle, maintenance off)
-    for path in layout.persistent_roots():
-        try:
-            client.ensure_path(path)
-        except NoAuthError:
-            if path not in optional:
-                raise
-            # a secured root laid out by an earlier release: only the admin role may create these, and
-            # `zkctl security init` (idempotent) does; until then they read as their defaults
-            log.warning("%s is missing and these credentials may not create it; run `zkctl security init`", path)
-    if laid_out:
-        return
-    try:
-        lay_out_buckets(client, layout)
-    except NoAuthError:
-        raise LayoutError(f"{layout.root} is not laid out in buckets yet and these credentials may not create them: "
-                          "run `zkctl security init` with admin credentials") from None
+    status = 409
+    code = "conflict"
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:

@@ -8,7 +8,7 @@ import inspect
 from typing import Any, Callable
 
 from controller.admin.common import AdminError
-from controller.taskspec import DeclarativePipeline
+from controller.protocol.taskspec import DeclarativePipeline
 
 DECLARATIVE_VALIDATOR = "broker_sim.runners.declarative.validate_declarative"
 
@@ -26,7 +26,7 @@ def load_declarative_validator() -> Callable[..., Any] | None:
     return fn if callable(fn) else None
 
 
-def _run_validator(fn: Callable[..., Any], pipeline: DeclarativePipeline) -> str | None:
+def run_validator(fn: Callable[..., Any], pipeline: DeclarativePipeline) -> str | None:
     """Call the validator with the pipeline (or its project directory, if that is what it takes);
     return the problem it reports, or None. It may raise, or return False / a message / a list of them."""
     try:

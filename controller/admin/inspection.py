@@ -10,11 +10,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin.common import NotFound
-from controller.codecs import PayloadError
-from controller.layout import ZkLayout
-from controller.taskspec import decode_task
+from controller.protocol.codecs import PayloadError
+from controller.protocol.layout import ZkLayout
+from controller.protocol.taskspec import decode_task
 
 
 def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str], Any] | None:
@@ -85,7 +85,7 @@ class ZnodeView:
         }
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json", by_alias=True)
     return codecs.to_jsonable(value)
@@ -108,7 +108,7 @@ class ZkInspector:
         error = None
         if decoder is not None:
             try:
-                decoded = _jsonable(decoder(data, path))
+                decoded = jsonable(decoder(data, path))
             except PayloadError as exc:
                 error = str(exc)
         return ZnodeView(path, data or b"", stat, decoded, error)

@@ -11,10 +11,10 @@ from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin.common import AdminError
-from controller.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
-from controller.layout import check_name
+from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
+from controller.protocol.layout import check_name
 
 T = TypeVar("T")
 

@@ -10,9 +10,9 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 
 from controller.admin.common import WAIT_S, AdminError
 from controller.admin.views import BulkRestart, SkippedRestart, TaskChange, restart_candidates
-from controller.codecs import PayloadError
-from controller.taskspec import decode_task
-from controller.zkio import SetData, chunk_ops
+from controller.protocol.codecs import PayloadError
+from controller.protocol.taskspec import decode_task
+from controller.zk.io import SetData, chunk_ops
 
 
 class RestartOperations:

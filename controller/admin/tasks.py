@@ -13,7 +13,7 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin.common import (
     WAIT_S,
     AdminError,
@@ -23,7 +23,7 @@ from controller.admin.common import (
 )
 from controller.admin.declarative import (
     DECLARATIVE_VALIDATOR,
-    _run_validator,
+    run_validator,
     load_declarative_validator,
 )
 from controller.admin.views import (
@@ -32,13 +32,13 @@ from controller.admin.views import (
     TaskChange,
     TaskDescription,
     TaskRow,
-    _shown,
-    _stale,
-    _unassigned_since,
+    shown_status,
+    stale_after,
+    unassigned_since,
     restart_progress,
 )
-from controller.codecs import PayloadError
-from controller.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
+from controller.protocol.codecs import PayloadError
+from controller.protocol.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
 
 
 class TaskOperations:
@@ -48,7 +48,7 @@ class TaskOperations:
     def create_tasks(self, specs: Sequence[TaskSpec], dry_run: bool = False) -> CreateResult:
         """Validate every spec, refuse ids that exist (naming them), then create all in one ``multi``
         (several multis, each atomic, only for batches over 500 tasks or 512 KiB)."""
-        from controller.zkio import Create, Delete, chunk_ops, exists_many
+        from controller.zk.io import Create, Delete, chunk_ops, exists_many
 
         specs = list(specs)
         if not specs:
@@ -105,7 +105,7 @@ class TaskOperations:
         """Refuse specs that would make a group's protocol payloads too large for ZooKeeper (a group whose
         join result cannot be written cannot be scheduled at all): the group's tasks as they are plus the
         new ones, measured as the join result of a loaded rebalance, against ``GROUP_PAYLOAD_BUDGET``."""
-        from controller.zkio import multi_read
+        from controller.zk.io import multi_read
 
         groups = {s.group for s in specs}
         new_ids = {s.id for s in specs}
@@ -140,7 +140,7 @@ class TaskOperations:
         if fn is None:
             return [f"declarative pipelines not checked ({DECLARATIVE_VALIDATOR} is not available): {names}"]
         for s in decl:
-            problem = _run_validator(fn, s.pipeline)
+            problem = run_validator(fn, s.pipeline)
             if problem:
                 raise SpecError(f"task {s.id!r}: pipeline.project: {problem}")
         return [f"declarative pipelines checked: {names}"]
@@ -167,14 +167,14 @@ class TaskOperations:
             else:
                 if group is not None and spec.group != group:
                     continue
-                stale = _stale(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
-                since = _unassigned_since(spec.state, owner_res is not None, status, spec_res[1].ctime / 1000.0,
+                stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
+                since = unassigned_since(spec.state, owner_res is not None, status, spec_res[1].ctime / 1000.0,
                                           status_res[1].mtime / 1000.0 if status_res else None)
                 row = TaskRow(
                     t, spec.group, spec.state, spec.pipeline.kind, spec.weight,
                     owner=owner.broker if owner else None, owner_generation=owner.generation if owner else None,
                     status=status.state if status else None, status_broker=status.broker if status else None,
-                    status_stale=stale, shown=_shown(status, stale, since), unassigned_since=since,
+                    status_stale=stale, shown=shown_status(status, stale, since), unassigned_since=since,
                     status_updated=status.updated if status else None,
                     error=(status.error if status else None) or status_err, deleting=t in deleting_set,
                     owner_since=owner_res[1].ctime / 1000.0 if owner and owner_res[1].ctime else None,
@@ -199,10 +199,10 @@ class TaskOperations:
         owner, owner_err = self._decode(codecs.OwnerInfo, owner_res, paths[1])
         status, status_err = self._decode(codecs.TaskStatus, status_res, paths[2])
         reassign, _ = self._decode(codecs.ReassignRequest, reassign_res, paths[4])
-        stale = _stale(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
+        stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
         since = None
         if spec_dict is not None:
-            since = _unassigned_since(spec_dict.get("state"), owner_res is not None, status, spec_res[1].ctime / 1000.0,
+            since = unassigned_since(spec_dict.get("state"), owner_res is not None, status, spec_res[1].ctime / 1000.0,
                                       status_res[1].mtime / 1000.0 if status_res else None)
         owner_dict = None
         if owner_res is not None:
@@ -213,7 +213,7 @@ class TaskOperations:
             owner=owner_dict, status=codecs.to_jsonable(status) if status else None,
             last_error=(status.error if status else None) or status_err or invalid,
             deleting=delete_res is not None, reassign_to=reassign.to if reassign else None, invalid=invalid,
-            status_stale=stale, shown="INVALID" if invalid else _shown(status, stale, since), unassigned_since=since,
+            status_stale=stale, shown="INVALID" if invalid else shown_status(status, stale, since), unassigned_since=since,
             restart=restart_progress(spec.restart, status) if spec is not None else None)
 
     def _file_request(self, path: str, payload: Any) -> bool:

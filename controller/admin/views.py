@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller import codecs
-from controller.admin.inspection import _jsonable
+from controller.protocol import codecs
+from controller.admin.inspection import jsonable
 
 
 def to_dict(value: Any) -> Any:
     """A result of this module (dataclasses, tuples, payloads) as plain JSON-compatible data."""
-    return _jsonable(value) if hasattr(value, "model_dump") else codecs.to_jsonable(value)
+    return jsonable(value) if hasattr(value, "model_dump") else codecs.to_jsonable(value)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class TaskRow:
     #: nobody holds, else the reported status (None: nothing reported yet)
     shown: str | None = None
     status_updated: float | None = None     # when the status was written (its writer's clock)
-    unassigned_since: float | None = None   # a task to run with no owner: since when (see ``_unassigned_since``)
+    unassigned_since: float | None = None   # a task to run with no owner: since when (see ``unassigned_since``)
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class ClusterEvent:
 _LIVE_STATES = frozenset({"RUNNING", "STARTING", "RESTARTING"})
 
 
-def _stale(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, owner_session: int | None = None) -> bool:
+def stale_after(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, owner_session: int | None = None) -> bool:
     """A status that says running, written by a session that does not hold the task: another broker, or an
     earlier life of the same broker (its session expired; the owner znode, if any, is a new session's).
     Workers do not rewrite a status after letting a task go, and a dead one cannot."""
@@ -214,7 +214,7 @@ def _stale(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, own
 _FINAL = frozenset({"COMPLETED", "FAILED"})
 
 
-def _unassigned_since(spec_state: str | None, owned: bool, status: codecs.TaskStatus | None, created: float,
+def unassigned_since(spec_state: str | None, owned: bool, status: codecs.TaskStatus | None, created: float,
                       status_written: float | None) -> float | None:
     """For a task that should run (not paused, not finished) and that nobody holds: since when. The later of
     its creation and its last status write; exact after a release (a release writes the last status in the
@@ -225,7 +225,7 @@ def _unassigned_since(spec_state: str | None, owned: bool, status: codecs.TaskSt
     return max(created, status_written or 0.0)
 
 
-def _shown(status: codecs.TaskStatus | None, stale: bool, unassigned: float | None) -> str | None:
+def shown_status(status: codecs.TaskStatus | None, stale: bool, unassigned: float | None) -> str | None:
     if unassigned is not None:
         return "UNASSIGNED"
     if stale:

@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kazoo.exceptions import NoNodeError
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin.common import WAIT_S
 from controller.admin.views import ClusterEvent, GroupSummary
-from controller.codecs import PayloadError
-from controller.layout_io import list_tasks
-from controller.taskspec import decode_task
+from controller.protocol.codecs import PayloadError
+from controller.zk.layout_io import list_tasks
+from controller.protocol.taskspec import decode_task
 
 if TYPE_CHECKING:
     from controller.admin.client import AdminClient
 
 
-class _ClusterWatch:
+class ClusterWatch:
     """The state behind :meth:`AdminClient.watch`: one-shot ZooKeeper watches enqueue a key; the
     generator re-reads what the key names (pipelined, re-arming the watch) and reports the difference."""
 

@@ -17,12 +17,12 @@ from fastapi.staticfiles import StaticFiles
 from kazoo.client import KazooClient
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from controller import codecs
+from controller.protocol import codecs
 from controller.admin import AdminClient, to_dict
 from controller.api.auth import check_bearer
 from controller.api.errors import HANDLED, ApiError, classify
-from controller.layout import ZkLayout
-from controller.taskspec import SpecError, parse_spec
+from controller.protocol.layout import ZkLayout
+from controller.protocol.taskspec import SpecError, parse_spec
 
 STATIC = Path(__file__).resolve().parent / "static"
 API = "/api/v1"

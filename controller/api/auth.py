@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import hmac
 import os
+from controller.protocol.errors import ZkcError
 
 
-class TokenError(ValueError):
+class TokenError(ZkcError, ValueError):
     """The token source is malformed or empty (the message never contains the token)."""
 
 

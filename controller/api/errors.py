@@ -6,18 +6,13 @@ from __future__ import annotations
 from kazoo.exceptions import ConnectionLoss, KazooException, NoAuthError, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from controller.admin import AdminError, Conflict, NotFound
-from controller.codecs import PayloadError
-from controller.layout import InvalidName
-from controller.layout_io import LayoutError
-from controller.security import SecurityError
-from controller.taskspec import SpecError
+from controller.protocol.errors import ZkcError
 
 UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 # what the application turns into JSON errors (anything else is a bug: a 500 with a logged traceback)
 
 
-class ApiError(Exception):
+class ApiError(ZkcError):
     """An error the API raises itself (a missing token, a wait that timed out, ...)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -32,20 +27,8 @@ def classify(exc: BaseException) -> tuple[int, str, str] | None:
     message = " ".join(str(exc).split())
     if isinstance(exc, ApiError):
         return exc.status, exc.code, exc.message
-    if isinstance(exc, NotFound):
-        return 404, "not_found", message
-    if isinstance(exc, InvalidName):
-        return 404, "not_found", message  # a name that cannot exist names nothing
-    if isinstance(exc, Conflict):
-        return 409, "conflict", message
-    if isinstance(exc, (SpecError, PayloadError)):
-        return 422, "invalid_spec", message
-    if isinstance(exc, SecurityError):
-        return 400, "bad_request", message
-    if isinstance(exc, LayoutError):  # a root of an earlier release, to migrate: not the caller's to fix
-        return 503, "layout_not_migrated", message
-    if isinstance(exc, AdminError):
-        return 400, "bad_request", message
+    if isinstance(exc, ZkcError):
+        return (exc.status, exc.code, message) if exc.user_facing else None
     if isinstance(exc, UNAVAILABLE):
         return 503, "zookeeper_unavailable", "ZooKeeper is not reachable from this API server; retry later"
     if isinstance(exc, NoAuthError):
@@ -53,5 +36,4 @@ def classify(exc: BaseException) -> tuple[int, str, str] | None:
     return None
 
 
-HANDLED: tuple[type[BaseException], ...] = (AdminError, SpecError, PayloadError, InvalidName, SecurityError,
-                                            LayoutError, KazooException, KazooTimeoutError)
+HANDLED: tuple[type[BaseException], ...] = (ZkcError, KazooException, KazooTimeoutError)

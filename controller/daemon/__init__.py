@@ -21,9 +21,9 @@ from controller.daemon.context import (
            LoadMethod,
 )
 from controller.daemon.core import Controller, default_controller_id
-from controller.daemon.loading import ARM_WATCH_CHUNK, _get_sequential
+from controller.daemon.loading import ARM_WATCH_CHUNK, get_sequential
 from controller.daemon.tasks import DELETE_BATCH_TASKS, DELETE_LINGER_S
 
 __all__ = ["Controller", "ControllerConfig", "ControllerContext", "BrokerRecord", "BrokerDelta", "LoadMethod",
            "LOAD_METHODS", "default_controller_id", "ARM_WATCH_CHUNK", "DELETE_BATCH_TASKS", "DELETE_LINGER_S",
-           "_get_sequential"]
+           "get_sequential"]

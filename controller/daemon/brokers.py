@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from controller import codecs
-from controller import events as ev
-from controller.codecs import (
+from controller.protocol import codecs
+from controller.daemon import events as ev
+from controller.protocol.codecs import (
     BrokerInfo,
     PayloadError,
 )
 from controller.daemon.context import BrokerDelta, BrokerRecord
-from controller.zkio import exists_many, get_many
+from controller.zk.io import exists_many, get_many
 
 log = logging.getLogger(__name__)
 

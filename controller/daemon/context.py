@@ -15,21 +15,21 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from controller.codecs import (
+from controller.protocol.codecs import (
     ClusterSettings,
     MaintenanceInfo,
     BrokerInfo,
     JoinRequest,
     TaskDescriptor,
 )
-from controller.group import (
+from controller.protocol.group import (
     GroupConfig,
     GroupCoordinator,
 )
-from controller.taskspec import TaskSpec
-from controller.zkclient import ZkSettings
+from controller.protocol.taskspec import TaskSpec
+from controller.zk.client import ZkSettings
 
-_TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 
 
 # How the failover load reads the cluster (see Controller._load): "multiread" reads the bulk without watches
@@ -41,7 +41,7 @@ LoadMethod = Literal["multiread", "pipelined", "sequential"]
 LOAD_METHODS: tuple[str, ...] = ("multiread", "pipelined", "sequential")
 
 # How the controller watches task specs: "persistent" (the default) arms one PERSISTENT_RECURSIVE watch on
-# ``/tasks`` (ZooKeeper 3.6+, ``controller/watches.py``) and falls back on "one-shot" where the server has no
+# ``/tasks`` (ZooKeeper 3.6+, ``controller/zk/watches.py``) and falls back on "one-shot" where the server has no
 # ``addWatch``; "one-shot" keeps a data watch per task, re-armed after every firing.
 TaskWatch = Literal["persistent", "one-shot"]
 

@@ -21,22 +21,22 @@ from typing import Any, Callable, Sequence
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
-from controller import events as ev
-from controller.admin import ensure_layout
-from controller.clock import Clock, SystemClock
+from controller.daemon import events as ev
+from controller.zk.layout_io import ensure_layout
+from controller.protocol.clock import Clock, SystemClock
 from controller.daemon.brokers import Brokers
-from controller.daemon.context import _TRANSIENT, ControllerConfig, ControllerContext
+from controller.daemon.context import TRANSIENT, ControllerConfig, ControllerContext
 from controller.daemon.election import Election
 from controller.daemon.grants import Grants
 from controller.daemon.groups import Groups
-from controller.daemon.loading import StateLoad, _TaskTreeWatch, _TaskWatch, _TaskWatchArmer
+from controller.daemon.loading import StateLoad, TaskTreeWatch, TaskWatch, TaskWatchArmer
 from controller.daemon.operations import Operations
-from controller.daemon.tasks import Tasks, _DeletionWatch
-from controller.event_thread import ControllerEventThread
-from controller.layout import ZkLayout
-from controller.metrics import ControllerMetrics, MetricsServer
-from controller.zkclient import make_client
-from controller.zkio import Fenced, FencedWriter, InterruptibleClient, WriteFailed
+from controller.daemon.tasks import Tasks, DeletionWatch
+from controller.daemon.event_thread import ControllerEventThread
+from controller.protocol.layout import ZkLayout
+from controller.daemon.metrics import ControllerMetrics, MetricsServer
+from controller.zk.client import make_client
+from controller.zk.io import Fenced, FencedWriter, InterruptibleClient, WriteFailed
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +111,10 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         self.last_load_s: float | None = None
         self._stopping = False
         self._retry_timer: threading.Timer | None = None
-        self._deletion_watch: _DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
-        self._task_watcher: _TaskWatch | None = None  # the one data watcher of every task znode, per activation
-        self.watch_armer: _TaskWatchArmer | None = None  # arms the tasks' watches after a multiRead load
-        self._task_tree_watcher: _TaskTreeWatch | None = None  # the persistent watch of /tasks, per activation
+        self._deletion_watch: DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
+        self._task_watcher: TaskWatch | None = None  # the one data watcher of every task znode, per activation
+        self.watch_armer: TaskWatchArmer | None = None  # arms the tasks' watches after a multiRead load
+        self._task_tree_watcher: TaskTreeWatch | None = None  # the persistent watch of /tasks, per activation
         self.task_tree_watched = False  # this activation watches /tasks with one persistent recursive watch
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
             log.warning("controller %s (epoch %s) fenced: %s", self.id, self.epoch, exc)
             self.resign("fenced by a newer controller")
             self.elect()
-        except _TRANSIENT as exc:
+        except TRANSIENT as exc:
             log.info("controller %s: ZooKeeper unavailable while processing %s (%s)", self.id, type(event).__name__, type(exc).__name__)
             if self.active:
                 self.needs_reload = True

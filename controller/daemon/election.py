@@ -16,14 +16,14 @@ from kazoo.exceptions import (
     NoNodeError,
 )
 
-from controller import codecs
-from controller import events as ev
-from controller.codecs import (
+from controller.protocol import codecs
+from controller.daemon import events as ev
+from controller.protocol.codecs import (
     ControllerInfo,
     PayloadError,
 )
-from controller.daemon.context import _TRANSIENT
-from controller.zkio import FencedWriter
+from controller.daemon.context import TRANSIENT
+from controller.zk.io import FencedWriter
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Election:
                 self.put(ev.Reelect())
                 return
             self._activate(epoch + 1, new_stat.version)
-        except _TRANSIENT:
+        except TRANSIENT:
             if not self._stopping:
                 self._retry_later()
 
@@ -151,7 +151,7 @@ class Election:
                 stat = self.zk.exists(self.layout.controller)
                 if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
                     self.zk.delete(self.layout.controller, version=stat.version)
-        except (KazooException, *_TRANSIENT):
+        except (KazooException, *TRANSIENT):
             pass
 
     # ---- connection states ------------------------------------------------------------------------
@@ -170,7 +170,7 @@ class Election:
             if still and self.needs_reload:
                 reloading = True
                 self._reload()
-        except _TRANSIENT:
+        except TRANSIENT:
             # ZooKeeper went away again before we could check: keep holding events and check again on
             # the next CONNECTED, or on this retry if the connection is back without one
             self.needs_reload = self.needs_reload or reloading

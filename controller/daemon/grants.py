@@ -15,8 +15,8 @@ from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from controller.group import WriteAssignments
-from controller.security import AclPolicy, acl_for, grants_needed
+from controller.protocol.group import WriteAssignments
+from controller.zk.security import AclPolicy, acl_for, grants_needed
 
 log = logging.getLogger(__name__)
 

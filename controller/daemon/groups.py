@@ -12,14 +12,16 @@ from kazoo.exceptions import (
     NoNodeError,
 )
 
-from controller import codecs, zkio
-from controller import events as ev
-from controller.codecs import (
+from controller.protocol import codecs
+
+from controller.zk import io as zkio
+from controller.daemon import events as ev
+from controller.protocol.codecs import (
     JoinRequest,
     PayloadError,
 )
 from controller.daemon.context import ControllerContext
-from controller.group import (
+from controller.protocol.group import (
     DeleteGenerationsBelow,
     GroupCoordinator,
     WatchMoves,
@@ -28,7 +30,7 @@ from controller.group import (
     WriteGroupState,
     WriteJoinResult,
 )
-from controller.zkio import WriteFailed, children_many, get_many
+from controller.zk.io import WriteFailed, children_many, get_many
 
 log = logging.getLogger(__name__)
 

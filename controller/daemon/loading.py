@@ -14,18 +14,18 @@ from kazoo.exceptions import (
     NoNodeError,
 )
 
-from controller import codecs
-from controller import events as ev
-from controller.codecs import (
+from controller.protocol import codecs
+from controller.daemon import events as ev
+from controller.protocol.codecs import (
     Assignment,
     GroupStateInfo,
     PayloadError,
 )
-from controller.daemon.context import _TRANSIENT, ControllerContext
-from controller.layout import ZkLayout
-from controller.layout_io import list_task_paths
-from controller.watches import PersistentWatches
-from controller.zkio import (
+from controller.daemon.context import TRANSIENT, ControllerContext
+from controller.protocol.layout import ZkLayout
+from controller.zk.layout_io import list_task_paths
+from controller.zk.watches import PersistentWatches
+from controller.zk.io import (
     InterruptibleClient,
     children_many,
     exists_many,
@@ -64,7 +64,7 @@ class _Resync:
             self._queued = False
 
 
-class _TaskWatch(_Resync):
+class TaskWatch(_Resync):
     """The data watcher of every task znode of one activation: a firing (spec changed, task deleted) enqueues
     ``TaskConfigChange`` for the task its path names. One object per activation, not one per task and read:
     kazoo's watcher sets then never hold two callbacks for one task. A NONE firing (path None) means the
@@ -79,8 +79,8 @@ class _TaskWatch(_Resync):
             self.lost()
 
 
-class _TaskTreeWatch(_Resync):
-    """The persistent recursive watcher of ``/tasks`` of one activation (``controller/watches.py``): a task
+class TaskTreeWatch(_Resync):
+    """The persistent recursive watcher of ``/tasks`` of one activation (``controller/zk/watches.py``): a task
     znode created, changed or deleted enqueues ``TaskConfigChange`` for it; events below a task (its owner)
     are not specs and are dropped here, on kazoo's thread. NONE (the connection dropped): ``TasksResync``."""
 
@@ -98,7 +98,7 @@ class _TaskTreeWatch(_Resync):
             self._put(ev.TaskConfigChange(self.token, task))
 
 
-class _TaskWatchArmer(threading.Thread):
+class TaskWatchArmer(threading.Thread):
     """Arms the data watch of each task a multiRead load read without one, off the event thread, and hands
     back the tasks whose spec changed or vanished before their watch was armed.
 
@@ -167,12 +167,12 @@ class _TaskWatchArmer(threading.Thread):
         while not self._stopped.is_set():
             try:
                 return exists_many(self._client, [self._path_of(t) for t in chunk], watch=lambda _p: self._watcher)
-            except _TRANSIENT:
+            except TRANSIENT:
                 self._stopped.wait(0.5)
         return None
 
 
-def _get_sequential(client: KazooClient, paths, watch=None):
+def get_sequential(client: KazooClient, paths, watch=None):
     """One synchronous round trip per znode: the baseline the pipelined load is measured against."""
     out = []
     for p in paths:
@@ -205,7 +205,7 @@ class StateLoad:
         ``load="multiread"`` (the default): task specs, group states and assignments are read without
         watches in multiRead requests (a dozen requests for 10,000 tasks instead of one kazoo request each,
         whose fixed cost bounded the failover; see ``zkio.multi_read``), so the context is in place and the
-        groups are loaded at once; then ``_TaskWatchArmer`` arms each task's data watch in the background and
+        groups are loaded at once; then ``TaskWatchArmer`` arms each task's data watch in the background and
         hands back every task whose spec changed or vanished between the load's read and its watch. Brokers
         and members (one per broker) are read with their watches, pipelined, in every mode.
         ``"pipelined"`` / ``"sequential"``: every task is read with its watch, one kazoo request per znode,
@@ -216,7 +216,7 @@ class StateLoad:
         c, lay, w = self.zk, self.layout, self._watch
         ctx = ControllerContext()
         method = self.config.load
-        fetch = _get_sequential if method == "sequential" else get_many  # reads that arm a watch
+        fetch = get_sequential if method == "sequential" else get_many  # reads that arm a watch
         bulk = multi_read if method == "multiread" else fetch  # reads that arm none
         bulk_children = multi_children if method == "multiread" else children_many
         # brokers
@@ -299,7 +299,7 @@ class StateLoad:
         for make in (ev.Rebalance, ev.ControlledShutdown, ev.Reassign, ev.TaskDeletion, ev.StatusesChange):
             self.put(make(self.token))
         if unwatched:  # off the critical path: the context is loaded, the groups are running
-            self.watch_armer = _TaskWatchArmer(
+            self.watch_armer = TaskWatchArmer(
                 f"controller-{self.id}-watch-armer", self.zk, self.token, unwatched, lay.task, self._task_watch(lay.tasks),
                 self.put, hook=self.before_arming)
             self.watch_armer.start()
@@ -310,7 +310,7 @@ class StateLoad:
         self.task_tree_watched = False
         if self.config.task_watch != "persistent":
             return False
-        self._task_tree_watcher = _TaskTreeWatch(self.token, self.put, self.layout)
+        self._task_tree_watcher = TaskTreeWatch(self.token, self.put, self.layout)
         self.task_tree_watched = PersistentWatches.for_client(self.client).add(self.layout.tasks, self._task_tree_watcher)
         return self.task_tree_watched
 

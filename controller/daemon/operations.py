@@ -12,12 +12,12 @@ from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from controller import codecs
-from controller import events as ev
-from controller.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
-from controller.group import GroupCoordinator
-from controller.throttle import combine
-from controller.zkio import WriteFailed, get_many
+from controller.protocol import codecs
+from controller.daemon import events as ev
+from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
+from controller.protocol.group import GroupCoordinator
+from controller.protocol.throttle import combine
+from controller.zk.io import WriteFailed, get_many
 
 log = logging.getLogger(__name__)
 

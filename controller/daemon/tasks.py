@@ -11,18 +11,18 @@ from typing import Any, Callable
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType
 
-from controller import codecs
-from controller import events as ev
-from controller.codecs import (
+from controller.protocol import codecs
+from controller.daemon import events as ev
+from controller.protocol.codecs import (
     PayloadError,
 )
 from controller.daemon.context import ControllerContext
-from controller.daemon.loading import _TaskWatch
-from controller.layout import bucket_of
-from controller.layout_io import list_buckets, list_tasks
-from controller.taskspec import decode_task
-from controller.watches import PersistentWatches
-from controller.zkio import WriteFailed, exists_many, get_many, multi_read
+from controller.daemon.loading import TaskWatch
+from controller.protocol.layout import bucket_of
+from controller.zk.layout_io import list_buckets, list_tasks
+from controller.protocol.taskspec import decode_task
+from controller.zk.watches import PersistentWatches
+from controller.zk.io import WriteFailed, exists_many, get_many, multi_read
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ DELETE_RETRY_BASE_S = 0.5
 DELETE_RETRY_MAX_S = 30.0
 
 
-class _DeletionWatch:
+class DeletionWatch:
     """The one watcher of an activation for every watch of the deletion path: the requests' children and
     the owners of tasks being deleted. kazoo keeps watchers in a set per path, so re-arming a path with
     the same function does not stack callbacks. Firings coalesce into one pending TaskDeletion and say
@@ -100,7 +100,7 @@ class Tasks:
         """The activation's one watcher of task znodes (whatever the path). kazoo keeps a set of watchers per
         path, so a task armed twice (by the background armer and by a re-read) still fires once."""
         if self._task_watcher is None or self._task_watcher.token != self.token:
-            self._task_watcher = _TaskWatch(self.token, self.put)
+            self._task_watcher = TaskWatch(self.token, self.put)
         return self._task_watcher
 
     def _set_task(self, ctx: ControllerContext, t: str, data: bytes, path: str | None = None) -> None:
@@ -217,9 +217,9 @@ class Tasks:
             coord = self._coordinator(g)
             self._apply(g, coord.on_tasks(self.ctx.group_tasks(g)))
 
-    def _deletion_watcher(self) -> "_DeletionWatch":
+    def _deletion_watcher(self) -> "DeletionWatch":
         if self._deletion_watch is None or self._deletion_watch.token != self.token:
-            self._deletion_watch = _DeletionWatch(self.token, self.put)
+            self._deletion_watch = DeletionWatch(self.token, self.put)
         return self._deletion_watch
 
     def on_task_deletion(self, token: int) -> None:

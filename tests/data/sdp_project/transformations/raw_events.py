@@ -8,6 +8,6 @@ from pyspark import pipelines as dp
 INPUT = os.path.abspath("input")
 
 
-@dp.table(comment="raw records written by broker_sim.datagen")
+@dp.table(comment="raw records written by broker_sim.sim.datagen")
 def raw_events():
     return spark.readStream.format("json").schema("id LONG, key STRING, value LONG, ts LONG").load(INPUT)  # noqa: F821

@@ -1,0 +1,551 @@
+"""A whole cluster as containers of the one zkcontroller image, through the Docker SDK for Python: build the
+image, start ZooKeeper nodes, controllers and brokers with restart policies, list them, remove them, and a
+seeded chaos run over them (``docker kill``, kill -9 of a container's process, ``docker pause``/``unpause``,
+``docker restart``) checked by the same independent checker as every other run.
+
+Containers use host networking (loopback addresses, ports picked free on the host), so the cluster is
+reached from the host exactly as from inside. Everything a cluster makes carries the label
+``zkc.cluster=<name>``; ``down`` removes what has it. The SDK (``pip install 'zkcontroller[docker]'``)
+is imported lazily: without it, or without an engine, ``ContainersUnavailable`` says what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from broker_sim.chaos.processes import read_journal
+from broker_sim.sim.checker import close_open, double_ownership
+from controller.protocol.codecs import RunInterval
+from controller.protocol.layout import ZkLayout, check_name
+from controller.zk.client import ZkSettings, make_client
+from controller.zk.server import free_port
+from controller.protocol.errors import ZkcError
+
+log = logging.getLogger(__name__)
+
+LABEL = "zkc.cluster"
+ROLE = "zkc.role"
+DEFAULT_IMAGE = "zkcontroller:latest"
+SESSION_S = 8.0
+CONTAINER_FAULTS = ("kill-broker", "crash-broker", "pause-broker", "restart-broker", "kill-controller",
+                    "crash-controller", "pause-controller", "restart-zk")
+
+
+class ContainersUnavailable(ZkcError, RuntimeError):
+    """No Docker SDK, or no engine answering: the message says which, in one line."""
+
+    status = 503
+    code = "containers_unavailable"
+
+
+def engine() -> Any:
+    """A Docker client whose engine answered a ping."""
+    try:
+        import docker
+    except ModuleNotFoundError:
+        raise ContainersUnavailable("the Docker SDK is not installed: pip install 'zkcontroller[docker]'") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # docker.errors.DockerException and connection errors alike
+        raise ContainersUnavailable(f"no Docker engine answers ({type(exc).__name__}); start one, or set DOCKER_HOST") from None
+    return client
+
+
+def project_dir() -> Path:
+    """The source tree holding the Dockerfile (the image is built from it)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "Dockerfile").exists():
+        raise ContainersUnavailable(f"no Dockerfile next to the installed package ({root}); build from a source checkout")
+    return root
+
+
+def host_ca_bundle() -> str | None:
+    """The CA bundle this host's own pip and Python trust (``PIP_CERT``, ``SSL_CERT_FILE``,
+    ``REQUESTS_CA_BUNDLE``, else Debian's system bundle): the build's pip then trusts what the host trusts,
+    a TLS-intercepting proxy's CA included."""
+    for candidate in (os.environ.get(v) for v in ("PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")):
+        if candidate and os.path.isfile(candidate):
+            return candidate
+    system = "/etc/ssl/certs/ca-certificates.crt"
+    return system if os.path.isfile(system) else None
+
+
+def build_image(tag: str = DEFAULT_IMAGE, base: str | None = None, ca_bundle: str | None = None,
+                echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Build the image (host networking, so the build reaches Debian's and PyPI's mirrors). ``ca_bundle``
+    (default: ``host_ca_bundle()``) lets pip inside the build trust a TLS-intercepting proxy; it is in the
+    build context only while the build runs, and not in the image."""
+    import docker
+
+    client = engine()
+    root = project_dir()
+    ca_bundle = ca_bundle or host_ca_bundle()
+    staged = root / "build-ca.pem"
+    started = time.monotonic()
+    args = {"BASE": base} if base else {}
+    try:
+        if ca_bundle:
+            shutil.copyfile(ca_bundle, staged)
+        try:
+            image, logs = client.images.build(path=str(root), tag=tag, buildargs=args, network_mode="host", rm=True)
+        except docker.errors.BuildError as exc:
+            tail = [c.get("stream", c.get("error", "")).rstrip() for c in exc.build_log][-8:]
+            raise ContainersUnavailable(f"the image build failed: {exc.msg} | " + " | ".join(t for t in tail if t)) from None
+    finally:
+        staged.unlink(missing_ok=True)
+    for chunk in logs:
+        line = chunk.get("stream", "").rstrip()
+        if line.startswith("Step "):
+            echo(line)
+    return {"tag": tag, "id": image.short_id, "size_mb": round(image.attrs["Size"] / 1e6, 1),
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str = "zkc"
+    zk_nodes: int = 3
+    controllers: int = 2
+    brokers: int = 3
+    runner: str = "noop"
+    image: str = DEFAULT_IMAGE
+    root: str = "/zkc"
+    journal_dir: str | None = None  # chaos: brokers journal every start/stop here (host path)
+    data_dir: str | None = None     # a host directory the brokers mount as /data/checkpoints (else a volume)
+
+    def __post_init__(self) -> None:
+        check_name("cluster name", self.name)
+        ZkLayout(self.root)
+        if self.runner not in ("noop", "spark"):
+            raise ValueError(f"unknown runner {self.runner!r} (noop or spark)")
+        if not (1 <= self.zk_nodes <= 7 and 1 <= self.controllers <= 5 and 1 <= self.brokers <= 50):
+            raise ValueError("zk nodes 1-7, controllers 1-5, brokers 1-50")
+
+    def broker_id(self, i: int) -> str:
+        return f"{self.name}-broker-{i + 1}"
+
+
+@dataclass
+class ClusterInfo:
+    name: str
+    zk: str
+    root: str
+    containers: list[str] = field(default_factory=list)
+    brokers: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _run(client: Any, spec: ClusterSpec, name: str, role: str, command: list[str], env: dict[str, str],
+         volumes: dict[str, dict[str, str]] | None = None, entrypoint: list[str] | None = None) -> Any:
+    return client.containers.run(
+        spec.image, command=command, name=name, detach=True, network_mode="host",
+        restart_policy={"Name": "always"}, labels={LABEL: spec.name, ROLE: role},
+        environment={"ZKC_ROLE": role, "ZKC_ROOT": spec.root, **env}, volumes=volumes or {},
+        entrypoint=entrypoint, init=True)
+
+
+def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = print) -> ClusterInfo:
+    """Start the cluster; return once ZooKeeper answers and every broker is registered."""
+    client = engine()
+    if client.containers.list(all=True, filters={"label": f"{LABEL}={spec.name}"}):
+        raise ContainersUnavailable(f"cluster {spec.name!r} exists already: `zkctl cluster down --name {spec.name}` first")
+    try:
+        client.images.get(spec.image)
+    except Exception:
+        raise ContainersUnavailable(f"no image {spec.image}: build it with `zkctl cluster build --tag {spec.image}`") from None
+    started = time.monotonic()
+    ports = {i: (free_port(), free_port(), free_port()) for i in range(1, spec.zk_nodes + 1)}
+    zk = ",".join(f"127.0.0.1:{p[0]}" for p in ports.values())
+    ensemble = ",".join(f"{i}=127.0.0.1:{c}:{q}:{e}" for i, (c, q, e) in ports.items())
+    checkpoints = f"{spec.name}-checkpoints"
+    client.volumes.create(checkpoints, labels={LABEL: spec.name})
+    info = ClusterInfo(spec.name, zk, spec.root)
+    try:
+        for i, (c, _q, _e) in ports.items():
+            env = {"ZKC_ZK_SERVER_ID": str(i), "ZKC_ZK_ENSEMBLE": ensemble} if spec.zk_nodes > 1 else {}
+            cmd = ["zk", "start", "--foreground", "--data-dir", "/data/state/zookeeper"] + \
+                  (["--port", str(c)] if spec.zk_nodes == 1 else [])
+            info.containers.append(_run(client, spec, f"{spec.name}-zk{i}", "zk", cmd,
+                                        {**env, "ZKC_ZK_PORT": str(c)}).name)
+        _wait(lambda: _zk_answers(zk), 120, "ZooKeeper to answer")
+        common = {"ZKC_ZK": zk}
+        for i in range(spec.controllers):
+            cid = f"{spec.name}-ctl-{i + 1}"
+            info.containers.append(_run(client, spec, cid, "controller",
+                                        ["controller", "run", "--id", cid, "--session-timeout", str(SESSION_S)],
+                                        common).name)
+        for i in range(spec.brokers):
+            info.containers.append(_start_broker(client, spec, i, common, checkpoints).name)
+            info.brokers.append(spec.broker_id(i))
+        _wait(lambda: set(_registered(zk, spec.root)) >= set(info.brokers), timeout, "every broker to register")
+    except BaseException:
+        echo(f"cluster {spec.name} did not come up; removing what it started")
+        down(spec.name, volumes=True)
+        raise
+    info.seconds = round(time.monotonic() - started, 1)
+    return info
+
+
+def _start_broker(client: Any, spec: ClusterSpec, i: int, env: dict[str, str], checkpoints: str) -> Any:
+    bid = spec.broker_id(i)
+    args = ["--id", bid, "--zk", env["ZKC_ZK"], "--root", spec.root, "--session-timeout", str(SESSION_S)]
+    volumes = {spec.data_dir or checkpoints: {"bind": "/data/checkpoints", "mode": "rw"}}
+    spark = ["--runner", "spark", "--checkpoint-root", "/data/checkpoints", "--spark-master", "local[1]"]
+    env = {**env, "ZKC_BROKER_ID": bid}
+    if spec.journal_dir is None:
+        cmd = ["broker", "run", "--id", bid, "--session-timeout", str(SESSION_S)] + \
+              (spark if spec.runner == "spark" else ["--runner", "noop"])
+        return _run(client, spec, bid, "broker", cmd, env, volumes)
+    # a chaos broker journals each start and stop, one file per life of the container
+    volumes[spec.journal_dir] = {"bind": "/journal", "mode": "rw"}
+    line = ("exec python -m broker_sim.chaos broker " + " ".join(args) + f" --journal /journal/{bid}.$(date +%s%N).log"
+            + (" --runner spark --checkpoint-root /data/checkpoints --spark-master local[1]" if spec.runner == "spark" else ""))
+    return _run(client, spec, bid, "broker", ["-c", line], env, volumes, entrypoint=["/bin/sh"])
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise ContainersUnavailable(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def _zk_answers(zk: str) -> bool:
+    try:
+        client = make_client(ZkSettings(hosts=zk, root="/"), timeout=3)
+    except Exception:
+        return False
+    client.stop()
+    client.close()
+    return True
+
+
+def _registered(zk: str, root: str) -> list[str]:
+    try:
+        client = make_client(ZkSettings(hosts=zk, root=root), timeout=5)
+    except Exception:
+        return []
+    try:
+        return client.get_children(ZkLayout(root).broker_ids)
+    except Exception:
+        return []
+    finally:
+        client.stop()
+        client.close()
+
+
+def ps(name: str | None = None) -> list[dict[str, Any]]:
+    """The containers of one cluster (or of every cluster): name, role, state, health, restarts."""
+    client = engine()
+    label = f"{LABEL}={name}" if name else LABEL
+    out = []
+    for c in sorted(client.containers.list(all=True, filters={"label": label}), key=lambda c: c.name):
+        state = c.attrs.get("State", {})
+        out.append({"name": c.name, "cluster": c.labels.get(LABEL), "role": c.labels.get(ROLE), "status": c.status,
+                    "health": (state.get("Health") or {}).get("Status"), "restarts": c.attrs.get("RestartCount", 0),
+                    "pid": state.get("Pid")})
+    return out
+
+
+def down(name: str, volumes: bool = False) -> dict[str, Any]:
+    """Remove every container of the cluster (and, with ``volumes``, its volumes). Host networking: the
+    cluster made no network to remove."""
+    client = engine()
+    removed = []
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL}={name}"}):
+        c.remove(force=True, v=volumes)
+        removed.append(c.name)
+    gone_volumes = []
+    if volumes:
+        for v in client.volumes.list(filters={"label": f"{LABEL}={name}"}):
+            v.remove(force=True)
+            gone_volumes.append(v.name)
+    return {"containers": sorted(removed), "volumes": sorted(gone_volumes), "networks": []}
+
+
+# ---- chaos over containers --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContainerFault:
+    at: float
+    kind: str
+    target: str
+    duration: float
+
+
+def container_schedule(seed: int, duration_s: float, spec: ClusterSpec, every_s: float = 6.0) -> list[ContainerFault]:
+    """A seeded schedule of container faults (same seed and size, same schedule): one every ``every_s`` on
+    average, each on a container drawn by the seed."""
+    rnd = random.Random(seed)
+    out: list[ContainerFault] = []
+    t = rnd.uniform(1.0, every_s)
+    while t < duration_s:
+        kind = rnd.choice(CONTAINER_FAULTS)
+        if kind.endswith("broker"):
+            target = spec.broker_id(rnd.randrange(spec.brokers))
+        elif kind.endswith("controller"):
+            target = f"{spec.name}-ctl-{rnd.randrange(spec.controllers) + 1}"
+        else:
+            target = f"{spec.name}-zk{rnd.randrange(spec.zk_nodes) + 1}"
+        out.append(ContainerFault(round(t, 2), kind, target, round(rnd.uniform(1.0, 4.0), 2)))
+        t += rnd.uniform(0.5 * every_s, 1.5 * every_s)
+    return out
+
+
+@dataclass
+class ContainerChaosSummary:
+    seed: int
+    schedule: list[dict[str, Any]]
+    injected: dict[str, int]
+    failed: list[str]
+    intervals: int
+    overlaps: list[str]
+    restarted_and_back: bool
+    converged_s: float | None
+    wall_s: float
+    sinks: dict[str, dict[str, int]] = field(default_factory=dict)  # pipeline -> expected, held, duplicates, missing
+    #: every task's last reported status at the end (state, broker, error): what explains a sink that is short
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        exactly_once = all(v["missing"] == 0 and v["duplicates"] == 0 for v in self.sinks.values())
+        return (not self.overlaps and not self.failed and self.restarted_and_back and self.converged_s is not None
+                and exactly_once)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo: Callable[[str], None] = print,
+          settle_s: float = 120.0, pipelines: int = 0, records: int = 1200) -> ContainerChaosSummary:
+    """Start ``spec`` with journaling brokers, create ``tasks`` no-op tasks (or, with ``pipelines``, that many
+    streaming Spark pipelines fed from the host), play the seeded container faults, then check: no task
+    ever had two running owners (journals of every container life), every container back and every broker
+    registered, every task running again, and with pipelines every sink holding every record exactly once."""
+    from controller.admin import AdminClient
+    from controller.protocol.taskspec import NoopPipeline, TaskSpec
+
+    if spec.journal_dir is None:
+        raise ValueError("a chaos run needs spec.journal_dir")
+    if pipelines and (spec.runner != "spark" or spec.data_dir is None):
+        raise ValueError("pipelines need the spark runner and a shared data directory")
+    for d in filter(None, (spec.journal_dir, spec.data_dir)):
+        Path(d).mkdir(parents=True, exist_ok=True)
+        Path(d).chmod(0o777)  # written by the image's non-root user
+    schedule = container_schedule(seed, duration_s, spec)
+    for f in schedule:
+        echo(f"  {f.at:7.2f}s {f.kind:<17} {f.target} ({f.duration:g}s)")
+    wall0 = time.monotonic()
+    info = up(spec, echo=echo)
+    client = engine()
+    zk = make_client(ZkSettings(hosts=info.zk, root=spec.root, session_timeout_s=30.0))
+    kills: dict[str, list[float]] = {}
+    injected: dict[str, int] = {}
+    failed: list[str] = []
+    feeders: list[Any] = []
+    try:
+        admin = AdminClient(zk, ZkLayout(spec.root))
+        if pipelines:
+            ids = [f"pipeline-{i + 1}" for i in range(pipelines)]
+            feeders = _start_pipelines(admin, Path(spec.data_dir), ids, records, duration_s)
+        else:
+            ids = [f"chaos-{i:03d}" for i in range(tasks)]
+            admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
+        _wait(lambda: _all_running(zk, spec.root, ids), 300, "every task running before the faults")
+        t0 = time.monotonic()
+        for f in schedule:
+            time.sleep(max(0.0, t0 + f.at - time.monotonic()))
+            try:
+                _inject(client, f, kills)
+                injected[f.kind] = injected.get(f.kind, 0) + 1
+                echo(f"  injected {f.kind} on {f.target}")
+            except Exception as exc:
+                failed.append(f"{f.kind} on {f.target}: {type(exc).__name__}: {exc}")
+        end = time.monotonic()
+        converged = None
+        deadline = end + settle_s
+        while time.monotonic() < deadline:
+            if set(_registered(info.zk, spec.root)) >= set(info.brokers) and _all_running(zk, spec.root, ids):
+                converged = round(time.monotonic() - end, 2)
+                break
+            time.sleep(0.5)
+        back = all(c.status == "running" for c in client.containers.list(all=True, filters={"label": f"{LABEL}={spec.name}"}))
+        sinks: dict[str, dict[str, int]] = {}
+        if pipelines:
+            for g in feeders:
+                g.join()
+            sinks = _wait_sinks(Path(spec.data_dir), ids, records, settle_s)
+        time.sleep(3)  # the last stops reach the journals
+        intervals = _journal_intervals(Path(spec.journal_dir), kills)
+        overlaps = [str(o) for o in double_ownership(close_open(intervals, time.time()))]
+        return ContainerChaosSummary(seed, [asdict(f) for f in schedule], injected, failed, len(intervals), overlaps,
+                                     back, converged, round(time.monotonic() - wall0, 1), sinks,
+                                     _statuses(zk, spec.root, ids))
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _inject(client: Any, f: ContainerFault, kills: dict[str, list[float]]) -> None:
+    """One fault. ``docker kill`` is a manual stop (Docker leaves the container down), so the harness starts
+    it again after the fault's duration, as a supervisor would; a crash is left to the restart policy."""
+    c = client.containers.get(f.target)
+    if f.kind.startswith("kill"):
+        kills.setdefault(f.target, []).append(time.time())
+        c.kill()
+        time.sleep(f.duration)
+        c.start()
+    elif f.kind.startswith("crash"):
+        kills.setdefault(f.target, []).append(time.time())
+        crash(c)
+    elif f.kind.startswith("pause"):
+        c.pause()
+        time.sleep(f.duration)
+        c.unpause()
+    else:
+        kills.setdefault(f.target, []).append(time.time())
+        c.restart(timeout=10)
+
+
+def _start_pipelines(admin: Any, data: Path, ids: list[str], records: int, duration_s: float) -> list[Any]:
+    """Streaming file pipelines whose input the host writes (a data generator per pipeline, spread over the
+    fault phase) into the directory every broker container mounts at /data/checkpoints."""
+    import threading
+
+    from broker_sim.chaos.sinks import pipeline_spec
+    from broker_sim.sim.datagen import DatagenConfig, generate
+
+    for t in ids:
+        (data / "in" / t).mkdir(parents=True, exist_ok=True)
+    admin.create_tasks([pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t)
+                        for t in ids])
+    rate = max(1.0, records / max(1.0, duration_s * 0.8))
+    feeders = []
+    for t in ids:
+        g = threading.Thread(target=generate, args=(DatagenConfig(out_dir=str(data / "in" / t), records=records,
+                                                                  rate=rate, batch=50),),
+                             name=f"chaos-datagen-{t}", daemon=True)
+        g.start()
+        feeders.append(g)
+    return feeders
+
+
+def container_sink_ids(data: Path, task: str) -> list[int]:
+    """The ids a sink's committed files hold (its commit log names them by their path in the containers)."""
+    import pyarrow.parquet as pq
+
+    from broker_sim.chaos.sinks import committed_files
+
+    ids: list[int] = []
+    for f in committed_files(data / "out" / task):
+        local = Path(str(f).replace("/data/checkpoints", str(data), 1))
+        ids += pq.read_table(str(local), columns=["id"]).column("id").to_pylist()
+    return ids
+
+
+def _wait_sinks(data: Path, ids: list[str], records: int, timeout: float) -> dict[str, dict[str, int]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        out = {}
+        for t in ids:
+            try:
+                got = container_sink_ids(data, t)
+            except (OSError, ValueError):
+                got = []
+            out[t] = {"expected": records, "held": len(set(got)), "duplicates": len(got) - len(set(got)),
+                      "missing": len(set(range(records)) - set(got))}
+        if all(v["missing"] == 0 for v in out.values()) or time.monotonic() > deadline:
+            return out
+        time.sleep(1.0)
+
+
+def crash(container: Any) -> None:
+    """Kill -9 the container's process from the host, as a crash or the OOM killer would. (``docker kill``
+    counts as a manual stop: Docker's restart manager then leaves the container down, whatever its policy,
+    until someone starts it. A crash is what restart policies are for.)"""
+    container.reload()
+    pid = container.attrs["State"]["Pid"]
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _all_running(zk: Any, root: str, ids: list[str]) -> bool:
+    """Every task has an owner and its owner reports it RUNNING (a FAILED pipeline holds its owner too)."""
+    from controller.zk.io import exists_many
+
+    lay = ZkLayout(root)
+    try:
+        if not all(s is not None for s in exists_many(zk, [lay.task_owner(t) for t in ids])):
+            return False
+        return all(v["state"] == "RUNNING" for v in _statuses(zk, root, ids).values())
+    except Exception:
+        return False
+
+
+def _statuses(zk: Any, root: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    from controller.protocol.codecs import PayloadError, TaskStatus, decode
+    from controller.zk.io import get_many
+
+    lay = ZkLayout(root)
+    out: dict[str, dict[str, Any]] = {}
+    for t, res in zip(ids, get_many(zk, [lay.status(t) for t in ids])):
+        try:
+            st = decode(TaskStatus, res[0], lay.status(t)) if res is not None else None
+        except PayloadError as exc:
+            out[t] = {"state": "UNREADABLE", "broker": None, "error": str(exc)}
+            continue
+        out[t] = {"state": st.state if st else "NONE", "broker": st.broker if st else None,
+                  "error": st.error if st else None, "failures": st.failures if st else 0}
+    return out
+
+
+def _journal_intervals(journal_dir: Path, kills: dict[str, list[float]]) -> list[RunInterval]:
+    """Every container life's intervals. A life's runs still open in its journal ended no later than the
+    first kill or restart of its container after the life began, nor than the birth of its next life: a
+    broker that halted at its fence deadline (exit 75, restarted by the restart policy) killed its runners
+    before it exited, so they ended before the process that follows it began (or are still running)."""
+    lives: dict[str, list[tuple[float, Path]]] = {}
+    for path in sorted(journal_dir.glob("*.log")):
+        broker, _, stamp = path.stem.rpartition(".")
+        try:
+            lives.setdefault(broker, []).append((int(stamp) / 1e9, path))
+        except ValueError:
+            continue
+    out: list[RunInterval] = []
+    for broker, runs in lives.items():
+        runs.sort()
+        for (born, path), nxt in zip(runs, [*runs[1:], None]):
+            ends = [k for k in kills.get(broker, []) if k >= born] + ([nxt[0]] if nxt is not None else [])
+            out += read_journal(path, broker, min(ends) if ends else None)
+    return out
+
+
+def summary_lines(s: ContainerChaosSummary) -> list[str]:
+    lines = [f"container chaos, seed {s.seed}: {sum(s.injected.values())} faults injected "
+             f"({', '.join(f'{k} {v}' for k, v in sorted(s.injected.items())) or 'none'}), {s.intervals} run intervals",
+             f"  double ownership   {len(s.overlaps)}" + (f": {'; '.join(s.overlaps[:5])}" if s.overlaps else ""),
+             f"  every container back by its restart policy and every broker registered: {'yes' if s.restarted_and_back else 'NO'}",
+             f"  every task running again {'-' if s.converged_s is None else f'{s.converged_s:.1f}s'} after the last fault",
+             f"  faults that could not be injected: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
+             *[f"  pipeline {t}: {v['held']} records held of {v['expected']}, {v['duplicates']} duplicates, "
+               f"{v['missing']} missing" for t, v in sorted(s.sinks.items())],
+             *[f"  task {t}: {v['state']} on {v['broker']}" + (f" ({v['failures']} failures, last: {v['error']})"
+                                                             if v.get("error") else "")
+               for t, v in sorted(s.statuses.items()) if v["state"] != "RUNNING"],
+             "  verdict            " + ("OK" if s.ok else "VIOLATION")]
+    return lines
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(obj, indent=1, default=str)

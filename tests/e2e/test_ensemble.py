@@ -1,0 +1,49 @@
+"""The 3-node shape of zk-compose.yml, without Docker: three servers from the jars on loopback."""
+
+from __future__ import annotations
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+from kazoo.retry import KazooRetry
+
+from controller.zk.server import ensemble, four_letter_word, start_ensemble
+
+
+@pytest.mark.slow
+def test_three_node_ensemble_survives_one_server_down(tmp_path):
+    servers = ensemble(tmp_path, 3)
+    try:
+        start_ensemble(servers)
+        modes = sorted(four_letter_word(s.host, s.port, "srvr").split("Mode:")[1].split()[0] for s in servers)
+        assert modes == ["follower", "follower", "leader"]
+        hosts = ",".join(s.address for s in servers)
+        client = KazooClient(hosts=hosts, timeout=6.0)
+        client.start(timeout=30)
+        try:
+            client.create("/ens/a", b"1", makepath=True)
+            # stop the server this client is connected to, if possible, else the leader
+            leader = next(s for s in servers if "Mode: leader" in four_letter_word(s.host, s.port, "srvr"))
+            leader.stop()
+            # kazoo reconnects to a surviving server; a request caught in the re-election gets ConnectionLoss
+            # and is retried, as every ZooKeeper client must (a create retried after it landed finds the node)
+            retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0, deadline=60.0)
+            retry(client.set, "/ens/a", b"2")
+
+            def create_b() -> None:
+                try:
+                    client.create("/ens/b", b"3")
+                except NodeExistsError:
+                    pass
+            retry(create_b)
+            assert client.get("/ens/a")[0] == b"2"
+            assert sorted(client.get_children("/ens")) == ["a", "b"]
+            survivors = [s for s in servers if s is not leader]
+            assert all(s.is_serving() for s in survivors)
+        finally:
+            client.stop()
+            client.close()
+    finally:
+        for s in servers:
+            s.stop()
+    assert not any(s.is_running() for s in servers)

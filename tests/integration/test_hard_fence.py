@@ -1,0 +1,200 @@
+"""The hard fence deadline, with real broker processes: a broker whose stop hangs halts (exit 75) before any of
+its tasks can start elsewhere, whether ZooKeeper was cut off (a TCP proxy partitioned) or its tasks were
+revoked while connected; and the pure parts (margins, lease codec, stop batches) without ZooKeeper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_sim.sim.netproxy import NetProxy
+from broker_sim.worker.deadline import EXIT_HALTED, Lease, safety_margin, stop_timeout, write_lease
+from broker_sim.worker.fence import fence_margin
+from broker_sim.worker.slots import StopBatch
+from controller.protocol import codecs
+from controller.admin import AdminClient
+from controller.daemon import Controller, ControllerConfig
+from controller.protocol.group import GroupConfig
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from tests.integration.test_cli import ZKCTL, until
+
+
+# ---- pure parts ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("session, budget", [(4.0, 0.0), (6.0, 40.0), (8.0, 4.0), (30.0, 1.0), (2.0, 0.0)])
+def test_the_hard_deadline_falls_after_the_fence_and_before_the_earliest_expiry(session, budget):
+    margin = fence_margin(session, 1 / 6, budget)
+    safety = safety_margin(session, margin)
+    assert 0 < safety < margin <= session / 2  # fence first, then the hard deadline, then the earliest expiry
+    assert safety >= 0.2  # time to SIGKILL and exit
+
+
+def test_each_stop_has_a_budget_of_its_own():
+    assert stop_timeout(0.0, None) == 5.0
+    assert stop_timeout(4.0, None) == 12.0
+    assert stop_timeout(4.0, 1.5) == 1.5
+
+
+def test_a_lease_round_trips_and_is_replaced_atomically(tmp_path):
+    lease = Lease(broker="b1", owner_pid=123, expires=42.5, pids=(7, 8), pgids=(9,))
+    assert Lease.decode(lease.encode()) == lease
+    path = tmp_path / "b1.json"
+    write_lease(path, lease)
+    write_lease(path, Lease(broker="b1", owner_pid=123, expires=None))
+    assert Lease.decode(path.read_text()).expires is None
+    assert [p.name for p in tmp_path.iterdir()] == ["b1.json"]  # no temporary file left behind
+
+
+def test_a_slow_stop_does_not_hold_the_others_of_its_batch():
+    batch = StopBatch(3)
+    assert batch.done("a", True) is None
+    assert batch.expire() == (["a"], ["a"])  # the linger passed: what stopped goes now
+    assert batch.done("b", True) == (["b"], ["b"])  # later stops go one by one
+    assert batch.done("c", False) == (["c"], [])  # a stop that failed is not released
+    assert batch.expire() is None
+
+
+def test_a_batch_whose_stops_all_returned_goes_together():
+    batch = StopBatch(2)
+    assert batch.done("a", True) is None
+    assert batch.done("b", True) == (["a", "b"], ["a", "b"])
+    assert batch.expire() is None
+
+
+# ---- real processes ----------------------------------------------------------------------------------------
+class _Broker:
+    """A ``zkctl broker run`` process; its exit is noticed within 10 ms by a named thread."""
+
+    def __init__(self, env: dict[str, str], zk: str, bid: str, *args: str, log: Path) -> None:
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([ZKCTL, "--zk", zk, "broker", "run", "--id", bid, "--runner", "noop",
+                                          *args], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        self.exited_at: float | None = None
+        self._thread = threading.Thread(target=self._watch, name=f"watch-{bid}", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + 300
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.proc.poll() is not None:
+            self.exited_at = time.time()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def controller(zk, zk_settings, layout):
+    c = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=4.0))).start()
+    try:
+        assert c.wait_active(15)
+        yield c
+    finally:
+        c.stop()
+
+
+def _owners(zk, layout, tasks):
+    """task -> (broker, session, ctime in seconds) of its owner znode, for the tasks that have one."""
+    out = {}
+    for t in tasks:
+        try:
+            data, stat = zk.get(layout.task_owner(t))
+        except Exception:
+            continue
+        out[t] = (codecs.decode(codecs.OwnerInfo, data).broker, stat.ephemeralOwner, stat.ctime / 1000.0)
+    return out
+
+
+def _first_owner_after(zk, layout, tasks, broker, timeout):
+    """Wait until every task is owned by ``broker``; return the earliest creation time of those owner znodes."""
+    until(lambda: {o[0] for o in _owners(zk, layout, tasks).values()} == {broker}
+          and len(_owners(zk, layout, tasks)) == len(tasks), timeout, f"all tasks owned by {broker}")
+    return min(o[2] for o in _owners(zk, layout, tasks).values())
+
+
+def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_elsewhere(
+        controller, zk, zk_hosts, layout, cli_env, tmp_path):
+    tasks = [f"h{i}" for i in range(4)]
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
+    host, port = zk_hosts.split(",")[0].rsplit(":", 1)
+    proxy = NetProxy(host, int(port), name="proxy-wedged")
+    wedged = other = None
+    try:
+        wedged = _Broker(cli_env, proxy.address, "wedged", "--stop-hang", "--session-timeout", "6",
+                         log=tmp_path / "wedged.log")
+        until(lambda: len(_owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
+        proxy.partition()
+        cut = time.time()
+        other = _Broker(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
+        taken = _first_owner_after(zk, layout, tasks, "other", 60)
+        until(lambda: wedged.exited_at is not None, 10, "the wedged broker to exit")
+        log = (tmp_path / "wedged.log").read_text()
+        assert wedged.proc.returncode == EXIT_HALTED, log[-3000:]
+        assert "HALTING" in log and "fence deadline" in log, log[-3000:]
+        # it exited (noticed within 10 ms) before the first of its tasks had a new owner
+        assert wedged.exited_at < taken, (wedged.exited_at - cut, taken - cut)
+        assert wedged.exited_at - cut < 6.0  # before its session could expire
+    finally:
+        for b in (wedged, other):
+            if b is not None:
+                b.stop()
+        proxy.heal()
+        proxy.close()
+
+
+def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_stop_budget(
+        controller, zk, zk_hosts, layout, cli_env, tmp_path):
+    tasks = [f"r{i}" for i in range(4)]
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
+    wedged = other = None
+    try:
+        wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "2", "--session-timeout", "6",
+                         log=tmp_path / "wedged.log")
+        until(lambda: len(_owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
+        joined = time.time()
+        other = _Broker(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
+        until(lambda: wedged.exited_at is not None, 30, "the wedged broker to halt")
+        log = (tmp_path / "wedged.log").read_text()
+        assert wedged.proc.returncode == EXIT_HALTED, log[-3000:]
+        assert "did not return within its 2.0s budget" in log, log[-3000:]
+        taken = _first_owner_after(zk, layout, tasks, "other", 60)
+        assert wedged.exited_at < taken
+        assert wedged.exited_at - joined < 20
+    finally:
+        for b in (wedged, other):
+            if b is not None:
+                b.stop()
+
+
+def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(controller, zk, zk_hosts, layout, cli_env,
+                                                                            tmp_path):
+    """SIGTERM asks for a controlled shutdown; the controller is gone, so nobody moves the tasks: after
+    ``--shutdown-timeout`` the broker stops them itself, the stop hangs, and it halts within the stop budget."""
+    tasks = [f"c{i}" for i in range(3)]
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
+    wedged = None
+    try:
+        wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "1.5", "--shutdown-timeout", "1",
+                         "--session-timeout", "6", log=tmp_path / "wedged.log")
+        until(lambda: len(_owners(zk, layout, tasks)) == 3, 30, "the wedged broker to own every task")
+        controller.stop()
+        asked = time.time()
+        os.kill(wedged.proc.pid, signal.SIGTERM)
+        until(lambda: wedged.exited_at is not None, 20, "the broker to halt")
+        log = (tmp_path / "wedged.log").read_text()
+        assert wedged.proc.returncode == EXIT_HALTED, log[-3000:]
+        assert "controlled shutdown did not finish in 1s" in log and "1.5s budget" in log, log[-3000:]
+        assert wedged.exited_at - asked < 10
+    finally:
+        if wedged is not None:
+            wedged.stop()

@@ -1,0 +1,100 @@
+"""Status that does not lie: a task's status names the session that wrote it, and every admin read (``task list``,
+``status``, ``describe``, the HTTP API's rows) shows a status its session no longer backs as STALE and a task to
+run that nobody holds as UNASSIGNED, with how long; the pure rules without ZooKeeper."""
+
+from __future__ import annotations
+
+import time
+
+from controller.protocol import codecs
+from controller.admin import AdminClient, to_dict
+from controller.admin.views import shown_status, stale_after, unassigned_since
+from controller.protocol.codecs import OwnerInfo, TaskStatus
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from tests.integration.test_cli import cluster, ok, ok_json, until  # noqa: F401  (a fixture)
+
+
+def _status(state="RUNNING", broker="b1", session="0x10"):
+    return TaskStatus(broker=broker, state=state, generation=3, updated=100.0, session=session)
+
+
+# ---- the rules, pure ------------------------------------------------------------------------------------------
+def test_an_old_status_payload_without_its_session_still_decodes():
+    old = b'{"broker": "b1", "state": "RUNNING", "generation": 2, "updated": 5.0, "version": 1}'
+    assert codecs.decode(TaskStatus, old).session is None
+    assert codecs.session_hex(0x1000abc) == "0x1000abc" and codecs.session_hex(None) is None
+    st = _status()
+    assert codecs.decode(TaskStatus, codecs.encode(st)) == st
+
+
+def test_a_status_is_stale_unless_the_session_holding_the_task_wrote_it():
+    owner = OwnerInfo(broker="b1", generation=3)
+    assert not stale_after(_status(), owner, 0x10)                       # the owner's session wrote it
+    assert stale_after(_status(), owner, 0x11)                           # an earlier life of b1 wrote it
+    assert stale_after(_status(broker="b2"), owner, 0x10)                # another broker wrote it
+    assert stale_after(_status(), None, None)                            # nobody holds the task
+    assert not stale_after(_status(session=None), owner, 0x11)           # an old payload: the broker is all we know
+    for final in ("COMPLETED", "FAILED", "STOPPED"):                # only a claim to be running can be stale
+        assert not stale_after(_status(state=final), None, None)
+
+
+def test_unassigned_means_to_run_and_held_by_nobody_since_the_later_of_creation_and_the_last_status():
+    assert unassigned_since("RUNNING", False, None, 10.0, None) == 10.0
+    assert unassigned_since("RUNNING", False, _status(state="STOPPED"), 10.0, 25.0) == 25.0
+    assert unassigned_since("RUNNING", True, None, 10.0, None) is None         # held
+    assert unassigned_since("PAUSED", False, None, 10.0, None) is None         # not to run
+    assert unassigned_since("RUNNING", False, _status(state="COMPLETED"), 10.0, 25.0) is None  # finished
+    assert shown_status(_status(), True, 5.0) == "UNASSIGNED"
+    assert shown_status(_status(), True, None) == "STALE"
+    assert shown_status(_status(state="FAILED"), False, None) == "FAILED"
+    assert shown_status(None, False, None) is None
+
+
+# ---- against a real ZooKeeper ----------------------------------------------------------------------------------
+def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(cluster, cli_env, zk, layout):
+    tasks = [f"s{i}" for i in range(6)]
+    cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
+    where = cluster.wait_running(set(tasks))
+    until(lambda: all(r.status == "RUNNING" and r.shown == "RUNNING" for r in cluster.admin.list_tasks()), 20,
+          "every status RUNNING")
+    rows = {r.task_id: r for r in cluster.admin.list_tasks()}
+    for r in rows.values():  # every status names its writer's session: the owner znode's
+        owner_session = zk.exists(layout.task_owner(r.task_id)).ephemeralOwner
+        status = codecs.decode(TaskStatus, zk.get(layout.status(r.task_id))[0])
+        assert status.session == codecs.session_hex(owner_session)
+    cluster.controller.stop()  # nothing moves from here on
+    victim = where["s0"]
+    survivor = next(b for b in cluster.workers if b != victim)
+    gone = sorted(t for t, b in where.items() if b == victim)
+    kept = sorted(t for t, b in where.items() if b != victim)
+    cluster.workers[victim].kill()  # its session closes: its owner znodes vanish, its RUNNING statuses stay
+    until(lambda: all(zk.exists(layout.task_owner(t)) is None for t in gone), 10, "the dead broker's owners gone")
+    first = {r.task_id: r for r in cluster.admin.list_tasks()}
+    for t in gone:
+        assert first[t].shown == "UNASSIGNED" and first[t].status == "RUNNING", first[t]
+        assert first[t].unassigned_since is not None and first[t].unassigned_since <= time.time()
+    for t in kept:
+        assert first[t].shown == "RUNNING" and not first[t].status_stale and first[t].owner == survivor
+    time.sleep(1.5)
+    listing = ok(cli_env, "task", "list")
+    line = next(ln for ln in listing.splitlines() if ln.startswith(gone[0] + " "))
+    assert "UNASSIGNED" in line and "RUNNING" not in line.split("UNASSIGNED")[1], line
+    waited = int(line.split("UNASSIGNED")[1].split()[0].rstrip("s"))
+    assert waited >= 1  # it grows
+    status_out = ok(cli_env, "status")
+    assert f"UNASSIGNED {len(gone)}" in status_out, status_out
+    assert ok_json(cli_env, "status")["tasks"]["unassigned_oldest"] <= first[gone[0]].unassigned_since + 1e-3
+    described = ok(cli_env, "task", "describe", gone[0])
+    assert "UNASSIGNED: last reported RUNNING by " + victim in described and "nobody holds it" in described, described
+    api_row = to_dict(first[gone[0]])
+    assert api_row["shown"] == "UNASSIGNED" and api_row["unassigned_since"] == first[gone[0]].unassigned_since
+
+    # the broker comes back under a new session and holds one task again before reporting: the old status is stale
+    zk.create(layout.task_owner(gone[0]), codecs.encode(OwnerInfo(broker=victim, generation=9)), ephemeral=True)
+    row = next(r for r in cluster.admin.list_tasks() if r.task_id == gone[0])
+    assert row.status_stale and row.shown == "STALE" and row.unassigned_since is None, row
+    line = next(ln for ln in ok(cli_env, "task", "list").splitlines() if ln.startswith(gone[0] + " "))
+    assert f"STALE (last RUNNING by {victim}" in line, line
+    described = AdminClient(zk, layout).describe_task(gone[0])
+    assert described.shown == "STALE" and described.status_stale
+    assert ok_json(cli_env, "status")["tasks"]["by_status"].get("STALE", 0) >= 1

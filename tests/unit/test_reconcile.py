@@ -1,0 +1,347 @@
+"""The reconcile protocol's coordinator, sans-IO: driven with a FakeClock and hand-built member requests
+(the reports members write), reading only the decisions it returns. What it must never do: hand a task to a
+member while another may still run it."""
+
+from __future__ import annotations
+
+from controller.protocol.clock import FakeClock
+from controller.protocol.codecs import Assignment, JoinRequest, MoveLimits, TaskDescriptor
+from controller.protocol.group import (
+    FOREVER,
+    GroupConfig,
+    GroupCoordinator,
+    GroupState,
+    WatchMoves,
+    WriteAssignments,
+    WriteGroupState,
+)
+from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.reconcile import confirm_releases, holders
+
+EPOCH = 5
+RECONCILING = (RECONCILE, COOPERATIVE)
+
+
+def req(m: str, generation: int = -1, owned: tuple[str, ...] = (), join_generation: int = 1,
+        protocols: tuple[str, ...] = RECONCILING, leaving: bool = False, incarnation: str | None = None,
+        instance_id: str | None = None) -> JoinRequest:
+    return JoinRequest(member_id=m, join_generation=join_generation, generation=generation, protocols=protocols,
+                       assignors=("sticky",), owned=owned, leaving=leaving, incarnation=incarnation or f"{m}.1",
+                       instance_id=instance_id)
+
+
+def tasks(n: int) -> dict[str, TaskDescriptor]:
+    return {f"t{i}": TaskDescriptor(task_id=f"t{i}") for i in range(n)}
+
+
+def published(decisions) -> dict[str, Assignment]:
+    out: dict[str, Assignment] = {}
+    for d in decisions:
+        if isinstance(d, WriteAssignments):
+            out.update(dict(d.assignments))
+    return out
+
+
+def states(decisions) -> list[str]:
+    return [d.info.state for d in decisions if isinstance(d, WriteGroupState)]
+
+
+def coordinator(n_tasks: int = 6, **config) -> GroupCoordinator:
+    config.setdefault("initial_delay_s", 0.0)  # (the forming window has a test of its own)
+    c = GroupCoordinator(group="g", controller_epoch=EPOCH, clock=FakeClock(), config=GroupConfig(**config))
+    c.on_tasks(tasks(n_tasks))
+    return c
+
+
+def report(c: GroupCoordinator, m: str, owned: tuple[str, ...] | None = None, **kw) -> list:
+    """Member ``m`` reports at its current member epoch, owning what it was last published (or ``owned``)."""
+    a = c.assignment[m]
+    members = dict(c.members)
+    members[m] = req(m, generation=c.epoch_of(m), owned=a if owned is None else owned,
+                     incarnation=c.members[m].incarnation, **kw)
+    return c.on_members(members)
+
+
+def one_member(n_tasks: int = 6) -> tuple[GroupCoordinator, list]:
+    c = coordinator(n_tasks)
+    c.on_members({"a": req("a")})
+    return c, c.on_members({"a": req("a")})
+
+
+def test_a_group_whose_members_all_offer_reconcile_enters_it_without_a_sync_phase():
+    c = coordinator()
+    decisions = c.on_members({"a": req("a")})
+    a = published(decisions)["a"]
+    assert a.protocol == RECONCILE and a.assigned == tuple(sorted(tasks(6))) and a.incarnation == "a.1"
+    assert c.state is GroupState.STABLE and c.protocol == RECONCILE and c.leader is None and c.join_result is None
+    assert states(decisions)[-1] == "Stable"
+
+
+def test_a_member_added_gets_tasks_only_after_their_owner_reported_the_release():
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    step1 = c.on_members({"a": req("a"), "b": req("b")})
+    out = published(step1)
+    assert out["a"].revoked and not set(out["a"].assigned) & set(out["a"].revoked)
+    assert out["b"].assigned == (), "nothing handed to b while a may still run it"
+    assert c.state is GroupState.RECONCILING
+    moving = set(out["a"].revoked)
+    # a stale report (older than the revocation's epoch) listing nothing confirms nothing
+    stale = c.on_members({"a": req("a", generation=out["a"].generation - 1, owned=()), "b": req("b")})
+    assert "b" not in published(stale)
+    # a's report at the revocation's epoch, without the revoked tasks: they go to b, and a is not written again
+    step2 = report(c, "a", owned=out["a"].assigned)
+    out2 = published(step2)
+    assert set(out2) == {"b"} and set(out2["b"].assigned) == moving
+    assert out2["b"].generation > out["b"].generation
+    assert c.state is GroupState.STABLE
+
+
+def test_a_report_that_still_lists_a_revoked_task_keeps_it_from_its_new_owner():
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    out = published(c.on_members({"a": req("a"), "b": req("b")}))
+    still = out["a"].revoked[0]
+    step = report(c, "a", owned=out["a"].assigned + (still,))
+    assert still not in published(step).get("b", Assignment(generation=0, controller_epoch=EPOCH)).assigned
+    assert c.unreleased["a"] == {still: out["a"].generation}
+
+
+def test_member_epochs_only_grow_and_only_changed_members_are_written():
+    c = coordinator(12)
+    c.on_members({"a": req("a"), "b": req("b")})
+    c.on_members({"a": req("a"), "b": req("b")})
+    epochs = {m: c.epoch_of(m) for m in "ab"}
+    out = published(c.on_tasks(tasks(13)))  # one task more: one member gets it, the other is left alone
+    assert len(out) == 1
+    for m, a in out.items():
+        assert a.generation > epochs[m]
+
+
+def test_the_throttle_lets_moves_go_in_waves():
+    c = coordinator(8)
+    c.on_members({"a": req("a")})
+    c.on_settings(MoveLimits(max_moves=2), 0.0, 1)
+    decisions = c.on_members({"a": req("a"), "b": req("b")})
+    first = set(published(decisions)["a"].revoked)
+    assert len(first) == 2 and len(c.deferred) == 2, "two moves in flight at most; two wait"
+    assert c.state is GroupState.RECONCILING
+    step = report(c, "a")
+    assert set(published(step)["b"].assigned) == first
+    assert any(isinstance(d, WatchMoves) and set(d.tasks) == first for d in step)
+    wave: list = []
+    for t in sorted(first):
+        assert not published(wave), "the next wave waits for every move of this one to run"
+        wave = c.on_move_done(t, "b")
+    second = set(published(wave)["a"].revoked)
+    assert len(second) == 2 and not second & first
+    report(c, "a")
+    for t in sorted(second):
+        c.on_move_done(t, "b")
+    assert len(c.assignment["a"]) == len(c.assignment["b"]) == 4 and c.state is GroupState.STABLE
+
+
+def test_maintenance_mode_holds_a_departed_members_tasks_and_moves_nothing():
+    c = coordinator(6)
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    assert c.state is GroupState.STABLE
+    b_tasks = c.assignment["b"]
+    c.on_maintenance(True)
+    decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"])})
+    assert "a" not in published(decisions), "nothing moves in maintenance mode"
+    assert c.held["b"].tasks == b_tasks and c.held["b"].deadline == FOREVER
+    decisions = c.on_maintenance(False)
+    assert set(published(decisions)["a"].assigned) == set(tasks(6))
+
+
+def test_a_controller_failover_keeps_unconfirmed_revocations():
+    c = coordinator(6)
+    c.on_members({"a": req("a")})
+    out = published(c.on_members({"a": req("a"), "b": req("b")}))
+    members = dict(c.members)
+    state = c.info()
+    # the new controller: what ZooKeeper holds (the assignments as written, the members' requests)
+    n = GroupCoordinator(group="g", controller_epoch=EPOCH + 1, clock=FakeClock(), config=GroupConfig())
+    after = n.load(state, members, tasks(6), out)
+    assert n.protocol == RECONCILE and n.join_result is None
+    moved = set(out["a"].revoked)
+    assert not moved & set(published(after).get("b", Assignment(0, EPOCH)).assigned), "revoked, not yet released"
+    assert n.unreleased["a"].keys() == moved
+    step = report(n, "a", owned=out["a"].assigned)
+    assert set(published(step)["b"].assigned) == moved
+
+
+def test_a_member_without_reconcile_takes_the_group_back_to_a_join_round():
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    decisions = c.on_members({"a": req("a"), "old": req("old", protocols=(COOPERATIVE, EAGER))})
+    assert c.state is GroupState.PREPARING_REBALANCE
+    assert states(decisions)[-1] == "PreparingRebalance"
+    assert not c.unreleased and not c.target
+    # a reconciling member reads its own assignment only: the notice to join the round comes there
+    notices = published(decisions)
+    assert notices["a"].error == "REBALANCE_IN_PROGRESS" and notices["a"].generation == c.join_generation
+    assert notices["a"].incarnation == "a.1" and notices["a"].assigned == () and notices["a"].protocol == RECONCILE
+
+
+def test_a_reconciling_member_follows_its_assignment_alone_and_joins_the_round_it_is_told_of():
+    from controller.protocol.member import Member, SetDesired, WorkerState, WriteJoin
+
+    m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
+    m.start(None)
+    assert not m.follows_assignment_alone, "joining: the group state says how"
+    given = Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
+                       incarnation="a.1")
+    assert SetDesired(frozenset({"t1", "t2"})) in m.on_assignment(given)
+    m.on_owned(frozenset({"t1", "t2"}))
+    assert m.state is WorkerState.STABLE and m.follows_assignment_alone
+    # a notice for another life of ours, or an older one, changes nothing
+    assert m.on_assignment(Assignment(generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
+                                      protocol=RECONCILE, incarnation="a.0")) == []
+    assert m.on_assignment(Assignment(generation=3, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
+                                      protocol=RECONCILE, incarnation="a.1")) == []
+    actions = m.on_assignment(Assignment(generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
+                                         protocol=RECONCILE, incarnation="a.1"))
+    [join] = [a for a in actions if isinstance(a, WriteJoin)]
+    assert join.request.join_generation == 9 and set(join.request.owned) == {"t1", "t2"}, "cooperative: keeps them"
+    assert not m.follows_assignment_alone and not m.reconcile_mode and m.desired == {"t1", "t2"}
+
+
+def test_a_release_carries_the_report_that_confirms_it_unless_a_later_one_was_written():
+    """The worker sends a reconciling member's release with its report in one multi (``release_report``):
+    what it lists is what will be held once the multi is done. Nothing changes until the multi succeeded
+    (``on_released``); then no separate report follows. A report built later (a newer assignment applied
+    meanwhile) is the one that stands: then the member reports again, at its epoch."""
+    from controller.protocol.member import Member, WorkerState, WriteJoin
+
+    def stable_member() -> Member:
+        m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
+        m.start(None)
+        m.on_assignment(Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2", "t3"),
+                                   protocol=RECONCILE, incarnation="a.1"))
+        m.on_owned(frozenset({"t1", "t2", "t3"}))
+        assert m.state is WorkerState.STABLE
+        return m
+
+    m = stable_member()
+    m.on_assignment(Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
+                               incarnation="a.1"))
+    held = frozenset({"t1", "t2", "t3"})  # t3 is stopping: busy, so still counted as held
+    request = m.release_report(frozenset({"t3"}), held)
+    assert request is not None and request.owned == ("t1", "t2") and request.join_generation == 6
+    assert m.pending_revocation == {"t3"} and m.reported != {"t1", "t2"}, "nothing counts until the multi succeeded"
+    actions = m.on_released(frozenset({"t1", "t2"}), request)
+    assert not [a for a in actions if isinstance(a, WriteJoin)], "the release carried the report"
+    assert m.reported == {"t1", "t2"} and not m.pending_revocation and m.state is WorkerState.STABLE
+
+    m = stable_member()
+    m.on_assignment(Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
+                               incarnation="a.1"))
+    request = m.release_report(frozenset({"t3"}), frozenset({"t1", "t2", "t3"}))
+    m.on_assignment(Assignment(generation=7, controller_epoch=EPOCH, assigned=("t1",), protocol=RECONCILE,
+                               incarnation="a.1"))  # applied while the multi was in flight
+    actions = m.on_released(frozenset({"t1", "t2"}), request)
+    [join] = [a for a in actions if isinstance(a, WriteJoin)]
+    assert join.request.join_generation == 7 and set(join.request.owned) == {"t1", "t2"}, "t2 is still held"
+
+    joining = Member(member_id="b", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",))
+    joining.start(None)
+    assert joining.release_report(frozenset({"t1"}), frozenset({"t1"})) is None, "a join round writes its own request"
+
+
+def test_a_group_left_by_everyone_while_a_target_was_put_off_keeps_no_deadline():
+    """A forming reconcile group has a target due; if every member leaves first, the group is Empty and that
+    deadline is void (kept, it would come due at every tick of a group that no longer reconciles)."""
+    c = coordinator(4, initial_delay_s=1.0)
+    c.on_members({"a": req("a")})
+    assert c.retarget_due is not None
+    c.on_members({})
+    assert c.state is GroupState.EMPTY and c.next_deadline() is None
+
+
+def test_a_restart_is_a_new_member_and_its_previous_lifes_assignment_is_not_reused():
+    c = coordinator()
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    before = c.epoch_of("b")
+    decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"]),
+                              "b": req("b", incarnation="b.2")})
+    out = published(decisions)
+    assert out["b"].incarnation == "b.2" and out["b"].generation > before
+
+
+def test_controlled_shutdown_drains_the_member_then_it_owns_nothing():
+    c = coordinator()
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    out = published(c.on_controlled_shutdown("b"))
+    assert out["b"].assigned == () and out["b"].revoked
+    step = report(c, "b", owned=())
+    assert set(published(step)["a"].assigned) == set(tasks(6))
+
+
+def test_the_end_of_a_controlled_shutdown_needs_no_new_target():
+    """The drained member leaves (its session ends, often right behind its last report, before the
+    coordinator has read that). Its tasks were re-targeted away already: the group settles at once, the
+    state written without it. Asking for a target then, inside the retarget interval, held the group
+    Reconciling until that interval was over (half a second more on every controlled shutdown)."""
+    c = coordinator(retarget_interval_s=30.0)
+    c.on_members({"a": req("a"), "b": req("b"), "x": req("x")})
+    for m in ("a", "b", "x"):
+        report(c, m)
+    assert c.state is GroupState.STABLE
+    published(c.on_controlled_shutdown("x"))
+    retargets = c.rebalances
+    members = {m: r for m, r in c.members.items() if m != "x"}  # x left before its report was read
+    out = c.on_members(members)
+    assert c.rebalances == retargets and c.retarget_due is None
+    given = published(out)
+    assert set(given["a"].assigned) | set(given["b"].assigned) == set(tasks(6))
+    assert c.state is GroupState.STABLE and states(out) == ["Stable"]
+    assert [d.info.members for d in out if isinstance(d, WriteGroupState)] == [("a", "b")]
+    # a member that still had a share leaving is another matter: a new target, at once (the group was Stable)
+    out = c.on_members({"a": c.members["a"]})
+    assert c.rebalances == retargets + 1 and set(published(out)["a"].assigned) == set(tasks(6))
+
+
+def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them_in_one_go():
+    """Nothing runs yet: the first target waits ``initial_delay_s`` after each join (at most the rebalance
+    timeout after the first), so ten brokers starting together are placed once, with no task moving twice."""
+    c = coordinator(20, initial_delay_s=1.0, rebalance_timeout_s=5.0)
+    clock = c.clock
+    first = c.on_members({"m0": req("m0")})
+    assert published(first)["m0"].assigned == () and c.state is GroupState.RECONCILING
+    assert "forming" in c.reason
+    members = {"m0": req("m0")}
+    for i in range(1, 10):
+        clock.advance(0.4)
+        members[f"m{i}"] = req(f"m{i}")
+        assert not any(a.assigned for a in published(c.on_members(dict(members))).values())
+        assert not any(a.assigned for a in published(c.on_tick()).values())
+    clock.advance(1.0)
+    out = published(c.on_tick())
+    assert sorted(len(a.assigned) for a in out.values()) == [2] * 10, "one target for all ten"
+    assert not c.unreleased and c.state is GroupState.STABLE
+    assert c.rebalances == 2, "the join round that formed the group, then one target"
+    # and the wait is bounded: a steady stream of joins cannot hold the first target back for ever
+    c2 = coordinator(20, initial_delay_s=1.0, rebalance_timeout_s=2.0)
+    c2.on_members({"a": req("a")})
+    placed = False
+    members = {"a": req("a")}
+    for i in range(10):
+        c2.clock.advance(0.5)
+        members[f"b{i}"] = req(f"b{i}")
+        placed = placed or any(a.assigned for a in published(c2.on_members(dict(members)) + c2.on_tick()).values())
+    assert placed
+
+
+def test_the_pure_parts():
+    assert holders({"a": ("t1",)}, {"a": {"t2": 3}}, {"a": req("a", owned=("t3",)), "b": req("b")}) == \
+        {"a": {"t1", "t2", "t3"}, "b": set()}
+    pending = {"t1": 4, "t2": 6}
+    assert confirm_releases(pending, req("a", generation=5, owned=())) == {"t2": 6}
+    assert confirm_releases(pending, req("a", generation=6, owned=("t1",))) == {"t1": 4}
