@@ -16,7 +16,7 @@ import statistics
 import struct
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from benchmarks.cluster import Cluster
 from benchmarks.common import RESULTS_DIR, quiet_logging, zookeeper

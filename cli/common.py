@@ -149,7 +149,8 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
     ZKC_AUTH / ZKC_AUTH_FILE apply). The credentials themselves are refused on the command line (they
     would show in ``ps`` and shell history), and no message ever repeats them. Processes this one starts
     inherit the source (ZKC_AUTH_FILE or ZKC_AUTH), not a command-line copy."""
-    from controller.zk.security import SecurityError, parse_credential, read_credential_file
+    from controller.protocol.acl import SecurityError, parse_credential
+    from controller.zk.security import read_credential_file
 
     if source is not None and file is not None:
         raise click.UsageError("give --zk-auth or --zk-auth-file, not both")

@@ -20,7 +20,6 @@ from pathlib import Path
 import click
 
 from cli.common import Ctx, UserError, ZkctlGroup, pass_ctx, resolve_auth, user_message
-from controller.protocol.codecs import PayloadError
 from controller.protocol.layout import DEFAULT_ROOT, InvalidName, ZkLayout
 from controller.zk.client import DEFAULT_HOSTS
 from controller.zk.server import ZooKeeperServer, ZooKeeperSetupError

@@ -7,15 +7,8 @@ from __future__ import annotations
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.zk.security import (
-    ROLES,
-    AclPolicy,
-    SecurityError,
-    check_acls,
-    digest_id,
-    init_security,
-    read_credential_file,
-)
+from controller.protocol.acl import ROLES, AclPolicy, SecurityError, digest_id
+from controller.zk.security import check_acls, init_security, read_credential_file
 
 
 @click.group("security")

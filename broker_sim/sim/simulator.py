@@ -17,10 +17,7 @@ import logging
 from collections import Counter
 import os
 import random
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor

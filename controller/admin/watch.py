@@ -146,7 +146,7 @@ class ClusterWatch:
         if (before is not None and before.on) == on or (before is None and not on):
             return []
         what = f"maintenance mode ON (by {info.by}): {info.reason}" if on else (
-            f"maintenance mode off" + (f" ({info.reason})" if info is not None and info.reason else ""))
+            "maintenance mode off" + (f" ({info.reason})" if info is not None and info.reason else ""))
         return [self._ev("maintenance", lay.root, what, on=on, by=info.by if info else None,
                          reason=info.reason if info else "", offline=list(info.offline) if info else [])]
 

@@ -16,7 +16,8 @@ from typing import Any
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from controller.protocol.group import WriteAssignments
-from controller.zk.security import AclPolicy, acl_for, grants_needed
+from controller.protocol.acl import AclPolicy, grants_needed
+from controller.zk.security import acl_for
 
 log = logging.getLogger(__name__)
 

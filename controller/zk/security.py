@@ -51,21 +51,19 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.serialization import Auth, Create, Create2, Transaction
 from kazoo.security import ACL, Id
 
-from controller.protocol.codecs import encode_epoch
 from controller.protocol.acl import (
     NAMED_BY_OWNER,
     PER_BROKER,
-    POLICY_VERSIONS,
-    R,
     ROLES,
     AclPolicy,
+    R,
     SecurityError,
     acl_perms,
     classify,
     digest_id,
-    grants_needed,
     parse_credential,
 )
+from controller.protocol.codecs import encode_epoch
 from controller.protocol.layout import ZkLayout
 from controller.zk.layout_io import check_root, create_buckets, write_layout_info
 
@@ -357,6 +355,3 @@ def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: 
                 wrong.append(path)
     return sorted(wrong)
 
-
-__all__ = ["PER_BROKER", "POLICY_VERSIONS", "ROLES", "AclPolicy", "SecurityError", "classify", "digest_id",
-           "grants_needed", "parse_credential", "R"]

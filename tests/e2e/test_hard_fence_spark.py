@@ -5,7 +5,6 @@ wedged) while ZooKeeper is out of reach halts before its task starts elsewhere."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading

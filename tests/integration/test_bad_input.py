@@ -20,7 +20,7 @@ from controller.admin import AdminClient, wait_for
 from controller.protocol.codecs import PayloadError
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
-from controller.zk.security import AclPolicy, SecurityError
+from controller.protocol.acl import AclPolicy, SecurityError
 from controller.protocol.taskspec import NoopPipeline, TaskSpec, decode_task
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks

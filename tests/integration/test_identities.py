@@ -20,22 +20,8 @@ from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
-from controller.zk.security import (
-    PER_BROKER,
-    RULES,
-    ROLES,
-    NAMED_BY_OWNER,
-    AclPolicy,
-    SecurityError,
-    acl_for,
-    check_acls,
-    classify,
-    digest_id,
-    expected_acl,
-    grants_needed,
-    init_security,
-    owner_in_acl,
-)
+from controller.protocol.acl import NAMED_BY_OWNER, PER_BROKER, ROLES, RULES, AclPolicy, SecurityError, classify, digest_id, grants_needed
+from controller.zk.security import acl_for, check_acls, expected_acl, init_security, owner_in_acl
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from tests.integration.test_security import CREDS, _denied, _remove_secured_root

@@ -33,7 +33,7 @@ from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import InvalidName, ZkLayout
-from controller.zk.security import SecurityError, digest_id
+from controller.protocol.acl import SecurityError, digest_id
 from controller.protocol.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks

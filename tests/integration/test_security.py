@@ -6,8 +6,6 @@ line."""
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -22,7 +20,8 @@ from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
-from controller.zk.security import ROLES, AclPolicy, acl_for, check_acls, classify, digest_id, init_security
+from controller.protocol.acl import ROLES, AclPolicy, classify, digest_id
+from controller.zk.security import acl_for, check_acls, init_security
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.layout_io import list_tasks

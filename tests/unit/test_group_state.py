@@ -13,7 +13,7 @@ from typing import Iterable
 import pytest
 
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
+from controller.protocol.codecs import Assignment, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 from controller.protocol.group import (
     VALID_PREVIOUS,
     DeleteGenerationsBelow,
