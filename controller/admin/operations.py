@@ -15,19 +15,10 @@ from controller.protocol import codecs
 from controller.admin.common import AdminError
 from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
 from controller.protocol.layout import check_name
+from controller.protocol.settings_rules import SETTING_RULES, SettingValueError, check_setting, read_settings
 
 T = TypeVar("T")
-
-#: the settings an operator may change, with what each accepts (the CLI and the API say the same)
-SETTING_RULES: dict[str, str] = {
-    "max_moves": "a whole number >= 1, or none",
-    "max_moves_per_broker": "a whole number >= 1, or none",
-    "max_offline_brokers": "a whole number >= 0, or none",
-    "max_offline_fraction": "a fraction in (0, 1], or none",
-    "offline_window_s": "seconds > 0",
-    "preferred_check_s": "seconds >= 0 (0: never)",
-    "max_imbalance": "a whole number >= 0",
-}
+__all__ = ["OperationsAdmin", "SettingError", "SETTING_RULES"]
 
 
 class SettingError(AdminError):
@@ -35,29 +26,16 @@ class SettingError(AdminError):
 
 
 def _check(name: str, value: Any) -> Any:
-    if name not in SETTING_RULES:
-        raise SettingError(f"unknown setting {name!r} (settings: {', '.join(SETTING_RULES)})")
-    bad = SettingError(f"{name}: {value!r} is not {SETTING_RULES[name]}")
-    if value is None:
-        if name in ("offline_window_s", "preferred_check_s", "max_imbalance"):
-            raise bad
-        return None
-    if isinstance(value, bool):
-        raise bad
-    if name in ("max_moves", "max_moves_per_broker", "max_offline_brokers", "max_imbalance"):
-        if not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
-            raise bad
-        value = int(value)
-        if value < (1 if name.startswith("max_moves") else 0):
-            raise bad
-        return value
-    if not isinstance(value, (int, float)):
-        raise bad
-    value = float(value)
-    ok = {"max_offline_fraction": 0 < value <= 1, "offline_window_s": value > 0, "preferred_check_s": value >= 0}[name]
-    if not ok:
-        raise bad
-    return value
+    try:
+        return check_setting(name, value)
+    except SettingValueError as exc:
+        raise SettingError(str(exc)) from None
+
+
+def _in_force(data: bytes, path: str) -> ClusterSettings:
+    """The settings as the controller reads them: a field refused (out of bounds, written by hand or by an
+    earlier release) is its default here, never a reason to refuse the whole znode."""
+    return read_settings(data, path, ClusterSettings())[0]
 
 
 class OperationsAdmin:
@@ -116,10 +94,7 @@ class OperationsAdmin:
     # ---- settings ---------------------------------------------------------------------------------
     def settings(self) -> ClusterSettings:
         path = self.layout.settings
-        try:
-            return self._read_setting(path, lambda d: codecs.decode(ClusterSettings, d, path), ClusterSettings())[0]
-        except PayloadError as exc:
-            raise AdminError(f"{exc}; `zkctl settings reset` rewrites it") from None
+        return self._read_setting(path, lambda d: _in_force(d, path), ClusterSettings())[0]
 
     def update_settings(self, changes: dict[str, Any], group: str | None = None) -> ClusterSettings:
         """Change some settings (all checked before anything is written). ``max_moves`` and
@@ -143,10 +118,7 @@ class OperationsAdmin:
                     groups[group] = limits
                 return dataclasses.replace(cur, group_throttle=groups)
             return dataclasses.replace(cur, throttle=dataclasses.replace(cur.throttle, **throttle_keys), **others)
-        try:
-            return self._rewrite(path, lambda d: codecs.decode(ClusterSettings, d, path), ClusterSettings(), change)
-        except PayloadError as exc:
-            raise AdminError(f"{exc}; `zkctl settings reset` rewrites it") from None
+        return self._rewrite(path, lambda d: _in_force(d, path), ClusterSettings(), change)
 
     def reset_settings(self) -> ClusterSettings:
         """Back to the defaults (no throttle, no automatic maintenance)."""

@@ -16,6 +16,7 @@ from controller.protocol import codecs
 from controller.daemon import events as ev
 from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
 from controller.protocol.group import GroupCoordinator
+from controller.protocol.settings_rules import read_settings
 from controller.protocol.throttle import combine
 from controller.zk.io import WriteFailed, get_many
 
@@ -25,15 +26,13 @@ log = logging.getLogger(__name__)
 DONE_STATES = frozenset({"RUNNING", "COMPLETED", "FAILED"})
 
 
-def decode_settings(data: bytes | None, path: str) -> ClusterSettings:
-    """Empty (as created with the layout) is the defaults; garbage is logged and read as the defaults."""
-    if not data:
-        return ClusterSettings()
-    try:
-        return codecs.decode(ClusterSettings, data, path)
-    except PayloadError as exc:
-        log.error("ignoring the settings: %s", exc)
-        return ClusterSettings()
+def decode_settings(data: bytes | None, path: str, last: ClusterSettings | None = None) -> ClusterSettings:
+    """Empty (as created with the layout) is the defaults; a field refused (out of bounds, garbage) keeps
+    its last good value and is logged by name: one bad field never drops every throttle."""
+    settings, refused = read_settings(data, path, last if last is not None else ClusterSettings())
+    for why in refused:
+        log.error("settings at %s: keeping the last good value of a refused field: %s", path, why)
+    return settings
 
 
 def decode_maintenance(data: bytes | None, path: str) -> MaintenanceInfo:
@@ -66,7 +65,7 @@ class Operations:
         lay = self.layout
         res = get_many(self.zk, [lay.settings, lay.maintenance],
                        watch=lambda p: self._watch(ev.SettingsChange if p == lay.settings else ev.MaintenanceChange))
-        ctx.settings = decode_settings(res[0][0] if res[0] else None, lay.settings)
+        ctx.settings = decode_settings(res[0][0] if res[0] else None, lay.settings, ctx.settings)
         ctx.maintenance = decode_maintenance(res[1][0] if res[1] else None, lay.maintenance)
         if res[1] is not None:
             ctx.known_paths.add(lay.maintenance)
@@ -114,7 +113,7 @@ class Operations:
             data, _ = self.zk.get(lay.settings, watch=self._watch(ev.SettingsChange))
         except NoNodeError:
             data = None
-        self.ctx.settings = s = decode_settings(data, lay.settings)
+        self.ctx.settings = s = decode_settings(data, lay.settings, self.ctx.settings)
         log.info("controller %s: settings: throttle %s, groups %s, max offline %s/%s, preferred check %ss",
                  self.id, s.throttle, s.group_throttle, s.max_offline_brokers, s.max_offline_fraction, s.preferred_check_s)
         for g, coord in sorted(self.ctx.groups.items()):

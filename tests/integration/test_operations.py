@@ -159,7 +159,9 @@ def test_rebalance_preferred_restores_the_assignors_layout_in_throttled_waves(cl
     ({"max_moves": "ten"}, None, "max_moves: 'ten' is not a whole number >= 1"),
     ({"max_offline_fraction": 1.5}, None, "max_offline_fraction: 1.5 is not a fraction in (0, 1]"),
     ({"max_moves_per_broker": True}, None, "is not a whole number >= 1"),
-    ({"offline_window_s": None}, None, "offline_window_s: None is not seconds > 0"),
+    ({"offline_window_s": None}, None, "offline_window_s: None is not seconds from 1 to 604800"),
+    ({"preferred_check_s": 1e-9}, None, "preferred_check_s: 1e-09 is not seconds from 1 to 604800, or 0: never"),
+    ({"max_moves": 99999999999999999999999}, None, "max_moves: 99999999999999999999999 is not a whole number >= 1"),
     ({"bogus": 1}, None, "unknown setting 'bogus'"),
     ({"max_offline_brokers": 2}, "g1", "only max_moves and max_moves_per_broker are set per group"),
 ])
