@@ -1,10 +1,11 @@
-# The two commands of the README: `make demo` (the main job) and `make test`.
+# The two commands of the README: `make demo` (the main job) and `make test` (lint, then the whole suite);
+# `make test-fast` runs the pure tier alone.
 # Each creates its own virtualenv and installs what it needs; only Python 3.11 and Java 17 are assumed.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: demo demo-noop test bench bench-quick clean docker-engine docker-engine-stop image
+.PHONY: demo demo-noop lint test test-fast bench bench-quick clean docker-engine docker-engine-stop image
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (apt-get install python3.11 python3.11-venv)")'
@@ -20,8 +21,23 @@ demo: $(BIN)/.installed
 demo-noop: $(BIN)/.installed
 	$(BIN)/zkctl demo --runner noop
 
-test: $(BIN)/.installed
-	$(BIN)/pytest
+# Two pytest processes (the machine CI runs on has two cores); each has its own embedded ZooKeeper. Tests that
+# cannot share the machine (Spark JVMs, containers, timing-sensitive processes) carry an xdist_group and run
+# one after another on one process (tests/conftest.py).
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+
+# Seconds, and first: CI fails on a lint or type error before the suite starts.
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy controller broker_sim cli
+
+test: lint
+	$(BIN)/pytest $(PYTEST_PARALLEL)
+
+# The pure tier: no ZooKeeper, no process, no Spark.
+test-fast: $(BIN)/.installed
+	$(BIN)/pytest tests/unit
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks

@@ -115,15 +115,20 @@ def cluster_down(ctx: Ctx, name: str, volumes: bool) -> None:
               help="records per pipeline, written during the faults")
 @click.option("--image", default="zkcontroller:latest", show_default=True)
 @click.option("--keep", is_flag=True, help="leave the containers up afterwards")
+@click.option("--leave-out", "leave_out", multiple=True, metavar="KIND",
+              help="a fault kind this engine cannot inject (e.g. pause-broker where docker pause cannot freeze); "
+                   "repeatable")
 @pass_ctx
 @_guard
 def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int, controllers: int, brokers: int,
-                  tasks: int, pipelines: int, records: int, image: str, keep: bool) -> None:
+                  tasks: int, pipelines: int, records: int, image: str, keep: bool, leave_out: tuple[str, ...]) -> None:
     """Seeded container faults (docker kill then start, kill -9 of the process, pause/unpause, restart of
     brokers, controllers and ZooKeeper nodes) against a fresh cluster, then the independent check: no task
     ever on two brokers at once, every container back, every task running, every sink exactly once.
     Exit 1 on a violation."""
     c = _containers()
+    if set(leave_out) - set(c.CONTAINER_FAULTS) or set(leave_out) >= set(c.CONTAINER_FAULTS):
+        raise UserError(f"--leave-out takes some of: {', '.join(c.CONTAINER_FAULTS)}")
     work = tempfile.mkdtemp(prefix=f"zkc-{name}-")
     spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers,
                          runner="spark" if pipelines else "noop", image=image, root=ctx.layout.root,
@@ -131,7 +136,8 @@ def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int
                          data_dir=os.path.join(work, "data") if pipelines else None)
     echo = (lambda line: None) if ctx.json_out else click.echo
     try:
-        summary = c.chaos(spec, seed, duration, tasks=tasks, echo=echo, pipelines=pipelines, records=records)
+        summary = c.chaos(spec, seed, duration, tasks=tasks, echo=echo, pipelines=pipelines, records=records,
+                          leave_out=frozenset(leave_out))
     finally:
         if not keep:
             c.down(name, volumes=True)
