@@ -1,4 +1,4 @@
-"""``zkctl``: parsing and every user-error path in-process (click's CliRunner), behaviour as subprocesses
+"""``zkctl``: every user-error path in-process (click's CliRunner), behaviour as subprocesses
 against the real ZooKeeper, with a controller and two no-op workers running in this test process where
 the behaviour needs them. The long-running commands (daemons, signals, the simulator, the demo) are in
 ``test_cli_processes.py``; the helpers here serve both.
@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from broker_sim.worker import Worker, WorkerConfig
-from cli.main import cli
 from controller.protocol import codecs
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
@@ -32,16 +30,13 @@ from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import parse_spec
 from controller.zk.server import free_port
 from controller.zk.layout_io import list_tasks
+from tests.cli_support import invoke
 
 ZKCTL = shutil.which("zkctl", path=str(Path(sys.executable).parent)) or "zkctl"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
-def invoke(args: list[str], env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli, args, env=env, prog_name="zkctl")
-
-
 def assert_user_error(result, *needles: str) -> str:
     """Exit 1, one line on stderr starting with 'Error:', no traceback, nothing on stdout."""
     assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
@@ -55,13 +50,6 @@ def assert_user_error(result, *needles: str) -> str:
     for n in needles:
         assert n in err, (n, err)
     return err
-
-
-def assert_usage_error(result, needle: str | None = None) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert "Traceback" not in result.output
-    if needle:
-        assert needle in result.stderr, result.stderr
 
 
 def zkctl(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -137,49 +125,6 @@ def cluster(zk, zk_settings, layout):
         for w in workers.values():
             w.stop()
         c.stop()
-
-
-# ---- parsing and usage errors (exit 2) --------------------------------------------------------------
-@pytest.mark.parametrize("args, needle", [
-    (["frobnicate"], "No such command"),
-    (["task", "create"], "Missing option '-f'"),
-    (["task", "describe"], "Missing argument 'TASK_ID'"),
-    (["task", "reassign", "t1"], "Missing option '--to'"),
-    (["task", "delete", "t1", "--timeout", "-1"], "--timeout"),
-    (["--zk-root", "/a b", "status"], "--zk-root"),
-    (["broker", "run"], "Missing option '--id'"),
-    (["broker", "run", "--id", "b/1"], "invalid broker id"),
-    (["broker", "run", "--id", "b1", "--protocol", "lazy"], "--protocol"),
-    (["broker", "run", "--id", "b1", "--assignor", "nope"], "--assignor"),
-    (["broker", "run", "--id", "b1", "--runner", "noop", "--spark-conf", "novalue"], "KEY=VALUE"),
-    (["broker", "run", "--id", "b1", "--runner", "noop", "--spark-master", "local[2]"], "--runner spark only"),
-    (["broker", "run", "--id", "b1", "--runner", "spark", "--start-latency", "1"], "--runner noop only"),
-    (["controller", "run", "--rebalance-timeout", "0"], "--rebalance-timeout"),
-    (["controller", "run", "--metrics-port", "70000"], "--metrics-port"),
-    (["watch", "--duration", "-1"], "--duration"),
-    (["watch", "--count", "0"], "--count"),
-    (["timeline", "--from-zk"], "Missing option '--out'"),
-    (["timeline", "--out", "x.png"], "exactly one of --from-zk and --intervals"),
-    (["timeline", "--out", "x.png", "--from-zk", "--intervals", "i.json"], "exactly one of"),
-    (["rebalance", "extra"], "unexpected extra argument"),
-    (["task", "restart"], "give a TASK_ID, or --failed"),
-    (["task", "restart", "t1", "--failed"], "not both"),
-    (["task", "restart", "t1", "--group", "g"], "--group goes with --failed"),
-])
-def test_usage_errors_exit_2(args, needle):
-    assert_usage_error(invoke(args), needle)
-
-
-def test_help_lists_every_command():
-    result = invoke(["--help"])
-    assert result.exit_code == 0
-    for name in ("task", "status", "broker", "group", "rebalance", "watch", "controller", "timeline", "zk", "demo"):
-        assert f"  {name} " in result.output
-    for sub, names in (("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign",
-                                 "schema")),
-                       ("broker", ("list", "shutdown", "run")), ("group", ("describe",)), ("controller", ("run",))):
-        out = invoke([sub, "--help"]).output
-        assert all(f"  {n} " in out for n in names), out
 
 
 # ---- malformed specs: exit 1, the field named, nothing written --------------------------------------

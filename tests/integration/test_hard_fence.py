@@ -1,6 +1,7 @@
 """The hard fence deadline, with real broker processes: a broker whose stop hangs halts (exit 75) before any of
 its tasks can start elsewhere, whether ZooKeeper was cut off (a TCP proxy partitioned) or its tasks were
-revoked while connected; and the pure parts (margins, lease codec, stop batches) without ZooKeeper."""
+revoked while connected. (The pure parts, margins, lease codec and stop batches:
+tests/unit/test_fence_deadline.py.)"""
 
 from __future__ import annotations
 
@@ -14,56 +15,13 @@ from pathlib import Path
 import pytest
 
 from broker_sim.sim.netproxy import NetProxy
-from broker_sim.worker.deadline import EXIT_HALTED, Lease, safety_margin, stop_timeout, write_lease
-from broker_sim.worker.fence import fence_margin
-from broker_sim.worker.slots import StopBatch
+from broker_sim.worker.deadline import EXIT_HALTED
 from controller.protocol import codecs
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from tests.integration.test_cli import ZKCTL, until
-
-
-# ---- pure parts ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("session, budget", [(4.0, 0.0), (6.0, 40.0), (8.0, 4.0), (30.0, 1.0), (2.0, 0.0)])
-def test_the_hard_deadline_falls_after_the_fence_and_before_the_earliest_expiry(session, budget):
-    margin = fence_margin(session, 1 / 6, budget)
-    safety = safety_margin(session, margin)
-    assert 0 < safety < margin <= session / 2  # fence first, then the hard deadline, then the earliest expiry
-    assert safety >= 0.2  # time to SIGKILL and exit
-
-
-def test_each_stop_has_a_budget_of_its_own():
-    assert stop_timeout(0.0, None) == 5.0
-    assert stop_timeout(4.0, None) == 12.0
-    assert stop_timeout(4.0, 1.5) == 1.5
-
-
-def test_a_lease_round_trips_and_is_replaced_atomically(tmp_path):
-    lease = Lease(broker="b1", owner_pid=123, expires=42.5, pids=(7, 8), pgids=(9,))
-    assert Lease.decode(lease.encode()) == lease
-    path = tmp_path / "b1.json"
-    write_lease(path, lease)
-    write_lease(path, Lease(broker="b1", owner_pid=123, expires=None))
-    assert Lease.decode(path.read_text()).expires is None
-    assert [p.name for p in tmp_path.iterdir()] == ["b1.json"]  # no temporary file left behind
-
-
-def test_a_slow_stop_does_not_hold_the_others_of_its_batch():
-    batch = StopBatch(3)
-    assert batch.done("a", True) is None
-    assert batch.expire() == (["a"], ["a"])  # the linger passed: what stopped goes now
-    assert batch.done("b", True) == (["b"], ["b"])  # later stops go one by one
-    assert batch.done("c", False) == (["c"], [])  # a stop that failed is not released
-    assert batch.expire() is None
-
-
-def test_a_batch_whose_stops_all_returned_goes_together():
-    batch = StopBatch(2)
-    assert batch.done("a", True) is None
-    assert batch.done("b", True) == (["a", "b"], ["a", "b"])
-    assert batch.expire() is None
 
 
 # ---- real processes ----------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from controller.protocol import codecs
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
-from controller.protocol.layout import InvalidName, ZkLayout
 from controller.protocol.acl import SecurityError, digest_id
 from controller.protocol.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
@@ -270,19 +269,7 @@ def test_a_controlled_shutdown_after_a_session_expiry_ends(one_broker, zk, layou
     _until(w.exited.is_set, 20, "the worker to finish its controlled shutdown")
 
 
-# ---- 6. names and credentials -------------------------------------------------------------------------
-def test_names_match_in_full_and_reserved_roots_are_refused():
-    with pytest.raises(InvalidName):
-        WorkerConfig("bb3\n", ZkSettings(hosts="127.0.0.1:1"), on_halt="kill")
-    for root in ("/zookeeper", "/zookeeper/quota", "zookeeper"):
-        with pytest.raises(InvalidName, match="ZooKeeper's own system subtree"):
-            ZkLayout(root)
-    res = CliRunner().invoke(cli, ["--zk", "127.0.0.1:1", "broker", "run", "--id", "bb3\n", "--runner", "noop"])
-    assert res.exit_code in (1, 2) and "invalid broker id" in res.output and "started" not in res.output, res.output
-    res = CliRunner().invoke(cli, ["--zk", "127.0.0.1:1", "--zk-root", "/zookeeper", "task", "list"])
-    assert res.exit_code in (1, 2) and "system subtree" in res.output, res.output
-
-
+# ---- 6. names and credentials (the pure name checks: tests/unit/test_cli_usage.py) --------------------
 def test_every_credential_source_is_checked_and_never_echoed(tmp_path, monkeypatch, zk_hosts):
     runner = CliRunner()
     monkeypatch.delenv("ZKC_AUTH", raising=False)

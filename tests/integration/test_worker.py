@@ -3,7 +3,6 @@ stops tasks before the session can expire, failed tasks restart with backoff and
 
 from __future__ import annotations
 
-import logging
 import time
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from controller.protocol.member import WorkerState as WS
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.runners.noop import NoopRunner
-from broker_sim.worker import Worker, WorkerConfig, fence_margin
+from broker_sim.worker import Worker, WorkerConfig
 from controller.protocol import codecs
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
@@ -458,16 +457,6 @@ def test_a_spec_watch_whose_re_read_failed_is_armed_again(zk, layout, zk_setting
     assert failed, "the injected failure did not happen: the test proves nothing"
 
 
-def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(caplog):
-    assert fence_margin(6.0, 1 / 6, 0.0) == pytest.approx(1.0)  # a sixth of the session by default
-    assert fence_margin(6.0, 1 / 6, 2.0) == 2.0  # a slower stop: fence earlier
-    assert fence_margin(8.0, 1 / 6, 4.0) == 4.0  # the spark runner's budget with the session it asks for
-    with caplog.at_level(logging.WARNING, logger="broker_sim.worker"):
-        assert fence_margin(6.0, 1 / 6, 4.0, "b1") == 3.0  # never fence after less than half the session
-    assert "use a session timeout of at least 8.0s" in caplog.text
-
-
-
 def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_the_probe(zk, layout, zk_settings,
                                                                                         controller, workers):
     """The SUSPENDED timer can fire after the reconnection's handler has run (the timer thread was already
@@ -533,13 +522,6 @@ def test_only_an_answer_to_a_request_sent_after_the_fence_went_up_lifts_it(zk_se
         assert not w._lift_fence(101.0, "nothing to lift")
     finally:
         w.pool.shutdown()
-
-
-def test_the_liveness_probe_asks_every_half_margin_between_a_fifth_of_a_second_and_one():
-    from broker_sim.worker.fence import probe_interval
-
-    assert probe_interval(1.0) == pytest.approx(0.5)  # the simulator's 6 s session, a sixth of it as margin
-    assert probe_interval(0.2) == 0.2 and probe_interval(5.0) == 1.0  # (bounds: never busier, never staler)
 
 
 def test_the_interval_log_is_rewritten_when_a_run_starts_not_at_every_flush(zk, layout, zk_settings, controller,
