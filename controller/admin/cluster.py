@@ -6,41 +6,64 @@ from __future__ import annotations
 import queue
 import time
 from collections import Counter
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from kazoo.protocol.states import ZnodeStat
+from kazoo.client import KazooClient
 
-from controller.protocol import codecs
-from controller.admin.common import NotFound
+from controller.admin.common import NotFound, Progress, file_request, wait_watched
+from controller.admin.reads import ClusterReads, broker_view, decode_read, group_summary
 from controller.admin.views import (
     AdminRequest,
     BrokerView,
     ClusterEvent,
     ClusterStatus,
     GroupDescription,
-    GroupSummary,
     MemberView,
     stale_after,
     unassigned_since,
 )
 from controller.admin.watch import ClusterWatch
-from controller.protocol.codecs import PayloadError
+from controller.protocol import codecs
+from controller.protocol.codecs import MaintenanceInfo, PayloadError
+from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import decode_task
 
 
-class ClusterOperations:
-    """The cluster half of ``AdminClient``."""
+class ClusterAdmin:
+    """The cluster part of ``AdminClient``: what the cluster looks like, and the requests that move it."""
+
+    def __init__(
+        self, client: KazooClient, layout: ZkLayout, reads: ClusterReads, maintenance: Callable[[], MaintenanceInfo]
+    ) -> None:
+        self.client = client
+        self.layout = layout
+        self.reads = reads
+        self.maintenance = maintenance  # the maintenance mode in force (a rebalance says it moves nothing)
 
     # ---- cluster ----------------------------------------------------------------------------------
     def status(self) -> ClusterStatus:
         lay = self.layout
-        (ctl_res, epoch_res, maint_res), (brokers, groups, deleting, shutdowns, reassigns, rebalances) = self._wave(
-            [lay.controller, lay.controller_epoch, lay.maintenance],
-            [lay.broker_ids, lay.groups, lay.admin_delete_tasks, lay.admin_controlled_shutdown,
-             lay.admin_reassign, lay.admin_rebalance])
-        brokers, groups, tasks = brokers or [], groups or [], self._task_ids()
-        controller, _ = self._decode(codecs.ControllerInfo, ctl_res, lay.controller)
-        maintenance, _ = self._decode(codecs.MaintenanceInfo, maint_res, lay.maintenance) if maint_res and maint_res[0] else (None, None)
+        (ctl_res, epoch_res, maint_res), (brokers, groups, deleting, shutdowns, reassigns, rebalances) = (
+            self.reads.wave(
+                [lay.controller, lay.controller_epoch, lay.maintenance],
+                [
+                    lay.broker_ids,
+                    lay.groups,
+                    lay.admin_delete_tasks,
+                    lay.admin_controlled_shutdown,
+                    lay.admin_reassign,
+                    lay.admin_rebalance,
+                ],
+            )
+        )
+        brokers, groups, tasks = brokers or [], groups or [], self.reads.task_ids()
+        controller, _ = decode_read(codecs.ControllerInfo, ctl_res, lay.controller)
+        maintenance, _ = (
+            decode_read(codecs.MaintenanceInfo, maint_res, lay.maintenance)
+            if maint_res and maint_res[0]
+            else (None, None)
+        )
         epoch = None
         if epoch_res is not None:
             try:
@@ -52,12 +75,16 @@ class ClusterOperations:
             # at the epoch it claimed, or gives /controller up if the bump fails
             epoch = controller.epoch
         n = len(tasks)
-        got, kids = self._wave(
-            [lay.task(t) for t in tasks] + [lay.task_owner(t) for t in tasks] + [lay.status(t) for t in tasks]
-            + [lay.broker(b) for b in brokers] + [lay.group_state(g) for g in groups],
-            [lay.group_members(g) for g in groups])
-        spec_res, owner_res, status_res = got[:n], got[n:2 * n], got[2 * n:3 * n]
-        broker_res, state_res = got[3 * n:3 * n + len(brokers)], got[3 * n + len(brokers):]
+        got, kids = self.reads.wave(
+            [lay.task(t) for t in tasks]
+            + [lay.task_owner(t) for t in tasks]
+            + [lay.status(t) for t in tasks]
+            + [lay.broker(b) for b in brokers]
+            + [lay.group_state(g) for g in groups],
+            [lay.group_members(g) for g in groups],
+        )
+        spec_res, owner_res, status_res = got[:n], got[n : 2 * n], got[2 * n : 3 * n]
+        broker_res, state_res = got[3 * n : 3 * n + len(brokers)], got[3 * n + len(brokers) :]
         by_state: Counter[str] = Counter()
         by_status: Counter[str] = Counter()
         owned_by: Counter[str] = Counter()
@@ -72,86 +99,85 @@ class ClusterOperations:
             except PayloadError:
                 invalid += 1
                 spec = None
-            owner, _ = self._decode(codecs.OwnerInfo, o, lay.task_owner(t))
-            status, _ = self._decode(codecs.TaskStatus, st, lay.status(t))
+            owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
+            status, _ = decode_read(codecs.TaskStatus, st, lay.status(t))
             if owner is not None:
                 owned_by[owner.broker] += 1
             elif spec is not None:
-                since = unassigned_since(spec.state, False, status, s[1].ctime / 1000.0,
-                                          st[1].mtime / 1000.0 if st else None)
+                since = unassigned_since(
+                    spec.state, False, status, s[1].ctime / 1000.0, st[1].mtime / 1000.0 if st else None
+                )
                 if since is not None:
                     unowned += 1
                     oldest = since if oldest is None else min(oldest, since)
             if status is not None:
-                by_status["STALE" if stale_after(status, owner, o[1].ephemeralOwner if o else None) else status.state] += 1
+                by_status[
+                    "STALE" if stale_after(status, owner, o[1].ephemeralOwner if o else None) else status.state
+                ] += 1
         shutting = set(shutdowns or ())
-        views = tuple(self._broker_view(b, r, owned_by[b], b in shutting) for b, r in zip(brokers, broker_res) if r is not None)
-        summaries = tuple(self._group_summary(g, r, m) for g, r, m in zip(groups, state_res, kids))
+        views = tuple(
+            broker_view(lay, b, r, owned_by[b], b in shutting) for b, r in zip(brokers, broker_res) if r is not None
+        )
+        summaries = tuple(group_summary(lay, g, r, m) for g, r, m in zip(groups, state_res, kids))
         return ClusterStatus(
             root=lay.root,
             controller=codecs.to_jsonable(controller) if controller else None,
             controller_epoch=epoch,
             brokers=views,
             groups=summaries,
-            tasks={"total": sum(1 for s in spec_res if s is not None), "by_state": dict(sorted(by_state.items())),
-                   "by_status": dict(sorted(by_status.items())), "unowned": unowned, "unassigned_oldest": oldest,
-                   "invalid": invalid,
-                   "deleting": len(deleting or ())},
+            tasks={
+                "total": sum(1 for s in spec_res if s is not None),
+                "by_state": dict(sorted(by_state.items())),
+                "by_status": dict(sorted(by_status.items())),
+                "unowned": unowned,
+                "unassigned_oldest": oldest,
+                "invalid": invalid,
+                "deleting": len(deleting or ()),
+            },
             maintenance=codecs.to_jsonable(maintenance) if maintenance else None,
-            pending={"delete_tasks": len(deleting or ()), "controlled_shutdown": len(shutting),
-                     "reassign": len(reassigns or ()), "rebalance": len(rebalances or ())},
+            pending={
+                "delete_tasks": len(deleting or ()),
+                "controlled_shutdown": len(shutting),
+                "reassign": len(reassigns or ()),
+                "rebalance": len(rebalances or ()),
+            },
         )
-
-    def _broker_view(self, b: str, res: tuple[bytes, ZnodeStat], tasks: int, shutting: bool) -> BrokerView:
-        info, err = self._decode(codecs.BrokerInfo, res, self.layout.broker(b))
-        stat = res[1]
-        if info is None:
-            return BrokerView(b, stat.czxid, tasks=tasks, shutting_down=shutting, since=stat.ctime / 1000.0, error=err)
-        return BrokerView(b, stat.czxid, info.host, info.pid, info.group, info.capacity, info.rack, info.instance_id,
-                          info.runner, tasks, shutting, stat.ctime / 1000.0)
-
-    def _group_summary(self, g: str, res: Any, live: list[str] | None) -> GroupSummary:
-        info, err = self._decode(codecs.GroupStateInfo, res, self.layout.group_state(g))
-        live_t = tuple(live or ())
-        if info is None:
-            return GroupSummary(g, None, live_members=live_t, error=err)
-        return GroupSummary(g, info.state, info.generation, info.join_generation, info.protocol, info.assignor,
-                            info.leader, tuple(info.members), live_t, info.reason, info.controller_epoch,
-                            moving=len(info.moving), deferred=info.deferred, imbalance=info.imbalance,
-                            held=sum(len(h.tasks) for h in info.held))
 
     def brokers(self) -> list[BrokerView]:
         lay = self.layout
-        _, (ids, shutdowns) = self._wave(children=[lay.broker_ids, lay.admin_controlled_shutdown])
-        ids, tasks = ids or [], self._task_ids()
-        got, _ = self._wave([lay.broker(b) for b in ids] + [lay.task_owner(t) for t in tasks])
+        _, (ids, shutdowns) = self.reads.wave(children=[lay.broker_ids, lay.admin_controlled_shutdown])
+        ids, tasks = ids or [], self.reads.task_ids()
+        got, _ = self.reads.wave([lay.broker(b) for b in ids] + [lay.task_owner(t) for t in tasks])
         owned_by: Counter[str] = Counter()
-        for t, o in zip(tasks, got[len(ids):]):
-            owner, _ = self._decode(codecs.OwnerInfo, o, lay.task_owner(t))
+        for t, o in zip(tasks, got[len(ids) :]):
+            owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
             if owner is not None:
                 owned_by[owner.broker] += 1
         shutting = set(shutdowns or ())
-        return [self._broker_view(b, r, owned_by[b], b in shutting) for b, r in zip(ids, got[: len(ids)]) if r is not None]
+        return [
+            broker_view(lay, b, r, owned_by[b], b in shutting) for b, r in zip(ids, got[: len(ids)]) if r is not None
+        ]
 
     def describe_group(self, group: str | None = None) -> list[GroupDescription]:
         """Each group (or the one named): its state, and per member the join request, the published
         assignment and the tasks it holds right now."""
         lay = self.layout
-        _, (groups,) = self._wave(children=[lay.groups])
-        groups, tasks = groups or [], self._task_ids()
+        _, (groups,) = self.reads.wave(children=[lay.groups])
+        groups, tasks = groups or [], self.reads.task_ids()
         if group is not None:
             lay.group(group)  # InvalidName for a malformed name
             if group not in groups:
                 raise NotFound(f"unknown group {group!r} (groups: {', '.join(groups) or 'none'})")
             groups = [group]
         n = len(tasks)
-        got, kids = self._wave([lay.task_owner(t) for t in tasks] + [lay.task(t) for t in tasks]
-                               + [lay.group_state(g) for g in groups],
-                               [lay.group_members(g) for g in groups] + [lay.group_assignments(g) for g in groups])
+        got, kids = self.reads.wave(
+            [lay.task_owner(t) for t in tasks] + [lay.task(t) for t in tasks] + [lay.group_state(g) for g in groups],
+            [lay.group_members(g) for g in groups] + [lay.group_assignments(g) for g in groups],
+        )
         owns: dict[str, list[str]] = {}
         runnable: Counter[str] = Counter()
-        for t, o, s in zip(tasks, got[:n], got[n:2 * n]):
-            owner, _ = self._decode(codecs.OwnerInfo, o, lay.task_owner(t))
+        for t, o, s in zip(tasks, got[:n], got[n : 2 * n]):
+            owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
             if owner is not None:
                 owns.setdefault(owner.broker, []).append(t)
             if s is not None:
@@ -161,54 +187,74 @@ class ClusterOperations:
                     continue
                 if spec.state == "RUNNING":
                     runnable[spec.group] += 1
-        states = got[2 * n:]
-        member_lists, assignment_lists = kids[: len(groups)], kids[len(groups):]
+        states = got[2 * n :]
+        member_lists, assignment_lists = kids[: len(groups)], kids[len(groups) :]
         pairs = [(g, m, True) for g, ms in zip(groups, member_lists) for m in (ms or [])]
         pairs_a = [(g, m) for g, ms in zip(groups, assignment_lists) for m in (ms or [])]
-        got2, _ = self._wave([lay.group_member(g, m) for g, m, _ in pairs] + [lay.group_assignment(g, m) for g, m in pairs_a])
+        got2, _ = self.reads.wave(
+            [lay.group_member(g, m) for g, m, _ in pairs] + [lay.group_assignment(g, m) for g, m in pairs_a]
+        )
         requests = {(g, m): r for (g, m, _), r in zip(pairs, got2[: len(pairs)])}
-        assignments = {(g, m): r for (g, m), r in zip(pairs_a, got2[len(pairs):])}
+        assignments = {(g, m): r for (g, m), r in zip(pairs_a, got2[len(pairs) :])}
         out = []
         for g, state_res, live in zip(groups, states, member_lists):
-            summary = self._group_summary(g, state_res, live)
-            names = sorted({m for (gg, m) in requests if gg == g} | {m for (gg, m) in assignments if gg == g}
-                           | set(summary.members))
+            summary = group_summary(lay, g, state_res, live)
+            names = sorted(
+                {m for (gg, m) in requests if gg == g}
+                | {m for (gg, m) in assignments if gg == g}
+                | set(summary.members)
+            )
             members = []
             for m in names:
-                req, req_err = self._decode(codecs.JoinRequest, requests.get((g, m)), lay.group_member(g, m))
-                asg, asg_err = self._decode(codecs.Assignment, assignments.get((g, m)), lay.group_assignment(g, m))
+                req, req_err = decode_read(codecs.JoinRequest, requests.get((g, m)), lay.group_member(g, m))
+                asg, asg_err = decode_read(codecs.Assignment, assignments.get((g, m)), lay.group_assignment(g, m))
                 live_m = requests.get((g, m)) is not None
-                if not live_m and m not in summary.members and (asg is None or asg.generation < (summary.generation or 0)):
+                if (
+                    not live_m
+                    and m not in summary.members
+                    and (asg is None or asg.generation < (summary.generation or 0))
+                ):
                     continue  # an old assignment of a member long gone
-                members.append(MemberView(m, live_m, codecs.to_jsonable(req) if req else None,
-                                          codecs.to_jsonable(asg) if asg else None, tuple(sorted(owns.get(m, ()))),
-                                          req_err or asg_err))
+                members.append(
+                    MemberView(
+                        m,
+                        live_m,
+                        codecs.to_jsonable(req) if req else None,
+                        codecs.to_jsonable(asg) if asg else None,
+                        tuple(sorted(owns.get(m, ()))),
+                        req_err or asg_err,
+                    )
+                )
             out.append(GroupDescription(summary, tuple(members), runnable[g]))
         return out
 
     # ---- admin requests ---------------------------------------------------------------------------
-    def _controller_note(self) -> tuple[str, ...]:
-        if self.client.exists(self.layout.controller) is None:
-            return ("no active controller: the request waits for one",)
-        return ()
-
-    def rebalance(self, group: str | None = None, reason: str = "manual", wait: float = 0.0,
-                  preferred: bool = False, progress: Callable[[int, int], None] | None = None) -> AdminRequest:
+    def rebalance(
+        self,
+        group: str | None = None,
+        reason: str = "manual",
+        wait: float = 0.0,
+        preferred: bool = False,
+        progress: Progress | None = None,
+    ) -> AdminRequest:
         """Ask for a rebalance of one group (or all): a sequential ``/admin/rebalance/req-`` znode.
         ``preferred``: towards the assignor's layout from scratch, in throttled waves."""
         lay = self.layout
-        _, (groups,) = self._wave(children=[lay.groups])
+        _, (groups,) = self.reads.wave(children=[lay.groups])
         groups = groups or []
         if group is not None:
             lay.group(group)
             if group not in groups:
                 raise NotFound(f"unknown group {group!r} (groups: {', '.join(groups) or 'none'})")
         targets = [group] if group else groups
-        before = {s.group: s for s in self._summaries(targets)}
-        path = self.client.create(lay.admin_rebalance_request_prefix,
-                                  codecs.encode(codecs.RebalanceRequest(group=group, reason=reason, preferred=preferred)),
-                                  sequence=True, makepath=True)
-        notes = list(self._controller_note())
+        before = {s.group: s for s in self.reads.group_summaries(targets)}
+        path = self.client.create(
+            lay.admin_rebalance_request_prefix,
+            codecs.encode(codecs.RebalanceRequest(group=group, reason=reason, preferred=preferred)),
+            sequence=True,
+            makepath=True,
+        )
+        notes = list(self.reads.controller_note())
         if self.maintenance().on:
             notes.append("maintenance mode is on: the rebalance moves nothing until it ends")
         busy = [g for g, s in before.items() if s.live_members]
@@ -216,28 +262,32 @@ class ClusterOperations:
             notes.append("no group has live members: nothing to rebalance")
         done = None
         if wait > 0:
+
             def settled(_w: Callable[[Any], None]) -> tuple[int, int]:
-                now = {s.group: s for s in self._summaries(busy)}
-                return sum(1 for g in busy if now[g].state == "Stable" and not now[g].moving and not now[g].deferred
-                           and (now[g].generation or 0) > (before[g].generation or 0)), len(busy)
-            done = self._wait(settled, wait, progress=progress)
+                now = {s.group: s for s in self.reads.group_summaries(busy)}
+                return sum(
+                    1
+                    for g in busy
+                    if now[g].state == "Stable"
+                    and not now[g].moving
+                    and not now[g].deferred
+                    and (now[g].generation or 0) > (before[g].generation or 0)
+                ), len(busy)
+
+            done = wait_watched(settled, wait, progress=progress)
         return AdminRequest("rebalance", group, path, False, done, tuple(notes))
 
-    def _summaries(self, groups: Sequence[str]) -> list[GroupSummary]:
-        lay = self.layout
-        got, kids = self._wave([lay.group_state(g) for g in groups], [lay.group_members(g) for g in groups])
-        return [self._group_summary(g, r, m) for g, r, m in zip(groups, got, kids)]
-
-    def shutdown_broker(self, broker_id: str, wait: float = 0.0,
-                        progress: Callable[[int, int], None] | None = None) -> AdminRequest:
+    def shutdown_broker(self, broker_id: str, wait: float = 0.0, progress: Progress | None = None) -> AdminRequest:
         """Controlled shutdown: the controller moves the broker's tasks away; the broker exits when it owns
         nothing. ``wait`` waits (bounded) until it holds no task or is gone."""
         lay = self.layout
         if self.client.exists(lay.broker(broker_id)) is None:
-            live = self._live_brokers()
+            live = self.reads.live_brokers()
             raise NotFound(f"unknown broker {broker_id!r} (live brokers: {', '.join(live) or 'none'})")
         path = lay.admin_controlled_shutdown_of(broker_id)
-        already = self._file_request(path, codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time()))
+        already = file_request(
+            self.client, path, codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time())
+        )
         done = None
         if wait > 0:
             held_at_first: list[int] = []
@@ -245,26 +295,31 @@ class ClusterOperations:
             def released(w: Callable[[Any], None]) -> tuple[int, int]:
                 if self.client.exists(lay.broker(broker_id), watch=w) is None:
                     return (held_at_first or [1])[0], (held_at_first or [1])[0]
-                tasks = self._task_ids()
-                held = sum(1 for o in self._owners(tasks).values()
-                           if o is not None and o[0] is not None and o[0].broker == broker_id)
+                tasks = self.reads.task_ids()
+                held = sum(
+                    1
+                    for o in self.reads.owners(tasks).values()
+                    if o is not None and o[0] is not None and o[0].broker == broker_id
+                )
                 if not held_at_first:
                     held_at_first.append(max(held, 1))
                 total = max(held_at_first[0], held)
                 return (total - held, total) if held else (total, total)
-            done = self._wait(released, wait, progress=progress)
-        return AdminRequest("controlled_shutdown", broker_id, path, already, done, self._controller_note())
+
+            done = wait_watched(released, wait, progress=progress)
+        return AdminRequest("controlled_shutdown", broker_id, path, already, done, self.reads.controller_note())
 
     # ---- watch ------------------------------------------------------------------------------------
-    def watch(self, duration: float | None = None, max_events: int | None = None,
-              idle_s: float | None = None) -> Iterator[ClusterEvent | None]:
+    def watch(
+        self, duration: float | None = None, max_events: int | None = None, idle_s: float | None = None
+    ) -> Iterator[ClusterEvent | None]:
         """Yield cluster events as ZooKeeper watches report them: controller changes, brokers joining,
         leaving or bouncing, group state/generation changes, tasks created/deleted/paused/resumed and task
         owner moves. The first event (kind ``watching``) summarises the state watched from. Bounded by
         ``duration`` seconds and ``max_events`` (the ``watching`` event not counted); None = unbounded.
         With ``idle_s``, yields None after that long without an event (a stream's keep-alive, which is
         also how a server notices a reader that went away)."""
-        w = ClusterWatch(self)
+        w = ClusterWatch(self.client, self.layout)
         deadline = None if duration is None else time.monotonic() + duration
         count = 0
         last = time.monotonic()

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from controller.protocol import codecs
 from controller.admin.common import AdminError
+from controller.protocol import codecs
 from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
-from controller.protocol.layout import check_name
+from controller.protocol.layout import ZkLayout, check_name
 from controller.protocol.settings_rules import SETTING_RULES, SettingValueError, check_setting, read_settings
 
 T = TypeVar("T")
-__all__ = ["OperationsAdmin", "SettingError", "SETTING_RULES"]
+__all__ = ["SettingsAdmin", "SettingError", "SETTING_RULES"]
 
 
 class SettingError(AdminError):
@@ -38,8 +40,13 @@ def _in_force(data: bytes, path: str) -> ClusterSettings:
     return read_settings(data, path, ClusterSettings())[0]
 
 
-class OperationsAdmin:
-    """The maintenance and settings half of ``AdminClient``."""
+class SettingsAdmin:
+    """The maintenance and settings part of ``AdminClient``: one znode each, rewritten at the version read."""
+
+    def __init__(self, client: KazooClient, layout: ZkLayout, *, retries: int = 5) -> None:
+        self.client = client
+        self.layout = layout
+        self.retries = retries
 
     def _read_setting(self, path: str, decode: Callable[[bytes], T], empty: T) -> tuple[T, int]:
         try:
@@ -85,10 +92,17 @@ class OperationsAdmin:
 
         def change(cur: MaintenanceInfo) -> MaintenanceInfo:
             if on:
-                return MaintenanceInfo(on=True, reason=reason or "turned on by an operator", by="operator",
-                                       since=cur.since if cur.on else time.time(), offline=cur.offline)
-            return MaintenanceInfo(on=False, reason=reason or "turned off by an operator", by="operator",
-                                   since=time.time())
+                return MaintenanceInfo(
+                    on=True,
+                    reason=reason or "turned on by an operator",
+                    by="operator",
+                    since=cur.since if cur.on else time.time(),
+                    offline=cur.offline,
+                )
+            return MaintenanceInfo(
+                on=False, reason=reason or "turned off by an operator", by="operator", since=time.time()
+            )
+
         return self._rewrite(path, decode, MaintenanceInfo(), change)
 
     # ---- settings ---------------------------------------------------------------------------------
@@ -118,9 +132,11 @@ class OperationsAdmin:
                     groups[group] = limits
                 return dataclasses.replace(cur, group_throttle=groups)
             return dataclasses.replace(cur, throttle=dataclasses.replace(cur.throttle, **throttle_keys), **others)
+
         return self._rewrite(path, lambda d: _in_force(d, path), ClusterSettings(), change)
 
     def reset_settings(self) -> ClusterSettings:
         """Back to the defaults (no throttle, no automatic maintenance)."""
-        return self._rewrite(self.layout.settings, lambda d: ClusterSettings(), ClusterSettings(),
-                            lambda _cur: ClusterSettings())
+        return self._rewrite(
+            self.layout.settings, lambda d: ClusterSettings(), ClusterSettings(), lambda _cur: ClusterSettings()
+        )

@@ -4,19 +4,35 @@ for one task), conditional on each spec's znode version."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 
 from controller.admin.common import WAIT_S, AdminError
-from controller.admin.views import BulkRestart, SkippedRestart, TaskChange, restart_candidates
+from controller.admin.reads import ClusterReads
+from controller.admin.views import BulkRestart, SkippedRestart, TaskChange, TaskRow, restart_candidates
 from controller.protocol.codecs import PayloadError
+from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import decode_task
 from controller.zk.io import SetData, chunk_ops
 
+#: the task listing a bulk restart chooses from (``TaskAdmin.list_tasks``): what ``task list`` shows
+ListTasks = Callable[[str | None], list[TaskRow]]
 
-class RestartOperations:
-    """The bulk-restart part of ``AdminClient``."""
+
+class RestartAdmin:
+    """The bulk-restart part of ``AdminClient``: it chooses from the task listing and writes the specs back."""
+
+    def __init__(
+        self, client: KazooClient, layout: ZkLayout, reads: ClusterReads, list_tasks: ListTasks, *, retries: int = 5
+    ) -> None:
+        self.client = client
+        self.layout = layout
+        self.reads = reads
+        self.list_tasks = list_tasks
+        self.retries = retries
 
     def restart_tasks(self, group: str | None = None, only_failed: bool = True) -> BulkRestart:
         """Restart every task shown FAILED (``only_failed``; else every task) of ``group`` (None: all groups).
@@ -39,14 +55,19 @@ class RestartOperations:
         if todo:
             made = f"; restarted meanwhile: {', '.join(c.task_id for c in restarted)}" if restarted else ""
             raise AdminError(f"the specs of {', '.join(todo)} kept changing during the restart; try again{made}")
-        return BulkRestart(only_failed, group, tuple(sorted(restarted, key=lambda c: c.task_id)),
-                           tuple(sorted(skipped, key=lambda s: s.task_id)), multis)
+        return BulkRestart(
+            only_failed,
+            group,
+            tuple(sorted(restarted, key=lambda c: c.task_id)),
+            tuple(sorted(skipped, key=lambda s: s.task_id)),
+            multis,
+        )
 
     def _bump_nonces(self, task_ids: Sequence[str]) -> tuple[list[TaskChange], list[str], list[SkippedRestart], int]:
         """One round: read the specs (one wave), write them back with the nonce bumped (pipelined multis).
         Returns (changes made, tasks to try again, tasks skipped, multis sent)."""
         lay = self.layout
-        got, _ = self._wave([lay.task(t) for t in task_ids] + [lay.admin_delete_task(t) for t in task_ids])
+        got, _ = self.reads.wave([lay.task(t) for t in task_ids] + [lay.admin_delete_task(t) for t in task_ids])
         n = len(task_ids)
         ops: list[SetData] = []
         new_specs: dict[str, Any] = {}
@@ -71,6 +92,7 @@ class RestartOperations:
         for batch in chunk_ops(ops):
             tx = self.client.transaction()
             for op in batch:
+                assert isinstance(op, SetData)  # chunk_ops keeps the ops it is given
                 tx.set_data(op.path, op.data, version=op.version)
             pending.append((batch, tx.commit_async()))
         done: list[TaskChange] = []
@@ -81,11 +103,14 @@ class RestartOperations:
             if not errors:
                 for op, stat in zip(batch, results):
                     t = op.path.rsplit("/", 1)[1]
-                    done.append(TaskChange(t, "restart", True, new_specs[t].state, new_specs[t].restart_nonce,
-                                           stat.version))
+                    done.append(
+                        TaskChange(t, "restart", True, new_specs[t].state, new_specs[t].restart_nonce, stat.version)
+                    )
                 continue
             gone = {op.path for op, r in errors if isinstance(r, NoNodeError)}
-            unexpected = [(op, r) for op, r in errors if not isinstance(r, (NoNodeError, BadVersionError, RolledBackError))]
+            unexpected = [
+                (op, r) for op, r in errors if not isinstance(r, (NoNodeError, BadVersionError, RolledBackError))
+            ]
             if unexpected:
                 op, r = unexpected[0]
                 raise AdminError(f"restarting {op.path.rsplit('/', 1)[1]}: {type(r).__name__}")

@@ -4,8 +4,10 @@ resume, restart, reassign, and the recorded run intervals."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
@@ -13,42 +15,53 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from controller.protocol import codecs
 from controller.admin.common import (
     WAIT_S,
     AdminError,
     Conflict,
     NotFound,
+    Progress,
     ensure_layout,
+    file_request,
+    wait_watched,
 )
 from controller.admin.declarative import (
     DECLARATIVE_VALIDATOR,
-    run_validator,
     load_declarative_validator,
+    run_validator,
 )
+from controller.admin.reads import ClusterReads, decode_read
 from controller.admin.views import (
     AdminRequest,
     CreateResult,
     TaskChange,
     TaskDescription,
     TaskRow,
+    restart_progress,
     shown_status,
     stale_after,
     unassigned_since,
-    restart_progress,
 )
+from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
+from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
 
 
-class TaskOperations:
-    """The task half of ``AdminClient``."""
+class TaskAdmin:
+    """The task part of ``AdminClient``: writes through the client, reads through the shared reads."""
+
+    def __init__(self, client: KazooClient, layout: ZkLayout, reads: ClusterReads, *, retries: int = 5) -> None:
+        self.client = client
+        self.layout = layout
+        self.reads = reads
+        self.retries = retries
 
     # ---- tasks ------------------------------------------------------------------------------------
     def create_tasks(self, specs: Sequence[TaskSpec], dry_run: bool = False) -> CreateResult:
         """Validate every spec, refuse ids that exist (naming them), then create all in one ``multi``
         (several multis, each atomic, only for batches over 500 tasks or 512 KiB)."""
-        from controller.zk.io import Create, Delete, chunk_ops, exists_many
+        from controller.zk.io import Create, Delete, Op, chunk_ops, exists_many
 
         specs = list(specs)
         if not specs:
@@ -66,9 +79,11 @@ class TaskOperations:
         stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
         existing = [t for t, st in zip(ids, stats[: len(ids)]) if st is not None]
         if existing:
-            raise Conflict(f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
-                             f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created")
-        stale = [t for t, st in zip(ids, stats[len(ids):]) if st is not None]
+            raise Conflict(
+                f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
+                f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created"
+            )
+        stale = [t for t, st in zip(ids, stats[len(ids) :]) if st is not None]
         ops = [Create(lay.task(s.id), data) for s, data in payloads] + [Delete(lay.status(t)) for t in stale]
         batches = chunk_ops(ops)
         if len(batches) > 1:
@@ -86,17 +101,24 @@ class TaskOperations:
                 else:
                     t.delete(op.path)
             pending.append((batch, t.commit_async()))
-        created, clashes, other = [], [], []
+        created: list[str] = []
+        clashes: list[tuple[Op, Exception]] = []
+        other: list[tuple[Op, Exception]] = []
         for batch, res in pending:
             results = res.get(timeout=WAIT_S)
-            failed = [(op, r) for op, r in zip(batch, results) if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            failed = [
+                (op, r)
+                for op, r in zip(batch, results)
+                if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+            ]
             if not failed:
                 created += [op.path.rsplit("/", 1)[1] for op in batch if isinstance(op, Create)]
             for op, r in failed:
                 (clashes if isinstance(r, NodeExistsError) else other).append((op, r))
         if clashes or other:
-            what = ([f"already exist: {', '.join(op.path.rsplit('/', 1)[1] for op, _ in clashes)}"] if clashes else []) + \
-                   [f"{type(r).__name__} on {op.path}" for op, r in other[:3]]
+            what = (
+                [f"already exist: {', '.join(op.path.rsplit('/', 1)[1] for op, _ in clashes)}"] if clashes else []
+            ) + [f"{type(r).__name__} on {op.path}" for op, r in other[:3]]
             done = f"; created {', '.join(created)}" if created else "; nothing was created"
             raise AdminError("; ".join(what) + done)
         return CreateResult(False, tuple(ids), as_json, tuple(notes), len(batches))
@@ -110,7 +132,7 @@ class TaskOperations:
         groups = {s.group for s in specs}
         new_ids = {s.id for s in specs}
         lay = self.layout
-        existing = [t for t in self._task_ids() if t not in new_ids]
+        existing = [t for t in self.reads.task_ids() if t not in new_ids]
         by_group: dict[str, list[codecs.TaskDescriptor]] = {g: [] for g in groups}
         for t, res in zip(existing, multi_read(self.client, [lay.task(t) for t in existing])):
             if res is None:
@@ -126,68 +148,99 @@ class TaskOperations:
         for g, tasks in sorted(by_group.items()):
             size = codecs.group_payload_bytes(tasks)
             if size > codecs.GROUP_PAYLOAD_BUDGET:
-                raise SpecError(f"group {g!r} would hold {len(tasks)} tasks whose rebalance payload is about {size:,} "
-                                f"bytes, over the {codecs.GROUP_PAYLOAD_BUDGET:,}-byte limit (ZooKeeper keeps each znode "
-                                "under 1 MiB); use shorter task ids or fewer pinned brokers, or put the tasks in "
-                                "several groups; nothing was created")
+                raise SpecError(
+                    f"group {g!r} would hold {len(tasks)} tasks whose rebalance payload is about {size:,} "
+                    f"bytes, over the {codecs.GROUP_PAYLOAD_BUDGET:,}-byte limit (ZooKeeper keeps each znode "
+                    "under 1 MiB); use shorter task ids or fewer pinned brokers, or put the tasks in "
+                    "several groups; nothing was created"
+                )
 
     def _validate_declarative(self, specs: Sequence[TaskSpec]) -> list[str]:
-        decl = [s for s in specs if isinstance(s.pipeline, DeclarativePipeline)]
+        decl = [(s.id, s.pipeline) for s in specs if isinstance(s.pipeline, DeclarativePipeline)]
         if not decl:
             return []
         fn = load_declarative_validator()
-        names = ", ".join(s.id for s in decl)
+        names = ", ".join(task_id for task_id, _ in decl)
         if fn is None:
             return [f"declarative pipelines not checked ({DECLARATIVE_VALIDATOR} is not available): {names}"]
-        for s in decl:
-            problem = run_validator(fn, s.pipeline)
+        for task_id, pipeline in decl:
+            problem = run_validator(fn, pipeline)
             if problem:
-                raise SpecError(f"task {s.id!r}: pipeline.project: {problem}")
+                raise SpecError(f"task {task_id!r}: pipeline.project: {problem}")
         return [f"declarative pipelines checked: {names}"]
 
     def list_tasks(self, group: str | None = None) -> list[TaskRow]:
         lay = self.layout
-        ids = self._task_ids()
-        _, (deleting,) = self._wave(children=[lay.admin_delete_tasks])
+        ids = self.reads.task_ids()
+        _, (deleting,) = self.reads.wave(children=[lay.admin_delete_tasks])
         deleting_set = set(deleting or ())
         n = len(ids)
-        got, _ = self._wave([lay.task(t) for t in ids] + [lay.task_owner(t) for t in ids] + [lay.status(t) for t in ids])
+        got, _ = self.reads.wave(
+            [lay.task(t) for t in ids] + [lay.task_owner(t) for t in ids] + [lay.status(t) for t in ids]
+        )
         rows = []
         for i, t in enumerate(ids):
             spec_res, owner_res, status_res = got[i], got[n + i], got[2 * n + i]
             if spec_res is None:
                 continue  # deleted meanwhile
-            owner, _ = self._decode(codecs.OwnerInfo, owner_res, lay.task_owner(t))
-            status, status_err = self._decode(codecs.TaskStatus, status_res, lay.status(t))
+            owner, _ = decode_read(codecs.OwnerInfo, owner_res, lay.task_owner(t))
+            status, status_err = decode_read(codecs.TaskStatus, status_res, lay.status(t))
             try:
                 spec = decode_task(spec_res[0], lay.task(t))
             except PayloadError as exc:
-                row = TaskRow(t, invalid=exc.reason, deleting=t in deleting_set,
-                              status=status.state if status else None, error=exc.reason, shown="INVALID")
+                row = TaskRow(
+                    t,
+                    invalid=exc.reason,
+                    deleting=t in deleting_set,
+                    status=status.state if status else None,
+                    error=exc.reason,
+                    shown="INVALID",
+                )
             else:
                 if group is not None and spec.group != group:
                     continue
                 stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
-                since = unassigned_since(spec.state, owner_res is not None, status, spec_res[1].ctime / 1000.0,
-                                          status_res[1].mtime / 1000.0 if status_res else None)
+                since = unassigned_since(
+                    spec.state,
+                    owner_res is not None,
+                    status,
+                    spec_res[1].ctime / 1000.0,
+                    status_res[1].mtime / 1000.0 if status_res else None,
+                )
                 row = TaskRow(
-                    t, spec.group, spec.state, spec.pipeline.kind, spec.weight,
-                    owner=owner.broker if owner else None, owner_generation=owner.generation if owner else None,
-                    status=status.state if status else None, status_broker=status.broker if status else None,
-                    status_stale=stale, shown=shown_status(status, stale, since), unassigned_since=since,
+                    t,
+                    spec.group,
+                    spec.state,
+                    spec.pipeline.kind,
+                    spec.weight,
+                    owner=owner.broker if owner else None,
+                    owner_generation=owner.generation if owner else None,
+                    status=status.state if status else None,
+                    status_broker=status.broker if status else None,
+                    status_stale=stale,
+                    shown=shown_status(status, stale, since),
+                    unassigned_since=since,
                     status_updated=status.updated if status else None,
-                    error=(status.error if status else None) or status_err, deleting=t in deleting_set,
+                    error=(status.error if status else None) or status_err,
+                    deleting=t in deleting_set,
                     owner_since=owner_res[1].ctime / 1000.0 if owner and owner_res[1].ctime else None,
-                    metrics=dict(status.metrics) if status and status.broker == (owner.broker if owner else None)
-                    else {})
+                    metrics=dict(status.metrics)
+                    if status and status.broker == (owner.broker if owner else None)
+                    else {},
+                )
             rows.append(row)
         return rows
 
     def describe_task(self, task_id: str) -> TaskDescription:
         lay = self.layout
-        paths = [lay.task(task_id), lay.task_owner(task_id), lay.status(task_id), lay.admin_delete_task(task_id),
-                 lay.admin_reassign_of(task_id)]
-        spec_res, owner_res, status_res, delete_res, reassign_res = self._wave(paths)[0]
+        paths = [
+            lay.task(task_id),
+            lay.task_owner(task_id),
+            lay.status(task_id),
+            lay.admin_delete_task(task_id),
+            lay.admin_reassign_of(task_id),
+        ]
+        spec_res, owner_res, status_res, delete_res, reassign_res = self.reads.wave(paths)[0]
         if spec_res is None:
             raise NotFound(f"unknown task {task_id!r}")
         spec, spec_dict, invalid = None, None, None
@@ -196,46 +249,55 @@ class TaskOperations:
             spec_dict = spec.model_dump(mode="json", by_alias=True)
         except PayloadError as exc:
             invalid = exc.reason
-        owner, owner_err = self._decode(codecs.OwnerInfo, owner_res, paths[1])
-        status, status_err = self._decode(codecs.TaskStatus, status_res, paths[2])
-        reassign, _ = self._decode(codecs.ReassignRequest, reassign_res, paths[4])
+        owner, owner_err = decode_read(codecs.OwnerInfo, owner_res, paths[1])
+        status, status_err = decode_read(codecs.TaskStatus, status_res, paths[2])
+        reassign, _ = decode_read(codecs.ReassignRequest, reassign_res, paths[4])
         stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
         since = None
         if spec_dict is not None:
-            since = unassigned_since(spec_dict.get("state"), owner_res is not None, status, spec_res[1].ctime / 1000.0,
-                                      status_res[1].mtime / 1000.0 if status_res else None)
+            since = unassigned_since(
+                spec_dict.get("state"),
+                owner_res is not None,
+                status,
+                spec_res[1].ctime / 1000.0,
+                status_res[1].mtime / 1000.0 if status_res else None,
+            )
         owner_dict = None
         if owner_res is not None:
-            owner_dict = {**(codecs.to_jsonable(owner) if owner else {"error": owner_err}),
-                          "since": owner_res[1].ctime / 1000.0}
+            owner_dict = {
+                **(codecs.to_jsonable(owner) if owner else {"error": owner_err}),
+                "since": owner_res[1].ctime / 1000.0,
+            }
         return TaskDescription(
-            task_id=task_id, spec=spec_dict, spec_version=spec_res[1].version, created=spec_res[1].ctime / 1000.0,
-            owner=owner_dict, status=codecs.to_jsonable(status) if status else None,
+            task_id=task_id,
+            spec=spec_dict,
+            spec_version=spec_res[1].version,
+            created=spec_res[1].ctime / 1000.0,
+            owner=owner_dict,
+            status=codecs.to_jsonable(status) if status else None,
             last_error=(status.error if status else None) or status_err or invalid,
-            deleting=delete_res is not None, reassign_to=reassign.to if reassign else None, invalid=invalid,
-            status_stale=stale, shown="INVALID" if invalid else shown_status(status, stale, since), unassigned_since=since,
-            restart=restart_progress(spec.restart, status) if spec is not None else None)
+            deleting=delete_res is not None,
+            reassign_to=reassign.to if reassign else None,
+            invalid=invalid,
+            status_stale=stale,
+            shown="INVALID" if invalid else shown_status(status, stale, since),
+            unassigned_since=since,
+            restart=restart_progress(spec.restart, status) if spec is not None else None,
+        )
 
-    def _file_request(self, path: str, payload: Any) -> bool:
-        """Create an admin request znode once; True if the same request was already pending."""
-        try:
-            data = payload if isinstance(payload, bytes) else codecs.encode(payload)
-            self.client.create(path, data, makepath=True)
-            return False
-        except NodeExistsError:
-            return True
-
-    def delete_task(self, task_id: str, wait: float = 0.0, progress: Callable[[int, int], None] | None = None) -> AdminRequest:
+    def delete_task(self, task_id: str, wait: float = 0.0, progress: Progress | None = None) -> AdminRequest:
         """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it."""
         lay = self.layout
         if self.client.exists(lay.task(task_id)) is None:
             raise NotFound(f"unknown task {task_id!r}")
         path = lay.admin_delete_task(task_id)
-        already = self._file_request(path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
+        already = file_request(self.client, path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
         done = None
         if wait > 0:
-            done = self._wait(lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait, progress=progress)
-        return AdminRequest("delete", task_id, path, already, done, self._controller_note())
+            done = wait_watched(
+                lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait, progress=progress
+            )
+        return AdminRequest("delete", task_id, path, already, done, self.reads.controller_note())
 
     def pause(self, task_id: str) -> TaskChange:
         return self._update(task_id, "pause", lambda s: s.with_state("PAUSED") if s.state != "PAUSED" else None)
@@ -251,7 +313,7 @@ class TaskOperations:
         """Read-modify-write of the spec, conditional on the znode version (retried on a concurrent change)."""
         path = self.layout.task(task_id)
         for _ in range(self.retries):
-            spec, stat, deleting = self._read_spec(task_id)
+            spec, stat, deleting = self.reads.spec(task_id)
             if deleting:
                 raise Conflict(f"task {task_id!r} is being deleted")
             new = change(spec)
@@ -266,16 +328,15 @@ class TaskOperations:
             return TaskChange(task_id, action, True, new.state, new.restart_nonce, new_stat.version)
         raise AdminError(f"task {task_id!r}: its spec kept changing during the {action}; try again")
 
-    def reassign(self, task_id: str, to: str, wait: float = 0.0,
-                 progress: Callable[[int, int], None] | None = None) -> AdminRequest:
+    def reassign(self, task_id: str, to: str, wait: float = 0.0, progress: Progress | None = None) -> AdminRequest:
         """Move one task to one live broker of its group (the controller revokes it first: never two owners)."""
         lay = self.layout
-        spec, _stat, deleting = self._read_spec(task_id)
-        broker_res, owner_res = self._wave([lay.broker(to), lay.task_owner(task_id)])[0]
+        spec, _stat, deleting = self.reads.spec(task_id)
+        broker_res, owner_res = self.reads.wave([lay.broker(to), lay.task_owner(task_id)])[0]
         if broker_res is None:
-            live = self._live_brokers()
+            live = self.reads.live_brokers()
             raise NotFound(f"broker {to!r} is not live (live brokers: {', '.join(live) or 'none'})")
-        broker, err = self._decode(codecs.BrokerInfo, broker_res, lay.broker(to))
+        broker, err = decode_read(codecs.BrokerInfo, broker_res, lay.broker(to))
         if broker is None:
             raise AdminError(f"broker {to!r}: {err}")
         if broker.group != spec.group:
@@ -284,38 +345,40 @@ class TaskOperations:
             raise Conflict(f"task {task_id!r} is {spec.state}; resume it first")
         if deleting:
             raise Conflict(f"task {task_id!r} is being deleted")
-        owner, _ = self._decode(codecs.OwnerInfo, owner_res, lay.task_owner(task_id))
+        owner, _ = decode_read(codecs.OwnerInfo, owner_res, lay.task_owner(task_id))
         path = lay.admin_reassign_of(task_id)
         data = codecs.encode(codecs.ReassignRequest(task_id=task_id, to=to))
-        already = self._file_request(path, data)
+        already = file_request(self.client, path, data)
         if already:  # a pending reassignment of this task: the newest target wins
             self.client.set(path, data)
-        notes = list(self._controller_note())
+        notes = list(self.reads.controller_note())
         if owner is not None and owner.broker == to:
             notes.append(f"{task_id} already runs on {to}; it is now pinned there")
         done = None
         if wait > 0:
+
             def owned_by_target(w: Callable[[Any], None]) -> bool:
                 try:
                     data, _ = self.client.get(lay.task_owner(task_id), watch=w)
                 except NoNodeError:
                     self.client.exists(lay.task_owner(task_id), watch=w)
                     return False
-                info, _ = self._decode(codecs.OwnerInfo, (data, None), lay.task_owner(task_id))
+                info, _ = decode_read(codecs.OwnerInfo, (data, None), lay.task_owner(task_id))
                 return info is not None and info.broker == to
-            done = self._wait(owned_by_target, wait, progress=progress)
+
+            done = wait_watched(owned_by_target, wait, progress=progress)
         return AdminRequest("reassign", task_id, path, already, done, tuple(notes))
 
     # ---- run intervals (timelines) ----------------------------------------------------------------
     def intervals(self) -> list[codecs.RunInterval]:
         """Every broker's recorded run intervals (``/intervals/<broker>``), oldest first."""
         lay = self.layout
-        _, (brokers,) = self._wave(children=[lay.intervals])
+        _, (brokers,) = self.reads.wave(children=[lay.intervals])
         brokers = brokers or []
-        got, _ = self._wave([lay.broker_intervals(b) for b in brokers])
+        got, _ = self.reads.wave([lay.broker_intervals(b) for b in brokers])
         out: list[codecs.RunInterval] = []
         for b, res in zip(brokers, got):
-            log_, err = self._decode(codecs.IntervalLog, res, lay.broker_intervals(b))
+            log_, err = decode_read(codecs.IntervalLog, res, lay.broker_intervals(b))
             if err:
                 raise AdminError(err)
             if log_ is not None:

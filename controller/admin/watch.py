@@ -5,44 +5,49 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from controller.protocol import codecs
 from controller.admin.common import WAIT_S
+from controller.admin.reads import decode_read, group_summary
 from controller.admin.views import ClusterEvent, GroupSummary
+from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
-from controller.zk.layout_io import list_tasks
+from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import decode_task
-
-if TYPE_CHECKING:
-    from controller.admin.client import AdminClient
+from controller.zk.layout_io import list_tasks
 
 
 class ClusterWatch:
     """The state behind :meth:`AdminClient.watch`: one-shot ZooKeeper watches enqueue a key; the
     generator re-reads what the key names (pipelined, re-arming the watch) and reports the difference."""
 
-    def __init__(self, admin: AdminClient) -> None:
-        self.admin = admin
-        self.client = admin.client
-        self.layout = admin.layout
+    def __init__(self, client: KazooClient, layout: ZkLayout) -> None:
+        self.client = client
+        self.layout = layout
         self.queue: queue.Queue[tuple[str, ...]] = queue.Queue()
         self.closed = False
         self._watchers: dict[tuple[str, ...], Callable[[Any], None]] = {}
         self.controller: tuple[str, int] | None = None
         self.brokers: dict[str, int] = {}
         self.groups: dict[str, GroupSummary] = {}
-        self.tasks: dict[str, str | None] = {}       # task -> spec state (None: invalid spec)
-        self.owners: dict[str, str | None] = {}      # task -> owning broker
+        self.tasks: dict[str, str | None] = {}  # task -> spec state (None: invalid spec)
+        self.owners: dict[str, str | None] = {}  # task -> owning broker
         self.maintenance: codecs.MaintenanceInfo | None = None
         self.started = False
 
     def _w(self, *key: str) -> Callable[[Any], None]:
         fn = self._watchers.get(key)
         if fn is None:
-            fn = self._watchers[key] = lambda _event, key=key: None if self.closed else self.queue.put(key)
+
+            def fn(_event: Any, key: tuple[str, ...] = key) -> None:
+                if not self.closed:
+                    self.queue.put(key)
+
+            self._watchers[key] = fn
         return fn
 
     def close(self) -> None:
@@ -75,16 +80,27 @@ class ClusterWatch:
         self.started = True
         ctl = f"controller {self.controller[0]} (epoch {self.controller[1]})" if self.controller else "no controller"
         running = sum(1 for o in self.owners.values() if o)
-        msg = (f"watching {self.layout.root}: {ctl}, {len(self.brokers)} brokers, {len(self.groups)} groups, "
-               f"{len(self.tasks)} tasks ({running} owned)")
+        msg = (
+            f"watching {self.layout.root}: {ctl}, {len(self.brokers)} brokers, {len(self.groups)} groups, "
+            f"{len(self.tasks)} tasks ({running} owned)"
+        )
         if self.maintenance is not None and self.maintenance.on:
             msg += f"; MAINTENANCE MODE ({self.maintenance.by}): {self.maintenance.reason}"
-        return ClusterEvent(time.time(), "watching", self.layout.root, msg, {
-            "maintenance": self.maintenance is not None and self.maintenance.on,
-            "controller": self.controller[0] if self.controller else None,
-            "epoch": self.controller[1] if self.controller else None,
-            "brokers": dict(self.brokers), "groups": {g: s.state for g, s in self.groups.items()},
-            "tasks": len(self.tasks), "owned": running})
+        return ClusterEvent(
+            time.time(),
+            "watching",
+            self.layout.root,
+            msg,
+            {
+                "maintenance": self.maintenance is not None and self.maintenance.on,
+                "controller": self.controller[0] if self.controller else None,
+                "epoch": self.controller[1] if self.controller else None,
+                "brokers": dict(self.brokers),
+                "groups": {g: s.state for g, s in self.groups.items()},
+                "tasks": len(self.tasks),
+                "owned": running,
+            },
+        )
 
     def refresh(self, keys: Sequence[tuple[str, ...]]) -> list[ClusterEvent]:
         events: list[ClusterEvent] = []
@@ -124,31 +140,59 @@ class ClusterWatch:
     def _controller(self) -> list[ClusterEvent]:
         lay = self.layout
         (res,) = self._get_watched([(lay.controller, ("controller",))])
-        info, _ = self.admin._decode(codecs.ControllerInfo, res, lay.controller)
+        info, _ = decode_read(codecs.ControllerInfo, res, lay.controller)
         now = (info.controller_id, info.epoch) if info else None
         if now == self.controller:
             return []
         before, self.controller = self.controller, now
         if now is None:
-            return [self._ev("controller", "-", f"controller {before[0]} gone (epoch {before[1]}); electing", controller=None,
-                             previous=before[0])]
-        return [self._ev("controller", now[0], f"controller {now[0]} active at epoch {now[1]}", controller=now[0],
-                         epoch=now[1], previous=before[0] if before else None)]
+            assert before is not None  # now differs from before
+            return [
+                self._ev(
+                    "controller",
+                    "-",
+                    f"controller {before[0]} gone (epoch {before[1]}); electing",
+                    controller=None,
+                    previous=before[0],
+                )
+            ]
+        return [
+            self._ev(
+                "controller",
+                now[0],
+                f"controller {now[0]} active at epoch {now[1]}",
+                controller=now[0],
+                epoch=now[1],
+                previous=before[0] if before else None,
+            )
+        ]
 
     def _maintenance(self) -> list[ClusterEvent]:
         lay = self.layout
         (res,) = self._get_watched([(lay.maintenance, ("maintenance",))])
         info = None
         if res is not None and res[0]:
-            info, _ = self.admin._decode(codecs.MaintenanceInfo, res, lay.maintenance)
+            info, _ = decode_read(codecs.MaintenanceInfo, res, lay.maintenance)
         on = info is not None and info.on
         before, self.maintenance = self.maintenance, info
         if (before is not None and before.on) == on or (before is None and not on):
             return []
-        what = f"maintenance mode ON (by {info.by}): {info.reason}" if on else (
-            "maintenance mode off" + (f" ({info.reason})" if info is not None and info.reason else ""))
-        return [self._ev("maintenance", lay.root, what, on=on, by=info.by if info else None,
-                         reason=info.reason if info else "", offline=list(info.offline) if info else [])]
+        what = (
+            f"maintenance mode ON (by {info.by}): {info.reason}"
+            if info is not None and on
+            else ("maintenance mode off" + (f" ({info.reason})" if info is not None and info.reason else ""))
+        )
+        return [
+            self._ev(
+                "maintenance",
+                lay.root,
+                what,
+                on=on,
+                by=info.by if info else None,
+                reason=info.reason if info else "",
+                offline=list(info.offline) if info else [],
+            )
+        ]
 
     def _brokers(self, which: list[str] | None) -> list[ClusterEvent]:
         lay = self.layout
@@ -167,15 +211,29 @@ class ClusterWatch:
                     del self.brokers[b]
                     events.append(self._ev("broker_left", b, f"broker {b} left"))
                 continue
-            info, _ = self.admin._decode(codecs.BrokerInfo, res, lay.broker(b))
+            info, _ = decode_read(codecs.BrokerInfo, res, lay.broker(b))
             epoch = res[1].czxid
             group = info.group if info else None
             if old is None:
-                events.append(self._ev("broker_joined", b, f"broker {b} joined (epoch {epoch}, group {group})",
-                                       epoch=epoch, group=group))
+                events.append(
+                    self._ev(
+                        "broker_joined",
+                        b,
+                        f"broker {b} joined (epoch {epoch}, group {group})",
+                        epoch=epoch,
+                        group=group,
+                    )
+                )
             elif old != epoch:
-                events.append(self._ev("broker_bounced", b, f"broker {b} bounced (epoch {old} -> {epoch})",
-                                       epoch=epoch, previous_epoch=old))
+                events.append(
+                    self._ev(
+                        "broker_bounced",
+                        b,
+                        f"broker {b} bounced (epoch {old} -> {epoch})",
+                        epoch=epoch,
+                        previous_epoch=old,
+                    )
+                )
             self.brokers[b] = epoch
         return events
 
@@ -187,8 +245,8 @@ class ClusterWatch:
         got = self._get_watched([(lay.group_state(g), ("group", g)) for g in which])
         events = []
         for g, res in zip(which, got):
-            info, err = self.admin._decode(codecs.GroupStateInfo, res, lay.group_state(g))
-            now = self.admin._group_summary(g, res, None) if res is not None else GroupSummary(g, None, error=err)
+            info, err = decode_read(codecs.GroupStateInfo, res, lay.group_state(g))
+            now = group_summary(lay, g, res, None) if res is not None else GroupSummary(g, None, error=err)
             old = self.groups.get(g)
             self.groups[g] = now
             if info is None:
@@ -196,13 +254,24 @@ class ClusterWatch:
             if old is not None and (old.state, old.generation, old.members) == (now.state, now.generation, now.members):
                 continue
             was = f"{old.state} gen {old.generation}" if old is not None and old.state else "new"
-            events.append(self._ev(
-                "group", g, f"group {g}: {was} -> {now.state} gen {now.generation}"
-                + (f" leader {now.leader} {now.protocol}" if now.leader else "") + f" members [{','.join(now.members)}]"
-                + (f" ({now.reason})" if now.reason else ""),
-                state=now.state, generation=now.generation, previous_state=old.state if old else None,
-                previous_generation=old.generation if old else None, protocol=now.protocol, leader=now.leader,
-                members=list(now.members), reason=now.reason))
+            events.append(
+                self._ev(
+                    "group",
+                    g,
+                    f"group {g}: {was} -> {now.state} gen {now.generation}"
+                    + (f" leader {now.leader} {now.protocol}" if now.leader else "")
+                    + f" members [{','.join(now.members)}]"
+                    + (f" ({now.reason})" if now.reason else ""),
+                    state=now.state,
+                    generation=now.generation,
+                    previous_state=old.state if old else None,
+                    previous_generation=old.generation if old else None,
+                    protocol=now.protocol,
+                    leader=now.leader,
+                    members=list(now.members),
+                    reason=now.reason,
+                )
+            )
         return events
 
     def _task_listing(self) -> tuple[list[ClusterEvent], list[str]]:
@@ -221,8 +290,9 @@ class ClusterWatch:
     def _tasks(self, specs: list[str], owners: list[str]) -> list[ClusterEvent]:
         lay = self.layout
         events = []
-        got = self._get_watched([(lay.task(t), ("task", t)) for t in specs]
-                                + [(lay.task_owner(t), ("owner", t)) for t in owners])
+        got = self._get_watched(
+            [(lay.task(t), ("task", t)) for t in specs] + [(lay.task_owner(t), ("owner", t)) for t in owners]
+        )
         initial = not self.started
         for t, res in zip(specs, got[: len(specs)]):
             if res is None:
@@ -240,16 +310,23 @@ class ClusterWatch:
                 events.append(self._ev("task_created", t, f"task {t} created ({state or 'invalid spec'})", state=state))
             elif old != state:
                 events.append(self._ev("task_state", t, f"task {t}: {old} -> {state}", state=state, previous=old))
-        for t, res in zip(owners, got[len(specs):]):
+        for t, res in zip(owners, got[len(specs) :]):
             if t not in self.tasks:
                 continue
-            info, _ = self.admin._decode(codecs.OwnerInfo, res, lay.task_owner(t))
+            info, _ = decode_read(codecs.OwnerInfo, res, lay.task_owner(t))
             now = info.broker if info else None
             old = self.owners.get(t)
             self.owners[t] = now
             if initial or now == old:
                 continue
-            events.append(self._ev("task_owner", t, f"task {t}: {old or '(none)'} -> {now or '(none)'}", owner=now,
-                                   previous=old, generation=info.generation if info else None))
+            events.append(
+                self._ev(
+                    "task_owner",
+                    t,
+                    f"task {t}: {old or '(none)'} -> {now or '(none)'}",
+                    owner=now,
+                    previous=old,
+                    generation=info.generation if info else None,
+                )
+            )
         return events
-
