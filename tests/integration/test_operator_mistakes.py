@@ -36,7 +36,8 @@ from controller.protocol.acl import SecurityError, digest_id
 from controller.protocol.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
-from tests.integration.test_security import CREDS, PASSWORDS, secured  # noqa: F401 - the fixture, shared
+from tests.integration.test_security import secured  # noqa: F401 - the fixture, shared
+from tests.security_support import CREDS, PASSWORDS
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
 

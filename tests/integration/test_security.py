@@ -20,15 +20,13 @@ from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
-from controller.protocol.acl import ROLES, AclPolicy, classify, digest_id
-from controller.zk.security import acl_for, check_acls, init_security
+from controller.protocol.acl import ROLES, AclPolicy, digest_id
+from controller.zk.security import check_acls, init_security
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.layout_io import list_tasks
 from controller.zk.io import delete_tree
-
-PASSWORDS = {r: f"s3cret-{r}-pw" for r in ROLES}
-CREDS = {r: f"zkc-{r}:{PASSWORDS[r]}" for r in ROLES}
+from tests.security_support import CREDS, PASSWORDS
 
 
 @pytest.fixture
@@ -136,41 +134,6 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
         for w in workers:
             w.stop()
         ctl.stop()
-
-
-def test_acl_of_every_layout_path():
-    layout = ZkLayout("/zkc")
-    policy = AclPolicy.from_credentials({r: [CREDS[r]] for r in ROLES})
-    ids = {r: digest_id(CREDS[r]) for r in ROLES}
-
-    def perms(path: str) -> dict[str, int]:
-        return {next(r for r in ROLES if ids[r] == a.id.id): a.perms for a in acl_for(policy, layout, path)}
-
-    write, create, delete = 2, 4, 8
-    kinds = {
-        layout.root: "root", layout.controller: "controller", layout.controller_epoch: "controller",
-        layout.broker_ids: "broker_ids", layout.broker("b"): "broker", layout.tasks: "tasks", layout.task("t"): "task",
-        layout.task_owner("t"): "owner", layout.group_state("g"): "group_state", layout.group_member("g", "m"): "member",
-        layout.group_join("g", 3): "join", layout.group_sync("g", 3): "sync", layout.group_assignment("g", "m"): "assignment",
-        layout.status("t"): "status", layout.broker_intervals("b"): "interval", layout.admin_reassign_of("t"): "admin_request",
-        layout.admin_controlled_shutdown_of("b"): "shutdown_request", layout.security: "security", "/elsewhere": "other",
-    }
-    for path, kind in kinds.items():
-        assert classify(layout, path) == kind, path
-    # the controller's znodes: only the controller writes
-    for path in (layout.controller_epoch, layout.group_state("g"), layout.group_assignment("g", "m")):
-        p = perms(path)
-        assert [r for r in ROLES if p.get(r, 0) & write] == ["controller"], path
-    # ZooKeeper checks CREATE/DELETE on the parent
-    assert perms(layout.tasks)["admin"] & (create | delete) and perms(layout.tasks)["controller"] & delete
-    assert not perms(layout.tasks)["broker"] & create
-    assert perms(layout.task("t"))["broker"] & (create | delete)  # the owner child
-    assert perms(layout.broker_ids)["broker"] & create and not perms(layout.broker_ids)["admin"] & write
-    assert perms(layout.root)["controller"] & (create | delete)    # /controller, /controller_epoch
-    # everyone reads, the reader only reads
-    for path in kinds:
-        assert all(perms(path).get(r, 0) & 1 for r in ROLES)
-        assert perms(path)["reader"] == 1
 
 
 def test_secrets_never_in_logs_or_reprs(zk_hosts, zk_root, caplog, tmp_path):
