@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+import ipaddress
+from typing import Any
+
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _allowed_hosts(bind: str, extra: tuple[str, ...], loopback: frozenset[str]) -> frozenset[str]:
+    """The Host names answered: the loopback names, the bind address (unless a wildcard), and ``--allowed-host``."""
+    names = set(loopback) | {h.strip().lower() for h in extra if h.strip()}
+    if bind not in WILDCARDS:
+        names.add(bind.lower() if ":" not in bind else f"[{bind.strip('[]').lower()}]")
+    return frozenset(names)
 
 
 @click.group("api")
@@ -17,16 +39,26 @@ def api() -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=8083, show_default=True, help="port (0: any free port)")
 @click.option("--admin-token", "token_source", default=None, metavar="env:NAME|file:PATH",
               help="where the admin token comes from; when set, writes need 'Authorization: Bearer <token>'")
+@click.option("--allowed-host", "allowed", multiple=True, metavar="NAME",
+              help="a Host name this server answers to besides the bind address and loopback (repeat; '*': any, "
+                   "for a proxy that checks it)")
+@click.option("--insecure", is_flag=True,
+              help="bind a non-loopback address without --admin-token (anyone who reaches it may write)")
+@click.option("--max-streams", type=click.IntRange(1, 100_000), default=1000, show_default=True,
+              help="event streams open at once; one more is answered 503")
+@click.option("--max-body", "max_body", type=click.IntRange(1024, 64 << 20), default=1 << 20, show_default=True,
+              help="the largest request body accepted, in bytes (413 past it)")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="warning",
               show_default=True, help="uvicorn's log level (requests are logged at info; tokens never are)")
 @pass_ctx
-def api_run(ctx: Ctx, host: str, port: int, token_source: str | None, log_level: str) -> None:
+def api_run(ctx: Ctx, host: str, port: int, token_source: str | None, allowed: tuple[str, ...], insecure: bool,
+            max_streams: int, max_body: int, log_level: str) -> None:
     """Serve the API and the console until SIGINT/SIGTERM. Stateless: run as many as you like, each with
     its own ZooKeeper session (the same --zk, --zk-root, --zk-auth and TLS settings as every command)."""
     try:
         import uvicorn
 
-        from controller.api.app import ApiConfig, create_app
+        from controller.api.app import LOOPBACK_HOSTS, ApiConfig, create_app
         from controller.api.auth import TokenError, resolve_token
     except ModuleNotFoundError as exc:  # pragma: no cover - the dependencies are in install_requires
         raise UserError(f"the HTTP API needs {exc.name}: pip install zkcontroller") from None
@@ -34,14 +66,19 @@ def api_run(ctx: Ctx, host: str, port: int, token_source: str | None, log_level:
         token = resolve_token(token_source)
     except TokenError as exc:
         raise click.BadParameter(str(exc), param_hint="--admin-token") from None
+    if token is None and not _loopback(host) and not insecure:
+        raise UserError(f"binding {host or 'every address'} without --admin-token lets anyone who reaches it write: "
+                        "give --admin-token env:NAME|file:PATH, or --insecure to do it anyway")
     client = ctx.client()
-    app = create_app(ApiConfig(client=client, layout=ctx.layout, token=token))
+    config = ApiConfig(client=client, layout=ctx.layout, token=token, max_streams=max_streams, max_body_bytes=max_body,
+                       allowed_hosts=_allowed_hosts(host, allowed, LOOPBACK_HOSTS))
+    app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
                                            timeout_graceful_shutdown=2))
     # the bound port is known once the socket is open: announce it then (port 0 picks a free one)
-    original_startup = server.startup
+    original_startup, original_shutdown = server.startup, server.shutdown
 
-    async def startup(sockets=None) -> None:
+    async def startup(sockets: Any = None) -> None:
         await original_startup(sockets)
         bound = next((s.getsockname()[1] for srv in server.servers for s in srv.sockets), port)
         where = f"http://{host}:{bound}"
@@ -49,6 +86,11 @@ def api_run(ctx: Ctx, host: str, port: int, token_source: str | None, log_level:
                    f"root {ctx.layout.root}; writes {'need the admin token' if token else 'are open (no --admin-token)'}",
                    err=False)
 
+    async def shutdown(sockets: Any = None) -> None:
+        app.state.hub.close()  # open event streams end now, instead of being cancelled mid-write
+        await original_shutdown(sockets)
+
     server.startup = startup  # type: ignore[method-assign]
+    server.shutdown = shutdown  # type: ignore[method-assign]
     server.run()
     click.echo("API stopped")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import os
+
 from controller.protocol.errors import ZkcError
 
 

@@ -1,15 +1,24 @@
 """Errors as JSON ``{"error": code, "message": ...}`` with the status a client of this field expects: the
-admin library's kinds map one to one, ZooKeeper being away is a 503 (retry elsewhere or later)."""
+admin library's kinds map one to one, ZooKeeper being away is a 503 (retry elsewhere or later), and the
+framework's own refusals (an unknown path, a method not allowed, malformed parameters) take the same shape,
+never FastAPI's ``{"detail": ...}``."""
 
 from __future__ import annotations
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from kazoo.exceptions import ConnectionLoss, KazooException, NoAuthError, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
+from starlette.exceptions import HTTPException
 
 from controller.protocol.errors import ZkcError
 
 UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 # what the application turns into JSON errors (anything else is a bug: a 500 with a logged traceback)
+HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+              405: "method_not_allowed", 406: "not_acceptable", 413: "too_large", 415: "unsupported_media_type",
+              422: "invalid_parameter", 429: "too_many_requests", 503: "unavailable"}
 
 
 class ApiError(ZkcError):
@@ -20,6 +29,10 @@ class ApiError(ZkcError):
         self.status = status
         self.code = code
         self.message = message
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
 
 
 def classify(exc: BaseException) -> tuple[int, str, str] | None:
@@ -36,4 +49,31 @@ def classify(exc: BaseException) -> tuple[int, str, str] | None:
     return None
 
 
-HANDLED: tuple[type[BaseException], ...] = (ZkcError, KazooException, KazooTimeoutError)
+HANDLED: tuple[type[Exception], ...] = (ZkcError, KazooException, KazooTimeoutError)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error the application answers, in the one documented shape."""
+
+    async def known_errors(_request: Request, exc: Exception) -> JSONResponse:
+        known = classify(exc)
+        if known is None:  # a subclass we do not map (a kazoo error we did not expect): still JSON
+            return error_response(500, "internal", f"{type(exc).__name__}: {exc}")
+        return error_response(*known)
+
+    for kind in HANDLED:
+        app.add_exception_handler(kind, known_errors)
+
+    async def bad_parameters(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()[:5]]
+        return error_response(422, "invalid_parameter", "; ".join(parts))
+
+    async def http_errors(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return error_response(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), message,
+                              headers=dict(exc.headers or {}))
+
+    app.add_exception_handler(RequestValidationError, bad_parameters)
+    app.add_exception_handler(HTTPException, http_errors)

@@ -35,8 +35,46 @@ async function act(method, path, body) {
   return data;
 }
 
-function esc(v) {
-  return String(v ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+// ---- untrusted data ---------------------------------------------------------------------------------
+// Every string below comes from ZooKeeper, where any broker (anyone, on an unsecured root) can write: it is
+// only ever put into the page as text (textContent, DOM properties), never parsed as HTML; enumerations are
+// checked against what the product writes, numbers against being numbers. The page's Content-Security-Policy
+// forbids inline script, so a spot missed here still cannot run anything.
+const TASK_STATES = new Set(["RUNNING", "STARTING", "RESTARTING", "FAILED", "COMPLETED", "STOPPED", "PAUSED",
+                             "UNASSIGNED", "STALE", "ASSIGNED", "INVALID"]);
+const SPEC_STATES = new Set(["RUNNING", "PAUSED"]);
+const GROUP_STATES = new Set(["Empty", "PreparingRebalance", "AwaitingSync", "Stable", "Reconciling", "Dead"]);
+
+function text(v, fallback = "-") {
+  if (v === null || v === undefined || v === "") return fallback;
+  return typeof v === "string" || typeof v === "number" || typeof v === "boolean" ? String(v) : "invalid";
+}
+function num(v, fallback = "-") {
+  if (v === null || v === undefined) return fallback;
+  return typeof v === "number" && Number.isFinite(v) ? String(v) : "invalid";
+}
+function time(v) { return typeof v === "number" && Number.isFinite(v) ? v : null; }
+function oneOf(set, v, fallback = "-") {
+  if (v === null || v === undefined || v === "") return fallback;
+  return set.has(v) ? v : "invalid";
+}
+
+// h("td", {className: "x", title: "..."}, "text", child, ...): properties set as properties, children as text
+function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === "dataset") Object.assign(el.dataset, v);
+    else if (k === "style") Object.assign(el.style, v);
+    else el[k] = v;
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+function swatch(broker) {
+  return h("i", { className: "dot", style: { background: colour(broker) } });
 }
 
 function colour(broker) {
@@ -45,6 +83,7 @@ function colour(broker) {
 }
 
 function ago(ts) {
+  ts = time(ts);
   if (!ts) return "-";
   const s = Math.max(0, Date.now() / 1000 - ts);
   return s < 120 ? `${s.toFixed(0)}s` : s < 7200 ? `${(s / 60).toFixed(0)}m` : `${(s / 3600).toFixed(1)}h`;
@@ -63,7 +102,10 @@ async function refresh() {
     const since = Date.now() / 1000 - Number($("window").value);
     const [status, tasks, intervals] = await Promise.all([getJSON("/status"), getJSON("/tasks"),
                                                           getJSON(`/intervals?since=${since}`)]);
-    state.status = status; state.tasks = tasks; state.intervals = intervals;
+    state.status = status && typeof status === "object" ? status : null;
+    state.tasks = Array.isArray(tasks) ? tasks.filter((t) => t && typeof t.task_id === "string") : [];
+    state.intervals = Array.isArray(intervals) ? intervals.filter((i) => i && typeof i.task_id === "string"
+      && typeof i.broker === "string" && time(i.start) !== null) : [];
     render();
   } catch (e) {
     $("controller").textContent = "API unreachable: " + e.message;
@@ -75,80 +117,100 @@ async function refresh() {
 
 // ---- rendering --------------------------------------------------------------------------------------
 function taskState(t) {
-  if (t.invalid) return "INVALID";
-  if (t.state === "PAUSED") return "PAUSED";
-  if (t.shown === "UNASSIGNED" || t.shown === "STALE") return t.shown;
-  if (!t.owner) return t.status || "UNASSIGNED";  // a finished task nobody needs to hold
-  return t.status || "ASSIGNED";
+  let s;
+  if (t.invalid) s = "INVALID";
+  else if (t.state === "PAUSED") s = "PAUSED";
+  else if (t.shown === "UNASSIGNED" || t.shown === "STALE") s = t.shown;
+  else if (!t.owner) s = t.status || "UNASSIGNED";  // a finished task nobody needs to hold
+  else s = t.status || "ASSIGNED";
+  return TASK_STATES.has(s) ? s : "invalid";
 }
 
 function stateNote(t, s) {  // what STALE and UNASSIGNED stand for, as a tooltip and a suffix
-  if (s === "UNASSIGNED" && t.unassigned_since) return ` ${ago(t.unassigned_since)}`;
+  if (s === "UNASSIGNED" && time(t.unassigned_since)) return ` ${ago(t.unassigned_since)}`;
   return "";
 }
 
 function stateTitle(t, s) {
-  if (s === "STALE") return `last reported ${t.status} by ${t.status_broker} ${ago(t.status_updated)} ago; that broker's session no longer holds the task`;
+  if (s === "STALE") return `last reported ${oneOf(TASK_STATES, t.status)} by ${text(t.status_broker)} ${ago(t.status_updated)} ago; that broker's session no longer holds the task`;
   if (s === "UNASSIGNED") return "no broker holds this task";
+  if (s === "invalid") return "the state recorded in ZooKeeper is not one this product writes";
   return "";
 }
 
 function filtered() {
-  const text = $("filter-text").value.trim(), group = $("filter-group").value,
+  const want = $("filter-text").value.trim(), group = $("filter-group").value,
         st = $("filter-state").value, broker = $("filter-broker").value;
-  return state.tasks.filter((t) => (!text || t.task_id.includes(text)) && (!group || t.group === group)
+  return state.tasks.filter((t) => (!want || t.task_id.includes(want)) && (!group || t.group === group)
     && (!broker || t.owner === broker) && (!st || taskState(t) === st || t.state === st));
 }
 
 function fillSelect(id, values, label) {
   const sel = $(id), cur = sel.value;
-  sel.innerHTML = `<option value="">${label}</option>` + values.map((v) => `<option>${esc(v)}</option>`).join("");
+  sel.replaceChildren(new Option(label, ""), ...values.map((v) => new Option(v, v)));
   sel.value = values.includes(cur) ? cur : "";
 }
 
+function strings(list) { return Array.isArray(list) ? list.filter((v) => typeof v === "string") : []; }
+
+function renderStatus(st) {
+  const c = st.controller && typeof st.controller === "object" ? st.controller : null;
+  const m = st.maintenance && typeof st.maintenance === "object" ? st.maintenance : null;
+  const on = !!(m && m.on === true);
+  $("maintenance").hidden = !on;
+  const lost = m ? strings(m.offline) : [];
+  const since = m && time(m.since) ? new Date(m.since * 1000).toLocaleTimeString() : "-";
+  $("maintenance").textContent = on ? `Maintenance mode since ${since} (by ${text(m.by)}): ${text(m.reason, "")} — nothing moves; tasks of lost brokers wait` + (lost.length ? ` (lost: ${lost.join(", ")})` : "") : "";
+  $("controller").textContent = c ? `controller ${text(c.controller_id)} · epoch ${num(c.epoch)}` : `no active controller (last epoch ${num(st.controller_epoch)})`;
+  const brokers = Array.isArray(st.brokers) ? st.brokers.filter((b) => b && typeof b.broker_id === "string") : [];
+  const groups = Array.isArray(st.groups) ? st.groups.filter((g) => g && typeof g.group === "string") : [];
+  $("broker-count").textContent = `(${brokers.length})`;
+  $("brokers").tBodies[0].replaceChildren(...brokers.map((b) => h("tr", { dataset: { broker: b.broker_id } },
+    h("td", {}, swatch(b.broker_id), " ", b.broker_id), h("td", {}, num(b.epoch)), h("td", {}, text(b.group)),
+    h("td", {}, text(b.rack)), h("td", {}, num(b.capacity)), h("td", {}, num(b.tasks)),
+    h("td", {}, b.shutting_down === true ? "shutting down" : ""))));
+  $("group-count").textContent = `(${groups.length})`;
+  $("groups").tBodies[0].replaceChildren(...groups.map((g) => h("tr", { dataset: { group: g.group } },
+    h("td", {}, g.group), h("td", {}, g.state ? oneOf(GROUP_STATES, g.state) : text(g.error)), h("td", {}, num(g.generation)),
+    h("td", {}, text(g.protocol)), h("td", {}, text(g.leader)), h("td", {}, strings(g.members).join(", ")),
+    h("td", {}, (g.moving || g.deferred ? `${num(g.moving)} moving, ${num(g.deferred)} waiting` : "-")
+      + (g.held ? `, ${num(g.held)} held` : "")))));
+  fillSelect("filter-broker", brokers.map((b) => b.broker_id), "all brokers");
+  fillSelect("filter-group", [...new Set(state.tasks.map((t) => t.group).filter((g) => typeof g === "string" && g))].sort(), "all groups");
+}
+
+function taskRow(t, disabled) {
+  const s = taskState(t), m = t.metrics && typeof t.metrics === "object" ? t.metrics : {};
+  const owner = typeof t.owner === "string" && t.owner ? t.owner : null;
+  const moved = state.owners.has(t.task_id) && state.owners.get(t.task_id) !== t.owner;
+  const button = (cls, label) => h("button", { className: cls, disabled, title: disabled ? "enter the admin token above" : "" }, label);
+  const error = typeof t.error === "string" ? t.error : "";
+  return h("tr", { dataset: { task: t.task_id }, className: moved ? "moved" : "" },
+    h("td", {}, t.task_id), h("td", {}, text(t.group)),
+    h("td", { className: "spec" }, oneOf(SPEC_STATES, t.state)),
+    h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s)),
+    h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
+    h("td", {}, num(m.rows)), h("td", {}, num(m.processed_rows_per_s)), h("td", {}, ago(t.owner_since)),
+    h("td", { className: "error", title: error }, error),
+    h("td", { className: "actions" }, t.state === "PAUSED" ? button("resume", "resume") : button("pause", "pause"),
+      button("restart", "restart"), button("reassign", "reassign")));
+}
+
 function render() {
-  const st = state.status;
-  if (st) {
-    const c = st.controller;
-    const m = st.maintenance;
-    $("maintenance").hidden = !(m && m.on);
-    $("maintenance").textContent = m && m.on ? `Maintenance mode since ${new Date(m.since * 1000).toLocaleTimeString()} (by ${m.by}): ${m.reason} — nothing moves; tasks of lost brokers wait` + (m.offline && m.offline.length ? ` (lost: ${m.offline.join(", ")})` : "") : "";
-    $("controller").textContent = c ? `controller ${c.controller_id} · epoch ${c.epoch}` : `no active controller (last epoch ${st.controller_epoch ?? "-"})`;
-    $("broker-count").textContent = `(${st.brokers.length})`;
-    $("brokers").tBodies[0].innerHTML = st.brokers.map((b) => `<tr data-broker="${esc(b.broker_id)}">
-      <td><i class="dot" style="display:inline-block;width:9px;height:9px;border-radius:2px;background:${colour(b.broker_id)}"></i> ${esc(b.broker_id)}</td>
-      <td>${esc(b.epoch)}</td><td>${esc(b.group)}</td><td>${esc(b.rack || "-")}</td><td>${esc(b.capacity)}</td>
-      <td>${esc(b.tasks)}</td><td>${b.shutting_down ? "shutting down" : ""}</td></tr>`).join("");
-    $("group-count").textContent = `(${st.groups.length})`;
-    $("groups").tBodies[0].innerHTML = st.groups.map((g) => `<tr data-group="${esc(g.group)}">
-      <td>${esc(g.group)}</td><td>${esc(g.state || g.error)}</td><td>${esc(g.generation)}</td><td>${esc(g.protocol)}</td>
-      <td>${esc(g.leader || "-")}</td><td>${esc((g.members || []).join(", "))}</td>
-      <td>${g.moving || g.deferred ? `${esc(g.moving)} moving, ${esc(g.deferred)} waiting` : "-"}${g.held ? `, ${esc(g.held)} held` : ""}</td></tr>`).join("");
-    fillSelect("filter-broker", st.brokers.map((b) => b.broker_id), "all brokers");
-    fillSelect("filter-group", [...new Set(state.tasks.map((t) => t.group).filter(Boolean))].sort(), "all groups");
-  }
+  if (state.status) renderStatus(state.status);
   const rows = filtered();
   const pages = Math.max(1, Math.ceil(rows.length / PAGE));
   state.page = Math.min(state.page, pages - 1);
   const page = rows.slice(state.page * PAGE, (state.page + 1) * PAGE);
   $("page").textContent = `${state.page + 1} / ${pages}`;
   $("task-count").textContent = `(${rows.length} of ${state.tasks.length})`;
-  const can = token() ? "" : "disabled title=\"enter the admin token above\"";
-  $("tasks").tBodies[0].innerHTML = page.map((t) => {
-    const s = taskState(t), m = t.metrics || {};
-    const moved = state.owners.has(t.task_id) && state.owners.get(t.task_id) !== t.owner ? " class=\"moved\"" : "";
-    const pauseOrResume = t.state === "PAUSED" ? `<button class="resume" ${can}>resume</button>` : `<button class="pause" ${can}>pause</button>`;
-    return `<tr data-task="${esc(t.task_id)}"${moved}><td>${esc(t.task_id)}</td><td>${esc(t.group)}</td>
-      <td class="spec">${esc(t.state || "-")}</td><td class="state s-${s}" title="${esc(stateTitle(t, s))}">${s}${esc(stateNote(t, s))}</td>
-      <td class="owner">${t.owner ? `<i style="display:inline-block;width:9px;height:9px;border-radius:2px;background:${colour(t.owner)}"></i> ${esc(t.owner)}` : "-"}</td>
-      <td>${esc(m.rows ?? "-")}</td><td>${esc(m.processed_rows_per_s ?? "-")}</td><td>${ago(t.owner_since)}</td>
-      <td class="error" title="${esc(t.error)}">${esc(t.error || "")}</td>
-      <td class="actions">${pauseOrResume}<button class="restart" ${can}>restart</button><button class="reassign" ${can}>reassign</button></td></tr>`;
-  }).join("");
+  const disabled = !token();
+  $("tasks").tBodies[0].replaceChildren(...page.map((t) => taskRow(t, disabled)));
   const now = Date.now() / 1000;
   for (const t of state.tasks) {
-    state.owners.set(t.task_id, t.owner);
-    observe(t.task_id, t.owner, now);
+    const owner = typeof t.owner === "string" ? t.owner : null;
+    state.owners.set(t.task_id, owner);
+    observe(t.task_id, owner, now);
   }
   drawTimeline(page.map((t) => t.task_id));
   if (!state.painted && state.status) {
@@ -159,7 +221,8 @@ function render() {
 }
 
 // What this page saw itself, refresh by refresh: a broker killed before it flushed its recorded intervals
-// still shows for as long as the page saw it own a task.
+// still shows for as long as the page saw it own a task. The page's own sightings are approximate (they end
+// when the page next looked): they fill gaps but are never counted as two owners at once.
 const seen = new Map();  // task -> [{broker, start, end}]
 function observe(task, owner, now) {
   if (!seen.has(task)) seen.set(task, []);
@@ -185,18 +248,24 @@ function drawTimeline(taskIds) {
   for (const iv of state.intervals) {
     if (!row.has(iv.task_id)) continue;
     if (!byTask.has(iv.task_id)) byTask.set(iv.task_id, []);
-    byTask.get(iv.task_id).push(iv);
+    byTask.get(iv.task_id).push({ ...iv, end: time(iv.end), recorded: true });
   }
   for (const t of shown) {  // what the page saw, where the recorded intervals say nothing of that broker then
+    const ivs = byTask.get(t) || [];
     for (const s of seen.get(t) || []) {
       if (!s.broker) continue;
-      const ivs = byTask.get(t) || [];
       const covered = ivs.some((iv) => iv.broker === s.broker && iv.start <= s.start + 1 && (iv.end ?? now) >= s.end - 1);
-      if (!covered) { ivs.push({ task_id: t, broker: s.broker, start: s.start, end: s.end }); byTask.set(t, ivs); }
+      if (covered) continue;
+      // ends where a recorded run of another broker begins: the page only saw the move when it next looked
+      const next = ivs.filter((iv) => iv.recorded && iv.broker !== s.broker && iv.start > s.start && iv.start < s.end);
+      const end = next.length ? Math.min(...next.map((iv) => iv.start)) : s.end;
+      ivs.push({ task_id: t, broker: s.broker, start: s.start, end, recorded: false });
     }
+    if (ivs.length) byTask.set(t, ivs);
   }
   g.font = "11px system-ui"; g.fillStyle = "#6b7385";
   shown.forEach((t, i) => { if (rowH >= 9) g.fillText(t.length > 16 ? t.slice(0, 15) + "…" : t, 4, 12 + i * rowH + rowH / 2); });
+  let overlaps = 0;
   for (const [t, ivs] of byTask) {
     const y = 6 + row.get(t) * rowH;
     ivs.sort((a, b) => a.start - b.start);
@@ -204,19 +273,22 @@ function drawTimeline(taskIds) {
       const end = iv.end ?? now;
       g.fillStyle = colour(iv.broker);
       g.fillRect(x(iv.start), y, Math.max(1, x(end) - x(iv.start)), rowH - 2);
-      for (const other of ivs.slice(k + 1)) {  // two owners at once: outline the overlap
+      if (!iv.recorded) return;
+      for (const other of ivs.slice(k + 1)) {  // two owners at once, as the brokers recorded it: outline it
         const oEnd = other.end ?? now;
-        if (other.broker !== iv.broker && other.start < end && iv.start < oEnd) {
+        if (other.recorded && other.broker !== iv.broker && other.start < end && iv.start < oEnd) {
+          overlaps += 1;
           g.strokeStyle = "#c53030"; g.lineWidth = 2;
           g.strokeRect(x(Math.max(iv.start, other.start)), y - 1, Math.max(2, x(Math.min(end, oEnd)) - x(Math.max(iv.start, other.start))), rowH);
         }
       }
     });
   }
+  canvas.dataset.overlaps = String(overlaps);
   g.fillStyle = "#6b7385";
   g.fillText(`-${span / 60} min`, left, canvas.height - 4);
   g.fillText("now", canvas.width - 30, canvas.height - 4);
-  $("legend").innerHTML = [...state.colours].map(([b, c]) => `<span><i style="background:${c}"></i>${esc(b)}</span>`).join("");
+  $("legend").replaceChildren(...[...state.colours].map(([b, c]) => h("span", {}, h("i", { style: { background: c } }), b)));
 }
 
 // ---- events: actions, filters, paging, the live stream ----------------------------------------------

@@ -1,0 +1,60 @@
+"""What every route needs and nothing more: the server's configuration, an admin client on its one
+ZooKeeper session (503 at once when that session is away), and the shared answers for ``?wait``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from controller.admin import AdminClient, to_dict
+from controller.api.errors import ApiError, error_response
+from controller.protocol.layout import ZkLayout
+
+API = "/api/v1"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """What one API server serves: its ZooKeeper client and root, the admin token (None: writes open to
+    same-origin clients), the Host names it answers to, and the limits that keep one client from starving
+    the others."""
+
+    client: KazooClient
+    layout: ZkLayout
+    token: str | None = None
+    allowed_hosts: frozenset[str] = field(default=LOOPBACK_HOSTS)  # "*": any (behind a proxy that checks)
+    sse_idle_s: float = 15.0         # keep-alive comment on a quiet event stream
+    max_wait_s: float = 600.0        # the longest ?timeout= a request may ask for
+    max_body_bytes: int = 1 << 20    # a request body past this is refused (413) before it is read whole
+    max_streams: int = 1000          # event streams open at once; one more is a 503 with the reason
+    stream_buffer: int = 1000        # events queued for one stream; a reader that far behind is dropped
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """The routes' view of the server: its configuration and the admin operations."""
+
+    config: ApiConfig
+
+    def admin(self) -> AdminClient:
+        if not self.config.client.connected:
+            raise ApiError(503, "zookeeper_unavailable", "ZooKeeper is not reachable from this API server; retry later")
+        return AdminClient(self.config.client, self.config.layout)
+
+    def waited(self, wait: bool, timeout: float) -> float:
+        """The seconds to wait for, from ``?wait=&timeout=`` (bounded by ``max_wait_s``)."""
+        if not 0 <= timeout <= self.config.max_wait_s:
+            raise ApiError(422, "invalid_parameter", f"timeout must be between 0 and {self.config.max_wait_s:g} seconds")
+        return timeout if wait else 0.0
+
+    @staticmethod
+    def done_or_504(result: Any, wait: bool) -> Any:
+        body = to_dict(result)
+        if wait and not getattr(result, "done", True):
+            return error_response(504, "timeout", f"not done within the wait: {json.dumps(body, default=str)}")
+        return body
+

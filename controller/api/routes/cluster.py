@@ -1,0 +1,34 @@
+"""``/api/v1/status``, ``/api/v1/controller`` and ``/api/v1/intervals``: the cluster at a glance, and the
+ownership timeline's run intervals."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter
+
+from controller.admin import to_dict
+from controller.api.context import API, ApiContext
+from controller.protocol import codecs
+
+
+def router(ctx: ApiContext) -> APIRouter:
+    r = APIRouter(prefix=API, tags=["cluster"])
+
+    @r.get("/status", summary="The controller, brokers, groups and task counts at a glance")
+    def status() -> dict[str, Any]:
+        return to_dict(ctx.admin().status())
+
+    @r.get("/controller", summary="The active controller and the controller epoch")
+    def controller() -> dict[str, Any]:
+        st = ctx.admin().status()
+        return {"controller": st.controller, "epoch": st.controller_epoch}
+
+    @r.get("/intervals", summary="Recorded run intervals (the ownership timeline), since a time; an interval "
+           "left open by a session that has ended ends at the latest when that session ended")
+    def intervals(since: float = 0.0) -> list[dict[str, Any]]:
+        now = time.time()
+        return [codecs.to_jsonable(i) for i in ctx.admin().intervals() if (i.end or now) >= since]
+
+    return r
