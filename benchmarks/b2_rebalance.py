@@ -98,7 +98,7 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
                 if c is None or c.state.value != "Stable" or c.generation <= gen0:
                     return False
                 running = worker.running_tasks()
-                return len(running) >= share and running == set(worker.desired)
+                return len(running) >= share and running == set(worker.table.desired)
 
             ok = wait_for(done, 120, 0.005)
             t_seen = time.time()

@@ -141,7 +141,7 @@ def profile_hops(tasks: int, brokers: int, joins: int) -> str:
                 t0 = time.time()
                 w.start()
                 wait_for(lambda: coord.state.value == "Stable" and coord.generation > gen0 and len(w.running_tasks()) >= share
-                         and w.running_tasks() == set(w.desired), 300, 0.005)
+                         and w.running_tasks() == set(w.table.desired), 300, 0.005)
                 starts = [i.start for i in w.open_intervals()]
                 farm_cpu.append(sum(farm.cpu_times()[:2]) - cpu0)
                 windows.append((t0, min(starts), max(starts), coord.generation - gen0, ctl.client.client_id[0]))

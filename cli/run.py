@@ -146,7 +146,7 @@ def _worker_metrics(worker: Any, port: int):
 
     r = CollectorRegistry()
     Gauge("zkc_worker_running_tasks", "tasks this broker runs", registry=r).set_function(lambda: len(worker.running_tasks()))
-    Gauge("zkc_worker_held_tasks", "owner znodes this broker holds", registry=r).set_function(lambda: len(worker._held()))
+    Gauge("zkc_worker_held_tasks", "owner znodes this broker holds", registry=r).set_function(lambda: len(worker.held_tasks()))
     Gauge("zkc_worker_generation", "group generation of the last assignment", registry=r).set_function(lambda: worker.generation)
     Gauge("zkc_worker_stable", "1 when the member is Stable", registry=r).set_function(lambda: worker.state() == "Stable")
     return MetricsServer(r, port, name=f"worker-{worker.id}-metrics")

@@ -9,9 +9,12 @@ Ownership fencing: a task runs only while this worker holds the ephemeral ``/tas
 znode is created before the runner starts and deleted only after the runner's ``stop`` returned. A new
 owner waits (watch, bounded re-checks) until it is gone.
 
-The worker is composed of parts, one module each: ``fence`` (deadline, probe, pulse), ``ownership``
-(acquire and release owner znodes), ``tasks`` (start, restart, stop runners) and ``reporting`` (statuses and
-run intervals).
+The worker owns its parts, one module each, and gives each the few values and callables it needs (never
+itself): ``registration`` (our broker znode, the session check), ``fence`` (margin, SUSPENDED timer, liveness
+probe, pulse), ``deadline`` (the hard fence deadline's watchdog), ``ownership`` (acquire and release owner
+znodes), ``tasks`` (``TaskSupervisor``: start, restart, stop runners) and ``reporting`` (statuses and run
+intervals). They share the task table (``slots``: one lock, the slots, what the member wants run) and the
+``BrokerSession`` (id, session, generation, closing), both written only where documented.
 """
 
 from __future__ import annotations
@@ -24,25 +27,18 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from controller.protocol.member import (
-    Exit,
-    Member,
-    ReadJoinResult,
-    SetDesired,
-    WorkerState,
-    WriteJoin,
-    WriteProposal,
-)
 from broker_sim.runners import TaskRunner, make_runner
+from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
 from broker_sim.worker.events import (
     AssignmentEvent,
     ConnectionEvent,
@@ -55,14 +51,13 @@ from broker_sim.worker.events import (
     StopEvent,
     Stopped,
 )
-from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
-from broker_sim.worker.fence import Fence, LivenessProbe, fence_margin
-from broker_sim.worker.ownership import Ownership
-from broker_sim.worker.reporting import Reporting
-from broker_sim.worker.slots import TaskSlot
-from broker_sim.worker.tasks import Tasks
+from broker_sim.worker.fence import Fence, fence_margin
+from broker_sim.worker.ownership import RELEASE_CHUNK, Ownership
+from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Registration, RegistrationConflict
+from broker_sim.worker.reporting import Reporter
+from broker_sim.worker.slots import TaskTable
+from broker_sim.worker.tasks import TaskSupervisor
 from controller.protocol import codecs
-from controller.zk.layout_io import ensure_layout
 from controller.protocol.codecs import (
     Assignment,
     BrokerInfo,
@@ -72,10 +67,20 @@ from controller.protocol.codecs import (
     RunInterval,
 )
 from controller.protocol.layout import ZkLayout, check_name
+from controller.protocol.member import (
+    Exit,
+    Member,
+    ReadJoinResult,
+    SetDesired,
+    WorkerState,
+    WriteJoin,
+    WriteProposal,
+)
 from controller.protocol.rules import COOPERATIVE, EAGER, run_assignor
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import FencedWriter
-from controller.protocol.errors import ZkcError
+from controller.zk.layout_io import ensure_layout
+
+__all__ = ["IdentityMismatch", "RegistrationConflict", "Worker", "WorkerConfig", "install_signal_handlers"]
 
 log = logging.getLogger(__name__)
 
@@ -118,18 +123,7 @@ class WorkerConfig:
             raise ValueError("stop_timeout_s must be positive")
 
 
-class RegistrationConflict(ZkcError, RuntimeError):
-    """Our broker id is registered by another live session: we must not run, nor act in its name."""
-
-    status = 409
-    code = "conflict"
-
-
-class IdentityMismatch(RegistrationConflict):
-    """Our credentials are another broker's own (per-broker identities): we must not run under this id."""
-
-
-class Worker(Fence, Ownership, Tasks, Reporting):
+class Worker:
     """A broker: registers, joins its group through the Member state machine and runs what it is assigned."""
 
     def __init__(self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None) -> None:
@@ -138,42 +132,51 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         self.layout = ZkLayout(config.settings.root)
         self.client = client or make_client(config.settings, connect=False)
         self.runner = runner or make_runner(config.runner, **config.runner_options)
-        self.fence_margin_s = fence_margin(config.settings.session_timeout_s, config.fence_fraction,
-                                           float(getattr(self.runner, "stop_budget_s", 0.0)), config.broker_id)
+        session_timeout_s = config.settings.session_timeout_s
+        stop_budget_s = float(getattr(self.runner, "stop_budget_s", 0.0))
+        self.fence_margin_s = fence_margin(session_timeout_s, config.fence_fraction, stop_budget_s, config.broker_id)
         self.member = self._new_member()
         self.events: queue.Queue[Any] = queue.Queue()
-        self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
-        self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
-        self.pulse_thread = threading.Thread(target=self._pulse_loop, name=f"worker-{self.id}-pulse", daemon=True)
-        self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
-        self.lock = threading.RLock()
-        self.slots: dict[str, TaskSlot] = {}
-        self.desired: frozenset[str] = frozenset()
-        self.generation = -1
-        self.intervals: collections.deque[RunInterval] = collections.deque(maxlen=100_000)
-        self.status_writer = FencedWriter(self.client, None)
-        self.known_status: set[str] = set()
-        #: whether our watch on the group state is armed: not while the member follows its assignment alone
-        self.group_state_watched = False
-        self._member_written = False  # whether this session created our request znode (else the first write creates it)
-        #: data version of each status we wrote last (what a release's conditional write expects to find)
-        self.status_versions: dict[str, int] = {}
-        self.fenced = False
-        self.fenced_at = float("-inf")  # (monotonic) when the fence last went up: older answers cannot lift it
-        self.fence_timer: threading.Timer | None = None
-        self.session_id: int | None = None
         self.stopped = threading.Event()
         self.exited = threading.Event()  # controlled shutdown finished
         self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit
         self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
-        self._last_flush = 0.0
-        #: a status write of the status loop and a release's marking of its tasks, one at a time
-        self.status_lock = threading.Lock()
-        self._flushed: list[RunInterval] = []  # the interval log as last written (an unchanged one is not rewritten)
-        self._closing = False
-        self.probe = LivenessProbe(self)
-        self.watchdog = DeadlineWatchdog(self)
+        #: whether our watch on the group state is armed: not while the member follows its assignment alone
+        self.group_state_watched = False
+        self._member_written = False  # whether this session created our request znode (else the first write creates it)
+        self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
+        # ---- the parts, and what they share ----
+        self.session = BrokerSession(self.id)
+        self.table = TaskTable()
+        info = BrokerInfo(broker_id=self.id, host=socket.gethostname(), pid=os.getpid(), group=config.group,
+                          capacity=config.capacity, rack=config.rack, instance_id=config.instance_id,
+                          runner=self.runner.name)
+        self.registration = Registration(self.client, self.layout.broker(self.id), info, self.session,
+                                         session_timeout_s)
+        self.reporting = Reporter(self.client, self.layout, self.session, self.table, config.metrics_interval_s,
+                                  config.intervals_flush_s)
+        # (parts built later are reached through the worker's own attributes, looked up at each call)
+        self.fence = Fence(self.id, session_timeout_s, self.fence_margin_s, self.table.lock, self.registration,
+                           running=self.table.running, stop_runners=lambda ts, why: self.tasks.stop_runners(ts, why),
+                           resume=lambda: self.tasks.reconcile(), closing=lambda: self.session.closing,
+                           stopped=self.stopped)
+        self.watchdog = DeadlineWatchdog(self.id, session_timeout_s, self.fence_margin_s, stop_budget_s,
+                                         config.stop_timeout_s, earliest_expiry=self.fence.probe.earliest_expiry,
+                                         running_or_starting=self.table.running_or_starting,
+                                         kill_runners=self.runner.kill, runner_processes=self.runner.processes,
+                                         halt=self.halt, stopped=self.stopped)
+        self.ownership = Ownership(self.client, self.layout, self.session, self.table, self.reporting, self.pool,
+                                   config.owner_wait_s, self.layout.group_member(config.group, self.id),
+                                   enqueue=self._enqueue, reconcile=lambda: self.tasks.reconcile(),
+                                   reconciling=lambda: self.member.follows_assignment_alone)
+        self.tasks = TaskSupervisor(self.client, self.layout, self.session, self.table, self.runner, self.pool,
+                                    owners=self.ownership, deadlines=self.watchdog, record=self.reporting.record,
+                                    fenced=lambda: self.fence.up, enqueue=self._enqueue, stopped=self.stopped)
+        # ---- the threads ----
+        self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
+        self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
+        self.pulse_thread = threading.Thread(target=self.fence.pulse_loop, name=f"worker-{self.id}-pulse", daemon=True)
         self.deadline_thread = threading.Thread(target=self.watchdog.loop, name=f"worker-{self.id}-deadline",
                                                 daemon=True)
 
@@ -183,7 +186,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                       capacity=c.capacity, rack=c.rack, instance_id=c.instance_id)
 
     # ---- lifecycle --------------------------------------------------------------------------------
-    def start(self) -> "Worker":
+    def start(self) -> Worker:
         """Connect, refuse at once if another live broker of this host runs under our id, then start the
         threads (registration itself is the event thread's first step)."""
         if not self.client.connected:
@@ -192,7 +195,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
         if owner is not None and owner != self.id:
             raise IdentityMismatch(f"these credentials are broker {owner}'s own (ACL policy), not broker {self.id}'s: "
                                    "give each broker its own credentials")
-        self._check_not_running_here()
+        self.registration.check_not_running_here()
         self.client.add_listener(self._listener)
         ensure_layout(self.client, self.layout)
         for p in (self.layout.group_members(self.config.group), self.layout.group_assignments(self.config.group),
@@ -222,61 +225,11 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             os._exit(EXIT_HALTED)
         self.kill()
 
-    def _registration(self) -> tuple[BrokerInfo | None, Any]:
-        """Who holds our broker znode now: its payload (None if unreadable) and stat, or (None, None)."""
-        try:
-            data, stat = self.client.get(self.layout.broker(self.id))
-        except NoNodeError:
-            return None, None
-        try:
-            return codecs.decode(BrokerInfo, data, self.layout.broker(self.id)), stat
-        except PayloadError:
-            return None, stat
-
-    def _check_not_running_here(self) -> None:
-        """Raise RegistrationConflict if our id is registered by another session whose process runs on this
-        host (a duplicate ``broker run --id``): no need to wait for a session that cannot expire."""
-        info, stat = self._registration()
-        if stat is None or stat.ephemeralOwner == self.client.client_id[0] or info is None:
-            return
-        if info.host == socket.gethostname() and info.pid != os.getpid() and _process_alive(info.pid, self.id):
-            raise RegistrationConflict(f"broker id {self.id} is already running (pid {info.pid} on {info.host}); "
-                                       "stop it first or choose another --id")
-
-    def _register(self) -> None:
-        """Create our ephemeral broker znode. A znode of an earlier session of ours (a restart after a
-        crash) goes once that session expires: wait for it, bounded; a live one is a duplicate id."""
-        info = BrokerInfo(broker_id=self.id, host=socket.gethostname(), pid=os.getpid(), group=self.config.group,
-                          capacity=self.config.capacity, rack=self.config.rack, instance_id=self.config.instance_id,
-                          runner=self.runner.name)
-        deadline = time.monotonic() + self.config.settings.session_timeout_s * 3
-        waiting = False
-        while True:
-            try:
-                self.client.create(self.layout.broker(self.id), codecs.encode(info), ephemeral=True)
-                break
-            except NodeExistsError:
-                holder, stat = self._registration()
-                if stat is not None and stat.ephemeralOwner == self.client.client_id[0]:
-                    break
-                if stat is not None:
-                    self._check_not_running_here()
-                    if time.monotonic() > deadline:
-                        where = f" (pid {holder.pid} on {holder.host})" if holder else ""
-                        raise RegistrationConflict(f"broker id {self.id} is registered by another live session{where}; "
-                                                   "stop that broker first or choose another --id")
-                    if not waiting:
-                        waiting = True
-                        log.warning("worker %s: id registered by an earlier session; waiting up to %.0fs for it to "
-                                    "expire", self.id, deadline - time.monotonic())
-                time.sleep(0.2)
-        self.session_id = self.client.client_id[0]
-
     def request_shutdown(self) -> None:
         """Controlled shutdown: ask the controller to move our tasks away; we exit once we own nothing.
         A worker that never registered has nothing to move, and must not file a request in the name of
         whoever holds its id: it just exits."""
-        if self.session_id is None:
+        if self.session.session_id is None:
             self.exited.set()
             return
         try:
@@ -292,14 +245,14 @@ class Worker(Fence, Ownership, Tasks, Reporting):
 
         The session is closed before joining threads: kazoo's synchronous calls wait for as long as the
         server is unreachable, and closing the client is what fails them, so nothing here waits forever."""
-        if self._closing:
+        if self.session.closing:
             return
-        self._closing = True
+        self.session.closing = True
         self._enqueue(StopEvent())
-        self._stop_all_tasks(release=True)
+        self.tasks.stop_all(release=True)
         self.stopped.set()
         if self.client.connected:
-            self._flush_intervals(force=True)
+            self.reporting.flush_intervals(force=True)
         try:
             self.client.remove_listener(self._listener)
             self.client.stop()
@@ -316,12 +269,12 @@ class Worker(Fence, Ownership, Tasks, Reporting):
     def kill(self) -> None:
         """Die abruptly (in-process kill): tasks end now with no graceful stop, and the session is
         closed at once, so its ephemeral znodes (membership, owners) vanish immediately."""
-        self._closing = True
+        self.session.closing = True
         now = time.time()
-        with self.lock:
-            for t, slot in self.slots.items():
+        with self.table.lock:
+            for t, slot in self.table.slots.items():
                 if slot.running:
-                    self._record(t, slot, now, released=now)
+                    self.reporting.record(t, slot, now, released=now)
                 slot.running = False
         self.stopped.set()
         self._enqueue(StopEvent())
@@ -340,9 +293,9 @@ class Worker(Fence, Ownership, Tasks, Reporting):
 
     def _listener(self, state: KazooState) -> None:
         if state == KazooState.SUSPENDED:
-            self._arm_fence()
+            self.fence.arm()
         elif state == KazooState.CONNECTED:
-            self._disarm_fence()  # before the event: its handler must see any fence the timer raised
+            self.fence.disarm()  # before the event: its handler must see any fence the timer raised
         self._enqueue(ConnectionEvent(str(state)))
 
     def _watch_group_state(self, _event: Any = None) -> None:
@@ -362,7 +315,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
     def _loop(self) -> None:
         while True:
             event = self.events.get()
-            while self.frozen.is_set() and not self._closing:
+            while self.frozen.is_set() and not self.session.closing:
                 time.sleep(0.05)
             if isinstance(event, StopEvent):
                 return
@@ -374,7 +327,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                 self.failed.set()
             except (KazooException, KazooTimeoutError) as exc:
                 log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
-                if isinstance(event, ConnectionEvent) and event.state == "STARTED" and not self._closing:
+                if isinstance(event, ConnectionEvent) and event.state == "STARTED" and not self.session.closing:
                     # not registered yet (a connection loss mid-way): start again shortly, until it works
                     retry = threading.Timer(0.5, self._enqueue, args=(event,))
                     retry.name = f"worker-{self.id}-register-retry"
@@ -398,10 +351,10 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             if a is not None:
                 actions = self.member.on_assignment(a)
                 if self.member.generation >= 0:
-                    self.generation = self.member.generation  # owner znodes record the new generation
+                    self.session.generation = self.member.generation  # owner znodes record the new generation
                 self._do(actions)
         elif isinstance(event, Owned):
-            self._do(self.member.on_owned(self._held()))
+            self._do(self.member.on_owned(self.table.held()))
         elif isinstance(event, Stopped):
             self._on_stopped(event)
         elif isinstance(event, Released):
@@ -419,7 +372,7 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             if self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown) is not None:
                 self._do(self.member.request_shutdown())
         if (not self.group_state_watched and not self.member.follows_assignment_alone
-                and self.member.state is not WorkerState.DOWN and not self._closing):
+                and self.member.state is not WorkerState.DOWN and not self.session.closing):
             # we left reconcile (a notice in our assignment): read the group state again, arming its watch
             info = self._read_group_state()
             if info is not None:
@@ -427,30 +380,31 @@ class Worker(Fence, Ownership, Tasks, Reporting):
 
     def _on_connection(self, state: str) -> None:
         if state in ("STARTED",):
-            self._register()
+            self.registration.register()
             self._do(self.member.start(self._arm_watches()))
             self._enqueue(ShutdownRequested())
         elif state == str(KazooState.LOST):
             log.warning("worker %s: session lost; everything it held is gone", self.id)
-            self._stop_all_tasks(release=False)
-            with self.lock:
-                for slot in self.slots.values():
+            self.tasks.stop_all(release=False)
+            with self.table.lock:
+                for slot in self.table.slots.values():
                     slot.held = False
                     slot.state = "STOPPED"
-                self.fenced = False  # nothing runs and nothing is held: the next session starts clean
+                self.fence.clear()  # nothing runs and nothing is held: the next session starts clean
             self._do(self.member.stop())
             self.member = self._new_member()
         elif state == str(KazooState.CONNECTED):
-            if self._closing:
+            if self.session.closing:
                 return
-            if self.client.client_id and self.session_id is not None and self.client.client_id[0] != self.session_id:
+            session_id = self.session.session_id
+            if self.client.client_id and session_id is not None and self.client.client_id[0] != session_id:
                 # a new session after LOST: register again and rejoin from scratch; every watch of the old
                 # session is gone, the controlled-shutdown one included (a request filed meanwhile counts)
-                self._register()
+                self.registration.register()
                 self._do(self.member.start(self._arm_watches()))
                 self._enqueue(ShutdownRequested())
-            elif self.fenced:  # (if this fails, the probe lifts it once an answer shows the session alive)
-                self._resume_if_alive("reconnected and our session is alive")
+            elif self.fence.up:  # (if this fails, the probe lifts it once an answer shows the session alive)
+                self.fence.resume_if_alive("reconnected and our session is alive")
             self._enqueue(GroupStateEvent())
             self._enqueue(AssignmentEvent())
 
@@ -539,9 +493,9 @@ class Worker(Fence, Ownership, Tasks, Reporting):
                     self.member.proposal_not_written(act.proposal.generation)
                     raise
             elif isinstance(act, SetDesired):
-                with self.lock:
-                    self.desired = act.tasks
-                self._reconcile()
+                with self.table.lock:
+                    self.table.desired = act.tasks
+                self.tasks.reconcile()
                 if self.member.reconcile_mode:
                     self._enqueue(Owned())  # what we hold now that the stops and starts are under way
             elif isinstance(act, Exit):
@@ -579,15 +533,75 @@ class Worker(Fence, Ownership, Tasks, Reporting):
             return None
 
 
+    # ---- the release of a reconciling member (event thread) -------------------------------------------
+    def _on_stopped(self, event: Stopped) -> None:
+        """Release ``event.ready`` with our report, or the usual way on a pool thread when that cannot be
+        (not reconciling any more, not connected, fenced, a status version not known)."""
+        tasks, ready = list(event.tasks), list(event.ready)
+        request = None
+        if self.client.connected and not self.fence.up and len(ready) <= RELEASE_CHUNK:
+            request = self.member.release_report(frozenset(ready), self.table.held())
+        if request is None or not self.ownership.send_release(tasks, ready, request):
+            self.pool.submit(self.ownership.release_and_finish, tasks, ready)
+
+    def _on_released(self, event: Released) -> None:
+        """The answer to the release multi: once the tasks are let go, the member knows its report is written."""
+        if self.ownership.on_released(event):
+            self._do(self.member.on_released(self.table.held(), event.request))
+            self.tasks.reconcile()
+
+    # ---- the status thread --------------------------------------------------------------------------
+    def _status_loop(self) -> None:
+        """Poll the runner (restart failed tasks with backoff), write changed statuses in batches, flush the
+        run intervals."""
+        while not self.stopped.wait(self.config.status_interval_s):
+            if self.frozen.is_set():
+                continue
+            try:
+                self.tasks.poll()
+                self.reporting.write_statuses()
+                self.reporting.flush_intervals()
+            except (KazooException, KazooTimeoutError):
+                pass
+            except Exception:
+                log.exception("worker %s: status loop", self.id)
+
     # ---- views ------------------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """The group generation our owner znodes and statuses record (of the last assignment)."""
+        return self.session.generation
+
+    @property
+    def session_id(self) -> int | None:
+        """The session that registered our broker znode (None before the first registration)."""
+        return self.session.session_id
+
+    @property
+    def closing(self) -> bool:
+        """Whether ``stop`` or ``kill`` began."""
+        return self.session.closing
+
+    @property
+    def intervals(self) -> collections.deque[RunInterval]:
+        """The runs that ended (what the independent checker reads, with ``open_intervals``)."""
+        return self.reporting.intervals
+
+    def open_intervals(self) -> list[RunInterval]:
+        return self.reporting.open_intervals()
+
     def running_tasks(self) -> set[str]:
-        with self.lock:
-            return {t for t, s in self.slots.items() if s.running}
+        return set(self.table.running())
+
+    def held_tasks(self) -> frozenset[str]:
+        """Tasks whose owner znode we hold, or may hold any moment."""
+        return self.table.held()
 
     def last_start(self) -> float | None:
         """Wall time the latest of the tasks running now started (None: nothing runs)."""
-        with self.lock:
-            return max((s.started for s in self.slots.values() if s.running and s.started is not None), default=None)
+        with self.table.lock:
+            return max((s.started for s in self.table.slots.values() if s.running and s.started is not None),
+                       default=None)
 
     def state(self) -> str:
         return self.member.state.value
@@ -611,16 +625,3 @@ def install_signal_handlers(worker: Worker, on_exit: Callable[[], None]) -> None
 
     signal.signal(signal.SIGTERM, term)
     signal.signal(signal.SIGINT, intr)
-
-
-def _process_alive(pid: int, broker_id: str) -> bool:
-    """Whether ``pid`` is a live process that looks like a broker with this id (not a recycled pid)."""
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return broker_id in " ".join(proc.cmdline())
-    except Exception:  # gone, or not ours to inspect
-        return False

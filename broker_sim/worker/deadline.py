@@ -22,6 +22,10 @@ A paused process (SIGSTOP, a VM pause) runs no thread at all, so it cannot enfor
 **lease guard** (``guard``) does it from outside. The watchdog keeps a lease file saying until when the session
 is certainly alive and which processes run our tasks; a separate guard process kills them when the lease runs
 out unrenewed. When the paused worker resumes past its deadline, the watchdog sees it at once and halts.
+
+The watchdog is given what it needs as values and callables (the earliest expiry, a snapshot of the tasks
+that run or start, kill every runner, the runners' processes, halt), never the worker's lock, slots or
+runner: it only reads, kills and halts.
 """
 
 from __future__ import annotations
@@ -34,12 +38,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from broker_sim.worker.core import Worker
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class Lease:
                            "pids": list(self.pids), "pgids": list(self.pgids)})
 
     @staticmethod
-    def decode(text: str) -> "Lease":
+    def decode(text: str) -> Lease:
         body = json.loads(text)
         return Lease(broker=str(body["broker"]), owner_pid=int(body["owner_pid"]),
                      expires=None if body.get("expires") is None else float(body["expires"]),
@@ -112,18 +113,27 @@ def lease_dir() -> Path:
 class DeadlineWatchdog:
     """The watchdog thread's state: stops in flight with their deadlines, the lease and its guard."""
 
-    def __init__(self, worker: "Worker") -> None:
-        self.w = worker
-        self.safety_s = safety_margin(worker.config.settings.session_timeout_s, worker.fence_margin_s)
-        self.stop_timeout_s = stop_timeout(float(getattr(worker.runner, "stop_budget_s", 0.0)),
-                                           worker.config.stop_timeout_s)
+    def __init__(self, who: str, session_timeout_s: float, fence_margin_s: float, stop_budget_s: float,
+                 configured_stop_timeout_s: float | None, earliest_expiry: Callable[[], float | None],
+                 running_or_starting: Callable[[], set[str]], kill_runners: Callable[[], None],
+                 runner_processes: Callable[[], tuple[set[int], set[int]]], halt: Callable[[str], None],
+                 stopped: threading.Event) -> None:
+        self.who = who
+        self.earliest_expiry = earliest_expiry
+        self.running_or_starting = running_or_starting
+        self.kill_runners = kill_runners
+        self.runner_processes = runner_processes
+        self.halt = halt
+        self.stopped = stopped
+        self.safety_s = safety_margin(session_timeout_s, fence_margin_s)
+        self.stop_timeout_s = stop_timeout(stop_budget_s, configured_stop_timeout_s)
         self._lock = threading.Lock()
         self._stops: dict[str, float] = {}  # task -> monotonic instant its stop must have returned by
         self.halted = threading.Event()
         self.reason: str | None = None
         self._lease_path: Path | None = None
         self._last_lease: Lease | None = None
-        self._guard: subprocess.Popen | None = None
+        self._guard: subprocess.Popen[bytes] | None = None
         self.period_s = min(MAX_PERIOD_S, self.safety_s / 2)
 
     # ---- stops -----------------------------------------------------------------------------------------
@@ -138,13 +148,12 @@ class DeadlineWatchdog:
     # ---- the session deadline ----------------------------------------------------------------------------
     def session_deadline(self) -> float | None:
         """The last instant (monotonic) our tasks may run: ``safety`` before the earliest expiry."""
-        expiry = self.w.probe.earliest_expiry()
+        expiry = self.earliest_expiry()
         return None if expiry is None else expiry - self.safety_s
 
     def busy(self) -> list[str]:
         """Tasks that run, start (a start cannot be aborted: it runs once it returns) or stop now."""
-        with self.w.lock:
-            busy = {t for t, s in self.w.slots.items() if s.running or s.state == "STARTING"}
+        busy = self.running_or_starting()
         with self._lock:
             return sorted(busy | set(self._stops))
 
@@ -169,13 +178,12 @@ class DeadlineWatchdog:
                 return
             self.halted.set()
             self.reason = reason
-        w = self.w
-        log.critical("worker %s: HALTING: %s; killing its runners' processes", w.id, reason)
+        log.critical("worker %s: HALTING: %s; killing its runners' processes", self.who, reason)
         try:
-            w.runner.kill()
+            self.kill_runners()
         except Exception:
-            log.exception("worker %s: killing the runner's processes", w.id)
-        w.halt(reason)
+            log.exception("worker %s: killing the runner's processes", self.who)
+        self.halt(reason)
 
     # ---- the lease ---------------------------------------------------------------------------------------
     def start_guard(self) -> None:
@@ -184,19 +192,19 @@ class DeadlineWatchdog:
         its process, and a JVM, with others."""
         directory = lease_dir()
         directory.mkdir(parents=True, exist_ok=True)
-        self._lease_path = directory / f"{self.w.id}-{os.getpid()}.json"
+        self._lease_path = directory / f"{self.who}-{os.getpid()}.json"
         self._write_lease(time.monotonic(), force=True)
         cmd = [sys.executable, "-m", "broker_sim.worker.guard", str(self._lease_path)]
         self._guard = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
-        log.info("worker %s: lease guard pid %d watches %s", self.w.id, self._guard.pid, self._lease_path)
+        log.info("worker %s: lease guard pid %d watches %s", self.who, self._guard.pid, self._lease_path)
 
     def _write_lease(self, now: float, force: bool = False) -> None:
         if self._lease_path is None:
             return
-        pids, pgids = self.w.runner.processes()
+        pids, pgids = self.runner_processes()
         deadline = self.session_deadline()
         busy = bool(self.busy())
-        lease = Lease(broker=self.w.id, owner_pid=os.getpid(), expires=deadline if busy else None,
+        lease = Lease(broker=self.who, owner_pid=os.getpid(), expires=deadline if busy else None,
                       pids=tuple(sorted(pids)), pgids=tuple(sorted(pgids)))
         last = self._last_lease
         if not force and last is not None and last.pids == lease.pids and last.pgids == lease.pgids and (
@@ -207,7 +215,7 @@ class DeadlineWatchdog:
             write_lease(self._lease_path, lease)
             self._last_lease = lease
         except OSError as exc:
-            log.warning("worker %s: cannot write its lease %s: %s", self.w.id, self._lease_path, exc)
+            log.warning("worker %s: cannot write its lease %s: %s", self.who, self._lease_path, exc)
 
     def close_guard(self) -> None:
         """A clean stop: nothing runs any more; the guard exits when its lease file is gone."""
@@ -225,7 +233,7 @@ class DeadlineWatchdog:
 
     # ---- the thread ----------------------------------------------------------------------------------------
     def loop(self) -> None:
-        while not self.w.stopped.wait(self.period_s):
+        while not self.stopped.wait(self.period_s):
             if self.halted.is_set():
                 return
             now = time.monotonic()

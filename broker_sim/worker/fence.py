@@ -18,10 +18,14 @@ paused (SIGSTOP, a VM pause): it fences at once, un-fencing only after a round t
 still its own.
 
 One fence, three routes up (the SUSPENDED timer, the probe, the pause detector), one rule down
-(``_lift_fence``): an answer to a request sent after the fence went up, showing the session still owns our
+(``Fence.lift``): an answer to a request sent after the fence went up, showing the session still owns our
 broker znode, lifts it whichever route raised it. Raising it cancels a pending SUSPENDED timer: left to
 fire after the fence was lifted, it fenced a healthy worker that nothing then lifted (a chaos run's
 tasks stayed without an owner).
+
+The fence is a part the worker owns: it is given the worker's task-table lock (its state and the tasks it
+stops are read and written under that one lock), the session check, and callables (what runs, stop these
+runners, reconcile), never the worker itself.
 """
 
 from __future__ import annotations
@@ -29,10 +33,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from broker_sim.worker.core import Worker
+from collections.abc import Callable
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,22 @@ def probe_interval(fence_margin_s: float) -> float:
     return min(1.0, max(0.2, fence_margin_s / 2))
 
 
+class SessionCheck(Protocol):
+    """What the fence asks ZooKeeper: whether our session still holds our broker znode."""
+
+    @property
+    def session_id(self) -> int | None: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+    def exists(self) -> Any: ...
+
+    def exists_async(self) -> Any: ...
+
+    def owns(self, stat: Any) -> bool: ...
+
+
 class LivenessProbe:
     """The fence deadline without relying on kazoo's SUSPENDED, run by the pulse thread.
 
@@ -67,10 +85,16 @@ class LivenessProbe:
     as the SUSPENDED fence timer); an answer showing our session still owns our broker znode lifts any fence
     raised before its request was sent."""
 
-    def __init__(self, worker: "Worker") -> None:
-        self.w = worker
-        self.limit = worker.config.settings.session_timeout_s - worker.fence_margin_s
-        self.interval = probe_interval(worker.fence_margin_s)
+    def __init__(self, who: str, session: SessionCheck, session_timeout_s: float, fence_margin_s: float,
+                 closing: Callable[[], bool], lift: Callable[[float, str], bool], fence: Callable[[], None]) -> None:
+        self.who = who
+        self.check = session
+        self.session_timeout_s = session_timeout_s
+        self.closing = closing
+        self.lift = lift
+        self.fence = fence
+        self.limit = session_timeout_s - fence_margin_s
+        self.interval = probe_interval(fence_margin_s)
         self.sent_at = float("-inf")
         self.session: int | None = None
         self.last_ok = time.monotonic()
@@ -86,17 +110,17 @@ class LivenessProbe:
         """The earliest instant (monotonic) the server may expire our session: ``session_timeout`` after the
         send time of the last request it answered. None while no session is ours (or a new one is not
         adopted yet)."""
-        if self.session is None or self.session != self.w.session_id:
+        if self.session is None or self.session != self.check.session_id:
             return None
-        return self.last_ok + self.w.config.settings.session_timeout_s
+        return self.last_ok + self.session_timeout_s
 
     def step(self, now: float) -> None:
-        w = self.w
-        if w.session_id is None or w._closing:
+        session_id = self.check.session_id
+        if session_id is None or self.closing():
             self.reset(now)
             return
-        if w.session_id != self.session:  # a new session: its clock starts now
-            self.session = w.session_id
+        if session_id != self.session:  # a new session: its clock starts now
+            self.session = session_id
             self.reset(now)
             self.fenced = False
         if self.pending is not None and self.pending[1].ready():
@@ -108,90 +132,114 @@ class LivenessProbe:
                 stat = False
             if stat is not False:
                 self.last_ok = max(self.last_ok, sent)
-                if w._session_owns(stat):
+                if self.check.owns(stat):
                     self.fenced = False  # (this silence is over: the next one may fence again)
                     # whoever raised the fence (this probe, the SUSPENDED timer, a pause): an answer to a
                     # request sent after it went up proves the session outlived it
-                    w._lift_fence(sent, "ZooKeeper answers again and our session is alive")
-        if self.pending is None and w.client.connected and now - self.sent_at >= self.interval:
+                    self.lift(sent, "ZooKeeper answers again and our session is alive")
+        if self.pending is None and self.check.connected and now - self.sent_at >= self.interval:
             self.sent_at = now
             try:
-                self.pending = (now, w.client.exists_async(w.layout.broker(w.id)))
+                self.pending = (now, self.check.exists_async())
             except Exception:
                 self.pending = None
         if not self.fenced and now - self.last_ok > self.limit:
             self.fenced = True
-            log.warning("worker %s: no answer from ZooKeeper for %.1fs; fencing", w.id, now - self.last_ok)
-            w._fence()
+            log.warning("worker %s: no answer from ZooKeeper for %.1fs; fencing", self.who, now - self.last_ok)
+            self.fence()
 
 
 class Fence:
-    """Arming, firing and lifting the fence; the pulse thread's loop."""
+    """Arming, raising and lifting the fence; the pulse thread's loop. ``up`` (and ``raised_at``, when it
+    last went up) are read and written under ``lock``, the worker's task-table lock."""
 
-    # ---- fence ------------------------------------------------------------------------------------
-    def _arm_fence(self) -> None:
+    def __init__(self, who: str, session_timeout_s: float, margin_s: float, lock: threading.RLock,
+                 session: SessionCheck, running: Callable[[], list[str]],
+                 stop_runners: Callable[[list[str], str], None], resume: Callable[[], None],
+                 closing: Callable[[], bool], stopped: threading.Event) -> None:
+        self.who = who
+        self.session_timeout_s = session_timeout_s
+        self.margin_s = margin_s
+        self.lock = lock
+        self.session = session
+        self.running = running
+        self.stop_runners = stop_runners
+        self.resume = resume
+        self.closing = closing
+        self.stopped = stopped
+        self.up = False
+        self.raised_at = float("-inf")  # (monotonic) when the fence last went up: older answers cannot lift it
+        self.timer: threading.Timer | None = None
+        # (the probe looks ``lift`` and ``fence`` up at each call: whatever this fence's are then)
+        self.probe = LivenessProbe(who, session, session_timeout_s, margin_s, closing,
+                                   lift=lambda sent, why: self.lift(sent, why), fence=lambda: self.fence())
+
+    def arm(self) -> None:
+        """SUSPENDED: start the fence timer."""
         # SUSPENDED comes 2/3 of the session after we last heard from the server: fence a margin before
         # the earliest expiry, at once if the margin is a third of the session or more
-        delay = max(0.0, self.config.settings.session_timeout_s / 3 - self.fence_margin_s)
+        delay = max(0.0, self.session_timeout_s / 3 - self.margin_s)
         with self.lock:
-            if self.fence_timer is None:
-                self.fence_timer = threading.Timer(delay, self._fence)
-                self.fence_timer.name = f"worker-{self.id}-fence"
-                self.fence_timer.daemon = True
-                self.fence_timer.start()
+            if self.timer is None:
+                self.timer = threading.Timer(delay, self.fence)
+                self.timer.name = f"worker-{self.who}-fence"
+                self.timer.daemon = True
+                self.timer.start()
 
-    def _disarm_fence(self) -> None:
+    def disarm(self) -> None:
+        """CONNECTED again: a pending fence timer will not fire."""
         with self.lock:
-            if self.fence_timer is not None:
-                self.fence_timer.cancel()
-                self.fence_timer = None
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
 
-    def _fence(self) -> None:
+    def fence(self) -> None:
         """ZooKeeper has not come back in time: stop every task before our session can expire.
 
         A SUSPENDED timer still pending is cancelled, whoever fences: left to fire, it would fence again
         later, possibly after the fence was lifted, with the connection healthy and nothing left to lift it."""
         with self.lock:
-            timer, self.fence_timer = self.fence_timer, None
-            self.fenced = True
-            self.fenced_at = time.monotonic()
-            running = [t for t, s in self.slots.items() if s.running]
+            timer, self.timer = self.timer, None
+            self.up = True
+            self.raised_at = time.monotonic()
+            running = self.running()
         if timer is not None:
             timer.cancel()  # (harmless from the timer's own thread: it has fired)
-        log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.id, len(running))
+        log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.who, len(running))
         # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
-        self._stop_runners(running, "fence")
+        self.stop_runners(running, "fence")
 
-    def _lift_fence(self, sent: float, why: str) -> bool:
+    def lift(self, sent: float, why: str) -> bool:
         """An answer to a request sent at ``sent`` (monotonic) showed our session alive: lift the fence if
         that request went out after the fence went up (an older answer proves nothing about the silence
         that raised it), and move the liveness deadline forward from its send time."""
         with self.lock:
-            if not self.fenced or sent < self.fenced_at or self._closing:
+            if not self.up or sent < self.raised_at or self.closing():
                 return False
-            self.fenced = False
+            self.up = False
         self.probe.last_ok = max(self.probe.last_ok, sent)
-        log.info("worker %s: %s; resuming", self.id, why)
-        self._reconcile()
+        log.info("worker %s: %s; resuming", self.who, why)
+        self.resume()
         return True
 
-    def _session_owns(self, stat: Any) -> bool:
-        """Whether an answer about our broker znode shows our session alive (it still owns the znode)."""
-        return stat is not None and stat.ephemeralOwner == self.session_id
+    def clear(self) -> None:
+        """The session is lost: nothing runs and nothing is held, so the next session starts unfenced."""
+        with self.lock:
+            self.up = False
 
-    def _resume_if_alive(self, why: str) -> None:
+    def resume_if_alive(self, why: str) -> None:
         """One round trip, sent now (after the fence went up), to prove our session alive and lift the fence
         (a reconnection, the end of a pause); if it fails, the probe's next answer lifts it instead."""
         sent = time.monotonic()
         try:
-            stat = self.client.exists(self.layout.broker(self.id))
+            stat = self.session.exists()
         except Exception:  # (connection loss, timeout, a client closing: the pulse thread must not die of it)
             return
-        if self._session_owns(stat):
-            self._lift_fence(sent, why)
+        if self.session.owns(stat):
+            self.lift(sent, why)
 
-    # ---- status -----------------------------------------------------------------------------------
-    def _pulse_loop(self) -> None:
+    # ---- the pulse thread ---------------------------------------------------------------------------
+    def pulse_loop(self) -> None:
         """Detect that this process was paused (SIGSTOP, VM or GC pause): a thread doing no I/O wakes up
         much later than it asked to. The session may be gone and our tasks someone else's: fence now,
         then un-fence only after a round trip proves the session survived (our broker znode is ours)."""
@@ -201,12 +249,12 @@ class Fence:
         while not self.stopped.wait(period):
             now = time.monotonic()
             gap, last = now - last, now
-            if gap <= self.config.settings.session_timeout_s / 3:
+            if gap <= self.session_timeout_s / 3:
                 probe.step(now)
                 continue
             # the last answer stays what it was: the deadline watchdog halts us if the pause went past it
             probe.pending = None
-            log.warning("worker %s: paused for %.1fs; fencing", self.id, gap)
-            self._fence()
-            self._resume_if_alive("the session survived the pause")
+            log.warning("worker %s: paused for %.1fs; fencing", self.who, gap)
+            self.fence()
+            self.resume_if_alive("the session survived the pause")
             last = time.monotonic()

@@ -1,53 +1,90 @@
 """Ownership of tasks: the ephemeral ``/tasks/<bucket>/<id>/owner`` znode is created before a runner starts
 (tasks given together in pipelined rounds) and deleted only after its ``stop`` returned (tasks let go
 together stop on pool threads; the last to stop releases them all in one multi with their last statuses; a
-reconciling member's release is sent by its event thread, with its report in the same multi)."""
+reconciling member's release is sent by its event thread, with its report in the same multi).
+
+``Ownership`` is a part the worker owns: it is given the client, the task table, the status book (whose
+versions and lock a release shares with the status writes) and callables (enqueue an event, reconcile,
+whether the member reconciles), not the worker."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from broker_sim.worker.events import Owned, Released, Stopped
-from broker_sim.worker.slots import StopBatch, TaskSlot
+from broker_sim.worker.registration import BrokerSession
+from broker_sim.worker.slots import TaskSlot, TaskTable
 from controller.protocol import codecs
 from controller.protocol.codecs import JoinRequest, OwnerInfo, TaskStatus
+from controller.protocol.layout import ZkLayout
 from controller.zk.io import exists_many
 
 log = logging.getLogger(__name__)
 
 
-BATCH_LINGER_S = 1.0  # how long tasks stopped together wait for the slowest stop before going on their own
 RELEASE_RETRY_S = 0.5  # pause before retrying a release we had no right to
 RELEASE_CHUNK = 200  # tasks released per multi (two ops each: the last status, a few hundred bytes, and the owner)
+
+
+class StatusBook(Protocol):
+    """What a release shares with the status writes: their lock, the versions of our own last writes, the
+    last statuses it writes itself."""
+
+    status_lock: threading.Lock
+    status_versions: dict[str, int]
+
+    def final_statuses(self, tasks: list[str]) -> dict[str, bytes]: ...
+
+    def released(self, status_paths: list[str]) -> None: ...
+
+    def forget_versions(self, status_paths: Iterable[str]) -> None: ...
 
 
 class Ownership:
     """Acquiring and releasing owner znodes."""
 
-    # ---- tasks ------------------------------------------------------------------------------------
-    def _held(self) -> frozenset[str]:
-        """Tasks whose owner znode we hold, or may hold any moment (a create in flight: a busy slot not yet
-        held). A revoked task counts as let go only once neither is true."""
-        with self.lock:
-            return frozenset(t for t, s in self.slots.items() if s.held or s.busy)
+    def __init__(self, client: KazooClient, layout: ZkLayout, session: BrokerSession, table: TaskTable,
+                 statuses: StatusBook, pool: ThreadPoolExecutor, owner_wait_s: float, group_member: str,
+                 enqueue: Callable[[object], None], reconcile: Callable[[], None],
+                 reconciling: Callable[[], bool]) -> None:
+        self.client = client
+        self.layout = layout
+        self.session = session
+        self.table = table
+        self.statuses = statuses
+        self.pool = pool
+        self.owner_wait_s = owner_wait_s
+        self.group_member = group_member  # our request znode (a reconciling member's report goes with a release)
+        self.enqueue = enqueue
+        self.reconcile = reconcile
+        self.reconciling = reconciling  # whether the member follows its assignment alone (reconcile)
 
-    def _acquire_owner(self, t: str) -> bool:
+    @property
+    def who(self) -> str:
+        return self.session.broker_id
+
+    # ---- acquiring --------------------------------------------------------------------------------
+    def acquire(self, t: str) -> bool:
         """Create the ephemeral owner znode, waiting (watch, bounded re-checks) while another holds it.
 
         With per-broker identities the controller hands ``/tasks/<t>`` to us (a setACL) before the
         assignment that gives us the task: NoAuth means that has not happened (yet), so we wait and
         retry within the same bound rather than give up."""
         path = self.layout.task_owner(t)
-        data = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
-        deadline = time.monotonic() + self.config.owner_wait_s
+        data = codecs.encode(OwnerInfo(broker=self.who, generation=self.session.generation))
+        deadline = time.monotonic() + self.owner_wait_s
         refused = 0
         while time.monotonic() < deadline:
-            with self.lock:
-                if t not in self.desired or self._closing:
+            with self.table.lock:
+                if t not in self.table.desired or self.session.closing:
                     return False
             try:
                 self.client.create(path, data, ephemeral=True)
@@ -57,7 +94,7 @@ class Ownership:
             except NoAuthError:
                 refused += 1
                 if refused == 1:
-                    log.warning("worker %s: no right (yet) to take %s: waiting for it to be handed to us", self.id, t)
+                    log.warning("worker %s: no right (yet) to take %s: waiting for it to be handed to us", self.who, t)
                 time.sleep(min(0.05 * 2 ** min(refused, 5), 1.0))
                 continue
             except NodeExistsError:
@@ -68,179 +105,130 @@ class Ownership:
                 if stat.ephemeralOwner == self.client.client_id[0]:
                     return True  # ours already (e.g. reconciled twice)
                 gone.wait(1.0)
-        log.warning("worker %s: gave up waiting for %s to be released", self.id, path)
+        log.warning("worker %s: gave up waiting for %s to be released", self.who, path)
         return False
 
-    def _mark_held(self, tasks: list[str]) -> None:
+    def mark_held(self, tasks: list[str]) -> None:
         """Our owner znodes of these tasks exist now."""
         now = time.time()
-        with self.lock:
+        with self.table.lock:
             for t in tasks:
-                slot = self.slots.setdefault(t, TaskSlot())
+                slot = self.table.slots.setdefault(t, TaskSlot())
                 slot.held = True
                 slot.acquired = now
                 slot.dirty = True
-        self._enqueue(Owned())
+        self.enqueue(Owned())
 
-    def _stop_in_batch(self, t: str, batch: "StopBatch") -> None:
-        """Stop one of several tasks let go of together (a revocation, an eager rejoin): the runners stop in
-        parallel on pool threads, and whichever stop finishes last releases them all together (``_release``:
-        one pipelined read of their statuses, one multi). The member rejoins only once all of them are let
-        go. A slow stop holds the others at most ``BATCH_LINGER_S`` (``StopBatch.expire``, on a timer); a
-        stop that hangs past its own budget, or raises, is escalated by the deadline watchdog (kill, halt).
-        The busy flags are cleared as tasks are released."""
-        stopped = False
-        try:
-            self._stop_runner(t)
-            stopped = True
-        except Exception:
-            log.exception("worker %s: stopping %s", self.id, t)
-        finally:
-            self._finish_batch(batch.done(t, stopped))
-
-    def _batch_timer(self, batch: "StopBatch") -> None:
-        timer = threading.Timer(BATCH_LINGER_S, lambda: self._finish_batch(batch.expire()))
-        timer.name = f"worker-{self.id}-batch"
-        timer.daemon = True
-        timer.start()
-
-    def _finish_batch(self, done: tuple[list[str], list[str]] | None) -> None:
+    # ---- releasing --------------------------------------------------------------------------------
+    def batch_stopped(self, done: tuple[list[str], list[str]] | None) -> None:
+        """Tasks of a stop batch finished stopping (``StopBatch.done``/``expire``): release those that stopped."""
         if done is None:
             return
         tasks, ready = done
         if not self._hand_over_release(tasks, ready):
-            self._release_and_finish(tasks, ready)
+            self.release_and_finish(tasks, ready)
 
-    def _release_and_finish(self, tasks: list[str], ready: list[str], cached: bool = True,
-                            unknown: bool = False) -> None:
+    def release_and_finish(self, tasks: list[str], ready: list[str], cached: bool = True,
+                           unknown: bool = False) -> None:
         """Release the stopped tasks ``ready`` (``unknown``: a release multi's outcome is not known: look at
         their owner znodes instead), then clear the busy flags of ``tasks`` and tell the member."""
         try:
             if unknown:
-                self._confirm_released(ready)
+                self.confirm_released(ready)
             else:
-                self._release(ready, cached)
+                self.release(ready, cached)
         except Exception as exc:  # e.g. connection loss: the next reconcile lets go of them again
-            log.info("worker %s: releasing %d tasks: %s", self.id, len(ready), type(exc).__name__)
+            log.info("worker %s: releasing %d tasks: %s", self.who, len(ready), type(exc).__name__)
         finally:
-            with self.lock:
+            with self.table.lock:
                 for x in tasks:
-                    if x in self.slots:
-                        self.slots[x].busy = False
-            self._enqueue(Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
-            self._reconcile()
+                    if x in self.table.slots:
+                        self.table.slots[x].busy = False
+            self.enqueue(Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
+            self.reconcile()
 
     # ---- a reconciling member's release, with its report ------------------------------------------
     def _hand_over_release(self, tasks: list[str], ready: list[str]) -> bool:
         """On a pool thread, once revoked tasks stopped: a reconciling member's release goes to the event
-        thread, which sends it with the member's report in one multi (``_send_release``). Only the event
+        thread, which sends it with the member's report in one multi (``send_release``). Only the event
         thread writes the report: a release sent from here could land after a newer report and undo it.
         (The member's mode is read here as a hint; the event thread checks again.)"""
-        if not ready or not self.member.follows_assignment_alone:
+        if not ready or not self.reconciling():
             return False
-        self._enqueue(Stopped(tuple(tasks), tuple(ready)))
+        self.enqueue(Stopped(tuple(tasks), tuple(ready)))
         return True
 
-    def _on_stopped(self, event: Stopped) -> None:
-        """Event thread: release ``event.ready`` with our report, or the usual way on a pool thread when that
-        cannot be (not reconciling any more, not connected, fenced, a status version not known)."""
-        tasks, ready = list(event.tasks), list(event.ready)
-        request = None
-        if self.client.connected and not self.fenced and len(ready) <= RELEASE_CHUNK:
-            request = self.member.release_report(frozenset(ready), self._held())
-        if request is None or not self._send_release(tasks, ready, request):
-            self.pool.submit(self._release_and_finish, tasks, ready)
-
-    def _send_release(self, tasks: list[str], ready: list[str], request: JoinRequest) -> bool:
+    def send_release(self, tasks: list[str], ready: list[str], request: JoinRequest) -> bool:
         """Send one multi: the last statuses of ``ready`` at the versions of our own last writes, their
         owner znodes deleted, and our report (the request znode). Its answer comes back as ``Released``;
         the event thread does not wait for it. False (nothing sent) if a status version is not known: the
         usual release reads it first."""
-        if not self.status_lock.acquire(blocking=False):
+        book = self.statuses
+        if not book.status_lock.acquire(blocking=False):
             return False  # a status write is in flight: the usual release (on a pool thread) waits for it
         try:
             paths = {t: self.layout.status(t) for t in ready}
-            versions = {t: self.status_versions.get(paths[t]) for t in ready}
+            versions = {t: book.status_versions.get(paths[t]) for t in ready}
             if any(v is None for v in versions.values()):
                 return False
-            finals = self._final_statuses(ready)
+            finals = book.final_statuses(ready)
         finally:
-            self.status_lock.release()
+            book.status_lock.release()
         tx = self.client.transaction()
         for t in ready:
             tx.set_data(paths[t], finals[t], version=versions[t])
             tx.delete(self.layout.task_owner(t))
-        tx.set_data(self.layout.group_member(self.config.group, self.id), codecs.encode(request))
+        tx.set_data(self.group_member, codecs.encode(request))
         pending = tx.commit_async()
-        pending.rawlink(lambda result: self._enqueue(Released(tuple(tasks), tuple(ready), request, result)))
+        pending.rawlink(lambda result: self.enqueue(Released(tuple(tasks), tuple(ready), request, result)))
         return True
 
-    def _on_released(self, event: Released) -> None:
-        """Event thread: the answer to ``_send_release``. Done: the tasks are let go and the member knows its
-        report is written. A multi that failed did nothing (someone wrote a status since: the usual release
-        reads them first); one whose outcome is unknown (connection lost) is checked by its owner znodes."""
+    def on_released(self, event: Released) -> bool:
+        """Event thread: the answer to ``send_release``. Done (True): the tasks are let go, their busy flags
+        cleared; the caller tells the member its report is written. A multi that failed did nothing (someone
+        wrote a status since: the usual release reads them first); one whose outcome is unknown (connection
+        lost) is checked by its owner znodes (False: a pool thread finishes it)."""
         tasks, ready = list(event.tasks), list(event.ready)
         unknown = False
         try:
             results = event.result.get(block=False)
             done = not any(isinstance(r, Exception) for r in results)
         except Exception as exc:
-            log.info("worker %s: release of %d tasks unconfirmed (%s)", self.id, len(ready), type(exc).__name__)
+            log.info("worker %s: release of %d tasks unconfirmed (%s)", self.who, len(ready), type(exc).__name__)
             done, unknown = False, True
         paths = [self.layout.status(t) for t in ready]
-        with self.lock:
+        with self.table.lock:
             for t in ready:
-                if t in self.slots:
-                    self.slots[t].releasing = False
+                if t in self.table.slots:
+                    self.table.slots[t].releasing = False
         if not done:
-            for p in paths:  # a version of ours was stale
-                self.status_versions.pop(p, None)
-            self.pool.submit(self._release_and_finish, tasks, ready, False, unknown)
-            return
+            self.statuses.forget_versions(paths)  # a version of ours was stale
+            self.pool.submit(self.release_and_finish, tasks, ready, False, unknown)
+            return False
         self._released(ready, paths)
-        with self.lock:
+        with self.table.lock:
             for t in tasks:
-                if t in self.slots:
-                    self.slots[t].busy = False
-        self._do(self.member.on_released(self._held(), event.request))
-        self._reconcile()
+                if t in self.table.slots:
+                    self.table.slots[t].busy = False
+        return True
 
     def _released(self, tasks: list[str], status_paths: list[str]) -> None:
         """A release multi succeeded: its statuses are there, their versions the next owner's to know, and the
         tasks are someone else's to take."""
-        self.known_status.update(status_paths)
-        for p in status_paths:
-            self.status_versions.pop(p, None)
+        self.statuses.released(status_paths)
         self._let_go(tasks)
-
-    def _final_statuses(self, tasks: list[str]) -> dict[str, bytes]:
-        """The last status of each task let go, encoded; its slot is marked releasing (the status loop leaves
-        it alone until the release is over). Called holding ``status_lock``: a status write the status loop
-        has in flight ends first, or it would still write (create, even) a status the release writes too."""
-        finals: dict[str, bytes] = {}
-        with self.lock:
-            for t in tasks:
-                slot = self.slots[t]
-                slot.releasing = True
-                if slot.state not in ("COMPLETED", "FAILED"):
-                    slot.state = "STOPPED"
-                finals[t] = codecs.encode(TaskStatus(
-                    broker=self.id, state=slot.state, generation=self.generation, updated=time.time(),
-                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics,
-                    session=codecs.session_hex(self.session_id)))
-        return finals
 
     def _let_go(self, tasks: list[str]) -> None:
         """Our owner znodes of these tasks are gone: they are someone else's to take."""
-        with self.lock:
+        with self.table.lock:
             for t in tasks:
-                slot = self.slots[t]
+                slot = self.table.slots[t]
                 slot.held = False
                 slot.dirty = True
                 slot.failures = 0
                 slot.restart_at = None
 
-    def _confirm_released(self, tasks: list[str]) -> None:
+    def confirm_released(self, tasks: list[str]) -> None:
         """After a release multi whose outcome is unknown: a task is let go only once its owner znode is seen
         gone (or held by another session); one still ours is deleted again. One pipelined round of
         ``exists``, one of deletes. A task whose release cannot be confirmed stays held: the next reconcile
@@ -251,11 +239,11 @@ class Ownership:
         try:
             stats = exists_many(self.client, list(paths.values()))
         except Exception as exc:
-            log.info("worker %s: confirming the release of %d tasks: %s", self.id, len(tasks), type(exc).__name__)
+            log.info("worker %s: confirming the release of %d tasks: %s", self.who, len(tasks), type(exc).__name__)
             stats = [False] * len(tasks)  # unknown: all stay held
         deletes = []
         for t, stat in zip(tasks, stats):
-            if stat is None or (stat is not False and stat.ephemeralOwner != self.session_id):
+            if stat is None or (stat is not False and stat.ephemeralOwner != self.session.session_id):
                 gone.append(t)
             elif stat is not False:
                 deletes.append((t, self.client.delete_async(paths[t], version=stat.version)))
@@ -266,14 +254,14 @@ class Ownership:
             except NoNodeError:
                 gone.append(t)
             except Exception as exc:
-                log.info("worker %s: confirming the release of %s: %s", self.id, t, type(exc).__name__)
+                log.info("worker %s: confirming the release of %s: %s", self.who, t, type(exc).__name__)
         self._let_go(gone)
         if len(gone) < len(tasks):
-            log.warning("worker %s: release of %s not confirmed; still held", self.id,
+            log.warning("worker %s: release of %s not confirmed; still held", self.who,
                         ", ".join(sorted(set(tasks) - set(gone))[:5]))
-        self._enqueue(Owned())
+        self.enqueue(Owned())
 
-    def _release(self, tasks: list[str], cached: bool = True) -> None:
+    def release(self, tasks: list[str], cached: bool = True) -> None:
         """Write the last status of stopped tasks and delete their owner znodes, in one multi per chunk: a new
         owner can start only after the owner znode is gone, so its RUNNING can never be overwritten by our
         STOPPED. Only a status that is still ours is written: at the version our own last write left
@@ -286,13 +274,14 @@ class Ownership:
             return
         if len(tasks) > RELEASE_CHUNK:
             for i in range(0, len(tasks), RELEASE_CHUNK):
-                self._release(tasks[i:i + RELEASE_CHUNK], cached)
+                self.release(tasks[i:i + RELEASE_CHUNK], cached)
             return
-        with self.status_lock:  # (after a status write in flight: its versions are then ours to know)
-            finals = self._final_statuses(tasks)
+        book = self.statuses
+        with book.status_lock:  # (after a status write in flight: its versions are then ours to know)
+            finals = book.final_statuses(tasks)
         try:
             paths = {t: self.layout.status(t) for t in tasks}
-            known = {t: v for t in tasks if cached and (v := self.status_versions.get(paths[t])) is not None}
+            known = {t: v for t in tasks if cached and (v := book.status_versions.get(paths[t])) is not None}
             reads = {t: self.client.get_async(paths[t]) for t in tasks if t not in known}
             tx = self.client.transaction()
             for t in tasks:
@@ -302,7 +291,7 @@ class Ownership:
                 else:
                     try:
                         data, stat = reads[t].get()
-                        if codecs.decode(TaskStatus, data, status_path).broker == self.id:
+                        if codecs.decode(TaskStatus, data, status_path).broker == self.who:
                             tx.set_data(status_path, finals[t], version=stat.version)
                     except NoNodeError:
                         tx.create(status_path, finals[t])
@@ -313,18 +302,17 @@ class Ownership:
                 results = tx.commit_async().get(timeout=30)
             except Exception as exc:  # timed out or lost: the multi may or may not have happened
                 log.info("worker %s: release of %d tasks unconfirmed (%s); checking their owner znodes",
-                         self.id, len(tasks), type(exc).__name__)
-                self._confirm_released(tasks)
+                         self.who, len(tasks), type(exc).__name__)
+                self.confirm_released(tasks)
                 return
             failed = any(isinstance(r, Exception) for r in results)
             if failed and known:
-                for t in known:
-                    self.status_versions.pop(paths[t], None)
-                self._release(tasks, cached=False)  # someone wrote a status since our last write: read first
+                book.forget_versions(paths[t] for t in known)
+                self.release(tasks, cached=False)  # someone wrote a status since our last write: read first
                 return
             if failed and len(tasks) > 1:
                 for t in tasks:
-                    self._release([t], cached=False)
+                    self.release([t], cached=False)
                 return
             if failed:
                 try:
@@ -336,15 +324,30 @@ class Ownership:
                     # late), or an operator's ACL. It stays held: the next reconcile tries again (paced here);
                     # the owner znode goes once we may delete it, or with our session
                     log.warning("worker %s: no right to release %s (handed to another broker before we let go?); "
-                                "retrying, its owner znode stays until then or until our session ends", self.id, tasks[0])
+                                "retrying, its owner znode stays until then or until our session ends", self.who, tasks[0])
                     time.sleep(RELEASE_RETRY_S)
                     raise
-                for p in paths.values():
-                    self.status_versions.pop(p, None)
+                book.forget_versions(paths.values())
                 self._let_go(tasks)
             else:
                 self._released(tasks, list(paths.values()))  # (the caller tells the member, busy flags cleared)
         finally:
-            with self.lock:
+            with self.table.lock:
                 for t in tasks:
-                    self.slots[t].releasing = False
+                    self.table.slots[t].releasing = False
+
+    def drop(self, tasks: list[str]) -> None:
+        """The worker stops: delete the owner znodes of these (stopped) tasks in one multi, best effort (the
+        session's end deletes whatever is left)."""
+        if not tasks or not self.client.connected:
+            return
+        tx = self.client.transaction()
+        for t in tasks:
+            tx.delete(self.layout.task_owner(t))
+        try:
+            tx.commit_async().get(timeout=5)
+        except Exception:
+            pass
+        with self.table.lock:
+            for t in tasks:
+                self.table.slots[t].held = False

@@ -1,5 +1,6 @@
-"""Per-task bookkeeping of a worker, shared by its parts: one slot per task it holds or runs, and the
-batch that tasks stopped together are released in."""
+"""Per-task bookkeeping of a worker, shared by its parts: the task table (one slot per task it holds or
+runs, and what the member wants run, under one lock), and the batch that tasks stopped together are
+released in."""
 
 from __future__ import annotations
 
@@ -8,6 +9,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.protocol.taskspec import TaskSpec
+
+
+class TaskTable:
+    """What the worker holds and runs, task by task, and what its member wants run (``desired``). One
+    re-entrant lock guards both, and the fence's state too (the fence takes this lock): a fence and the
+    snapshot of what it stops, a reconcile and the fence it reads, are each one step."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.slots: dict[str, TaskSlot] = {}
+        self.desired: frozenset[str] = frozenset()
+
+    def running(self) -> list[str]:
+        """Tasks whose runner is started (and not stopped)."""
+        with self.lock:
+            return [t for t, s in self.slots.items() if s.running]
+
+    def held(self) -> frozenset[str]:
+        """Tasks whose owner znode we hold, or may hold any moment (a create in flight: a busy slot not yet
+        held). A revoked task counts as let go only once neither is true."""
+        with self.lock:
+            return frozenset(t for t, s in self.slots.items() if s.held or s.busy)
+
+    def running_or_starting(self) -> set[str]:
+        """Tasks that run or start (a start cannot be aborted: it runs once it returns)."""
+        with self.lock:
+            return {t for t, s in self.slots.items() if s.running or s.state == "STARTING"}
 
 
 class StopBatch:

@@ -1,5 +1,9 @@
 """The worker's tasks: reconciling what runs with what is assigned, starting runners on pool threads,
-spec changes, restarts with backoff after failures, and stopping."""
+spec changes, restarts with backoff after failures, and stopping (alone, in batches, or all of them).
+
+``TaskSupervisor`` is a part the worker owns: it is given the task table, the runner, the task pool, the
+owner znodes (``Owners``), the deadline watchdog's stop bookkeeping (``StopDeadlines``) and callables
+(record a run, is the fence up, enqueue an event), not the worker."""
 
 from __future__ import annotations
 
@@ -7,32 +11,85 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
+from broker_sim.runners import RunState, TaskRunner
 from broker_sim.worker.events import Owned
-from broker_sim.worker.slots import StopBatch, TaskSlot
+from broker_sim.worker.registration import BrokerSession
+from broker_sim.worker.slots import StopBatch, TaskSlot, TaskTable
 from controller.protocol import codecs
 from controller.protocol.codecs import OwnerInfo, PayloadError
+from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import TaskSpec, decode_task
 
 log = logging.getLogger(__name__)
 
 CREATE_CHUNK = 200  # owner znodes created per multi when tasks are taken together
 SPEC_RETRY_S = 1.0  # pause before reading a held task's spec again when the read that re-arms its watch failed
+BATCH_LINGER_S = 1.0  # how long tasks stopped together wait for the slowest stop before going on their own
 
 
-class Tasks:
+class Owners(Protocol):
+    """The owner znodes, as the task supervisor needs them: take one, record some taken, let go of stopped
+    ones (``StopBatch`` results), drop them all at the end."""
+
+    def acquire(self, t: str) -> bool: ...
+
+    def mark_held(self, tasks: list[str]) -> None: ...
+
+    def batch_stopped(self, done: tuple[list[str], list[str]] | None) -> None: ...
+
+    def drop(self, tasks: list[str]) -> None: ...
+
+
+class StopDeadlines(Protocol):
+    """The deadline watchdog's side of a stop: its budget, when it begins and ends, escalation if it fails."""
+
+    stop_timeout_s: float
+
+    def stop_begins(self, task: str) -> None: ...
+
+    def stop_ends(self, task: str) -> None: ...
+
+    def escalate(self, reason: str) -> None: ...
+
+
+class TaskSupervisor:
     """Starting, restarting and stopping the assigned tasks' runners."""
 
-    def _reconcile(self) -> None:
+    def __init__(self, client: KazooClient, layout: ZkLayout, session: BrokerSession, table: TaskTable,
+                 runner: TaskRunner, pool: ThreadPoolExecutor, owners: Owners, deadlines: StopDeadlines,
+                 record: Callable[[str, TaskSlot, float, float | None], None], fenced: Callable[[], bool],
+                 enqueue: Callable[[object], None], stopped: threading.Event) -> None:
+        self.client = client
+        self.layout = layout
+        self.session = session
+        self.table = table
+        self.runner = runner
+        self.pool = pool
+        self.owners = owners
+        self.deadlines = deadlines
+        self.record = record
+        self.fenced = fenced  # whether the fence is up (read under the table's lock, the fence's own)
+        self.enqueue = enqueue
+        self.stopped = stopped
+
+    @property
+    def who(self) -> str:
+        return self.session.broker_id
+
+    def reconcile(self) -> None:
         """Bring held/running tasks in line with ``desired``: stops first, then starts. (Called after every
         start and stop: it looks at each slot once and allocates nothing for tasks it already knows.)"""
-        with self.lock:
-            if self._closing:
+        with self.table.lock:
+            if self.session.closing:
                 return
-            desired, slots, fenced = self.desired, self.slots, self.fenced
+            desired, slots, fenced = self.table.desired, self.table.slots, self.fenced()
             stop = []
             for t, slot in slots.items():
                 if slot.busy or not slot.held:
@@ -54,11 +111,11 @@ class Tasks:
             acquire = []
             if not fenced:
                 for t in sorted(desired):
-                    slot = slots.get(t)
-                    if slot is None:
-                        slot = slots[t] = TaskSlot()
-                    if not slot.held and not slot.busy:
-                        slot.busy = True
+                    wanted = slots.get(t)
+                    if wanted is None:
+                        wanted = slots[t] = TaskSlot()
+                    if not wanted.held and not wanted.busy:
+                        wanted.busy = True
                         acquire.append(t)
             if len(acquire) == 1:
                 self.pool.submit(self._start_task, acquire[0], True)
@@ -68,24 +125,24 @@ class Tasks:
     def _start_task(self, t: str, acquire: bool) -> None:
         try:
             if acquire:
-                if not self._acquire_owner(t):
+                if not self.owners.acquire(t):
                     return
-                self._mark_held([t])
-            with self.lock:
-                if t not in self.desired or self.fenced:
+                self.owners.mark_held([t])
+            with self.table.lock:
+                if t not in self.table.desired or self.fenced():
                     return
             spec = self._read_spec(t)
             if spec is None:
                 return
             self._run(t, spec)
         finally:
-            with self.lock:
-                held = t in self.slots and self.slots[t].held
-                if t in self.slots:
-                    self.slots[t].busy = False
+            with self.table.lock:
+                held = t in self.table.slots and self.table.slots[t].held
+                if t in self.table.slots:
+                    self.table.slots[t].busy = False
             if acquire and not held:
-                self._enqueue(Owned())  # an acquisition given up: no longer "may hold any moment"
-            self._reconcile()
+                self.enqueue(Owned())  # an acquisition given up: no longer "may hold any moment"
+            self.reconcile()
 
     def _start_tasks(self, tasks: list[str]) -> None:
         """Start several newly desired tasks together: their owner znodes are created in one multi per
@@ -100,9 +157,9 @@ class Tasks:
         caller; the busy flag passes to the job that carries the task on, or is cleared here."""
         handed: set[str] = set()
         try:
-            with self.lock:
-                live = [t for t in tasks if t in self.desired and not self._closing and not self.fenced]
-            owner = codecs.encode(OwnerInfo(broker=self.id, generation=self.generation))
+            with self.table.lock:
+                live = [t for t in tasks if t in self.table.desired and not self.session.closing and not self.fenced()]
+            owner = codecs.encode(OwnerInfo(broker=self.who, generation=self.session.generation))
             together = []
             for i in range(0, len(live), CREATE_CHUNK):
                 tx = self.client.transaction()
@@ -117,7 +174,7 @@ class Tasks:
                 try:
                     results = pending.get()
                 except Exception as exc:  # e.g. connection loss: one by one below, whatever happened
-                    log.info("worker %s: taking %d tasks: %s", self.id, len(chunk), type(exc).__name__)
+                    log.info("worker %s: taking %d tasks: %s", self.who, len(chunk), type(exc).__name__)
                     results = [exc]
                 if not any(isinstance(r, Exception) for r in results):
                     held += chunk
@@ -134,68 +191,68 @@ class Tasks:
                 except NoNodeError:
                     pass  # the task itself is gone
                 except Exception as exc:  # e.g. connection loss: the next reconcile tries again
-                    log.info("worker %s: taking %s: %s", self.id, t, type(exc).__name__)
+                    log.info("worker %s: taking %s: %s", self.who, t, type(exc).__name__)
             if held:
-                self._mark_held(held)
-            with self.lock:
-                runnable = [t for t in held if t in self.desired and not self.fenced]
+                self.owners.mark_held(held)
+            with self.table.lock:
+                runnable = [t for t in held if t in self.table.desired and not self.fenced()]
             for t in runnable:
                 try:
                     data, _ = reads[t].get()
                 except NoNodeError:
                     continue
                 except Exception as exc:  # held, not running: the next reconcile starts it
-                    log.info("worker %s: reading %s: %s", self.id, t, type(exc).__name__)
+                    log.info("worker %s: reading %s: %s", self.who, t, type(exc).__name__)
                     continue
                 spec = self._decode_spec(t, data)
                 if spec is not None:
                     handed.add(t)
                     self.pool.submit(self._launch, t, spec)
         finally:
-            with self.lock:
+            with self.table.lock:
                 given_up = False
                 for t in tasks:
-                    if t not in handed and t in self.slots:
-                        self.slots[t].busy = False
-                        given_up = given_up or not self.slots[t].held
+                    if t not in handed and t in self.table.slots:
+                        self.table.slots[t].busy = False
+                        given_up = given_up or not self.table.slots[t].held
             if given_up:
-                self._enqueue(Owned())  # acquisitions given up: no longer "may hold any moment"
-            self._reconcile()
+                self.enqueue(Owned())  # acquisitions given up: no longer "may hold any moment"
+            self.reconcile()
 
     def _launch(self, t: str, spec: TaskSpec) -> None:
         """Start the runner of a task ``_start_tasks`` took (owner held, spec read)."""
         try:
-            with self.lock:
-                if t not in self.desired or self.fenced:
+            with self.table.lock:
+                if t not in self.table.desired or self.fenced():
                     return
             self._run(t, spec)
         finally:
-            with self.lock:
-                if t in self.slots:
-                    self.slots[t].busy = False
-            self._reconcile()
+            with self.table.lock:
+                if t in self.table.slots:
+                    self.table.slots[t].busy = False
+            self.reconcile()
 
     def _run(self, t: str, spec: TaskSpec) -> None:
         """Start the runner of a task whose owner znode we hold (the caller holds its busy flag)."""
-        with self.lock:
-            slot = self.slots[t]
+        with self.table.lock:
+            slot = self.table.slots[t]
             slot.spec = spec
             slot.state = "STARTING"
         try:
-            self.runner.start(t, spec, self.generation)
+            self.runner.start(t, spec, self.session.generation)
         except Exception as exc:
-            self._failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self.failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
             return
-        with self.lock:
+        with self.table.lock:
             slot.running = True
             slot.started = time.time()
             slot.state = "RUNNING"
             slot.error = None
             slot.dirty = True
-            fenced = self.fenced or self._closing
+            fenced = self.fenced() or self.session.closing
         if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
-            log.warning("worker %s: %s finished starting after the fence; stopping it", self.id, t)
-            self._stop_runner(t)
+            log.warning("worker %s: %s finished starting after the fence; stopping it", self.who, t)
+            self.stop_runner(t)
 
     def _read_spec(self, t: str) -> TaskSpec | None:
         path = self.layout.task(t)
@@ -209,14 +266,14 @@ class Tasks:
         try:
             return decode_task(data, self.layout.task(t))
         except PayloadError as exc:
-            self._failed(t, str(exc), None, permanent=True)
+            self.failed(t, str(exc), None, permanent=True)
             return None
 
     def _spec_changed(self, t: str) -> None:
         """Our task's spec changed: a `task restart` (nonce) or new pipeline settings restart it."""
         def check() -> None:
-            with self.lock:
-                slot = self.slots.get(t)
+            with self.table.lock:
+                slot = self.table.slots.get(t)
                 if slot is None or not slot.held:
                     return
             try:
@@ -225,8 +282,8 @@ class Tasks:
             except PayloadError as exc:
                 # the spec became garbage: the controller marks it FAILED and revokes it; say the same
                 # in our own status writes until we let go, and stop running it now
-                self._stop_runner(t)
-                self._failed(t, f"invalid task spec: {exc}", None, permanent=True)
+                self.stop_runner(t)
+                self.failed(t, f"invalid task spec: {exc}", None, permanent=True)
                 return
             except NoNodeError:
                 return
@@ -234,15 +291,15 @@ class Tasks:
                 # the read that re-arms the watch failed (the connection dropped after the firing): without a
                 # watch a later restart or settings change would go unseen while we run the task, so look
                 # again shortly, for as long as we hold it (a lost session lets go of it, and ends this)
-                log.info("worker %s: re-reading the spec of %s: %s; again in %gs", self.id, t, type(exc).__name__,
+                log.info("worker %s: re-reading the spec of %s: %s; again in %gs", self.who, t, type(exc).__name__,
                          SPEC_RETRY_S)
                 retry = threading.Timer(SPEC_RETRY_S, self._spec_changed, args=(t,))
-                retry.name = f"worker-{self.id}-spec-retry"
+                retry.name = f"worker-{self.who}-spec-retry"
                 retry.daemon = True
                 retry.start()
                 return
-            with self.lock:
-                slot = self.slots.get(t)
+            with self.table.lock:
+                slot = self.table.slots.get(t)
                 if slot is None or slot.spec is None:
                     return
                 restart = spec.restart_nonce != slot.spec.restart_nonce or spec.pipeline != slot.spec.pipeline
@@ -256,7 +313,7 @@ class Tasks:
                 slot.failures = 0
                 slot.restart_at = None
             self.pool.submit(self._restart, t, spec)
-        if self._closing or self.stopped.is_set():
+        if self.session.closing or self.stopped.is_set():
             return  # (a retry coming due after the worker stopped)
         try:
             self.pool.submit(check)
@@ -265,21 +322,21 @@ class Tasks:
 
     def _restart(self, t: str, spec: TaskSpec) -> None:
         try:
-            self._stop_runner(t)
-            with self.lock:
-                slot = self.slots[t]
+            self.stop_runner(t)
+            with self.table.lock:
+                slot = self.table.slots[t]
                 slot.state = "STOPPED"
                 slot.spec = spec
         finally:
-            with self.lock:
-                self.slots[t].busy = False
-            self._reconcile()
+            with self.table.lock:
+                self.table.slots[t].busy = False
+            self.reconcile()
 
-    def _failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
+    def failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
         """Count a failure: restart after the backoff of the spec's restart policy, or, once its attempts are
         spent (or the failure is permanent), stay FAILED with this last error until `task restart`."""
-        with self.lock:
-            slot = self.slots.setdefault(t, TaskSlot())
+        with self.table.lock:
+            slot = self.table.slots.setdefault(t, TaskSlot())
             slot.failures += 1
             slot.error = error
             slot.trace = trace
@@ -288,68 +345,110 @@ class Tasks:
             if permanent or policy is None or policy.gives_up(slot.failures):
                 slot.state = "FAILED"
                 slot.restart_at = None
-                log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.id, t, slot.failures, error)
+                log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error)
             else:
                 delay = policy.delay_before(slot.failures)
                 slot.state = "RESTARTING"
                 slot.restart_at = time.monotonic() + delay
-                log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.id, t, slot.failures, delay, error)
+                log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error)
 
-    def _stop_runner(self, t: str) -> None:
+    def stop_runner(self, t: str) -> None:
         """Stop a task's runner; return only once it has stopped. The stop is bounded: the deadline watchdog
         escalates (kills the runner's processes, halts the broker) if it has not returned within its own
         budget or by the session's fence deadline; a stop that raises did not confirm the task stopped, so it
         is escalated at once (never counted as done)."""
-        with self.lock:
-            slot = self.slots.get(t)
+        with self.table.lock:
+            slot = self.table.slots.get(t)
             if slot is None or not slot.running:
                 return
         end = time.time()
-        self.watchdog.stop_begins(t)
+        self.deadlines.stop_begins(t)
         try:
-            self.runner.stop(t, self.watchdog.stop_timeout_s)
+            self.runner.stop(t, self.deadlines.stop_timeout_s)
         except Exception as exc:
-            self.watchdog.escalate(f"the stop of {t} failed ({type(exc).__name__}: {exc}); it may still run")
+            self.deadlines.escalate(f"the stop of {t} failed ({type(exc).__name__}: {exc}); it may still run")
             raise
         finally:
-            self.watchdog.stop_ends(t)
-        with self.lock:
+            self.deadlines.stop_ends(t)
+        with self.table.lock:
             slot.running = False
             if slot.state == "RUNNING":  # (a fenced broker still connected writes it: its status must not lie)
                 slot.state = "STOPPED"
             slot.dirty = True
-            self._record(t, slot, end, released=time.time())
+            self.record(t, slot, end, time.time())
 
-    def _stop_runners(self, tasks: list[str], why: str) -> None:
+    def stop_runners(self, tasks: list[str], why: str) -> None:
         """Stop these runners in parallel on fresh named threads (a graceful stop costs one stop latency, not
         one per task); a stop that raises is logged (the deadline watchdog escalates it)."""
         def stop_one(t: str) -> None:
             try:
-                self._stop_runner(t)
+                self.stop_runner(t)
             except Exception as exc:
-                log.warning("worker %s: %s of %s: %s: %s", self.id, why, t, type(exc).__name__, exc)
+                log.warning("worker %s: %s of %s: %s: %s", self.who, why, t, type(exc).__name__, exc)
 
         if tasks:
-            with ThreadPoolExecutor(max_workers=min(32, len(tasks)), thread_name_prefix=f"worker-{self.id}-{why}") as pool:
+            with ThreadPoolExecutor(max_workers=min(32, len(tasks)), thread_name_prefix=f"worker-{self.who}-{why}") as pool:
                 list(pool.map(stop_one, tasks))
+
+    def _stop_in_batch(self, t: str, batch: StopBatch) -> None:
+        """Stop one of several tasks let go of together (a revocation, an eager rejoin): the runners stop in
+        parallel on pool threads, and whichever stop finishes last releases them all together (``Ownership
+        .release``: one pipelined read of their statuses, one multi). The member rejoins only once all of them
+        are let go. A slow stop holds the others at most ``BATCH_LINGER_S`` (``StopBatch.expire``, on a timer); a
+        stop that hangs past its own budget, or raises, is escalated by the deadline watchdog (kill, halt).
+        The busy flags are cleared as tasks are released."""
+        stopped = False
+        try:
+            self.stop_runner(t)
+            stopped = True
+        except Exception:
+            log.exception("worker %s: stopping %s", self.who, t)
+        finally:
+            self.owners.batch_stopped(batch.done(t, stopped))
+
+    def _batch_timer(self, batch: StopBatch) -> None:
+        timer = threading.Timer(BATCH_LINGER_S, lambda: self.owners.batch_stopped(batch.expire()))
+        timer.name = f"worker-{self.who}-batch"
+        timer.daemon = True
+        timer.start()
 
     def _stop_task(self, t: str) -> None:
         """One task let go alone: a batch of one (stop, then release; see ``_stop_in_batch``)."""
         self._stop_in_batch(t, StopBatch(1))
 
-    def _stop_all_tasks(self, release: bool) -> None:
-        with self.lock:
-            running = [t for t, s in self.slots.items() if s.running]
-            held = [t for t, s in self.slots.items() if s.held]
-        self._stop_runners(running, "stop")
-        if release and held and self.client.connected:
-            t0 = self.client.transaction()
-            for t in held:
-                t0.delete(self.layout.task_owner(t))
-            try:
-                t0.commit_async().get(timeout=5)
-            except Exception:
-                pass
-            with self.lock:
-                for t in held:
-                    self.slots[t].held = False
+    def stop_all(self, release: bool) -> None:
+        """Stop every runner; ``release``: then delete the owner znodes held when this began."""
+        with self.table.lock:
+            running = [t for t, s in self.table.slots.items() if s.running]
+            held = [t for t, s in self.table.slots.items() if s.held]
+        self.stop_runners(running, "stop")
+        if release and held:
+            self.owners.drop(held)
+
+    # ---- the status thread's poll -------------------------------------------------------------------
+    def poll(self) -> None:
+        """Poll the runner: metrics, failures (restarted with backoff), completions; start what is due."""
+        table = self.table
+        with table.lock:
+            running = [t for t, s in table.slots.items() if s.running and not s.busy]
+        for t in running:
+            st = self.runner.status(t)
+            with table.lock:
+                slot = table.slots[t]
+                if st.metrics != slot.metrics:
+                    slot.metrics = dict(st.metrics)
+                    slot.metrics_dirty = True
+            if st.state is RunState.FAILED:
+                self.stop_runner(t)
+                self.failed(t, st.error or "failed", st.trace)
+            elif st.state is RunState.COMPLETED:
+                with table.lock:
+                    slot.state = "COMPLETED"
+                    slot.dirty = True
+        with table.lock:
+            due = [t for t, s in table.slots.items() if s.restart_at is not None and s.restart_at <= time.monotonic()]
+        if due:
+            with table.lock:
+                for t in due:
+                    table.slots[t].restart_at = None
+            self.reconcile()

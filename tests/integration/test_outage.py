@@ -33,7 +33,7 @@ def workers():
     started: list[Worker] = []
     yield started
     for w in started:
-        if not w._closing:
+        if not w.closing:
             w.stop()
 
 
@@ -178,12 +178,12 @@ def test_a_task_still_starting_when_the_fence_fires_does_not_keep_running(zk, la
             tx.create(layout.task(f"t{i}"), TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")).encode())
         tx.commit()
         # the slow worker is assigned its share and starts it (6 s per start); cut it off meanwhile
-        assert wait_for(lambda: any(s.state == "STARTING" for s in list(slow.slots.values())), 15)
+        assert wait_for(lambda: any(s.state == "STARTING" for s in list(slow.table.slots.values())), 15)
         proxy.partition()
         # the fence fires (5/6 of the session) while the starts are still running; once they return,
         # nothing may keep running on the cut-off worker
         assert wait_for(lambda: {f"t{i}" for i in range(4)} <= other.running_tasks(), 30), "the others take over"
-        assert wait_for(lambda: not any(s.busy or s.state == "STARTING" for s in list(slow.slots.values())), 15)
+        assert wait_for(lambda: not any(s.busy or s.state == "STARTING" for s in list(slow.table.slots.values())), 15)
         assert wait_for(lambda: slow.running_tasks() == set(), 2), \
             "a task whose start finished after the fence is still running"
         # what remains is the start itself: a start longer than the fence margin (here 6 s against a 4 s

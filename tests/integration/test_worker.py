@@ -35,7 +35,7 @@ def workers():
     started: list[Worker] = []
     yield started
     for w in started:
-        if not w._closing:
+        if not w.closing:
             w.stop()
 
 
@@ -293,14 +293,14 @@ def test_a_release_writes_the_last_status_at_its_own_last_version_without_readin
         return codecs.decode(codecs.TaskStatus, data), stat.version
 
     assert wait_for(lambda: all((s := status(t)) and s[0].state == "RUNNING" and s[0].broker == "giver"
-                                and a.status_versions.get(layout.status(t)) == s[1] for t in specs), 20)
+                                and a.reporting.status_versions.get(layout.status(t)) == s[1] for t in specs), 20)
     del sent[:]
     zk.set(layout.task("v0"), specs["v0"].with_state("PAUSED").encode())
     assert wait_for(lambda: a.running_tasks() == {"v1"} and zk.exists(layout.task_owner("v0")) is None, 15)
     last, _ = status("v0")
     assert (last.broker, last.state) == ("giver", "STOPPED")
     assert ("GetData", layout.status("v0")) not in sent, "the release read the status it had written itself"
-    assert layout.status("v0") not in a.status_versions, "a released task's version is the next owner's to know"
+    assert layout.status("v0") not in a.reporting.status_versions, "a released task's version is the next owner's to know"
     # someone else writes v1's status (an operator, or the controller marking a task FAILED)
     foreign = codecs.encode(codecs.TaskStatus(broker="operator", state="FAILED", generation=0, updated=time.time(),
                                               error="marked by hand"))
@@ -327,16 +327,16 @@ def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_ha
                     and controller.ctx.groups["default"].protocol == RECONCILE
                     and controller.ctx.groups["default"].state.value == "Stable", 20)
     for w in (a, b):
-        release = w._release
+        release = w.ownership.release
 
         def late_release(tasks, cached=True, _release=release):
             _release(tasks, cached)
             time.sleep(0.3)
-        w._release = late_release
+        w.ownership.release = late_release
         # the pool thread's release (a reconciling member's goes with its report from the event thread, which
         # clears the busy flags itself before telling the member; it falls back to this one when a status
         # version is not known, as here)
-        w._send_release = lambda *_a: False
+        w.ownership.send_release = lambda *_a: False
     c = _worker(workers, zk_settings, "c", protocols=both)
     assert wait_for(lambda: len(c.running_tasks()) == 2 and len(a.running_tasks()) == len(b.running_tasks()) == 2, 10), \
         (a.running_tasks(), b.running_tasks(), c.running_tasks())
@@ -357,7 +357,7 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
     assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) == 6
                     and controller.ctx.groups["default"].protocol == RECONCILE
                     and controller.ctx.groups["default"].state.value == "Stable"
-                    and all(w.status_versions.get(layout.status(t)) is not None
+                    and all(w.reporting.status_versions.get(layout.status(t)) is not None
                             for w in (a, b) for t in w.running_tasks()), 20)
     sent: dict[str, list[list[tuple[str, str]]]] = {"a": [], "b": []}
     for w in (a, b):
@@ -387,7 +387,7 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
         assert not any(p == member for step in later for _, p in step), f"a separate report followed: {later}"
         report = codecs.decode(codecs.JoinRequest, zk.get(member)[0])
         assert not gone & set(report.owned) and report.join_generation == w.member.generation
-    assert controller.ctx.groups["default"].unreleased == {}
+    assert controller.ctx.groups["default"].reconcile.unreleased == {}
 
 
 def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_settings, controller, workers):
@@ -413,7 +413,7 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
 
     held = {w.id: owned_by(w) for w in (a, b)}
     for w in (a, b):
-        w.status_lock.acquire()
+        w.reporting.status_lock.acquire()
     try:
         c = _worker(workers, zk_settings, "c", protocols=both)
         assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) < 6, 15), "nothing was revoked"
@@ -421,7 +421,7 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
         assert {w.id: owned_by(w) for w in (a, b)} == held, "a release went out during a status write"
     finally:
         for w in (a, b):
-            w.status_lock.release()
+            w.reporting.status_lock.release()
     assert wait_for(lambda: len(c.running_tasks()) == 2 and group.state.value == "Stable", 15)
     moved = c.running_tasks()
     assert wait_for(lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "c"
@@ -473,16 +473,16 @@ def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_th
                 for got in get_many(zk, [layout.status(t) for t in ids])}
 
     assert wait_for(lambda: states() == {"RUNNING"}, 5)
-    lift = w._lift_fence
-    w._lift_fence = lambda sent, why: False  # held up while connected: what it shows meanwhile
+    lift = w.fence.lift
+    w.fence.lift = lambda sent, why: False  # held up while connected: what it shows meanwhile
     try:
-        w._fence()  # what the timer does
+        w.fence.fence()  # what the timer does
         assert wait_for(lambda: w.running_tasks() == set(), 5)
         assert wait_for(lambda: states() == {"STOPPED"}, 5), "a fenced broker's statuses say its stopped tasks run"
     finally:
-        w._lift_fence = lift
-    assert wait_for(lambda: len(w.running_tasks()) == 3, 5 * w.probe.interval + 2), "the fence was never lifted"
-    assert not w.fenced
+        w.fence.lift = lift
+    assert wait_for(lambda: len(w.running_tasks()) == 3, 5 * w.fence.probe.interval + 2), "the fence was never lifted"
+    assert not w.fence.up
     assert wait_for(lambda: states() == {"RUNNING"}, 5)
 
 
@@ -496,16 +496,16 @@ def test_a_suspended_timer_pending_when_the_probe_fences_cannot_fence_again_afte
     _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(3)])
     w = _worker(workers, zk_settings, "w1")
     assert wait_for(lambda: len(w.running_tasks()) == 3, 15)
-    w._arm_fence()  # SUSPENDED
-    timer = w.fence_timer
+    w.fence.arm()  # SUSPENDED
+    timer = w.fence.timer
     assert timer is not None and timer.is_alive()
-    w._fence()  # the probe's
-    probes_fence = w.fenced_at
+    w.fence.fence()  # the probe's
+    probes_fence = w.fence.raised_at
     assert wait_for(lambda: w.running_tasks() == set(), 5)
-    assert wait_for(lambda: len(w.running_tasks()) == 3 and not w.fenced, 5 * w.probe.interval + 2)
+    assert wait_for(lambda: len(w.running_tasks()) == 3 and not w.fence.up, 5 * w.fence.probe.interval + 2)
     timer.join(5)  # ended: cancelled, or (without the cancel) fired, its ``_fence`` done, within its delay
     assert not timer.is_alive()
-    assert w.fenced_at == probes_fence, "a fence raised after it was lifted"
+    assert w.fence.raised_at == probes_fence, "a fence raised after it was lifted"
     _create(zk, layout, TaskSpec(id="t9", pipeline=NoopPipeline(kind="noop")))  # given now: it is taken
     assert wait_for(lambda: "t9" in w.running_tasks(), 10)
 
@@ -515,11 +515,12 @@ def test_only_an_answer_to_a_request_sent_after_the_fence_went_up_lifts_it(zk_se
     at its request's send time, so one sent before the fence says nothing about the silence that raised it."""
     w = Worker(WorkerConfig(broker_id="rule", settings=zk_settings))
     try:
-        w.fenced, w.fenced_at, w.probe.last_ok = True, 100.0, 90.0
-        assert not w._lift_fence(99.9, "an older answer") and w.fenced and w.probe.last_ok == 90.0
-        assert w._lift_fence(100.0, "an answer sent after") and not w.fenced
-        assert w.probe.last_ok == 100.0  # the fence deadline moves forward from the send time
-        assert not w._lift_fence(101.0, "nothing to lift")
+        fence = w.fence
+        fence.up, fence.raised_at, fence.probe.last_ok = True, 100.0, 90.0
+        assert not fence.lift(99.9, "an older answer") and fence.up and fence.probe.last_ok == 90.0
+        assert fence.lift(100.0, "an answer sent after") and not fence.up
+        assert fence.probe.last_ok == 100.0  # the fence deadline moves forward from the send time
+        assert not fence.lift(101.0, "nothing to lift")
     finally:
         w.pool.shutdown()
 
