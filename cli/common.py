@@ -138,7 +138,7 @@ class Ctx:
         if self.json_out or human is None:
             click.echo(json.dumps(obj, indent=None if self.json_out else 2, sort_keys=True, default=str))
         else:
-            click.echo(human)
+            click.echo(printable(human))
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
@@ -178,20 +178,33 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
                              "line)", param_hint="--zk-auth")
 
 
+# control characters (C0 but tab and newline, DEL, C1) and the bidirectional overrides: a string from ZooKeeper
+# (a runner's error, a task id written by hand) must not drive the operator's terminal (title, colours, cursor)
+_UNPRINTABLE = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+_UNPRINTABLE.update({c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]})
+_UNPRINTABLE_LINE = {**_UNPRINTABLE, 0x09: "\\t", 0x0A: "\\n"}
+
+
+def printable(text: str, lines: bool = True) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``), never sent to the terminal;
+    newlines and tabs kept when ``lines``."""
+    return text.translate(_UNPRINTABLE if lines else _UNPRINTABLE_LINE)
+
+
 def cell(value: Any) -> str:
     if value is None or value == "" or value == ():
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, tuple, set, frozenset)):
-        return ",".join(str(v) for v in value) or "-"
-    return str(value)
+        return printable(",".join(str(v) for v in value), lines=False) or "-"
+    return printable(str(value), lines=False)
 
 
 def clip(text: str | None, width: int = 60) -> str:
     if not text:
         return "-"
-    text = _one_line(text)
+    text = printable(_one_line(text), lines=False)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

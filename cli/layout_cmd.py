@@ -34,13 +34,26 @@ def layout_show(ctx: Ctx) -> None:
         raise UserError(str(exc)) from None
     if info is None:
         tasks, statuses = flat_entries(client, lay)
-        state = "flat" if tasks or statuses else "fresh"
-        out = {"root": lay.root, "layout": 1 if state == "flat" else None, "state": state,
-               "flat_tasks": len(tasks), "flat_statuses": len(statuses)}
-        ctx.emit(out, f"{lay.root}: flat layout of an earlier release, {len(tasks)} tasks and {len(statuses)} statuses; "
-                      f"stop its controllers and brokers, then run `zkctl layout migrate`" if state == "flat"
-                 else f"{lay.root}: not laid out yet (its first controller, broker or task creates the buckets)")
-        if state == "flat":
+        # a migration stopped half-way has moved some entries into buckets already: count both
+        moved_tasks = sum(len(x or ()) for x in multi_children(client, lay.task_buckets))
+        moved_statuses = sum(len(x or ()) for x in multi_children(client, lay.status_buckets))
+        flat = bool(tasks or statuses)
+        state = ("half-migrated" if moved_tasks or moved_statuses else "flat") if flat else "fresh"
+        out = {"root": lay.root, "layout": 1 if flat else None, "state": state,
+               "flat_tasks": len(tasks), "flat_statuses": len(statuses), "bucketed_tasks": moved_tasks,
+               "bucketed_statuses": moved_statuses, "tasks": len(tasks) + moved_tasks,
+               "statuses": len(statuses) + moved_statuses}
+        if state == "half-migrated":
+            human = (f"{lay.root}: half-migrated: {out['tasks']} tasks and {out['statuses']} statuses, of which "
+                     f"{len(tasks)} tasks and {len(statuses)} statuses are still flat; run `zkctl layout migrate` "
+                     "again to finish")
+        elif flat:
+            human = (f"{lay.root}: flat layout of an earlier release, {len(tasks)} tasks and {len(statuses)} statuses; "
+                     f"stop its controllers and brokers, then run `zkctl layout migrate`")
+        else:
+            human = f"{lay.root}: not laid out yet (its first controller, broker or task creates the buckets)"
+        ctx.emit(out, human)
+        if flat:
             raise SystemExit(1)
         return
     task_lists = multi_children(client, lay.task_buckets)
@@ -67,7 +80,7 @@ def layout_migrate(ctx: Ctx, dry_run: bool) -> None:
     session. Each znode moves in a multi with its data and ACL; an interrupted migration is finished by
     running it again. Exit 1 if anything could not move (each listed, with why)."""
     try:
-        r = migrate(ctx.client(), ctx.layout, dry_run=dry_run)
+        r = migrate(ctx.client(), ctx.layout, dry_run=dry_run, session_timeout_s=ctx.settings.session_timeout_s)
     except LayoutError as exc:
         raise UserError(str(exc)) from None
     out = dataclasses.asdict(r) | {"blocked": [{"path": p, "why": w} for p, w in r.blocked],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -20,6 +21,17 @@ WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 @click.group("task")
 def task() -> None:
     """Create, inspect and control tasks (pipelines)."""
+
+
+SCREENFUL_IDS = 20
+
+
+def id_summary(ids: Sequence[str], limit: int = SCREENFUL_IDS) -> str:
+    """The ids, or past a screenful the first and last few and how many between (``--json`` has them all)."""
+    if len(ids) <= limit:
+        return ", ".join(ids)
+    head, tail = ids[: limit - 5], ids[-3:]
+    return f"{', '.join(head)}, ... ({len(ids) - len(head) - len(tail)} more; --json lists every id) ..., {', '.join(tail)}"
 
 
 @task.command("create")
@@ -40,7 +52,7 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
         lines.append(table(["ID", "GROUP", "STATE", "KIND", "WEIGHT"],
                            [[s["id"], s["group"], s["state"], s["pipeline"]["kind"], s["weight"]] for s in result.specs]))
     else:
-        lines.append(f"Created {len(result.tasks)} task{'s' if len(result.tasks) != 1 else ''}: {', '.join(result.tasks)}")
+        lines.append(f"Created {len(result.tasks)} task{'s' if len(result.tasks) != 1 else ''}: {id_summary(result.tasks)}")
     lines += [f"note: {n}" for n in result.notes if not n.startswith("dry run")]
     ctx.emit(to_dict(result), "\n".join(lines))
 

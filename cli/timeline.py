@@ -20,11 +20,15 @@ from controller.admin import to_dict
 def timeline(ctx: Ctx, out: Path, from_zk: bool, intervals_file: Path | None, title: str | None) -> None:
     """One row per task, one colour per broker, gaps where nothing ran (double ownership outlined in red)."""
     from broker_sim.sim.timeline import TimelineError, load_intervals, plot_timeline
+    from controller.admin.interval_ends import close_ended_sessions
 
     if from_zk == (intervals_file is not None):
         raise click.UsageError("give exactly one of --from-zk and --intervals FILE")
     try:
-        intervals = ctx.admin().intervals() if from_zk else load_intervals(intervals_file)
+        if from_zk:  # a dead session's open run ends when the session did, not "now"
+            intervals = close_ended_sessions(ctx.client(), ctx.layout, ctx.admin().intervals())
+        else:
+            intervals = load_intervals(intervals_file)
         if not intervals:
             raise TimelineError("no run intervals recorded" + (f" under {ctx.layout.intervals}" if from_zk else ""))
         summary = plot_timeline(intervals, out, title)

@@ -159,9 +159,26 @@ def _commit(client: KazooClient, items: list[tuple[str, str, bytes, int, list]])
     return next((e for e in errors if type(e).__name__ != "RolledBackError"), errors[0]) if errors else None
 
 
-def migrate(client: KazooClient, layout: ZkLayout, dry_run: bool = False) -> MigrationResult:
+def _lock_held(client: KazooClient, layout: ZkLayout, session_timeout_s: float | None) -> str:
+    """Why the lock cannot be taken: whose session holds it, and when it goes if that migration was killed."""
+    stat = client.exists(layout.layout_migration)
+    if stat is None:
+        return f"{layout.root}: another migration was running a moment ago; run it again"
+    age = max(0.0, time.time() - stat.ctime / 1000)
+    timeout = f"{session_timeout_s:g}s" if session_timeout_s else "its session timeout"
+    by = (f", by about {time.strftime('%H:%M:%S', time.localtime(time.time() + session_timeout_s))}"
+          if session_timeout_s else "")
+    return (f"{layout.root}: the migration lock {layout.layout_migration} is held by ZooKeeper session "
+            f"0x{stat.ephemeralOwner:x} (taken {age:.0f}s ago), which has not expired yet. Another migration is "
+            f"running, or one was killed: its lock goes when its session expires, at most {timeout} after it "
+            f"died{by}; run this again then")
+
+
+def migrate(client: KazooClient, layout: ZkLayout, dry_run: bool = False,
+            session_timeout_s: float | None = None) -> MigrationResult:
     """Migrate ``layout.root`` from the flat layout to buckets (see the module's docstring); a dry run reads
-    and reports what would move, and writes nothing."""
+    and reports what would move, and writes nothing. ``session_timeout_s`` (the migrating clients' session
+    timeout) lets a held lock say when it goes."""
     started = time.monotonic()
     if read_layout_info(client, layout) is not None:
         return MigrationResult(layout.root, dry_run, True, 0, 0, 0, 0, (), True, time.monotonic() - started)
@@ -175,7 +192,7 @@ def migrate(client: KazooClient, layout: ZkLayout, dry_run: bool = False) -> Mig
     try:
         client.create(layout.layout_migration, b"", ephemeral=True)
     except NodeExistsError:
-        raise LayoutError(f"{layout.root}: another migration is running ({layout.layout_migration} exists)") from None
+        raise LayoutError(_lock_held(client, layout, session_timeout_s)) from None
     try:
         for path in (layout.tasks, layout.statuses):
             client.ensure_path(path)

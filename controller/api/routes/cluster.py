@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from controller.admin import to_dict
+from controller.admin.interval_ends import close_ended_sessions
 from controller.api.context import API, ApiContext
 from controller.protocol import codecs
 
@@ -29,6 +30,7 @@ def router(ctx: ApiContext) -> APIRouter:
            "left open by a session that has ended ends at the latest when that session ended")
     def intervals(since: float = 0.0) -> list[dict[str, Any]]:
         now = time.time()
-        return [codecs.to_jsonable(i) for i in ctx.admin().intervals() if (i.end or now) >= since]
+        ivs = close_ended_sessions(ctx.config.client, ctx.config.layout, ctx.admin().intervals())
+        return [codecs.to_jsonable(i) for i in ivs if (i.end or now) >= since]
 
     return r
