@@ -1,9 +1,15 @@
 """Shared fixtures: one real ZooKeeper per test session (stopped by pid, also on failure), a fresh root
-per test, kazoo clients. Spark sessions are shared too (see tests/spark_support.py)."""
+per test, kazoo clients. Spark sessions are shared too (see tests/spark_support.py).
+
+With pytest-xdist (``make test``: two processes, ``--dist loadgroup``) each process is a session of its own:
+its own ZooKeeper on a free port, its own temporary directories and its own state directory. The tests that
+cannot share the machine with another heavy one run one after another in one group (``EXCLUSIVE``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -16,6 +22,34 @@ from controller.protocol.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import ZooKeeperServer, free_port
 from controller.zk.io import delete_tree
+
+#: The xdist group of the tests that cannot share the machine: Spark JVMs, containers, a browser, chaos runs and
+#: ensembles (everything in tests/e2e), and the integration tests marked slow. One process runs them in turn
+#: while the other runs the rest.
+EXCLUSIVE = "exclusive"
+_EXCLUSIVE_DIRS = ("tests/e2e/",)
+_STATE_DIR = "ZKC_STATE_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A state directory of this run's own (brokers' lease files, Spark's default checkpoints), so that the
+    checkout gets no ``.zkc``, with a subdirectory per xdist process so that two never share one; a directory
+    given in the environment is the base. Set before collection: modules read it when imported."""
+    if _STATE_DIR not in os.environ:
+        base = tempfile.mkdtemp(prefix="zkc-test-state-")
+        os.environ[_STATE_DIR] = base
+        config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker:  # an xdist process: the base came from the controlling process's environment
+        os.environ[_STATE_DIR] = os.path.join(os.environ[_STATE_DIR], worker)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.replace("\\", "/")
+        if path.startswith(_EXCLUSIVE_DIRS) or item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
 
 
 @pytest.fixture(scope="session")
