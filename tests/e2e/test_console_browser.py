@@ -106,3 +106,114 @@ def test_console_live_create_pause_and_broker_kill(browser, zk_hosts, tmp_path):
         finally:
             zk.stop()
             zk.close()
+
+
+XSS = '<img src=x onerror="window.__xss=(window.__xss||0)+1;document.title=\'XSS:\'+localStorage.getItem(\'zkc-token\')">'
+
+
+def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
+    """Script put into every field the console shows (statuses, errors, metrics, brokers, groups, maintenance)
+    is shown as text; a state outside the enumeration is shown as "invalid"; and the page's
+    Content-Security-Policy refuses inline script even where the page itself would insert it."""
+    import time
+
+    from controller.protocol import codecs
+    from controller.protocol.codecs import GroupStateInfo, MaintenanceInfo, OwnerInfo, TaskStatus
+
+    root = f"/xss-{uuid.uuid4().hex[:10]}"
+    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp_path / "state")}
+    cluster = start_cluster(env, tmp_path / "logs", brokers=("b1",))
+    zk = make_client(ZkSettings(hosts=zk_hosts, root=root))
+    layout = ZkLayout(root)
+    try:
+        assert cluster.request("POST", "/api/v1/tasks", [{"id": "x-1", "group": "nobody", "pipeline": {"kind": "noop"}},
+                                                         {"id": "x-2", "group": "nobody", "pipeline": {"kind": "noop"}}]).status == 201
+        session = codecs.session_hex(zk.client_id[0])
+        zk.create(layout.task_owner("x-1"), codecs.encode(OwnerInfo(broker=XSS, generation=1)), ephemeral=True, makepath=True)
+        zk.create(layout.status("x-1"), codecs.encode(TaskStatus(
+            broker=XSS, state=XSS, generation=1, updated=time.time(), error=XSS, session=session,
+            metrics={"rows": XSS, "processed_rows_per_s": XSS})), makepath=True)
+        zk.create(layout.status("x-2"), codecs.encode(TaskStatus(broker=XSS, state=XSS, generation=1,
+                                                                 updated=time.time() - 99, error=XSS)), makepath=True)
+        hostile_group = codecs.encode(GroupStateInfo(state=XSS, generation=1, join_generation=1, controller_epoch=1,
+                                                     protocol=XSS, leader=XSS))
+        if zk.exists(layout.group_state("nobody")):
+            zk.set(layout.group_state("nobody"), hostile_group)
+        else:
+            zk.create(layout.group_state("nobody"), hostile_group, makepath=True)
+        zk.set(layout.maintenance, codecs.encode(MaintenanceInfo(on=True, reason=XSS, by=XSS, since=time.time(),
+                                                                 offline=(XSS,))))
+        browser.get(cluster.base + "/")
+        browser.find_element("id", "token").send_keys(TOKEN)
+        wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 30, "first paint")
+        wait_until(lambda: browser.execute_script(
+            "return !!document.querySelector('tr[data-task=\"x-1\"] td.error')"), 30, "x-1 on the page")
+        wait_until(lambda: XSS in browser.find_element("id", "maintenance").text, 30, "the banner, as text")
+        time.sleep(1.5)
+        assert browser.execute_script("return window.__xss === undefined"), "script from ZooKeeper ran"
+        assert not browser.title.startswith("XSS"), browser.title
+        row = browser.execute_script(
+            "const tr = document.querySelector('tr[data-task=\"x-1\"]'); return [tr.querySelector('td.state').textContent,"
+            " tr.querySelector('td.error').textContent, tr.querySelectorAll('img').length]")
+        assert row[0] in ("invalid", "STALE", "UNASSIGNED"), row
+        assert row[1] == XSS and row[2] == 0, row
+        assert browser.execute_script("return document.querySelectorAll('img').length") == 0
+        # the policy itself: markup the page would insert still cannot run inline script
+        browser.execute_script("document.body.insertAdjacentHTML('beforeend', "
+                               "'<img src=x onerror=\"window.__csp_broken=1\">')")
+        time.sleep(1)
+        assert browser.execute_script("return window.__csp_broken === undefined"), "inline script ran: no CSP"
+        _shot(browser, "hostile-fields")
+    finally:
+        cluster.stop()
+        try:
+            delete_tree(zk, root)
+        finally:
+            zk.stop()
+            zk.close()
+
+
+def test_a_page_on_another_origin_cannot_write(browser, zk_hosts, tmp_path):
+    """With no admin token, a page elsewhere that fetches (no-cors) or posts a form at the API changes
+    nothing: the writes carry its Origin and Sec-Fetch-Site and are refused."""
+    import http.server
+    import threading
+    import time
+
+    root = f"/xsite-{uuid.uuid4().hex[:10]}"
+    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp_path / "state")}
+    cluster = start_cluster(env, tmp_path / "logs", brokers=("b1",), token=None)
+    zk = make_client(ZkSettings(hosts=zk_hosts, root=root))
+    layout = ZkLayout(root)
+    site = tmp_path / "evil"
+    site.mkdir()
+    api = cluster.base + "/api/v1"
+    (site / "index.html").write_text(f"""<!doctype html><html><body>
+<form id="f" method="POST" action="{api}/brokers/b1/shutdown" target="sink"><input name="x" value="1"></form>
+<iframe name="sink"></iframe>
+<script>
+fetch("{api}/tasks/restart?only_failed=false", {{method: "POST", mode: "no-cors"}})
+  .finally(() => fetch("{api}/tasks/s-1/pause", {{method: "PUT", mode: "no-cors", body: "{{}}",
+                                                  headers: {{"Content-Type": "text/plain"}}}}))
+  .finally(() => {{ document.getElementById("f").submit(); document.title = "sent"; }});
+</script></body></html>""")
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(site))  # noqa: E731
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=evil.serve_forever, name="test-evil-site", daemon=True).start()
+    try:
+        assert cluster.request("POST", "/api/v1/tasks", {"id": "s-1", "pipeline": {"kind": "noop"}}, token=None).status == 201
+        wait_until(lambda: zk.exists(layout.task_owner("s-1")), 30, "s-1 owned")
+        version = zk.exists(layout.task("s-1")).version
+        browser.get(f"http://127.0.0.1:{evil.server_address[1]}/index.html")
+        wait_until(lambda: browser.title == "sent", 30, "the other site's page to send its writes")
+        time.sleep(3)
+        assert zk.exists(layout.task("s-1")).version == version, "a cross-site write changed the task"
+        assert zk.exists(layout.broker("b1")) is not None and cluster.procs["b1"].poll() is None, "b1 was shut down"
+    finally:
+        evil.shutdown()
+        cluster.stop()
+        try:
+            delete_tree(zk, root)
+        finally:
+            zk.stop()
+            zk.close()
