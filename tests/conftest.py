@@ -11,8 +11,8 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from kazoo.client import KazooClient
@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 from controller.admin import ensure_layout
 from controller.protocol.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.server import ZooKeeperServer, free_port
 from controller.zk.io import delete_tree
+from controller.zk.server import ZooKeeperServer, free_port
 
 #: The xdist group of the tests that cannot share the machine: Spark JVMs, containers, a browser, chaos runs and
 #: ensembles (everything in tests/e2e), and the integration tests marked slow. One process runs them in turn

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 
-from broker_sim.chaos import (DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule,
-                              sink_ids)
+from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, sink_ids
 from controller.protocol.codecs import RunInterval
 from tests.chaos_support import IN_PROCESS_KINDS
 
@@ -104,8 +103,8 @@ def test_the_throttle_and_maintenance_verdicts_fail_on_data_that_breaks_them():
 def test_a_container_life_ends_where_the_next_begins(tmp_path):
     """A broker that halted (exit 75) is restarted by its restart policy, not by the harness: its open runs
     end at the next life's birth, so a task it ran and someone else took meanwhile is no overlap."""
-    from broker_sim.sim.checker import double_ownership
     from broker_sim.deploy.containers import _journal_intervals
+    from broker_sim.sim.checker import double_ownership
 
     def life(broker: str, born: float, *records: str) -> None:
         (tmp_path / f"{broker}.{int(born * 1e9)}.log").write_text("".join(r + "\n" for r in records))

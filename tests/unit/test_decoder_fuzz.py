@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.protocol import codecs
 from controller.protocol.acl import AclPolicy, SecurityError
