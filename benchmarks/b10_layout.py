@@ -18,7 +18,7 @@ for ``getChildren``: Σ(4 + len(name)) over the children, plus 20 bytes of reply
 ``ZooKeeperMain ls`` asks for the children with the parent's stat (``getChildren2``), 68 bytes more: the
 length it reports in ``Packet len ... is out of range!`` is that one.
 
-The controller's load is ``Controller.last_load_s`` (as B3 reads it), median of three controllers started one
+The controller's load is ``FailoverLoad.last_load_s`` (as B3 reads it), median of three controllers started one
 after the other; the wall time from its activation until that figure is published is reported too, since
 ``_load`` publishes it only after loading the groups' coordinators, which the figure itself leaves out.
 """
@@ -269,16 +269,16 @@ def controller_load(zk: Any, layout: ZkLayout, cid: str) -> dict[str, Any]:
         ctl.start()
         if not wait_for(lambda: ctl.became_active_at is not None, 120, 0.01):
             raise RuntimeError("the controller did not become active")
-        if not wait_for(lambda: ctl.last_load_s is not None, 600, 0.01):
+        if not wait_for(lambda: ctl.loader.last_load_s is not None, 600, 0.01):
             raise RuntimeError("the controller did not load its state")
         published = time.monotonic()
         ctx = ctl.ctx
-        return {"controller": cid, "load": ctl.config.load, "last_load_s": ctl.last_load_s,
+        return {"controller": cid, "load": ctl.config.load, "last_load_s": ctl.loader.last_load_s,
                 "start_to_active_s": round(ctl.became_active_at - t0, 3),
                 "active_to_load_published_s": round(published - ctl.became_active_at, 3),
                 "tasks_in_context": len(ctx.tasks) if ctx is not None else None,
                 "invalid_tasks": len(ctx.invalid_tasks) if ctx is not None else None,
-                "task_tree_watched": ctl.task_tree_watched}
+                "task_tree_watched": ctl.tasks.tree_watched}
     finally:
         ctl.stop()
 

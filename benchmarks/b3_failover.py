@@ -72,7 +72,7 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
     if not wait_for(lambda: successor.became_active_at is not None, 60, 0.01):
         raise RuntimeError("the successor did not become active")
     # coarse polling from here on: this thread shares the interpreter with the successor it measures
-    wait_for(lambda: successor.last_load_s is not None, 300, 0.02)
+    wait_for(lambda: successor.loader.last_load_s is not None, 300, 0.02)
 
     def rebalanced() -> bool:
         ctx = successor.ctx
@@ -84,7 +84,7 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
     wait_for(rebalanced, 300, 0.02)
     t_rebalanced = time.monotonic()
     all_running = wait_for(cluster.farm_converged, 120, 0.1)
-    armer = successor.watch_armer
+    armer = successor.loader.watch_armer
     if armer is not None:
         wait_for(lambda: armer.took_s is not None, 120, 0.05)
     t0 = obs.deleted_at
@@ -93,8 +93,8 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
         "kind": kind, "load": mode,
         "cause_to_session_end_s": round(t0 - t_cause, 3),
         "elected_s": round(successor.became_active_at - t0, 4),
-        "state_load_s": round(successor.last_load_s or 0.0, 4),
-        "loaded_s": round(successor.became_active_at - t0 + (successor.last_load_s or 0.0), 4),
+        "state_load_s": round(successor.loader.last_load_s or 0.0, 4),
+        "loaded_s": round(successor.became_active_at - t0 + (successor.loader.last_load_s or 0.0), 4),
         "first_rebalance_done_s": round(t_rebalanced - t0, 4),
         "watches_armed_s": round(armer.took_s, 4) if armer is not None and armer.took_s is not None else None,
         "all_tasks_running_after": all_running,

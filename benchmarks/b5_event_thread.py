@@ -233,7 +233,7 @@ def run(bench: Bench) -> dict[str, Any]:
                 raise RuntimeError("the cluster did not converge")
             # a spec changed before its watch is armed comes back as the armer's TaskConfigChanges, not as a
             # TaskConfigChange: start once every task's watch is armed
-            if not wait_for(lambda: ctl.watch_armer is None or ctl.watch_armer.took_s is not None, 60, 0.1):
+            if not wait_for(lambda: ctl.loader.watch_armer is None or ctl.loader.watch_armer.took_s is not None, 60, 0.1):
                 raise RuntimeError("the controller did not arm every task's watch within 60s")
             rec = Recorder(ctl)
             ids = list(cluster.task_ids)

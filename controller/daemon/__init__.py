@@ -1,15 +1,20 @@
 """The controller daemon: election with epoch fencing, one event thread, and the kazoo layer that feeds
 the sans-IO group coordinators and carries out their decisions.
 
-One ``Controller`` (``core``) owns the event thread, the context and the dispatch; it is composed of one
-part per concern, each in its own module with its handlers:
+One ``Controller`` (``core``) owns the event thread, the activation (token, epoch, fenced writer,
+context) and the dispatch; it owns one part per concern, each a class in its own module with its handlers,
+given what it needs and the controller only as a ``host.Host``:
 
-* ``election`` — win ``/controller``, bump the epoch, resign, connection states;
-* ``loading`` — the failover load and the background watch armer;
-* ``brokers`` — registrations and controlled shutdown;
-* ``tasks`` — task specs, deletions, statuses, admin requests (rebalance, reassign);
-* ``groups`` — the group coordinators' inputs and the fenced writes of their decisions;
-* ``context`` — the configuration and the in-memory context the parts share.
+* ``election.Election`` — win ``/controller``, bump the epoch, give the seat up, connection states;
+* ``loading.FailoverLoad`` — the failover load and the background watch armer;
+* ``brokers.BrokerTracker`` — registrations and controlled shutdown;
+* ``tasks.TaskTracker`` — task specs and their watches, deletions, statuses, admin requests (rebalance,
+  reassign);
+* ``groups.GroupDriver`` — the group coordinators' inputs and the fenced writes of their decisions;
+* ``grants.TaskGrants`` — handing a task's znodes to its assignee's identity;
+* ``operations.OperatorSettings`` — settings, maintenance mode, moves in flight, automatic maintenance;
+* ``context`` — the configuration and the in-memory context the parts share; ``watchers`` — the
+  callbacks kazoo's thread runs (they only enqueue).
 """
 
 from controller.daemon.context import (

@@ -6,63 +6,82 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from controller.protocol import codecs
 from controller.daemon import events as ev
+from controller.daemon.context import BrokerDelta, BrokerRecord
+from controller.daemon.host import Host, Watcher, context_of, writer_of
+from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.operations import OperatorSettings
+from controller.protocol import codecs
 from controller.protocol.codecs import (
     BrokerInfo,
     PayloadError,
 )
-from controller.daemon.context import BrokerDelta, BrokerRecord
-from controller.zk.io import exists_many, get_many
+from controller.protocol.layout import ZkLayout
+from controller.zk.io import InterruptibleClient, exists_many, get_many
 
 log = logging.getLogger(__name__)
 
 
-class Brokers:
+def broker_record(path: str, res: tuple[bytes, Any]) -> BrokerRecord:
+    """A broker's registration as read; garbage is kept as an error, so the broker still counts as live."""
+    data, stat = res
+    try:
+        return BrokerRecord(stat.czxid, codecs.decode(BrokerInfo, data, path))
+    except PayloadError as exc:
+        log.warning("broker %s", exc)
+        return BrokerRecord(stat.czxid, None, str(exc))
+
+
+class BrokerTracker:
     """Broker registration and controlled-shutdown handlers."""
 
-    def _broker_record(self, path: str, res: tuple[bytes, Any]) -> BrokerRecord:
-        data, stat = res
-        try:
-            return BrokerRecord(stat.czxid, codecs.decode(BrokerInfo, data, path))
-        except PayloadError as exc:
-            log.warning("broker %s", exc)
-            return BrokerRecord(stat.czxid, None, str(exc))
+    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, metrics: ControllerMetrics,
+                 operations: OperatorSettings) -> None:
+        self._host = host
+        self._zk = zk
+        self._layout = layout
+        self._metrics = metrics
+        self._operations = operations
+
+    def broker_watch(self, path: str) -> Watcher:
+        """The data watch of one broker's znode (``path``): a firing re-reads that broker."""
+        broker = path.rsplit("/", 1)[1]
+        return self._host.watch(lambda t: ev.BrokerModification(t, broker))
 
     # ---- event handlers ---------------------------------------------------------------------------
     def on_broker_change(self, token: int) -> None:
         """``/brokers/ids`` changed. Like Kafka's BrokerChange, compare every live broker's epoch (czxid)
         with the context's, so that a broker that re-registered under the same id (bounced) is told apart
         from one that joined or left even when its deletion and re-creation were seen as one change."""
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        ctx, lay = self.ctx, self.layout
-        ids = sorted(self.zk.get_children(lay.broker_ids, watch=self._watch(ev.BrokerChange)))
-        epochs = {b: st.czxid for b, st in zip(ids, exists_many(self.zk, [lay.broker(b) for b in ids])) if st is not None}
+        ctx, lay = context_of(self._host), self._layout
+        ids = sorted(self._zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)))
+        stats = exists_many(self._zk, [lay.broker(b) for b in ids])
+        epochs = {b: st.czxid for b, st in zip(ids, stats) if st is not None}
         read = sorted(b for b, epoch in epochs.items() if b not in ctx.brokers or ctx.brokers[b].epoch != epoch)
         self._refresh_brokers(read, gone=sorted(ctx.brokers.keys() - epochs.keys()))
 
     def on_broker_modifications(self, token: int, broker_ids: tuple[str, ...]) -> None:
         """Brokers' znodes changed or went away: a bounce (same id, new czxid) is a new broker."""
-        if not self._current(token):
+        if not self._host.current(token):
             return
         self._refresh_brokers(sorted(broker_ids), gone=[])
 
     def _refresh_brokers(self, read: list[str], gone: list[str]) -> None:
         """Re-read ``read`` (pipelined, re-arming their watches), drop ``gone``; record who joined, left
         or bounced."""
-        ctx, lay = self.ctx, self.layout
+        ctx, lay = context_of(self._host), self._layout
         joined: list[str] = []
         left: list[str] = []
         bounced: list[str] = []
-        watch = lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b))
         gone = list(gone)
-        for b, res in zip(read, get_many(self.zk, [lay.broker(b) for b in read], watch=watch)):
+        for b, res in zip(read, get_many(self._zk, [lay.broker(b) for b in read], watch=self.broker_watch)):
             old = ctx.brokers.get(b)
             if res is None:
                 gone.append(b)
                 continue
-            record = self._broker_record(lay.broker(b), res)
+            record = broker_record(lay.broker(b), res)
             if old is None:
                 joined.append(b)
             elif old.epoch != record.epoch:
@@ -72,7 +91,7 @@ class Brokers:
             if ctx.brokers.pop(b, None) is not None:
                 left.append(b)
         delta = BrokerDelta(tuple(sorted(joined)), tuple(sorted(left)), tuple(sorted(bounced)))
-        self.metrics.brokers.set(len(ctx.brokers))
+        self._metrics.brokers.set(len(ctx.brokers))
         if not delta:
             return
         ctx.broker_changes.append(delta)
@@ -82,24 +101,27 @@ class Brokers:
         for b in delta.left + delta.bounced:
             self._finish_controlled_shutdown(b)  # that incarnation is gone; its request must not stop the next
         ctx.clean_exits.difference_update(delta.left)
-        self._note_brokers(delta.joined + delta.bounced, delta.left, clean)
+        self._operations.note_brokers(delta.joined + delta.bounced, delta.left, clean)
 
     def _finish_controlled_shutdown(self, broker_id: str) -> None:
-        if broker_id in self.ctx.shutdown_requests:
-            self.ctx.shutdown_requests.discard(broker_id)
-            self._write(lambda: self.writer.delete_if_present([self.layout.admin_controlled_shutdown_of(broker_id)]))
+        ctx = context_of(self._host)
+        if broker_id in ctx.shutdown_requests:
+            ctx.shutdown_requests.discard(broker_id)
+            path = self._layout.admin_controlled_shutdown_of(broker_id)
+            self._host.write(lambda: writer_of(self._host).delete_if_present([path]))
 
     def on_controlled_shutdown(self, token: int) -> None:
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        ctx, lay = self.ctx, self.layout
-        brokers = set(self.zk.get_children(lay.admin_controlled_shutdown, watch=self._watch(ev.ControlledShutdown)))
+        ctx, lay = context_of(self._host), self._layout
+        watch = self._host.watch(ev.ControlledShutdown)
+        brokers = set(self._zk.get_children(lay.admin_controlled_shutdown, watch=watch))
         for b in sorted(brokers - ctx.shutdown_requests):
             ctx.shutdown_requests.add(b)
             for g, coord in ctx.groups.items():
                 if b in ctx.members.get(g, {}):
                     log.info("controlled shutdown of %s (group %s)", b, g)
-                    self._apply(g, coord.on_controlled_shutdown(b))
+                    self._host.apply(g, coord.on_controlled_shutdown(b))
             if b not in ctx.brokers:
                 self._finish_controlled_shutdown(b)
         ctx.shutdown_requests &= brokers

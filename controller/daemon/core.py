@@ -1,4 +1,5 @@
-"""The ``Controller``: one candidate, the event thread it owns, and the dispatch of events to its parts.
+"""The ``Controller``: one candidate, the event thread it owns, the activation its parts share, and the
+dispatch of events to those parts.
 
 Threads: the kazoo threads only enqueue events (watch callbacks, connection listener); the event thread
 (``controller-<id>-events``) is the only one that reads or changes controller state; the timer thread
@@ -6,8 +7,10 @@ Threads: the kazoo threads only enqueue events (watch callbacks, connection list
 
 Watches carry the *activation token* current when they were armed; after a resign the token moves on,
 so callbacks armed by an earlier activation are dropped instead of double-arming watches. Each event
-names its handler (``events.py``); the handlers live in the parts this class is composed of
-(``election``, ``loading``, ``brokers``, ``tasks``, ``groups``), which share the context of ``context``.
+names its handler (``events.py``) on one of the parts the controller owns: ``election``, ``loader``,
+``brokers``, ``tasks``, ``groups``, ``grants``, ``operations``. A part receives what it needs (the
+ZooKeeper client, the layout, a sibling part) and sees the controller only through ``host.Host`` (the
+current activation and the few operations it calls back; the election through ``election.Seat``).
 """
 
 from __future__ import annotations
@@ -16,29 +19,34 @@ import logging
 import os
 import socket
 import threading
-from typing import Any, Callable, Sequence
+import time
+from typing import Any, Callable, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
 from controller.daemon import events as ev
-from controller.zk.layout_io import ensure_layout
-from controller.protocol.clock import Clock, SystemClock
-from controller.daemon.brokers import Brokers
+from controller.daemon.brokers import BrokerTracker
 from controller.daemon.context import TRANSIENT, ControllerConfig, ControllerContext
 from controller.daemon.election import Election
-from controller.daemon.grants import Grants
-from controller.daemon.groups import Groups
-from controller.daemon.loading import StateLoad, TaskTreeWatch, TaskWatch, TaskWatchArmer
-from controller.daemon.operations import Operations
-from controller.daemon.tasks import Tasks, DeletionWatch
 from controller.daemon.event_thread import ControllerEventThread
-from controller.protocol.layout import ZkLayout
+from controller.daemon.events import ControllerEvent
+from controller.daemon.grants import TaskGrants
+from controller.daemon.groups import GroupDriver
+from controller.daemon.host import Watcher
+from controller.daemon.loading import FailoverLoad
 from controller.daemon.metrics import ControllerMetrics, MetricsServer
+from controller.daemon.operations import OperatorSettings
+from controller.daemon.tasks import TaskTracker
+from controller.protocol.clock import Clock, SystemClock
+from controller.protocol.layout import ZkLayout
 from controller.zk.client import make_client
 from controller.zk.io import Fenced, FencedWriter, InterruptibleClient, WriteFailed
+from controller.zk.layout_io import ensure_layout
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class _Timer(threading.Thread):
@@ -80,7 +88,7 @@ class _Timer(threading.Thread):
                 self._fire()
 
 
-class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations):
+class Controller:
     """A controller candidate; the one that wins ``/controller`` is active."""
 
     def __init__(self, config: ControllerConfig, client: KazooClient | None = None, clock: Clock | None = None) -> None:
@@ -89,36 +97,41 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         self.layout = ZkLayout(config.settings.root)
         self.client = client or make_client(config.settings, connect=False)
         self.zk = InterruptibleClient(self.client)  # every ZooKeeper call of the event thread goes through this
-        self.clock = clock or SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self.metrics = ControllerMetrics()
         self.thread = ControllerEventThread(self._process, name=f"controller-{self.id}-events", observe=self.metrics.observe,
                                              on_merge=self.metrics.observe_merged)
         self.timer = _Timer(f"controller-{self.id}-timer", lambda: self.put(ev.Tick()), self.clock)
+        # the activation (``host.Host``): moved on by activate, reload and resign, all on the event thread
         self.token = 0
         self.active = False
         self.epoch: int | None = None
         self.writer: FencedWriter | None = None
         self.ctx: ControllerContext | None = None
+        # the connection as the event thread sees it (``election.Seat``): SUSPENDED holds events
         self.connected = True
         self.needs_reload = False
         self.held: list[Any] = []
+        self.stopping = False
         self.metrics_server: MetricsServer | None = None
         self.before_write: Callable[[], None] | None = None  # test hook: an injected stall
-        # test hook, called on the watch armer's thread before each chunk of tasks whose watches it arms
-        self.before_arming: Callable[[Sequence[str]], None] | None = None
         self.fenced_writes = 0
         self.became_active_at: float | None = None
-        self.last_load_s: float | None = None
-        self._stopping = False
-        self._retry_timer: threading.Timer | None = None
-        self._deletion_watch: DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
-        self._task_watcher: TaskWatch | None = None  # the one data watcher of every task znode, per activation
-        self.watch_armer: TaskWatchArmer | None = None  # arms the tasks' watches after a multiRead load
-        self._task_tree_watcher: TaskTreeWatch | None = None  # the persistent watch of /tasks, per activation
-        self.task_tree_watched = False  # this activation watches /tasks with one persistent recursive watch
+        # the parts, each given what it needs and this controller as its ``Host``
+        zk, lay = self.zk, self.layout
+        self.grants = TaskGrants(self, zk, lay, self.id)
+        self.operations = OperatorSettings(self, zk, lay, self.clock, self.metrics, self.id)
+        self.groups = GroupDriver(self, zk, lay, self.clock, self.metrics, self.id, config.group, self.grants,
+                                  self.operations)
+        self.brokers = BrokerTracker(self, zk, lay, self.metrics, self.operations)
+        self.tasks = TaskTracker(self, zk, self.client, lay, self.clock, self.metrics, self.id, config.task_watch,
+                                 self.groups)
+        self.loader = FailoverLoad(self, zk, lay, self.metrics, self.id, config.load, self.brokers, self.tasks,
+                                   self.groups, self.operations)
+        self.election = Election(self, zk, lay, self.id, config.host)
 
     # ---- lifecycle --------------------------------------------------------------------------------
-    def start(self) -> "Controller":
+    def start(self) -> Controller:
         if not self.client.connected:
             self.client.start(timeout=30)
         self.client.add_listener(self._listener)
@@ -131,13 +144,12 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         return self
 
     def stop(self) -> None:
-        self._stopping = True
-        if self._retry_timer is not None:
-            self._retry_timer.cancel()
+        self.stopping = True
+        self.election.cancel_retry()
         if self.thread.ident is not None:
             self.thread.shutdown()
-        if self.watch_armer is not None:
-            self.watch_armer.stop(join_s=5)
+        if self.loader.watch_armer is not None:
+            self.loader.watch_armer.stop(join_s=5)
         if self.timer.ident is not None:
             self.timer.stop()
         if self.metrics_server:
@@ -146,10 +158,97 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         self.client.stop()
         self.client.close()
 
-    def put(self, event: Any) -> None:
+    def wait_active(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.active and self.ctx is not None:
+                return True
+            time.sleep(0.02)
+        return False
+
+    # ---- what the parts call back (``host.Host``, ``election.Seat``) ---------------------------------
+    def put(self, event: ControllerEvent) -> None:
         self.thread.put(event)
         self.metrics.queue_size.set(self.thread.queue_size())
 
+    def put_front(self, events: list[Any]) -> None:
+        self.thread.put_front(events)
+
+    def watch(self, make: Callable[[int], ControllerEvent]) -> Watcher:
+        token = self.token
+        return lambda _event: self.put(make(token))
+
+    def bucket_watch(self, make: Callable[[int, str | None], ControllerEvent]) -> Watcher:
+        token = self.token
+        return lambda event: self.put(make(token, getattr(event, "path", None)))
+
+    def current(self, token: int) -> bool:
+        return self.active and token == self.token
+
+    def write(self, fn: Callable[[], T]) -> T:
+        if self.before_write is not None:
+            self.before_write()
+        return fn()
+
+    def apply(self, group: str, decisions: list[Any]) -> None:
+        self.groups.apply(group, decisions)
+
+    def install(self, ctx: ControllerContext) -> None:
+        self.ctx = ctx
+
+    # ---- activations ------------------------------------------------------------------------------
+    def activate(self, epoch: int, epoch_zk_version: int) -> None:
+        """Won at ``epoch``: every write from now on is fenced by the epoch znode's version."""
+        self.token += 1
+        self.active = True
+        self.epoch = epoch
+        self.writer = FencedWriter(self.zk, self.layout.controller_epoch, epoch_zk_version)
+        self.metrics.epoch.set(epoch)
+        self.metrics.active.set(1)
+        self.became_active_at = time.monotonic()
+        log.info("controller %s is active at epoch %d", self.id, epoch)
+        self.election.watch_seat()
+        self.loader.load()
+
+    def reload(self) -> None:
+        """Start again from what ZooKeeper holds: a new token, a new context."""
+        for coord in (self.ctx.groups.values() if self.ctx else ()):
+            coord.shutdown()
+        self.token += 1
+        self.needs_reload = False
+        self.loader.load()
+
+    def resign(self, reason: str) -> None:
+        if not self.active:
+            return
+        log.info("controller %s resigns (epoch %s): %s", self.id, self.epoch, reason)
+        if self.ctx is not None:
+            for coord in self.ctx.groups.values():
+                coord.shutdown()
+        self.active = False
+        self.token += 1
+        self.loader.stop_watch_armer()
+        try:
+            self.tasks.unwatch_tree()
+        except Exception:  # best effort: its events carry a stale token from now on
+            log.exception("controller %s: removing the watch of the tasks", self.id)
+        self.ctx = None
+        self.writer = None
+        self.held.clear()
+        self.metrics.active.set(0)
+        self.metrics.brokers.set(0)
+        self.metrics.tasks.set(0)
+        self.metrics.invalid_tasks.set(0)
+        self.election.give_up_seat()
+
+    def on_tick(self) -> None:
+        """A protocol deadline passed: the coordinators' timers, and deletions whose linger is over."""
+        if not self.active or self.ctx is None:
+            return
+        self.groups.on_tick()
+        self.tasks.flush_deletions()
+
+    # ---- event processing -------------------------------------------------------------------------
     def _listener(self, state: KazooState) -> None:
         # kazoo's thread: only enqueue
         if state == KazooState.SUSPENDED:
@@ -159,19 +258,6 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
         elif state == KazooState.LOST:
             self.put(ev.Expire())
 
-    def _watch(self, make: Callable[[int], Any]) -> Callable[[Any], None]:
-        token = self.token
-        return lambda _event: self.put(make(token))
-
-    def _bucket_watch(self, make: Callable[[int, str | None], Any]) -> Callable[[Any], None]:
-        """A children watch of buckets: the event names the bucket that fired (None: the connection dropped)."""
-        token = self.token
-        return lambda event: self.put(make(token, getattr(event, "path", None)))
-
-    def _current(self, token: int) -> bool:
-        return self.active and token == self.token
-
-    # ---- event processing -------------------------------------------------------------------------
     def _process(self, event: Any) -> None:
         if isinstance(event, (ev.Suspended, ev.Reconnected, ev.Expire, ev.Shutdown)):
             event.process(self)
@@ -181,26 +267,26 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
             return
         try:
             if self.active and self.needs_reload and self.client.connected:
-                self._reload()  # an earlier event was cut short by ZooKeeper: start again from what it holds
+                self.reload()  # an earlier event was cut short by ZooKeeper: start again from what it holds
             event.process(self)
         except Fenced as exc:
             self.fenced_writes += 1
             self.metrics.fenced.inc()
             log.warning("controller %s (epoch %s) fenced: %s", self.id, self.epoch, exc)
             self.resign("fenced by a newer controller")
-            self.elect()
+            self.election.elect()
         except TRANSIENT as exc:
             log.info("controller %s: ZooKeeper unavailable while processing %s (%s)", self.id, type(event).__name__, type(exc).__name__)
             if self.active:
                 self.needs_reload = True
             else:
-                if not self._stopping:
-                    self._retry_later()
+                if not self.stopping:
+                    self.election.retry_later()
         except WriteFailed as exc:
             log.warning("controller %s: write failed (%s); reloading context", self.id, exc)
             self.needs_reload = True
             if self.connected and self.active:
-                self._reload()
+                self.reload()
         finally:
             self._reschedule()
 
@@ -209,8 +295,9 @@ class Controller(Election, StateLoad, Brokers, Tasks, Groups, Grants, Operations
             self.timer.schedule(None)  # no deadlines fire while suspended: the Tick would only be held
             return
         deadlines = [d for d in (c.next_deadline() for c in self.ctx.groups.values()) if d is not None]
-        if self.ctx.deletable:
-            deadlines.append(self._deletion_deadline())
+        deletion = self.tasks.deletion_deadline()
+        if deletion is not None:
+            deadlines.append(deletion)
         self.timer.schedule(min(deadlines) if deadlines else None)
         self.metrics.queue_size.set(self.thread.queue_size())
 

@@ -1,13 +1,13 @@
 """Election and epoch: win ``/controller``, bump ``/controller_epoch`` (whose zkVersion fences every
-write), resign, and the connection states (SUSPENDED holds events, CONNECTED re-checks ownership and
-replays them, LOST resigns and stands again)."""
+write), give the seat up, and the connection states (SUSPENDED holds events, CONNECTED re-checks ownership
+and replays them, LOST resigns and stands again)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -16,198 +16,205 @@ from kazoo.exceptions import (
     NoNodeError,
 )
 
-from controller.protocol import codecs
 from controller.daemon import events as ev
+from controller.daemon.context import TRANSIENT
+from controller.daemon.events import ControllerEvent
+from controller.daemon.host import Watcher
+from controller.protocol import codecs
 from controller.protocol.codecs import (
     ControllerInfo,
     PayloadError,
 )
-from controller.daemon.context import TRANSIENT
-from controller.zk.io import FencedWriter
+from controller.protocol.layout import ZkLayout
+from controller.zk.io import InterruptibleClient
 
 log = logging.getLogger(__name__)
+
+
+class Seat(Protocol):
+    """The controller as its election sees it: whether it holds the seat, the activation it starts or ends,
+    and the connection state its event thread dispatches by (held events while SUSPENDED)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def epoch(self) -> int | None: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    connected: bool
+    needs_reload: bool
+    held: list[Any]
+
+    def put(self, event: ControllerEvent) -> None: ...
+
+    def put_front(self, events: list[Any]) -> None:
+        """Re-queue held events ahead of newer ones."""
+        ...
+
+    def watch(self, make: Callable[[int], ControllerEvent]) -> Watcher: ...
+
+    def activate(self, epoch: int, epoch_zk_version: int) -> None: ...
+
+    def resign(self, reason: str) -> None: ...
+
+    def reload(self) -> None: ...
 
 
 class Election:
     """The controller's election and connection-state handlers."""
 
+    def __init__(self, seat: Seat, zk: InterruptibleClient, layout: ZkLayout, controller_id: str,
+                 machine: str) -> None:
+        self._seat = seat
+        self._zk = zk
+        self._layout = layout
+        self._id = controller_id
+        self._machine = machine  # the host name written into /controller
+        self.retry_timer: threading.Timer | None = None
+
     # ---- election ---------------------------------------------------------------------------------
     def elect(self) -> None:
         """Race for ``/controller``; on winning, bump the epoch conditionally and load the context."""
-        if self.active or self._stopping:
+        if self._seat.active or self._seat.stopping:
             return
+        zk, lay = self._zk, self._layout
         try:
             try:
-                self.zk.create(self.layout.controller_epoch, codecs.encode_epoch(0), makepath=True)
+                zk.create(lay.controller_epoch, codecs.encode_epoch(0), makepath=True)
             except NodeExistsError:
                 pass
-            data, stat = self.zk.get(self.layout.controller_epoch)
+            data, stat = zk.get(lay.controller_epoch)
             # Every election bumps the epoch and the znode's version together, so the version is never
             # below the last epoch: if the text was overwritten (garbage, or a lower number), continue
             # above the version instead of refusing to run (no controller at all) or going backwards.
             try:
-                epoch = max(codecs.decode_epoch(data, self.layout.controller_epoch), stat.version)
+                epoch = max(codecs.decode_epoch(data, lay.controller_epoch), stat.version)
             except PayloadError as exc:
                 log.error("%s; continuing from its version %d", exc, stat.version)
                 epoch = stat.version
-            info = ControllerInfo(controller_id=self.id, epoch=epoch + 1, host=self.config.host, since=time.time())
+            info = ControllerInfo(controller_id=self._id, epoch=epoch + 1, host=self._machine, since=time.time())
             try:
-                self.zk.create(self.layout.controller, codecs.encode(info), ephemeral=True)
+                zk.create(lay.controller, codecs.encode(info), ephemeral=True)
             except NodeExistsError:
-                held = self.zk.exists(self.layout.controller, watch=self._candidate_watch)
-                if held is not None and held.ephemeralOwner == self.zk.client_id[0]:
+                held = zk.exists(lay.controller, watch=self._candidate_watch)
+                if held is not None and held.ephemeralOwner == zk.client_id[0]:
                     # ours, from an election ZooKeeper cut short (the epoch bump's answer was lost): nobody
                     # else can win while it exists, so remove it and run again
-                    log.warning("controller %s: removing /controller left by its own interrupted election", self.id)
+                    log.warning("controller %s: removing /controller left by its own interrupted election", self._id)
                     try:
-                        self.zk.delete(self.layout.controller, version=held.version)
+                        zk.delete(lay.controller, version=held.version)
                     except (NoNodeError, BadVersionError):
                         pass
-                    self.put(ev.Reelect())
+                    self._seat.put(ev.Reelect())
                 elif held is None:
-                    self.put(ev.Reelect())
+                    self._seat.put(ev.Reelect())
                 return
             try:
-                new_stat = self.zk.set(self.layout.controller_epoch, codecs.encode_epoch(epoch + 1), version=stat.version)
+                new_stat = zk.set(lay.controller_epoch, codecs.encode_epoch(epoch + 1), version=stat.version)
             except BadVersionError:
-                log.warning("controller %s: epoch moved while electing; retrying", self.id)
-                self.zk.delete(self.layout.controller)
-                self.put(ev.Reelect())
+                log.warning("controller %s: epoch moved while electing; retrying", self._id)
+                zk.delete(lay.controller)
+                self._seat.put(ev.Reelect())
                 return
-            self._activate(epoch + 1, new_stat.version)
+            self._seat.activate(epoch + 1, new_stat.version)
         except TRANSIENT:
-            if not self._stopping:
-                self._retry_later()
+            if not self._seat.stopping:
+                self.retry_later()
 
-    def _retry_later(self, event: Any = None) -> None:
-        # re-elect (or re-check, ``event``) once ZooKeeper is back: Reconnected does it; also retry on a timer
-        if self._retry_timer is not None:
-            self._retry_timer.cancel()
+    def retry_later(self, event: Any = None) -> None:
+        """Re-elect (or re-check, ``event``) once ZooKeeper is back: Reconnected does it; also retry on a timer."""
+        if self.retry_timer is not None:
+            self.retry_timer.cancel()
         event = event if event is not None else ev.Reelect()
-        t = threading.Timer(0.5, lambda: self.put(event))
-        t.name = f"controller-{self.id}-retry"
+        t = threading.Timer(0.5, lambda: self._seat.put(event))
+        t.name = f"controller-{self._id}-retry"
         t.daemon = True
-        self._retry_timer = t
+        self.retry_timer = t
         t.start()
 
+    def cancel_retry(self) -> None:
+        if self.retry_timer is not None:
+            self.retry_timer.cancel()
+
     def _candidate_watch(self, _event: Any) -> None:
-        self.put(ev.ControllerChange(-1))
+        self._seat.put(ev.ControllerChange(-1))
+
+    def watch_seat(self) -> None:
+        """The active controller watches ``/controller``: losing it (or its content changing) is an event."""
+        self._zk.exists(self._layout.controller, watch=self._seat.watch(ev.ControllerChange))
 
     def on_controller_change(self, token: int) -> None:
-        if not self.active:
+        if not self._seat.active:
             self.elect()
             return
-        if not self._still_controller():
-            self.resign("lost /controller")
+        if not self.still_controller():
+            self._seat.resign("lost /controller")
             self.elect()
 
-    def _still_controller(self) -> bool:
+    def still_controller(self) -> bool:
         try:
-            data, stat = self.zk.get(self.layout.controller, watch=self._watch(ev.ControllerChange))
-            info = codecs.decode(ControllerInfo, data, self.layout.controller)
+            data, stat = self._zk.get(self._layout.controller, watch=self._seat.watch(ev.ControllerChange))
+            info = codecs.decode(ControllerInfo, data, self._layout.controller)
         except NoNodeError:
             return False
         except PayloadError as exc:
             log.error("%s", exc)
             return False
-        return (info.controller_id == self.id and info.epoch == self.epoch
-                and stat.ephemeralOwner == self.zk.client_id[0])
+        return (info.controller_id == self._id and info.epoch == self._seat.epoch
+                and stat.ephemeralOwner == self._zk.client_id[0])
 
-    def _activate(self, epoch: int, epoch_zk_version: int) -> None:
-        self.token += 1
-        self.active = True
-        self.epoch = epoch
-        self.writer = FencedWriter(self.zk, self.layout.controller_epoch, epoch_zk_version)
-        self.metrics.epoch.set(epoch)
-        self.metrics.active.set(1)
-        self.became_active_at = time.monotonic()
-        log.info("controller %s is active at epoch %d", self.id, epoch)
-        self.zk.exists(self.layout.controller, watch=self._watch(ev.ControllerChange))
-        self._load()
-
-    def resign(self, reason: str) -> None:
-        if not self.active:
-            return
-        log.info("controller %s resigns (epoch %s): %s", self.id, self.epoch, reason)
-        if self.ctx is not None:
-            for coord in self.ctx.groups.values():
-                coord.shutdown()
-        self.active = False
-        self.token += 1
-        self._stop_watch_armer()
+    def give_up_seat(self) -> None:
+        """Delete ``/controller`` if this session holds it (best effort: ZooKeeper may be gone)."""
+        zk = self._zk
         try:
-            self._unwatch_task_tree()
-        except Exception:  # best effort: its events carry a stale token from now on
-            log.exception("controller %s: removing the watch of the tasks", self.id)
-        self.ctx = None
-        self.writer = None
-        self.held.clear()
-        self.metrics.active.set(0)
-        self.metrics.brokers.set(0)
-        self.metrics.tasks.set(0)
-        self.metrics.invalid_tasks.set(0)
-        try:
-            if self.zk.connected:
-                stat = self.zk.exists(self.layout.controller)
-                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
-                    self.zk.delete(self.layout.controller, version=stat.version)
+            if zk.connected:
+                stat = zk.exists(self._layout.controller)
+                if stat is not None and stat.ephemeralOwner == zk.client_id[0]:
+                    zk.delete(self._layout.controller, version=stat.version)
         except (KazooException, *TRANSIENT):
             pass
 
     # ---- connection states ------------------------------------------------------------------------
     def on_suspended(self) -> None:
-        self.connected = False
+        self._seat.connected = False
 
     def on_reconnected(self) -> None:
-        if not self.active:
-            self.connected = True
-            self.held.clear()
+        seat = self._seat
+        if not seat.active:
+            seat.connected = True
+            seat.held.clear()
             self.elect()
             return
         reloading = False
         try:
-            still = self._still_controller()
-            if still and self.needs_reload:
+            still = self.still_controller()
+            if still and seat.needs_reload:
                 reloading = True
-                self._reload()
+                seat.reload()
         except TRANSIENT:
             # ZooKeeper went away again before we could check: keep holding events and check again on
             # the next CONNECTED, or on this retry if the connection is back without one
-            self.needs_reload = self.needs_reload or reloading
-            self._retry_later(ev.Reconnected())
+            seat.needs_reload = seat.needs_reload or reloading
+            self.retry_later(ev.Reconnected())
             return
         except Exception:
             if not reloading:
                 raise
             # a reload that failed for another reason must not leave the held events held for good:
-            # resume, and _process reloads again before the next event
-            log.exception("controller %s: reload after reconnecting failed; retrying before the next event", self.id)
-            self.needs_reload = True
-        self.connected = True
+            # resume, and the event thread reloads again before the next event
+            log.exception("controller %s: reload after reconnecting failed; retrying before the next event", self._id)
+            seat.needs_reload = True
+        seat.connected = True
         if not still:
-            self.resign("reconnected without /controller at our epoch")
+            seat.resign("reconnected without /controller at our epoch")
             self.elect()
             return
-        held, self.held = self.held, []
-        self.thread.put_front(ev.coalesce(held))
+        held, seat.held = seat.held, []
+        seat.put_front(ev.coalesce(held))
 
     def on_expire(self) -> None:
-        self.connected = False
-        self.resign("ZooKeeper session expired")
-
-    # ---- loading ----------------------------------------------------------------------------------
-    def _reload(self) -> None:
-        for coord in (self.ctx.groups.values() if self.ctx else ()):
-            coord.shutdown()
-        self.token += 1
-        self.needs_reload = False
-        self._load()
-
-    # ---- views for tests and the CLI --------------------------------------------------------------
-    def wait_active(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.active and self.ctx is not None:
-                return True
-            time.sleep(0.02)
-        return False
+        self._seat.connected = False
+        self._seat.resign("ZooKeeper session expired")

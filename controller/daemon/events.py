@@ -1,7 +1,7 @@
 """Controller events: small immutable values. Watches, timers and admin requests only enqueue these;
 the ControllerEventThread processes them one at a time (a run of re-reads of single znodes waiting one
-behind another as one merged event, see ``coalesce``). Each event's ``process`` step names the controller
-method that handles it, so the dispatch is in one readable place."""
+behind another as one merged event, see ``coalesce``). Each event's ``process`` step names the part of
+the controller and the method that handles it, so the dispatch is in one readable place."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class ControllerEvent(Protocol):
 @dataclass(frozen=True)
 class Startup:
     def process(self, c: "Controller") -> None:
-        c.elect()
+        c.election.elect()
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ControllerChange:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_controller_change(self.token)
+        c.election.on_controller_change(self.token)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Reelect:
     that fires after the controller has won must not make it resign."""
 
     def process(self, c: "Controller") -> None:
-        c.elect()
+        c.election.elect()
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,13 @@ class Suspended:
     """The ZooKeeper connection is suspended: hold writes until it is back or the session is lost."""
 
     def process(self, c: "Controller") -> None:
-        c.on_suspended()
+        c.election.on_suspended()
 
 
 @dataclass(frozen=True)
 class Reconnected:
     def process(self, c: "Controller") -> None:
-        c.on_reconnected()
+        c.election.on_reconnected()
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Expire:
     """The session is lost: resign, drop the context, run for election again."""
 
     def process(self, c: "Controller") -> None:
-        c.on_expire()
+        c.election.on_expire()
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class BrokerChange:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_broker_change(self.token)
+        c.brokers.on_broker_change(self.token)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class BrokerModification:
     broker_id: str
 
     def process(self, c: "Controller") -> None:
-        c.on_broker_modifications(self.token, (self.broker_id,))
+        c.brokers.on_broker_modifications(self.token, (self.broker_id,))
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class BrokerModifications:
     broker_ids: tuple[str, ...]
 
     def process(self, c: "Controller") -> None:
-        c.on_broker_modifications(self.token, self.broker_ids)
+        c.brokers.on_broker_modifications(self.token, self.broker_ids)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class TaskChange:
     bucket: str | None = None
 
     def process(self, c: "Controller") -> None:
-        c.on_task_change(self.token, self.bucket)
+        c.tasks.on_task_change(self.token, self.bucket)
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class TaskConfigChange:
     task_id: str
 
     def process(self, c: "Controller") -> None:
-        c.on_task_config_changes(self.token, (self.task_id,))
+        c.tasks.on_task_config_changes(self.token, (self.task_id,))
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class TasksResync:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_tasks_resync(self.token)
+        c.tasks.on_tasks_resync(self.token)
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class TaskConfigChanges:
     task_ids: tuple[str, ...]
 
     def process(self, c: "Controller") -> None:
-        c.on_task_config_changes(self.token, self.task_ids)
+        c.tasks.on_task_config_changes(self.token, self.task_ids)
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class TaskDeletion:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_task_deletion(self.token)
+        c.tasks.on_task_deletion(self.token)
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class StatusesChange:
     bucket: str | None = None
 
     def process(self, c: "Controller") -> None:
-        c.on_statuses_change(self.token, self.bucket)
+        c.tasks.on_statuses_change(self.token, self.bucket)
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ class GroupsChange:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_groups_change(self.token)
+        c.groups.on_groups_change(self.token)
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class MembersChange:
     group: str
 
     def process(self, c: "Controller") -> None:
-        c.on_members_change(self.token, self.group)
+        c.groups.on_members_change(self.token, self.group)
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class MemberChange:
     member: str
 
     def process(self, c: "Controller") -> None:
-        c.on_member_changes(self.token, self.group, (self.member,))
+        c.groups.on_member_changes(self.token, self.group, (self.member,))
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class MemberChanges:
     members: tuple[str, ...]
 
     def process(self, c: "Controller") -> None:
-        c.on_member_changes(self.token, self.group, self.members)
+        c.groups.on_member_changes(self.token, self.group, self.members)
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class SyncProposalReady:
     generation: int
 
     def process(self, c: "Controller") -> None:
-        c.on_sync_proposal(self.token, self.group, self.generation)
+        c.groups.on_sync_proposal(self.token, self.group, self.generation)
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class Rebalance:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_admin_rebalance(self.token)
+        c.tasks.on_admin_rebalance(self.token)
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,7 @@ class ControlledShutdown:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_controlled_shutdown(self.token)
+        c.brokers.on_controlled_shutdown(self.token)
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ class Reassign:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_reassign(self.token)
+        c.tasks.on_reassign(self.token)
 
 
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ class SettingsChange:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_settings_change(self.token)
+        c.operations.on_settings_change(self.token)
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ class MaintenanceChange:
     token: int
 
     def process(self, c: "Controller") -> None:
-        c.on_maintenance_change(self.token)
+        c.operations.on_maintenance_change(self.token)
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ class MoveStatus:
     task: str
 
     def process(self, c: "Controller") -> None:
-        c.on_move_status(self.token, self.group, self.task)
+        c.operations.on_move_status(self.token, self.group, self.task)
 
 
 @dataclass(frozen=True)
@@ -331,11 +331,11 @@ def coalesce(events: list) -> list:
                 seen.add(e)
             out.append(e)
             continue
-        key, items = mk
+        key, ids = mk
         if key not in merged:
             merged[key] = (len(out), [])
             out.append(None)
-        merged[key][1].extend(items)
+        merged[key][1].extend(ids)
     for key, (pos, items) in merged.items():
         kind, rest = key[0], key[1:]
         out[pos] = kind(*rest, tuple(dict.fromkeys(items)))

@@ -15,36 +15,46 @@ from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from controller.protocol.group import WriteAssignments
+from controller.daemon.host import Host
 from controller.protocol.acl import AclPolicy, grants_needed
+from controller.protocol.group import WriteAssignments
+from controller.protocol.layout import ZkLayout
+from controller.zk.io import InterruptibleClient
 from controller.zk.security import acl_for
 
 log = logging.getLogger(__name__)
 
 
-class Grants:
+class TaskGrants:
     """The controller part that hands ``/tasks/<t>`` and ``/status/<t>`` to a task's assignee."""
 
+    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, controller_id: str) -> None:
+        self._host = host
+        self._zk = zk
+        self._layout = layout
+        self._id = controller_id
+
     def _policy_per_broker(self) -> AclPolicy | None:
-        policy = getattr(self.zk, "policy", None)
+        policy = getattr(self._zk, "policy", None)
         return policy if isinstance(policy, AclPolicy) and policy.per_broker else None
 
-    def _hand_over(self, decisions: list[Any]) -> None:
+    def hand_over(self, decisions: list[Any]) -> None:
         """setACL the tasks these decisions assign to a broker they were not granted to yet (this
         activation's record, ``ctx.task_grants``: empty after a failover, so the first write re-grants
         every task it assigns)."""
         policy = self._policy_per_broker()
-        if policy is None or self.ctx is None:
+        ctx = self._host.ctx
+        if policy is None or ctx is None:
             return
         assigned = [(m, a.assigned) for d in decisions if isinstance(d, WriteAssignments) for m, a in d.assignments]
-        moves = grants_needed(assigned, self.ctx.task_grants)
+        moves = grants_needed(assigned, ctx.task_grants)
         if not moves:
             return
-        lay = self.layout
-        pending = [(t, path, self.zk.set_acls_async(path, acl_for(policy, lay, path, owner=b)))
+        lay = self._layout
+        pending = [(t, path, self._zk.set_acls_async(path, acl_for(policy, lay, path, owner=b)))
                    for t, b in sorted(moves.items()) for path in (lay.task(t), lay.status(t))]
         refused: list[str] = []
-        for t, path, result in pending:
+        for _t, path, result in pending:
             try:
                 result.get()
             except NoNodeError:
@@ -53,6 +63,6 @@ class Grants:
                 refused.append(path)
         if refused:
             log.error("controller %s: no ADMIN right on %d znodes to hand them to their assignee (run "
-                      "`zkctl security init` again): %s", self.id, len(refused), refused[:5])
-        self.ctx.task_grants.update(moves)
-        log.debug("controller %s: handed %d tasks to their assignees", self.id, len(moves))
+                      "`zkctl security init` again): %s", self._id, len(refused), refused[:5])
+        ctx.task_grants.update(moves)
+        log.debug("controller %s: handed %d tasks to their assignees", self._id, len(moves))

@@ -1,5 +1,11 @@
 """The failover load: read the cluster into a fresh context (multiRead, pipelined or sequential), then
-arm the tasks' data watches in the background without losing a change made in between."""
+arm the tasks' data watches in the background without losing a change made in between.
+
+One load runs in four steps: read the cluster (brokers, tasks, deletions, settings: each read arming its
+watch, or none where the background armer arms it), decode it into a fresh context (a znode that does not
+decode is set apart, never fatal), read and decode the groups the context names, build (the context put in
+place, a coordinator per group started from what it read), and arm (pending admin requests enqueued, the
+armer started)."""
 
 from __future__ import annotations
 
@@ -7,24 +13,29 @@ import gc
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     NoNodeError,
 )
 
-from controller.protocol import codecs
 from controller.daemon import events as ev
+from controller.daemon.brokers import BrokerTracker, broker_record
+from controller.daemon.context import TRANSIENT, ControllerContext, LoadMethod
+from controller.daemon.groups import GroupDriver, record_member
+from controller.daemon.host import Host
+from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.operations import OperatorSettings, SettingsRead
+from controller.daemon.tasks import TaskTracker, record_task
+from controller.protocol import codecs
 from controller.protocol.codecs import (
     Assignment,
     GroupStateInfo,
     PayloadError,
 )
-from controller.daemon.context import TRANSIENT, ControllerContext
 from controller.protocol.layout import ZkLayout
-from controller.zk.layout_io import list_task_paths
-from controller.zk.watches import PersistentWatches
 from controller.zk.io import (
     InterruptibleClient,
     children_many,
@@ -33,69 +44,13 @@ from controller.zk.io import (
     multi_children,
     multi_read,
 )
+from controller.zk.layout_io import list_task_paths
 
 log = logging.getLogger(__name__)
 
 
 # Tasks whose data watch the background armer sets per round (pipelined ``exists``, then one comparison).
 ARM_WATCH_CHUNK = 100
-
-
-class _Resync:
-    """One pending ``TasksResync`` per activation, however many watches fire NONE at once (kazoo fires each
-    one-shot watcher once per path it was armed on)."""
-
-    def __init__(self, token: int, put: Callable[[Any], None]) -> None:
-        self.token = token
-        self._put = put
-        self._lock = threading.Lock()
-        self._queued = False
-
-    def lost(self) -> None:
-        with self._lock:
-            if self._queued:
-                return
-            self._queued = True
-        self._put(ev.TasksResync(self.token))
-
-    def taken(self) -> None:
-        """The event thread starts the re-read: a later loss needs another."""
-        with self._lock:
-            self._queued = False
-
-
-class TaskWatch(_Resync):
-    """The data watcher of every task znode of one activation: a firing (spec changed, task deleted) enqueues
-    ``TaskConfigChange`` for the task its path names. One object per activation, not one per task and read:
-    kazoo's watcher sets then never hold two callbacks for one task. A NONE firing (path None) means the
-    connection dropped and kazoo forgot every watch: ``TasksResync`` re-reads every task, re-arming them (on
-    a lost session it carries a stale token and is dropped)."""
-
-    def __call__(self, event: Any) -> None:  # kazoo's thread: enqueue only
-        path = getattr(event, "path", None)
-        if path:
-            self._put(ev.TaskConfigChange(self.token, path.rsplit("/", 1)[1]))
-        else:
-            self.lost()
-
-
-class TaskTreeWatch(_Resync):
-    """The persistent recursive watcher of ``/tasks`` of one activation (``controller/zk/watches.py``): a task
-    znode created, changed or deleted enqueues ``TaskConfigChange`` for it; events below a task (its owner)
-    are not specs and are dropped here, on kazoo's thread. NONE (the connection dropped): ``TasksResync``."""
-
-    def __init__(self, token: int, put: Callable[[Any], None], layout: ZkLayout) -> None:
-        super().__init__(token, put)
-        self._layout = layout
-
-    def __call__(self, event: Any) -> None:  # kazoo's thread: enqueue only
-        path = getattr(event, "path", None)
-        if path is None:
-            self.lost()
-            return
-        task = self._layout.task_of(path)  # None for a bucket, an owner, a stray
-        if task is not None:
-            self._put(ev.TaskConfigChange(self.token, task))
 
 
 class TaskWatchArmer(threading.Thread):
@@ -172,9 +127,10 @@ class TaskWatchArmer(threading.Thread):
         return None
 
 
-def get_sequential(client: KazooClient, paths, watch=None):
+def get_sequential(client: KazooClient | InterruptibleClient, paths: Sequence[str],
+                   watch: Callable[[str], Any] | None = None) -> list[Any]:
     """One synchronous round trip per znode: the baseline the pipelined load is measured against."""
-    out = []
+    out: list[Any] = []
     for p in paths:
         try:
             out.append(client.get(p, watch=watch(p) if watch else None))
@@ -183,10 +139,83 @@ def get_sequential(client: KazooClient, paths, watch=None):
     return out
 
 
-class StateLoad:
-    """Loading the context on activation or reload."""
+@dataclass(frozen=True)
+class _Reads:
+    """The reads of one load method: ``fetch`` arms a watch on each znode it reads, ``bulk`` and
+    ``bulk_children`` arm none (multiRead requests; under the other methods, ``fetch`` without a watch)."""
 
-    def _load(self) -> None:
+    fetch: Callable[..., list[Any]]
+    bulk: Callable[..., list[Any]]
+    bulk_children: Callable[..., list[Any]]
+    multiread: bool
+
+    @classmethod
+    def of(cls, method: LoadMethod) -> _Reads:
+        fetch = get_sequential if method == "sequential" else get_many
+        if method == "multiread":
+            return cls(fetch, multi_read, multi_children, True)
+        return cls(fetch, fetch, children_many, False)
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """What the load read of the cluster, raw: each znode's ``(data, stat)``, None where it was gone."""
+
+    brokers: list[tuple[str, Any]]  # broker id, its registration
+    tasks: list[tuple[str, str, Any]]  # task id, its path, its spec
+    arm_later: bool  # the specs were read without their watch: the background armer arms them
+    deleting: list[str]
+    settings: SettingsRead
+
+
+@dataclass(frozen=True)
+class GroupsRead:
+    """What the load read of the groups the context names, raw."""
+
+    names: list[str]
+    states: list[Any]  # per name
+    members: list[tuple[str, str, Any]]  # group, member, its join request
+    assignments: list[tuple[str, str, Any]]  # group, member, its assignment
+
+
+@dataclass(frozen=True)
+class GroupsDecoded:
+    """Each group's state (None: absent or garbage, rebuilt) and its members' assignments as decoded."""
+
+    states: dict[str, GroupStateInfo | None]
+    assignments: dict[str, dict[str, Assignment]]
+
+
+class LoadHost(Host, Protocol):
+    """The controller as the failover load sees it: a ``Host`` that takes the loaded context."""
+
+    def install(self, ctx: ControllerContext) -> None:
+        """The load's context becomes the controller's (before the groups start: they write through it)."""
+        ...
+
+
+class FailoverLoad:
+    """Loading the context on activation or reload, and the background armer of the tasks' watches."""
+
+    def __init__(self, host: LoadHost, zk: InterruptibleClient, layout: ZkLayout, metrics: ControllerMetrics,
+                 controller_id: str, method: LoadMethod, brokers: BrokerTracker, tasks: TaskTracker,
+                 groups: GroupDriver, operations: OperatorSettings) -> None:
+        self._host = host
+        self._zk = zk
+        self._layout = layout
+        self._metrics = metrics
+        self._id = controller_id
+        self._method = method
+        self._brokers = brokers
+        self._tasks = tasks
+        self._groups = groups
+        self._operations = operations
+        self.watch_armer: TaskWatchArmer | None = None  # arms the tasks' watches after a multiRead load
+        # test hook, called on the watch armer's thread before each chunk of tasks whose watches it arms
+        self.before_arming: Callable[[Sequence[str]], None] | None = None
+        self.last_load_s: float | None = None
+
+    def load(self) -> None:
         """Read the whole cluster state and arm watches (``_load_state``), with Python's cyclic garbage
         collector paused: the load allocates a dozen objects per task and frees almost none, so every
         collection it triggered walked the growing context again, for nothing (100,000 tasks: 3.09 s with
@@ -211,60 +240,91 @@ class StateLoad:
         ``"pipelined"`` / ``"sequential"``: every task is read with its watch, one kazoo request per znode,
         pipelined or one round trip each (the contenders of benchmark B3).
         """
-        self._stop_watch_armer()
+        self.stop_watch_armer()
         started = time.monotonic()
-        c, lay, w = self.zk, self.layout, self._watch
+        reads = _Reads.of(self._method)
         ctx = ControllerContext()
-        method = self.config.load
-        fetch = get_sequential if method == "sequential" else get_many  # reads that arm a watch
-        bulk = multi_read if method == "multiread" else fetch  # reads that arm none
-        bulk_children = multi_children if method == "multiread" else children_many
-        # brokers
-        ids = c.get_children(lay.broker_ids, watch=w(ev.BrokerChange))
-        for b, res in zip(ids, fetch(c, [lay.broker(b) for b in ids],
-                                     watch=lambda p: self._watch(lambda t, b=p.rsplit('/', 1)[1]: ev.BrokerModification(t, b)))):
-            if res is not None:
-                ctx.brokers[b] = self._broker_record(lay.broker(b), res)
-        # tasks: the recursive watch first (armed before the read, it misses nothing after it), else a
-        # children watch and one data watch per task
-        tree = self._watch_task_tree()
-        listed = list_task_paths(c, lay, watch=None if tree else self._bucket_watch(ev.TaskChange))
-        tids = [t for t, _ in listed]
+        cluster = self._read_cluster(reads)
+        unwatched = self._decode_cluster(ctx, cluster)
+        groups = self._read_groups(reads, ctx)
+        decoded = self._decode_groups(ctx, groups)
+        self._install(ctx)
+        load_s = time.monotonic() - started
+        self._start_groups(ctx, groups.names, decoded)
+        self._tasks.write_invalid_statuses(ctx.invalid_tasks)
+        log.info("controller %s loaded %d brokers, %d tasks, %d groups in %.3fs", self._id, len(ctx.brokers),
+                 len(ctx.tasks), len(groups.names), load_s)
+        self.last_load_s = load_s
+        self._arm(unwatched)
+
+    # ---- read -------------------------------------------------------------------------------------
+    def _read_cluster(self, reads: _Reads) -> ClusterRead:
+        """Brokers (with their watches), tasks (the recursive watch of ``/tasks`` first: armed before the
+        read, it misses nothing after it; else a children watch per bucket and a data watch per task, now or
+        by the armer), the deletions requested and the operators' settings."""
+        zk, lay = self._zk, self._layout
+        ids = zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange))
+        brokers = list(zip(ids, reads.fetch(zk, [lay.broker(b) for b in ids], watch=self._brokers.broker_watch)))
+        tree = self._tasks.watch_tree()
+        listed = list_task_paths(zk, lay, watch=None if tree else self._host.bucket_watch(ev.TaskChange))
         task_paths = [p for _, p in listed]
-        unwatched: dict[str, int] = {}  # task -> mzxid read, for the tasks whose watch is still to arm
-        if method == "multiread":
-            task_data = multi_read(c, task_paths)
+        if reads.multiread:
+            task_data = multi_read(zk, task_paths)
         else:
-            task_data = fetch(c, task_paths, watch=None if tree else self._task_watch)
-        for t, path, res in zip(tids, task_paths, task_data):
-            if res is not None:
-                self._set_task(ctx, t, res[0], path)
-                if method == "multiread" and not tree:
-                    unwatched[t] = res[1].mzxid
-        ctx.deleting = set(c.get_children(lay.admin_delete_tasks, watch=self._deletion_watcher()))
-        self._load_operations(ctx)
-        self.metrics.maintenance.set(1 if ctx.maintenance.on else 0)
-        # groups
-        names = set(c.get_children(lay.groups, watch=w(ev.GroupsChange)))
+            task_data = reads.fetch(zk, task_paths, watch=None if tree else self._tasks.task_watch)
+        tasks = [(t, path, res) for (t, path), res in zip(listed, task_data)]
+        deleting = zk.get_children(lay.admin_delete_tasks, watch=self._tasks.deletion_watcher())
+        return ClusterRead(brokers, tasks, reads.multiread and not tree, deleting, self._operations.read())
+
+    def _read_groups(self, reads: _Reads, ctx: ControllerContext) -> GroupsRead:
+        """Every group listed under ``/groups`` or named by a task: its state, its members (with their
+        watches) and its assignments."""
+        zk, lay = self._zk, self._layout
+        names = set(zk.get_children(lay.groups, watch=self._host.watch(ev.GroupsChange)))
         names |= {s.group for s in ctx.tasks.values()}
-        names = sorted(names)
-        for g in names:
-            self._ensure_group_paths(g)
-        states = bulk(c, [lay.group_state(g) for g in names])
-        member_lists = children_many(c, [lay.group_members(g) for g in names],
-                                     watch=lambda p: self._watch(lambda t, g=p.split('/')[-2]: ev.MembersChange(t, g)))
-        assignment_lists = bulk_children(c, [lay.group_assignments(g) for g in names])
-        member_paths = [(g, m) for g, ms in zip(names, member_lists) for m in (ms or [])]
-        member_data = fetch(c, [lay.group_member(g, m) for g, m in member_paths], watch=self._member_watch)
-        assignment_paths = [(g, m) for g, ms in zip(names, assignment_lists) for m in (ms or [])]
-        assignment_data = bulk(c, [lay.group_assignment(g, m) for g, m in assignment_paths])
-        for g in names:
-            ctx.members[g] = {}
-        for (g, m), res in zip(member_paths, member_data):
+        ordered = sorted(names)
+        for g in ordered:
+            self._groups.ensure_paths(g)
+        states = reads.bulk(zk, [lay.group_state(g) for g in ordered])
+        member_lists = children_many(zk, [lay.group_members(g) for g in ordered], watch=self._groups.members_watch)
+        assignment_lists = reads.bulk_children(zk, [lay.group_assignments(g) for g in ordered])
+        member_paths = [(g, m) for g, ms in zip(ordered, member_lists) for m in (ms or [])]
+        member_data = reads.fetch(zk, [lay.group_member(g, m) for g, m in member_paths],
+                                  watch=self._groups.member_watch)
+        assignment_paths = [(g, m) for g, ms in zip(ordered, assignment_lists) for m in (ms or [])]
+        assignment_data = reads.bulk(zk, [lay.group_assignment(g, m) for g, m in assignment_paths])
+        return GroupsRead(ordered, states, [(g, m, res) for (g, m), res in zip(member_paths, member_data)],
+                          [(g, m, res) for (g, m), res in zip(assignment_paths, assignment_data)])
+
+    # ---- decode -----------------------------------------------------------------------------------
+    def _decode_cluster(self, ctx: ControllerContext, read: ClusterRead) -> dict[str, int]:
+        """Fill the context's brokers, tasks, deletions and settings; returns the tasks whose watch is still
+        to arm, with the mzxid the load read."""
+        lay = self._layout
+        for b, res in read.brokers:
             if res is not None:
-                self._set_member(ctx, g, m, res[0], res[1])
-        assignments: dict[str, dict[str, Assignment]] = {g: {} for g in names}
-        for (g, m), res in zip(assignment_paths, assignment_data):
+                ctx.brokers[b] = broker_record(lay.broker(b), res)
+        unwatched: dict[str, int] = {}
+        for t, path, res in read.tasks:
+            if res is not None:
+                record_task(ctx, t, res[0], path)
+                if read.arm_later:
+                    unwatched[t] = res[1].mzxid
+        ctx.deleting = set(read.deleting)
+        self._operations.decode(ctx, read.settings)
+        return unwatched
+
+    def _decode_groups(self, ctx: ControllerContext, read: GroupsRead) -> GroupsDecoded:
+        """Members into the context; states and assignments for the coordinators. Each znode that does not
+        decode is logged and left out: one group's garbage never stops the activation."""
+        lay = self._layout
+        for g in read.names:
+            ctx.members[g] = {}
+        for g, m, res in read.members:
+            if res is not None:
+                record_member(ctx, g, m, res[0], res[1], lay.group_member(g, m))
+        assignments: dict[str, dict[str, Assignment]] = {g: {} for g in read.names}
+        for g, m, res in read.assignments:
             if res is None:
                 continue
             path = lay.group_assignment(g, m)
@@ -273,60 +333,52 @@ class StateLoad:
                 assignments[g][m] = codecs.decode(Assignment, res[0], path)
             except PayloadError as exc:
                 log.warning("ignoring %s", exc)
-        self.ctx = ctx
-        self.metrics.brokers.set(len(ctx.brokers))
-        self.metrics.tasks.set(len(ctx.tasks))
-        self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
-        load_s = time.monotonic() - started
-        for g, state_res in zip(names, states):
-            info = None
+        states: dict[str, GroupStateInfo | None] = {}
+        for g, state_res in zip(read.names, read.states):
+            states[g] = None
             if state_res is not None:
                 ctx.known_paths.add(lay.group_state(g))
                 try:
-                    info = codecs.decode(GroupStateInfo, state_res[0], lay.group_state(g))
+                    states[g] = codecs.decode(GroupStateInfo, state_res[0], lay.group_state(g))
                 except PayloadError as exc:
                     log.warning("group %s: %s; rebuilding it", g, exc)
-            coord = self._new_coordinator(g)
+        return GroupsDecoded(states, assignments)
+
+    # ---- build ------------------------------------------------------------------------------------
+    def _install(self, ctx: ControllerContext) -> None:
+        self._host.install(ctx)
+        self._metrics.maintenance.set(1 if ctx.maintenance.on else 0)
+        self._metrics.brokers.set(len(ctx.brokers))
+        self._metrics.tasks.set(len(ctx.tasks))
+        self._metrics.invalid_tasks.set(len(ctx.invalid_tasks))
+
+    def _start_groups(self, ctx: ControllerContext, names: list[str], decoded: GroupsDecoded) -> None:
+        """A coordinator per group, resumed from what was read (or rebuilt), its first decisions written."""
+        for g in names:
+            coord = self._groups.new_coordinator(g)
             try:
-                self._apply(g, coord.load(info, ctx.members[g], ctx.group_tasks(g), assignments[g]))
+                self._host.apply(g, coord.load(decoded.states[g], ctx.members[g], ctx.group_tasks(g),
+                                               decoded.assignments[g]))
             except PayloadError as exc:  # one group that cannot be written must not stop the activation
                 log.error("group %s cannot be scheduled: %s", g, exc)
-        self._write_invalid_statuses(ctx.invalid_tasks)
-        log.info("controller %s loaded %d brokers, %d tasks, %d groups in %.3fs", self.id, len(ctx.brokers),
-                 len(ctx.tasks), len(names), load_s)
-        self.last_load_s = load_s
-        # pending admin requests, and statuses left behind by tasks deleted before
+
+    # ---- arm --------------------------------------------------------------------------------------
+    def _arm(self, unwatched: dict[str, int]) -> None:
+        """Pending admin requests, and statuses left behind by tasks deleted before, are looked at; the
+        tasks read without their watch get it in the background, off the critical path (the context is
+        loaded, the groups are running)."""
+        token = self._host.token
         for make in (ev.Rebalance, ev.ControlledShutdown, ev.Reassign, ev.TaskDeletion, ev.StatusesChange):
-            self.put(make(self.token))
-        if unwatched:  # off the critical path: the context is loaded, the groups are running
+            self._host.put(make(token))
+        if unwatched:
+            lay = self._layout
             self.watch_armer = TaskWatchArmer(
-                f"controller-{self.id}-watch-armer", self.zk, self.token, unwatched, lay.task, self._task_watch(lay.tasks),
-                self.put, hook=self.before_arming)
+                f"controller-{self._id}-watch-armer", self._zk, token, unwatched, lay.task,
+                self._tasks.task_watch(lay.tasks), self._host.put, hook=self.before_arming)
             self.watch_armer.start()
 
-    def _watch_task_tree(self) -> bool:
-        """Arm this activation's persistent recursive watch of ``/tasks``; False where the configuration or
-        the server says one-shot watches (the caller arms those)."""
-        self.task_tree_watched = False
-        if self.config.task_watch != "persistent":
-            return False
-        self._task_tree_watcher = TaskTreeWatch(self.token, self.put, self.layout)
-        self.task_tree_watched = PersistentWatches.for_client(self.client).add(self.layout.tasks, self._task_tree_watcher)
-        return self.task_tree_watched
-
-    def _unwatch_task_tree(self) -> None:
-        """The activation is over: its watch goes (a candidate has no use for every task's events)."""
-        if self.task_tree_watched:
-            self.task_tree_watched = False
-            PersistentWatches.for_client(self.client).remove(self.layout.tasks)
-
-    def _stop_watch_armer(self) -> None:
+    def stop_watch_armer(self) -> None:
         """The activation the armer works for is over (resign, reload): it stops between two chunks; its
         watches and events carry the old token and are dropped."""
         if self.watch_armer is not None:
             self.watch_armer.stop()
-
-    def _ensure_group_paths(self, g: str) -> None:
-        lay = self.layout
-        for p in (lay.group_members(g), lay.group_joins(g), lay.group_syncs(g), lay.group_assignments(g)):
-            self.zk.ensure_path(p)

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from controller.protocol import codecs
 from controller.daemon import events as ev
+from controller.daemon.context import ControllerContext
+from controller.daemon.host import Host, Watcher, context_of, writer_of
+from controller.daemon.metrics import ControllerMetrics
+from controller.protocol import codecs
+from controller.protocol.clock import Clock
 from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
 from controller.protocol.group import GroupCoordinator
+from controller.protocol.layout import ZkLayout
 from controller.protocol.settings_rules import read_settings
 from controller.protocol.throttle import combine
-from controller.zk.io import WriteFailed, get_many
+from controller.zk.io import InterruptibleClient, WriteFailed, get_many
 
 log = logging.getLogger(__name__)
 
@@ -56,142 +62,171 @@ def offline_limit(settings: ClusterSettings, seen: int) -> int | None:
     return min(limits) if limits else None
 
 
-class Operations:
+@dataclass(frozen=True)
+class SettingsRead:
+    """The settings and maintenance znodes as the failover load read them: ``(data, stat)``, None if absent."""
+
+    settings: tuple[bytes, Any] | None
+    maintenance: tuple[bytes, Any] | None
+
+
+class OperatorSettings:
     """Settings, maintenance mode, move completion and automatic maintenance."""
 
-    # ---- loading ----------------------------------------------------------------------------------
-    def _load_operations(self, ctx: Any) -> None:
-        """Read both znodes with their watches (before the groups load, so each coordinator starts with them)."""
-        lay = self.layout
-        res = get_many(self.zk, [lay.settings, lay.maintenance],
-                       watch=lambda p: self._watch(ev.SettingsChange if p == lay.settings else ev.MaintenanceChange))
-        ctx.settings = decode_settings(res[0][0] if res[0] else None, lay.settings, ctx.settings)
-        ctx.maintenance = decode_maintenance(res[1][0] if res[1] else None, lay.maintenance)
-        if res[1] is not None:
-            ctx.known_paths.add(lay.maintenance)
-        for path, r, make in ((lay.settings, res[0], ev.SettingsChange), (lay.maintenance, res[1], ev.MaintenanceChange)):
-            if r is None and self.zk.exists(path, watch=self._watch(make)) is not None:
-                self.put(make(self.token))  # created in between: read it
+    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, clock: Clock,
+                 metrics: ControllerMetrics, controller_id: str) -> None:
+        self._host = host
+        self._zk = zk
+        self._layout = layout
+        self._clock = clock
+        self._metrics = metrics
+        self._id = controller_id
 
-    def _configure(self, g: str, coord: GroupCoordinator) -> None:
+    # ---- loading ----------------------------------------------------------------------------------
+    def read(self) -> SettingsRead:
+        """Read both znodes with their watches (before the groups load, so each coordinator starts with them)."""
+        lay = self._layout
+        watch = lambda p: self._host.watch(ev.SettingsChange if p == lay.settings else ev.MaintenanceChange)
+        settings, maintenance = get_many(self._zk, [lay.settings, lay.maintenance], watch=watch)
+        for path, r, make in ((lay.settings, settings, ev.SettingsChange),
+                              (lay.maintenance, maintenance, ev.MaintenanceChange)):
+            if r is None and self._zk.exists(path, watch=self._host.watch(make)) is not None:
+                self._host.put(make(self._host.token))  # created in between: read it
+        return SettingsRead(settings, maintenance)
+
+    def decode(self, ctx: ControllerContext, read: SettingsRead) -> None:
+        """Garbage in either znode is logged and read as the defaults (``decode_settings``)."""
+        lay = self._layout
+        ctx.settings = decode_settings(read.settings[0] if read.settings else None, lay.settings, ctx.settings)
+        ctx.maintenance = decode_maintenance(read.maintenance[0] if read.maintenance else None, lay.maintenance)
+        if read.maintenance is not None:
+            ctx.known_paths.add(lay.maintenance)
+
+    def configure(self, g: str, coord: GroupCoordinator) -> None:
         """A new coordinator gets the settings and the maintenance mode in force."""
-        s, ctx = self.ctx.settings, self.ctx
+        ctx = context_of(self._host)
+        s = ctx.settings
         coord.limits = self._group_limits(g)
         coord.maintenance = ctx.maintenance.on
         coord.max_imbalance = s.max_imbalance
         coord.preferred_check_s = s.preferred_check_s
-        coord.next_check = self.clock.now() + s.preferred_check_s if s.preferred_check_s > 0 else None
+        coord.next_check = self._clock.now() + s.preferred_check_s if s.preferred_check_s > 0 else None
 
     def _group_limits(self, g: str) -> MoveLimits:
-        s = self.ctx.settings
+        s = context_of(self._host).settings
         per_broker = MoveLimits(max_moves_per_broker=s.throttle.max_moves_per_broker)
         return combine(per_broker, s.group_throttle.get(g))
 
-    def _refresh_room(self, g: str) -> None:
+    def refresh_room(self, g: str) -> None:
         """What the cluster-wide limit leaves group ``g``, from every other group's moves in flight."""
-        total = self.ctx.settings.throttle.max_moves
-        coord = self.ctx.groups[g]
+        ctx = context_of(self._host)
+        total = ctx.settings.throttle.max_moves
+        coord = ctx.groups[g]
         if total is None:
             coord.cluster_room = None
             return
-        others = sum(len(c.moving) for name, c in self.ctx.groups.items() if name != g)
+        others = sum(len(c.moving) for name, c in ctx.groups.items() if name != g)
         coord.cluster_room = max(0, total - others)
 
     def _offer_room(self) -> None:
         """Moves finished somewhere: groups whose next wave waits for room may go."""
-        for g, coord in sorted(self.ctx.groups.items()):
+        for g, coord in sorted(context_of(self._host).groups.items()):
             if coord.deferred and not coord.moving:
-                self._refresh_room(g)
-                self._apply(g, coord.on_settings(coord.limits, coord.preferred_check_s, coord.max_imbalance))
+                self.refresh_room(g)
+                self._host.apply(g, coord.on_settings(coord.limits, coord.preferred_check_s, coord.max_imbalance))
 
     # ---- event handlers ---------------------------------------------------------------------------
     def on_settings_change(self, token: int) -> None:
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        lay = self.layout
+        lay = self._layout
         try:
-            data, _ = self.zk.get(lay.settings, watch=self._watch(ev.SettingsChange))
+            data, _ = self._zk.get(lay.settings, watch=self._host.watch(ev.SettingsChange))
         except NoNodeError:
             data = None
-        self.ctx.settings = s = decode_settings(data, lay.settings, self.ctx.settings)
+        ctx = context_of(self._host)
+        ctx.settings = s = decode_settings(data, lay.settings, ctx.settings)
         log.info("controller %s: settings: throttle %s, groups %s, max offline %s/%s, preferred check %ss",
-                 self.id, s.throttle, s.group_throttle, s.max_offline_brokers, s.max_offline_fraction, s.preferred_check_s)
-        for g, coord in sorted(self.ctx.groups.items()):
-            self._refresh_room(g)
-            self._apply(g, coord.on_settings(self._group_limits(g), s.preferred_check_s, s.max_imbalance))
+                 self._id, s.throttle, s.group_throttle, s.max_offline_brokers, s.max_offline_fraction, s.preferred_check_s)
+        for g, coord in sorted(ctx.groups.items()):
+            self.refresh_room(g)
+            self._host.apply(g, coord.on_settings(self._group_limits(g), s.preferred_check_s, s.max_imbalance))
         self._check_offline()
 
     def on_maintenance_change(self, token: int) -> None:
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        lay = self.layout
+        lay = self._layout
         try:
-            data, _ = self.zk.get(lay.maintenance, watch=self._watch(ev.MaintenanceChange))
-            self.ctx.known_paths.add(lay.maintenance)
+            data, _ = self._zk.get(lay.maintenance, watch=self._host.watch(ev.MaintenanceChange))
+            context_of(self._host).known_paths.add(lay.maintenance)
         except NoNodeError:
             data = None
         self._set_maintenance(decode_maintenance(data, lay.maintenance))
 
     def _set_maintenance(self, info: MaintenanceInfo) -> None:
-        ctx = self.ctx
+        ctx = context_of(self._host)
         was = ctx.maintenance.on
         ctx.maintenance = info
-        self.metrics.maintenance.set(1 if info.on else 0)
+        self._metrics.maintenance.set(1 if info.on else 0)
         if info.on != was:
-            log.warning("controller %s: maintenance mode %s (%s, by %s)", self.id, "ON" if info.on else "off",
+            log.warning("controller %s: maintenance mode %s (%s, by %s)", self._id, "ON" if info.on else "off",
                         info.reason or "no reason given", info.by)
         if not info.on:
             ctx.lost.clear()  # what was lost during maintenance is its own business; count afresh
         for g, coord in sorted(ctx.groups.items()):
-            self._refresh_room(g)
-            self._apply(g, coord.on_maintenance(info.on))
+            self.refresh_room(g)
+            self._host.apply(g, coord.on_maintenance(info.on))
 
-    def _watch_moves(self, g: str, tasks: tuple[str, ...]) -> None:
+    def watch_moves(self, g: str, tasks: tuple[str, ...]) -> None:
         """Read the moved tasks' statuses with a watch each (at most the throttle's worth at a time)."""
-        lay = self.layout
-        watch = lambda p: self._watch(lambda t, task=p.rsplit("/", 1)[1]: ev.MoveStatus(t, g, task))
-        for task, res in zip(tasks, get_many(self.zk, [lay.status(t) for t in tasks], watch=watch)):
+        lay = self._layout
+        watch = lambda p: self._status_watch(g, p.rsplit("/", 1)[1])
+        for task, res in zip(tasks, get_many(self._zk, [lay.status(t) for t in tasks], watch=watch)):
             if res is None:  # no status yet: a get's watch is not armed on a missing znode, an exists' is
-                if self.zk.exists(lay.status(task), watch=watch(lay.status(task))) is not None:
-                    self.put(ev.MoveStatus(self.token, g, task))
+                if self._zk.exists(lay.status(task), watch=watch(lay.status(task))) is not None:
+                    self._host.put(ev.MoveStatus(self._host.token, g, task))
                 continue
             self._move_status(g, task, res)
 
+    def _status_watch(self, g: str, task: str) -> Watcher:
+        return self._host.watch(lambda t: ev.MoveStatus(t, g, task))
+
     def on_move_status(self, token: int, group: str, task: str) -> None:
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        coord = self.ctx.groups.get(group)
+        coord = context_of(self._host).groups.get(group)
         if coord is None or task not in coord.moving:
             return
-        path = self.layout.status(task)
-        watch = self._watch(lambda t: ev.MoveStatus(t, group, task))
+        path = self._layout.status(task)
+        watch = self._status_watch(group, task)
         try:
-            res = self.zk.get(path, watch=watch)
+            res = self._zk.get(path, watch=watch)
         except NoNodeError:
-            if self.zk.exists(path, watch=watch) is not None:
-                self.put(ev.MoveStatus(self.token, group, task))
+            if self._zk.exists(path, watch=watch) is not None:
+                self._host.put(ev.MoveStatus(self._host.token, group, task))
             res = None
         self._move_status(group, task, res)
 
     def _move_status(self, g: str, task: str, res: tuple[bytes, Any] | None) -> None:
-        coord = self.ctx.groups.get(g)
+        coord = context_of(self._host).groups.get(g)
         if coord is None or res is None or task not in coord.moving:
             return
         try:
-            status = codecs.decode(TaskStatus, res[0], self.layout.status(task))
+            status = codecs.decode(TaskStatus, res[0], self._layout.status(task))
         except PayloadError:
             return  # the new owner rewrites it; the move's timeout frees the slot otherwise
         log.debug("group %s: move of %s to %s: status %s by %s", g, task, coord.moving[task].dest, status.state,
                   status.broker)
         if status.state in DONE_STATES and status.broker == coord.moving[task].dest:
-            self._apply(g, coord.on_move_done(task, status.broker))
+            self._host.apply(g, coord.on_move_done(task, status.broker))
             if not coord.moving:
                 self._offer_room()
 
     # ---- automatic maintenance --------------------------------------------------------------------
-    def _note_brokers(self, joined: tuple[str, ...], left: tuple[str, ...], clean: set[str]) -> None:
+    def note_brokers(self, joined: tuple[str, ...], left: tuple[str, ...], clean: set[str]) -> None:
         """Brokers lost without a controlled shutdown are counted for ``offline_window_s``."""
-        ctx, now = self.ctx, self.clock.now()
+        ctx, now = context_of(self._host), self._clock.now()
         for b in joined:
             ctx.lost.pop(b, None)
         for b in left:
@@ -200,7 +235,8 @@ class Operations:
         self._check_offline()
 
     def _check_offline(self) -> None:
-        ctx, s, now = self.ctx, self.ctx.settings, self.clock.now()
+        ctx = context_of(self._host)
+        s, now = ctx.settings, self._clock.now()
         m = ctx.maintenance
         if not (m.on and m.by == "auto"):
             for b in [b for b, at in ctx.lost.items() if now - at > s.offline_window_s]:
@@ -210,7 +246,7 @@ class Operations:
             still = sorted(b for b in m.offline if b not in ctx.brokers)
             if limit is None or len(still) <= limit:
                 log.warning("controller %s: %d of the %d lost brokers are back; automatic maintenance ends",
-                            self.id, len(m.offline) - len(still), len(m.offline))
+                            self._id, len(m.offline) - len(still), len(m.offline))
                 self._write_maintenance(MaintenanceInfo(on=False, reason=f"automatic maintenance ended: "
                                                         f"{len(still)} of {len(m.offline)} brokers still offline",
                                                         by="auto", since=time.time()))
@@ -220,17 +256,18 @@ class Operations:
         lost = tuple(sorted(ctx.lost))
         reason = (f"{len(lost)} brokers lost within {s.offline_window_s:g}s (at most {limit} may be): "
                   + ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else ""))
-        log.warning("controller %s: maintenance mode turns itself on: %s", self.id, reason)
+        log.warning("controller %s: maintenance mode turns itself on: %s", self._id, reason)
         self._write_maintenance(MaintenanceInfo(on=True, reason=reason, by="auto", since=time.time(), offline=lost))
 
     def _write_maintenance(self, info: MaintenanceInfo) -> None:
         """Written fenced (a deposed controller cannot turn it on or off), then applied at once."""
-        path = self.layout.maintenance
+        path = self._layout.maintenance
         try:
-            self._write(lambda: self.writer.upsert([(path, codecs.encode(info))], self.ctx.known_paths))
+            known = context_of(self._host).known_paths
+            self._host.write(lambda: writer_of(self._host).upsert([(path, codecs.encode(info))], known))
         except (WriteFailed, NoAuthError) as exc:  # e.g. a secured root laid out before this znode existed
             log.error("controller %s: cannot write %s (%s); `zkctl security init` lays it out with its ACL",
-                      self.id, path, exc)
+                      self._id, path, exc)
             return
-        self.ctx.known_paths.add(path)
+        context_of(self._host).known_paths.add(path)
         self._set_maintenance(info)

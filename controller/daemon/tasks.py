@@ -4,25 +4,29 @@ statuses of deleted tasks, manual rebalances and reassignments."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from typing import Any, Callable
+from functools import partial
+from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.protocol.states import EventType
 
-from controller.protocol import codecs
 from controller.daemon import events as ev
+from controller.daemon.context import ControllerContext, TaskWatch
+from controller.daemon.groups import GroupDriver
+from controller.daemon.host import Host, context_of, writer_of
+from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.watchers import DeletionWatch, TaskDataWatch, TaskTreeWatch
+from controller.protocol import codecs
+from controller.protocol.clock import Clock
 from controller.protocol.codecs import (
     PayloadError,
 )
-from controller.daemon.context import ControllerContext
-from controller.daemon.loading import TaskWatch
-from controller.protocol.layout import bucket_of
-from controller.zk.layout_io import list_buckets, list_tasks
+from controller.protocol.layout import ZkLayout, bucket_of
 from controller.protocol.taskspec import decode_task
+from controller.zk.io import InterruptibleClient, WriteFailed, exists_many, get_many, multi_read
+from controller.zk.layout_io import list_buckets, list_tasks
 from controller.zk.watches import PersistentWatches
-from controller.zk.io import WriteFailed, exists_many, get_many, multi_read
 
 log = logging.getLogger(__name__)
 
@@ -38,144 +42,134 @@ DELETE_RETRY_BASE_S = 0.5
 DELETE_RETRY_MAX_S = 30.0
 
 
-class DeletionWatch:
-    """The one watcher of an activation for every watch of the deletion path: the requests' children and
-    the owners of tasks being deleted. kazoo keeps watchers in a set per path, so re-arming a path with
-    the same function does not stack callbacks. Firings coalesce into one pending TaskDeletion and say
-    what changed: an owner deleted (released), an owner created (look again, re-arming), or the
-    connection dropped (kazoo forgot every watch: look at everything again)."""
-
-    def __init__(self, token: int, put: Callable[[Any], None]) -> None:
-        self.token = token
-        self._put = put
-        self._lock = threading.Lock()
-        self._queued = False
-        self._released: set[str] = set()
-        self._recheck: set[str] = set()
-        self._rescan = True  # the first look after an activation checks every requested task
-
-    def __call__(self, event: Any) -> None:  # kazoo's thread: note and enqueue only
-        path = getattr(event, "path", None) or ""
-        kind = getattr(event, "type", EventType.NONE)
-        with self._lock:
-            if kind == EventType.NONE:
-                self._rescan = True
-            elif path.endswith("/owner"):
-                task = path.rsplit("/", 2)[-2]
-                if kind == EventType.DELETED:
-                    self._released.add(task)
-                    self._recheck.discard(task)
-                else:
-                    self._recheck.add(task)
-                    self._released.discard(task)
-        self._enqueue()
-
-    def recheck(self, tasks: set[str]) -> None:
-        with self._lock:
-            self._recheck |= tasks
-            self._released -= tasks
-        self._enqueue()
-
-    def _enqueue(self) -> None:
-        with self._lock:
-            if self._queued:
-                return
-            self._queued = True
-        self._put(ev.TaskDeletion(self.token))
-
-    def take(self) -> tuple[set[str], set[str], bool]:
-        """What changed since the last look (the event thread calls this as it looks again)."""
-        with self._lock:
-            self._queued = False
-            released, self._released = self._released, set()
-            recheck, self._recheck = self._recheck, set()
-            rescan, self._rescan = self._rescan, False
-        return released, recheck, rescan
+def record_task(ctx: ControllerContext, t: str, data: bytes, path: str) -> None:
+    """Record a task's spec as read from ``path``; a spec that does not decode is set apart in
+    ``invalid_tasks`` (the task will not run), never handed to a coordinator."""
+    try:
+        ctx.tasks[t] = decode_task(data, path)
+        ctx.invalid_tasks.pop(t, None)
+    except PayloadError as exc:
+        log.warning("task %s is invalid and will not run: %s", t, exc.reason)
+        ctx.tasks.pop(t, None)
+        ctx.invalid_tasks[t] = str(exc)
 
 
-class Tasks:
-    """Task, deletion, status and admin-request handlers."""
+class TaskTracker:
+    """Task, deletion, status and admin-request handlers, and the watches of this activation's tasks."""
 
-    def _task_watch(self, path: str) -> Callable[[Any], None]:
+    def __init__(self, host: Host, zk: InterruptibleClient, client: KazooClient, layout: ZkLayout, clock: Clock,
+                 metrics: ControllerMetrics, controller_id: str, task_watch: TaskWatch, groups: GroupDriver) -> None:
+        self._host = host
+        self._zk = zk
+        self._client = client  # the persistent watch of /tasks is kept per kazoo client
+        self._layout = layout
+        self._clock = clock
+        self._metrics = metrics
+        self._id = controller_id
+        self._task_watch_mode = task_watch
+        self._groups = groups
+        self._data_watcher: TaskDataWatch | None = None  # the one data watcher of every task znode, per activation
+        self._tree_watcher: TaskTreeWatch | None = None  # the persistent watch of /tasks, per activation
+        self._deletion_watch: DeletionWatch | None = None  # owner watches of tasks being deleted, coalesced
+        self.tree_watched = False  # this activation watches /tasks with one persistent recursive watch
+
+    # ---- watches ----------------------------------------------------------------------------------
+    def task_watch(self, path: str) -> TaskDataWatch:
         """The activation's one watcher of task znodes (whatever the path). kazoo keeps a set of watchers per
         path, so a task armed twice (by the background armer and by a re-read) still fires once."""
-        if self._task_watcher is None or self._task_watcher.token != self.token:
-            self._task_watcher = TaskWatch(self.token, self.put)
-        return self._task_watcher
+        if self._data_watcher is None or self._data_watcher.token != self._host.token:
+            self._data_watcher = TaskDataWatch(self._host.token, self._host.put)
+        return self._data_watcher
 
-    def _set_task(self, ctx: ControllerContext, t: str, data: bytes, path: str | None = None) -> None:
-        path = path or self.layout.task(t)
-        try:
-            ctx.tasks[t] = decode_task(data, path)
-            ctx.invalid_tasks.pop(t, None)
-        except PayloadError as exc:
-            log.warning("task %s is invalid and will not run: %s", t, exc.reason)
-            ctx.tasks.pop(t, None)
-            ctx.invalid_tasks[t] = str(exc)
+    def watch_tree(self) -> bool:
+        """Arm this activation's persistent recursive watch of ``/tasks``; False where the configuration or
+        the server says one-shot watches (the caller arms those)."""
+        self.tree_watched = False
+        if self._task_watch_mode != "persistent":
+            return False
+        self._tree_watcher = TaskTreeWatch(self._host.token, self._host.put, self._layout)
+        self.tree_watched = PersistentWatches.for_client(self._client).add(self._layout.tasks, self._tree_watcher)
+        return self.tree_watched
 
-    def _write_invalid_statuses(self, invalid: dict[str, str]) -> None:
-        if not invalid or self.writer is None:
+    def unwatch_tree(self) -> None:
+        """The activation is over: its watch goes (a candidate has no use for every task's events)."""
+        if self.tree_watched:
+            self.tree_watched = False
+            PersistentWatches.for_client(self._client).remove(self._layout.tasks)
+
+    def deletion_watcher(self) -> DeletionWatch:
+        if self._deletion_watch is None or self._deletion_watch.token != self._host.token:
+            self._deletion_watch = DeletionWatch(self._host.token, self._host.put)
+        return self._deletion_watch
+
+    # ---- specs ------------------------------------------------------------------------------------
+    def write_invalid_statuses(self, invalid: dict[str, str]) -> None:
+        writer = self._host.writer
+        if not invalid or writer is None:
             return
         now = time.time()
-        items = [(self.layout.status(t), codecs.encode(codecs.TaskStatus(
+        session = codecs.session_hex(self._client.client_id[0] if self._client.client_id else None)
+        items = [(self._layout.status(t), codecs.encode(codecs.TaskStatus(
             broker="controller", state="FAILED", generation=0, updated=now, error=f"invalid task spec: {reason}",
-            session=codecs.session_hex(self.client.client_id[0] if self.client.client_id else None))))
+            session=session)))
             for t, reason in sorted(invalid.items())]
-        self._write(lambda: self.writer.upsert(items, self.ctx.known_paths if self.ctx else None))
+        known = self._host.ctx.known_paths if self._host.ctx else None
+        self._host.write(lambda: writer.upsert(items, known))
 
     def on_task_change(self, token: int, bucket: str | None = None) -> None:
         """Tasks created or deleted under one-shot watches: the bucket that fired is listed again (re-arming
         its watch), or every bucket when none is named."""
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        ctx, lay = self.ctx, self.layout
-        watch = self._bucket_watch(ev.TaskChange)
+        ctx, lay = context_of(self._host), self._layout
+        watch = self._host.bucket_watch(ev.TaskChange)
         known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
-        if bucket in lay.task_buckets:
-            ids = set(list_buckets(self.zk, [bucket], "task id", watch))
+        if bucket is not None and bucket in lay.task_buckets:
+            ids = set(list_buckets(self._zk, [bucket], "task id", watch))
             name = bucket.rsplit("/", 1)[1]
             known = {t for t in known if bucket_of(t) == name}
         else:
-            ids = set(list_tasks(self.zk, lay, watch))
+            ids = set(list_tasks(self._zk, lay, watch))
         new_ids = sorted(ids - known)
         touched: set[str] = set()
         for t, res in zip(new_ids, self._read_specs(new_ids)):
             if res is not None:
-                self._set_task(ctx, t, res[0])
+                record_task(ctx, t, res[0], lay.task(t))
                 if t in ctx.tasks:
                     touched.add(ctx.tasks[t].group)
         touched |= self._forget_tasks(sorted(known - ids))
         self._tasks_changed(touched)
-        self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in new_ids if t in ctx.invalid_tasks})
+        self.write_invalid_statuses({t: ctx.invalid_tasks[t] for t in new_ids if t in ctx.invalid_tasks})
 
     def _forget_tasks(self, gone: list[str]) -> set[str]:
         """Tasks deleted behind the controller's back: drop them and their statuses; returns their groups."""
         if not gone:
             return set()
-        ctx = self.ctx
+        ctx = context_of(self._host)
         groups = {spec.group for t in gone if (spec := ctx.tasks.pop(t, None)) is not None}
         for t in gone:
             ctx.invalid_tasks.pop(t, None)
-        self._write(lambda: self.writer.delete_if_present([self.layout.status(t) for t in gone]))
+        statuses = [self._layout.status(t) for t in gone]
+        self._host.write(lambda: writer_of(self._host).delete_if_present(statuses))
         return groups
 
     def _read_specs(self, ids: list[str]) -> list[Any]:
         """Task znodes, in order (None where gone): under the persistent watch of ``/tasks`` in multiRead
         requests, else pipelined, re-arming each one's data watch."""
-        paths = [self.layout.task(t) for t in ids]
-        if self.task_tree_watched:
-            return multi_read(self.zk, paths)
-        return get_many(self.zk, paths, watch=self._task_watch)
+        paths = [self._layout.task(t) for t in ids]
+        if self.tree_watched:
+            return multi_read(self._zk, paths)
+        return get_many(self._zk, paths, watch=self.task_watch)
 
     def on_task_config_changes(self, token: int, task_ids: tuple[str, ...], new: bool = False) -> None:
         """Tasks' specs created, changed (paused, resumed, edited) or deleted: one batched re-read.
 
         A task the context does not know is new where the persistent watch of ``/tasks`` (or a resync,
         ``new``) reports it; under one-shot watches it was deleted by us, or is new and TaskChange reads it."""
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        ctx = self.ctx
-        if new or self.task_tree_watched:
+        ctx = context_of(self._host)
+        if new or self.tree_watched:
             ids = sorted(set(task_ids))
         else:
             ids = sorted(t for t in task_ids if t in ctx.tasks or t in ctx.invalid_tasks)
@@ -187,62 +181,61 @@ class Tasks:
                     gone.append(t)
                 continue
             before = ctx.tasks.get(t)
-            self._set_task(ctx, t, res[0])
+            record_task(ctx, t, res[0], self._layout.task(t))
             after = ctx.tasks.get(t)
             if before != after:
                 touched |= {s.group for s in (before, after) if s is not None}
         touched |= self._forget_tasks(gone)
         self._tasks_changed(touched)
-        self._write_invalid_statuses({t: ctx.invalid_tasks[t] for t in ids if t in ctx.invalid_tasks})
+        self.write_invalid_statuses({t: ctx.invalid_tasks[t] for t in ids if t in ctx.invalid_tasks})
 
     def on_tasks_resync(self, token: int) -> None:
         """The tasks' watches may have missed changes (a dropped connection): re-arm them, then read every
         task again, the known ones and the listed ones, and apply what differs."""
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        watcher = self._task_tree_watcher if self.task_tree_watched else self._task_watcher
+        watcher = self._tree_watcher if self.tree_watched else self._data_watcher
         if watcher is not None:
             watcher.taken()
-        if self.task_tree_watched:
-            PersistentWatches.for_client(self.client).ensure(self.layout.tasks)
-        listed = list_tasks(self.zk, self.layout, None if self.task_tree_watched else self._bucket_watch(ev.TaskChange))
-        known = self.ctx.tasks.keys() | self.ctx.invalid_tasks.keys()
-        log.info("controller %s: reading %d tasks again after a dropped connection", self.id, len(known | set(listed)))
+        if self.tree_watched:
+            PersistentWatches.for_client(self._client).ensure(self._layout.tasks)
+        watch = None if self.tree_watched else self._host.bucket_watch(ev.TaskChange)
+        listed = list_tasks(self._zk, self._layout, watch)
+        ctx = context_of(self._host)
+        known = ctx.tasks.keys() | ctx.invalid_tasks.keys()
+        log.info("controller %s: reading %d tasks again after a dropped connection", self._id, len(known | set(listed)))
         self.on_task_config_changes(token, tuple(sorted(known | set(listed))), new=True)
 
     def _tasks_changed(self, groups: set[str]) -> None:
-        self.metrics.tasks.set(len(self.ctx.tasks))
-        self.metrics.invalid_tasks.set(len(self.ctx.invalid_tasks))
+        ctx = context_of(self._host)
+        self._metrics.tasks.set(len(ctx.tasks))
+        self._metrics.invalid_tasks.set(len(ctx.invalid_tasks))
         for g in sorted(groups):
-            coord = self._coordinator(g)
-            self._apply(g, coord.on_tasks(self.ctx.group_tasks(g)))
+            coord = self._groups.coordinator(g)
+            self._host.apply(g, coord.on_tasks(ctx.group_tasks(g)))
 
-    def _deletion_watcher(self) -> "DeletionWatch":
-        if self._deletion_watch is None or self._deletion_watch.token != self.token:
-            self._deletion_watch = DeletionWatch(self.token, self.put)
-        return self._deletion_watch
-
+    # ---- deletions --------------------------------------------------------------------------------
     def on_task_deletion(self, token: int) -> None:
         """Delete requested tasks once their owner has let go (revoke first, never under a runner).
 
         Each requested task's owner is looked up once (pipelined ``exists``, arming a watch); after that
         the watch says when it is released, and only owners that reappeared are looked up again. Tasks
-        whose owner is gone are deleted in batches (see ``_flush_deletions``).
+        whose owner is gone are deleted in batches (see ``flush_deletions``).
         """
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        ctx, lay = self.ctx, self.layout
-        watch = self._deletion_watcher()
+        ctx, lay = context_of(self._host), self._layout
+        watch = self.deletion_watcher()
         released, recheck, rescan = watch.take()
-        requested = set(self.zk.get_children(lay.admin_delete_tasks, watch=watch))
+        requested = set(self._zk.get_children(lay.admin_delete_tasks, watch=watch))
         newly, withdrawn = requested - ctx.deleting, ctx.deleting - requested
         ctx.deleting = requested
         for t in withdrawn:
             ctx.deletable.pop(t, None)
         self._tasks_changed({ctx.tasks[t].group for t in newly | withdrawn if t in ctx.tasks})
         check = sorted(requested if rescan else (newly | recheck) & requested)
-        owners = exists_many(self.zk, [lay.task_owner(t) for t in check], watch=lambda _p: watch)
-        now = self.clock.now()
+        owners = exists_many(self._zk, [lay.task_owner(t) for t in check], watch=lambda _p: watch)
+        now = self._clock.now()
         for t, owner in zip(check, owners):
             if owner is None:
                 ctx.deletable.setdefault(t, now)
@@ -250,22 +243,23 @@ class Tasks:
                 ctx.deletable.pop(t, None)
         for t in (released & requested) - set(check):
             ctx.deletable.setdefault(t, now)
-        self._flush_deletions()
+        self.flush_deletions()
 
-    def _deletion_deadline(self) -> float | None:
+    def deletion_deadline(self) -> float | None:
         """When the next batch of deletions is due: the linger of the oldest deletable task, or the next
         retry of one that failed (backing off), whichever is first."""
-        if not self.ctx or not self.ctx.deletable:
+        ctx = self._host.ctx
+        if not ctx or not ctx.deletable:
             return None
-        retry = self.ctx.deletion_retry
+        retry = ctx.deletion_retry
         return min(max(since + DELETE_LINGER_S, retry[t][1] if t in retry else 0.0)
-                   for t, since in self.ctx.deletable.items())
+                   for t, since in ctx.deletable.items())
 
-    def _flush_deletions(self) -> None:
+    def flush_deletions(self) -> None:
         """Delete the tasks whose owner is gone, with their statuses and requests: a task, its status and
         its request go in the same fenced multi, and the statuses to delete come from one listing."""
-        ctx, lay = self.ctx, self.layout
-        now = self.clock.now()
+        ctx, lay = context_of(self._host), self._layout
+        now = self._clock.now()
         ready = {t: since for t, since in ctx.deletable.items()
                  if t not in ctx.deletion_retry or ctx.deletion_retry[t][1] <= now}
         if not ready:
@@ -274,11 +268,11 @@ class Tasks:
         if still_owned and len(ready) < DELETE_BATCH_TASKS and now < min(ready.values()) + DELETE_LINGER_S:
             return  # more releases are on their way: delete them together
         done = sorted(ready)
-        statuses = set(list_buckets(self.zk, sorted({lay.status_bucket(t) for t in done}), "task id"))
+        statuses = set(list_buckets(self._zk, sorted({lay.status_bucket(t) for t in done}), "task id"))
         groups = [[lay.task(t)] + ([lay.status(t)] if t in statuses else []) + [lay.admin_delete_task(t)] for t in done]
         present = {p for t, g in zip(done, groups) for p in g[1:]}  # the listings say so
         present |= {lay.task(t) for t in done if t in ctx.tasks or t in ctx.invalid_tasks}
-        blocked = {done[i] for i in self._write(lambda: self.writer.delete_groups(groups, present))}
+        blocked = {done[i] for i in self._host.write(lambda: writer_of(self._host).delete_groups(groups, present))}
         owned, stuck = self._why_blocked(sorted(blocked))
         for t in done:
             if t in stuck:
@@ -290,9 +284,9 @@ class Tasks:
                 ctx.invalid_tasks.pop(t, None)
                 ctx.deleting.discard(t)
         if owned:  # an owner came back meanwhile: wait for it again
-            self._deletion_watcher().recheck(owned)
-        self.metrics.tasks.set(len(ctx.tasks))
-        self.metrics.invalid_tasks.set(len(ctx.invalid_tasks))
+            self.deletion_watcher().recheck(owned)
+        self._metrics.tasks.set(len(ctx.tasks))
+        self._metrics.invalid_tasks.set(len(ctx.invalid_tasks))
         log.info("deleted %d tasks %s", len(done) - len(blocked), done[:10])
 
     def _why_blocked(self, blocked: list[str]) -> tuple[set[str], set[str]]:
@@ -300,12 +294,12 @@ class Tasks:
         those held up by anything else (a stray znode someone created under the task). A stray child is
         deleted with its subtree (bounded), and the task retried with exponential backoff, so a child we
         may not delete costs a retry every few seconds at most, never a busy loop."""
-        ctx, lay = self.ctx, self.layout
+        ctx, lay = context_of(self._host), self._layout
         owned: set[str] = set()
         stuck: set[str] = set()
         for t in blocked:
             try:
-                children = self.zk.get_children(lay.task(t))
+                children = self._zk.get_children(lay.task(t))
             except NoNodeError:
                 continue  # gone after all: the next look finds nothing to do
             if "owner" in children:
@@ -313,12 +307,12 @@ class Tasks:
                 continue
             failures = ctx.deletion_retry.get(t, (0, 0.0))[0] + 1
             delay = min(DELETE_RETRY_MAX_S, DELETE_RETRY_BASE_S * 2 ** (failures - 1))
-            ctx.deletion_retry[t] = (failures, self.clock.now() + delay)
+            ctx.deletion_retry[t] = (failures, self._clock.now() + delay)
             stuck.add(t)
             for child in children:
                 path = f"{lay.task(t)}/{child}"
                 try:
-                    self._write(lambda path=path: self.writer.delete_tree(path))
+                    self._host.write(partial(writer_of(self._host).delete_tree, path))
                     log.warning("deleting task %s: removed %s, a znode that is not ours", t, path)
                 except (KazooException, WriteFailed) as exc:
                     log.warning("deleting task %s: cannot remove %s (%s); retrying in %.1fs", t, path,
@@ -329,24 +323,25 @@ class Tasks:
         """Delete statuses of tasks that no longer exist: a worker's status write for a task it was letting
         go of can land after the task and its status were deleted. One listing of the bucket that fired, or
         of every bucket (re-arming their watches); the orphans go in fenced multis."""
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        ctx, lay = self.ctx, self.layout
-        watch = self._bucket_watch(ev.StatusesChange)
-        buckets = [bucket] if bucket in lay.status_buckets else list(lay.status_buckets)
-        names = list_buckets(self.zk, buckets, "task id", watch)  # illegal names are logged and left out
+        ctx, lay = context_of(self._host), self._layout
+        watch = self._host.bucket_watch(ev.StatusesChange)
+        buckets = [bucket] if bucket is not None and bucket in lay.status_buckets else list(lay.status_buckets)
+        names = list_buckets(self._zk, buckets, "task id", watch)  # illegal names are logged and left out
         orphans = [lay.status(t) for t in names if t not in ctx.tasks and t not in ctx.invalid_tasks]
         if orphans:
             log.info("deleting %d statuses of tasks that no longer exist %s", len(orphans), orphans[:5])
-            self._write(lambda: self.writer.delete_if_present(orphans, present=set(orphans)))
+            self._host.write(lambda: writer_of(self._host).delete_if_present(orphans, present=set(orphans)))
 
+    # ---- admin requests ---------------------------------------------------------------------------
     def on_admin_rebalance(self, token: int) -> None:
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        lay = self.layout
-        names = sorted(self.zk.get_children(lay.admin_rebalance, watch=self._watch(ev.Rebalance)))
+        ctx, lay = context_of(self._host), self._layout
+        names = sorted(self._zk.get_children(lay.admin_rebalance, watch=self._host.watch(ev.Rebalance)))
         paths = [f"{lay.admin_rebalance}/{n}" for n in names]
-        for path, res in zip(paths, get_many(self.zk, paths)):
+        for path, res in zip(paths, get_many(self._zk, paths)):
             if res is None:
                 continue
             try:
@@ -354,21 +349,21 @@ class Tasks:
             except PayloadError as exc:
                 log.warning("dropping %s", exc)
                 continue
-            groups = [req.group] if req.group else sorted(self.ctx.groups)
+            groups = [req.group] if req.group else sorted(ctx.groups)
             for g in groups:
-                if g in self.ctx.groups:
-                    self._apply(g, self.ctx.groups[g].on_rebalance_request(f"requested: {req.reason}",
-                                                                         preferred=req.preferred))
+                if g in ctx.groups:
+                    self._host.apply(g, ctx.groups[g].on_rebalance_request(f"requested: {req.reason}",
+                                                                           preferred=req.preferred))
         if paths:
-            self._write(lambda: self.writer.delete_if_present(paths))
+            self._host.write(lambda: writer_of(self._host).delete_if_present(paths))
 
     def on_reassign(self, token: int) -> None:
-        if not self._current(token):
+        if not self._host.current(token):
             return
-        lay = self.layout
-        names = sorted(self.zk.get_children(lay.admin_reassign, watch=self._watch(ev.Reassign)))
+        ctx, lay = context_of(self._host), self._layout
+        names = sorted(self._zk.get_children(lay.admin_reassign, watch=self._host.watch(ev.Reassign)))
         paths = [lay.admin_reassign_of(n) for n in names]
-        for path, res in zip(paths, get_many(self.zk, paths)):
+        for path, res in zip(paths, get_many(self._zk, paths)):
             if res is None:
                 continue
             try:
@@ -376,8 +371,8 @@ class Tasks:
             except PayloadError as exc:
                 log.warning("dropping %s", exc)
                 continue
-            spec = self.ctx.tasks.get(req.task_id)
+            spec = ctx.tasks.get(req.task_id)
             if spec is not None:
-                self._apply(spec.group, self._coordinator(spec.group).on_reassign(req.task_id, req.to))
+                self._host.apply(spec.group, self._groups.coordinator(spec.group).on_reassign(req.task_id, req.to))
         if paths:
-            self._write(lambda: self.writer.delete_if_present(paths))
+            self._host.write(lambda: writer_of(self._host).delete_if_present(paths))

@@ -139,10 +139,10 @@ def test_a_retry_timer_firing_after_the_win_does_not_make_the_controller_resign(
 
     ctl.zk.get = first_get_fails
     ctl.start()
-    wait_until(lambda: failed and ctl._retry_timer is not None, 5, "a retry scheduled")
+    wait_until(lambda: failed and ctl.election.retry_timer is not None, 5, "a retry scheduled")
     ctl.put(ev.ControllerChange(-1))  # e.g. the candidate watch fires: it wins before the retry timer
     wait_until(lambda: ctl.active and ctl.ctx is not None, 5, "active")
-    wait_until(ctl._retry_timer.finished.is_set, 5, "the retry timer fired")
+    wait_until(ctl.election.retry_timer.finished.is_set, 5, "the retry timer fired")
     settle(ctl)
     assert ctl.active and ctl.epoch == 1
     assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == 1
@@ -388,7 +388,7 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 2, 10, "active")
     epoch, session = ctl.epoch, ctl.client.client_id[0]
     checks: list[Any] = []
-    still = ctl._still_controller
+    still = ctl.election.still_controller
 
     def check_still_controller() -> bool:
         if not checks:  # the first check after the reconnect is cut short too: it must keep holding, then retry
@@ -397,7 +397,7 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
         checks.append(still())
         return checks[-1]
 
-    ctl._still_controller = check_still_controller
+    ctl.election.still_controller = check_still_controller  # type: ignore[method-assign]
 
     # SUSPENDED: events are held, nothing is processed or written
     server.kill()

@@ -231,10 +231,10 @@ def test_a_spec_change_between_the_load_and_its_watch_is_not_lost(cluster, zk, l
             touched["edited_before"] = later[0]
             _set_spec(zk, layout, later[0], weight=9)
 
-    ctl.before_arming = hook
+    ctl.loader.before_arming = hook
     ctl.start()
-    wait_until(lambda: ctl.watch_armer is not None and ctl.watch_armer.took_s is not None, 20, "every watch armed")
-    armer = ctl.watch_armer
+    wait_until(lambda: ctl.loader.watch_armer is not None and ctl.loader.watch_armer.took_s is not None, 20, "every watch armed")
+    armer = ctl.loader.watch_armer
     assert len(chunks) == 5 and armer.armed == 45
     assert armer.changed == 3  # paused_before, deleted, edited_before: the watch caught edited_after
 
@@ -258,7 +258,7 @@ def test_a_spec_change_between_the_load_and_its_watch_is_not_lost(cluster, zk, l
 @dataclass(frozen=True)
 class Reload:
     def process(self, c: Controller) -> None:
-        c._reload()
+        c.reload()
 
 
 def test_a_reload_stops_the_watch_armer_of_the_load_before(cluster, zk, layout, monkeypatch):
@@ -276,13 +276,13 @@ def test_a_reload_stops_the_watch_armer_of_the_load_before(cluster, zk, layout, 
             entered.set()
             assert release.wait(20)
 
-    ctl.before_arming = hook
+    ctl.loader.before_arming = hook
     ctl.start()
     assert entered.wait(20)
-    first = ctl.watch_armer
+    first = ctl.loader.watch_armer
     ctl.put(Reload())
-    wait_until(lambda: ctl.watch_armer is not first, 10, "a new load and armer")
-    second = ctl.watch_armer
+    wait_until(lambda: ctl.loader.watch_armer is not first, 10, "a new load and armer")
+    second = ctl.loader.watch_armer
     release.set()
     first.join(5)
     assert not first.is_alive() and first.armed == 10 and first.took_s is None  # stopped between chunks
@@ -297,7 +297,7 @@ def test_the_pipelined_load_arms_watches_inline_and_starts_no_armer(cluster, zk,
     create_tasks(zk, layout, ids)
     ctl = cluster.controller("c2", load="pipelined", task_watch="one-shot")
     wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
-    assert ctl.watch_armer is None
+    assert ctl.loader.watch_armer is None
     assert all(_watchers(ctl, layout, t) == 1 for t in ids)
     _set_spec(zk, layout, ids[0], state="PAUSED")
     wait_until(lambda: ctl.ctx.tasks[ids[0]].state == "PAUSED", 10, "the change seen")
@@ -316,7 +316,7 @@ def test_the_persistent_watch_of_the_tasks_replaces_every_task_watch(cluster, zk
     create_tasks(zk, layout, ids)
     ctl = cluster.controller("c3", load=load)
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 20, 10, "active")
-    assert ctl.task_tree_watched and ctl.watch_armer is None
+    assert ctl.tasks.tree_watched and ctl.loader.watch_armer is None
     assert not any(_watchers(ctl, layout, t) for t in ids)
     assert not ctl.client._child_watchers.get(layout.tasks)
     create_tasks(zk, layout, ["new"])
@@ -330,7 +330,7 @@ def test_the_persistent_watch_of_the_tasks_replaces_every_task_watch(cluster, zk
     watches = PersistentWatches.for_client(ctl.client)
     assert watches.armed(layout.tasks)
     after: list[Any] = []
-    ctl.put(Resign(lambda: after.extend([watches.armed(layout.tasks), ctl.task_tree_watched,
+    ctl.put(Resign(lambda: after.extend([watches.armed(layout.tasks), ctl.tasks.tree_watched,
                                          watches_by_session(zk_hosts).get(ctl.client.client_id[0], set())])))
     settle(ctl)
     assert after[:2] == [False, False] and layout.tasks not in after[2], after  # (before it runs again and wins)
@@ -364,8 +364,8 @@ def test_a_server_without_add_watch_gets_one_watch_per_task(cluster, zk, layout)
     ctl.client._call = call
     ctl.start()
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 10, 10, "active")
-    wait_until(lambda: ctl.watch_armer is not None and ctl.watch_armer.took_s is not None, 20, "every watch armed")
-    assert len(rejected) == 1 and not ctl.task_tree_watched
+    wait_until(lambda: ctl.loader.watch_armer is not None and ctl.loader.watch_armer.took_s is not None, 20, "every watch armed")
+    assert len(rejected) == 1 and not ctl.tasks.tree_watched
     assert all(_watchers(ctl, layout, t) == 1 for t in ids)
     create_tasks(zk, layout, ["new"])
     _set_spec(zk, layout, ids[0], state="PAUSED")
@@ -381,12 +381,12 @@ def test_the_load_runs_with_the_cyclic_collector_paused_and_gives_it_back(cluste
     create_tasks(zk, layout, [f"g{i:03d}" for i in range(20)])
     ctl = cluster.controller("c0", start=False)
     seen: list[bool] = []
-    load_state = ctl._load_state
+    load_state = ctl.loader._load_state
 
     def watched() -> None:
         seen.append(gc.isenabled())
         load_state()
-    ctl._load_state = watched
+    ctl.loader._load_state = watched  # type: ignore[method-assign]
     assert gc.isenabled()
     ctl.start()
     wait_until(lambda: ctl.ctx is not None and len(ctl.ctx.tasks) == 20, 20, "the state loaded")
@@ -396,7 +396,7 @@ def test_the_load_runs_with_the_cyclic_collector_paused_and_gives_it_back(cluste
     def failing() -> None:
         seen.append(gc.isenabled())
         raise RuntimeError("a load that fails half-way (injected)")
-    ctl._load_state = failing
+    ctl.loader._load_state = failing  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
-        ctl._load()
+        ctl.loader.load()
     assert seen[-1] is False and gc.isenabled()

@@ -49,7 +49,7 @@ def test_no_watch_is_lost_when_the_connection_drops(cluster, zk, layout, zk_host
         sessions = {"controller": ctl.client.client_id[0], "worker": w.client.client_id[0]}
         before = {name: steady_watches(zk_hosts, s) for name, s in sessions.items()}
         if task_watch == "persistent":  # one recursive watch instead of one per task
-            assert ctl.task_tree_watched and layout.tasks in before["controller"]
+            assert ctl.tasks.tree_watched and layout.tasks in before["controller"]
             assert not any(p.startswith(layout.tasks + "/") for p in before["controller"]), before["controller"]
         else:
             assert {layout.task(f"t{i}") for i in range(4)} <= before["controller"], before["controller"]
