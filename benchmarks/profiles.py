@@ -107,8 +107,8 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
 
 
 def profile_load(tasks: int) -> str:
-    """cProfile of ``Controller._load`` over ``tasks`` tasks: multiRead, pipelined and sequential, alternating."""
-    from controller.daemon import Controller
+    """cProfile of ``FailoverLoad.load`` over ``tasks`` tasks: multiRead, pipelined and sequential, alternating."""
+    from controller.daemon.loading import FailoverLoad
 
     out = [f"# failover state load of {tasks} tasks in one group (no brokers)\n"]
     with zookeeper(heap_mb=1024, name="prof") as zk:
@@ -117,7 +117,7 @@ def profile_load(tasks: int) -> str:
             c.create_tasks()
             for i, method in enumerate(("multiread", "pipelined", "sequential") * 2):
                 prof = cProfile.Profile()
-                orig = Controller._load
+                orig = FailoverLoad.load
 
                 def _load(self: Any, _orig: Any = orig, _prof: cProfile.Profile = prof) -> None:
                     _prof.enable()
@@ -126,16 +126,16 @@ def profile_load(tasks: int) -> str:
                     finally:
                         _prof.disable()
 
-                Controller._load = _load  # type: ignore[method-assign]
+                FailoverLoad.load = _load  # type: ignore[method-assign]
                 try:
                     ctl = c.start_controller(f"ctl-{i}", load=method)
                     ctl.wait_active(120)
                     deadline = time.monotonic() + 300
-                    while ctl.last_load_s is None and time.monotonic() < deadline:
+                    while ctl.loader.last_load_s is None and time.monotonic() < deadline:
                         time.sleep(0.05)
                 finally:
-                    Controller._load = orig  # type: ignore[method-assign]
-                out.append(f"## {method} load: {ctl.last_load_s:.3f}s\n")
+                    FailoverLoad.load = orig  # type: ignore[method-assign]
+                out.append(f"## {method} load: {ctl.loader.last_load_s:.3f}s\n")
                 out.append(_stats(prof, "tottime", 12))
                 ctl.stop()
                 c.controllers.remove(ctl)
