@@ -1,9 +1,11 @@
 """B9 the HTTP API and the console at scale: ``GET /api/v1/tasks`` latency and the console's first paint
 (in a real headless Chromium) at 1,000 and 10,000 tasks, each task with an owner and a status, through a
-real ``zkctl api run`` process."""
+real ``zkctl api run`` process; and 500 event streams open at 1,000 and 20,000 tasks, with ``/healthz`` and
+``/api/v1/status`` p99 beside them and the server's memory before, during and after."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -65,10 +67,60 @@ def _first_paint(url: str, rounds: int) -> list[float] | str:
     return out
 
 
+def _rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _streams(base: str, port: int, pid: int, n: int, probes: int) -> dict[str, Any]:
+    """``n`` event streams open (each until its ``watching`` summary arrived), then ``probes`` requests each
+    to ``/healthz`` and ``/api/v1/status`` beside them; the server's RSS before, with them open, and after
+    they closed."""
+    before = _rss_mb(pid)
+    socks = []
+    t0 = time.perf_counter()
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=120)
+            s.sendall(f"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            socks.append(s)
+        for s in socks:
+            got = b""
+            while b'"kind":"watching"' not in got and b"too_many_streams" not in got:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            if b'"kind":"watching"' not in got:
+                raise RuntimeError(f"a stream did not start: {got[:200]!r}")
+        opened_s = time.perf_counter() - t0
+        health = [_get(base + "/healthz")[0] for _ in range(probes)]
+        status = [_get(base + "/api/v1/status")[0] for _ in range(probes)]
+        during = _rss_mb(pid)
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(3)
+    health_after = [_get(base + "/healthz")[0] for _ in range(probes)]
+    return {"streams": n, "open_all_s": opened_s, "healthz_p99_s": _p99(health), "status_p99_s": _p99(status),
+            "healthz_p99_after_s": _p99(health_after), "rss_before_mb": before, "rss_open_mb": during,
+            "rss_after_mb": _rss_mb(pid)}
+
+
 def run(bench: Bench) -> dict[str, Any]:
-    sizes = (1000, 10_000)
+    sizes = (1000,) if bench.quick else (1000, 10_000, 20_000)
+    stream_sizes = (1000,) if bench.quick else (1000, 20_000)
+    n_streams, probes = (200, 30) if bench.quick else (500, 100)
     rounds = 3 if bench.quick else 7
     rows: list[list[Any]] = []
+    stream_rows: list[list[Any]] = []
     results: dict[str, Any] = {}
     with zookeeper(heap_mb=512, name="b9") as zk:
         for n in sizes:
@@ -106,6 +158,15 @@ def run(bench: Bench) -> dict[str, Any]:
                                    "first_paint_s": paint if isinstance(paint, list) else None,
                                    "first_paint_p50_s": paint_med, "browser": None if isinstance(paint, list) else paint}
                 rows.append([n, median(lat), max(lat), round(size / 1e6, 2), paint_med])
+                if n in stream_sizes:
+                    st = _streams(base, port, proc.pid, n_streams, probes)
+                    results[str(n)]["streams"] = st
+                    bench.log(f"{n:,} tasks, {st['streams']} streams: /healthz p99 {st['healthz_p99_s'] * 1000:.0f} ms, "
+                              f"/api/v1/status p99 {st['status_p99_s'] * 1000:.0f} ms, RSS {st['rss_before_mb']:.0f} -> "
+                              f"{st['rss_open_mb']:.0f} -> {st['rss_after_mb']:.0f} MB")
+                    stream_rows.append([n, st["streams"], round(st["open_all_s"], 2), st["healthz_p99_s"],
+                                        st["status_p99_s"], round(st["rss_before_mb"]), round(st["rss_open_mb"]),
+                                        round(st["rss_after_mb"])])
             finally:
                 if proc is not None:
                     proc.terminate()
@@ -118,12 +179,18 @@ def run(bench: Bench) -> dict[str, Any]:
                 client.close()
     headers = ["tasks", "GET /tasks p50 s", "max s", "MB", "console first paint p50 s"]
     print(table(headers, rows))
+    stream_headers = ["tasks", "streams", "all open s", "/healthz p99 s", "/status p99 s", "RSS before MB",
+                      "RSS open MB", "RSS after MB"]
+    print(table(stream_headers, stream_rows))
     targets = [target(f"B9 GET /api/v1/tasks at {n:,} tasks (p50)", f"{results[str(n)]['get_tasks_p50_s'] * 1000:.0f} ms",
                       "(measure)", None) for n in sizes]
     targets += [target(f"B9 console first paint at {n:,} tasks (p50)",
                        f"{results[str(n)]['first_paint_p50_s']:.2f} s" if results[str(n)]["first_paint_p50_s"] else "-",
                        "(measure)", None) for n in sizes]
+    targets += [target(f"B9 /healthz p99 beside {n_streams} event streams at {n:,} tasks",
+                       f"{results[str(n)]['streams']['healthz_p99_s'] * 1000:.0f} ms", "(measure)", None)
+                for n in stream_sizes]
     doc = {"sizes": list(sizes), "rounds": rounds, "results": results, "table": {"headers": headers, "rows": rows},
-           "targets": targets}
+           "streams_table": {"headers": stream_headers, "rows": stream_rows}, "targets": targets}
     bench.write(NAME, doc)
     return doc
