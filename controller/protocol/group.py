@@ -4,15 +4,19 @@ It never touches ZooKeeper. The controller's event thread feeds it snapshots (me
 the group's tasks), leader proposals, operator requests and clock ticks, and carries out the decisions
 it returns (fenced writes). That is what lets the deterministic simulation drive it directly.
 
-States and transitions follow Kafka's GroupCoordinator (GroupMetadata.scala): each state names the
-states it may be entered from, and one ``_transition`` refuses anything else loudly.
+The coordinator keeps what every protocol shares (the generation, the members, the tasks, their placement,
+the holds) and owns one part per job, each given the coordinator through the small interface it declares:
+the join round of the eager and cooperative protocols (``join_round.py``), the reconcile protocol
+(``reconcile.py``; Kafka keeps ``ClassicGroup`` and ``ConsumerGroup`` apart likewise) and the operations
+(``group_operations.py``: throttle, maintenance, settings, imbalance). Its state changes only through its
+:class:`~controller.protocol.group_state.GroupStateMachine`, which refuses a move its table does not allow.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Collection, Mapping
 
 from controller.protocol.clock import Clock, WallClock
 from controller.protocol.codecs import (
@@ -22,36 +26,40 @@ from controller.protocol.codecs import (
     JoinRequest,
     JoinResult,
     MoveLimits,
+    SyncProposal,
     TaskDescriptor,
 )
 from controller.protocol.errors import ProtocolError
+from controller.protocol.group_operations import GroupOperations
+from controller.protocol.group_state import (  # noqa: F401 (the states, imported from here too)
+    VALID_PREVIOUS,
+    GroupState,
+    GroupStateMachine,
+    IllegalTransition,
+    check_transition,
+)
 from controller.protocol.group_types import (  # noqa: F401 (the coordinator's vocabulary, imported from here too)
     FOREVER,
-    VALID_PREVIOUS,
-    DeleteGenerationsBelow,
     Decision,
+    DeleteGenerationsBelow,
     GroupConfig,
-    GroupState,
-    IllegalTransition,
+    Held,
     WatchMoves,
     WatchSync,
     WriteAssignments,
     WriteGroupState,
     WriteJoinResult,
-    Held,
-    check_transition,
 )
-from controller.protocol.group_operations import OperationsMixin
-from controller.protocol.join_round import JoinRoundMixin
+from controller.protocol.join_round import JoinRound
+from controller.protocol.reconcile import ReconcileGroup
 from controller.protocol.rules import RECONCILE
-from controller.protocol.reconcile import ReconcileMixin
 from controller.protocol.throttle import Move
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
+class GroupCoordinator:
     group: str
     controller_epoch: int
     clock: Clock
@@ -59,9 +67,6 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
     #: for the holds' deadlines in ZooKeeper: a monotonic clock does not survive a failover, wall time does
     wall: Clock = field(default_factory=WallClock)
 
-    state: GroupState = GroupState.EMPTY
-    #: wall time the group entered its state (what a benchmark takes as the instant a group became Stable)
-    state_since: float | None = None
     generation: int = 0
     join_generation: int = 0
     protocol: str | None = None
@@ -75,51 +80,35 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
     held: dict[str, Held] = field(default_factory=dict)
     shutting_down: set[str] = field(default_factory=set)
     reassign: dict[str, str] = field(default_factory=dict)
-    excluded: dict[str, tuple[ProtocolError, JoinRequest]] = field(default_factory=dict)
-    # join requests answered by a static rejoin: they predate the tasks given back, so they do not
-    # count as joining the next generation until the member rewrites them
-    static_returned: dict[str, JoinRequest] = field(default_factory=dict)
-    join_deadline: float | None = None
-    sync_deadline: float | None = None
-    join_result: JoinResult | None = None
     rebalances: int = 0
-    # ---- operations: throttle, maintenance, preferred placement (controller/protocol/throttle.py) ----
-    limits: MoveLimits = field(default_factory=MoveLimits)
-    #: what the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)
-    cluster_room: int | None = None
-    maintenance: bool = False
-    moving: dict[str, Move] = field(default_factory=dict)
-    deferred: tuple[str, ...] = ()
-    #: a rebalance that maintenance mode put off (why), started when it ends
-    postponed: str = ""
-    #: task -> member: the preferred layout being restored (``rebalance --preferred``), wave by wave
-    preferred: dict[str, str] = field(default_factory=dict)
-    imbalance: int | None = None
-    preferred_check_s: float = 0.0
-    max_imbalance: int = 1
-    next_check: float | None = None
-    # ---- reconcile protocol (controller/protocol/reconcile.py) ----
-    #: member -> the tasks the assignor gives it
-    target: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: member -> task -> the member epoch of a revocation not yet confirmed released
-    unreleased: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: member -> the member epoch of its last published assignment
-    epochs: dict[str, int] = field(default_factory=dict)
-    last_retarget: float = float("-inf")
-    #: a new target put off by ``retarget_interval_s`` (when, and why)
-    retarget_due: float | None = None
-    retarget_reason: str = ""
-    #: reconcile: while a new group forms (nothing runs yet), the latest its first target may wait until
-    forming_until: float | None = None
+    # ---- the parts it owns ----
+    machine: GroupStateMachine = field(init=False)
+    join: JoinRound = field(init=False)
+    reconcile: ReconcileGroup = field(init=False)
+    operations: GroupOperations = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.machine = GroupStateMachine(self.wall)
+        self.join = JoinRound(self)
+        self.reconcile = ReconcileGroup(self)
+        self.operations = GroupOperations(self)
 
     # ---- state ------------------------------------------------------------------------------------
-    def _transition(self, target: GroupState) -> None:
-        check_transition(self.state, target)
+    @property
+    def state(self) -> GroupState:
+        return self.machine.state
+
+    @property
+    def state_since(self) -> float | None:
+        """Wall time the group entered its state (what a benchmark takes as the instant a group became Stable)."""
+        return self.machine.since
+
+    def transition(self, target: GroupState) -> None:
         log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
-        self.state = target
-        self.state_since = self.wall.now()
+        self.machine.transition(target)
 
     def info(self) -> GroupStateInfo:
+        ops = self.operations
         return GroupStateInfo(
             state=self.state.value,
             generation=self.generation,
@@ -130,14 +119,14 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
             leader=self.leader,
             members=self.generation_members,
             reason=self.reason,
-            held=self._held_info(),
-            moving=tuple(sorted(self.moving)),
-            deferred=len(self.deferred),
-            imbalance=self.imbalance,
-            maintenance=self.maintenance,
+            held=self.held_info(),
+            moving=tuple(sorted(ops.moving)),
+            deferred=len(ops.deferred),
+            imbalance=ops.imbalance,
+            maintenance=ops.maintenance,
         )
 
-    def _held_info(self) -> tuple[HeldTasks, ...]:
+    def held_info(self) -> tuple[HeldTasks, ...]:
         """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's);
         a hold of maintenance mode has none."""
         now, wall = self.clock.now(), self.wall.now()
@@ -145,30 +134,29 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
                                until=None if h.deadline == FOREVER else round(wall + h.deadline - now, 3))
                      for k, h in sorted(self.held.items()))
 
-    def _restore_held(self, info: GroupStateInfo) -> None:
+    def restore_held(self, info: GroupStateInfo) -> None:
         """The holds of the previous controller, minus members back already and tasks gone or placed."""
         now, wall = self.clock.now(), self.wall.now()
         present = {self.identity(m, r) for m, r in self.members.items()}
         placed = {t for ts in self.assignment.values() for t in ts}
         for h in info.held:
             tasks = tuple(t for t in h.tasks if t in self.tasks and t not in placed)
-            if h.until is None and not self.maintenance:
+            if h.until is None and not self.operations.maintenance:
                 continue  # held for a maintenance that has ended since: the tasks move now
             if tasks and h.instance not in present:
                 self.held[h.instance] = Held(tasks, FOREVER if h.until is None else now + max(0.0, h.until - wall))
 
-    def _note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
+    def note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
         """A hold made, ended or shrunk is written with the group state (ZooKeeper keeps it across failover)."""
-        if [(h.instance, h.tasks) for h in before] != [(h.instance, h.tasks) for h in self._held_info()] \
+        if [(h.instance, h.tasks) for h in before] != [(h.instance, h.tasks) for h in self.held_info()] \
                 and self.state is not GroupState.DEAD and not any(isinstance(d, WriteGroupState) for d in decisions):
             decisions.append(WriteGroupState(self.info()))
         return decisions
 
     def next_deadline(self) -> float | None:
-        candidates = [d for d in (self.join_deadline, self.sync_deadline, self.next_check, self.retarget_due)
-                      if d is not None]
+        candidates = [d for d in (self.join.deadline, self.join.sync_deadline, self.operations.deadline(),
+                                  self.reconcile.retarget_due) if d is not None]
         candidates += [h.deadline for h in self.held.values() if h.deadline != FOREVER]
-        candidates += [mv.since + self.config.move_timeout_s for mv in self.moving.values()]
         return min(candidates) if candidates else None
 
     def held_tasks(self) -> set[str]:
@@ -178,6 +166,115 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
     def identity(member_id: str, request: JoinRequest | None) -> str:
         """Static members are known by instance id across restarts; others by member id."""
         return request.instance_id if request is not None and request.instance_id else member_id
+
+    # ---- the protocol families --------------------------------------------------------------------
+    def reconciling(self) -> bool:
+        """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
+        return self.reconcile.active()
+
+    def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool:
+        """Every member supports reconcile and the members' vote picks it."""
+        return self.reconcile.all_prefer(requests)
+
+    def enter_reconcile(self, reason: str) -> list[Decision]:
+        """A join round ended with every member for reconcile: nothing of join rounds is kept."""
+        self.join.reset()
+        return self.reconcile.enter(reason)
+
+    def reconcile_step(self) -> list[Decision]:
+        """A step towards the reconcile target, the group state written (a throttled wave may go)."""
+        return self.reconcile.step(write_state=True)
+
+    def epoch_of(self, member: str) -> int:
+        """The member epoch of the member's last published assignment (-1: none yet)."""
+        return self.reconcile.epoch_of(member)
+
+    @property
+    def join_result(self) -> JoinResult | None:
+        """The join result of the round awaiting the leader's proposal (None: no such round)."""
+        return self.join.result
+
+    def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
+        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
+        return self.join.on_proposal(proposal)
+
+    # ---- operations: the IO layer's settings and the throttle's moves (kept by the operations part) --------
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+        """The operators' settings changed: a wider throttle may let the next wave go now."""
+        return self.operations.on_settings(limits, preferred_check_s, max_imbalance)
+
+    def on_maintenance(self, on: bool) -> list[Decision]:
+        """Maintenance mode on or off (nothing moves while on; what waited goes when it ends)."""
+        return self.operations.on_maintenance(on)
+
+    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
+        return self.operations.on_move_done(task_id, broker)
+
+    def measure_imbalance(self) -> int:
+        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
+        return self.operations.measure_imbalance()
+
+    @property
+    def moving(self) -> Mapping[str, Move]:
+        return self.operations.moving
+
+    @property
+    def deferred(self) -> tuple[str, ...]:
+        return self.operations.deferred
+
+    @property
+    def preferred(self) -> Mapping[str, str]:
+        return self.operations.preferred
+
+    @property
+    def limits(self) -> MoveLimits:
+        return self.operations.limits
+
+    @limits.setter
+    def limits(self, value: MoveLimits) -> None:
+        self.operations.limits = value
+
+    @property
+    def maintenance(self) -> bool:
+        return self.operations.maintenance
+
+    @maintenance.setter
+    def maintenance(self, value: bool) -> None:
+        self.operations.maintenance = value
+
+    @property
+    def cluster_room(self) -> int | None:
+        """What the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)."""
+        return self.operations.cluster_room
+
+    @cluster_room.setter
+    def cluster_room(self, value: int | None) -> None:
+        self.operations.cluster_room = value
+
+    @property
+    def max_imbalance(self) -> int:
+        return self.operations.max_imbalance
+
+    @max_imbalance.setter
+    def max_imbalance(self, value: int) -> None:
+        self.operations.max_imbalance = value
+
+    @property
+    def preferred_check_s(self) -> float:
+        return self.operations.preferred_check_s
+
+    @preferred_check_s.setter
+    def preferred_check_s(self, value: float) -> None:
+        self.operations.preferred_check_s = value
+
+    @property
+    def next_check(self) -> float | None:
+        return self.operations.next_check
+
+    @next_check.setter
+    def next_check(self, value: float | None) -> None:
+        self.operations.next_check = value
 
     # ---- inputs -----------------------------------------------------------------------------------
     def load(
@@ -195,60 +292,13 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
         self.members = dict(members)
         self.tasks = dict(tasks)
         if info is not None and info.protocol == RECONCILE:
-            # member epochs run ahead of the state znode (it is not rewritten for every step)
-            self.generation = max([info.generation, info.join_generation - 1, 0]
-                                  + [a.generation for a in assignments.values()])
-            self.join_generation = self.generation
-            self.protocol, self.assignor, self.leader = info.protocol, info.assignor, None
-            self._restore_held(info)
-            if (info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value) and self.members
-                    and self._all_prefer_reconcile(self.members)):
-                self.generation_members = tuple(sorted(self.members))
-                return self._r_load(assignments)
-            # (a member that cannot reconcile, or no members: a join round, as for the other protocols)
-            self.assignment = {m: a.assigned for m, a in assignments.items() if m in self.members and a.error is None}
-            self.generation_members = tuple(m for m in info.members if m in self.members)
-            self.state = GroupState.STABLE
-            if not self.members:
-                self._transition(GroupState.PREPARING_REBALANCE)
-                self._transition(GroupState.EMPTY)
-                self.generation_members = ()
-                return [WriteGroupState(self.info())]
-            return self._prepare_rebalance("controller failover")
+            return self._load_reconcile(info, assignments)
         if info is not None:
-            self.generation = max(info.generation, info.join_generation - 1, 0)
-            self.join_generation = self.generation
-            self.protocol, self.assignor, self.leader = info.protocol, info.assignor, info.leader
-            self.generation_members = tuple(m for m in info.members if m in self.members)
-            self.assignment = {
-                m: a.assigned for m, a in assignments.items()
-                if a.generation == info.generation and a.error is None and m in self.generation_members
-            }
-            self._restore_held(info)
-            now = self.clock.now()
-            where = {t: m for m, ts in self.assignment.items() for t in ts}
-            self.moving = {t: Move(t, None, where.get(t), now) for t in info.moving if t in self.tasks}
-            # a request older than the member's assignment that asks for a later generation was answered
-            # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
-            self.static_returned = {
-                m: r for m, r in self.members.items()
-                if (a := assignments.get(m)) is not None and a.error is None and a.generation == info.generation
-                and r.generation < a.generation < r.join_generation
-            }
-            consistent = (
-                info.state == GroupState.STABLE.value
-                and set(self.generation_members) == set(self.members)
-                and all(r.join_generation <= info.generation and not r.leaving for r in self.members.values())
-                and {t for ts in self.assignment.values() for t in ts} | self.held_tasks() == set(self.tasks)
-                and not info.deferred  # moves waiting for a wave: the next generation computes them again
-            )
-            self.state = GroupState.STABLE
-            self.state_since = self.wall.now()
-            if consistent:
-                self.reason = "controller failover: resumed"
-                return [WriteGroupState(self.info())] + ([WatchMoves(tuple(sorted(self.moving)))] if self.moving else [])
+            resumed = self._load_join_round(info, assignments)
+            if resumed is not None:
+                return resumed
         else:
-            self.state = GroupState.EMPTY
+            self.machine.restore(GroupState.EMPTY)
             # no readable state: resume above every generation the members and assignments carry, or the
             # members would take the new generations for stale ones and ignore them
             self.generation = max([a.generation for a in assignments.values()]
@@ -256,33 +306,91 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
             self.join_generation = self.generation
         if not self.members:
             if self.state is GroupState.STABLE:
-                self._transition(GroupState.PREPARING_REBALANCE)
-                self._transition(GroupState.EMPTY)
+                self.transition(GroupState.PREPARING_REBALANCE)
+                self.transition(GroupState.EMPTY)
                 self.generation_members, self.leader = (), None
             return [WriteGroupState(self.info())]
-        return self._prepare_rebalance("controller failover")
+        return self.prepare_rebalance("controller failover")
+
+    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision]:
+        """Failover of a group that ran reconcile: it goes on reconciling, or (a member that cannot reconcile,
+        or no members) goes through a join round as for the other protocols."""
+        # member epochs run ahead of the state znode (it is not rewritten for every step)
+        self.generation = max([info.generation, info.join_generation - 1, 0]
+                              + [a.generation for a in assignments.values()])
+        self.join_generation = self.generation
+        self.protocol, self.assignor, self.leader = info.protocol, info.assignor, None
+        self.restore_held(info)
+        if (info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value) and self.members
+                and self.all_prefer_reconcile(self.members)):
+            self.generation_members = tuple(sorted(self.members))
+            self.machine.restore(GroupState.RECONCILING)
+            return self.reconcile.load(assignments)
+        self.assignment = {m: a.assigned for m, a in assignments.items() if m in self.members and a.error is None}
+        self.generation_members = tuple(m for m in info.members if m in self.members)
+        self.machine.restore(GroupState.STABLE)
+        if not self.members:
+            self.transition(GroupState.PREPARING_REBALANCE)
+            self.transition(GroupState.EMPTY)
+            self.generation_members = ()
+            return [WriteGroupState(self.info())]
+        return self.prepare_rebalance("controller failover")
+
+    def _load_join_round(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
+        """Failover of a group of the join-round protocols: the decisions of a Stable group that still matches
+        what ZooKeeper holds (it goes on with no rebalance), else None (Stable restored, to rebalance from)."""
+        self.generation = max(info.generation, info.join_generation - 1, 0)
+        self.join_generation = self.generation
+        self.protocol, self.assignor, self.leader = info.protocol, info.assignor, info.leader
+        self.generation_members = tuple(m for m in info.members if m in self.members)
+        self.assignment = {
+            m: a.assigned for m, a in assignments.items()
+            if a.generation == info.generation and a.error is None and m in self.generation_members
+        }
+        self.restore_held(info)
+        self.operations.resume_moves(info.moving, {t: m for m, ts in self.assignment.items() for t in ts})
+        # a request older than the member's assignment that asks for a later generation was answered
+        # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
+        self.join.static_returned = {
+            m: r for m, r in self.members.items()
+            if (a := assignments.get(m)) is not None and a.error is None and a.generation == info.generation
+            and r.generation < a.generation < r.join_generation
+        }
+        consistent = (
+            info.state == GroupState.STABLE.value
+            and set(self.generation_members) == set(self.members)
+            and all(r.join_generation <= info.generation and not r.leaving for r in self.members.values())
+            and {t for ts in self.assignment.values() for t in ts} | self.held_tasks() == set(self.tasks)
+            and not info.deferred  # moves waiting for a wave: the next generation computes them again
+        )
+        self.machine.restore(GroupState.STABLE, resumed=True)
+        if not consistent:
+            return None
+        self.reason = "controller failover: resumed"
+        decisions: list[Decision] = [WriteGroupState(self.info())]
+        if self.operations.moving:
+            decisions.append(WatchMoves(tuple(sorted(self.operations.moving))))
+        return decisions
 
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
-        now = self.clock.now()
-        held_before = self._held_info()
+        now, ops = self.clock.now(), self.operations
+        held_before = self.held_info()
         if self.reconciling():
-            return self._note_held(held_before, self._r_on_members(snapshot))
+            return self.note_held(held_before, self.reconcile.on_members(snapshot))
         old, new = self.members, dict(snapshot)
         self.members = new
         decisions: list[Decision] = []
         need = ""
         for m in sorted(old.keys() - new.keys()):
             self.shutting_down.discard(m)
-            self.excluded.pop(m, None)
-            self.static_returned.pop(m, None)
+            self.join.forget(m)
             was_member = m in self.generation_members
             tasks = self.assignment.pop(m, ())
             if was_member:
                 self.generation_members = tuple(x for x in self.generation_members if x != m)
-            for t in [t for t, mv in self.moving.items() if mv.dest == m]:
-                del self.moving[t]  # that move ends with its destination; the task is held or placed again
-            if was_member and tasks and self.state is GroupState.STABLE and self.maintenance:
+            ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
+            if was_member and tasks and self.state is GroupState.STABLE and ops.maintenance:
                 key = self.identity(m, old[m])
                 kept = self.held[key].tasks if key in self.held else ()
                 self.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
@@ -302,35 +410,33 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
             request = new[m]
             key = self.identity(m, request)
             if key in self.held and self.state is GroupState.STABLE and not request.leaving:
-                decisions += self._static_rejoin(m, key)
-            elif self.maintenance and self.state is GroupState.STABLE:
-                self.postponed = self.postponed or f"member {m} joined"  # it gets tasks after maintenance
+                decisions += self.join.static_rejoin(m, key)
+            elif ops.maintenance and self.state is GroupState.STABLE:
+                ops.postpone(f"member {m} joined")  # it gets tasks after maintenance
             elif self.state is not GroupState.PREPARING_REBALANCE:
                 need = need or f"member {m} joined"
         for m in sorted(new.keys() & old.keys()):
             before, after = old[m], new[m]
             if before == after:
                 continue
-            leaving = self._newly_leaving(m, before, after)
-            need = need or leaving
-            excluded = self.excluded.get(m)
-            if excluded and not excluded[0].retriable and excluded[1].protocols == after.protocols:
+            need = need or self.newly_leaving(m, before, after)
+            if self.join.answered(m, after):
                 continue  # the same incompatible request again: answered already, no rebalance storm
             if self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
                 if after.join_generation > self.generation or m not in self.generation_members:
-                    if self.maintenance and self.state is GroupState.STABLE and m not in self.generation_members:
-                        self.postponed = self.postponed or f"member {m} joined"
+                    if ops.maintenance and self.state is GroupState.STABLE and m not in self.generation_members:
+                        ops.postpone(f"member {m} joined")
                         continue
                     need = need or f"member {m} rejoined"
         if need:
-            decisions += self._prepare_rebalance(need)
+            decisions += self.prepare_rebalance(need)
         elif self.state is GroupState.PREPARING_REBALANCE:
-            decisions += self._maybe_complete_join(force=False)
+            decisions += self.join.complete(force=False)
         elif self.state is GroupState.STABLE and not self.members:
-            decisions += self._to_empty("all members left")
-        return self._note_held(held_before, decisions)
+            decisions += self.to_empty("all members left")
+        return self.note_held(held_before, decisions)
 
-    def _newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
+    def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
         """A member whose request now says it is leaving starts its controlled shutdown (once): the reason
         for a rebalance, or "" when nothing changed."""
         if after.leaving and not before.leaving and m not in self.shutting_down:
@@ -344,7 +450,7 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
         if tasks == self.tasks:
             return []
         self.tasks = tasks
-        held_before = self._held_info()
+        held_before = self.held_info()
         for key, h in list(self.held.items()):
             kept = tuple(t for t in h.tasks if t in tasks)
             if kept:
@@ -354,11 +460,10 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
         for t in list(self.reassign):
             if t not in tasks:
                 del self.reassign[t]
-        for t in [t for t in self.moving if t not in tasks]:
-            del self.moving[t]
+        self.operations.drop_moves(runnable=tasks)
         if not self.members:
-            return self._note_held(held_before, [])
-        return self._note_held(held_before, self._prepare_rebalance("tasks changed"))
+            return self.note_held(held_before, [])
+        return self.note_held(held_before, self.prepare_rebalance("tasks changed"))
 
     def on_rebalance_request(self, reason: str = "manual", preferred: bool = False) -> list[Decision]:
         """An operator's rebalance; ``preferred``: towards the assignor's layout from scratch (Kafka's
@@ -366,134 +471,116 @@ class GroupCoordinator(ReconcileMixin, JoinRoundMixin, OperationsMixin):
         if not self.members:
             return []
         if preferred:
-            self.preferred = self._preferred_layout()
-            moves = sum(1 for t, m in self.preferred.items() if t not in self.assignment.get(m, ()))
+            moves = self.operations.restore_preferred()
             reason = f"{reason}: preferred placement ({moves} tasks off it)"
             log.info("group %s: restoring the preferred placement: %d tasks to move", self.group, moves)
-        return self._prepare_rebalance(reason)
+        return self.prepare_rebalance(reason)
 
     def on_controlled_shutdown(self, member_id: str) -> list[Decision]:
         """Move the member's tasks away before it leaves (it exits once it owns nothing)."""
         if member_id not in self.members or member_id in self.shutting_down:
             return []
         self.shutting_down.add(member_id)
-        return self._prepare_rebalance(f"controlled shutdown of {member_id}")
+        return self.prepare_rebalance(f"controlled shutdown of {member_id}")
 
     def on_reassign(self, task_id: str, to: str) -> list[Decision]:
         """Move one task to one member: a required placement until that member leaves."""
         if task_id not in self.tasks or to not in self.members:
             return []
         self.reassign[task_id] = to
-        return self._prepare_rebalance(f"reassign {task_id} to {to}")
+        return self.prepare_rebalance(f"reassign {task_id} to {to}")
 
     def on_tick(self) -> list[Decision]:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
         now = self.clock.now()
         decisions: list[Decision] = []
-        held_before = self._held_info()
+        held_before = self.held_info()
         expired = [k for k, h in self.held.items() if h.deadline <= now]
         for k in expired:
             log.info("group %s: %s did not return within the delay; its tasks move", self.group, k)
             del self.held[k]
-        stale = [t for t, mv in self.moving.items() if now >= mv.since + self.config.move_timeout_s]
-        for t in stale:
-            log.warning("group %s: the move of %s to %s is not done after %.0fs; it stops counting against the "
-                        "throttle", self.group, t, self.moving[t].dest, self.config.move_timeout_s)
-            del self.moving[t]
-        if self.next_check is not None and now >= self.next_check:
-            self.next_check = now + self.preferred_check_s if self.preferred_check_s > 0 else None
-            if self.state is GroupState.STABLE and self.members:
-                before = self.imbalance
-                self.imbalance = self.measure_imbalance()
-                if (self.imbalance > self.max_imbalance and not self.maintenance and not self.moving
-                        and not self.deferred):
-                    decisions += self._prepare_rebalance(f"imbalance: {self.imbalance} tasks off the assignor's layout")
-                elif self.imbalance != before:
-                    decisions.append(WriteGroupState(self.info()))
-        if self.retarget_due is not None and now >= self.retarget_due and self.reconciling():
-            decisions += self._prepare_rebalance(self.retarget_reason or "target put off")
-        if self.state is GroupState.PREPARING_REBALANCE and self.join_deadline is not None and now >= self.join_deadline:
-            decisions += self._maybe_complete_join(force=True)
-        elif self.state is GroupState.AWAITING_SYNC and self.sync_deadline is not None and now >= self.sync_deadline:
-            decisions += self._prepare_rebalance(f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync")
+        stale = self.operations.expire_moves(now)
+        decisions += self.operations.check_imbalance(now)
+        due = self.reconcile.retarget_due
+        if due is not None and now >= due and self.reconciling():
+            decisions += self.prepare_rebalance(self.reconcile.retarget_reason or "target put off")
+        join = self.join
+        if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
+            decisions += join.complete(force=True)
+        elif self.state is GroupState.AWAITING_SYNC and join.sync_deadline is not None and now >= join.sync_deadline:
+            decisions += self.prepare_rebalance(f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync")
         elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.RECONCILING) \
                 and self.members:
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
-            decisions += self._prepare_rebalance("scheduled rebalance delay expired")
+            decisions += self.prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:
-            decisions += self._next_wave()
-        return self._note_held(held_before, decisions)
+            decisions += self.operations.next_wave()
+        return self.note_held(held_before, decisions)
 
     def shutdown(self) -> None:
         """The group is gone (controller resigning): Dead, no more decisions."""
-        self.state = GroupState.DEAD
+        self.machine.end()
 
     # ---- internals --------------------------------------------------------------------------------
-    def _to_empty(self, reason: str) -> list[Decision]:
+    def to_empty(self, reason: str) -> list[Decision]:
+        """Every member left: Empty, with nothing of any protocol's round kept."""
         if self.state is not GroupState.PREPARING_REBALANCE:
-            self._transition(GroupState.PREPARING_REBALANCE)
+            self.transition(GroupState.PREPARING_REBALANCE)
         self.reason = reason
-        self._transition(GroupState.EMPTY)
+        self.transition(GroupState.EMPTY)
         self.generation = max(self.generation, self.join_generation)
         self.join_generation = self.generation
         self.generation_members, self.leader = (), None
         self.assignment.clear()
-        self.target.clear()
-        self.unreleased.clear()
-        self.epochs.clear()
-        self.join_deadline = self.sync_deadline = None
-        # a reconcile target put off (or a group forming) is void with nobody left: a deadline kept from it
-        # would come due forever in a group that no longer reconciles
-        self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
-        self.join_result = None
+        self.reconcile.reset()
+        self.join.close()
         return [WriteGroupState(self.info())]
 
-    def _prepare_rebalance(self, reason: str) -> list[Decision]:
+    def prepare_rebalance(self, reason: str) -> list[Decision]:
+        """Something changed that needs a new placement: a join round starts (or goes on), or under reconcile
+        a new target is computed, now or at the end of the retarget interval."""
         self.reason = reason
         if self.state is GroupState.DEAD:
             return []
         leaving_reconcile = False
         if self.reconciling():
-            if self._all_prefer_reconcile(self.members):
-                return self._r_retarget_soon(reason)
+            if self.all_prefer_reconcile(self.members):
+                return self.reconcile.retarget_soon(reason)
             # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
             log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
-            self.target.clear()
-            self.unreleased.clear()
-            self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
+            self.reconcile.abandon()
             leaving_reconcile = True
         if self.state is not GroupState.PREPARING_REBALANCE:
             if not self.members:
-                return self._to_empty(reason) if self.state is not GroupState.EMPTY else []
-            self._transition(GroupState.PREPARING_REBALANCE)
+                return self.to_empty(reason) if self.state is not GroupState.EMPTY else []
+            self.transition(GroupState.PREPARING_REBALANCE)
             self.join_generation = self.generation + 1
-            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
-            self.sync_deadline = None
-            self.join_result = None
+            self.join.begin()
             self.rebalances += 1
             decisions: list[Decision] = [WriteGroupState(self.info())]
             if leaving_reconcile:
-                decisions.append(WriteAssignments(self._r_leave_notices()))
+                decisions.append(WriteAssignments(self.reconcile.leave_notices()))
         else:
             decisions = []
-        return decisions + self._maybe_complete_join(force=False)
+        return decisions + self.join.complete(force=False)
 
-    def _descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
         """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
         reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
         (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
-        if not (skip or self.reassign or self.preferred):  # (most rounds: every task as it is)
+        if not (skip or self.reassign or self.operations.preferred):  # (most rounds: every task as it is)
             return [self.tasks[t_id] for t_id in sorted(self.tasks)]
+        preferred = self.operations.preferred
         descriptors = []
         for t_id in sorted(self.tasks):
             if t_id in skip:
                 continue
             d = self.tasks[t_id]
-            to = self.reassign.get(t_id) or self.preferred.get(t_id)
+            to = self.reassign.get(t_id) or preferred.get(t_id)
             if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
                 d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
             elif to is not None:
                 self.reassign.pop(t_id, None)
-                self.preferred.pop(t_id, None)
+                preferred.pop(t_id, None)
             descriptors.append(d)
         return descriptors

@@ -1,51 +1,16 @@
-"""The group coordinator's vocabulary, sans-IO: its states and the transitions between them, the decisions it
-returns for the IO layer to carry out, and its configuration. Apart from the coordinator itself (``group.py``
-for the join-round protocols, ``reconcile.py`` for reconcile), so that both halves import it at the top."""
+"""The group coordinator's vocabulary, sans-IO: the decisions it returns for the IO layer to carry out, its
+configuration and its holds. Apart from the coordinator itself (``group.py``) and its parts (``join_round.py``,
+``reconcile.py``, ``group_operations.py``), so that every one of them imports it at the top. The states and
+their transitions live in ``group_state.py``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import Union
+from typing import TypeAlias
 
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinResult
-from controller.protocol.errors import InternalError
 
 FOREVER = float("inf")
-
-
-class GroupState(str, Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    AWAITING_SYNC = "AwaitingSync"
-    STABLE = "Stable"
-    #: reconcile protocol: members are moving towards their targets (revocations or moves outstanding)
-    RECONCILING = "Reconciling"
-    DEAD = "Dead"
-
-
-VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
-    # (from Reconciling: a member without reconcile joined, the group goes back through a join round)
-    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY,
-                                               GroupState.RECONCILING}),
-    GroupState.AWAITING_SYNC: frozenset({GroupState.PREPARING_REBALANCE}),
-    # (from Reconciling: every member has its target and every revocation is confirmed)
-    GroupState.STABLE: frozenset({GroupState.AWAITING_SYNC, GroupState.RECONCILING}),
-    # (from PreparingRebalance: a join round chose reconcile; from Stable: a change under reconcile)
-    GroupState.RECONCILING: frozenset({GroupState.PREPARING_REBALANCE, GroupState.STABLE}),
-    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.DEAD: frozenset({GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC,
-                                GroupState.EMPTY, GroupState.RECONCILING, GroupState.DEAD}),
-}
-
-
-class IllegalTransition(InternalError, RuntimeError):
-    """A state change the protocol does not allow: a bug, never swallowed."""
-
-
-def check_transition(current: GroupState, target: GroupState) -> None:
-    if current not in VALID_PREVIOUS[target]:
-        raise IllegalTransition(f"group cannot go from {current.value} to {target.value}")
 
 
 # ---- decisions (what the IO layer must do) --------------------------------------------------------
@@ -85,7 +50,9 @@ class WatchMoves:
     tasks: tuple[str, ...]
 
 
-Decision = Union[WriteGroupState, WriteJoinResult, WriteAssignments, WatchSync, DeleteGenerationsBelow, WatchMoves]
+Decision: TypeAlias = (
+    WriteGroupState | WriteJoinResult | WriteAssignments | WatchSync | DeleteGenerationsBelow | WatchMoves
+)
 
 
 @dataclass(frozen=True)

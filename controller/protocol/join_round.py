@@ -1,21 +1,35 @@
 """The join round of the ``eager`` and ``cooperative`` protocols, sans-IO: completing the join phase (who is
 in the generation, its leader, protocol and assignor, the join result), the leader's proposal validated and
 published (the sync phase), error assignments for the members left out, and a static member's return
-inside the scheduled rebalance delay. A mixin of :class:`~controller.protocol.group.GroupCoordinator`, whose fields
-it uses; ``_prepare_rebalance`` there starts a round, ``on_tick`` ends one that timed out.
+inside the scheduled rebalance delay. A part of :class:`~controller.protocol.group.GroupCoordinator`, which
+owns one and gives it the few things it needs of the group (:class:`JoinCore`); the coordinator's
+``prepare_rebalance`` starts a round, its ``on_tick`` ends one that timed out.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from controller.protocol.codecs import Assignment, JoinResult, MemberMetadata, SyncProposal
+from controller.protocol.clock import Clock
+from controller.protocol.codecs import (
+    Assignment,
+    GroupStateInfo,
+    JoinRequest,
+    JoinResult,
+    MemberMetadata,
+    SyncProposal,
+    TaskDescriptor,
+)
 from controller.protocol.errors import ProtocolError
+from controller.protocol.group_state import GroupState
 from controller.protocol.group_types import (
     Decision,
     DeleteGenerationsBelow,
-    GroupState,
+    GroupConfig,
+    Held,
     WatchMoves,
     WatchSync,
     WriteAssignments,
@@ -23,162 +37,252 @@ from controller.protocol.group_types import (
     WriteJoinResult,
 )
 from controller.protocol.rules import RECONCILE, choose_assignor, choose_protocol, validate_proposal
-from controller.protocol.throttle import Wave, plan_wave
-
-if TYPE_CHECKING:  # the mixin's host
-    from controller.protocol.group import GroupCoordinator
+from controller.protocol.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
 
-class JoinRoundMixin:
-    """The join-round half of :class:`~controller.protocol.group.GroupCoordinator` (its fields live there)."""
+class JoinCore(Protocol):
+    """What the join round needs of its group: the generation it completes, the members and tasks it places,
+    the throttle its proposal goes through, and the coordinator's moves between states and protocols."""
 
-    def _maybe_complete_join(self: "GroupCoordinator", force: bool) -> list[Decision]:
+    generation: int
+    leader: str | None
+    protocol: str | None
+    assignor: str | None
+    generation_members: tuple[str, ...]
+    assignment: dict[str, tuple[str, ...]]
+    reason: str
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def controller_epoch(self) -> int: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def config(self) -> GroupConfig: ...
+    @property
+    def state(self) -> GroupState: ...
+    @property
+    def join_generation(self) -> int: ...
+    @property
+    def members(self) -> Mapping[str, JoinRequest]: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
+    @property
+    def held(self) -> dict[str, Held]: ...
+    @property
+    def shutting_down(self) -> Collection[str]: ...
+    @property
+    def operations(self) -> Throttle: ...
+
+    def info(self) -> GroupStateInfo: ...
+    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
+    def held_tasks(self) -> set[str]: ...
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
+    def transition(self, target: GroupState) -> None: ...
+    def to_empty(self, reason: str) -> list[Decision]: ...
+    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
+    def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool: ...
+    def enter_reconcile(self, reason: str) -> list[Decision]: ...
+
+
+@dataclass(eq=False)
+class JoinRound:
+    """The join round of one group: its deadlines, its join result, and the members it answered."""
+
+    core: JoinCore = field(repr=False)
+    #: the join phase ends at this time with the members that rejoined (None: no join phase)
+    deadline: float | None = None
+    #: the leader's proposal is due by this time (None: no sync phase)
+    sync_deadline: float | None = None
+    result: JoinResult | None = None
+    #: members refused by the last round, with the request they were refused for
+    excluded: dict[str, tuple[ProtocolError, JoinRequest]] = field(default_factory=dict)
+    #: join requests answered by a static rejoin: they predate the tasks given back, so they do not
+    #: count as joining the next generation until the member rewrites them
+    static_returned: dict[str, JoinRequest] = field(default_factory=dict)
+
+    # ---- the round's life -------------------------------------------------------------------------
+    def begin(self) -> None:
+        """A round starts: the members have the rebalance timeout to rejoin."""
+        self.deadline = self.core.clock.now() + self.core.config.rebalance_timeout_s
+        self.sync_deadline = None
+        self.result = None
+
+    def close(self) -> None:
+        """No round in progress (the group emptied)."""
+        self.deadline = self.sync_deadline = None
+        self.result = None
+
+    def reset(self) -> None:
+        """The group leaves join rounds behind (it entered reconcile): nothing of them is remembered."""
+        self.close()
+        self.excluded.clear()
+        self.static_returned.clear()
+
+    def forget(self, member_id: str) -> None:
+        """A member left: what the rounds knew of it goes too."""
+        self.excluded.pop(member_id, None)
+        self.static_returned.pop(member_id, None)
+
+    def answered(self, member_id: str, request: JoinRequest) -> bool:
+        """The same incompatible request again: answered already, no rebalance storm."""
+        excluded = self.excluded.get(member_id)
+        return bool(excluded and not excluded[0].retriable and excluded[1].protocols == request.protocols)
+
+    # ---- the join phase ---------------------------------------------------------------------------
+    def complete(self, force: bool) -> list[Decision]:
         """Complete the join phase once every live member rejoined (or on timeout, with those that did)."""
-        assert self.state is GroupState.PREPARING_REBALANCE
-        if not self.members:
-            return self._to_empty("all members left")
-        target = self.join_generation
-        joined = {m: r for m, r in self.members.items()
+        core = self.core
+        assert core.state is GroupState.PREPARING_REBALANCE
+        if not core.members:
+            return core.to_empty("all members left")
+        target = core.join_generation
+        joined = {m: r for m, r in core.members.items()
                   if r.join_generation == target and r != self.static_returned.get(m)}
-        if len(joined) < len(self.members) and not force:
+        if len(joined) < len(core.members) and not force:
             return []
         if not joined:
-            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
-            self.reason = "no member rejoined in time; waiting again"
-            return [WriteGroupState(self.info())]
-        decisions: list[Decision] = []
-        errors: dict[str, ProtocolError] = {m: ProtocolError.REBALANCE_TIMEOUT for m in self.members if m not in joined}
-        leader_hint = self.leader if self.leader in joined else min(joined)
+            self.deadline = core.clock.now() + core.config.rebalance_timeout_s
+            core.reason = "no member rejoined in time; waiting again"
+            return [WriteGroupState(core.info())]
+        errors: dict[str, ProtocolError] = {m: ProtocolError.REBALANCE_TIMEOUT for m in core.members if m not in joined}
+        leader_hint = core.leader if core.leader in joined else min(joined)
         choice = choose_protocol({m: r.protocols for m, r in joined.items()}, leader_hint)
         if choice.protocol == RECONCILE:
-            if self._all_prefer_reconcile(self.members):
+            if core.all_prefer_reconcile(core.members):
                 # no sync phase: the coordinator places the tasks itself, every live member takes part
-                self.generation = target
-                return decisions + self._r_enter(f"generation {target} joined by {len(joined)} members")
+                core.generation = target
+                return core.enter_reconcile(f"generation {target} joined by {len(joined)} members")
             # a member that did not join (yet) cannot reconcile: choose among the others
             choice = choose_protocol({m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()},
                                      leader_hint)
         for m in choice.incompatible:
             errors[m] = ProtocolError.INCONSISTENT_PROTOCOL
         members = [m for m in sorted(joined) if m not in errors]
-        self.excluded = {m: (e, self.members[m]) for m, e in errors.items()}
+        self.excluded = {m: (e, core.members[m]) for m, e in errors.items()}
         if not members or choice.protocol is None:
-            self.join_deadline = self.clock.now() + self.config.rebalance_timeout_s
-            self.reason = "no member could be admitted"
-            return [WriteGroupState(self.info()), WriteAssignments(self._error_assignments(errors, target))]
-        self.generation = target
-        self.leader = leader_hint if leader_hint in members else members[0]
-        self.protocol = choice.protocol
-        self.assignor = choose_assignor({m: joined[m].assignors for m in members}, self.leader,
-                                        self.config.default_assignor)
-        self.generation_members = tuple(members)
-        self.join_deadline = None
-        self.sync_deadline = self.clock.now() + self.config.rebalance_timeout_s
-        # static members back inside the delay take their held tasks back (as their previous assignment)
-        previous = {m: self.assignment[m] for m in members if m in self.assignment}
+            self.deadline = core.clock.now() + core.config.rebalance_timeout_s
+            core.reason = "no member could be admitted"
+            return [WriteGroupState(core.info()), WriteAssignments(self.error_assignments(errors, target))]
+        core.generation = target
+        core.leader = leader = leader_hint if leader_hint in members else members[0]
+        core.protocol = protocol = choice.protocol
+        core.assignor = assignor = choose_assignor({m: joined[m].assignors for m in members}, leader,
+                                                   core.config.default_assignor)
+        core.generation_members = tuple(members)
+        self.deadline = None
+        self.sync_deadline = core.clock.now() + core.config.rebalance_timeout_s
+        self.result = result = self.join_result({m: joined[m] for m in members}, leader, protocol, assignor)
+        core.assignment = {m: ts for m, ts in core.assignment.items() if m in members}
+        core.reason = f"generation {core.generation} joined by {len(members)} members"
+        core.transition(GroupState.AWAITING_SYNC)
+        decisions: list[Decision] = [WriteJoinResult(result)]
+        if errors:
+            decisions.append(WriteAssignments(self.error_assignments(errors, core.generation)))
+        decisions += [WriteGroupState(core.info()), WatchSync(core.generation)]
+        return decisions
+
+    def join_result(self, joined: Mapping[str, JoinRequest], leader: str, protocol: str,
+                    assignor: str) -> JoinResult:
+        """What the leader assigns from: the admitted members' metadata, the group's tasks, and each member's
+        previous assignment (a static member back inside the delay takes its held tasks back as part of it)."""
+        core = self.core
+        members = list(joined)
+        previous = {m: core.assignment[m] for m in members if m in core.assignment}
         for m in members:
-            key = self.identity(m, joined[m])
-            if key in self.held:
-                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(self.held.pop(key).tasks)))
-        descriptors = self._descriptors({m: joined[m] for m in members})
-        self.join_result = JoinResult(
-            generation=self.generation,
-            leader=self.leader,
-            protocol=self.protocol,
-            assignor=self.assignor,
-            controller_epoch=self.controller_epoch,
+            key = core.identity(m, joined[m])
+            if key in core.held:
+                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.held.pop(key).tasks)))
+        descriptors = core.descriptors(joined)
+        return JoinResult(
+            generation=core.generation,
+            leader=leader,
+            protocol=protocol,
+            assignor=assignor,
+            controller_epoch=core.controller_epoch,
             members=tuple(
                 MemberMetadata(member_id=m, owned=tuple(sorted(joined[m].owned)), capacity=joined[m].capacity,
                                rack=joined[m].rack, instance_id=joined[m].instance_id,
-                               leaving=joined[m].leaving or m in self.shutting_down)
+                               leaving=joined[m].leaving or m in core.shutting_down)
                 for m in members
             ),
             tasks=tuple(descriptors),
-            held=tuple(sorted(self.held_tasks() & set(self.tasks))),
+            held=tuple(sorted(core.held_tasks() & set(core.tasks))),
             previous={m: tuple(sorted(ts)) for m, ts in previous.items()},
         )
-        self.assignment = {m: ts for m, ts in self.assignment.items() if m in members}
-        self.reason = f"generation {self.generation} joined by {len(members)} members"
-        self._transition(GroupState.AWAITING_SYNC)
-        decisions.append(WriteJoinResult(self.join_result))
-        if errors:
-            decisions.append(WriteAssignments(self._error_assignments(errors, self.generation)))
-        decisions += [WriteGroupState(self.info()), WatchSync(self.generation)]
-        return decisions
 
-    def _error_assignments(self: "GroupCoordinator", errors: Mapping[str, ProtocolError],
-                           generation: int) -> tuple[tuple[str, Assignment], ...]:
+    def error_assignments(self, errors: Mapping[str, ProtocolError],
+                          generation: int) -> tuple[tuple[str, Assignment], ...]:
+        core = self.core
         return tuple(
-            (m, Assignment(generation=generation, controller_epoch=self.controller_epoch, error=e.name,
-                           protocol=self.protocol or "eager", leader=self.leader))
+            (m, Assignment(generation=generation, controller_epoch=core.controller_epoch, error=e.name,
+                           protocol=core.protocol or "eager", leader=core.leader))
             for m, e in sorted(errors.items(), key=lambda kv: kv[0])
         )
 
-    def on_proposal(self: "GroupCoordinator", proposal: SyncProposal) -> list[Decision]:
+    # ---- the sync phase ---------------------------------------------------------------------------
+    def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
         """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
-        if (self.state is not GroupState.AWAITING_SYNC or self.join_result is None
-                or proposal.generation != self.generation):
+        core, result = self.core, self.result
+        if core.state is not GroupState.AWAITING_SYNC or result is None or proposal.generation != core.generation:
             log.info("group %s: ignoring proposal for generation %d (ILLEGAL_GENERATION; now %s gen %d)",
-                     self.group, proposal.generation, self.state.value, self.generation)
+                     core.group, proposal.generation, core.state.value, core.generation)
             return []
-        problems = validate_proposal(self.join_result, proposal)
+        problems = validate_proposal(result, proposal)
         if problems:
-            log.warning("group %s: refusing proposal of %s for generation %d: %s", self.group,
+            log.warning("group %s: refusing proposal of %s for generation %d: %s", core.group,
                         proposal.leader, proposal.generation, "; ".join(problems[:3]))
-            return self._prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
-        proposed = {m: proposal.assigned.get(m, ()) for m in self.generation_members}
-        revocations = {m: proposal.revoked.get(m, ()) for m in self.generation_members}
-        if self.throttled():
-            had = {mm.member_id: set(mm.owned) | set(self.join_result.previous.get(mm.member_id, ()))
-                   for mm in self.join_result.members}
-            wave = plan_wave(proposed, revocations, had, self.tasks, self.moving, self.limits, self.clock.now(),
-                             frozen=self.maintenance, room=self.cluster_room,
-                             leaving=[mm.member_id for mm in self.join_result.members if mm.leaving])
-        else:  # no limit in force: nothing to count, no status to watch
-            wave = Wave(proposed, {m: ts for m, ts in revocations.items() if ts}, {}, ())
+            return core.prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
+        ops = core.operations
+        wave = ops.wave(
+            {m: proposal.assigned.get(m, ()) for m in core.generation_members},
+            {m: proposal.revoked.get(m, ()) for m in core.generation_members},
+            had=lambda: {mm.member_id: set(mm.owned) | set(result.previous.get(mm.member_id, ()))
+                         for mm in result.members},
+            leaving=lambda: [mm.member_id for mm in result.members if mm.leaving])
         if wave.deferred:
-            log.info("group %s: generation %d moves %d tasks now; %d wait for a later wave%s", self.group,
-                     self.generation, len(wave.moving), len(wave.deferred),
-                     " (maintenance)" if self.maintenance else "")
-        self.moving, self.deferred = wave.moving, wave.deferred
-        for t, to in list(self.preferred.items()):
-            if t in wave.assigned.get(to, ()) or t not in self.tasks or to not in self.generation_members:
-                del self.preferred[t]  # there (or no longer possible): the pin has done its work
+            log.info("group %s: generation %d moves %d tasks now; %d wait for a later wave%s", core.group,
+                     core.generation, len(wave.moving), len(wave.deferred),
+                     " (maintenance)" if ops.maintenance else "")
+        ops.settle_preferred(wave.assigned, core.generation_members)
         assignments = []
         # the leader starts the second round of a cooperative move: only if a revocation went out (a throttled
         # wave may hold back every one its proposal made, and a rejoin for nothing would start another)
-        second_round = any(wave.revoked.values()) and self.protocol == "cooperative"
-        for m in self.generation_members:
+        second_round = any(wave.revoked.values()) and core.protocol == "cooperative"
+        for m in core.generation_members:
             assigned = tuple(sorted(wave.assigned.get(m, ())))
             revoked = tuple(sorted(wave.revoked.get(m, ())))
-            self.assignment[m] = assigned
+            core.assignment[m] = assigned
             assignments.append((m, Assignment(
-                generation=self.generation, controller_epoch=self.controller_epoch, assigned=assigned,
-                revoked=revoked, protocol=self.protocol or "eager", leader=self.leader,
-                follow_up=second_round and m == self.leader)))
+                generation=core.generation, controller_epoch=core.controller_epoch, assigned=assigned,
+                revoked=revoked, protocol=core.protocol or "eager", leader=core.leader,
+                follow_up=second_round and m == core.leader)))
         self.sync_deadline = None
-        self.join_result = None
-        self.reason = "assignment published" + (
-            f"; {len(self.deferred)} moves wait ({'maintenance' if self.maintenance else 'throttle'})"
-            if self.deferred else "")
-        self._transition(GroupState.STABLE)
-        decisions: list[Decision] = [WriteAssignments(tuple(assignments)), WriteGroupState(self.info()),
-                                     DeleteGenerationsBelow(self.generation)]
-        if self.moving:
-            decisions.append(WatchMoves(tuple(sorted(self.moving))))
+        self.result = None
+        core.reason = "assignment published" + (
+            f"; {len(ops.deferred)} moves wait ({'maintenance' if ops.maintenance else 'throttle'})"
+            if ops.deferred else "")
+        core.transition(GroupState.STABLE)
+        decisions: list[Decision] = [WriteAssignments(tuple(assignments)), WriteGroupState(core.info()),
+                                     DeleteGenerationsBelow(core.generation)]
+        if ops.moving:
+            decisions.append(WatchMoves(tuple(sorted(ops.moving))))
         return decisions
 
-    def _static_rejoin(self: "GroupCoordinator", member_id: str, key: str) -> list[Decision]:
+    # ---- a static member's return -----------------------------------------------------------------
+    def static_rejoin(self, member_id: str, key: str) -> list[Decision]:
         """A static member came back within the delay: its held tasks again, nobody else disturbed."""
-        tasks = tuple(t for t in self.held.pop(key).tasks if t in self.tasks)
-        self.generation_members = tuple(sorted(set(self.generation_members) | {member_id}))
-        self.assignment[member_id] = tasks
-        self.static_returned[member_id] = self.members[member_id]
-        self.reason = f"static member {key} returned"
-        log.info("group %s: %s returned as %s; %d tasks back without a rebalance", self.group, key, member_id,
+        core = self.core
+        tasks = tuple(t for t in core.held.pop(key).tasks if t in core.tasks)
+        core.generation_members = tuple(sorted(set(core.generation_members) | {member_id}))
+        core.assignment[member_id] = tasks
+        self.static_returned[member_id] = core.members[member_id]
+        core.reason = f"static member {key} returned"
+        log.info("group %s: %s returned as %s; %d tasks back without a rebalance", core.group, key, member_id,
                  len(tasks))
-        a = Assignment(generation=self.generation, controller_epoch=self.controller_epoch, assigned=tasks,
-                       protocol=self.protocol or "eager", leader=self.leader)
-        return [WriteAssignments(((member_id, a),)), WriteGroupState(self.info())]
+        a = Assignment(generation=core.generation, controller_epoch=core.controller_epoch, assigned=tasks,
+                       protocol=core.protocol or "eager", leader=core.leader)
+        return [WriteAssignments(((member_id, a),)), WriteGroupState(core.info())]

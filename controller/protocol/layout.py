@@ -9,6 +9,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from functools import cached_property
+
 from controller.protocol.errors import ZkcError
 
 DEFAULT_ROOT = "/zkc"
@@ -189,10 +190,6 @@ class ZkLayout:
 
     def status(self, task_id: str) -> str:
         return self._p("status", bucket_of(check_name("task id", task_id)), task_id)
-
-    def bucket_roots(self) -> tuple[str, ...]:
-        """Every bucket of the layout, created with it (before its ``layout_info``)."""
-        return self.task_buckets + self.status_buckets
 
     # run intervals (recorded by workers for the timeline and the invariant checker)
     @property

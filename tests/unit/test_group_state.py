@@ -69,9 +69,9 @@ def test_table_matches_kafka():
                          ids=lambda s: s.value)
 def test_the_coordinator_refuses_illegal_moves_loudly(current, target):
     c, _ = coordinator()
-    c.state = current
+    c.machine.restore(current)
     with pytest.raises(IllegalTransition):
-        c._transition(target)
+        c.transition(target)
     assert c.state is current
 
 
@@ -280,7 +280,7 @@ def test_a_valid_proposal_is_published_and_the_group_is_stable():
     assert a["a"] == Assignment(generation=2, controller_epoch=EPOCH, assigned=("t1", "t3", "t5"),
                                 protocol=COOPERATIVE, leader="a", follow_up=False)  # nothing revoked
     assert only(DeleteGenerationsBelow, decisions).generation == 2
-    assert c.sync_deadline is None and c.join_result is None
+    assert c.join.sync_deadline is None and c.join_result is None
 
 
 @pytest.mark.parametrize("when", ["stale generation", "not awaiting sync"])
@@ -366,7 +366,7 @@ def test_join_timeout_with_nobody_rejoined_waits_again():
     clock.advance(10)
     decisions = c.on_tick()
     assert states(decisions) == ["PreparingRebalance"] and not published(decisions)
-    assert c.join_deadline == pytest.approx(clock.now() + 10)
+    assert c.join.deadline == pytest.approx(clock.now() + 10)
     assert c.reason == "no member rejoined in time; waiting again"
 
 
@@ -520,7 +520,7 @@ def test_shutdown_is_dead_and_decides_nothing_more():
     assert c.state is S.DEAD
     assert c.on_rebalance_request() == []
     with pytest.raises(IllegalTransition):
-        c._transition(S.PREPARING_REBALANCE)
+        c.transition(S.PREPARING_REBALANCE)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -181,3 +181,76 @@ def test_the_checker_sees_a_planted_import(tmp_path: Path, monkeypatch: pytest.M
     assert "controller.protocol.helper_planted" in chains
     with pytest.raises(AssertionError, match="imports kazoo.client"):
         test_the_sans_io_core_never_reaches_zookeeper("controller.protocol.core_planted")
+
+
+# ---- one home for each state machine; parts composed, not mixed in -------------------------------
+#: the modules where a state is assigned: the group's state machine, and the member's (its one transition function)
+STATE_HOMES = {"controller.protocol.group_state": None, "controller.protocol.member": "_transition"}
+
+
+def _state_assignments(name: str) -> list[tuple[int, str | None]]:
+    """Every ``<something>.state = ...`` in module ``name``: (line, the function it is in)."""
+    found: list[tuple[int, str | None]] = []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                for target in targets:
+                    for t in ast.walk(target):
+                        if isinstance(t, ast.Attribute) and t.attr == "state" and isinstance(t.ctx, ast.Store):
+                            found.append((child.lineno, function))
+            visit(child, inner)
+
+    visit(ast.parse(MODULES[name].read_text(), filename=str(MODULES[name])), None)
+    return found
+
+
+def test_states_change_only_in_their_state_machines() -> None:
+    """h11's Rule 1: a group's state is assigned in ``group_state.py`` alone (through ``transition``, or
+    ``restore`` on failover), a member's in its one transition function; nowhere else in the protocol core."""
+    wrong = []
+    for name in sorted(MODULES):
+        if not name.startswith("controller.protocol"):
+            continue
+        for line, function in _state_assignments(name):
+            if name in STATE_HOMES and STATE_HOMES[name] in (None, function):
+                continue
+            wrong.append(f"{MODULES[name].relative_to(REPO)}:{line} assigns .state (in {function or 'module'})")
+    assert not wrong, "a state assigned outside its state machine:\n" + "\n".join(wrong)
+
+
+def _own_class_names() -> dict[str, set[str]]:
+    """Module -> the classes of ours it can name: those it defines and those it imports from a module of ours."""
+    defined = {name: {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+               for name, path in MODULES.items()}
+    out: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        names = set(defined[name])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _ours(node.module):
+                source = defined.get(node.module, set())
+                names.update(alias.asname or alias.name for alias in node.names if alias.name in source)
+        out[name] = names
+    return out
+
+
+def test_no_class_is_mixed_in() -> None:
+    """Parts are composed onto a core, not mixed in: no class named *Mixin, and none that inherits from two or
+    more classes of ours (a class may extend one of ours, plus library types such as ``RuntimeError``)."""
+    ours = _own_class_names()
+    wrong = []
+    for name, path in sorted(MODULES.items()):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                     for b in node.bases]
+            own = [b for b in bases if b in ours[name]]
+            where = f"{path.relative_to(REPO)}:{node.lineno} class {node.name}"
+            if "mixin" in node.name.lower():
+                wrong.append(f"{where}: a mixin")
+            elif len(own) >= 2:
+                wrong.append(f"{where}: inherits {', '.join(own)}")
+    assert not wrong, "classes mixed in rather than composed:\n" + "\n".join(wrong)

@@ -236,21 +236,22 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
     """The reconcile schedules run the new protocol (no join round once in it), and the mixed ones enter
     and leave it."""
     import controller.protocol.group
+    import controller.protocol.reconcile
 
     entered, left = [], []
-    enter, prepare = controller.protocol.group.GroupCoordinator._r_enter, controller.protocol.group.GroupCoordinator._prepare_rebalance
+    enter, prepare = controller.protocol.reconcile.ReconcileGroup.enter, controller.protocol.group.GroupCoordinator.prepare_rebalance
 
     def counting_enter(self, reason):
         entered.append(reason)
         return enter(self, reason)
 
     def counting_prepare(self, reason):
-        if self.reconciling() and not self._all_prefer_reconcile(self.members):
+        if self.reconciling() and not self.all_prefer_reconcile(self.members):
             left.append(reason)
         return prepare(self, reason)
 
-    monkeypatch.setattr(controller.protocol.group.GroupCoordinator, "_r_enter", counting_enter)
-    monkeypatch.setattr(controller.protocol.group.GroupCoordinator, "_prepare_rebalance", counting_prepare)
+    monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "enter", counting_enter)
+    monkeypatch.setattr(controller.protocol.group.GroupCoordinator, "prepare_rebalance", counting_prepare)
     for seed in range(20):
         sim = CONFIGS["reconcile"].make(seed)
         sim.run()

@@ -104,7 +104,7 @@ def test_a_report_that_still_lists_a_revoked_task_keeps_it_from_its_new_owner():
     still = out["a"].revoked[0]
     step = report(c, "a", owned=out["a"].assigned + (still,))
     assert still not in published(step).get("b", Assignment(generation=0, controller_epoch=EPOCH)).assigned
-    assert c.unreleased["a"] == {still: out["a"].generation}
+    assert c.reconcile.unreleased["a"] == {still: out["a"].generation}
 
 
 def test_member_epochs_only_grow_and_only_changed_members_are_written():
@@ -168,7 +168,7 @@ def test_a_controller_failover_keeps_unconfirmed_revocations():
     assert n.protocol == RECONCILE and n.join_result is None
     moved = set(out["a"].revoked)
     assert not moved & set(published(after).get("b", Assignment(0, EPOCH)).assigned), "revoked, not yet released"
-    assert n.unreleased["a"].keys() == moved
+    assert n.reconcile.unreleased["a"].keys() == moved
     step = report(n, "a", owned=out["a"].assigned)
     assert set(published(step)["b"].assigned) == moved
 
@@ -179,7 +179,7 @@ def test_a_member_without_reconcile_takes_the_group_back_to_a_join_round():
     decisions = c.on_members({"a": req("a"), "old": req("old", protocols=(COOPERATIVE, EAGER))})
     assert c.state is GroupState.PREPARING_REBALANCE
     assert states(decisions)[-1] == "PreparingRebalance"
-    assert not c.unreleased and not c.target
+    assert not c.reconcile.unreleased and not c.reconcile.target
     # a reconciling member reads its own assignment only: the notice to join the round comes there
     notices = published(decisions)
     assert notices["a"].error == "REBALANCE_IN_PROGRESS" and notices["a"].generation == c.join_generation
@@ -256,7 +256,7 @@ def test_a_group_left_by_everyone_while_a_target_was_put_off_keeps_no_deadline()
     deadline is void (kept, it would come due at every tick of a group that no longer reconciles)."""
     c = coordinator(4, initial_delay_s=1.0)
     c.on_members({"a": req("a")})
-    assert c.retarget_due is not None
+    assert c.reconcile.retarget_due is not None
     c.on_members({})
     assert c.state is GroupState.EMPTY and c.next_deadline() is None
 
@@ -298,7 +298,7 @@ def test_the_end_of_a_controlled_shutdown_needs_no_new_target():
     retargets = c.rebalances
     members = {m: r for m, r in c.members.items() if m != "x"}  # x left before its report was read
     out = c.on_members(members)
-    assert c.rebalances == retargets and c.retarget_due is None
+    assert c.rebalances == retargets and c.reconcile.retarget_due is None
     given = published(out)
     assert set(given["a"].assigned) | set(given["b"].assigned) == set(tasks(6))
     assert c.state is GroupState.STABLE and states(out) == ["Stable"]
@@ -325,7 +325,7 @@ def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them
     clock.advance(1.0)
     out = published(c.on_tick())
     assert sorted(len(a.assigned) for a in out.values()) == [2] * 10, "one target for all ten"
-    assert not c.unreleased and c.state is GroupState.STABLE
+    assert not c.reconcile.unreleased and c.state is GroupState.STABLE
     assert c.rebalances == 2, "the join round that formed the group, then one target"
     # and the wait is bounded: a steady stream of joins cannot hold the first target back for ever
     c2 = coordinator(20, initial_delay_s=1.0, rebalance_timeout_s=2.0)

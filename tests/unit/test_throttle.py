@@ -176,7 +176,7 @@ def test_maintenance_holds_a_lost_members_tasks_and_postpones_joins():
     assert c.state is GroupState.STABLE and c.held["b"].deadline == FOREVER
     assert c.info().held[0].until is None
     c.on_members({"a": _req("a", 1, 1), "z": _req("z", 2, 0)})  # a new broker waits too
-    assert c.state is GroupState.STABLE and c.postponed
+    assert c.state is GroupState.STABLE and c.operations.postponed
     c.on_members({"a": _req("a", 1, 1), "z": _req("z", 2, 0), "b": _req("b", 2, 0)})  # b is back: its tasks too
     assert c.assignment["b"] == ("t2", "t3") and not c.held
     d = c.on_maintenance(False)
@@ -190,9 +190,9 @@ def test_the_imbalance_check_rebalances_a_skewed_group_and_measures_a_balanced_o
     assert c.on_tick() == [] and c.state is GroupState.STABLE  # not yet time
     clock.advance(10.0)
     c.on_tick()
-    assert c.imbalance == 3 and c.state is GroupState.PREPARING_REBALANCE and "imbalance: 3" in c.reason
+    assert c.operations.imbalance == 3 and c.state is GroupState.PREPARING_REBALANCE and "imbalance: 3" in c.reason
     c.on_members({"a": _req("a", 2, 1), "b": _req("b", 2, 1)})
     _sync(c, {"a": ("t0", "t1", "t2"), "b": ("t3", "t4", "t5")})
     clock.advance(10.0)
     c.on_tick()
-    assert c.imbalance == 0 and c.state is GroupState.STABLE and c.info().imbalance == 0
+    assert c.operations.imbalance == 0 and c.state is GroupState.STABLE and c.info().imbalance == 0
