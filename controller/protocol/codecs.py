@@ -17,7 +17,7 @@ import types
 import typing
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypeVar, Union
+from typing import Any, Sequence, TypeVar, Union, cast
 from controller.protocol.errors import ZkcError
 
 SCHEMA_VERSION = 1
@@ -472,7 +472,7 @@ def from_dict(cls: type[T], body: Any, path: str = "<memory>") -> T:
         raise PayloadError(path, "missing 'version'")
     if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         raise PayloadError(path, f"unsupported version {version!r} (supported: {sorted(SUPPORTED_VERSIONS)})")
-    return _coerce(cls, {k: v for k, v in body.items() if k != "version"}, path, "")
+    return cast(T, _coerce(cls, {k: v for k, v in body.items() if k != "version"}, path, ""))
 
 
 def decode_epoch(data: bytes | None, path: str = "<memory>") -> int:
@@ -556,7 +556,7 @@ def _converter(tp: Any) -> Converter:
 def _build_converter(tp: Any) -> Converter:
     if tp is Any:
         return lambda value, path, where: value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _dataclass_converter(tp)
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -636,7 +636,7 @@ def _tuple_converter(tp: Any) -> Converter:
     if item is str or item is int:
         # the common case (ids): one pass of type checks; the converter of the first bad item names it
         conv_leaf = _LEAF_CONVERTERS[item]
-        ok = (lambda v: isinstance(v, str)) if item is str else \
+        ok: typing.Callable[[Any], bool] = (lambda v: isinstance(v, str)) if item is str else \
             (lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2**63)
 
         def conv_ids(value: Any, path: str, where: str) -> Any:

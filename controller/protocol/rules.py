@@ -199,10 +199,10 @@ def validate_proposal(join: JoinResult, proposal: SyncProposal) -> list[str]:
                 problems.append(f"revokes {t!r} from {member!r}, which does not own it")
             revoked_now.add(t)
     member_list = list(join.members)
-    for t_id, t in tasks.items():
+    for t_id, task in tasks.items():
         if t_id in seen or t_id in held or t_id in revoked_now:
             continue
-        if not unassignable(t, member_list):
+        if not unassignable(task, member_list):
             problems.append(f"task {t_id!r} is not assigned")
     return problems[:20]
 

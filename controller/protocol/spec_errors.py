@@ -118,6 +118,12 @@ def _tag(option: Schema) -> tuple[str, str] | None:
     return None
 
 
+def _tags(options: list[Schema]) -> list[tuple[str, str]]:
+    """The tags of a union whose every member has one (empty: not such a union)."""
+    tags = [t for t in map(_tag, options) if t is not None]
+    return tags if options and len(tags) == len(options) else []
+
+
 def _branch(node: Schema | None, part: Any, defs: Mapping[str, Any]) -> Schema | None:
     if not isinstance(part, str):
         return None
@@ -154,10 +160,9 @@ def _allowed(node: Schema | None, defs: Mapping[str, Any]) -> str | None:
         return "one of " + ", ".join(str(v) for v in node["enum"])
     options = _options(node, defs)
     if options:
-        tags = [_tag(o) for o in options]
-        if all(tags):
-            key = tags[0][0]  # type: ignore[index]
-            return f'a mapping with "{key}": ' + "|".join(json.dumps(t[1]) for t in tags if t)  # type: ignore[index]
+        tags = _tags(options)
+        if tags:
+            return f'a mapping with "{tags[0][0]}": ' + "|".join(json.dumps(t[1]) for t in tags)
         real = [o for o in options if o.get("type") != "null"]
         words = " or ".join(filter(None, (_allowed(o, defs) for o in real)))
         return f"{words} (or null, or left out)" if len(real) < len(options) else words
@@ -227,10 +232,9 @@ def _model_name(node: Schema | None, defs: Mapping[str, Any]) -> str:
 def _addition(field: Any, node: Schema | None, defs: Mapping[str, Any]) -> str:
     """How to add a missing field: ``"pipeline": {"kind": "spark"|"declarative"|"noop", ...}``."""
     options = _options(node, defs)
-    tags = [_tag(o) for o in options]
-    if options and all(tags):
-        key = tags[0][0]  # type: ignore[index]
-        return f'"{field}": {{"{key}": ' + "|".join(json.dumps(t[1]) for t in tags if t) + ", ...}"  # type: ignore[index]
+    tags = _tags(options)
+    if tags:
+        return f'"{field}": {{"{tags[0][0]}": ' + "|".join(json.dumps(t[1]) for t in tags) + ", ...}"
     allowed = _allowed(node, defs)
     return f'"{field}" ({allowed})' if allowed else f'"{field}"'
 
