@@ -202,7 +202,8 @@ def test_layout_commands(flat, zk_hosts: str):
     _flat_root(client, layout, ["a", "b", "c"], statuses=["a"])
     r = run("layout", "show")
     assert r.exit_code == 1 and json.loads(r.output) == {"root": layout.root, "layout": 1, "state": "flat",
-                                                              "flat_tasks": 3, "flat_statuses": 1}
+                                                              "flat_tasks": 3, "flat_statuses": 1, "bucketed_tasks": 0,
+                                                              "bucketed_statuses": 0, "tasks": 3, "statuses": 1}
     r = run("layout", "migrate", "--dry-run")
     assert r.exit_code == 0 and json.loads(r.output)["tasks"] == 3 and client.exists(layout.layout_info) is None
     r = run("layout", "migrate")
