@@ -6,9 +6,8 @@ import time
 
 import click
 
-from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
+from cli.common import Ctx, LazyCommand, LazyGroup, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from controller.admin import to_dict
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
@@ -23,40 +22,98 @@ def status(ctx: Ctx) -> None:
         return
     m = st.maintenance
     if m and m.get("on"):
-        click.echo(f"MAINTENANCE MODE since {when(m['since'])} (by {m['by']}): {m['reason']}"
-                   " -- nothing moves; tasks of lost brokers wait")
+        click.echo(
+            f"MAINTENANCE MODE since {when(m['since'])} (by {m['by']}): {m['reason']}"
+            " -- nothing moves; tasks of lost brokers wait"
+        )
     c = st.controller
     if c:
         click.echo(f"Controller: {c['controller_id']} on {c['host']} (epoch {c['epoch']}, since {when(c['since'])})")
     else:
-        click.echo(f"Controller: none active (last epoch {st.controller_epoch if st.controller_epoch is not None else '-'})")
+        click.echo(
+            f"Controller: none active (last epoch {st.controller_epoch if st.controller_epoch is not None else '-'})"
+        )
     click.echo(f"\nBrokers ({len(st.brokers)}):")
     if st.brokers:
-        click.echo(table(["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "TASKS", "SHUTDOWN"],
-                         [[b.broker_id, b.epoch, b.group, b.host, b.pid, b.runner, b.capacity, b.rack, b.tasks,
-                           "requested" if b.shutting_down else ""] for b in st.brokers]))
+        click.echo(
+            table(
+                ["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "TASKS", "SHUTDOWN"],
+                [
+                    [
+                        b.broker_id,
+                        b.epoch,
+                        b.group,
+                        b.host,
+                        b.pid,
+                        b.runner,
+                        b.capacity,
+                        b.rack,
+                        b.tasks,
+                        "requested" if b.shutting_down else "",
+                    ]
+                    for b in st.brokers
+                ],
+            )
+        )
     click.echo(f"\nGroups ({len(st.groups)}):")
     if st.groups:
-        click.echo(table(["GROUP", "STATE", "GEN", "PROTOCOL", "ASSIGNOR", "LEADER", "MEMBERS", "MOVING", "WAITING",
-                          "IMBALANCE", "REASON"],
-                         [[g.group, g.state or f"? {clip(g.error, 30)}", g.generation, g.protocol, g.assignor, g.leader,
-                           len(g.members), g.moving, g.deferred, "-" if g.imbalance is None else g.imbalance,
-                           clip(g.reason, 40)] for g in st.groups]))
+        click.echo(
+            table(
+                [
+                    "GROUP",
+                    "STATE",
+                    "GEN",
+                    "PROTOCOL",
+                    "ASSIGNOR",
+                    "LEADER",
+                    "MEMBERS",
+                    "MOVING",
+                    "WAITING",
+                    "IMBALANCE",
+                    "REASON",
+                ],
+                [
+                    [
+                        g.group,
+                        g.state or f"? {clip(g.error, 30)}",
+                        g.generation,
+                        g.protocol,
+                        g.assignor,
+                        g.leader,
+                        len(g.members),
+                        g.moving,
+                        g.deferred,
+                        "-" if g.imbalance is None else g.imbalance,
+                        clip(g.reason, 40),
+                    ]
+                    for g in st.groups
+                ],
+            )
+        )
     t = st.tasks
     states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
     runs = ", ".join(f"{k} {v}" for k, v in t["by_status"].items()) or "none"
-    longest = (f", longest {max(0.0, time.time() - t['unassigned_oldest']):.0f}s" if t.get("unassigned_oldest") else "")
-    click.echo(f"\nTasks: {t['total']} (spec: {states}; reported: {runs}; UNASSIGNED {t['unowned']}{longest}"
-               + (f"; invalid {t['invalid']}" if t["invalid"] else "") + (f"; deleting {t['deleting']}" if t["deleting"] else "") + ")")
+    longest = f", longest {max(0.0, time.time() - t['unassigned_oldest']):.0f}s" if t.get("unassigned_oldest") else ""
+    click.echo(
+        f"\nTasks: {t['total']} (spec: {states}; reported: {runs}; UNASSIGNED {t['unowned']}{longest}"
+        + (f"; invalid {t['invalid']}" if t["invalid"] else "")
+        + (f"; deleting {t['deleting']}" if t["deleting"] else "")
+        + ")"
+    )
     pending = {k: v for k, v in st.pending.items() if v}
     if pending:
         click.echo("Pending admin requests: " + ", ".join(f"{k} {v}" for k, v in pending.items()))
 
 
 # ---- brokers --------------------------------------------------------------------------------------
-@click.group("broker")
+@click.group("broker", cls=LazyGroup)
 def broker() -> None:
     """Brokers (workers): list them, shut one down, or run one here."""
+
+
+broker.add_lazy(
+    "run", LazyCommand("cli.run", "broker_run", "Run a broker: register, join the group, run the assigned pipelines.")
+)
 
 
 @broker.command("list")
@@ -70,9 +127,28 @@ def broker_list(ctx: Ctx) -> None:
     if not views:
         click.echo("No live brokers.")
         return
-    click.echo(table(["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "INSTANCE", "TASKS", "SHUTDOWN", "SINCE"],
-                     [[b.broker_id, b.epoch, b.group, b.host, b.pid, b.runner, b.capacity, b.rack, b.instance_id, b.tasks,
-                       "requested" if b.shutting_down else "", when(b.since)] for b in views]))
+    click.echo(
+        table(
+            ["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "INSTANCE", "TASKS", "SHUTDOWN", "SINCE"],
+            [
+                [
+                    b.broker_id,
+                    b.epoch,
+                    b.group,
+                    b.host,
+                    b.pid,
+                    b.runner,
+                    b.capacity,
+                    b.rack,
+                    b.instance_id,
+                    b.tasks,
+                    "requested" if b.shutting_down else "",
+                    when(b.since),
+                ]
+                for b in views
+            ],
+        )
+    )
 
 
 @broker.command("shutdown")
@@ -86,8 +162,11 @@ def broker_shutdown(ctx: Ctx, broker_id: str, wait: bool, timeout: float) -> Non
         req = ctx.admin().shutdown_broker(broker_id, wait=timeout if wait else 0.0, progress=p)
     if wait and not req.done:
         raise UserError(f"broker {broker_id} still holds tasks after {timeout:g}s")
-    human = (f"Broker {broker_id} holds no tasks any more" if req.done else
-             f"Controlled shutdown of {broker_id} {'already ' if req.already_pending else ''}requested")
+    human = (
+        f"Broker {broker_id} holds no tasks any more"
+        if req.done
+        else f"Controlled shutdown of {broker_id} {'already ' if req.already_pending else ''}requested"
+    )
     ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
 
 
@@ -114,9 +193,11 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
         s = d.summary
         if i:
             click.echo("")
-        click.echo(f"Group {s.group}: {s.state or '?'} generation {s.generation if s.generation is not None else '-'}"
-                   f" (join generation {s.join_generation if s.join_generation is not None else '-'}), protocol {s.protocol or '-'},"
-                   f" assignor {s.assignor or '-'}, leader {s.leader or '-'}, {d.tasks} runnable tasks")
+        click.echo(
+            f"Group {s.group}: {s.state or '?'} generation {s.generation if s.generation is not None else '-'}"
+            f" (join generation {s.join_generation if s.join_generation is not None else '-'}), protocol {s.protocol or '-'},"
+            f" assignor {s.assignor or '-'}, leader {s.leader or '-'}, {d.tasks} runnable tasks"
+        )
         if s.reason:
             click.echo(f"  reason: {s.reason}")
         if s.error:
@@ -124,24 +205,56 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
         rows = []
         for m in d.members:
             req, asg = m.request or {}, m.assignment or {}
-            rows.append([
-                m.member_id, m.live, req.get("join_generation"), ",".join(req.get("protocols", ())) or None,
-                ("yes" if req.get("leaving") else ""), asg.get("generation"),
-                clip(",".join(asg.get("assigned", ())), 40) if m.assignment else None,
-                clip(",".join(asg.get("revoked", ())), 30) if m.assignment else None,
-                clip(",".join(m.owns), 40), asg.get("error") or (clip(m.error, 40) if m.error else None)])
+            rows.append(
+                [
+                    m.member_id,
+                    m.live,
+                    req.get("join_generation"),
+                    ",".join(req.get("protocols", ())) or None,
+                    ("yes" if req.get("leaving") else ""),
+                    asg.get("generation"),
+                    clip(",".join(asg.get("assigned", ())), 40) if m.assignment else None,
+                    clip(",".join(asg.get("revoked", ())), 30) if m.assignment else None,
+                    clip(",".join(m.owns), 40),
+                    asg.get("error") or (clip(m.error, 40) if m.error else None),
+                ]
+            )
         if rows:
-            click.echo(table(["MEMBER", "LIVE", "JOIN-GEN", "PROTOCOLS", "LEAVING", "ASSIGNED-GEN", "ASSIGNED", "REVOKED",
-                              "HOLDS", "ERROR"], rows))
+            click.echo(
+                table(
+                    [
+                        "MEMBER",
+                        "LIVE",
+                        "JOIN-GEN",
+                        "PROTOCOLS",
+                        "LEAVING",
+                        "ASSIGNED-GEN",
+                        "ASSIGNED",
+                        "REVOKED",
+                        "HOLDS",
+                        "ERROR",
+                    ],
+                    rows,
+                )
+            )
         else:
             click.echo("  no members")
 
 
 @click.command("rebalance")
-@click.option("--group", "group_name", default=None, shell_complete=complete_names("group"), help="only this group (default: every group)")
+@click.option(
+    "--group",
+    "group_name",
+    default=None,
+    shell_complete=complete_names("group"),
+    help="only this group (default: every group)",
+)
 @click.option("--reason", default="manual", show_default=True)
-@click.option("--preferred", is_flag=True, help="restore the preferred placement (the assignor's layout from scratch), "
-              "in waves as the move throttle allows")
+@click.option(
+    "--preferred",
+    is_flag=True,
+    help="restore the preferred placement (the assignor's layout from scratch), in waves as the move throttle allows",
+)
 @click.option("--wait", is_flag=True, help="wait until every affected group is Stable at a newer generation")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
 @pass_ctx
@@ -149,8 +262,9 @@ def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wa
     """Ask the controller for a rebalance of one group or all of them."""
     what = f"waiting for {'group ' + group_name if group_name else 'every group'} to be Stable with every move done"
     with waiting(what, timeout, "groups", wait, ctx.json_out) as p:
-        req = ctx.admin().rebalance(group_name, reason=reason, wait=timeout if wait else 0.0, preferred=preferred,
-                                    progress=p)
+        req = ctx.admin().rebalance(
+            group_name, reason=reason, wait=timeout if wait else 0.0, preferred=preferred, progress=p
+        )
     if wait and not req.done:
         raise UserError(f"rebalance of {group_name or 'all groups'} not finished within {timeout:g}s")
     what = f"group {group_name}" if group_name else "all groups"
@@ -159,7 +273,9 @@ def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wa
 
 
 @click.command("watch")
-@click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after S seconds (default: until Ctrl-C)")
+@click.option(
+    "--duration", type=click.FloatRange(min=0), default=None, help="stop after S seconds (default: until Ctrl-C)"
+)
 @click.option("--count", type=click.IntRange(min=1), default=None, help="stop after N events")
 @pass_ctx
 def watch(ctx: Ctx, duration: float | None, count: int | None) -> None:
@@ -167,6 +283,8 @@ def watch(ctx: Ctx, duration: float | None, count: int | None) -> None:
     and leaving, group state/generation changes, tasks created/deleted/paused/resumed, owner moves."""
     try:
         for e in ctx.admin().watch(duration=duration, max_events=count):
+            if e is None:  # a keep-alive, only yielded when asked for one (idle_s)
+                continue
             if ctx.json_out:
                 ctx.emit(to_dict(e))
             else:

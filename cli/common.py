@@ -1,23 +1,33 @@
 """What every ``zkctl`` command shares: the context object, the one-line user error, error translation,
-tables and time formatting. Commands parse and print; ``controller.admin`` does the work."""
+commands loaded when first used, tables and time formatting. Commands parse and print; ``controller.admin``
+does the work.
+
+Light on purpose: ``zkctl --version`` and ``zkctl --help`` import this module and nothing that talks to
+ZooKeeper (kazoo, pydantic, the admin library are imported by the commands that use them)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
-from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.protocol.errors import ZkcError
 from controller.protocol.layout import ZkLayout
-from controller.zk.layout_io import list_tasks
-from controller.zk.client import ZkSettings, make_client, settings_from_env
+
+if TYPE_CHECKING:  # kazoo and what builds on it are imported by the commands that talk to ZooKeeper
+    from kazoo.client import KazooClient
+
+    from controller.admin import AdminClient
+    from controller.zk.client import ZkSettings
 
 
 class UserError(click.ClickException):
@@ -37,33 +47,110 @@ def user_message(exc: BaseException) -> str | None:
     """The one-line message for an exception that is the operator's problem, or None for a bug."""
     if isinstance(exc, ZkcError):
         return _one_line(str(exc)) if exc.user_facing else None
-    if isinstance(exc, KazooTimeoutError):
+    # kazoo's errors, if kazoo was imported at all (a command that never imported it cannot have raised one)
+    handler, errors = sys.modules.get("kazoo.handlers.threading"), sys.modules.get("kazoo.exceptions")
+    if handler is not None and isinstance(exc, handler.KazooTimeoutError):
         return "ZooKeeper did not answer in time (is it running? check --zk / ZKC_ZK)"
-    if isinstance(exc, KazooException):
+    if errors is not None and isinstance(exc, errors.KazooException):
         detail = str(exc).strip()
         return f"ZooKeeper error: {type(exc).__name__}{': ' + _one_line(detail) if detail else ''}"
     return None
 
 
-class ZkctlGroup(click.Group):
-    """The root group: library errors that are the operator's problem become one line and exit code 1.
+@dataclass(frozen=True)
+class LazyCommand:
+    """A command imported the first time it is used: the module and attribute that define it, and the first
+    sentence of its help, which ``--help`` lists without importing it (a test keeps the two in step).
 
-    ``lazy`` maps command names to a loader, called the first time the command is needed (commands from
-    optional modules, so that every ``zkctl`` invocation does not pay for importing them)."""
+    ``optional``: the module may be absent (the command is then not offered) or broken (a stand-in command
+    reports why, instead of taking every other command down)."""
+
+    module: str
+    attribute: str
+    summary: str
+    optional: bool = False
+
+    def placeholder(self, name: str) -> click.Command:
+        """A command that is only its help, to list it as click lists the real one."""
+        return click.Command(name, help=self.summary)
+
+    def available(self) -> bool:
+        return not self.optional or importlib.util.find_spec(self.module) is not None
+
+    def load(self, name: str) -> click.Command | None:
+        if not self.optional:
+            command = getattr(importlib.import_module(self.module), self.attribute)
+            assert isinstance(command, click.Command), (self.module, self.attribute)
+            return command
+        try:
+            module = importlib.import_module(self.module)
+        except ModuleNotFoundError as exc:
+            if exc.name == self.module:
+                return None
+            error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a module with a bug must not take zkctl down
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            command = getattr(module, self.attribute, None)
+            if isinstance(command, click.Command):
+                return command
+            error = f"{self.module} defines no click command named {self.attribute!r}"
+        return unavailable(name, error)
+
+
+def unavailable(name: str, error: str) -> click.Command:
+    """A stand-in for a command whose module cannot be imported: it says why (one line, exit 1)."""
+
+    @click.command(
+        name,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        help=f"(unavailable: {error})",
+    )
+    def stand_in() -> None:
+        raise UserError(f"zkctl {name} is unavailable: {error}")
+
+    return stand_in
+
+
+class LazyGroup(click.Group):
+    """A group whose commands may be ``LazyCommand``s: imported when invoked (or asked for their own help),
+    listed by ``--help`` from their summary."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.lazy: dict[str, Any] = {}
+        self.lazy: dict[str, LazyCommand] = {}
+
+    def add_lazy(self, name: str, command: LazyCommand) -> None:
+        if command.available():
+            self.lazy[name] = command
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self.commands) | set(self.lazy))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.lazy:
-            command = self.lazy.pop(cmd_name)()
+            command = self.lazy.pop(cmd_name).load(cmd_name)
             if command is not None:
                 self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists commands, but a command not imported yet is listed from its summary."""
+        names = self.list_commands(ctx)
+        loaded = {n: self.commands[n] for n in names if n in self.commands}
+        names = [n for n in names if n in self.lazy or not loaded[n].hidden]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [
+            (n, (loaded[n] if n in loaded else self.lazy[n].placeholder(n)).get_short_help_str(limit)) for n in names
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+class ZkctlGroup(LazyGroup):
+    """The root group: library errors that are the operator's problem become one line and exit code 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -86,6 +173,7 @@ class Ctx:
     state_dir: Path
     auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
     _client: Any = field(default=None, repr=False)
+    _connecting: Any = field(default=None, repr=False)  # the event of a session start_client began
     _admins: list[Any] = field(default_factory=list, repr=False)
 
     @property
@@ -94,27 +182,56 @@ class Ctx:
 
     @property
     def settings(self) -> ZkSettings:
+        from controller.zk.client import settings_from_env
+
         return settings_from_env(hosts=self.hosts, root=self.root, auth=self.auth)
 
     @property
     def connect_timeout(self) -> float:
         return float(os.environ.get("ZKC_CONNECT_TIMEOUT", "10"))
 
-    def new_client(self, settings: ZkSettings | None = None):
+    def new_client(self, settings: ZkSettings | None = None) -> KazooClient:
         """A connected kazoo client (the caller stops it), or a one-line UserError if ZooKeeper is unreachable."""
+        from controller.zk.client import make_client
+
         settings = settings or self.settings  # a bad credential source is its own error, not "cannot connect"
         try:
             return make_client(settings, timeout=self.connect_timeout)
         except Exception as exc:  # kazoo raises its own timeout types
             raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
 
-    def client(self):
+    def start_client(self) -> None:
+        """Start connecting now and return at once: kazoo's connection thread sets the session up while the
+        command imports the libraries it needs (the admin library, the task-spec models); ``client()`` then
+        waits for it. A ZooKeeper further away than loopback answers while we import, not after."""
+        if self._client is not None:
+            return
+        from controller.zk.client import make_client
+
+        settings = self.settings  # a bad credential source is its own error, not "cannot connect"
+        try:
+            client = make_client(settings, connect=False)
+            self._connecting = client.start_async()
+        except Exception as exc:
+            raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
+        self._client = client
+
+    def client(self) -> KazooClient:
         if self._client is None:
             self._client = self.new_client()
+        elif self._connecting is not None:  # started by start_client: wait for the session as kazoo's start() does
+            connecting, self._connecting = self._connecting, None
+            connecting.wait(self.connect_timeout)
+            if not self._client.connected:
+                client, self._client = self._client, None
+                client.stop()
+                client.close()
+                raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: Connection time-out")
         return self._client
 
-    def admin(self):
-        from controller.admin import AdminClient
+    def admin(self) -> AdminClient:
+        self.start_client()
+        from controller.admin import AdminClient  # imported while the session is being set up
 
         admin = AdminClient(self.client(), self.layout)
         self._admins.append(admin)
@@ -123,9 +240,14 @@ class Ctx:
     def close(self) -> None:
         unreadable = sorted({p for a in self._admins for p in a.unreadable})
         if unreadable:  # the output above is complete but for these: say so, never silently
-            click.echo(f"warning: {len(unreadable)} znode(s) not readable with these credentials (NoAuth): "
-                       + ", ".join(unreadable[:10]) + (" ..." if len(unreadable) > 10 else ""), err=True)
+            click.echo(
+                f"warning: {len(unreadable)} znode(s) not readable with these credentials (NoAuth): "
+                + ", ".join(unreadable[:10])
+                + (" ..." if len(unreadable) > 10 else ""),
+                err=True,
+            )
         self._admins.clear()
+        self._connecting = None
         if self._client is not None:
             try:
                 self._client.stop()
@@ -144,27 +266,35 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+def to_dict(value: Any) -> Any:
+    """``controller.admin.to_dict``: a result as JSON-compatible data. Imported when a command has its result,
+    by which time it has loaded the admin library; importing it with this module would load it for all."""
+    from controller.admin import to_dict as convert
+
+    return convert(value)
+
+
 def resolve_auth(source: str | None, file: str | None) -> str | None:
     """The digest credentials named by ``--zk-auth env:NAME|file:PATH`` or ``--zk-auth-file PATH`` (None:
     ZKC_AUTH / ZKC_AUTH_FILE apply). The credentials themselves are refused on the command line (they
     would show in ``ps`` and shell history), and no message ever repeats them. Processes this one starts
     inherit the source (ZKC_AUTH_FILE or ZKC_AUTH), not a command-line copy."""
-    from controller.protocol.acl import SecurityError, parse_credential
-    from controller.zk.security import read_credential_file
-
     if source is not None and file is not None:
         raise click.UsageError("give --zk-auth or --zk-auth-file, not both")
     if source is None and file is None:
         return None
+    from controller.protocol.acl import SecurityError, parse_credential
+    from controller.zk.security import read_credential_file
+
     try:
-        if file is not None or source.startswith("file:"):
-            path = file if file is not None else source[len("file:"):]
+        path = file if file is not None else source[len("file:") :] if source and source.startswith("file:") else None
+        if path is not None:
             text = read_credential_file(path, "--zk-auth file:PATH" if file is None else "--zk-auth-file")
             os.environ["ZKC_AUTH_FILE"] = os.path.abspath(path)
             os.environ.pop("ZKC_AUTH", None)
             return text
-        if source.startswith("env:"):
-            name = source[len("env:"):]
+        if source is not None and source.startswith("env:"):
+            name = source[len("env:") :]
             text = os.environ.get(name, "")
             if not text:
                 raise click.BadParameter(f"environment variable {name!r} is not set", param_hint="--zk-auth")
@@ -174,8 +304,9 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
             return text.strip()
     except SecurityError as exc:
         raise click.BadParameter(str(exc), param_hint="--zk-auth") from None
-    raise click.BadParameter("takes env:NAME or file:PATH (the credentials themselves never go on the command "
-                             "line)", param_hint="--zk-auth")
+    raise click.BadParameter(
+        "takes env:NAME or file:PATH (the credentials themselves never go on the command line)", param_hint="--zk-auth"
+    )
 
 
 # control characters (C0 but tab and newline, DEL, C1) and the bidirectional overrides: a string from ZooKeeper
@@ -231,14 +362,30 @@ def when(ts: float | None) -> str:
     return f"{stamp} ({ago})"
 
 
-__all__ = ["UserError", "ZkctlGroup", "Ctx", "pass_ctx", "table", "cell", "clip", "when", "user_message"]
+__all__ = [
+    "UserError",
+    "LazyCommand",
+    "LazyGroup",
+    "ZkctlGroup",
+    "Ctx",
+    "pass_ctx",
+    "to_dict",
+    "table",
+    "cell",
+    "clip",
+    "when",
+    "user_message",
+]
 
 
-def complete_names(kind: str):
+def complete_names(kind: str) -> Callable[[click.Context, click.Parameter, str], list[str]]:
     """Shell completion of live names (``task``, ``broker`` or ``group``) read from ZooKeeper; quietly
     nothing if it cannot be reached within a second."""
 
     def complete(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+        from controller.zk.client import make_client, settings_from_env
+        from controller.zk.layout_io import list_tasks
+
         params = ctx.find_root().params
         try:
             settings = settings_from_env(hosts=params.get("hosts"), root=params.get("root"))

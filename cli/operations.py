@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from cli.common import Ctx, UserError, pass_ctx, table, when
-from controller.admin.operations import SETTING_RULES, SettingError
 from controller.protocol.codecs import to_jsonable
+from controller.protocol.settings_rules import SETTING_RULES
 
 
 @click.group("maintenance")
@@ -52,28 +52,55 @@ def maintenance_status(ctx: Ctx) -> None:
 
 
 @maintenance.command("auto")
-@click.option("--max-offline-brokers", type=click.IntRange(0), default=None,
-              help="turn maintenance on by itself when more brokers than this are lost at once")
-@click.option("--max-offline-fraction", type=click.FloatRange(0, 1, min_open=True), default=None,
-              help="... or more than this fraction of the brokers seen")
-@click.option("--window", "offline_window_s", type=click.FloatRange(0, min_open=True), default=None,
-              help="'at once': within this many seconds [60]")
+@click.option(
+    "--max-offline-brokers",
+    type=click.IntRange(0),
+    default=None,
+    help="turn maintenance on by itself when more brokers than this are lost at once",
+)
+@click.option(
+    "--max-offline-fraction",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="... or more than this fraction of the brokers seen",
+)
+@click.option(
+    "--window",
+    "offline_window_s",
+    type=click.FloatRange(0, min_open=True),
+    default=None,
+    help="'at once': within this many seconds [60]",
+)
 @click.option("--off", "disable", is_flag=True, help="never turn maintenance on by itself")
 @pass_ctx
-def maintenance_auto(ctx: Ctx, max_offline_brokers: int | None, max_offline_fraction: float | None,
-                     offline_window_s: float | None, disable: bool) -> None:
+def maintenance_auto(
+    ctx: Ctx,
+    max_offline_brokers: int | None,
+    max_offline_fraction: float | None,
+    offline_window_s: float | None,
+    disable: bool,
+) -> None:
     """Automatic maintenance: when too many brokers are lost at once (a rack, a network), freeze placement
     instead of piling every task onto the survivors; it ends by itself once enough are back."""
     if disable:
         changes: dict[str, Any] = {"max_offline_brokers": None, "max_offline_fraction": None}
     else:
-        changes = {k: v for k, v in (("max_offline_brokers", max_offline_brokers),
-                                      ("max_offline_fraction", max_offline_fraction),
-                                      ("offline_window_s", offline_window_s)) if v is not None}
+        changes = {
+            k: v
+            for k, v in (
+                ("max_offline_brokers", max_offline_brokers),
+                ("max_offline_fraction", max_offline_fraction),
+                ("offline_window_s", offline_window_s),
+            )
+            if v is not None
+        }
         if not changes:
             raise UserError("give --max-offline-brokers N, --max-offline-fraction F (and --window S), or --off")
+    admin = ctx.admin()
+    from controller.admin.operations import SettingError
+
     try:
-        s = ctx.admin().update_settings(changes)
+        s = admin.update_settings(changes)
     except SettingError as exc:
         raise UserError(str(exc)) from None
     ctx.emit(to_jsonable(s), _show(s))
@@ -87,12 +114,19 @@ def settings() -> None:
 
 def _show(s: Any) -> str:
     t = s.throttle
-    rows = [["max_moves", "cluster", t.max_moves if t.max_moves is not None else "none"],
-            ["max_moves_per_broker", "cluster", t.max_moves_per_broker if t.max_moves_per_broker is not None else "none"]]
+    rows = [
+        ["max_moves", "cluster", t.max_moves if t.max_moves is not None else "none"],
+        ["max_moves_per_broker", "cluster", t.max_moves_per_broker if t.max_moves_per_broker is not None else "none"],
+    ]
     for g, lim in sorted(s.group_throttle.items()):
-        rows += [["max_moves", f"group {g}", lim.max_moves if lim.max_moves is not None else "none"],
-                 ["max_moves_per_broker", f"group {g}",
-                  lim.max_moves_per_broker if lim.max_moves_per_broker is not None else "none"]]
+        rows += [
+            ["max_moves", f"group {g}", lim.max_moves if lim.max_moves is not None else "none"],
+            [
+                "max_moves_per_broker",
+                f"group {g}",
+                lim.max_moves_per_broker if lim.max_moves_per_broker is not None else "none",
+            ],
+        ]
     for k in ("max_offline_brokers", "max_offline_fraction", "offline_window_s", "preferred_check_s", "max_imbalance"):
         v = getattr(s, k)
         rows.append([k, "cluster", "none" if v is None else v])
@@ -116,8 +150,10 @@ def settings_show(ctx: Ctx) -> None:
     ctx.emit(to_jsonable(s), _show(s))
 
 
-_SET_HELP = ("Change settings, e.g. ``max_moves=10 max_moves_per_broker=2``; ``none`` removes a limit.\n\n\b\n"
-             + "\n".join(f"{k}: {v}" for k, v in SETTING_RULES.items()))
+_SET_HELP = (
+    "Change settings, e.g. ``max_moves=10 max_moves_per_broker=2``; ``none`` removes a limit.\n\n\b\n"
+    + "\n".join(f"{k}: {v}" for k, v in SETTING_RULES.items())
+)
 
 
 @settings.command("set", help=_SET_HELP)
@@ -131,8 +167,11 @@ def settings_set(ctx: Ctx, pairs: tuple[str, ...], group_name: str | None) -> No
         if not sep:
             raise UserError(f"{p!r}: expected NAME=VALUE (settings: {', '.join(SETTING_RULES)})")
         changes[name.strip().replace("-", "_")] = _value(raw.strip())
+    admin = ctx.admin()
+    from controller.admin.operations import SettingError
+
     try:
-        s = ctx.admin().update_settings(changes, group=group_name)
+        s = admin.update_settings(changes, group=group_name)
     except SettingError as exc:
         raise UserError(str(exc)) from None
     ctx.emit(to_jsonable(s), _show(s))
@@ -144,4 +183,3 @@ def settings_reset(ctx: Ctx) -> None:
     """Back to the defaults: no throttle, no automatic maintenance."""
     s = ctx.admin().reset_settings()
     ctx.emit(to_jsonable(s), _show(s))
-

@@ -7,13 +7,15 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, when
+from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from controller.admin import RestartProgress, to_dict
-from controller.protocol.taskspec import load_specs, task_schema
+
+if TYPE_CHECKING:  # the admin library and the spec models are imported by the commands that use them
+    from controller.admin import RestartProgress
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
@@ -44,6 +46,8 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
 
     Nothing is written if any spec is malformed or any id exists already.
     """
+    from controller.protocol.taskspec import load_specs
+
     specs = load_specs(spec_file)  # SpecError (exit 1) before we even connect
     result = ctx.admin().create_tasks(specs, dry_run=dry_run)
     lines = []
@@ -231,6 +235,8 @@ def task_restart(ctx: Ctx, task_id: str | None, failed: bool, group: str | None)
 @pass_ctx
 def task_schema_cmd(ctx: Ctx) -> None:
     """Print the JSON Schema of spec files (one spec or a list), for editors and CI checks."""
+    from controller.protocol.taskspec import task_schema
+
     click.echo(json.dumps(task_schema(), indent=2 if not ctx.json_out else None, sort_keys=False))
 
 

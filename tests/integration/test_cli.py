@@ -8,9 +8,9 @@ Every process a test starts is stopped by its pid in a ``finally``."""
 from __future__ import annotations
 
 import json
-import re
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 
 from broker_sim.worker import Worker, WorkerConfig
-from controller.protocol import codecs
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import parse_spec
-from controller.zk.server import free_port
 from controller.zk.layout_io import list_tasks
+from controller.zk.server import free_port
 from tests.cli_support import invoke
 
 ZKCTL = shutil.which("zkctl", path=str(Path(sys.executable).parent)) or "zkctl"
@@ -119,7 +119,9 @@ def cluster(zk, zk_settings, layout):
     try:
         assert c.wait_active(15)
         for b in ("b0", "b1"):
-            workers[b] = Worker(WorkerConfig(b, zk_settings, status_interval_s=0.1, intervals_flush_s=0.2, on_halt="kill")).start()
+            workers[b] = Worker(
+                WorkerConfig(b, zk_settings, status_interval_s=0.1, intervals_flush_s=0.2, on_halt="kill")
+            ).start()
         yield Cluster(c, workers, AdminClient(zk, layout))
     finally:
         for w in workers.values():
@@ -127,11 +129,48 @@ def cluster(zk, zk_settings, layout):
         c.stop()
 
 
+# What `zkctl --version` and `zkctl --help` must not import: each would cost tenths of a second at every start.
+HEAVY_IMPORTS = ("kazoo", "pydantic", "pyspark", "fastapi", "matplotlib")
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_version_and_help_import_nothing_heavy(args):
+    """A CLI that answers at once: the commands are imported when used, so parsing the options and listing the
+    commands loads neither ZooKeeper's client nor the models and libraries the commands build on."""
+    p = subprocess.run([sys.executable, "-X", "importtime", ZKCTL, *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+    assert "click" in imported and "cli.main" in imported  # the trace is there to look at
+    heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY_IMPORTS)
+    assert heavy == [], heavy
+    if args == ["--help"]:
+        assert all(f"  {name} " in p.stdout for name in ("task", "status", "broker", "zk", "demo")), p.stdout
+
+
+def test_command_summaries_match_their_help():
+    """`zkctl --help` lists a command not imported yet from its summary in ``cli.main.COMMANDS``: the listing
+    must read as click would make it from the command's own help, at any width."""
+    from cli.cluster import broker
+    from cli.main import COMMANDS, DEFAULT_HOSTS
+    from controller.zk.client import DEFAULT_HOSTS as CLIENT_DEFAULT_HOSTS
+
+    assert DEFAULT_HOSTS == CLIENT_DEFAULT_HOSTS
+    lazy = dict(COMMANDS)
+    lazy["broker run"] = broker.lazy.get("run") or pytest.fail("broker run is not a lazy command")
+    for name, entry in lazy.items():
+        if not entry.available():
+            continue
+        command = entry.load(name.split()[-1])
+        assert command is not None and command.help is not None and "(unavailable:" not in command.help, name
+        for width in (30, 45, 60, 100, 1000):
+            assert entry.placeholder(name).get_short_help_str(width) == command.get_short_help_str(width), (name, width)
+
+
 # ---- malformed specs: exit 1, the field named, nothing written --------------------------------------
 BAD_SPECS = [
     ("missing.yaml", None, "cannot read"),
     ("bad.yaml", "id: [unclosed\n", "not valid YAML"),
-    ("bad.json", "{\"id\": ", "not valid JSON"),
+    ("bad.json", '{"id": ', "not valid JSON"),
     ("empty.yaml", "", "empty file"),
     ("scalar.yaml", "42\n", "expected a mapping"),
     ("noid.yaml", "group: g\npipeline: {kind: noop}\n", "id is missing"),
@@ -144,16 +183,29 @@ BAD_SPECS = [
     ("weight.yaml", "id: a\npipeline: {kind: noop}\nweight: 0\n", "weight"),
     ("kind.yaml", "id: a\npipeline: {kind: flink}\n", 'pipeline.kind "flink" is not one of spark, declarative, noop'),
     ("nosink.yaml", "id: a\npipeline: {kind: spark, source: {type: rate}}\n", "sink"),
-    ("ratebatch.yaml", "id: a\npipeline: {kind: spark, mode: batch, source: {type: rate}, sink: {type: console}}\n",
-     "streaming-only"),
-    ("noinput.yaml", "id: a\npipeline: {kind: spark, source: {type: rate}, sink: {type: console}, "
-     "transform: {sql: 'SELECT 1'}}\n", "view named 'input'"),
-    ("files.yaml", "id: a\npipeline: {kind: spark, source: {type: files, format: xml, path: /d, schema: 'a INT'}, "
-     "sink: {type: console}}\n", "format"),
+    (
+        "ratebatch.yaml",
+        "id: a\npipeline: {kind: spark, mode: batch, source: {type: rate}, sink: {type: console}}\n",
+        "streaming-only",
+    ),
+    (
+        "noinput.yaml",
+        "id: a\npipeline: {kind: spark, source: {type: rate}, sink: {type: console}, transform: {sql: 'SELECT 1'}}\n",
+        "view named 'input'",
+    ),
+    (
+        "files.yaml",
+        "id: a\npipeline: {kind: spark, source: {type: files, format: xml, path: /d, schema: 'a INT'}, "
+        "sink: {type: console}}\n",
+        "format",
+    ),
     ("pinned.yaml", "id: a\npipeline: {kind: noop}\nplacement: {pinned: ['no/pe']}\n", "broker id"),
     ("dup.yaml", "- {id: a, pipeline: {kind: noop}}\n- {id: a, pipeline: {kind: noop}}\n", "appears twice"),
-    ("mixed.yaml", "- {id: good, pipeline: {kind: noop}}\n- {id: bad, weight: -3, pipeline: {kind: noop}}\n",
-     "task 'bad': weight must be a whole number from 1 to 1000, not -3"),
+    (
+        "mixed.yaml",
+        "- {id: good, pipeline: {kind: noop}}\n- {id: bad, weight: -3, pipeline: {kind: noop}}\n",
+        "task 'bad': weight must be a whole number from 1 to 1000, not -3",
+    ),
     ("decl.yaml", "id: a\npipeline: {kind: declarative}\n", "project"),
 ]
 
@@ -169,9 +221,14 @@ def test_malformed_specs_are_refused_and_nothing_is_written(name, content, needl
 
 
 def test_existing_ids_are_refused_by_name_and_nothing_is_written(tmp_path, cli_env, zk, layout):
-    assert invoke(["task", "create", "-f", str(write_specs(tmp_path / "a.yaml", "t1", "t2"))], env=cli_env).exit_code == 0
-    assert_user_error(invoke(["task", "create", "-f", str(write_specs(tmp_path / "b.yaml", "t3", "t2"))], env=cli_env),
-                      "already exists: t2", "nothing was created")
+    assert (
+        invoke(["task", "create", "-f", str(write_specs(tmp_path / "a.yaml", "t1", "t2"))], env=cli_env).exit_code == 0
+    )
+    assert_user_error(
+        invoke(["task", "create", "-f", str(write_specs(tmp_path / "b.yaml", "t3", "t2"))], env=cli_env),
+        "already exists: t2",
+        "nothing was created",
+    )
     assert list_tasks(zk, layout) == ["t1", "t2"]
 
 
@@ -186,9 +243,13 @@ def test_declarative_validator_failure_is_a_user_error(tmp_path, cli_env, zk, la
     fake.validate_declarative = validate_declarative
     monkeypatch.setitem(sys.modules, "broker_sim.runners.declarative", fake)
     spec = tmp_path / "d.yaml"
-    spec.write_text("- id: plain\n  pipeline: {kind: noop}\n- id: d1\n  pipeline: {kind: declarative, project: /nowhere}\n")
-    assert_user_error(invoke(["task", "create", "-f", str(spec)], env=cli_env),
-                      "task 'd1': pipeline.project: /nowhere: no spark-pipeline.yml")
+    spec.write_text(
+        "- id: plain\n  pipeline: {kind: noop}\n- id: d1\n  pipeline: {kind: declarative, project: /nowhere}\n"
+    )
+    assert_user_error(
+        invoke(["task", "create", "-f", str(spec)], env=cli_env),
+        "task 'd1': pipeline.project: /nowhere: no spark-pipeline.yml",
+    )
     assert list_tasks(zk, layout) == []
     monkeypatch.setitem(sys.modules, "broker_sim.runners.declarative", None)
     result = invoke(["task", "create", "-f", str(spec), "--dry-run"], env=cli_env)
@@ -209,30 +270,46 @@ def test_unknown_things_are_one_line_user_errors(cli_env, zk, layout):
     assert_user_error(invoke(["rebalance", "--group", "nogroup"], env=cli_env), "unknown group 'nogroup'")
     assert_user_error(invoke(["zk", "get", layout.root + "/nothing"], env=cli_env), "no znode at")
     # no controller: a waited-for request times out with a one-line explanation
-    assert_user_error(invoke(["task", "delete", "t1", "--wait", "--timeout", "0.3"], env=cli_env),
-                      "not deleted within 0.3s", "no active controller")
+    assert_user_error(
+        invoke(["task", "delete", "t1", "--wait", "--timeout", "0.3"], env=cli_env),
+        "not deleted within 0.3s",
+        "no active controller",
+    )
 
 
 def test_zookeeper_unreachable_is_a_one_line_user_error(cli_env):
     env = {**cli_env, "ZKC_ZK": f"127.0.0.1:{free_port()}", "ZKC_CONNECT_TIMEOUT": "0.5"}
-    for args in (["task", "list"], ["status"], ["--json", "broker", "list"], ["watch", "--duration", "1"],
-                 ["controller", "run", "--id", "c1"], ["broker", "run", "--id", "b1", "--runner", "noop"]):
+    for args in (
+        ["task", "list"],
+        ["status"],
+        ["--json", "broker", "list"],
+        ["watch", "--duration", "1"],
+        ["controller", "run", "--id", "c1"],
+        ["broker", "run", "--id", "b1", "--runner", "noop"],
+    ):
         assert_user_error(invoke(args, env=env), "cannot connect to ZooKeeper at 127.0.0.1:")
 
 
 def test_timeline_input_errors(tmp_path, cli_env):
     bad = tmp_path / "bad.json"
-    bad.write_text("[{\"task_id\": \"t\", \"broker\": \"b\"}]")
-    assert_user_error(invoke(["timeline", "--out", str(tmp_path / "x.png"), "--intervals", str(bad)], env=cli_env),
-                      "missing field 'start'")
+    bad.write_text('[{"task_id": "t", "broker": "b"}]')
+    assert_user_error(
+        invoke(["timeline", "--out", str(tmp_path / "x.png"), "--intervals", str(bad)], env=cli_env),
+        "missing field 'start'",
+    )
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
-    assert_user_error(invoke(["timeline", "--out", str(tmp_path / "x.png"), "--intervals", str(empty)], env=cli_env),
-                      "no run intervals")
-    assert_user_error(invoke(["timeline", "--out", str(tmp_path / "x.png"), "--intervals", str(tmp_path / "no.json")],
-                             env=cli_env), "cannot read")
-    assert_user_error(invoke(["timeline", "--out", str(tmp_path / "x.png"), "--from-zk"], env=cli_env),
-                      "no run intervals recorded")
+    assert_user_error(
+        invoke(["timeline", "--out", str(tmp_path / "x.png"), "--intervals", str(empty)], env=cli_env),
+        "no run intervals",
+    )
+    assert_user_error(
+        invoke(["timeline", "--out", str(tmp_path / "x.png"), "--intervals", str(tmp_path / "no.json")], env=cli_env),
+        "cannot read",
+    )
+    assert_user_error(
+        invoke(["timeline", "--out", str(tmp_path / "x.png"), "--from-zk"], env=cli_env), "no run intervals recorded"
+    )
 
 
 def test_malformed_znodes_are_reported_not_raised(cli_env, zk, layout):
@@ -269,8 +346,13 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
     runner_of_t2 = cluster.workers[cluster.running()["t2"]]
     runs_before = sum(1 for i in runner_of_t2.intervals if i.task_id == "t2")
     assert "restart nonce 1" in ok(cli_env, "task", "restart", "t2")
-    until(lambda: sum(1 for i in runner_of_t2.intervals if i.task_id == "t2") > runs_before
-          and "t2" in runner_of_t2.running_tasks(), what="t2 restarted in place")
+    until(
+        lambda: (
+            sum(1 for i in runner_of_t2.intervals if i.task_id == "t2") > runs_before
+            and "t2" in runner_of_t2.running_tasks()
+        ),
+        what="t2 restarted in place",
+    )
     desc = ok_json(cli_env, "task", "describe", "t2")
     assert desc["spec"]["restart_nonce"] == 1 and desc["owner"]["broker"] == runner_of_t2.id
     human = ok(cli_env, "task", "describe", "t2")
@@ -285,24 +367,46 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
 
 def test_restart_failed_restarts_every_failed_task_in_one_write(cluster, cli_env, tmp_path, zk, layout):
     specs = tmp_path / "failing.yaml"
-    specs.write_text("".join(f"- id: {t}\n  restart: {{max_attempts: 0}}\n  pipeline: {{kind: noop, fail_after_s: 0.1, "
-                             f"fail_message: {t} broke}}\n" for t in ("f1", "f2"))
-                     + "- id: ok\n  pipeline: {kind: noop}\n")
+    specs.write_text(
+        "".join(
+            f"- id: {t}\n  restart: {{max_attempts: 0}}\n  pipeline: {{kind: noop, fail_after_s: 0.1, "
+            f"fail_message: {t} broke}}\n"
+            for t in ("f1", "f2")
+        )
+        + "- id: ok\n  pipeline: {kind: noop}\n"
+    )
     assert "No FAILED tasks; nothing to restart" in ok(cli_env, "task", "restart", "--failed")
     ok(cli_env, "task", "create", "-f", str(specs))
-    until(lambda: {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
-          == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}, 30, "f1 and f2 FAILED")
+    until(
+        lambda: (
+            {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
+            == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}
+        ),
+        30,
+        "f1 and f2 FAILED",
+    )
     human = ok(cli_env, "task", "describe", "f1")
-    assert "Restarts:" in human and "up to 0 automatic restarts" in human and "gave up after 1 failure: FAILED until `zkctl task restart`" in human
+    assert (
+        "Restarts:" in human
+        and "up to 0 automatic restarts" in human
+        and "gave up after 1 failure: FAILED until `zkctl task restart`" in human
+    )
     assert "Last error:" in human and "f1 broke" in human
 
     assert ok(cli_env, "task", "restart", "--failed").splitlines() == ["Restarted 2 FAILED tasks: f1, f2"]
     assert {t: zk.exists(layout.task(t)).version for t in ("f1", "f2", "ok")} == {"f1": 1, "f2": 1, "ok": 0}
     assert len({zk.exists(layout.task(t)).mzxid for t in ("f1", "f2")}) == 1, "one multi"
-    assert "No FAILED tasks in group other; nothing to restart" in ok(cli_env, "task", "restart", "--failed",
-                                                                    "--group", "other")
-    until(lambda: {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
-          == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}, 30, "f1 and f2 FAILED again")
+    assert "No FAILED tasks in group other; nothing to restart" in ok(
+        cli_env, "task", "restart", "--failed", "--group", "other"
+    )
+    until(
+        lambda: (
+            {r["task_id"]: r["shown"] for r in ok_json(cli_env, "task", "list")}
+            == {"f1": "FAILED", "f2": "FAILED", "ok": "RUNNING"}
+        ),
+        30,
+        "f1 and f2 FAILED again",
+    )
     ok(cli_env, "task", "pause", "f2")
     out = ok_json(cli_env, "task", "restart", "--failed", "--group", "default")
     assert [c["task_id"] for c in out["restarted"]] == ["f1"] and out["restarted"][0]["restart_nonce"] == 2
@@ -327,7 +431,8 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
     assert st["controller"]["controller_id"] == "ctl" and st["controller"]["epoch"] == cluster.controller.epoch
     assert st["controller_epoch"] == cluster.controller.epoch
     assert {b["broker_id"]: b["epoch"] for b in st["brokers"]} == {
-        b: zk.exists(layout.broker(b)).czxid for b in ("b0", "b1")}
+        b: zk.exists(layout.broker(b)).czxid for b in ("b0", "b1")
+    }
     (g,) = st["groups"]
     assert g["group"] == "default" and g["members"] == ["b0", "b1"] and g["leader"] in ("b0", "b1")
     assert g["protocol"] == "cooperative" and g["generation"] >= 1
@@ -349,7 +454,8 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
 
     brokers = ok_json(cli_env, "broker", "list")
     assert sorted((b["broker_id"], b["tasks"]) for b in brokers) == sorted(
-        (b, sum(1 for o in placed.values() if o == b)) for b in ("b0", "b1"))
+        (b, sum(1 for o in placed.values() if o == b)) for b in ("b0", "b1")
+    )
     assert "EPOCH" in ok(cli_env, "broker", "list").splitlines()[0]
 
 
@@ -373,7 +479,9 @@ def test_reassign_moves_a_task_without_double_ownership(cluster, cli_env, zk, la
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     source = placed["t0"]
     target = "b1" if source == "b0" else "b0"
-    assert f"Task t0 now runs on {target}" in ok(cli_env, "task", "reassign", "t0", "--to", target, "--wait", "--timeout", "20")
+    assert f"Task t0 now runs on {target}" in ok(
+        cli_env, "task", "reassign", "t0", "--to", target, "--wait", "--timeout", "20"
+    )
     until(lambda: cluster.running().get("t0") == target, what="t0 running on the target")
     assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("t0"))[0]).broker == target
     # the runs of t0: the source released its owner znode before the target acquired it
@@ -397,8 +505,14 @@ def test_broker_shutdown_moves_its_tasks_away(cluster, cli_env):
     assert p.returncode == 0 and "Broker b1 holds no tasks any more" in p.stdout, (p.stdout, p.stderr)
     # its progress, on stderr as plain lines (no terminal here): what it waits for, and how far it is
     lines = p.stderr.strip().splitlines()
-    assert lines and all(re.match(r"^\[\s*\d+\.\ds\] waiting for b1 to hand over its tasks: \d+/\d+ moved "
-                                  r"\(timeout 30s\)$", line) for line in lines), lines
+    assert lines and all(
+        re.match(
+            r"^\[\s*\d+\.\ds\] waiting for b1 to hand over its tasks: \d+/\d+ moved "
+            r"\(timeout 30s\)$",
+            line,
+        )
+        for line in lines
+    ), lines
     assert lines[-1].split(": ")[1].startswith(f"{held}/{held} moved") and "\r" not in p.stderr
     assert set(cluster.running().values()) == {"b0"}
     until(cluster.workers["b1"].exited.is_set, what="b1's controlled shutdown to complete")
@@ -421,8 +535,13 @@ def test_zk_get_decodes_payloads(cluster, cli_env, layout):
 
 def test_watch_prints_events_as_they_happen(cluster, cli_env):
     lines: queue.Queue[str] = queue.Queue()
-    p = subprocess.Popen([ZKCTL, "--json", "watch", "--duration", "60"], env=cli_env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [ZKCTL, "--json", "watch", "--duration", "60"],
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         threading.Thread(target=lambda: [lines.put(line) for line in p.stdout], daemon=True).start()
 
@@ -434,20 +553,34 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
         assert set(first["detail"]["brokers"]) == {"b0", "b1"}
         cluster.admin.create_tasks([parse_spec({"id": "w1", "pipeline": {"kind": "noop"}})])
         seen: list[dict] = []
-        until(lambda: (seen.append(next_event()) or True) and any(
-            e["kind"] == "task_owner" and e["subject"] == "w1" and e["detail"]["owner"] for e in seen), 30, "w1 owned")
+        until(
+            lambda: (
+                (seen.append(next_event()) or True)
+                and any(e["kind"] == "task_owner" and e["subject"] == "w1" and e["detail"]["owner"] for e in seen)
+            ),
+            30,
+            "w1 owned",
+        )
         # causal order for w1 (other events, e.g. a generation finishing when the watch began, may come between)
         about_w1 = [e["kind"] for e in seen if e["subject"] == "w1"]
         assert about_w1[0] == "task_created" and about_w1[-1] == "task_owner", about_w1
-        assert any(e["kind"] == "group" for e in seen[seen.index(next(e for e in seen if e["subject"] == "w1")):]), \
-            [(e["kind"], e["subject"], e["detail"].get("generation"), e["detail"].get("state")) for e in seen]
+        assert any(e["kind"] == "group" for e in seen[seen.index(next(e for e in seen if e["subject"] == "w1")) :]), [
+            (e["kind"], e["subject"], e["detail"].get("generation"), e["detail"].get("state")) for e in seen
+        ]
         gens = [e["detail"]["generation"] for e in seen if e["kind"] == "group"]
         assert gens == sorted(gens)
         cluster.admin.pause("w1")
         seen.clear()
-        until(lambda: (seen.append(next_event()) or True) and any(
-            e["kind"] == "task_owner" and e["subject"] == "w1" and e["detail"]["owner"] is None for e in seen), 30,
-            "w1 released")
+        until(
+            lambda: (
+                (seen.append(next_event()) or True)
+                and any(
+                    e["kind"] == "task_owner" and e["subject"] == "w1" and e["detail"]["owner"] is None for e in seen
+                )
+            ),
+            30,
+            "w1 released",
+        )
         about_w1 = [e for e in seen if e["subject"] == "w1"]
         assert about_w1[0]["kind"] == "task_state" and about_w1[0]["detail"]["state"] == "PAUSED", about_w1
     finally:
@@ -467,11 +600,15 @@ def test_timeline_from_zookeeper_and_from_a_file(cluster, cli_env, tmp_path):
     summary = ok_json(cli_env, "timeline", "--out", str(out), "--from-zk", "--title", "from zk")
     assert out.read_bytes()[:8] == PNG and summary["overlaps"] == 0 and summary["tasks"] >= 1
     intervals = tmp_path / "sim.json"
-    intervals.write_text(json.dumps([
-        {"task_id": "a", "broker": "x", "start": 0.0, "end": 2.0},
-        {"task_id": "a", "broker": "y", "start": 2.5, "end": 4.0},
-        {"task_id": "b", "broker": "y", "start": 0.0, "end": 4.0},
-    ]))
+    intervals.write_text(
+        json.dumps(
+            [
+                {"task_id": "a", "broker": "x", "start": 0.0, "end": 2.0},
+                {"task_id": "a", "broker": "y", "start": 2.5, "end": 4.0},
+                {"task_id": "b", "broker": "y", "start": 0.0, "end": 4.0},
+            ]
+        )
+    )
     human = ok(cli_env, "timeline", "--out", str(tmp_path / "sim.png"), "--intervals", str(intervals))
     assert "2 tasks, 2 brokers, 3 runs over 4.0s (idle gaps 0.5s, double ownership 0)" in human
     assert (tmp_path / "sim.png").read_bytes()[:8] == PNG
