@@ -14,7 +14,7 @@ from kazoo.exceptions import NodeExistsError
 
 from controller.protocol import codecs
 from controller.protocol.errors import ZkcError
-from controller.zk.layout_io import ensure_layout  # noqa: F401  (part of the admin library)
+from controller.zk.layout_io import ensure_layout as ensure_layout  # part of the admin library
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from controller.admin.common import AdminError
 from controller.protocol.taskspec import DeclarativePipeline
@@ -48,4 +49,3 @@ def run_validator(fn: Callable[..., Any], pipeline: DeclarativePipeline) -> str 
     if isinstance(out, (list, tuple)):
         return "; ".join(str(p) for p in out) or None
     return None
-

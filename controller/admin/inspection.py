@@ -3,15 +3,16 @@ that decodes what it finds (garbage is shown as an error, never raised)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-from controller.protocol import codecs
 from controller.admin.common import NotFound
+from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import decode_task
@@ -117,7 +118,9 @@ class ZkInspector:
         return walk(self.client, path, max_depth, max_nodes)
 
 
-def walk(client: KazooClient, path: str, max_depth: int = 32, max_nodes: int = 100_000) -> list[tuple[int, str, ZnodeStat]]:
+def walk(
+    client: KazooClient, path: str, max_depth: int = 32, max_nodes: int = 100_000
+) -> list[tuple[int, str, ZnodeStat]]:
     """Pre-order listing of the subtree at ``path``: (depth, path, stat), bounded in depth and size."""
     stat = client.exists(path)
     if stat is None:
@@ -143,4 +146,3 @@ def walk(client: KazooClient, path: str, max_depth: int = 32, max_nodes: int = 1
 
     visit(0, path, stat)
     return out
-

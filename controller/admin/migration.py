@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -21,26 +22,28 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
 from controller.protocol.layout import InvalidName, ZkLayout, check_name
-from controller.zk.layout_io import LayoutError, create_buckets, flat_entries, read_layout_info, write_layout_info
 from controller.zk.io import MAX_BYTES_PER_MULTI, WAIT_S, multi_children, multi_read
+from controller.zk.layout_io import LayoutError, create_buckets, flat_entries, read_layout_info, write_layout_info
 
 log = logging.getLogger(__name__)
 
 # znodes read and moved per round (two operations each); a multi also stops at MAX_BYTES_PER_MULTI of data
 MOVES_PER_MULTI = 100
+#: one znode to move, as read: (flat path, bucketed path, data, version, ACL)
+Move = tuple[str, str, bytes, int, list[Any]]
 
 
 @dataclass(frozen=True)
 class MigrationResult:
     root: str
     dry_run: bool
-    already: bool                            # the root was laid out in buckets already: nothing to do
-    tasks: int                               # flat task znodes found
-    statuses: int                            # flat status znodes found
-    moved: int                               # znodes moved (0 in a dry run)
+    already: bool  # the root was laid out in buckets already: nothing to do
+    tasks: int  # flat task znodes found
+    statuses: int  # flat status znodes found
+    moved: int  # znodes moved (0 in a dry run)
     multis: int
-    blocked: tuple[tuple[str, str], ...]     # (path, why it cannot move)
-    done: bool                               # the marker is written: the root is bucketed
+    blocked: tuple[tuple[str, str], ...]  # (path, why it cannot move)
+    done: bool  # the marker is written: the root is bucketed
     seconds: float
 
 
@@ -62,8 +65,10 @@ def _refuse_if_live(client: KazooClient, layout: ZkLayout) -> None:
     if brokers:
         live.append(f"{len(brokers)} broker(s) ({', '.join(brokers[:5])}{', ...' if len(brokers) > 5 else ''})")
     if live:
-        raise LayoutError(f"{layout.root}: {' and '.join(live)} still registered; stop every controller and broker "
-                          "of this root, then migrate (nothing was changed)")
+        raise LayoutError(
+            f"{layout.root}: {' and '.join(live)} still registered; stop every controller and broker "
+            "of this root, then migrate (nothing was changed)"
+        )
 
 
 def _plan(client: KazooClient, layout: ZkLayout) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], int, int]:
@@ -71,8 +76,10 @@ def _plan(client: KazooClient, layout: ZkLayout) -> tuple[list[tuple[str, str, s
     tasks, statuses = flat_entries(client, layout)
     moves: list[tuple[str, str, str]] = []
     blocked: list[tuple[str, str]] = []
-    for kind, parent, names, new_path in (("task", layout.tasks, tasks, layout.task),
-                                          ("status", layout.statuses, statuses, layout.status)):
+    for kind, parent, names, new_path in (
+        ("task", layout.tasks, tasks, layout.task),
+        ("status", layout.statuses, statuses, layout.status),
+    ):
         legal = []
         for name in names:
             try:
@@ -84,8 +91,11 @@ def _plan(client: KazooClient, layout: ZkLayout) -> tuple[list[tuple[str, str, s
         children = multi_children(client, old) if kind == "task" else [[] for _ in old]
         for name, path, kids in zip(legal, old, children):
             if kids:
-                why = ("its owner znode is still there (a broker's session is alive)" if "owner" in kids
-                       else f"it has child znodes ({', '.join(sorted(kids)[:5])}) that are not ours: delete them")
+                why = (
+                    "its owner znode is still there (a broker's session is alive)"
+                    if "owner" in kids
+                    else f"it has child znodes ({', '.join(sorted(kids)[:5])}) that are not ours: delete them"
+                )
                 blocked.append((path, why))
             elif kids is not None:
                 moves.append((kind, path, new_path(name)))
@@ -97,11 +107,11 @@ def _move(client: KazooClient, moves: list[tuple[str, str, str]]) -> tuple[int, 
     moved = multis = 0
     blocked: list[tuple[str, str]] = []
     for lo in range(0, len(moves), MOVES_PER_MULTI):
-        batch = moves[lo:lo + MOVES_PER_MULTI]
+        batch = moves[lo : lo + MOVES_PER_MULTI]
         reads = multi_read(client, [old for _k, old, _n in batch])
         acls = [client.get_acls_async(old) for _k, old, _n in batch]
-        items = []
-        for (kind, old, new), res, acl in zip(batch, reads, acls):
+        items: list[Move] = []
+        for (_kind, old, new), res, acl in zip(batch, reads, acls):
             try:
                 acl_list = acl.get(timeout=WAIT_S)[0]
             except NoNodeError:
@@ -116,9 +126,9 @@ def _move(client: KazooClient, moves: list[tuple[str, str, str]]) -> tuple[int, 
     return moved, multis, blocked
 
 
-def _parts(items: list[tuple[str, str, bytes, int, list]]) -> list[list[tuple[str, str, bytes, int, list]]]:
+def _parts(items: list[Move]) -> list[list[Move]]:
     """Items in multis of at most ``MAX_BYTES_PER_MULTI`` of data (a spec may be up to 900 KiB)."""
-    parts: list[list[tuple[str, str, bytes, int, list]]] = []
+    parts: list[list[Move]] = []
     size = 0
     for item in items:
         if not parts or size + len(item[2]) > MAX_BYTES_PER_MULTI:
@@ -129,7 +139,7 @@ def _parts(items: list[tuple[str, str, bytes, int, list]]) -> list[list[tuple[st
     return parts
 
 
-def _move_part(client: KazooClient, items: list[tuple[str, str, bytes, int, list]]) -> tuple[int, int, list[tuple[str, str]]]:
+def _move_part(client: KazooClient, items: list[Move]) -> tuple[int, int, list[tuple[str, str]]]:
     """One multi for ``items``; if it fails, one per item. Returns (moved, multis, blocked)."""
     moved, multis = 0, 1
     blocked: list[tuple[str, str]] = []
@@ -143,12 +153,13 @@ def _move_part(client: KazooClient, items: list[tuple[str, str, bytes, int, list
         elif isinstance(error, NodeExistsError):
             blocked.append((item[0], "it exists in its bucket too: delete one of the two"))
         else:
-            blocked.append((item[0], f"it changed or went while migrating ({type(error).__name__}): run the "
-                                     "migration again"))
+            blocked.append(
+                (item[0], f"it changed or went while migrating ({type(error).__name__}): run the migration again")
+            )
     return moved, multis, blocked
 
 
-def _commit(client: KazooClient, items: list[tuple[str, str, bytes, int, list]]) -> Exception | None:
+def _commit(client: KazooClient, items: list[Move]) -> Exception | None:
     """One multi: each item created in its bucket, its flat znode deleted at the version read; the first
     error (the multi then changed nothing), or None."""
     tx = client.transaction()
@@ -166,16 +177,22 @@ def _lock_held(client: KazooClient, layout: ZkLayout, session_timeout_s: float |
         return f"{layout.root}: another migration was running a moment ago; run it again"
     age = max(0.0, time.time() - stat.ctime / 1000)
     timeout = f"{session_timeout_s:g}s" if session_timeout_s else "its session timeout"
-    by = (f", by about {time.strftime('%H:%M:%S', time.localtime(time.time() + session_timeout_s))}"
-          if session_timeout_s else "")
-    return (f"{layout.root}: the migration lock {layout.layout_migration} is held by ZooKeeper session "
-            f"0x{stat.ephemeralOwner:x} (taken {age:.0f}s ago), which has not expired yet. Another migration is "
-            f"running, or one was killed: its lock goes when its session expires, at most {timeout} after it "
-            f"died{by}; run this again then")
+    by = (
+        f", by about {time.strftime('%H:%M:%S', time.localtime(time.time() + session_timeout_s))}"
+        if session_timeout_s
+        else ""
+    )
+    return (
+        f"{layout.root}: the migration lock {layout.layout_migration} is held by ZooKeeper session "
+        f"0x{stat.ephemeralOwner:x} (taken {age:.0f}s ago), which has not expired yet. Another migration is "
+        f"running, or one was killed: its lock goes when its session expires, at most {timeout} after it "
+        f"died{by}; run this again then"
+    )
 
 
-def migrate(client: KazooClient, layout: ZkLayout, dry_run: bool = False,
-            session_timeout_s: float | None = None) -> MigrationResult:
+def migrate(
+    client: KazooClient, layout: ZkLayout, dry_run: bool = False, session_timeout_s: float | None = None
+) -> MigrationResult:
     """Migrate ``layout.root`` from the flat layout to buckets (see the module's docstring); a dry run reads
     and reports what would move, and writes nothing. ``session_timeout_s`` (the migrating clients' session
     timeout) lets a held lock say when it goes."""
@@ -187,8 +204,9 @@ def migrate(client: KazooClient, layout: ZkLayout, dry_run: bool = False,
     _refuse_if_live(client, layout)
     moves, blocked, n_tasks, n_statuses = _plan(client, layout)
     if dry_run:
-        return MigrationResult(layout.root, True, False, n_tasks, n_statuses, 0, 0, tuple(blocked), False,
-                               time.monotonic() - started)
+        return MigrationResult(
+            layout.root, True, False, n_tasks, n_statuses, 0, 0, tuple(blocked), False, time.monotonic() - started
+        )
     try:
         client.create(layout.layout_migration, b"", ephemeral=True)
     except NodeExistsError:
@@ -208,7 +226,14 @@ def migrate(client: KazooClient, layout: ZkLayout, dry_run: bool = False,
             client.delete(layout.layout_migration)
         except NoNodeError:
             pass
-    log.info("migrated %s: %d znodes moved in %d multis, %d blocked%s", layout.root, moved, multis, len(blocked),
-             "; laid out in buckets" if done else "")
-    return MigrationResult(layout.root, False, False, n_tasks, n_statuses, moved, multis, tuple(blocked), done,
-                           time.monotonic() - started)
+    log.info(
+        "migrated %s: %d znodes moved in %d multis, %d blocked%s",
+        layout.root,
+        moved,
+        multis,
+        len(blocked),
+        "; laid out in buckets" if done else "",
+    )
+    return MigrationResult(
+        layout.root, False, False, n_tasks, n_statuses, moved, multis, tuple(blocked), done, time.monotonic() - started
+    )

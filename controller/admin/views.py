@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.protocol import codecs
 from controller.admin.inspection import jsonable
+from controller.protocol import codecs
 
 
 def to_dict(value: Any) -> Any:
@@ -28,24 +28,24 @@ class CreateResult:
 class TaskRow:
     task_id: str
     group: str | None = None
-    state: str | None = None          # the spec's state: RUNNING | PAUSED (None when the spec is invalid)
-    kind: str | None = None           # pipeline kind
+    state: str | None = None  # the spec's state: RUNNING | PAUSED (None when the spec is invalid)
+    kind: str | None = None  # pipeline kind
     weight: int | None = None
-    owner: str | None = None          # broker holding /tasks/<id>/owner
+    owner: str | None = None  # broker holding /tasks/<id>/owner
     owner_generation: int | None = None
-    status: str | None = None         # what the owner reports: RUNNING, FAILED, STOPPED, COMPLETED, ...
+    status: str | None = None  # what the owner reports: RUNNING, FAILED, STOPPED, COMPLETED, ...
     status_broker: str | None = None  # who reported it
-    status_stale: bool = False        # reported as running by a session that no longer holds the task
+    status_stale: bool = False  # reported as running by a session that no longer holds the task
     error: str | None = None
     deleting: bool = False
-    invalid: str | None = None        # why the spec cannot be decoded
+    invalid: str | None = None  # why the spec cannot be decoded
     owner_since: float | None = None  # when the current owner took it (its owner znode's ctime): the last move
     metrics: dict[str, Any] = field(default_factory=dict)  # what the owner's runner reports (rows, rates, ...)
     #: what to show: STALE for a status its writer's session no longer backs, UNASSIGNED for a task to run that
     #: nobody holds, else the reported status (None: nothing reported yet)
     shown: str | None = None
-    status_updated: float | None = None     # when the status was written (its writer's clock)
-    unassigned_since: float | None = None   # a task to run with no owner: since when (see ``unassigned_since``)
+    status_updated: float | None = None  # when the status was written (its writer's clock)
+    unassigned_since: float | None = None  # a task to run with no owner: since when (see ``unassigned_since``)
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,10 @@ class RestartProgress:
     max_attempts: int
     backoff_initial_s: float
     backoff_max_s: float
-    failures: int                     # failures in a row the owner reported (`task restart` starts over)
-    attempts: int                     # automatic restarts made or scheduled so far
-    gave_up: bool                     # FAILED with every attempt spent: it waits for `task restart`
-    next_delay_s: float | None = None # while RESTARTING: the wait before this attempt
+    failures: int  # failures in a row the owner reported (`task restart` starts over)
+    attempts: int  # automatic restarts made or scheduled so far
+    gave_up: bool  # FAILED with every attempt spent: it waits for `task restart`
+    next_delay_s: float | None = None  # while RESTARTING: the wait before this attempt
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class TaskDescription:
     spec: dict[str, Any] | None
     spec_version: int
     created: float
-    owner: dict[str, Any] | None      # {"broker", "generation", "since"}
+    owner: dict[str, Any] | None  # {"broker", "generation", "since"}
     status: dict[str, Any] | None
     last_error: str | None
     deleting: bool = False
@@ -82,7 +82,7 @@ class TaskDescription:
 @dataclass(frozen=True)
 class TaskChange:
     task_id: str
-    action: str                        # pause | resume | restart
+    action: str  # pause | resume | restart
     changed: bool
     state: str
     restart_nonce: int
@@ -122,7 +122,7 @@ class AdminRequest:
 @dataclass(frozen=True)
 class BrokerView:
     broker_id: str
-    epoch: int                         # the broker znode's czxid
+    epoch: int  # the broker znode's czxid
     host: str | None = None
     pid: int | None = None
     group: str | None = None
@@ -130,7 +130,7 @@ class BrokerView:
     rack: str | None = None
     instance_id: str | None = None
     runner: str | None = None
-    tasks: int = 0                     # owner znodes it holds
+    tasks: int = 0  # owner znodes it holds
     shutting_down: bool = False
     since: float = 0.0
     error: str | None = None
@@ -145,24 +145,24 @@ class GroupSummary:
     protocol: str | None = None
     assignor: str | None = None
     leader: str | None = None
-    members: tuple[str, ...] = ()      # members of the current generation
-    live_members: tuple[str, ...] = () # members with a join request znode
+    members: tuple[str, ...] = ()  # members of the current generation
+    live_members: tuple[str, ...] = ()  # members with a join request znode
     reason: str = ""
     controller_epoch: int | None = None
     error: str | None = None
-    moving: int = 0                    # moves in flight (throttle)
-    deferred: int = 0                  # moves waiting for a later wave (throttle, maintenance)
-    imbalance: int | None = None       # tasks the assignor would move from where they run
-    held: int = 0                      # tasks waiting for a departed member (delay, maintenance)
+    moving: int = 0  # moves in flight (throttle)
+    deferred: int = 0  # moves waiting for a later wave (throttle, maintenance)
+    imbalance: int | None = None  # tasks the assignor would move from where they run
+    held: int = 0  # tasks waiting for a departed member (delay, maintenance)
 
 
 @dataclass(frozen=True)
 class MemberView:
     member_id: str
     live: bool
-    request: dict[str, Any] | None     # the join request (JoinRequest)
+    request: dict[str, Any] | None  # the join request (JoinRequest)
     assignment: dict[str, Any] | None  # the published assignment (Assignment)
-    owns: tuple[str, ...] = ()         # owner znodes it holds right now
+    owns: tuple[str, ...] = ()  # owner znodes it holds right now
     error: str | None = None
 
 
@@ -170,7 +170,7 @@ class MemberView:
 class GroupDescription:
     summary: GroupSummary
     members: tuple[MemberView, ...]
-    tasks: int = 0                     # RUNNING-state specs of this group
+    tasks: int = 0  # RUNNING-state specs of this group
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,8 @@ class ClusterEvent:
     """One change seen by :meth:`AdminClient.watch`."""
 
     time: float
-    kind: str       # watching | controller | maintenance | broker_joined | broker_left | broker_bounced | group |
-                    # task_created | task_deleted | task_state | task_owner
+    kind: str  # watching | controller | maintenance | broker_joined | broker_left | broker_bounced | group |
+    # task_created | task_deleted | task_state | task_owner
     subject: str
     message: str
     detail: dict[str, Any] = field(default_factory=dict)
@@ -200,7 +200,9 @@ class ClusterEvent:
 _LIVE_STATES = frozenset({"RUNNING", "STARTING", "RESTARTING"})
 
 
-def stale_after(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, owner_session: int | None = None) -> bool:
+def stale_after(
+    status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, owner_session: int | None = None
+) -> bool:
     """A status that says running, written by a session that does not hold the task: another broker, or an
     earlier life of the same broker (its session expired; the owner znode, if any, is a new session's).
     Workers do not rewrite a status after letting a task go, and a dead one cannot."""
@@ -208,14 +210,17 @@ def stale_after(status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None
         return False
     if owner is None or owner.broker != status.broker:
         return True
-    return status.session is not None and owner_session is not None and status.session != codecs.session_hex(owner_session)
+    return (
+        status.session is not None and owner_session is not None and status.session != codecs.session_hex(owner_session)
+    )
 
 
 _FINAL = frozenset({"COMPLETED", "FAILED"})
 
 
-def unassigned_since(spec_state: str | None, owned: bool, status: codecs.TaskStatus | None, created: float,
-                      status_written: float | None) -> float | None:
+def unassigned_since(
+    spec_state: str | None, owned: bool, status: codecs.TaskStatus | None, created: float, status_written: float | None
+) -> float | None:
     """For a task that should run (not paused, not finished) and that nobody holds: since when. The later of
     its creation and its last status write; exact after a release (a release writes the last status in the
     same multi that deletes the owner znode), early by at most a status interval plus the session timeout
@@ -233,16 +238,19 @@ def shown_status(status: codecs.TaskStatus | None, stale: bool, unassigned: floa
     return status.state if status else None
 
 
-
 def restart_progress(policy: Any, status: codecs.TaskStatus | None) -> RestartProgress:
     """The policy (a spec's ``RestartPolicy``) with what the status says of the failures so far."""
     failures = status.failures if status is not None else 0
     state = status.state if status is not None else None
     return RestartProgress(
-        max_attempts=policy.max_attempts, backoff_initial_s=policy.backoff_initial_s,
-        backoff_max_s=policy.backoff_max_s, failures=failures, attempts=min(failures, policy.max_attempts),
+        max_attempts=policy.max_attempts,
+        backoff_initial_s=policy.backoff_initial_s,
+        backoff_max_s=policy.backoff_max_s,
+        failures=failures,
+        attempts=min(failures, policy.max_attempts),
         gave_up=state == "FAILED" and policy.gives_up(failures),
-        next_delay_s=policy.delay_before(failures) if state == "RESTARTING" and failures > 0 else None)
+        next_delay_s=policy.delay_before(failures) if state == "RESTARTING" and failures > 0 else None,
+    )
 
 
 def restart_candidates(rows: Any, only_failed: bool) -> tuple[list[str], list[SkippedRestart]]:
