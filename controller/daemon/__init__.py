@@ -18,17 +18,28 @@ given what it needs and the controller only as a ``host.Host``:
 """
 
 from controller.daemon.context import (
-           LOAD_METHODS,
-           BrokerDelta,
-           BrokerRecord,
-           ControllerConfig,
-           ControllerContext,
-           LoadMethod,
+    LOAD_METHODS,
+    BrokerDelta,
+    BrokerRecord,
+    ControllerConfig,
+    ControllerContext,
+    LoadMethod,
 )
 from controller.daemon.core import Controller, default_controller_id
 from controller.daemon.loading import ARM_WATCH_CHUNK, get_sequential
 from controller.daemon.tasks import DELETE_BATCH_TASKS, DELETE_LINGER_S
 
-__all__ = ["Controller", "ControllerConfig", "ControllerContext", "BrokerRecord", "BrokerDelta", "LoadMethod",
-           "LOAD_METHODS", "default_controller_id", "ARM_WATCH_CHUNK", "DELETE_BATCH_TASKS", "DELETE_LINGER_S",
-           "get_sequential"]
+__all__ = [
+    "Controller",
+    "ControllerConfig",
+    "ControllerContext",
+    "BrokerRecord",
+    "BrokerDelta",
+    "LoadMethod",
+    "LOAD_METHODS",
+    "default_controller_id",
+    "ARM_WATCH_CHUNK",
+    "DELETE_BATCH_TASKS",
+    "DELETE_LINGER_S",
+    "get_sequential",
+]

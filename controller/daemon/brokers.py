@@ -35,8 +35,14 @@ def broker_record(path: str, res: tuple[bytes, Any]) -> BrokerRecord:
 class BrokerTracker:
     """Broker registration and controlled-shutdown handlers."""
 
-    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, metrics: ControllerMetrics,
-                 operations: OperatorSettings) -> None:
+    def __init__(
+        self,
+        host: Host,
+        zk: InterruptibleClient,
+        layout: ZkLayout,
+        metrics: ControllerMetrics,
+        operations: OperatorSettings,
+    ) -> None:
         self._host = host
         self._zk = zk
         self._layout = layout

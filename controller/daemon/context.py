@@ -16,16 +16,14 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.protocol.codecs import (
-    ClusterSettings,
-    MaintenanceInfo,
     BrokerInfo,
+    ClusterSettings,
     JoinRequest,
+    MaintenanceInfo,
     TaskDescriptor,
 )
-from controller.protocol.group import (
-    GroupConfig,
-    GroupCoordinator,
-)
+from controller.protocol.group import GroupCoordinator
+from controller.protocol.group_types import GroupConfig
 from controller.protocol.taskspec import TaskSpec
 from controller.zk.client import ZkSettings
 
@@ -129,4 +127,3 @@ class ControllerContext:
             for t, spec in self.tasks.items()
             if spec.group == group and spec.state == "RUNNING" and t not in self.deleting
         }
-

@@ -20,7 +20,8 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
@@ -99,8 +100,12 @@ class Controller:
         self.zk = InterruptibleClient(self.client)  # every ZooKeeper call of the event thread goes through this
         self.clock: Clock = clock or SystemClock()
         self.metrics = ControllerMetrics()
-        self.thread = ControllerEventThread(self._process, name=f"controller-{self.id}-events", observe=self.metrics.observe,
-                                             on_merge=self.metrics.observe_merged)
+        self.thread = ControllerEventThread(
+            self._process,
+            name=f"controller-{self.id}-events",
+            observe=self.metrics.observe,
+            on_merge=self.metrics.observe_merged,
+        )
         self.timer = _Timer(f"controller-{self.id}-timer", lambda: self.put(ev.Tick()), self.clock)
         # the activation (``host.Host``): moved on by activate, reload and resign, all on the event thread
         self.token = 0
@@ -121,13 +126,16 @@ class Controller:
         zk, lay = self.zk, self.layout
         self.grants = TaskGrants(self, zk, lay, self.id)
         self.operations = OperatorSettings(self, zk, lay, self.clock, self.metrics, self.id)
-        self.groups = GroupDriver(self, zk, lay, self.clock, self.metrics, self.id, config.group, self.grants,
-                                  self.operations)
+        self.groups = GroupDriver(
+            self, zk, lay, self.clock, self.metrics, self.id, config.group, self.grants, self.operations
+        )
         self.brokers = BrokerTracker(self, zk, lay, self.metrics, self.operations)
-        self.tasks = TaskTracker(self, zk, self.client, lay, self.clock, self.metrics, self.id, config.task_watch,
-                                 self.groups)
-        self.loader = FailoverLoad(self, zk, lay, self.metrics, self.id, config.load, self.brokers, self.tasks,
-                                   self.groups, self.operations)
+        self.tasks = TaskTracker(
+            self, zk, self.client, lay, self.clock, self.metrics, self.id, config.task_watch, self.groups
+        )
+        self.loader = FailoverLoad(
+            self, zk, lay, self.metrics, self.id, config.load, self.brokers, self.tasks, self.groups, self.operations
+        )
         self.election = Election(self, zk, lay, self.id, config.host)
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -137,7 +145,9 @@ class Controller:
         self.client.add_listener(self._listener)
         ensure_layout(self.client, self.layout)
         if self.config.metrics_port is not None:
-            self.metrics_server = MetricsServer(self.metrics.registry, self.config.metrics_port, name=f"controller-{self.id}-metrics")
+            self.metrics_server = MetricsServer(
+                self.metrics.registry, self.config.metrics_port, name=f"controller-{self.id}-metrics"
+            )
         self.thread.start()
         self.timer.start()
         self.put(ev.Startup())
@@ -212,7 +222,7 @@ class Controller:
 
     def reload(self) -> None:
         """Start again from what ZooKeeper holds: a new token, a new context."""
-        for coord in (self.ctx.groups.values() if self.ctx else ()):
+        for coord in self.ctx.groups.values() if self.ctx else ():
             coord.shutdown()
         self.token += 1
         self.needs_reload = False
@@ -276,7 +286,12 @@ class Controller:
             self.resign("fenced by a newer controller")
             self.election.elect()
         except TRANSIENT as exc:
-            log.info("controller %s: ZooKeeper unavailable while processing %s (%s)", self.id, type(event).__name__, type(exc).__name__)
+            log.info(
+                "controller %s: ZooKeeper unavailable while processing %s (%s)",
+                self.id,
+                type(event).__name__,
+                type(exc).__name__,
+            )
             if self.active:
                 self.needs_reload = True
             else:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -66,8 +67,7 @@ class Seat(Protocol):
 class Election:
     """The controller's election and connection-state handlers."""
 
-    def __init__(self, seat: Seat, zk: InterruptibleClient, layout: ZkLayout, controller_id: str,
-                 machine: str) -> None:
+    def __init__(self, seat: Seat, zk: InterruptibleClient, layout: ZkLayout, controller_id: str, machine: str) -> None:
         self._seat = seat
         self._zk = zk
         self._layout = layout
@@ -163,8 +163,11 @@ class Election:
         except PayloadError as exc:
             log.error("%s", exc)
             return False
-        return (info.controller_id == self._id and info.epoch == self._seat.epoch
-                and stat.ephemeralOwner == self._zk.client_id[0])
+        return (
+            info.controller_id == self._id
+            and info.epoch == self._seat.epoch
+            and stat.ephemeralOwner == self._zk.client_id[0]
+        )
 
     def give_up_seat(self) -> None:
         """Delete ``/controller`` if this session holds it (best effort: ZooKeeper may be gone)."""

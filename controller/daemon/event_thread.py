@@ -25,8 +25,9 @@ import queue
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from controller.daemon.events import Shutdown, coalesce, merge_key
 
@@ -68,9 +69,14 @@ class ControllerEventThread(threading.Thread):
     """Drains the event queue one event at a time, in arrival order; a run of mergeable re-reads at the
     head of the queue is one event (see the module docstring)."""
 
-    def __init__(self, process: Callable[[Any], None], name: str = "controller-event-thread",
-                 observe: Callable[[str, float, float], None] | None = None,
-                 on_merge: Callable[[str, int], None] | None = None, max_merge: int = MAX_MERGE) -> None:
+    def __init__(
+        self,
+        process: Callable[[Any], None],
+        name: str = "controller-event-thread",
+        observe: Callable[[str, float, float], None] | None = None,
+        on_merge: Callable[[str, int], None] | None = None,
+        max_merge: int = MAX_MERGE,
+    ) -> None:
         super().__init__(name=name, daemon=True)
         if max_merge < 1:
             raise ValueError(f"max_merge must be at least 1, got {max_merge}")

@@ -6,19 +6,19 @@ the controller and the method that handles it, so the dispatch is in one readabl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from controller.daemon import Controller
 
 
 class ControllerEvent(Protocol):
-    def process(self, c: "Controller") -> None: ...
+    def process(self, c: Controller) -> None: ...
 
 
 @dataclass(frozen=True)
 class Startup:
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.election.elect()
 
 
@@ -28,7 +28,7 @@ class ControllerChange:
 
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.election.on_controller_change(self.token)
 
 
@@ -37,7 +37,7 @@ class Reelect:
     """Run for election again after an attempt ZooKeeper cut short. A no-op once active: a retry timer
     that fires after the controller has won must not make it resign."""
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.election.elect()
 
 
@@ -45,13 +45,13 @@ class Reelect:
 class Suspended:
     """The ZooKeeper connection is suspended: hold writes until it is back or the session is lost."""
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.election.on_suspended()
 
 
 @dataclass(frozen=True)
 class Reconnected:
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.election.on_reconnected()
 
 
@@ -59,7 +59,7 @@ class Reconnected:
 class Expire:
     """The session is lost: resign, drop the context, run for election again."""
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.election.on_expire()
 
 
@@ -67,7 +67,7 @@ class Expire:
 class BrokerChange:
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.brokers.on_broker_change(self.token)
 
 
@@ -78,7 +78,7 @@ class BrokerModification:
     token: int
     broker_id: str
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.brokers.on_broker_modifications(self.token, (self.broker_id,))
 
 
@@ -90,7 +90,7 @@ class BrokerModifications:
     token: int
     broker_ids: tuple[str, ...]
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.brokers.on_broker_modifications(self.token, self.broker_ids)
 
 
@@ -102,7 +102,7 @@ class TaskChange:
     token: int
     bucket: str | None = None
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_task_change(self.token, self.bucket)
 
 
@@ -113,7 +113,7 @@ class TaskConfigChange:
     token: int
     task_id: str
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_task_config_changes(self.token, (self.task_id,))
 
 
@@ -124,7 +124,7 @@ class TasksResync:
 
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_tasks_resync(self.token)
 
 
@@ -136,7 +136,7 @@ class TaskConfigChanges:
     token: int
     task_ids: tuple[str, ...]
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_task_config_changes(self.token, self.task_ids)
 
 
@@ -146,7 +146,7 @@ class TaskDeletion:
 
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_task_deletion(self.token)
 
 
@@ -158,7 +158,7 @@ class StatusesChange:
     token: int
     bucket: str | None = None
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_statuses_change(self.token, self.bucket)
 
 
@@ -166,7 +166,7 @@ class StatusesChange:
 class GroupsChange:
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.groups.on_groups_change(self.token)
 
 
@@ -175,7 +175,7 @@ class MembersChange:
     token: int
     group: str
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.groups.on_members_change(self.token, self.group)
 
 
@@ -185,7 +185,7 @@ class MemberChange:
     group: str
     member: str
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.groups.on_member_changes(self.token, self.group, (self.member,))
 
 
@@ -198,7 +198,7 @@ class MemberChanges:
     group: str
     members: tuple[str, ...]
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.groups.on_member_changes(self.token, self.group, self.members)
 
 
@@ -208,7 +208,7 @@ class SyncProposalReady:
     group: str
     generation: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.groups.on_sync_proposal(self.token, self.group, self.generation)
 
 
@@ -218,7 +218,7 @@ class Rebalance:
 
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_admin_rebalance(self.token)
 
 
@@ -226,7 +226,7 @@ class Rebalance:
 class ControlledShutdown:
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.brokers.on_controlled_shutdown(self.token)
 
 
@@ -234,7 +234,7 @@ class ControlledShutdown:
 class Reassign:
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.tasks.on_reassign(self.token)
 
 
@@ -244,7 +244,7 @@ class SettingsChange:
 
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.operations.on_settings_change(self.token)
 
 
@@ -254,7 +254,7 @@ class MaintenanceChange:
 
     token: int
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.operations.on_maintenance_change(self.token)
 
 
@@ -266,7 +266,7 @@ class MoveStatus:
     group: str
     task: str
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.operations.on_move_status(self.token, self.group, self.task)
 
 
@@ -274,23 +274,36 @@ class MoveStatus:
 class Tick:
     """A protocol deadline passed (join/sync timeout, scheduled rebalance delay)."""
 
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.on_tick()
 
 
 @dataclass(frozen=True)
 class Shutdown:
-    def process(self, c: "Controller") -> None:
+    def process(self, c: Controller) -> None:
         c.resign("shutdown")
 
 
 # Events that only ask "re-read this part of ZooKeeper": processing one twice in a row changes nothing,
 # so held copies can be merged (see coalesce).
-_REREADS = (ControllerChange, BrokerChange, TaskChange, TasksResync, TaskDeletion, StatusesChange, GroupsChange, MembersChange,
-            SyncProposalReady, Rebalance, ControlledShutdown, Reassign, Tick)
+_REREADS = (
+    ControllerChange,
+    BrokerChange,
+    TaskChange,
+    TasksResync,
+    TaskDeletion,
+    StatusesChange,
+    GroupsChange,
+    MembersChange,
+    SyncProposalReady,
+    Rebalance,
+    ControlledShutdown,
+    Reassign,
+    Tick,
+)
 
 
-def merge_key(event: object) -> tuple[tuple, tuple[str, ...]] | None:
+def merge_key(event: object) -> tuple[tuple[Any, ...], tuple[str, ...]] | None:
     """``((plural kind, token[, group]), ids)`` for a re-read of single znodes, singular or already
     merged; None for every other event. Events with equal keys may be processed as one plural event."""
     if isinstance(event, TaskConfigChange):
@@ -308,7 +321,7 @@ def merge_key(event: object) -> tuple[tuple, tuple[str, ...]] | None:
     return None
 
 
-def coalesce(events: list) -> list:
+def coalesce(events: list[Any]) -> list[Any]:
     """Merge re-reads of single znodes: events held while the connection was suspended, before they are
     replayed, and (ControllerEventThread) a run of them waiting in the queue.
 
@@ -319,9 +332,9 @@ def coalesce(events: list) -> list:
     same thing are dropped, and everything else keeps its place and order. Reading the current state
     earlier than its turn loses nothing: the re-armed watch fires for any later change.
     """
-    out: list = []
-    seen: set = set()
-    merged: dict[tuple, tuple[int, list[str]]] = {}
+    out: list[Any] = []
+    seen: set[Any] = set()
+    merged: dict[tuple[Any, ...], tuple[int, list[str]]] = {}
     for e in events:
         mk = merge_key(e)
         if mk is None:

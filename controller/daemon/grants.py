@@ -17,7 +17,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 
 from controller.daemon.host import Host
 from controller.protocol.acl import AclPolicy, grants_needed
-from controller.protocol.group import WriteAssignments
+from controller.protocol.group_types import WriteAssignments
 from controller.protocol.layout import ZkLayout
 from controller.zk.io import InterruptibleClient
 from controller.zk.security import acl_for
@@ -51,8 +51,11 @@ class TaskGrants:
         if not moves:
             return
         lay = self._layout
-        pending = [(t, path, self._zk.set_acls_async(path, acl_for(policy, lay, path, owner=b)))
-                   for t, b in sorted(moves.items()) for path in (lay.task(t), lay.status(t))]
+        pending = [
+            (t, path, self._zk.set_acls_async(path, acl_for(policy, lay, path, owner=b)))
+            for t, b in sorted(moves.items())
+            for path in (lay.task(t), lay.status(t))
+        ]
         refused: list[str] = []
         for _t, path, result in pending:
             try:
@@ -62,7 +65,12 @@ class TaskGrants:
             except NoAuthError:  # an ACL from before the per-broker policy: `security init` fixes it
                 refused.append(path)
         if refused:
-            log.error("controller %s: no ADMIN right on %d znodes to hand them to their assignee (run "
-                      "`zkctl security init` again): %s", self._id, len(refused), refused[:5])
+            log.error(
+                "controller %s: no ADMIN right on %d znodes to hand them to their assignee (run "
+                "`zkctl security init` again): %s",
+                self._id,
+                len(refused),
+                refused[:5],
+            )
         ctx.task_grants.update(moves)
         log.debug("controller %s: handed %d tasks to their assignees", self._id, len(moves))

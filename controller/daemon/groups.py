@@ -24,10 +24,10 @@ from controller.protocol.codecs import (
     JoinRequest,
     PayloadError,
 )
-from controller.protocol.group import (
+from controller.protocol.group import GroupCoordinator
+from controller.protocol.group_types import (
     DeleteGenerationsBelow,
     GroupConfig,
-    GroupCoordinator,
     WatchMoves,
     WatchSync,
     WriteAssignments,
@@ -66,9 +66,18 @@ def record_member(ctx: ControllerContext, g: str, m: str, data: bytes, stat: Any
 class GroupDriver:
     """Member and proposal handlers, and carrying out the coordinators' decisions."""
 
-    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, clock: Clock,
-                 metrics: ControllerMetrics, controller_id: str, group_config: GroupConfig, grants: TaskGrants,
-                 operations: OperatorSettings) -> None:
+    def __init__(
+        self,
+        host: Host,
+        zk: InterruptibleClient,
+        layout: ZkLayout,
+        clock: Clock,
+        metrics: ControllerMetrics,
+        controller_id: str,
+        group_config: GroupConfig,
+        grants: TaskGrants,
+        operations: OperatorSettings,
+    ) -> None:
         self._host = host
         self._zk = zk
         self._layout = layout
@@ -181,8 +190,9 @@ class GroupDriver:
         if moves:
             self._operations.watch_moves(g, moves)
 
-    def _write_items(self, known: set[str], writer: FencedWriter, items: list[tuple[str, bytes]],
-                     deletes: list[str]) -> None:
+    def _write_items(
+        self, known: set[str], writer: FencedWriter, items: list[tuple[str, bytes]], deletes: list[str]
+    ) -> None:
         """Write ``(path, data)`` items and delete ``deletes`` in fenced multis, without looking anything up
         first: a path in ``known_paths`` is set, any other is created. The controller's unknown paths are
         new ones (each generation's join result, a new member's assignment), so ``upsert``'s pipelined
@@ -212,8 +222,10 @@ class GroupDriver:
 
     def _arm_sync_watch(self, g: str, generation: int) -> Any:
         """Send the ``exists`` that arms the watch on this generation's proposal, without waiting for it."""
-        return self._zk.exists_async(self._layout.group_sync(g, generation),
-                                    watch=self._host.watch(lambda t: ev.SyncProposalReady(t, g, generation)))
+        return self._zk.exists_async(
+            self._layout.group_sync(g, generation),
+            watch=self._host.watch(lambda t: ev.SyncProposalReady(t, g, generation)),
+        )
 
     def _watch_sync(self, g: str, generation: int) -> None:
         """Watch for the leader's proposal of this generation (and read it now if it is already there)."""

@@ -5,7 +5,8 @@ clock, a sibling part) it receives as a plain value."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from controller.daemon.context import ControllerContext
 from controller.daemon.events import ControllerEvent

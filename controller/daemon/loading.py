@@ -13,8 +13,9 @@ import gc
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -71,9 +72,18 @@ class TaskWatchArmer(threading.Thread):
     thread, whose re-read arms them.
     """
 
-    def __init__(self, name: str, client: InterruptibleClient, token: int, loaded: dict[str, int],
-                 path_of: Callable[[str], str], watcher: Callable[[Any], None], put: Callable[[Any], None],
-                 hook: Callable[[Sequence[str]], None] | None = None, chunk: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        client: InterruptibleClient,
+        token: int,
+        loaded: dict[str, int],
+        path_of: Callable[[str], str],
+        watcher: Callable[[Any], None],
+        put: Callable[[Any], None],
+        hook: Callable[[Sequence[str]], None] | None = None,
+        chunk: int | None = None,
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self._client = client
         self.token = token
@@ -97,7 +107,7 @@ class TaskWatchArmer(threading.Thread):
     def run(self) -> None:
         ids = list(self._loaded)
         for i in range(0, len(ids), self._chunk):
-            chunk = ids[i:i + self._chunk]
+            chunk = ids[i : i + self._chunk]
             try:
                 stats = self._arm(chunk)
             except Exception:
@@ -127,8 +137,9 @@ class TaskWatchArmer(threading.Thread):
         return None
 
 
-def get_sequential(client: KazooClient | InterruptibleClient, paths: Sequence[str],
-                   watch: Callable[[str], Any] | None = None) -> list[Any]:
+def get_sequential(
+    client: KazooClient | InterruptibleClient, paths: Sequence[str], watch: Callable[[str], Any] | None = None
+) -> list[Any]:
     """One synchronous round trip per znode: the baseline the pipelined load is measured against."""
     out: list[Any] = []
     for p in paths:
@@ -197,9 +208,19 @@ class LoadHost(Host, Protocol):
 class FailoverLoad:
     """Loading the context on activation or reload, and the background armer of the tasks' watches."""
 
-    def __init__(self, host: LoadHost, zk: InterruptibleClient, layout: ZkLayout, metrics: ControllerMetrics,
-                 controller_id: str, method: LoadMethod, brokers: BrokerTracker, tasks: TaskTracker,
-                 groups: GroupDriver, operations: OperatorSettings) -> None:
+    def __init__(
+        self,
+        host: LoadHost,
+        zk: InterruptibleClient,
+        layout: ZkLayout,
+        metrics: ControllerMetrics,
+        controller_id: str,
+        method: LoadMethod,
+        brokers: BrokerTracker,
+        tasks: TaskTracker,
+        groups: GroupDriver,
+        operations: OperatorSettings,
+    ) -> None:
         self._host = host
         self._zk = zk
         self._layout = layout
@@ -252,8 +273,14 @@ class FailoverLoad:
         load_s = time.monotonic() - started
         self._start_groups(ctx, groups.names, decoded)
         self._tasks.write_invalid_statuses(ctx.invalid_tasks)
-        log.info("controller %s loaded %d brokers, %d tasks, %d groups in %.3fs", self._id, len(ctx.brokers),
-                 len(ctx.tasks), len(groups.names), load_s)
+        log.info(
+            "controller %s loaded %d brokers, %d tasks, %d groups in %.3fs",
+            self._id,
+            len(ctx.brokers),
+            len(ctx.tasks),
+            len(groups.names),
+            load_s,
+        )
         self.last_load_s = load_s
         self._arm(unwatched)
 
@@ -289,12 +316,17 @@ class FailoverLoad:
         member_lists = children_many(zk, [lay.group_members(g) for g in ordered], watch=self._groups.members_watch)
         assignment_lists = reads.bulk_children(zk, [lay.group_assignments(g) for g in ordered])
         member_paths = [(g, m) for g, ms in zip(ordered, member_lists) for m in (ms or [])]
-        member_data = reads.fetch(zk, [lay.group_member(g, m) for g, m in member_paths],
-                                  watch=self._groups.member_watch)
+        member_data = reads.fetch(
+            zk, [lay.group_member(g, m) for g, m in member_paths], watch=self._groups.member_watch
+        )
         assignment_paths = [(g, m) for g, ms in zip(ordered, assignment_lists) for m in (ms or [])]
         assignment_data = reads.bulk(zk, [lay.group_assignment(g, m) for g, m in assignment_paths])
-        return GroupsRead(ordered, states, [(g, m, res) for (g, m), res in zip(member_paths, member_data)],
-                          [(g, m, res) for (g, m), res in zip(assignment_paths, assignment_data)])
+        return GroupsRead(
+            ordered,
+            states,
+            [(g, m, res) for (g, m), res in zip(member_paths, member_data)],
+            [(g, m, res) for (g, m), res in zip(assignment_paths, assignment_data)],
+        )
 
     # ---- decode -----------------------------------------------------------------------------------
     def _decode_cluster(self, ctx: ControllerContext, read: ClusterRead) -> dict[str, int]:
@@ -357,8 +389,9 @@ class FailoverLoad:
         for g in names:
             coord = self._groups.new_coordinator(g)
             try:
-                self._host.apply(g, coord.load(decoded.states[g], ctx.members[g], ctx.group_tasks(g),
-                                               decoded.assignments[g]))
+                self._host.apply(
+                    g, coord.load(decoded.states[g], ctx.members[g], ctx.group_tasks(g), decoded.assignments[g])
+                )
             except PayloadError as exc:  # one group that cannot be written must not stop the activation
                 log.error("group %s cannot be scheduled: %s", g, exc)
 
@@ -373,8 +406,15 @@ class FailoverLoad:
         if unwatched:
             lay = self._layout
             self.watch_armer = TaskWatchArmer(
-                f"controller-{self._id}-watch-armer", self._zk, token, unwatched, lay.task,
-                self._tasks.task_watch(lay.tasks), self._host.put, hook=self.before_arming)
+                f"controller-{self._id}-watch-armer",
+                self._zk,
+                token,
+                unwatched,
+                lay.task,
+                self._tasks.task_watch(lay.tasks),
+                self._host.put,
+                hook=self.before_arming,
+            )
             self.watch_armer.start()
 
     def stop_watch_armer(self) -> None:

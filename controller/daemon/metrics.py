@@ -21,10 +21,22 @@ class ControllerMetrics:
         buckets = (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30)
         self.events = Counter("zkc_controller_events", "events processed", ["event"], registry=r)
         # raw events = zkc_controller_events + this, per type (ControllerEventThread's live coalescing)
-        self.merged_events = Counter("zkc_controller_events_merged", "events processed inside a merged re-read, not on their own",
-                                     ["event"], registry=r)
-        self.queue_time = Histogram("zkc_controller_event_queue_seconds", "time events wait in the queue", ["event"], buckets=buckets, registry=r)
-        self.process_time = Histogram("zkc_controller_event_process_seconds", "time to process an event", ["event"], buckets=buckets, registry=r)
+        self.merged_events = Counter(
+            "zkc_controller_events_merged",
+            "events processed inside a merged re-read, not on their own",
+            ["event"],
+            registry=r,
+        )
+        self.queue_time = Histogram(
+            "zkc_controller_event_queue_seconds",
+            "time events wait in the queue",
+            ["event"],
+            buckets=buckets,
+            registry=r,
+        )
+        self.process_time = Histogram(
+            "zkc_controller_event_process_seconds", "time to process an event", ["event"], buckets=buckets, registry=r
+        )
         self.queue_size = Gauge("zkc_controller_queue_size", "events waiting", registry=r)
         self.epoch = Gauge("zkc_controller_epoch", "controller epoch of this candidate when active", registry=r)
         self.active = Gauge("zkc_controller_active", "1 if this candidate is the active controller", registry=r)
@@ -35,11 +47,15 @@ class ControllerMetrics:
         self.fenced = Counter("zkc_controller_fenced_writes", "writes rejected by the epoch check", registry=r)
         self.rebalances = Counter("zkc_controller_rebalances", "rebalances started", ["group"], registry=r)
         self.maintenance = Gauge("zkc_controller_maintenance", "1 while the cluster is in maintenance mode", registry=r)
-        self.moving = Gauge("zkc_group_moves_in_flight", "moved tasks not yet running on their new owner", ["group"], registry=r)
-        self.deferred = Gauge("zkc_group_moves_deferred", "moves waiting for a later wave (throttle, maintenance)",
-                              ["group"], registry=r)
-        self.imbalance = Gauge("zkc_group_imbalance", "tasks the group's assignor would move from where they run",
-                               ["group"], registry=r)
+        self.moving = Gauge(
+            "zkc_group_moves_in_flight", "moved tasks not yet running on their new owner", ["group"], registry=r
+        )
+        self.deferred = Gauge(
+            "zkc_group_moves_deferred", "moves waiting for a later wave (throttle, maintenance)", ["group"], registry=r
+        )
+        self.imbalance = Gauge(
+            "zkc_group_imbalance", "tasks the group's assignor would move from where they run", ["group"], registry=r
+        )
 
     def observe(self, event: str, queued: float, elapsed: float) -> None:
         self.events.labels(event).inc()
@@ -54,10 +70,14 @@ class ControllerMetrics:
 class MetricsServer:
     """Serves a registry at ``http://host:port/metrics`` from one named daemon thread."""
 
-    def __init__(self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1", name: str = "metrics-http") -> None:
+    def __init__(
+        self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1", name: str = "metrics-http"
+    ) -> None:
         self._server: WSGIServer = make_server(host, port, make_wsgi_app(registry), handler_class=_QuietHandler)
         self.port = self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

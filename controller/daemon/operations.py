@@ -73,8 +73,15 @@ class SettingsRead:
 class OperatorSettings:
     """Settings, maintenance mode, move completion and automatic maintenance."""
 
-    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, clock: Clock,
-                 metrics: ControllerMetrics, controller_id: str) -> None:
+    def __init__(
+        self,
+        host: Host,
+        zk: InterruptibleClient,
+        layout: ZkLayout,
+        clock: Clock,
+        metrics: ControllerMetrics,
+        controller_id: str,
+    ) -> None:
         self._host = host
         self._zk = zk
         self._layout = layout
@@ -88,8 +95,10 @@ class OperatorSettings:
         lay = self._layout
         watch = lambda p: self._host.watch(ev.SettingsChange if p == lay.settings else ev.MaintenanceChange)
         settings, maintenance = get_many(self._zk, [lay.settings, lay.maintenance], watch=watch)
-        for path, r, make in ((lay.settings, settings, ev.SettingsChange),
-                              (lay.maintenance, maintenance, ev.MaintenanceChange)):
+        for path, r, make in (
+            (lay.settings, settings, ev.SettingsChange),
+            (lay.maintenance, maintenance, ev.MaintenanceChange),
+        ):
             if r is None and self._zk.exists(path, watch=self._host.watch(make)) is not None:
                 self._host.put(make(self._host.token))  # created in between: read it
         return SettingsRead(settings, maintenance)
@@ -146,8 +155,15 @@ class OperatorSettings:
             data = None
         ctx = context_of(self._host)
         ctx.settings = s = decode_settings(data, lay.settings, ctx.settings)
-        log.info("controller %s: settings: throttle %s, groups %s, max offline %s/%s, preferred check %ss",
-                 self._id, s.throttle, s.group_throttle, s.max_offline_brokers, s.max_offline_fraction, s.preferred_check_s)
+        log.info(
+            "controller %s: settings: throttle %s, groups %s, max offline %s/%s, preferred check %ss",
+            self._id,
+            s.throttle,
+            s.group_throttle,
+            s.max_offline_brokers,
+            s.max_offline_fraction,
+            s.preferred_check_s,
+        )
         for g, coord in sorted(ctx.groups.items()):
             self.refresh_room(g)
             self._host.apply(g, coord.on_settings(self._group_limits(g), s.preferred_check_s, s.max_imbalance))
@@ -170,8 +186,13 @@ class OperatorSettings:
         ctx.maintenance = info
         self._metrics.maintenance.set(1 if info.on else 0)
         if info.on != was:
-            log.warning("controller %s: maintenance mode %s (%s, by %s)", self._id, "ON" if info.on else "off",
-                        info.reason or "no reason given", info.by)
+            log.warning(
+                "controller %s: maintenance mode %s (%s, by %s)",
+                self._id,
+                "ON" if info.on else "off",
+                info.reason or "no reason given",
+                info.by,
+            )
         if not info.on:
             ctx.lost.clear()  # what was lost during maintenance is its own business; count afresh
         for g, coord in sorted(ctx.groups.items()):
@@ -181,7 +202,10 @@ class OperatorSettings:
     def watch_moves(self, g: str, tasks: tuple[str, ...]) -> None:
         """Read the moved tasks' statuses with a watch each (at most the throttle's worth at a time)."""
         lay = self._layout
-        watch = lambda p: self._status_watch(g, p.rsplit("/", 1)[1])
+
+        def watch(path: str) -> Watcher:
+            return self._status_watch(g, path.rsplit("/", 1)[1])
+
         for task, res in zip(tasks, get_many(self._zk, [lay.status(t) for t in tasks], watch=watch)):
             if res is None:  # no status yet: a get's watch is not armed on a missing znode, an exists' is
                 if self._zk.exists(lay.status(task), watch=watch(lay.status(task))) is not None:
@@ -216,8 +240,9 @@ class OperatorSettings:
             status = codecs.decode(TaskStatus, res[0], self._layout.status(task))
         except PayloadError:
             return  # the new owner rewrites it; the move's timeout frees the slot otherwise
-        log.debug("group %s: move of %s to %s: status %s by %s", g, task, coord.moving[task].dest, status.state,
-                  status.broker)
+        log.debug(
+            "group %s: move of %s to %s: status %s by %s", g, task, coord.moving[task].dest, status.state, status.broker
+        )
         if status.state in DONE_STATES and status.broker == coord.moving[task].dest:
             self._host.apply(g, coord.on_move_done(task, status.broker))
             if not coord.moving:
@@ -245,17 +270,29 @@ class OperatorSettings:
         if m.on and m.by == "auto":
             still = sorted(b for b in m.offline if b not in ctx.brokers)
             if limit is None or len(still) <= limit:
-                log.warning("controller %s: %d of the %d lost brokers are back; automatic maintenance ends",
-                            self._id, len(m.offline) - len(still), len(m.offline))
-                self._write_maintenance(MaintenanceInfo(on=False, reason=f"automatic maintenance ended: "
-                                                        f"{len(still)} of {len(m.offline)} brokers still offline",
-                                                        by="auto", since=time.time()))
+                log.warning(
+                    "controller %s: %d of the %d lost brokers are back; automatic maintenance ends",
+                    self._id,
+                    len(m.offline) - len(still),
+                    len(m.offline),
+                )
+                self._write_maintenance(
+                    MaintenanceInfo(
+                        on=False,
+                        reason=f"automatic maintenance ended: {len(still)} of {len(m.offline)} brokers still offline",
+                        by="auto",
+                        since=time.time(),
+                    )
+                )
             return
         if m.on or limit is None or len(ctx.lost) <= limit:
             return
         lost = tuple(sorted(ctx.lost))
-        reason = (f"{len(lost)} brokers lost within {s.offline_window_s:g}s (at most {limit} may be): "
-                  + ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else ""))
+        reason = (
+            f"{len(lost)} brokers lost within {s.offline_window_s:g}s (at most {limit} may be): "
+            + ", ".join(lost[:10])
+            + (" ..." if len(lost) > 10 else "")
+        )
         log.warning("controller %s: maintenance mode turns itself on: %s", self._id, reason)
         self._write_maintenance(MaintenanceInfo(on=True, reason=reason, by="auto", since=time.time(), offline=lost))
 
@@ -266,8 +303,12 @@ class OperatorSettings:
             known = context_of(self._host).known_paths
             self._host.write(lambda: writer_of(self._host).upsert([(path, codecs.encode(info))], known))
         except (WriteFailed, NoAuthError) as exc:  # e.g. a secured root laid out before this znode existed
-            log.error("controller %s: cannot write %s (%s); `zkctl security init` lays it out with its ACL",
-                      self._id, path, exc)
+            log.error(
+                "controller %s: cannot write %s (%s); `zkctl security init` lays it out with its ACL",
+                self._id,
+                path,
+                exc,
+            )
             return
         context_of(self._host).known_paths.add(path)
         self._set_maintenance(info)

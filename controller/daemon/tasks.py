@@ -57,8 +57,18 @@ def record_task(ctx: ControllerContext, t: str, data: bytes, path: str) -> None:
 class TaskTracker:
     """Task, deletion, status and admin-request handlers, and the watches of this activation's tasks."""
 
-    def __init__(self, host: Host, zk: InterruptibleClient, client: KazooClient, layout: ZkLayout, clock: Clock,
-                 metrics: ControllerMetrics, controller_id: str, task_watch: TaskWatch, groups: GroupDriver) -> None:
+    def __init__(
+        self,
+        host: Host,
+        zk: InterruptibleClient,
+        client: KazooClient,
+        layout: ZkLayout,
+        clock: Clock,
+        metrics: ControllerMetrics,
+        controller_id: str,
+        task_watch: TaskWatch,
+        groups: GroupDriver,
+    ) -> None:
         self._host = host
         self._zk = zk
         self._client = client  # the persistent watch of /tasks is kept per kazoo client
@@ -109,10 +119,22 @@ class TaskTracker:
             return
         now = time.time()
         session = codecs.session_hex(self._client.client_id[0] if self._client.client_id else None)
-        items = [(self._layout.status(t), codecs.encode(codecs.TaskStatus(
-            broker="controller", state="FAILED", generation=0, updated=now, error=f"invalid task spec: {reason}",
-            session=session)))
-            for t, reason in sorted(invalid.items())]
+        items = [
+            (
+                self._layout.status(t),
+                codecs.encode(
+                    codecs.TaskStatus(
+                        broker="controller",
+                        state="FAILED",
+                        generation=0,
+                        updated=now,
+                        error=f"invalid task spec: {reason}",
+                        session=session,
+                    )
+                ),
+            )
+            for t, reason in sorted(invalid.items())
+        ]
         known = self._host.ctx.known_paths if self._host.ctx else None
         self._host.write(lambda: writer.upsert(items, known))
 
@@ -252,16 +274,20 @@ class TaskTracker:
         if not ctx or not ctx.deletable:
             return None
         retry = ctx.deletion_retry
-        return min(max(since + DELETE_LINGER_S, retry[t][1] if t in retry else 0.0)
-                   for t, since in ctx.deletable.items())
+        return min(
+            max(since + DELETE_LINGER_S, retry[t][1] if t in retry else 0.0) for t, since in ctx.deletable.items()
+        )
 
     def flush_deletions(self) -> None:
         """Delete the tasks whose owner is gone, with their statuses and requests: a task, its status and
         its request go in the same fenced multi, and the statuses to delete come from one listing."""
         ctx, lay = context_of(self._host), self._layout
         now = self._clock.now()
-        ready = {t: since for t, since in ctx.deletable.items()
-                 if t not in ctx.deletion_retry or ctx.deletion_retry[t][1] <= now}
+        ready = {
+            t: since
+            for t, since in ctx.deletable.items()
+            if t not in ctx.deletion_retry or ctx.deletion_retry[t][1] <= now
+        }
         if not ready:
             return  # only retries backing off: the timer brings us back
         still_owned = ctx.deleting - ctx.deletable.keys()
@@ -315,8 +341,9 @@ class TaskTracker:
                     self._host.write(partial(writer_of(self._host).delete_tree, path))
                     log.warning("deleting task %s: removed %s, a znode that is not ours", t, path)
                 except (KazooException, WriteFailed) as exc:
-                    log.warning("deleting task %s: cannot remove %s (%s); retrying in %.1fs", t, path,
-                                type(exc).__name__, delay)
+                    log.warning(
+                        "deleting task %s: cannot remove %s (%s); retrying in %.1fs", t, path, type(exc).__name__, delay
+                    )
         return owned, stuck
 
     def on_statuses_change(self, token: int, bucket: str | None = None) -> None:
@@ -352,8 +379,9 @@ class TaskTracker:
             groups = [req.group] if req.group else sorted(ctx.groups)
             for g in groups:
                 if g in ctx.groups:
-                    self._host.apply(g, ctx.groups[g].on_rebalance_request(f"requested: {req.reason}",
-                                                                           preferred=req.preferred))
+                    self._host.apply(
+                        g, ctx.groups[g].on_rebalance_request(f"requested: {req.reason}", preferred=req.preferred)
+                    )
         if paths:
             self._host.write(lambda: writer_of(self._host).delete_if_present(paths))
 

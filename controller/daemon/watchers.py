@@ -6,7 +6,8 @@ path with the same object never stacks callbacks."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.protocol.states import EventType
 
