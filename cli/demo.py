@@ -54,7 +54,7 @@ class Demo:
     _shown_at: float = 0.0
 
     # ---- processes --------------------------------------------------------------------------------
-    def zkctl_command(self, name: str, *args: str) -> subprocess.Popen:
+    def _zkctl(self, name: str, *args: str) -> subprocess.Popen:
         log = open(self.state_dir / "logs" / f"{name}.log", "ab")
         env = dict(os.environ, ZKC_ZK=self.server.address, ZKC_ROOT=self.root, ZKC_STATE_DIR=str(self.state_dir),
                    PYTHONUNBUFFERED="1")
