@@ -50,6 +50,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = item.nodeid.replace("\\", "/")
         if path.startswith(_EXCLUSIVE_DIRS) or item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
+        elif _shares_a_module_fixture(item):  # one set-up (a cluster of processes), not one per process
+            item.add_marker(pytest.mark.xdist_group(path.split("::", 1)[0]))
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", {}) or {}
+    return any(d.scope in ("module", "class", "package") for fixturedefs in defs.values() for d in fixturedefs)
 
 
 @pytest.fixture(scope="session")
