@@ -33,7 +33,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy controller broker_sim cli
 
 test: lint
-	$(BIN)/pytest $(PYTEST_PARALLEL)
+	$(BIN)/pytest $(PYTEST_PARALLEL) --durations=20
 
 # The pure tier: no ZooKeeper, no process, no Spark.
 test-fast: $(BIN)/.installed
