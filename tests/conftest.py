@@ -24,10 +24,12 @@ from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
 
 #: The xdist group of the tests that cannot share the machine: Spark JVMs, containers, a browser, chaos runs and
-#: ensembles (everything in tests/e2e), and the integration tests marked slow. One process runs them in turn
-#: while the other runs the rest.
+#: ensembles (everything in tests/e2e), the integration tests marked slow, and those whose broker processes race
+#: a session timeout or a deadline (a starved process there fails the test, not the code). One process runs
+#: them in turn while the other runs the rest.
 EXCLUSIVE = "exclusive"
-_EXCLUSIVE_DIRS = ("tests/e2e/",)
+_EXCLUSIVE_PATHS = ("tests/e2e/", "tests/integration/test_hard_fence.py", "tests/integration/test_outage.py",
+                    "tests/integration/test_cli_processes.py")
 _STATE_DIR = "ZKC_STATE_DIR"
 
 
@@ -48,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.nodeid.replace("\\", "/")
-        if path.startswith(_EXCLUSIVE_DIRS) or item.get_closest_marker("slow") is not None:
+        if path.startswith(_EXCLUSIVE_PATHS) or item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
         elif _shares_a_module_fixture(item):  # one set-up (a cluster of processes), not one per process
             item.add_marker(pytest.mark.xdist_group(path.split("::", 1)[0]))
