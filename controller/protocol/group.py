@@ -490,6 +490,19 @@ class GroupCoordinator:
         self.reassign[task_id] = to
         return self.prepare_rebalance(f"reassign {task_id} to {to}")
 
+    def on_roll_placement(self, placement: Mapping[str, str], reason: str) -> list[Decision]:
+        """A planned roll's step: every task it names pinned to that member (``reassign``), so the round
+        moves exactly what the plan moves; a rebalance only when something is not where the plan puts it."""
+        self.reassign = {t: m for t, m in placement.items() if t in self.tasks and m in self.members}
+        current = {t: m for m, ts in self.assignment.items() for t in ts}
+        if all(current.get(t) == m for t, m in self.reassign.items()):
+            return []
+        return self.prepare_rebalance(reason)
+
+    def end_roll(self) -> None:
+        """The roll is over (or paused): no pins left; the assignor places as it always does."""
+        self.reassign.clear()
+
     def on_tick(self) -> list[Decision]:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
         now = self.clock.now()
