@@ -235,6 +235,11 @@ class ZkLayout:
         return self._p("admin", "delete_tasks", check_name("task id", task_id))
 
     @property
+    def admin_roll(self) -> str:
+        """The planned roll (``RollState``): written by ``zkctl broker roll``, then by the controller, fenced."""
+        return self._p("admin", "roll")
+
+    @property
     def settings(self) -> str:
         """Operator settings (move throttles, automatic maintenance), honoured live by the controller."""
         return self._p("admin", "settings")
