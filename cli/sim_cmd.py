@@ -61,10 +61,12 @@ BROKERS_PER_FARM = 25
               help="take a one-step scenario's step this many times on the same cluster (put back, unmeasured, "
                    "in between: the broker added shut down, the broker killed or shut down started again, a new "
                    "standby controller); the summary gives each figure and their median")
+@click.option("--roll-batch", type=click.IntRange(1), default=1, show_default=True,
+              help="brokers down at a time in the roll scenario (the controller's planned roll)")
 @click.pass_obj
 def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed, start_latency, stop_latency,
             session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out, farms,
-            metrics_interval, converge_timeout, settle, repeat) -> None:
+            metrics_interval, converge_timeout, settle, repeat, roll_batch) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
@@ -91,7 +93,8 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
                       intervals_out=str(intervals_out) if intervals_out else None,
                       farms=n_farms,
                       converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval,
-                      settle_s=settle if settle is not None else (2.0 if n_farms else 0.0), repeat=repeat)
+                      settle_s=settle if settle is not None else (2.0 if n_farms else 0.0), repeat=repeat,
+                      roll_batch=roll_batch)
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
         summary = run_simulation(opts, echo=echo)

@@ -109,6 +109,15 @@ class RollDriver:
         if st is not None and st.active and now > st.since + st.timeout_s:
             self._pause(st, coord, now)
 
+    @staticmethod
+    def _settled(coord: GroupCoordinator) -> bool:
+        """Stable with every task placed: the assignment a plan may start from (mid-round, a cooperative
+        assignment leaves out the tasks on their way)."""
+        if coord.state is not GroupState.STABLE:
+            return False
+        placed_tasks = {t for ts in coord.assignment.values() for t in ts}
+        return placed_tasks >= set(coord.tasks)
+
     def _pin(self, st: RollState, coord: GroupCoordinator, plan: Plan) -> bool:
         """Pin the phase's plan once (per activation); True if it was pinned now."""
         key = (self._host.token, st.step, st.phase)
@@ -121,6 +130,8 @@ class RollDriver:
 
     def _drain(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
         batch = st.batch_now()
+        if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
+            return
         if self._pin(st, coord, drain_plan(coord.assignment, st.order, st.step)):
             plan = self._plan
             assert plan is not None
@@ -153,7 +164,13 @@ class RollDriver:
         self._write(dataclasses.replace(st, phase="restart", since=now, epochs=epochs, reason=""))
 
     def _restart(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
-        self._pin(st, coord, hold_plan(coord.assignment))
+        key = (self._host.token, st.step, "drain")
+        if self._applied == key:  # the drain's pins hold everything where it is: nothing goes to a broker back
+            self._applied = (self._host.token, st.step, st.phase)
+        elif self._applied != (self._host.token, st.step, st.phase):
+            if not self._settled(coord):
+                return
+            self._pin(st, coord, hold_plan(coord.assignment))  # (a new controller: where everything runs now)
         ctx = context_of(self._host)
         for b in st.batch_now():
             rec = ctx.brokers.get(b)
@@ -168,6 +185,8 @@ class RollDriver:
         self.advance()
 
     def _balance(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
+        if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
+            return
         if self._pin(st, coord, balance_plan(coord.assignment, st.twice)):
             plan = self._plan
             assert plan is not None
