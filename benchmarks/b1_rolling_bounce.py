@@ -43,6 +43,7 @@ def _contenders(delay_s: float) -> list[tuple[str, dict[str, Any]]]:
         ("reconcile", dict(protocol=RECONCILE)),
         ("cooperative + controlled shutdown", dict(protocol=COOPERATIVE, controlled_shutdown=True)),
         ("cooperative + static membership", dict(protocol=COOPERATIVE, static_membership=True, scheduled_delay_s=delay_s)),
+        ("planned roll", dict(protocol=COOPERATIVE, scenario="roll")),
     ]
 
 
@@ -71,6 +72,18 @@ def decompose(intervals: Sequence[RunInterval], window: tuple[float, float]) -> 
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
+def max_moves_per_task(intervals: Sequence[RunInterval], window: tuple[float, float]) -> int:
+    """The most times one task started on another owner inside the window."""
+    by_task: dict[str, list[RunInterval]] = defaultdict(list)
+    for i in intervals:
+        by_task[i.task_id].append(i)
+    most = 0
+    for runs in by_task.values():
+        runs.sort(key=lambda i: i.start)
+        most = max(most, sum(1 for a, b in zip(runs, runs[1:]) if window[0] <= b.start <= window[1] and a.broker != b.broker))
+    return most
+
+
 def _summarise(name: str, intervals: list[RunInterval], tasks: list[str], window: tuple[float, float],
                steps: list[float | None], extra: dict[str, Any]) -> dict[str, Any]:
     overlaps = double_ownership(intervals)
@@ -84,6 +97,7 @@ def _summarise(name: str, intervals: list[RunInterval], tasks: list[str], window
         "step_convergence_median_s": median([s for s in steps if s is not None]),
         "window_s": round(window[1] - window[0], 3),
         "decomposition": decompose(intervals, window),
+        "max_moves_per_task": max_moves_per_task(intervals, window),
         "overlaps": [str(o) for o in overlaps[:5]],
         **extra,
     }
@@ -217,6 +231,9 @@ def run(bench: Bench) -> dict[str, Any]:
     coop, cs = med["cooperative"], med["cooperative + controlled shutdown"]
     sp_ref = med[sp_default] if sp_default else med[sp_tuned]
     sp_label = sp_default or sp_tuned
+    roll = med["planned roll"]
+    roll_moved = median([x["moved_tasks"] for x in runs["planned roll"]])
+    roll_most = max(x["max_moves_per_task"] for x in runs["planned roll"])
     double_total = sum(x["double_ownership"] for n in names for x in runs[n])
     targets = [
         target("B1 cooperative downtime vs eager", f"1/{med['eager'] / coop:.1f}" if coop else "-", "≤ 1/20", bool(coop) and coop <= med["eager"] / 20, quick_size=quick),
@@ -227,6 +244,12 @@ def run(bench: Bench) -> dict[str, Any]:
         target("B1 reconcile downtime vs eager", f"1/{med['eager'] / med['reconcile']:.1f}" if med["reconcile"] else "-",
                "≤ 1/20", bool(med["reconcile"]) and med["reconcile"] <= med["eager"] / 20,
                f"cooperative in the same run: 1/{med['eager'] / coop:.1f}" if coop else "", quick_size=quick),
+        target("B1 planned roll downtime vs eager", f"1/{med['eager'] / roll:.1f}" if roll else "-", "≤ 1/25",
+               bool(roll) and roll <= med["eager"] / 25, quick_size=quick),
+        target("B1 planned roll moves", roll_moved, f"≤ {tasks} (tasks)", roll_moved <= tasks,
+               f"the plan's bound without spare brokers: tasks + 2·tasks/brokers = {tasks + 2 * tasks // brokers}",
+               quick_size=quick),
+        target("B1 planned roll: most moves of one task", roll_most, "≤ 2", roll_most <= 2),
         target("B1 double ownership (all contenders, all runs)", double_total, "0", double_total == 0),
     ]
     doc = {

@@ -11,7 +11,7 @@ from controller.api.context import API, LOOPBACK_HOSTS, ApiConfig, ApiContext
 from controller.api.errors import install_error_handlers
 from controller.api.guard import Guard, RequestPolicy
 from controller.api.hub import EventHub
-from controller.api.routes import brokers, cluster, console, events, groups, metrics, settings, tasks
+from controller.api.routes import brokers, cluster, console, events, groups, metrics, roll, settings, tasks
 
 __all__ = ["API", "ApiConfig", "LOOPBACK_HOSTS", "create_app"]
 
@@ -28,7 +28,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     measured = metrics.RequestMetrics(hub)
     app.state.hub = hub
     install_error_handlers(app)
-    for part in (tasks.router(ctx), brokers.router(ctx), groups.router(ctx), cluster.router(ctx),
+    for part in (tasks.router(ctx), roll.router(ctx), brokers.router(ctx), groups.router(ctx), cluster.router(ctx),
                  settings.router(ctx), events.router(ctx, hub), metrics.router(ctx, measured)):
         app.include_router(part)
     console.mount(app)
