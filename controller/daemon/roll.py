@@ -199,7 +199,12 @@ class RollDriver:
 
     def _pause(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
         if st.phase == "restart":
-            late = [b for b in st.batch_now() if b not in coord.generation_members]
+            brokers = context_of(self._host).brokers
+            late = [
+                b
+                for b in st.batch_now()
+                if b not in brokers or brokers[b].epoch == st.epochs.get(b) or b not in coord.generation_members
+            ]
             reason = f"{', '.join(late) or 'the batch'} did not return within {st.timeout_s:g}s"
         else:
             reason = f"the {st.phase} of step {st.step + 1} did not finish within {st.timeout_s:g}s"

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from broker_sim.sim.simulator import SimOptions, Simulation
 from broker_sim.sim.checker import double_ownership
+from broker_sim.sim.simulator import SimOptions, Simulation
 from controller.admin import AdminClient
 from controller.admin.common import AdminError
 
