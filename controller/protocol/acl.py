@@ -230,6 +230,7 @@ RULES: dict[str, dict[str, int]] = {
     "shutdown_request": _rule(admin=ALL, broker=RWCD),       # /admin/controlled_shutdown/<b>
     "settings": _rule(admin=ALL),                           # /admin/settings (throttles, auto maintenance)
     "maintenance": _rule(admin=ALL, controller=R | W),      # /admin/maintenance (controller: automatic)
+    "roll": _rule(admin=ALL, controller=R | W),             # /admin/roll (the controller writes its progress)
     "security": _rule(admin=ALL),                           # /security (the policy)
     "other": _rule(admin=ALL),                              # anything else under the root
 }
@@ -270,7 +271,7 @@ def classify(layout: ZkLayout, path: str) -> str:
     if head == "intervals":
         return "interval" if n == 2 else "other"
     if head == "admin":
-        if n == 2 and parts[1] in ("settings", "maintenance"):
+        if n == 2 and parts[1] in ("settings", "maintenance", "roll"):
             return parts[1]
         if parts[1] == "controlled_shutdown":
             return "shutdown_queue" if n == 2 else "shutdown_request" if n == 3 else "other"

@@ -77,7 +77,7 @@ def _layout_paths(layout: ZkLayout) -> dict[str, str]:
         "admin_queue": layout.admin_delete_tasks, "admin_request": layout.admin_reassign_of("t"),
         "shutdown_queue": layout.root + "/admin/controlled_shutdown",
         "shutdown_request": layout.admin_controlled_shutdown_of("b0"), "security": layout.security,
-        "settings": layout.settings, "maintenance": layout.maintenance,
+        "settings": layout.settings, "maintenance": layout.maintenance, "roll": layout.admin_roll,
         "other": layout.root + "/elsewhere", "layout": layout.layout_info,
         "task_bucket": layout.task_bucket("t"), "status_bucket": layout.status_bucket("t"),
     }
