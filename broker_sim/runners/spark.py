@@ -102,10 +102,6 @@ class SparkRunner(TaskRunner):
             raise SparkSetupError("this runner is closed")
         return self._holder.get()
 
-    @property
-    def session_startup_s(self) -> float | None:
-        return self._holder.startup_s if self._holder else None
-
     def _task_lock(self, task_id: str) -> threading.Lock:
         with self._lock:
             return self._task_locks.setdefault(task_id, threading.Lock())
