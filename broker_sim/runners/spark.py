@@ -77,9 +77,14 @@ class SparkRunner(TaskRunner):
     name = "spark"
     runs_processes = True  # the driver JVM, Declarative Pipelines runs
 
-    def __init__(self, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
-                 checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT, app_name: str = "zkcontroller-worker",
-                 stop_budget_s: float = DEFAULT_STOP_BUDGET_S) -> None:
+    def __init__(
+        self,
+        spark_master: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT,
+        app_name: str = "zkcontroller-worker",
+        stop_budget_s: float = DEFAULT_STOP_BUDGET_S,
+    ) -> None:
         self.spark_master = spark_master or local_master()
         self.stop_budget_s = stop_budget_s
         # StreamingQuery.stop() waits forever by default (stopTimeout 0): bound it by the stop budget; a stop
