@@ -280,11 +280,13 @@ def test_a_cap_on_streams_answers_503_with_the_reason(zk_hosts, tmp_path):
         s = _open_stream(cluster)
         streams.append(s)
         _read_until(s, b'"kind":"watching"')
-        # SIGTERM with streams open: they end, the server stops, no traceback
+        # SIGTERM with streams open: they end, the server stops with exit 0 (a stop asked for), no traceback
         cluster.procs["api"].send_signal(signal.SIGTERM)
-        cluster.procs["api"].wait(20)  # stops within the graceful window (the streams ended, not cancelled)
+        code = cluster.procs["api"].wait(20)  # stops within the graceful window (the streams ended, not cancelled)
         log = cluster.log("api")
         assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
+        assert code == 0 and "API stopped" in log and "Aborted" not in log, (code, log[-3000:])
+        assert b"event: end" in _read_until(s, b"event: end"), "the open stream was ended, not cut"
     finally:
         for s in streams:
             s.close()
