@@ -74,7 +74,7 @@ class NetProxy:
         while not self._stopped.is_set():
             try:
                 client, _ = self._listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if not self._open.is_set():
                 client.close()  # a partitioned host cannot connect either
@@ -87,7 +87,9 @@ class NetProxy:
             with self._lock:
                 self._conns.append((client, upstream))
             n += 1
-            threading.Thread(target=self._pump, args=(client, upstream), name=f"{self.name}-pump{n}", daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(client, upstream), name=f"{self.name}-pump{n}", daemon=True
+            ).start()
 
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         peers = {a: b, b: a}
