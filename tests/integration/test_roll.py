@@ -86,7 +86,8 @@ def test_roll_goes_on_under_a_new_controller(zk_hosts: str) -> None:
         assert sim.wait_converged(balanced=True) is not None
         admin = AdminClient(sim.admin, sim.layout)
         admin.roll("default", batch=1, timeout_s=30.0)
-        assert _supervise(sim, admin, (), 30, step=1) == "drain"  # the first broker rolled, the second draining
+        # the first broker rolled, the second on its way out
+        assert _supervise(sim, admin, (), 30, step=1) in ("drain", "restart")
         first = sim.kill_controller()
         assert first is not None
         assert _supervise(sim, admin, ("paused", "done"), 90) == "done", admin.roll_status()
