@@ -1,7 +1,8 @@
 """B1 — rolling bounce: every broker in turn stops cleanly, stays down for ``gap`` seconds and comes back
 (same id); the next one goes once the cluster has converged. No-op tasks with 200 ms stop and 500 ms
 start latency. Contenders: our eager, cooperative and reconcile protocols, cooperative with controlled shutdown,
-cooperative with static membership (scheduled rebalance delay > gap), and the peer, kazoo's
+cooperative with static membership (scheduled rebalance delay > gap), the controller's planned roll
+(``zkctl broker roll``: each broker's tasks moved to brokers already rolled before it goes down), and the peer, kazoo's
 ``SetPartitioner`` recipe, driven through the same bounce with the same runner latencies.
 
 Figures come from recorded run intervals through the independent checker (``broker_sim.sim.checker``):
