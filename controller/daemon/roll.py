@@ -70,6 +70,7 @@ class RollDriver:
         before = self._state
         self._state = state
         if before is not None and (state is None or not state.active):
+            self._applied, self._plan = None, None  # (a resumed roll pins its phase afresh)
             coord = context_of(self._host).groups.get(before.group)
             if coord is not None:
                 coord.end_roll()
