@@ -93,3 +93,66 @@ def test_roll_goes_on_under_a_new_controller(zk_hosts: str) -> None:
         assert _supervise(sim, admin, ("paused", "done"), 90) == "done", admin.roll_status()
         assert sim.wait_converged(balanced=True) is not None
         assert double_ownership(sim.all_intervals()) == []
+
+
+def test_roll_through_the_api(zk_hosts: str) -> None:
+    import json
+    import threading
+    import urllib.error
+    import urllib.request
+
+    import uvicorn
+
+    from controller.api.app import create_app
+    from controller.api.context import ApiConfig
+    from controller.zk.server import free_port
+
+    opts = SimOptions(brokers=2, tasks=4, zk_hosts=zk_hosts, converge_timeout_s=30)
+    with Simulation(opts) as sim:
+        sim.create_tasks(opts.tasks)
+        sim.start_controller("ctl-0")
+        sim.start_workers([sim.broker_id(i) for i in range(2)])
+        assert sim.wait_converged(balanced=True) is not None
+        port = free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(ApiConfig(sim.admin, sim.layout)), port=port, log_level="warning")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        try:
+            assert _wait_port(server)
+            base = f"http://127.0.0.1:{port}/api/v1/brokers/roll"
+
+            def call(method: str, body: dict | None = None) -> tuple[int, object]:
+                data = json.dumps(body).encode() if body is not None else None
+                req = urllib.request.Request(
+                    base, data=data, method=method, headers={"Content-Type": "application/json"}
+                )
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        return r.status, json.loads(r.read())
+                except urllib.error.HTTPError as e:
+                    return e.code, json.loads(e.read())
+
+            assert call("GET") == (200, None)
+            assert call("POST", {"batch": 0})[0] == 422
+            code, st = call("POST", {"group": "default", "timeout_s": 60})
+            assert code == 200 and isinstance(st, dict) and st["order"] == [["broker-000"], ["broker-001"]]
+            code, err = call("POST", {"resume": True})
+            assert code >= 400 and "not paused" in json.dumps(err), err
+            admin = AdminClient(sim.admin, sim.layout)
+            assert _supervise(sim, admin, ("paused", "done"), 60) == "done"
+            code, st = call("GET")
+            assert code == 200 and isinstance(st, dict) and st["phase"] == "done" and st["moves"] == 4 + 2 * 2
+        finally:
+            server.should_exit = True
+            thread.join(10)
+
+
+def _wait_port(server: object) -> bool:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if getattr(server, "started", False):
+            return True
+        time.sleep(0.05)
+    return False
