@@ -12,6 +12,7 @@ from broker_sim.sim.checker import double_ownership
 from broker_sim.sim.simulator import SimOptions, Simulation
 from controller.admin import AdminClient
 from controller.admin.common import AdminError
+from tests.cli_support import invoke
 
 
 def _supervise(
@@ -69,9 +70,13 @@ def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) ->
         st = admin.roll_status()
         assert st is not None and "broker-000 did not return within 2s" in st.reason and st.resume_phase == "restart"
         assert not sim.workers["broker-001"].exited.is_set()  # the next broker was not touched
+        cli = ["--zk", zk_hosts, "--zk-root", sim.layout.root, "broker", "roll"]
+        out = invoke([*cli, "--status"])
+        assert out.exit_code == 0 and "paused" in out.output and "broker-000 did not return" in out.output, out.output
         sim._retire(sim.workers["broker-000"], graceful=True)
         sim.start_worker("broker-000")
-        assert admin.resume_roll().phase == "restart"
+        out = invoke([*cli, "--resume"])
+        assert out.exit_code == 0 and "Roll of group default: restart" in out.output, out.output
         assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
         assert sim.wait_converged(balanced=True) is not None
 
