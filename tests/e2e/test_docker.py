@@ -309,6 +309,7 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
     assert summary["left_out"] == sorted(uninjectable.kinds), summary
 
 
+@pytest.mark.timeout(1800)
 def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, tmp_path):
     """`zkctl cluster upgrade --image`: the controller's planned roll over three Spark broker containers,
     each replaced by a container of the new image when its turn comes; every record in each sink exactly
@@ -330,8 +331,8 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         info = containers.up(spec, echo=lambda line: None)
         zk = make_client(ZkSettings(hosts=info.zk, root="/roll", session_timeout_s=30))
         admin = AdminClient(zk, ZkLayout("/roll"))
-        tasks = ["roll-1", "roll-2", "roll-3"]
-        records = 900
+        tasks = ["roll-1", "roll-2"]
+        records = 600
         for t in tasks:
             (data / "in" / t).mkdir(parents=True)
             (data / "in" / t).chmod(0o777)
@@ -339,7 +340,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
                             for t in tasks])
         for t in tasks:
             generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
-        wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 300, "the pipelines writing their sinks")
+        wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 600, "the pipelines writing their sinks")
         p = zkctl_command("--json", "--zk", info.zk, "--zk-root", "/roll", "cluster", "upgrade", "--name", name,
                           "--image", new_image, "--timeout", "240", timeout=1500)
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
