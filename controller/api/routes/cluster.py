@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from controller.admin import to_dict
 from controller.admin.interval_ends import close_ended_sessions
+from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.protocol import codecs
 
@@ -19,15 +19,18 @@ def router(ctx: ApiContext) -> APIRouter:
 
     @r.get("/status", summary="The controller, brokers, groups and task counts at a glance")
     def status() -> dict[str, Any]:
-        return to_dict(ctx.admin().status())
+        return json_object(ctx.admin().status())
 
     @r.get("/controller", summary="The active controller and the controller epoch")
     def controller() -> dict[str, Any]:
         st = ctx.admin().status()
         return {"controller": st.controller, "epoch": st.controller_epoch}
 
-    @r.get("/intervals", summary="Recorded run intervals (the ownership timeline), since a time; an interval "
-           "left open by a session that has ended ends at the latest when that session ended")
+    @r.get(
+        "/intervals",
+        summary="Recorded run intervals (the ownership timeline), since a time; an interval "
+        "left open by a session that has ended ends at the latest when that session ended",
+    )
     def intervals(since: float = 0.0) -> list[dict[str, Any]]:
         now = time.time()
         ivs = close_ended_sessions(ctx.config.client, ctx.config.layout, ctx.admin().intervals())

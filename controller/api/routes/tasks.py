@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Response
 
 from controller.admin import to_dict
+from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError
 from controller.protocol.taskspec import SpecError, parse_spec
@@ -18,19 +19,26 @@ def router(ctx: ApiContext) -> APIRouter:
     r = APIRouter(prefix=f"{API}/tasks", tags=["tasks"])
 
     @r.get("", summary="List tasks (filters and paging; X-Total-Count holds the total)")
-    def list_tasks(group: str | None = None, state: str | None = None,
-                   owner: str | None = None, offset: int = Query(0, ge=0),
-                   limit: int | None = Query(None, ge=1, le=100_000)) -> Response:
+    def list_tasks(
+        group: str | None = None,
+        state: str | None = None,
+        owner: str | None = None,
+        offset: int = Query(0, ge=0),
+        limit: int | None = Query(None, ge=1, le=100_000),
+    ) -> Response:
         rows = ctx.admin().list_tasks(group)
         if state:
             wanted = state.upper()
             rows = [row for row in rows if wanted in (row.state, row.status, row.shown)]
         if owner:
             rows = [row for row in rows if row.owner == owner]
-        page = rows[offset: None if limit is None else offset + limit]
+        page = rows[offset : None if limit is None else offset + limit]
         # serialised directly: at 10,000 rows FastAPI's generic encoder costs more than reading ZooKeeper
-        return Response(json.dumps([to_dict(row) for row in page], separators=(",", ":")),
-                        media_type="application/json", headers={"X-Total-Count": str(len(rows))})
+        return Response(
+            json.dumps([to_dict(row) for row in page], separators=(",", ":")),
+            media_type="application/json",
+            headers={"X-Total-Count": str(len(rows))},
+        )
 
     @r.post("", summary="Create one task or a list (validated as `zkctl task create`)")
     def create_tasks(response: Response, body: Any = Body(...), dry_run: bool = False) -> dict[str, Any]:
@@ -40,16 +48,19 @@ def router(ctx: ApiContext) -> APIRouter:
         specs = [parse_spec(o, f"spec {i + 1}" if len(objs) > 1 else "spec") for i, o in enumerate(objs)]
         result = ctx.admin().create_tasks(specs, dry_run=dry_run)
         response.status_code = 200 if dry_run else 201
-        return to_dict(result)
+        return json_object(result)
 
-    @r.post("/restart", summary="Restart many tasks in one batched write: every FAILED one "
-            "(only_failed, as Kafka Connect's KIP-745), of a group")
+    @r.post(
+        "/restart",
+        summary="Restart many tasks in one batched write: every FAILED one "
+        "(only_failed, as Kafka Connect's KIP-745), of a group",
+    )
     def restart_many(only_failed: bool = Query(True), group: str | None = None) -> dict[str, Any]:
-        return to_dict(ctx.admin().restart_tasks(group=group, only_failed=only_failed))
+        return json_object(ctx.admin().restart_tasks(group=group, only_failed=only_failed))
 
     @r.get("/{task_id}", summary="A task: spec, owner, status, last error")
     def describe_task(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().describe_task(task_id))
+        return json_object(ctx.admin().describe_task(task_id))
 
     @r.delete("/{task_id}", summary="Delete a task (the controller revokes it first)")
     def delete_task(task_id: str, wait: bool = False, timeout: float = 60.0) -> Any:
@@ -57,15 +68,15 @@ def router(ctx: ApiContext) -> APIRouter:
 
     @r.put("/{task_id}/pause", summary="Pause a task")
     def pause(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().pause(task_id))
+        return json_object(ctx.admin().pause(task_id))
 
     @r.put("/{task_id}/resume", summary="Resume a task")
     def resume(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().resume(task_id))
+        return json_object(ctx.admin().resume(task_id))
 
     @r.post("/{task_id}/restart", summary="Restart a task (its owner stops and starts it)")
     def restart(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().restart(task_id))
+        return json_object(ctx.admin().restart(task_id))
 
     @r.post("/{task_id}/reassign", summary='Move a task to a broker: {"to": broker}')
     def reassign(task_id: str, body: dict[str, Any] = Body(...), wait: bool = False, timeout: float = 60.0) -> Any:
