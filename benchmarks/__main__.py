@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"zkcontroller benchmarks ({'quick' if args.quick else 'full'}): {', '.join(wanted)}")
     print(f"machine: {machine_line(machine)}")
     for b in skipped:
-        print(f"({b} is not part of a quick run of everything: it starts a Spark JVM; run `python -m benchmarks --quick --only {b}`)")
+        print(
+            f"({b} is not part of a quick run of everything: it starts a Spark JVM; run `python -m benchmarks --quick --only {b}`)"
+        )
     t_all = time.monotonic()
     outcomes = []
     for key in wanted:
@@ -78,17 +80,29 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append((key, module.NAME, status, took, doc.get("targets", [])))
     total = time.monotonic() - t_all
     rows = []
-    for key, _name, status, took, targets in outcomes:
+    for key, _name, status, _took, targets in outcomes:
         if not targets:
             rows.append([key, status, "-", "-", "-"])
         for t in targets:
-            rows.append([key, t["target"], t["measured"], t["goal"],
-                         "met" if t["met"] else ("MISSED" if t["met"] is False else "n/a")])
+            rows.append(
+                [
+                    key,
+                    t["target"],
+                    t["measured"],
+                    t["goal"],
+                    "met" if t["met"] else ("MISSED" if t["met"] is False else "n/a"),
+                ]
+            )
     print(f"\n== targets ({'quick' if args.quick else 'full'} run, {total:.0f}s) ==")
     print(table(["bench", "target", "measured", "goal", ""], rows))
-    summary = {"mode": "quick" if args.quick else "full", "machine": machine, "total_s": round(total, 1),
-               "benchmarks": [{"key": k, "name": n, "status": s, "seconds": round(t, 1), "targets": tg}
-                              for k, n, s, t, tg in outcomes]}
+    summary = {
+        "mode": "quick" if args.quick else "full",
+        "machine": machine,
+        "total_s": round(total, 1),
+        "benchmarks": [
+            {"key": k, "name": n, "status": s, "seconds": round(t, 1), "targets": tg} for k, n, s, t, tg in outcomes
+        ],
+    }
     # the summary keeps earlier entries of benchmarks not run this time (each entry says when it ran)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"summary-{summary['mode']}.json"

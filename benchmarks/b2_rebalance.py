@@ -53,8 +53,9 @@ def _busy_s(ctl: Any) -> tuple[float, int]:
     return sum(v.process_time_s for v in snap.values()), sum(v.count for v in snap.values())
 
 
-def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, reps: int,
-             protocol: str = COOPERATIVE) -> dict[str, Any]:
+def run_cell(
+    bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, reps: int, protocol: str = COOPERATIVE
+) -> dict[str, Any]:
     cell: dict[str, Any] = {"tasks": tasks, "brokers": brokers, "groups": groups, "protocol": protocol, "joins": []}
     cluster = Cluster(hosts, tasks, brokers, groups=groups, name=f"b2-{protocol}", session_timeout_s=30.0)
     try:
@@ -64,16 +65,28 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
             raise RuntimeError("controller did not become active")
         t0 = time.monotonic()
         cluster.start_farm(protocol=protocol)
-        converged = wait_for(lambda: cluster.farm_converged() and cluster.stable() or bool(cluster.errors.records),
-                             900 if tasks >= 5000 else 180, 0.5)
+        converged = wait_for(
+            lambda: cluster.farm_converged() and cluster.stable() or bool(cluster.errors.records),
+            900 if tasks >= 5000 else 180,
+            0.5,
+        )
         if cluster.errors.records or not converged:
             cell["status"] = "failed"
-            coords = {g: (c.state.value, c.generation, c.reason) for g, c in (ctl.ctx.groups.items() if ctl.ctx else [])}
-            cell["diagnostics"] = {"farm": cluster.farm.call("status") if cluster.farm else None, "groups": coords,
-                                   "queue": ctl.thread.queue_size(), "errors": cluster.errors.records[:5],
-                                   "waited_s": round(time.monotonic() - t0, 1)}
-            cell["error"] = cluster.errors.records[0] if cluster.errors.records else \
-                f"the group did not converge within {cell['diagnostics']['waited_s']}s: {coords}"
+            coords = {
+                g: (c.state.value, c.generation, c.reason) for g, c in (ctl.ctx.groups.items() if ctl.ctx else [])
+            }
+            cell["diagnostics"] = {
+                "farm": cluster.farm.call("status") if cluster.farm else None,
+                "groups": coords,
+                "queue": ctl.thread.queue_size(),
+                "errors": cluster.errors.records[:5],
+                "waited_s": round(time.monotonic() - t0, 1),
+            }
+            cell["error"] = (
+                cluster.errors.records[0]
+                if cluster.errors.records
+                else f"the group did not converge within {cell['diagnostics']['waited_s']}s: {coords}"
+            )
             bench.log(f"{tasks} tasks × {brokers} brokers: FAILED to form the group: {cell['error'][:300]}")
             return cell
         cell["initial_converge_s"] = round(time.monotonic() - t0, 3)
@@ -84,8 +97,17 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
         share = group_tasks // (group_brokers + 1)
         for r in range(reps):
             jid = f"joiner-{r:02d}"
-            cfg = WorkerConfig(broker_id=jid, settings=cluster.settings, group=group, protocols=protocols_for(protocol),
-                               assignors=("cooperative-sticky",), pool_size=8, status_interval_s=1.0, intervals_flush_s=3600.0, on_halt="kill")
+            cfg = WorkerConfig(
+                broker_id=jid,
+                settings=cluster.settings,
+                group=group,
+                protocols=protocols_for(protocol),
+                assignors=("cooperative-sticky",),
+                pool_size=8,
+                status_interval_s=1.0,
+                intervals_flush_s=3600.0,
+                on_halt="kill",
+            )
             worker = Worker(cfg, runner=NoopRunner())
             gen0 = coord.generation
             busy0, events0 = _busy_s(ctl)
@@ -106,25 +128,39 @@ def run_cell(bench: Bench, hosts: str, tasks: int, brokers: int, groups: int, re
             busy1, events1 = _busy_s(ctl)
             starts = [i.start for i in worker.open_intervals()]
             t_done = max(starts) if starts and share > 0 else t_seen
-            join = {"ok": ok, "latency_s": round(t_done - t_join, 4) if ok else None, "observed_s": round(t_seen - t_join, 4),
-                    "first_task_started_s": round(min(starts) - t_join, 4) if starts else None,
-                    "generations": coord.generation - gen0, "joiner_tasks": len(worker.running_tasks()),
-                    "controller_event_cpu_s": round(cpu1 - cpu0, 4), "controller_event_busy_s": round(busy1 - busy0, 4),
-                    "controller_events": events1 - events0}
+            join = {
+                "ok": ok,
+                "latency_s": round(t_done - t_join, 4) if ok else None,
+                "observed_s": round(t_seen - t_join, 4),
+                "first_task_started_s": round(min(starts) - t_join, 4) if starts else None,
+                "generations": coord.generation - gen0,
+                "joiner_tasks": len(worker.running_tasks()),
+                "controller_event_cpu_s": round(cpu1 - cpu0, 4),
+                "controller_event_busy_s": round(busy1 - busy0, 4),
+                "controller_events": events1 - events0,
+            }
             cell["joins"].append(join)
-            bench.log(f"{protocol:>11} {tasks:>6} tasks × {brokers:>3} brokers{f' ({groups} groups)' if groups > 1 else ''}: join {r + 1}/{reps} "
-                      f"{join['latency_s']}s, {join['generations']} generations, controller CPU {join['controller_event_cpu_s']}s")
+            bench.log(
+                f"{protocol:>11} {tasks:>6} tasks × {brokers:>3} brokers{f' ({groups} groups)' if groups > 1 else ''}: join {r + 1}/{reps} "
+                f"{join['latency_s']}s, {join['generations']} generations, controller CPU {join['controller_event_cpu_s']}s"
+            )
             worker.stop()
             if not wait_for(lambda: cluster.farm_converged() and cluster.stable(), 120, 0.1):
                 cell["status"] = "partial"
                 cell["error"] = "the group did not settle after the joiner left"
                 break
         lat = [j["latency_s"] for j in cell["joins"] if j["latency_s"] is not None]
-        cell.update(status=cell.get("status", "ok"), latency_p50_s=median(lat), latency_max_s=max(lat) if lat else None,
-                    latency_p90_s=percentile(lat, 90),
-                    controller_cpu_s_median=median([j["controller_event_cpu_s"] for j in cell["joins"]]),
-                    controller_busy_s_median=median([j["controller_event_busy_s"] for j in cell["joins"]]),
-                    joiner_share=share, group_tasks=group_tasks, group_brokers=group_brokers)
+        cell.update(
+            status=cell.get("status", "ok"),
+            latency_p50_s=median(lat),
+            latency_max_s=max(lat) if lat else None,
+            latency_p90_s=percentile(lat, 90),
+            controller_cpu_s_median=median([j["controller_event_cpu_s"] for j in cell["joins"]]),
+            controller_busy_s_median=median([j["controller_event_busy_s"] for j in cell["joins"]]),
+            joiner_share=share,
+            group_tasks=group_tasks,
+            group_brokers=group_brokers,
+        )
         cell.update(assignor_time(group_tasks, group_brokers, reps=3 if tasks >= 5000 else 5))
         return cell
     finally:
@@ -141,18 +177,36 @@ def plot(cells: list[dict[str, Any]], out: Any) -> None:
     ax = fig.add_subplot(1, 1, 1)
     for protocol in sorted({c["protocol"] for c in cells}):
         for tasks in sorted({c["tasks"] for c in cells}):
-            pts = sorted((c["brokers"], c["latency_p50_s"], c["latency_max_s"]) for c in cells
-                         if c["tasks"] == tasks and c["groups"] == 1 and c["protocol"] == protocol
-                         and c.get("latency_p50_s") is not None)
+            pts = sorted(
+                (c["brokers"], c["latency_p50_s"], c["latency_max_s"])
+                for c in cells
+                if c["tasks"] == tasks
+                and c["groups"] == 1
+                and c["protocol"] == protocol
+                and c.get("latency_p50_s") is not None
+            )
             if not pts:
                 continue
             xs, ys, mx = zip(*pts)
-            ax.errorbar(xs, ys, yerr=[[0] * len(ys), [m - y for m, y in zip(mx, ys)]], marker="o" if protocol == COOPERATIVE else "^",
-                        linestyle="-" if protocol == COOPERATIVE else "--", capsize=3, label=f"{tasks} tasks, {protocol}")
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=[[0] * len(ys), [m - y for m, y in zip(mx, ys)]],
+                marker="o" if protocol == COOPERATIVE else "^",
+                linestyle="-" if protocol == COOPERATIVE else "--",
+                capsize=3,
+                label=f"{tasks} tasks, {protocol}",
+            )
     split = [c for c in cells if c["groups"] > 1 and c.get("latency_p50_s") is not None]
     for c in split:
-        ax.plot([c["brokers"]], [c["latency_p50_s"]], marker="s", linestyle="none", color="black",
-                label=f"{c['tasks']} tasks in {c['groups']} groups ({c['protocol']})")
+        ax.plot(
+            [c["brokers"]],
+            [c["latency_p50_s"]],
+            marker="s",
+            linestyle="none",
+            color="black",
+            label=f"{c['tasks']} tasks in {c['groups']} groups ({c['protocol']})",
+        )
     ax.axhline(0.15, color="grey", linestyle=":", linewidth=1)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("brokers in the group before the join")
@@ -176,22 +230,49 @@ def run(bench: Bench) -> dict[str, Any]:
     with zookeeper(heap_mb=1536, name="b2") as zk:
         for tasks, brokers, groups in grid:
             for protocol in (COOPERATIVE, RECONCILE):  # side by side, cell by cell
-                cells.append(run_cell(bench, zk.address, tasks, brokers, groups, reps if tasks < 10000 else 3, protocol))
+                cells.append(
+                    run_cell(bench, zk.address, tasks, brokers, groups, reps if tasks < 10000 else 3, protocol)
+                )
     rows = []
     for c in cells:
-        label = f"{c['tasks']} × {c['brokers']}" + (f" ({c['groups']} groups of {c.get('group_tasks')}×{c.get('group_brokers')})" if c["groups"] > 1 else "")
+        label = f"{c['tasks']} × {c['brokers']}" + (
+            f" ({c['groups']} groups of {c.get('group_tasks')}×{c.get('group_brokers')})" if c["groups"] > 1 else ""
+        )
         if c.get("status") == "failed":
             rows.append([label, c["protocol"], "FAILED", None, None, None, None, None, None, c["error"][:70]])
             continue
-        rows.append([label, c["protocol"], len(c["joins"]), c["latency_p50_s"], c["latency_max_s"],
-                     median([j["generations"] for j in c["joins"]]), c.get("assign_s"), c["controller_cpu_s_median"],
-                     c["controller_busy_s_median"], c.get("initial_converge_s")])
-    headers = ["tasks × brokers", "protocol", "joins", "latency p50 s", "max s", "generations", "assignor s", "ctl CPU s", "ctl busy s",
-               "initial converge s / error"]
+        rows.append(
+            [
+                label,
+                c["protocol"],
+                len(c["joins"]),
+                c["latency_p50_s"],
+                c["latency_max_s"],
+                median([j["generations"] for j in c["joins"]]),
+                c.get("assign_s"),
+                c["controller_cpu_s_median"],
+                c["controller_busy_s_median"],
+                c.get("initial_converge_s"),
+            ]
+        )
+    headers = [
+        "tasks × brokers",
+        "protocol",
+        "joins",
+        "latency p50 s",
+        "max s",
+        "generations",
+        "assignor s",
+        "ctl CPU s",
+        "ctl busy s",
+        "initial converge s / error",
+    ]
     print(table(headers, rows))
 
     def find(t: int, b: int, protocol: str) -> dict[str, Any] | None:
-        return next((c for c in cells if (c["tasks"], c["brokers"], c["groups"], c["protocol"]) == (t, b, 1, protocol)), None)
+        return next(
+            (c for c in cells if (c["tasks"], c["brokers"], c["groups"], c["protocol"]) == (t, b, 1, protocol)), None
+        )
 
     targets = []
     checks = [(1000, 20, 0.15)] + ([] if bench.quick else [(10000, 100, 1.0)])
@@ -208,8 +289,15 @@ def run(bench: Bench) -> dict[str, Any]:
             note = ""
             if protocol == RECONCILE and other and other.get("latency_p50_s"):
                 note = f"{other['latency_p50_s'] / c['latency_p50_s']:.1f}× faster than cooperative in this run"
-            targets.append(target(name, f"{c['latency_p50_s'] * 1000:.0f} ms", f"< {limit * 1000:.0f} ms",
-                                  c["latency_p50_s"] < limit, note))
+            targets.append(
+                target(
+                    name,
+                    f"{c['latency_p50_s'] * 1000:.0f} ms",
+                    f"< {limit * 1000:.0f} ms",
+                    c["latency_p50_s"] < limit,
+                    note,
+                )
+            )
     png = bench.png("b2_rebalance_latency")
     plot(cells, png)
     doc = {"cells": cells, "table": {"headers": headers, "rows": rows}, "targets": targets, "plot": png.name}

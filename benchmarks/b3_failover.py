@@ -25,9 +25,9 @@ from kazoo.protocol.states import EventType
 
 from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
-from controller.protocol import codecs
 from controller.admin import wait_for
 from controller.daemon import LOAD_METHODS, Controller
+from controller.protocol import codecs
 
 NAME = "b3_failover"
 TITLE = "B3 controller failover"
@@ -56,12 +56,17 @@ def _standby_ready(c: Controller) -> bool:
 
 
 def _request_rebalance(cluster: Cluster) -> None:
-    cluster.admin.create(cluster.layout.admin_rebalance_request_prefix,
-                         codecs.encode(codecs.RebalanceRequest(group=None, reason="b3 failover")), sequence=True, makepath=True)
+    cluster.admin.create(
+        cluster.layout.admin_rebalance_request_prefix,
+        codecs.encode(codecs.RebalanceRequest(group=None, reason="b3 failover")),
+        sequence=True,
+        makepath=True,
+    )
 
 
-def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controller, end_session: Any, kind: str,
-             mode: str) -> dict[str, Any]:
+def _measure(
+    bench: Bench, cluster: Cluster, obs: Observer, successor: Controller, end_session: Any, kind: str, mode: str
+) -> dict[str, Any]:
     gens = {g: (s.generation if s else 0) for g, s in zip(cluster.group_names, cluster.group_states())}
     obs.arm()
     t_cause = time.monotonic()
@@ -78,8 +83,10 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
         ctx = successor.ctx
         if ctx is None:
             return False
-        return all(g in ctx.groups and ctx.groups[g].state.value == "Stable" and ctx.groups[g].generation > gens[g]
-                   for g in cluster.group_names)
+        return all(
+            g in ctx.groups and ctx.groups[g].state.value == "Stable" and ctx.groups[g].generation > gens[g]
+            for g in cluster.group_names
+        )
 
     wait_for(rebalanced, 300, 0.02)
     t_rebalanced = time.monotonic()
@@ -90,7 +97,8 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
     t0 = obs.deleted_at
     assert t0 is not None and successor.became_active_at is not None
     res = {
-        "kind": kind, "load": mode,
+        "kind": kind,
+        "load": mode,
         "cause_to_session_end_s": round(t0 - t_cause, 3),
         "elected_s": round(successor.became_active_at - t0, 4),
         "state_load_s": round(successor.loader.last_load_s or 0.0, 4),
@@ -99,10 +107,14 @@ def _measure(bench: Bench, cluster: Cluster, obs: Observer, successor: Controlle
         "watches_armed_s": round(armer.took_s, 4) if armer is not None and armer.took_s is not None else None,
         "all_tasks_running_after": all_running,
     }
-    armed = f"  watches armed {res['watches_armed_s']:.3f}s after the load" if res["watches_armed_s"] is not None else ""
-    bench.log(f"{kind:<10} {mode:<10} session end→elected {res['elected_s']:.3f}s  loaded {res['loaded_s']:.3f}s "
-              f"(load {res['state_load_s']:.3f}s)  rebalanced {res['first_rebalance_done_s']:.3f}s{armed}  "
-              f"[kill/stop→session end {res['cause_to_session_end_s']:.2f}s]")
+    armed = (
+        f"  watches armed {res['watches_armed_s']:.3f}s after the load" if res["watches_armed_s"] is not None else ""
+    )
+    bench.log(
+        f"{kind:<10} {mode:<10} session end→elected {res['elected_s']:.3f}s  loaded {res['loaded_s']:.3f}s "
+        f"(load {res['state_load_s']:.3f}s)  rebalanced {res['first_rebalance_done_s']:.3f}s{armed}  "
+        f"[kill/stop→session end {res['cause_to_session_end_s']:.2f}s]"
+    )
     return res
 
 
@@ -114,9 +126,17 @@ def run(bench: Bench) -> dict[str, Any]:
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"zkc-b3-{os.getpid()}"
     log_dir.mkdir(parents=True, exist_ok=True)
     measurements: list[dict[str, Any]] = []
-    setup: dict[str, Any] = {"tasks": tasks, "brokers": brokers, "groups": groups, "session_timeout_s": session_timeout, "reps": reps}
+    setup: dict[str, Any] = {
+        "tasks": tasks,
+        "brokers": brokers,
+        "groups": groups,
+        "session_timeout_s": session_timeout,
+        "reps": reps,
+    }
     with zookeeper(heap_mb=1536, name="b3") as zk:
-        cluster = Cluster(zk.address, tasks, brokers, groups=groups, name="b3", session_timeout_s=session_timeout, log_dir=log_dir)
+        cluster = Cluster(
+            zk.address, tasks, brokers, groups=groups, name="b3", session_timeout_s=session_timeout, log_dir=log_dir
+        )
         try:
             setup["create_tasks_s"] = round(cluster.create_tasks(), 2)
             proc = cluster.spawn_controller("ctl-p0")
@@ -128,7 +148,9 @@ def run(bench: Bench) -> dict[str, Any]:
             if took is None:
                 raise RuntimeError("the cluster did not converge")
             setup["initial_converge_s"] = round(time.monotonic() - t0, 1)
-            bench.log(f"{tasks} tasks on {brokers} brokers ({groups} group{'s' if groups > 1 else ''}) running after {setup['initial_converge_s']}s")
+            bench.log(
+                f"{tasks} tasks on {brokers} brokers ({groups} group{'s' if groups > 1 else ''}) running after {setup['initial_converge_s']}s"
+            )
             obs = Observer(cluster)
             n = 0
             for r in range(reps):
@@ -172,16 +194,37 @@ def run(bench: Bench) -> dict[str, Any]:
     for kind in ("kill -9", "resign"):
         for mode in LOAD_METHODS:
             ms = [m for m in measurements if m["kind"] == kind and m["load"] == mode]
-            s = {k: median([m[k] for m in ms]) for k in ("cause_to_session_end_s", "elected_s", "state_load_s", "loaded_s",
-                                                           "first_rebalance_done_s")}
+            s = {
+                k: median([m[k] for m in ms])
+                for k in ("cause_to_session_end_s", "elected_s", "state_load_s", "loaded_s", "first_rebalance_done_s")
+            }
             armed = [m["watches_armed_s"] for m in ms if m.get("watches_armed_s") is not None]
             s["watches_armed_s"] = median(armed) if armed else None
             summary[f"{kind}|{mode}"] = s
-            rows.append([kind, mode, len(ms), s["elected_s"], s["state_load_s"], s["loaded_s"], s["first_rebalance_done_s"],
-                         s["watches_armed_s"] if s["watches_armed_s"] is not None else "inline",
-                         s["cause_to_session_end_s"]])
-    headers = ["session end by", "state load", "runs", "→ elected s", "load s", "→ loaded s", "→ rebalanced s",
-               "watches armed after the load s", "kill/stop → session end s"]
+            rows.append(
+                [
+                    kind,
+                    mode,
+                    len(ms),
+                    s["elected_s"],
+                    s["state_load_s"],
+                    s["loaded_s"],
+                    s["first_rebalance_done_s"],
+                    s["watches_armed_s"] if s["watches_armed_s"] is not None else "inline",
+                    s["cause_to_session_end_s"],
+                ]
+            )
+    headers = [
+        "session end by",
+        "state load",
+        "runs",
+        "→ elected s",
+        "load s",
+        "→ loaded s",
+        "→ rebalanced s",
+        "watches armed after the load s",
+        "kill/stop → session end s",
+    ]
     print(table(headers, rows))
 
     def load_s(mode: str) -> float:
@@ -194,15 +237,37 @@ def run(bench: Bench) -> dict[str, Any]:
     print(f"multiRead load is {multiread_ratio:.1f}× faster than pipelined" if multiread_ratio else "")
     print(f"pipelined load is {load_ratio:.1f}× faster than sequential" if load_ratio else "")
     targets = [
-        target("B3 successor active after session end (elected)", f"{elected * 1000:.0f} ms", "< 1 s", elected < 1.0,
-               "worst of kill -9 / resign medians, multiRead load"),
-        target("B3 successor active with state loaded", f"{loaded:.2f} s", "< 1 s", loaded < 1.0,
-               f"{tasks} tasks, {brokers} brokers, multiRead load", quick_size=bench.quick),
-        target("B3 multiRead vs pipelined state load", f"{multiread_ratio:.1f}×" if multiread_ratio else "-", "(ratio)", None),
+        target(
+            "B3 successor active after session end (elected)",
+            f"{elected * 1000:.0f} ms",
+            "< 1 s",
+            elected < 1.0,
+            "worst of kill -9 / resign medians, multiRead load",
+        ),
+        target(
+            "B3 successor active with state loaded",
+            f"{loaded:.2f} s",
+            "< 1 s",
+            loaded < 1.0,
+            f"{tasks} tasks, {brokers} brokers, multiRead load",
+            quick_size=bench.quick,
+        ),
+        target(
+            "B3 multiRead vs pipelined state load",
+            f"{multiread_ratio:.1f}×" if multiread_ratio else "-",
+            "(ratio)",
+            None,
+        ),
         target("B3 pipelined vs sequential state load", f"{load_ratio:.1f}×" if load_ratio else "-", "(ratio)", None),
     ]
-    doc = {"setup": setup, "measurements": measurements, "summary": summary, "load_speedup": load_ratio,
-           "multiread_speedup": multiread_ratio,
-           "table": {"headers": headers, "rows": rows}, "targets": targets}
+    doc = {
+        "setup": setup,
+        "measurements": measurements,
+        "summary": summary,
+        "load_speedup": load_ratio,
+        "multiread_speedup": multiread_ratio,
+        "table": {"headers": headers, "rows": rows},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

@@ -5,7 +5,8 @@ and as overwrites, in one run (rounds interleave the methods so that noise from 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
 from controller.protocol import codecs
@@ -17,14 +18,22 @@ TITLE = "B4 ZooKeeper write paths"
 
 
 def _payload(i: int) -> bytes:
-    return codecs.encode(codecs.TaskStatus(broker=f"broker-{i % 100:03d}", state="RUNNING", generation=7,
-                                           updated=time.time(), metrics={"uptime_s": 12.5, "rows": i}))
+    return codecs.encode(
+        codecs.TaskStatus(
+            broker=f"broker-{i % 100:03d}",
+            state="RUNNING",
+            generation=7,
+            updated=time.time(),
+            metrics={"uptime_s": 12.5, "rows": i},
+        )
+    )
 
 
 def _sync(client: Any, op: str) -> Callable[[list[tuple[str, bytes]]], None]:
     def run(items: list[tuple[str, bytes]]) -> None:
         for p, d in items:
             client.create(p, d) if op == "create" else client.set(p, d)
+
     return run
 
 
@@ -36,12 +45,14 @@ def _async(client: Any, op: str) -> Callable[[list[tuple[str, bytes]]], None]:
             pending = [client.set_async(p, d) for p, d in items]
         for a in pending:
             a.get(timeout=60)
+
     return run
 
 
 def _multi(writer: FencedWriter, op: str) -> Callable[[list[tuple[str, bytes]]], None]:
     def run(items: list[tuple[str, bytes]]) -> None:
         writer.write([Create(p, d) if op == "create" else SetData(p, d) for p, d in items])
+
     return run
 
 
@@ -67,7 +78,7 @@ def run(bench: Bench) -> dict[str, Any]:
                 "batched fenced multis (FencedWriter)": lambda op: _multi(fenced, op),
             }
             for r in range(rounds):
-                order = list(methods)[r % 3:] + list(methods)[:r % 3]
+                order = list(methods)[r % 3 :] + list(methods)[: r % 3]
                 for m_i, method in enumerate(order):
                     base = f"/b4/r{r}-{m_i}"
                     client.ensure_path(base)
@@ -89,11 +100,20 @@ def run(bench: Bench) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for op in ("create", "set"):
         sync = median(results[f"sync (one create/set per round trip)|{op}"])
-        for method in ("sync (one create/set per round trip)", "async pipelined", "batched fenced multis (FencedWriter)"):
+        for method in (
+            "sync (one create/set per round trip)",
+            "async pipelined",
+            "batched fenced multis (FencedWriter)",
+        ):
             med = median(results[f"{method}|{op}"])
-            summary[f"{method}|{op}"] = {"writes_per_s_median": med, "runs": results[f"{method}|{op}"],
-                                         "vs_sync": ratio(med, sync)}
-            rows.append([method, op, med, min(results[f"{method}|{op}"]), max(results[f"{method}|{op}"]), ratio(med, sync)])
+            summary[f"{method}|{op}"] = {
+                "writes_per_s_median": med,
+                "runs": results[f"{method}|{op}"],
+                "vs_sync": ratio(med, sync),
+            }
+            rows.append(
+                [method, op, med, min(results[f"{method}|{op}"]), max(results[f"{method}|{op}"]), ratio(med, sync)]
+            )
     headers = ["method", "op", "writes/s (median)", "min", "max", "× sync"]
     print(table(headers, rows))
     b_create = summary["batched fenced multis (FencedWriter)|create"]
@@ -101,11 +121,24 @@ def run(bench: Bench) -> dict[str, Any]:
     batched = min(b_create["writes_per_s_median"], b_set["writes_per_s_median"])
     speedup = min(b_create["vs_sync"], b_set["vs_sync"])
     targets = [
-        target("B4 batched writes/s", round(batched), "≥ 10,000 /s", batched >= 10_000,
-               "the lower of create and set, median of rounds"),
+        target(
+            "B4 batched writes/s",
+            round(batched),
+            "≥ 10,000 /s",
+            batched >= 10_000,
+            "the lower of create and set, median of rounds",
+        ),
         target("B4 batched vs sync", round(speedup, 1), "≥ 8×", speedup >= 8),
     ]
-    doc = {"writes": n, "rounds": rounds, "ops_per_multi": 500, "multis_per_write": multis, "payload_bytes": len(_payload(1)),
-           "results": summary, "table": {"headers": headers, "rows": rows}, "targets": targets}
+    doc = {
+        "writes": n,
+        "rounds": rounds,
+        "ops_per_multi": 500,
+        "multis_per_write": multis,
+        "payload_bytes": len(_payload(1)),
+        "results": summary,
+        "table": {"headers": headers, "rows": rows},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

@@ -24,8 +24,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.cluster import Cluster
 from benchmarks.common import Bench, median, percentile, table, target, zookeeper
@@ -63,7 +64,7 @@ class Recorder:
         self.items: list[Item] = []
         self.raw: Counter = Counter()  # raw events taken while recording, per type
         self.recording = False
-        self.goal: Callable[["Recorder"], bool] | None = None
+        self.goal: Callable[[Recorder], bool] | None = None
         self.done_t: float | None = None
         self.done = threading.Event()
         self._orig_observe = ctl.thread._observe
@@ -102,7 +103,7 @@ class Recorder:
                 self.done_t = self.items[-1].t if self.items else time.monotonic()
             self.done.set()
 
-    def start(self, goal: Callable[["Recorder"], bool]) -> None:
+    def start(self, goal: Callable[[Recorder], bool]) -> None:
         with self.lock:
             self.items, self.raw, self.done_t = [], Counter(), None
             self.goal = goal
@@ -124,7 +125,7 @@ def _write_specs(cluster: Cluster, specs: list[TaskSpec], create: bool) -> None:
     pending = []
     for lo in range(0, len(specs), 500):
         tx = cluster.admin.transaction()
-        for s in specs[lo:lo + 500]:
+        for s in specs[lo : lo + 500]:
             if create:
                 tx.create(cluster.layout.task(s.id), s.encode())
             else:
@@ -139,8 +140,9 @@ def _raw_taken(snap: dict[str, Any], name: str) -> int:
     return 0 if s is None else s.count + s.merged
 
 
-def _storm(bench: Bench, cluster: Cluster, rec: Recorder, name: str, specs: list[TaskSpec], create: bool,
-           expect_tasks: int) -> dict[str, Any]:
+def _storm(
+    bench: Bench, cluster: Cluster, rec: Recorder, name: str, specs: list[TaskSpec], create: bool, expect_tasks: int
+) -> dict[str, Any]:
     ctl = cluster.controllers[0]
     n = len(specs)
     if create:
@@ -150,6 +152,7 @@ def _storm(bench: Bench, cluster: Cluster, rec: Recorder, name: str, specs: list
         def goal(_r: Recorder) -> bool:
             return all(t in tasks for t in new_ids)
     else:
+
         def goal(r: Recorder) -> bool:
             return r.raw["TaskConfigChange"] >= n  # called with the recorder's counts up to date
 
@@ -163,20 +166,31 @@ def _storm(bench: Bench, cluster: Cluster, rec: Recorder, name: str, specs: list
     # 1. the controller has seen (and processed) every change
     if not rec.done.wait(PROCESSED_TIMEOUT_S):
         rec.stop()
-        seen = (f"{sum(t in ctl.ctx.tasks for t in new_ids)}/{n} new tasks in the controller's context" if create
-                else f"{rec.raw_count('TaskConfigChange')}/{n} TaskConfigChange watch events taken")
-        raise RuntimeError(f"B5 storm {name!r}: not processed after {PROCESSED_TIMEOUT_S:.0f}s: {seen}, "
-                           f"queue {ctl.thread.queue_size()}, thread busy with {ctl.thread.current}")
+        seen = (
+            f"{sum(t in ctl.ctx.tasks for t in new_ids)}/{n} new tasks in the controller's context"
+            if create
+            else f"{rec.raw_count('TaskConfigChange')}/{n} TaskConfigChange watch events taken"
+        )
+        raise RuntimeError(
+            f"B5 storm {name!r}: not processed after {PROCESSED_TIMEOUT_S:.0f}s: {seen}, "
+            f"queue {ctl.thread.queue_size()}, thread busy with {ctl.thread.current}"
+        )
 
     # 2. then it settles: nothing queued or running, the group Stable, every task running
     def settled() -> bool:
-        return (ctl.thread.queue_size() == 0 and ctl.thread.current is None and cluster.stable()
-                and cluster.farm_converged())
+        return (
+            ctl.thread.queue_size() == 0
+            and ctl.thread.current is None
+            and cluster.stable()
+            and cluster.farm_converged()
+        )
 
     if not wait_for(settled, SETTLE_TIMEOUT_S, 0.05):
         rec.stop()
-        raise RuntimeError(f"B5 storm {name!r}: processed but not settled after {SETTLE_TIMEOUT_S:.0f}s "
-                           f"(queue {ctl.thread.queue_size()}, stable {cluster.stable()}, farm {cluster.farm.call('status')})")
+        raise RuntimeError(
+            f"B5 storm {name!r}: processed but not settled after {SETTLE_TIMEOUT_S:.0f}s "
+            f"(queue {ctl.thread.queue_size()}, stable {cluster.stable()}, farm {cluster.farm.call('status')})"
+        )
     t_settled = time.monotonic()
     items = rec.stop()
     snap1 = ctl.thread.snapshot()
@@ -193,7 +207,9 @@ def _storm(bench: Bench, cluster: Cluster, rec: Recorder, name: str, specs: list
         by_type[it.name].append(it.elapsed)
     events_to_done = sum(1 for it in items if it.t <= rec.done_t)
     res = {
-        "storm": name, "changes": n, "settled": True,
+        "storm": name,
+        "changes": n,
+        "settled": True,
         "events": len(items),  # processed, a merged event once
         "raw_events": sum(raw.values()),  # watch events taken: count + merged
         "raw_by_type": dict(raw.most_common()),
@@ -209,13 +225,21 @@ def _storm(bench: Bench, cluster: Cluster, rec: Recorder, name: str, specs: list
         "queue_p50_ms": round((percentile(queued, 50) or 0) * 1000, 2),
         "queue_p99_ms": round((percentile(queued, 99) or 0) * 1000, 2),
         "queue_max_ms": round(max(queued, default=0) * 1000, 2),
-        "by_type": {k: {"count": len(v), "process_p50_ms": round((median(v) or 0) * 1000, 3),
-                        "process_total_s": round(sum(v), 3)} for k, v in sorted(by_type.items(), key=lambda kv: -sum(kv[1]))},
+        "by_type": {
+            k: {
+                "count": len(v),
+                "process_p50_ms": round((median(v) or 0) * 1000, 3),
+                "process_total_s": round(sum(v), 3),
+            }
+            for k, v in sorted(by_type.items(), key=lambda kv: -sum(kv[1]))
+        },
         "rebalances_in_storm": None,
     }
-    bench.log(f"{name:<28} {n:>6} changes processed in {res['storm_s']:.2f}s: {res['changes_per_s']:,.0f} changes/s; "
-              f"{len(items)} events ({res['raw_events']} raw), queue p50 {res['queue_p50_ms']} ms p99 {res['queue_p99_ms']} ms; "
-              f"last event at {res['last_event_s']:.2f}s, settled at {res['settled_s']:.2f}s")
+    bench.log(
+        f"{name:<28} {n:>6} changes processed in {res['storm_s']:.2f}s: {res['changes_per_s']:,.0f} changes/s; "
+        f"{len(items)} events ({res['raw_events']} raw), queue p50 {res['queue_p50_ms']} ms p99 {res['queue_p99_ms']} ms; "
+        f"last event at {res['last_event_s']:.2f}s, settled at {res['settled_s']:.2f}s"
+    )
     return res
 
 
@@ -233,17 +257,35 @@ def run(bench: Bench) -> dict[str, Any]:
                 raise RuntimeError("the cluster did not converge")
             # a spec changed before its watch is armed comes back as the armer's TaskConfigChanges, not as a
             # TaskConfigChange: start once every task's watch is armed
-            if not wait_for(lambda: ctl.loader.watch_armer is None or ctl.loader.watch_armer.took_s is not None, 60, 0.1):
+            if not wait_for(
+                lambda: ctl.loader.watch_armer is None or ctl.loader.watch_armer.took_s is not None, 60, 0.1
+            ):
                 raise RuntimeError("the controller did not arm every task's watch within 60s")
             rec = Recorder(ctl)
             ids = list(cluster.task_ids)
             coord = ctl.ctx.groups["default"]
             r0 = coord.rebalances
-            res = _storm(bench, cluster, rec, "restart every task (nonce)", [TaskSpec(id=t, restart_nonce=1, pipeline=NoopPipeline(kind="noop")) for t in ids], False, tasks)
+            res = _storm(
+                bench,
+                cluster,
+                rec,
+                "restart every task (nonce)",
+                [TaskSpec(id=t, restart_nonce=1, pipeline=NoopPipeline(kind="noop")) for t in ids],
+                False,
+                tasks,
+            )
             res["rebalances_in_storm"] = coord.rebalances - r0
             storms.append(res)
             r0 = coord.rebalances
-            res = _storm(bench, cluster, rec, "re-weight every task", [TaskSpec(id=t, restart_nonce=1, weight=2, pipeline=NoopPipeline(kind="noop")) for t in ids], False, tasks)
+            res = _storm(
+                bench,
+                cluster,
+                rec,
+                "re-weight every task",
+                [TaskSpec(id=t, restart_nonce=1, weight=2, pipeline=NoopPipeline(kind="noop")) for t in ids],
+                False,
+                tasks,
+            )
             res["rebalances_in_storm"] = coord.rebalances - r0
             storms.append(res)
             r0 = coord.rebalances
@@ -253,19 +295,54 @@ def run(bench: Bench) -> dict[str, Any]:
             storms.append(res)
         finally:
             cluster.close()
-    rows = [[s["storm"], s["changes"], s["storm_s"], s["changes_per_s"], s["events"], s["raw_events"],
-             s["queue_p50_ms"], s["queue_p99_ms"], s["last_event_s"], s["settled_s"], s["rebalances_in_storm"],
-             ", ".join(f"{k} {v['process_p50_ms']} ms ({v['count']})" for k, v in list(s["by_type"].items())[:2])] for s in storms]
-    headers = ["storm", "changes", "storm s", "changes/s", "events", "raw events", "queue p50 ms", "queue p99 ms",
-               "last event s", "settled s", "rebalances", "costliest types (p50 processing, count)"]
+    rows = [
+        [
+            s["storm"],
+            s["changes"],
+            s["storm_s"],
+            s["changes_per_s"],
+            s["events"],
+            s["raw_events"],
+            s["queue_p50_ms"],
+            s["queue_p99_ms"],
+            s["last_event_s"],
+            s["settled_s"],
+            s["rebalances_in_storm"],
+            ", ".join(f"{k} {v['process_p50_ms']} ms ({v['count']})" for k, v in list(s["by_type"].items())[:2]),
+        ]
+        for s in storms
+    ]
+    headers = [
+        "storm",
+        "changes",
+        "storm s",
+        "changes/s",
+        "events",
+        "raw events",
+        "queue p50 ms",
+        "queue p99 ms",
+        "last event s",
+        "settled s",
+        "rebalances",
+        "costliest types (p50 processing, count)",
+    ]
     print(table(headers, rows))
     first = storms[0]
     targets = [
-        target("B5 changes/s (restart storm)", f"{first['changes_per_s']:,.0f}/s", "(measure)", None,
-               f"{first['changes']:,} changes in {first['storm_s']:.2f} s: {first['events']} events "
-               f"({first['raw_events']:,} raw), queue p50 {first['queue_p50_ms']} ms, p99 {first['queue_p99_ms']} ms"),
+        target(
+            "B5 changes/s (restart storm)",
+            f"{first['changes_per_s']:,.0f}/s",
+            "(measure)",
+            None,
+            f"{first['changes']:,} changes in {first['storm_s']:.2f} s: {first['events']} events "
+            f"({first['raw_events']:,} raw), queue p50 {first['queue_p50_ms']} ms, p99 {first['queue_p99_ms']} ms",
+        ),
     ]
-    doc = {"setup": {"tasks": tasks, "brokers": brokers}, "storms": storms, "table": {"headers": headers, "rows": rows},
-           "targets": targets}
+    doc = {
+        "setup": {"tasks": tasks, "brokers": brokers},
+        "storms": storms,
+        "table": {"headers": headers, "rows": rows},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

@@ -27,9 +27,13 @@ def _spec(task_id: str, src: str, out: str) -> Any:
     from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
 
     pipeline = SparkPipeline(
-        source=FilesSource(type="files", format="json", path=src, schema=SCHEMA_DDL, max_files_per_trigger=FILES_PER_TRIGGER),
-        transform=Transform(sql=SQL), sink=FilesSink(type="files", format="parquet", path=out),
-        trigger=Trigger(available_now=True))
+        source=FilesSource(
+            type="files", format="json", path=src, schema=SCHEMA_DDL, max_files_per_trigger=FILES_PER_TRIGGER
+        ),
+        transform=Transform(sql=SQL),
+        sink=FilesSink(type="files", format="parquet", path=out),
+        trigger=Trigger(available_now=True),
+    )
     return TaskSpec(id=task_id, pipeline=pipeline)
 
 
@@ -55,10 +59,17 @@ def _as_task(runner: Any, n: int, src: str, work: Path) -> tuple[float, int]:
 
 def _direct(spark: Any, n: int, src: str, work: Path) -> tuple[float, int]:
     t0 = time.monotonic()
-    frame = (spark.readStream.format("json").schema(SCHEMA_DDL).option("maxFilesPerTrigger", FILES_PER_TRIGGER).load(src))
+    frame = spark.readStream.format("json").schema(SCHEMA_DDL).option("maxFilesPerTrigger", FILES_PER_TRIGGER).load(src)
     frame.createOrReplaceTempView("input")
-    q = (spark.sql(SQL).writeStream.format("parquet").outputMode("append").option("path", str(work / f"out-direct-{n}"))
-         .option("checkpointLocation", str(work / f"ck-direct-{n}")).trigger(availableNow=True).start())
+    q = (
+        spark.sql(SQL)
+        .writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", str(work / f"out-direct-{n}"))
+        .option("checkpointLocation", str(work / f"ck-direct-{n}"))
+        .trigger(availableNow=True)
+        .start()
+    )
     deadline = t0 + 900
     while q.isActive and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -71,11 +82,15 @@ def _direct(spark: Any, n: int, src: str, work: Path) -> tuple[float, int]:
 
 def run(bench: Bench) -> dict[str, Any]:
     try:
-        from broker_sim.runners import make_runner
         import pyspark  # noqa: F401
+
+        from broker_sim.runners import make_runner
     except ImportError as exc:
-        doc = {"status": "not done", "reason": f"spark runner or pyspark unavailable: {exc}", "targets": [
-            target("B6 task vs direct rows/s", "not done", "≥ 0.9", None, str(exc))]}
+        doc = {
+            "status": "not done",
+            "reason": f"spark runner or pyspark unavailable: {exc}",
+            "targets": [target("B6 task vs direct rows/s", "not done", "≥ 0.9", None, str(exc))],
+        }
         bench.write(NAME, doc)
         print(f"B6 not done: {exc}")
         return doc
@@ -89,15 +104,18 @@ def run(bench: Bench) -> dict[str, Any]:
         gen = generate(DatagenConfig(out_dir=src, records=files * per_file, batch=per_file))
         bench.log(f"input: {gen.records:,} JSON records in {gen.files} files")
         t0 = time.monotonic()
-        runner = make_runner("spark", checkpoint_root=str(work / "checkpoints"),
-                             spark_conf={"spark.sql.shuffle.partitions": "2"})
+        runner = make_runner(
+            "spark", checkpoint_root=str(work / "checkpoints"), spark_conf={"spark.sql.shuffle.partitions": "2"}
+        )
         spark = runner.session()
         startup = time.monotonic() - t0
         bench.log(f"SparkSession up in {startup:.1f}s ({spark.sparkContext.master})")
         n = 0
         for r in range(reps + 1):  # round 0 warms both paths up and is not counted
-            order = [("task (spark runner)", lambda k: _as_task(runner, k, src, work)),
-                     ("direct PySpark", lambda k: _direct(spark, k, src, work))]
+            order = [
+                ("task (spark runner)", lambda k: _as_task(runner, k, src, work)),
+                ("direct PySpark", lambda k: _direct(spark, k, src, work)),
+            ]
             if r % 2:
                 order.reverse()
             for name, fn in order:
@@ -105,7 +123,9 @@ def run(bench: Bench) -> dict[str, Any]:
                 dt, rows = fn(n)
                 if r > 0:
                     results[name].append({"seconds": round(dt, 3), "rows": rows, "rows_per_s": round(rows / dt, 1)})
-                bench.log(f"{'warm-up' if r == 0 else f'round {r}/{reps}'} {name:<20} {rows:,} rows in {dt:.2f}s = {rows / dt:,.0f} rows/s")
+                bench.log(
+                    f"{'warm-up' if r == 0 else f'round {r}/{reps}'} {name:<20} {rows:,} rows in {dt:.2f}s = {rows / dt:,.0f} rows/s"
+                )
     finally:
         if runner is not None:
             runner.close()
@@ -113,17 +133,49 @@ def run(bench: Bench) -> dict[str, Any]:
     med = {k: median([x["rows_per_s"] for x in v]) for k, v in results.items()}
     r_ = ratio(med["task (spark runner)"], med["direct PySpark"])
     # the two runs of one round ran back to back: their ratio is the least noisy comparison
-    paired = median([a["rows_per_s"] / b["rows_per_s"] for a, b in zip(results["task (spark runner)"], results["direct PySpark"])])
-    rows = [[k, len(v), median([x["rows"] for x in v]), median([x["seconds"] for x in v]), med[k],
-             ratio(med[k], med["direct PySpark"])] for k, v in results.items()]
+    paired = median(
+        [a["rows_per_s"] / b["rows_per_s"] for a, b in zip(results["task (spark runner)"], results["direct PySpark"])]
+    )
+    rows = [
+        [
+            k,
+            len(v),
+            median([x["rows"] for x in v]),
+            median([x["seconds"] for x in v]),
+            med[k],
+            ratio(med[k], med["direct PySpark"]),
+        ]
+        for k, v in results.items()
+    ]
     headers = ["how", "runs", "rows", "seconds (median)", "rows/s (median)", "× direct"]
     print(table(headers, rows))
-    targets = [target("B6 task vs direct rows/s", f"{r_:.2f}" if r_ else "-", "≥ 0.9", r_ is not None and r_ >= 0.9,
-                      f"{files * per_file:,} rows, ratio of the medians of {reps} alternating runs; "
-                      f"median of the per-round ratios {paired:.2f}" if paired else "")]
-    doc = {"setup": {"files": files, "rows_per_file": per_file, "sql": SQL, "files_per_trigger": FILES_PER_TRIGGER,
-                     "reps": reps, "spark_startup_s": round(startup, 2)},
-           "runs": results, "median_rows_per_s": med, "ratio": r_, "paired_ratio_median": paired, "table": {"headers": headers, "rows": rows},
-           "targets": targets}
+    targets = [
+        target(
+            "B6 task vs direct rows/s",
+            f"{r_:.2f}" if r_ else "-",
+            "≥ 0.9",
+            r_ is not None and r_ >= 0.9,
+            f"{files * per_file:,} rows, ratio of the medians of {reps} alternating runs; "
+            f"median of the per-round ratios {paired:.2f}"
+            if paired
+            else "",
+        )
+    ]
+    doc = {
+        "setup": {
+            "files": files,
+            "rows_per_file": per_file,
+            "sql": SQL,
+            "files_per_trigger": FILES_PER_TRIGGER,
+            "reps": reps,
+            "spark_startup_s": round(startup, 2),
+        },
+        "runs": results,
+        "median_rows_per_s": med,
+        "ratio": r_,
+        "paired_ratio_median": paired,
+        "table": {"headers": headers, "rows": rows},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

@@ -15,8 +15,8 @@ import psutil
 
 from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, table, target, zookeeper
-from controller.protocol import codecs
 from controller.admin import wait_for
+from controller.protocol import codecs
 
 NAME = "b7_memory"
 TITLE = "B7 memory"
@@ -57,36 +57,84 @@ def run(bench: Bench) -> dict[str, Any]:
 
             def snap(label: str) -> dict[str, Any]:
                 f = farm.call("rss")
-                s = {"when": label, "controller_rss_mb": _mb(ctl_p.memory_info().rss), "controller_peak_mb": _mb(_hwm(proc.pid)),
-                     "controller_threads": ctl_p.num_threads(), "farm_rss_mb": _mb(f["rss"]), "farm_peak_mb": _mb(_hwm(farm.pid)),
-                     "farm_baseline_mb": _mb(farm.ready["rss_before"]), "farm_threads": f["threads"],
-                     "per_broker_mb": _mb((f["rss"] - farm.ready["rss_before"]) / brokers),
-                     "zookeeper_rss_mb": _mb(zk_p.memory_info().rss)}
-                bench.log(f"{label}: controller {s['controller_rss_mb']} MB (peak {s['controller_peak_mb']}), brokers "
-                          f"{s['farm_rss_mb']} MB for {brokers} = {s['per_broker_mb']} MB each over a {s['farm_baseline_mb']} MB interpreter")
+                s = {
+                    "when": label,
+                    "controller_rss_mb": _mb(ctl_p.memory_info().rss),
+                    "controller_peak_mb": _mb(_hwm(proc.pid)),
+                    "controller_threads": ctl_p.num_threads(),
+                    "farm_rss_mb": _mb(f["rss"]),
+                    "farm_peak_mb": _mb(_hwm(farm.pid)),
+                    "farm_baseline_mb": _mb(farm.ready["rss_before"]),
+                    "farm_threads": f["threads"],
+                    "per_broker_mb": _mb((f["rss"] - farm.ready["rss_before"]) / brokers),
+                    "zookeeper_rss_mb": _mb(zk_p.memory_info().rss),
+                }
+                bench.log(
+                    f"{label}: controller {s['controller_rss_mb']} MB (peak {s['controller_peak_mb']}), brokers "
+                    f"{s['farm_rss_mb']} MB for {brokers} = {s['per_broker_mb']} MB each over a {s['farm_baseline_mb']} MB interpreter"
+                )
                 return s
 
             time.sleep(2.0)
             snaps.append(snap("converged"))
             before = {g: (s.generation if s else 0) for g, s in zip(cluster.group_names, cluster.group_states())}
-            cluster.admin.create(cluster.layout.admin_rebalance_request_prefix,
-                                 codecs.encode(codecs.RebalanceRequest(group=None, reason="b7")), sequence=True, makepath=True)
-            wait_for(lambda: all(s is not None and s.state == "Stable" and s.generation > before[g]
-                                 for g, s in zip(cluster.group_names, cluster.group_states())), 300, 0.2)
+            cluster.admin.create(
+                cluster.layout.admin_rebalance_request_prefix,
+                codecs.encode(codecs.RebalanceRequest(group=None, reason="b7")),
+                sequence=True,
+                makepath=True,
+            )
+            wait_for(
+                lambda: all(
+                    s is not None and s.state == "Stable" and s.generation > before[g]
+                    for g, s in zip(cluster.group_names, cluster.group_states())
+                ),
+                300,
+                0.2,
+            )
             cluster.wait_converged(300)
             snaps.append(snap("after a rebalance of every group"))
             stop_process(proc)
         finally:
             cluster.close()
-    rows = [[s["when"], s["controller_rss_mb"], s["controller_peak_mb"], s["farm_rss_mb"], s["per_broker_mb"],
-             s["farm_baseline_mb"] + s["per_broker_mb"], s["zookeeper_rss_mb"]] for s in snaps]
-    headers = ["when", "controller RSS MB", "controller peak MB", f"{brokers} brokers RSS MB", "per broker MB",
-               "one broker process ≈ MB", "ZooKeeper RSS MB"]
+    rows = [
+        [
+            s["when"],
+            s["controller_rss_mb"],
+            s["controller_peak_mb"],
+            s["farm_rss_mb"],
+            s["per_broker_mb"],
+            s["farm_baseline_mb"] + s["per_broker_mb"],
+            s["zookeeper_rss_mb"],
+        ]
+        for s in snaps
+    ]
+    headers = [
+        "when",
+        "controller RSS MB",
+        "controller peak MB",
+        f"{brokers} brokers RSS MB",
+        "per broker MB",
+        "one broker process ≈ MB",
+        "ZooKeeper RSS MB",
+    ]
     print(table(headers, rows))
     peak = max(s["controller_peak_mb"] or 0 for s in snaps)
-    targets = [target(f"B7 controller memory at {tasks} tasks / {brokers} brokers", f"{peak:.0f} MB peak", "< 300 MB", peak < 300,
-                      f"RSS after converging {snaps[0]['controller_rss_mb']} MB", quick_size=bench.quick)]
-    doc = {"setup": {"tasks": tasks, "brokers": brokers, "groups": groups}, "snapshots": snaps,
-           "table": {"headers": headers, "rows": rows}, "targets": targets}
+    targets = [
+        target(
+            f"B7 controller memory at {tasks} tasks / {brokers} brokers",
+            f"{peak:.0f} MB peak",
+            "< 300 MB",
+            peak < 300,
+            f"RSS after converging {snaps[0]['controller_rss_mb']} MB",
+            quick_size=bench.quick,
+        )
+    ]
+    doc = {
+        "setup": {"tasks": tasks, "brokers": brokers, "groups": groups},
+        "snapshots": snaps,
+        "table": {"headers": headers, "rows": rows},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

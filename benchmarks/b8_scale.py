@@ -71,10 +71,17 @@ def run_one(bench: Bench, base: SimOptions, protocol: str, scenario: str) -> dic
         row["initial_converge_s"] = marks.get("converged_at_start_s")
         after = _mntr(sim.server.address) if sim.server is not None else {}
         steps = summary.step_convergence_s
-        row.update(status="ok", step_s=round(statistics.median(steps), 3) if steps else None, steps_s=steps,
-                   double_ownership=summary.double_ownership, moved=summary.moved_tasks, halts=summary.halts,
-                   downtime_task_s=summary.task_downtime_s, wall_s=round(time.monotonic() - t0, 1),
-                   rebalances=summary.rebalances)
+        row.update(
+            status="ok",
+            step_s=round(statistics.median(steps), 3) if steps else None,
+            steps_s=steps,
+            double_ownership=summary.double_ownership,
+            moved=summary.moved_tasks,
+            halts=summary.halts,
+            downtime_task_s=summary.task_downtime_s,
+            wall_s=round(time.monotonic() - t0, 1),
+            rebalances=summary.rebalances,
+        )
         if before and after:
             row["zk_requests"] = int(after.get("zk_packets_received", 0) - before.get("zk_packets_received", 0))
             row["zk_avg_latency_ms"] = after.get("zk_avg_latency")
@@ -83,8 +90,10 @@ def run_one(bench: Bench, base: SimOptions, protocol: str, scenario: str) -> dic
     finally:
         sim.close()
     row["rss_peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    bench.log(f"{protocol:>11} {scenario:<20} {row.get('step_s')}s {row.get('steps_s')}  double {row.get('double_ownership')}  "
-              f"halts {row.get('halts')}  ZooKeeper {row.get('zk_requests')} requests")
+    bench.log(
+        f"{protocol:>11} {scenario:<20} {row.get('step_s')}s {row.get('steps_s')}  double {row.get('double_ownership')}  "
+        f"halts {row.get('halts')}  ZooKeeper {row.get('zk_requests')} requests"
+    )
     return row
 
 
@@ -92,19 +101,55 @@ def run(bench: Bench) -> dict[str, Any]:
     tasks = int(os.environ.get("B8_TASKS", 1000 if bench.quick else 10000))
     brokers = int(os.environ.get("B8_BROKERS", 10 if bench.quick else 100))
     farms = 0 if brokers <= 25 else max(2, brokers // 25)
-    base = SimOptions(brokers=brokers, tasks=tasks, farms=farms, session_timeout_s=10.0 if farms else 6.0,
-                      converge_timeout_s=600.0, start_latency_s=0.0, stop_latency_s=0.0, settle_s=3.0,
-                      repeat=int(os.environ.get("B8_REPEAT", 3)))
+    base = SimOptions(
+        brokers=brokers,
+        tasks=tasks,
+        farms=farms,
+        session_timeout_s=10.0 if farms else 6.0,
+        converge_timeout_s=600.0,
+        start_latency_s=0.0,
+        stop_latency_s=0.0,
+        settle_s=3.0,
+        repeat=int(os.environ.get("B8_REPEAT", 3)),
+    )
     rows: list[dict[str, Any]] = []
     for scenario in SCENARIOS:
         for protocol in (COOPERATIVE, RECONCILE):  # side by side, scenario by scenario
             rows.append(run_one(bench, base, protocol, scenario))
-    headers = ["scenario", "protocol", "converged s (median)", "each s", "moved", "double own.", "halts", "ZooKeeper requests",
-               "ZooKeeper avg latency ms", "start converged s", "wall s"]
-    print(table(headers, [[r["scenario"], r["protocol"], r.get("step_s", r.get("error", "")[:40]),
-                           " ".join(f"{x:.2f}" for x in r.get("steps_s") or ()), r.get("moved"),
-                           r.get("double_ownership"), r.get("halts"), r.get("zk_requests"), r.get("zk_avg_latency_ms"),
-                           r.get("initial_converge_s"), r.get("wall_s")] for r in rows]))
+    headers = [
+        "scenario",
+        "protocol",
+        "converged s (median)",
+        "each s",
+        "moved",
+        "double own.",
+        "halts",
+        "ZooKeeper requests",
+        "ZooKeeper avg latency ms",
+        "start converged s",
+        "wall s",
+    ]
+    print(
+        table(
+            headers,
+            [
+                [
+                    r["scenario"],
+                    r["protocol"],
+                    r.get("step_s", r.get("error", "")[:40]),
+                    " ".join(f"{x:.2f}" for x in r.get("steps_s") or ()),
+                    r.get("moved"),
+                    r.get("double_ownership"),
+                    r.get("halts"),
+                    r.get("zk_requests"),
+                    r.get("zk_avg_latency_ms"),
+                    r.get("initial_converge_s"),
+                    r.get("wall_s"),
+                ]
+                for r in rows
+            ],
+        )
+    )
 
     def step(protocol: str, scenario: str) -> float | None:
         r = next((r for r in rows if r["protocol"] == protocol and r["scenario"] == scenario), None)
@@ -115,21 +160,54 @@ def run(bench: Bench) -> dict[str, Any]:
     for scenario in ("add-broker", "controlled-shutdown"):
         coop, rec = step(COOPERATIVE, scenario), step(RECONCILE, scenario)
         if coop and rec:
-            targets.append(target(f"B8 {tasks}×{brokers} {scenario}: reconcile vs cooperative", f"{coop / rec:.1f}× faster",
-                                  "≥ 3×", coop / rec >= 3, f"cooperative {coop:.2f} s, reconcile {rec:.2f} s", quick_size=quick))
+            targets.append(
+                target(
+                    f"B8 {tasks}×{brokers} {scenario}: reconcile vs cooperative",
+                    f"{coop / rec:.1f}× faster",
+                    "≥ 3×",
+                    coop / rec >= 3,
+                    f"cooperative {coop:.2f} s, reconcile {rec:.2f} s",
+                    quick_size=quick,
+                )
+            )
     for scenario in ("add-broker", "controlled-shutdown", "kill-broker"):
         rec = step(RECONCILE, scenario)
-        targets.append(target(f"B8 {tasks}×{brokers} {scenario} (reconcile): all running again", f"{rec} s", "< 5 s",
-                              rec is not None and rec < 5, quick_size=quick))
+        targets.append(
+            target(
+                f"B8 {tasks}×{brokers} {scenario} (reconcile): all running again",
+                f"{rec} s",
+                "< 5 s",
+                rec is not None and rec < 5,
+                quick_size=quick,
+            )
+        )
     fo = step(RECONCILE, "kill-controller")
-    targets.append(target(f"B8 {tasks}×{brokers} controller failover (reconcile), state loaded", f"{fo} s", "< 3 s",
-                          fo is not None and fo < 3, quick_size=quick))
+    targets.append(
+        target(
+            f"B8 {tasks}×{brokers} controller failover (reconcile), state loaded",
+            f"{fo} s",
+            "< 3 s",
+            fo is not None and fo < 3,
+            quick_size=quick,
+        )
+    )
     rss = max(r["rss_peak_mb"] for r in rows)
-    targets.append(target("B8 controller process peak RSS", f"{rss:.0f} MB", "< 1 GB", rss < 1024,
-                          "this process: controller and the simulator's driver (brokers run in farms)"))
+    targets.append(
+        target(
+            "B8 controller process peak RSS",
+            f"{rss:.0f} MB",
+            "< 1 GB",
+            rss < 1024,
+            "this process: controller and the simulator's driver (brokers run in farms)",
+        )
+    )
     double = sum(r.get("double_ownership") or 0 for r in rows)
     targets.append(target("B8 double ownership (all runs)", double, "0", double == 0))
-    doc = {"setup": {"tasks": tasks, "brokers": brokers, "farms": farms, "session_timeout_s": base.session_timeout_s},
-           "rows": rows, "table": {"headers": headers}, "targets": targets}
+    doc = {
+        "setup": {"tasks": tasks, "brokers": brokers, "farms": farms, "session_timeout_s": base.session_timeout_s},
+        "rows": rows,
+        "table": {"headers": headers},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

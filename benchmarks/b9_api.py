@@ -13,8 +13,8 @@ import urllib.request
 from typing import Any
 
 from benchmarks.common import REPO, Bench, median, table, target, zookeeper
-from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout
+from controller.protocol import codecs
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
@@ -27,13 +27,27 @@ TITLE = "B9 the HTTP API and the console at 1,000 and 10,000 tasks"
 
 def _populate(client: Any, layout: ZkLayout, n: int) -> None:
     """``n`` tasks, each owned by one of 20 brokers and with a RUNNING status (as a loaded cluster reads)."""
-    AdminClient(client, layout).create_tasks([TaskSpec(id=f"task-{i:06d}", pipeline=NoopPipeline(kind="noop")) for i in range(n)])
+    AdminClient(client, layout).create_tasks(
+        [TaskSpec(id=f"task-{i:06d}", pipeline=NoopPipeline(kind="noop")) for i in range(n)]
+    )
     ops = []
     for i in range(n):
         t, b = f"task-{i:06d}", f"broker-{i % 20:02d}"
         ops.append(Create(layout.task_owner(t), codecs.encode(codecs.OwnerInfo(broker=b, generation=1))))
-        ops.append(Create(layout.status(t), codecs.encode(codecs.TaskStatus(
-            broker=b, state="RUNNING", generation=1, updated=time.time(), metrics={"rows": i, "processed_rows_per_s": 1.5}))))
+        ops.append(
+            Create(
+                layout.status(t),
+                codecs.encode(
+                    codecs.TaskStatus(
+                        broker=b,
+                        state="RUNNING",
+                        generation=1,
+                        updated=time.time(),
+                        metrics={"rows": i, "processed_rows_per_s": 1.5},
+                    )
+                ),
+            )
+        )
     FencedWriter(client, None).write(ops)
 
 
@@ -109,9 +123,16 @@ def _streams(base: str, port: int, pid: int, n: int, probes: int) -> dict[str, A
             s.close()
     time.sleep(3)
     health_after = [_get(base + "/healthz")[0] for _ in range(probes)]
-    return {"streams": n, "open_all_s": opened_s, "healthz_p99_s": _p99(health), "status_p99_s": _p99(status),
-            "healthz_p99_after_s": _p99(health_after), "rss_before_mb": before, "rss_open_mb": during,
-            "rss_after_mb": _rss_mb(pid)}
+    return {
+        "streams": n,
+        "open_all_s": opened_s,
+        "healthz_p99_s": _p99(health),
+        "status_p99_s": _p99(status),
+        "healthz_p99_after_s": _p99(health_after),
+        "rss_before_mb": before,
+        "rss_open_mb": during,
+        "rss_after_mb": _rss_mb(pid),
+    }
 
 
 def run(bench: Bench) -> dict[str, Any]:
@@ -133,8 +154,13 @@ def run(bench: Bench) -> dict[str, Any]:
                 ensure_layout(client, layout)
                 _populate(client, layout, n)
                 env = {"ZKC_ZK": zk.address, "ZKC_ROOT": root, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-                proc = subprocess.Popen([sys.executable, "-m", "cli.main", "api", "run", "--port", str(port)],
-                                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "cli.main", "api", "run", "--port", str(port)],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    cwd=REPO,
+                )
                 base = f"http://127.0.0.1:{port}"
                 deadline = time.monotonic() + 60
                 while True:
@@ -143,7 +169,7 @@ def run(bench: Bench) -> dict[str, Any]:
                         break
                     except OSError:
                         if time.monotonic() > deadline or proc.poll() is not None:
-                            raise RuntimeError("the API server did not start")
+                            raise RuntimeError("the API server did not start") from None
                         time.sleep(0.2)
                 _get(base + "/api/v1/tasks")  # warm-up
                 lat, size = [], 0
@@ -152,21 +178,39 @@ def run(bench: Bench) -> dict[str, Any]:
                     lat.append(dt)
                 paint = _first_paint(base + "/", rounds)
                 paint_med = median(paint) if isinstance(paint, list) else None
-                bench.log(f"{n:,} tasks: GET /api/v1/tasks p50 {median(lat) * 1000:.0f} ms ({size / 1e6:.1f} MB); "
-                          f"first paint " + (f"{paint_med:.2f} s" if paint_med is not None else f"not measured ({paint})"))
-                results[str(n)] = {"get_tasks_s": lat, "get_tasks_p50_s": median(lat), "bytes": size,
-                                   "first_paint_s": paint if isinstance(paint, list) else None,
-                                   "first_paint_p50_s": paint_med, "browser": None if isinstance(paint, list) else paint}
+                bench.log(
+                    f"{n:,} tasks: GET /api/v1/tasks p50 {median(lat) * 1000:.0f} ms ({size / 1e6:.1f} MB); "
+                    f"first paint " + (f"{paint_med:.2f} s" if paint_med is not None else f"not measured ({paint})")
+                )
+                results[str(n)] = {
+                    "get_tasks_s": lat,
+                    "get_tasks_p50_s": median(lat),
+                    "bytes": size,
+                    "first_paint_s": paint if isinstance(paint, list) else None,
+                    "first_paint_p50_s": paint_med,
+                    "browser": None if isinstance(paint, list) else paint,
+                }
                 rows.append([n, median(lat), max(lat), round(size / 1e6, 2), paint_med])
                 if n in stream_sizes:
                     st = _streams(base, port, proc.pid, n_streams, probes)
                     results[str(n)]["streams"] = st
-                    bench.log(f"{n:,} tasks, {st['streams']} streams: /healthz p99 {st['healthz_p99_s'] * 1000:.0f} ms, "
-                              f"/api/v1/status p99 {st['status_p99_s'] * 1000:.0f} ms, RSS {st['rss_before_mb']:.0f} -> "
-                              f"{st['rss_open_mb']:.0f} -> {st['rss_after_mb']:.0f} MB")
-                    stream_rows.append([n, st["streams"], round(st["open_all_s"], 2), st["healthz_p99_s"],
-                                        st["status_p99_s"], round(st["rss_before_mb"]), round(st["rss_open_mb"]),
-                                        round(st["rss_after_mb"])])
+                    bench.log(
+                        f"{n:,} tasks, {st['streams']} streams: /healthz p99 {st['healthz_p99_s'] * 1000:.0f} ms, "
+                        f"/api/v1/status p99 {st['status_p99_s'] * 1000:.0f} ms, RSS {st['rss_before_mb']:.0f} -> "
+                        f"{st['rss_open_mb']:.0f} -> {st['rss_after_mb']:.0f} MB"
+                    )
+                    stream_rows.append(
+                        [
+                            n,
+                            st["streams"],
+                            round(st["open_all_s"], 2),
+                            st["healthz_p99_s"],
+                            st["status_p99_s"],
+                            round(st["rss_before_mb"]),
+                            round(st["rss_open_mb"]),
+                            round(st["rss_after_mb"]),
+                        ]
+                    )
             finally:
                 if proc is not None:
                     proc.terminate()
@@ -179,18 +223,51 @@ def run(bench: Bench) -> dict[str, Any]:
                 client.close()
     headers = ["tasks", "GET /tasks p50 s", "max s", "MB", "console first paint p50 s"]
     print(table(headers, rows))
-    stream_headers = ["tasks", "streams", "all open s", "/healthz p99 s", "/status p99 s", "RSS before MB",
-                      "RSS open MB", "RSS after MB"]
+    stream_headers = [
+        "tasks",
+        "streams",
+        "all open s",
+        "/healthz p99 s",
+        "/status p99 s",
+        "RSS before MB",
+        "RSS open MB",
+        "RSS after MB",
+    ]
     print(table(stream_headers, stream_rows))
-    targets = [target(f"B9 GET /api/v1/tasks at {n:,} tasks (p50)", f"{results[str(n)]['get_tasks_p50_s'] * 1000:.0f} ms",
-                      "(measure)", None) for n in sizes]
-    targets += [target(f"B9 console first paint at {n:,} tasks (p50)",
-                       f"{results[str(n)]['first_paint_p50_s']:.2f} s" if results[str(n)]["first_paint_p50_s"] else "-",
-                       "(measure)", None) for n in sizes]
-    targets += [target(f"B9 /healthz p99 beside {n_streams} event streams at {n:,} tasks",
-                       f"{results[str(n)]['streams']['healthz_p99_s'] * 1000:.0f} ms", "(measure)", None)
-                for n in stream_sizes]
-    doc = {"sizes": list(sizes), "rounds": rounds, "results": results, "table": {"headers": headers, "rows": rows},
-           "streams_table": {"headers": stream_headers, "rows": stream_rows}, "targets": targets}
+    targets = [
+        target(
+            f"B9 GET /api/v1/tasks at {n:,} tasks (p50)",
+            f"{results[str(n)]['get_tasks_p50_s'] * 1000:.0f} ms",
+            "(measure)",
+            None,
+        )
+        for n in sizes
+    ]
+    targets += [
+        target(
+            f"B9 console first paint at {n:,} tasks (p50)",
+            f"{results[str(n)]['first_paint_p50_s']:.2f} s" if results[str(n)]["first_paint_p50_s"] else "-",
+            "(measure)",
+            None,
+        )
+        for n in sizes
+    ]
+    targets += [
+        target(
+            f"B9 /healthz p99 beside {n_streams} event streams at {n:,} tasks",
+            f"{results[str(n)]['streams']['healthz_p99_s'] * 1000:.0f} ms",
+            "(measure)",
+            None,
+        )
+        for n in stream_sizes
+    ]
+    doc = {
+        "sizes": list(sizes),
+        "rounds": rounds,
+        "results": results,
+        "table": {"headers": headers, "rows": rows},
+        "streams_table": {"headers": stream_headers, "rows": stream_rows},
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

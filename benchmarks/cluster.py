@@ -15,10 +15,10 @@ from typing import Any
 
 from benchmarks.common import REPO
 from broker_sim.sim.farm import Farm
-from controller.protocol import codecs
 from controller.admin import ensure_layout, wait_for
-from controller.protocol.codecs import GroupStateInfo, PayloadError
 from controller.daemon import Controller, ControllerConfig, LoadMethod
+from controller.protocol import codecs
+from controller.protocol.codecs import GroupStateInfo, PayloadError
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
@@ -51,8 +51,17 @@ class ErrorLog(logging.Handler):
 
 
 class Cluster:
-    def __init__(self, hosts: str, tasks: int, brokers: int, groups: int = 1, name: str = "bench",
-                 session_timeout_s: float = 30.0, rebalance_timeout_s: float = 60.0, log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        hosts: str,
+        tasks: int,
+        brokers: int,
+        groups: int = 1,
+        name: str = "bench",
+        session_timeout_s: float = 30.0,
+        rebalance_timeout_s: float = 60.0,
+        log_dir: Path | None = None,
+    ) -> None:
         self.hosts = hosts
         self.tasks = tasks
         self.brokers = brokers
@@ -81,7 +90,10 @@ class Cluster:
         for lo in range(0, self.tasks, 500):
             tx = self.admin.transaction()
             for i in range(lo, min(self.tasks, lo + 500)):
-                tx.create(self.layout.task(self.task_ids[i]), TaskSpec(id=self.task_ids[i], group=self.group_of(i), pipeline=NoopPipeline(kind="noop")).encode())
+                tx.create(
+                    self.layout.task(self.task_ids[i]),
+                    TaskSpec(id=self.task_ids[i], group=self.group_of(i), pipeline=NoopPipeline(kind="noop")).encode(),
+                )
             pending.append(tx.commit_async())
         for p in pending:
             res = p.get(timeout=120)
@@ -99,12 +111,33 @@ class Cluster:
 
     def spawn_controller(self, cid: str) -> subprocess.Popen:
         """``zkctl controller run`` as a child process (its own session and interpreter)."""
-        cmd = [str(Path(sys.executable).with_name("zkctl")), "--zk", self.hosts, "--zk-root", self.root, "controller", "run",
-               "--id", cid, "--session-timeout", str(self.settings.session_timeout_s),
-               "--rebalance-timeout", str(self.group_config.rebalance_timeout_s), "--default-assignor", "cooperative-sticky"]
+        cmd = [
+            str(Path(sys.executable).with_name("zkctl")),
+            "--zk",
+            self.hosts,
+            "--zk-root",
+            self.root,
+            "controller",
+            "run",
+            "--id",
+            cid,
+            "--session-timeout",
+            str(self.settings.session_timeout_s),
+            "--rebalance-timeout",
+            str(self.group_config.rebalance_timeout_s),
+            "--default-assignor",
+            "cooperative-sticky",
+        ]
         log = open(self.log_dir / f"{cid}.log", "ab") if self.log_dir else subprocess.DEVNULL
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.procs.append(proc)
         return proc
 
@@ -118,13 +151,22 @@ class Cluster:
     # ---- brokers --------------------------------------------------------------------------------------
     def start_farm(self, **kw: Any) -> Farm:
         log = self.log_dir / f"farm-{self.root.strip('/')}.log" if self.log_dir else None
-        self.farm = Farm(self.hosts, self.root, self.brokers, session_timeout=self.settings.session_timeout_s,
-                         groups=self.groups, log_path=log, **kw)
+        self.farm = Farm(
+            self.hosts,
+            self.root,
+            self.brokers,
+            session_timeout=self.settings.session_timeout_s,
+            groups=self.groups,
+            log_path=log,
+            **kw,
+        )
         return self.farm
 
     def group_states(self) -> list[GroupStateInfo | None]:
         out = []
-        for g, res in zip(self.group_names, get_many(self.admin, [self.layout.group_state(g) for g in self.group_names])):
+        for _g, res in zip(
+            self.group_names, get_many(self.admin, [self.layout.group_state(g) for g in self.group_names])
+        ):
             try:
                 out.append(codecs.decode(GroupStateInfo, res[0]) if res else None)
             except PayloadError:
@@ -138,7 +180,12 @@ class Cluster:
     def farm_converged(self) -> bool:
         assert self.farm is not None
         st = self.farm.call("status")
-        return st["distinct"] == self.tasks and st["dupes"] == 0 and st["running"] == self.tasks and st["max"] - st["min"] <= 1
+        return (
+            st["distinct"] == self.tasks
+            and st["dupes"] == 0
+            and st["running"] == self.tasks
+            and st["max"] - st["min"] <= 1
+        )
 
     def wait_converged(self, timeout: float, interval: float = 0.25) -> float | None:
         t0 = time.monotonic()
@@ -176,4 +223,3 @@ def stop_process(p: subprocess.Popen, timeout: float = 20.0) -> None:
         p.wait(10)
     except ProcessLookupError:
         pass
-

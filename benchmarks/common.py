@@ -16,9 +16,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import psutil
 
@@ -42,8 +43,13 @@ class Bench:
     def write(self, name: str, doc: dict[str, Any]) -> Path:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / f"{name}.json"
-        full = {"benchmark": name, "mode": "quick" if self.quick else "full",
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": self.machine, **doc}
+        full = {
+            "benchmark": name,
+            "mode": "quick" if self.quick else "full",
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": self.machine,
+            **doc,
+        }
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(full, indent=1, default=jsonable) + "\n")
         tmp.replace(path)
@@ -141,15 +147,19 @@ def machine_info() -> dict[str, Any]:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        )
         return out.stdout.strip() or None
     except Exception:
         return None
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    return (f"{m.get('cpu_model')} · {m.get('logical_cores')} cores · {m.get('ram_gb')} GB RAM · Python {m.get('python')} · "
-            f"ZooKeeper {m.get('zookeeper')} · kazoo {m.get('kazoo')} · pyspark {m.get('pyspark')} · load {m.get('load_avg_at_start')}")
+    return (
+        f"{m.get('cpu_model')} · {m.get('logical_cores')} cores · {m.get('ram_gb')} GB RAM · Python {m.get('python')} · "
+        f"ZooKeeper {m.get('zookeeper')} · kazoo {m.get('kazoo')} · pyspark {m.get('pyspark')} · load {m.get('load_avg_at_start')}"
+    )
 
 
 # ---- statistics and tables ----------------------------------------------------------------------------
@@ -183,7 +193,11 @@ def fmt(v: Any, digits: int = 3) -> str:
             return f"{v:,.0f}"
         if v != 0 and abs(v) < 0.01:
             return f"{v:.2g}"
-        return f"{v:.{digits}g}" if abs(v) < 1 else f"{v:.{max(1, digits - len(str(int(abs(v)))))}f}".rstrip("0").rstrip(".")
+        return (
+            f"{v:.{digits}g}"
+            if abs(v) < 1
+            else f"{v:.{max(1, digits - len(str(int(abs(v)))))}f}".rstrip("0").rstrip(".")
+        )
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
@@ -203,12 +217,19 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(out)
 
 
-def target(name: str, measured: Any, goal: str, ok: bool | None, note: str = "", quick_size: bool = False) -> dict[str, Any]:
+def target(
+    name: str, measured: Any, goal: str, ok: bool | None, note: str = "", quick_size: bool = False
+) -> dict[str, Any]:
     """A target and its measured figure. ``quick_size``: measured at quick size while the target is
     defined at full size, so it is reported but not judged."""
     if quick_size:
-        return {"target": name, "measured": measured, "goal": goal, "met": None,
-                "note": ("quick size, judged at full size only; " + note).rstrip("; ")}
+        return {
+            "target": name,
+            "measured": measured,
+            "goal": goal,
+            "met": None,
+            "note": ("quick size, judged at full size only; " + note).rstrip("; "),
+        }
     return {"target": name, "measured": measured, "goal": goal, "met": ok, "note": note}
 
 
@@ -219,15 +240,15 @@ def zookeeper(heap_mb: int = 512, name: str = "bench") -> Iterator[Any]:
     from controller.zk.server import ZooKeeperServer, free_port
 
     tmp = tempfile.TemporaryDirectory(prefix=f"zkc-{name}-")
-    server = ZooKeeperServer(data_dir=Path(tmp.name) / "zk", port=free_port(), tick_ms=200,
-                             max_session_timeout_ms=120_000, heap_mb=heap_mb)
+    server = ZooKeeperServer(
+        data_dir=Path(tmp.name) / "zk", port=free_port(), tick_ms=200, max_session_timeout_ms=120_000, heap_mb=heap_mb
+    )
     server.start()
     try:
         yield server
     finally:
         server.stop()
         tmp.cleanup()
-
 
 
 # ---- CPU accounting -----------------------------------------------------------------------------------
@@ -239,7 +260,6 @@ def thread_cpu_s(native_ids: Sequence[int], pid: int | None = None) -> float:
         if t.id in wanted:
             total += t.user_time + t.system_time
     return total
-
 
 
 # ---- a sampling profiler of this process's threads ----------------------------------------------------
@@ -286,7 +306,7 @@ class StackSampler:
                 self.leaf.setdefault(group, Counter())[ours] += 1
             self.samples += 1
 
-    def __enter__(self) -> "StackSampler":
+    def __enter__(self) -> StackSampler:
         self._thread.start()
         return self
 
@@ -307,5 +327,6 @@ class StackSampler:
         return out
 
 
-_OURS = {p.name for d in ("controller", "broker_sim", "broker_sim/runners", "benchmarks") for p in (REPO / d).glob("*.py")}
-
+_OURS = {
+    p.name for d in ("controller", "broker_sim", "broker_sim/runners", "benchmarks") for p in (REPO / d).glob("*.py")
+}

@@ -15,8 +15,8 @@ import argparse
 import statistics
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from benchmarks.cluster import Cluster
 from benchmarks.common import RESULTS_DIR, quiet_logging, zookeeper
@@ -30,7 +30,7 @@ def _path(op: int, body: bytes) -> str | None:
     if op not in _PATH_OPS:
         return None
     (n,) = struct.unpack_from(">i", body, 0)
-    return body[4:4 + n].decode(errors="replace") if n >= 0 else None
+    return body[4 : 4 + n].decode(errors="replace") if n >= 0 else None
 
 
 def read_txn_log(path: Path) -> Iterator[tuple[float, int, list[tuple[str, str]]]]:
@@ -43,7 +43,7 @@ def read_txn_log(path: Path) -> Iterator[tuple[float, int, list[tuple[str, str]]
         _crc, n = struct.unpack_from(">qi", data, off)
         if n <= 0:
             return
-        rec = data[off + 12:off + 12 + n]
+        rec = data[off + 12 : off + 12 + n]
         off += 12 + n + 1
         session, _cxid, _zxid, time_ms, op = struct.unpack_from(">qiqqi", rec, 0)
         body = rec[32:]
@@ -53,7 +53,7 @@ def read_txn_log(path: Path) -> Iterator[tuple[float, int, list[tuple[str, str]]
             o = 4
             for _ in range(count):
                 sub, length = struct.unpack_from(">ii", body, o)
-                p = _path(sub, body[o + 8:o + 8 + length])
+                p = _path(sub, body[o + 8 : o + 8 + length])
                 if p is not None:
                     ops.append((_PATH_OPS[sub], p))
                 o += 8 + length
@@ -64,16 +64,20 @@ def read_txn_log(path: Path) -> Iterator[tuple[float, int, list[tuple[str, str]]
         yield time_ms / 1000.0, session, ops
 
 
-def _hops(txns: list[tuple[float, str, list[tuple[str, str]]]], t0: float, first: float, last: float,
-          root: str) -> dict[str, float]:
+def _hops(
+    txns: list[tuple[float, str, list[tuple[str, str]]]], t0: float, first: float, last: float, root: str
+) -> dict[str, float]:
     """The milestones of one join (two generations) from its writes, in log order, as ms between them."""
     group = f"{root}/groups/default/"
 
     def writes(who: str | None, op: str, sub: str, after: int, before: int | None = None) -> list[int]:
         """Indexes of the transactions in (after, before) that ``who`` made with an ``op`` under ``sub``."""
         end = len(txns) if before is None else before
-        return [i for i in range(after + 1, end) if (who is None or txns[i][1] == who)
-                and any(o == op and p.startswith(group + sub) for o, p in txns[i][2])]
+        return [
+            i
+            for i in range(after + 1, end)
+            if (who is None or txns[i][1] == who) and any(o == op and p.startswith(group + sub) for o, p in txns[i][2])
+        ]
 
     def first_write(who: str | None, op: str, sub: str, after: int) -> int:
         found = writes(who, op, sub, after)
@@ -117,8 +121,10 @@ def profile_hops(tasks: int, brokers: int, joins: int) -> str:
     from broker_sim.worker import Worker, WorkerConfig
     from controller.admin import wait_for
 
-    out = [f"# {joins} joins into {tasks} tasks × {brokers} brokers: hops from ZooKeeper's transaction log "
-           "(server clock), ms\n"]
+    out = [
+        f"# {joins} joins into {tasks} tasks × {brokers} brokers: hops from ZooKeeper's transaction log "
+        "(server clock), ms\n"
+    ]
     results: list[dict[str, float]] = []
     farm_cpu: list[float] = []
     with zookeeper(heap_mb=1024, name="hops") as zk:
@@ -135,13 +141,30 @@ def profile_hops(tasks: int, brokers: int, joins: int) -> str:
                 coord = ctl.ctx.groups["default"]
                 gen0 = coord.generation
                 share = tasks // (brokers + 1)
-                w = Worker(WorkerConfig(broker_id=f"joiner-{r}", settings=c.settings, pool_size=8, status_interval_s=1.0,
-                                        intervals_flush_s=3600.0, on_halt="kill"), runner=NoopRunner())
+                w = Worker(
+                    WorkerConfig(
+                        broker_id=f"joiner-{r}",
+                        settings=c.settings,
+                        pool_size=8,
+                        status_interval_s=1.0,
+                        intervals_flush_s=3600.0,
+                        on_halt="kill",
+                    ),
+                    runner=NoopRunner(),
+                )
                 cpu0 = sum(farm.cpu_times()[:2])
                 t0 = time.time()
                 w.start()
-                wait_for(lambda: coord.state.value == "Stable" and coord.generation > gen0 and len(w.running_tasks()) >= share
-                         and w.running_tasks() == set(w.table.desired), 300, 0.005)
+                wait_for(
+                    lambda: (
+                        coord.state.value == "Stable"
+                        and coord.generation > gen0
+                        and len(w.running_tasks()) >= share
+                        and w.running_tasks() == set(w.table.desired)
+                    ),
+                    300,
+                    0.005,
+                )
                 starts = [i.start for i in w.open_intervals()]
                 farm_cpu.append(sum(farm.cpu_times()[:2]) - cpu0)
                 windows.append((t0, min(starts), max(starts), coord.generation - gen0, ctl.client.client_id[0]))
@@ -151,7 +174,11 @@ def profile_hops(tasks: int, brokers: int, joins: int) -> str:
             logs = sorted((Path(zk.data_dir) / "data").rglob("log.*"))
             txns_raw = [t for p in logs for t in read_txn_log(p)]
             for t0, first, last, gens, ctl_session in windows:
-                txns = [(t, "ctl" if s == ctl_session else str(s), ops) for t, s, ops in txns_raw if t0 - 0.01 <= t <= last + 0.05]
+                txns = [
+                    (t, "ctl" if s == ctl_session else str(s), ops)
+                    for t, s, ops in txns_raw
+                    if t0 - 0.01 <= t <= last + 0.05
+                ]
                 try:
                     results.append(_hops(txns, t0, first, last, c.root))
                 except ValueError as exc:  # e.g. a join that took 1 or 3 generations
@@ -164,8 +191,10 @@ def profile_hops(tasks: int, brokers: int, joins: int) -> str:
     for k in results[0]:
         vals = [r[k] for r in results]
         out.append(f"{k:<75} {statistics.median(vals):7.1f}  {min(vals):.0f}-{max(vals):.0f}")
-    out.append(f"\nfarm process CPU (user+system) per join: median {statistics.median(farm_cpu) * 1000:.0f} ms "
-               f"({min(farm_cpu) * 1000:.0f}-{max(farm_cpu) * 1000:.0f}); the farm runs the group's {brokers} brokers")
+    out.append(
+        f"\nfarm process CPU (user+system) per join: median {statistics.median(farm_cpu) * 1000:.0f} ms "
+        f"({min(farm_cpu) * 1000:.0f}-{max(farm_cpu) * 1000:.0f}); the farm runs the group's {brokers} brokers"
+    )
     return "\n".join(out)
 
 

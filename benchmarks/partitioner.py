@@ -20,8 +20,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.recipe.partitioner import SetPartitioner
 
-from broker_sim.sim.checker import close_open
 from broker_sim.runners.noop import NoopRunner
+from broker_sim.sim.checker import close_open
 from controller.protocol.codecs import RunInterval
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 
@@ -29,8 +29,18 @@ DEFAULT_TIME_BOUNDARY_S = 30  # kazoo's own default for SetPartitioner(time_boun
 
 
 class PartitionerBroker:
-    def __init__(self, bid: str, hosts: str, path: str, tasks: list[str], time_boundary: float,
-                 start_latency_s: float, stop_latency_s: float, pool_size: int = 8, session_timeout_s: float = 6.0) -> None:
+    def __init__(
+        self,
+        bid: str,
+        hosts: str,
+        path: str,
+        tasks: list[str],
+        time_boundary: float,
+        start_latency_s: float,
+        stop_latency_s: float,
+        pool_size: int = 8,
+        session_timeout_s: float = 6.0,
+    ) -> None:
         self.id = bid
         self.tasks = tasks
         self.runner = NoopRunner(start_latency_s=start_latency_s, stop_latency_s=stop_latency_s)
@@ -45,8 +55,14 @@ class PartitionerBroker:
         self._pending: list[tuple[str, float, float]] = []
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_s)
         self.client.start(timeout=30)
-        self.part = SetPartitioner(self.client, path, set=tuple(tasks), identifier=bid, time_boundary=time_boundary,
-                                   state_change_event=self.state_event)
+        self.part = SetPartitioner(
+            self.client,
+            path,
+            set=tuple(tasks),
+            identifier=bid,
+            time_boundary=time_boundary,
+            state_change_event=self.state_event,
+        )
         self.thread = threading.Thread(target=self._loop, name=f"sp-{bid}-driver", daemon=True)
         self.thread.start()
 
@@ -72,7 +88,12 @@ class PartitionerBroker:
                     self.partition = frozenset(p)
                 want = [t for t in sorted(self.partition) if t not in self.running]
                 if want:
-                    futures = [self.pool.submit(self._start, t, spec_cache.setdefault(t, TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")))) for t in want]
+                    futures = [
+                        self.pool.submit(
+                            self._start, t, spec_cache.setdefault(t, TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")))
+                        )
+                        for t in want
+                    ]
                     wait(futures, timeout=120)
                     continue
             self.state_event.wait(0.05)
@@ -101,8 +122,17 @@ class PartitionerBroker:
     def _close_intervals(self, released: float) -> None:
         with self.lock:
             for t, start, end in self._pending:
-                self.intervals.append(RunInterval(task_id=t, broker=self.id, start=start, end=end, generation=0,
-                                                  acquired=self.acquired_at, released=released))
+                self.intervals.append(
+                    RunInterval(
+                        task_id=t,
+                        broker=self.id,
+                        start=start,
+                        end=end,
+                        generation=0,
+                        acquired=self.acquired_at,
+                        released=released,
+                    )
+                )
             self._pending = []
 
     # ---- lifecycle -------------------------------------------------------------------------------------
@@ -126,8 +156,10 @@ class PartitionerBroker:
 
     def open_intervals(self) -> list[RunInterval]:
         with self.lock:
-            return [RunInterval(task_id=t, broker=self.id, start=s, end=None, generation=0, acquired=self.acquired_at)
-                    for t, s in self.running.items()]
+            return [
+                RunInterval(task_id=t, broker=self.id, start=s, end=None, generation=0, acquired=self.acquired_at)
+                for t, s in self.running.items()
+            ]
 
     def running_tasks(self) -> set[str]:
         with self.lock:
@@ -137,14 +169,27 @@ class PartitionerBroker:
 class PartitionerCluster:
     """Brokers over one partition path; the same observation API as ``broker_sim.sim.simulator.Simulation``."""
 
-    def __init__(self, hosts: str, path: str, task_ids: list[str], time_boundary: float, start_latency_s: float,
-                 stop_latency_s: float, pool_size: int = 8, session_timeout_s: float = 6.0) -> None:
+    def __init__(
+        self,
+        hosts: str,
+        path: str,
+        task_ids: list[str],
+        time_boundary: float,
+        start_latency_s: float,
+        stop_latency_s: float,
+        pool_size: int = 8,
+        session_timeout_s: float = 6.0,
+    ) -> None:
         self.hosts = hosts
         self.path = path
         self.task_ids = task_ids
-        self.kw: dict[str, Any] = dict(time_boundary=time_boundary, start_latency_s=start_latency_s,
-                                       stop_latency_s=stop_latency_s, pool_size=pool_size,
-                                       session_timeout_s=session_timeout_s)
+        self.kw: dict[str, Any] = dict(
+            time_boundary=time_boundary,
+            start_latency_s=start_latency_s,
+            stop_latency_s=stop_latency_s,
+            pool_size=pool_size,
+            session_timeout_s=session_timeout_s,
+        )
         self.workers: dict[str, PartitionerBroker] = {}
         self.intervals_done: list[RunInterval] = []
 

@@ -14,7 +14,8 @@ import cProfile
 import io
 import pstats
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks.cluster import Cluster
 from benchmarks.common import RESULTS_DIR, quiet_logging, zookeeper
@@ -73,25 +74,49 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
                     coord = ctl.ctx.groups["default"]
                     gen0 = coord.generation
                     s0 = ctl.thread.snapshot()
-                    w = Worker(WorkerConfig(broker_id=f"joiner-{r}", settings=c.settings, pool_size=8, status_interval_s=1.0,
-                                            intervals_flush_s=3600.0, on_halt="kill"), runner=NoopRunner())
+                    w = Worker(
+                        WorkerConfig(
+                            broker_id=f"joiner-{r}",
+                            settings=c.settings,
+                            pool_size=8,
+                            status_interval_s=1.0,
+                            intervals_flush_s=3600.0,
+                            on_halt="kill",
+                        ),
+                        runner=NoopRunner(),
+                    )
                     del trace[:]
                     t0 = time.time()
                     w.start()
-                    wait_for(lambda: coord.state.value == "Stable" and coord.generation > gen0 and len(w.running_tasks()) >= share
-                             and w.running_tasks() == set(w.table.desired), 120, 0.005)
+                    wait_for(
+                        lambda: (
+                            coord.state.value == "Stable"
+                            and coord.generation > gen0
+                            and len(w.running_tasks()) >= share
+                            and w.running_tasks() == set(w.table.desired)
+                        ),
+                        120,
+                        0.005,
+                    )
                     starts = [i.start for i in w.open_intervals()]
                     s1 = ctl.thread.snapshot()
-                    out.append(f"join {r + 1}: last task started +{(max(starts) if starts else time.time()) - t0:.3f}s, "
-                               f"{coord.generation - gen0} generations")
-                    out += [f"   +{t - t0:.3f}s -> {state:<18} (join generation {jg}) {reason}" for t, state, reason, jg in trace]
+                    out.append(
+                        f"join {r + 1}: last task started +{(max(starts) if starts else time.time()) - t0:.3f}s, "
+                        f"{coord.generation - gen0} generations"
+                    )
+                    out += [
+                        f"   +{t - t0:.3f}s -> {state:<18} (join generation {jg}) {reason}"
+                        for t, state, reason, jg in trace
+                    ]
                     for k, v in s1.items():
                         b = s0.get(k)
                         dc = v.count - (b.count if b else 0)
                         if dc:
                             dp = v.process_time_s - (b.process_time_s if b else 0)
                             dq = v.queue_time_s - (b.queue_time_s if b else 0)
-                            out.append(f"     {k:<20} {dc:4d} events, processing {dp * 1000:7.1f} ms, queued {dq * 1000:8.1f} ms in all")
+                            out.append(
+                                f"     {k:<20} {dc:4d} events, processing {dp * 1000:7.1f} ms, queued {dq * 1000:8.1f} ms in all"
+                            )
                     w.stop()
                     c.wait_converged(120, 0.1)
                 unwrap()
@@ -159,12 +184,15 @@ def profile_reads(n: int) -> str:
             paths = [f"/r/t{i:05d}" for i in range(n)]
             for lo in range(0, n, 500):
                 tx = client.transaction()
-                for p in paths[lo:lo + 500]:
+                for p in paths[lo : lo + 500]:
                     tx.create(p, b"x" * 300)
                 tx.commit()
             zc = InterruptibleClient(client)
-            for name, fn in (("multiRead multi_read", multi_read), ("pipelined get_many", get_many),
-                             ("sequential get", get_sequential)):
+            for name, fn in (
+                ("multiRead multi_read", multi_read),
+                ("pipelined get_many", get_many),
+                ("sequential get", get_sequential),
+            ):
                 times = []
                 prof = cProfile.Profile()
                 for _ in range(3):

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, markdown_table, machine_line
+from benchmarks.common import RESULTS_DIR, machine_line, markdown_table
 
 ORDER = ("b1_rolling_bounce", "b2_rebalance", "b3_failover", "b4_zk_writes", "b5_event_thread", "b6_spark", "b7_memory")
 
@@ -33,8 +33,15 @@ def render() -> str:
         elif isinstance(t, list) and t:
             out.append("```\n" + json.dumps(t, indent=None) + "\n```\n")
         for tg in doc.get("targets", []):
-            targets.append([tg["target"], tg["measured"], tg["goal"],
-                            "met" if tg["met"] else ("**missed**" if tg["met"] is False else "n/a"), tg.get("note", "")])
+            targets.append(
+                [
+                    tg["target"],
+                    tg["measured"],
+                    tg["goal"],
+                    "met" if tg["met"] else ("**missed**" if tg["met"] is False else "n/a"),
+                    tg.get("note", ""),
+                ]
+            )
         if doc.get("status") not in (None, "ok"):
             out.append(f"Status: {doc.get('status')} {doc.get('error') or doc.get('reason') or ''}\n")
     head = "### Targets\n\n" + markdown_table(["target", "measured", "goal", "", "note"], targets) + "\n"

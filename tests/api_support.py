@@ -55,8 +55,9 @@ class ApiCluster:
     def start(self, name: str, *args: str) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.procs[name] = subprocess.Popen(ZKCTL + list(args), env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                cwd=REPO)
+            self.procs[name] = subprocess.Popen(
+                ZKCTL + list(args), env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+            )
         finally:
             log.close()
         return self.procs[name]
@@ -65,8 +66,19 @@ class ApiCluster:
         """A no-op broker. Its SIGTERM (``stop``) is a controlled shutdown, which the last brokers standing cannot
         complete (nowhere to hand their tasks): they stop after 3 s, not the default 2 minutes."""
         self.brokers.add(broker_id)
-        return self.start(broker_id, "broker", "run", "--id", broker_id, "--runner", "noop", "--session-timeout", "4",
-                          "--shutdown-timeout", "3")
+        return self.start(
+            broker_id,
+            "broker",
+            "run",
+            "--id",
+            broker_id,
+            "--runner",
+            "noop",
+            "--session-timeout",
+            "4",
+            "--shutdown-timeout",
+            "3",
+        )
 
     def kill(self, name: str) -> None:
         p = self.procs[name]
@@ -90,8 +102,9 @@ class ApiCluster:
                     p.kill()
                     p.wait(5)
 
-    def request(self, method: str, path: str, body: Any = None, token: str | None = TOKEN,
-                timeout: float = 60) -> Reply:
+    def request(
+        self, method: str, path: str, body: Any = None, token: str | None = TOKEN, timeout: float = 60
+    ) -> Reply:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)
         if data is not None:
@@ -111,15 +124,18 @@ class ApiCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def start_cluster(env: dict[str, str], logs: Path, brokers: tuple[str, ...] = ("b1", "b2"),
-                  token: str | None = TOKEN) -> ApiCluster:
+def start_cluster(
+    env: dict[str, str], logs: Path, brokers: tuple[str, ...] = ("b1", "b2"), token: str | None = TOKEN
+) -> ApiCluster:
     """Controller, brokers and the API server as processes; returns once the API answers and every broker
     is registered. The caller stops it (``ApiCluster.stop``) in a finally."""
     logs.mkdir(parents=True, exist_ok=True)
     env = {**env, "PYTHONPATH": str(REPO), "ZKC_TEST_TOKEN": token or ""}
     cluster = ApiCluster(env=env, logs=logs, port=free_port())
     try:
-        cluster.start("controller", "controller", "run", "--id", "c1", "--rebalance-timeout", "5", "--session-timeout", "4")
+        cluster.start(
+            "controller", "controller", "run", "--id", "c1", "--rebalance-timeout", "5", "--session-timeout", "4"
+        )
         for b in brokers:
             cluster.start_broker(b)
         args = ["api", "run", "--port", str(cluster.port)] + (["--admin-token", "env:ZKC_TEST_TOKEN"] if token else [])

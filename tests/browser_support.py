@@ -35,9 +35,19 @@ def chromium(width: int = 1400, height: int = 1000) -> Any:
     opts = webdriver.ChromeOptions()
     opts.binary_location = next(p for p in CHROMIUM if Path(p).exists())
     profile = tempfile.mkdtemp(prefix="zkc-chromium-")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--window-size={width},{height}", f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        f"--user-data-dir={profile}",
+    ):
         opts.add_argument(flag)
     service = Service(executable_path=next(p for p in CHROMEDRIVER if Path(p).exists()))
     driver = webdriver.Chrome(service=service, options=opts)

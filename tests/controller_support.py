@@ -7,18 +7,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
 from broker_sim.worker import Worker, WorkerConfig
-from controller.protocol import codecs
 from controller.admin import wait_for
-from controller.protocol.codecs import GroupStateInfo, JoinRequest
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
+from controller.protocol.codecs import GroupStateInfo, JoinRequest
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
@@ -46,12 +47,14 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
     assert wait_for(lambda: bool(predicate()), timeout, interval), f"timed out after {timeout}s waiting for {what}"
 
 
-def create_tasks(client: KazooClient, layout: ZkLayout, ids: list[str], group: str = "default", batch: int = 500) -> None:
+def create_tasks(
+    client: KazooClient, layout: ZkLayout, ids: list[str], group: str = "default", batch: int = 500
+) -> None:
     """Create task znodes in multis of ``batch``, sent pipelined."""
     pending = []
     for i in range(0, len(ids), batch):
         tx = client.transaction()
-        for t in ids[i:i + batch]:
+        for t in ids[i : i + batch]:
             tx.create(layout.task(t), TaskSpec(id=t, group=group, pipeline=NoopPipeline(kind="noop")).encode())
         pending.append(tx.commit_async())
     for p in pending:
@@ -63,8 +66,10 @@ def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], bat
     pending = []
     for i in range(0, len(ids), batch):
         tx = client.transaction()
-        for t in ids[i:i + batch]:
-            tx.create(layout.admin_delete_task(t), codecs.encode(codecs.DeleteTaskRequest(task_id=t, requested=time.time())))
+        for t in ids[i : i + batch]:
+            tx.create(
+                layout.admin_delete_task(t), codecs.encode(codecs.DeleteTaskRequest(task_id=t, requested=time.time()))
+            )
         pending.append(tx.commit_async())
     for p in pending:
         results = p.get(timeout=60)
@@ -72,13 +77,23 @@ def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], bat
 
 
 def request_rebalance(client: KazooClient, layout: ZkLayout, group: str | None, reason: str) -> str:
-    return client.create(layout.admin_rebalance_request_prefix,
-                         codecs.encode(codecs.RebalanceRequest(group=group, reason=reason)), sequence=True)
+    return client.create(
+        layout.admin_rebalance_request_prefix,
+        codecs.encode(codecs.RebalanceRequest(group=group, reason=reason)),
+        sequence=True,
+    )
 
 
 def join_request(member: str, join_generation: int = 1, generation: int = 0) -> bytes:
-    return codecs.encode(JoinRequest(member_id=member, join_generation=join_generation, generation=generation,
-                                     protocols=("cooperative", "eager"), assignors=("sticky",)))
+    return codecs.encode(
+        JoinRequest(
+            member_id=member,
+            join_generation=join_generation,
+            generation=generation,
+            protocols=("cooperative", "eager"),
+            assignors=("sticky",),
+        )
+    )
 
 
 def group_state(client: KazooClient, layout: ZkLayout, group: str = "default") -> GroupStateInfo | None:
@@ -174,8 +189,14 @@ class Cluster:
         self.servers: list[ZooKeeperServer] = []
         self.releases: list[threading.Event] = []
 
-    def controller(self, cid: str, cls: type[Controller] = Controller, settings: ZkSettings | None = None,
-                   start: bool = True, **kw: Any) -> Controller:
+    def controller(
+        self,
+        cid: str,
+        cls: type[Controller] = Controller,
+        settings: ZkSettings | None = None,
+        start: bool = True,
+        **kw: Any,
+    ) -> Controller:
         ctl = cls(ControllerConfig(cid, settings or self.settings, **kw))
         self.controllers.append(ctl)
         return ctl.start() if start else ctl
@@ -221,9 +242,13 @@ class Cluster:
                 pass
         for srv in self.servers:
             srv.stop()  # by pid
-        leftover = [t.name for t in threading.enumerate()
-                    if any(t.name.startswith(f"controller-{c.id}-") for c in self.controllers) and t.is_alive()
-                    and not t.name.endswith("-retry")]
+        leftover = [
+            t.name
+            for t in threading.enumerate()
+            if any(t.name.startswith(f"controller-{c.id}-") for c in self.controllers)
+            and t.is_alive()
+            and not t.name.endswith("-retry")
+        ]
         assert not leftover, f"threads left running: {leftover}"
 
 

@@ -3,5 +3,12 @@
 
 from __future__ import annotations
 
-GARBAGE = [b"", b"\x00\xff garbage", b"{not json", b"[1,2,3]", b'{"version": 99}', b'{"version": 1, "generation": "x"}',
-           b"7" * 500_000]
+GARBAGE = [
+    b"",
+    b"\x00\xff garbage",
+    b"{not json",
+    b"[1,2,3]",
+    b'{"version": 99}',
+    b'{"version": 1, "generation": "x"}',
+    b"7" * 500_000,
+]

@@ -19,4 +19,3 @@ def broker_policy(shared: bool = True, pattern: bool = False) -> AclPolicy:
         roles["broker"] += list(BROKER_CREDS.values())
         return AclPolicy.from_credentials(roles, broker_user="broker.{id}")
     return AclPolicy.from_credentials(roles, {b: [c] for b, c in BROKER_CREDS.items()})
-

@@ -19,10 +19,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -34,8 +35,12 @@ DATA = Path(__file__).resolve().parent / "data"
 # Test JVMs are short-lived: most of their CPU would go to the C2 JIT and parallel GC threads, so they run
 # C1-only with the serial collector (about a third less CPU on a 2-core machine). Not a production setting.
 TEST_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-TEST_CONF = {"spark.driver.memory": "768m", "spark.sql.shuffle.partitions": "2",
-             "spark.driver.extraJavaOptions": TEST_JVM_OPTS, "spark.executor.extraJavaOptions": TEST_JVM_OPTS}
+TEST_CONF = {
+    "spark.driver.memory": "768m",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.extraJavaOptions": TEST_JVM_OPTS,
+    "spark.executor.extraJavaOptions": TEST_JVM_OPTS,
+}
 TEST_MASTER = "local[2]"
 
 
@@ -74,16 +79,25 @@ def copy_project(name: str, dst: Path) -> Path:
     return dst
 
 
-def files_task(task_id: str, src: Path, out: Path, sql: str, max_files: int | None = None,
-               **pipeline: Any) -> dict[str, Any]:
+def files_task(
+    task_id: str, src: Path, out: Path, sql: str, max_files: int | None = None, **pipeline: Any
+) -> dict[str, Any]:
     """A task spec document: JSON files of ``broker_sim.sim.datagen`` records -> ``sql`` -> parquet files."""
     from broker_sim.sim.datagen import SCHEMA_DDL
 
     source: dict[str, Any] = {"type": "files", "format": "json", "path": str(src), "schema": SCHEMA_DDL}
     if max_files is not None:
         source["max_files_per_trigger"] = max_files
-    return {"id": task_id, "pipeline": {"kind": "spark", "source": source, "transform": {"sql": sql},
-                                        "sink": {"type": "files", "format": "parquet", "path": str(out)}, **pipeline}}
+    return {
+        "id": task_id,
+        "pipeline": {
+            "kind": "spark",
+            "source": source,
+            "transform": {"sql": sql},
+            "sink": {"type": "files", "format": "parquet", "path": str(out)},
+            **pipeline,
+        },
+    }
 
 
 def sink_ids(spark: Any, path: Path) -> list[int]:
@@ -100,8 +114,11 @@ def spark_runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     require_spark()
     from broker_sim.runners.spark import SparkRunner
 
-    runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF),
-                         checkpoint_root=str(tmp_path_factory.mktemp("checkpoints")))
+    runner = SparkRunner(
+        spark_master=TEST_MASTER,
+        spark_conf=dict(TEST_CONF),
+        checkpoint_root=str(tmp_path_factory.mktemp("checkpoints")),
+    )
     try:
         yield runner
     finally:
@@ -121,17 +138,40 @@ class ChildResult:
     elapsed_s: float
 
 
-def run_task_in_child(spec: dict[str, Any], *, checkpoint_root: str, workdir: Path, master: str = TEST_MASTER,
-                      conf: dict[str, str] | None = None, until_rows: int = 0, until_state: str | None = None,
-                      max_s: float = 120.0) -> ChildResult:
+def run_task_in_child(
+    spec: dict[str, Any],
+    *,
+    checkpoint_root: str,
+    workdir: Path,
+    master: str = TEST_MASTER,
+    conf: dict[str, str] | None = None,
+    until_rows: int = 0,
+    until_state: str | None = None,
+    max_s: float = 120.0,
+) -> ChildResult:
     """Run one task on a SparkRunner in another process until ``until_rows`` rows / ``until_state``, then stop it."""
     spec_file = workdir / f"{spec['id']}-spec.json"
     spec_file.write_text(json.dumps(spec))
     out_file = workdir / f"{spec['id']}-child.json"
     log = workdir / f"{spec['id']}-child.log"
-    cmd = [sys.executable, "-m", "tests.spark_support", "run-task", "--spec", str(spec_file), "--master", master,
-           "--checkpoint-root", checkpoint_root, "--until-rows", str(until_rows), "--max-s", str(max_s),
-           "--out", str(out_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.spark_support",
+        "run-task",
+        "--spec",
+        str(spec_file),
+        "--master",
+        master,
+        "--checkpoint-root",
+        checkpoint_root,
+        "--until-rows",
+        str(until_rows),
+        "--max-s",
+        str(max_s),
+        "--out",
+        str(out_file),
+    ]
     if until_state:
         cmd += ["--until-state", until_state]
     for k, v in {**TEST_CONF, **(conf or {})}.items():
@@ -215,7 +255,9 @@ class StandaloneCluster:
 
 
 @contextmanager
-def standalone_cluster(workdir: Path, cores: int = 1, memory: str = "1g", timeout: float = 120.0) -> Iterator[StandaloneCluster]:
+def standalone_cluster(
+    workdir: Path, cores: int = 1, memory: str = "1g", timeout: float = 120.0
+) -> Iterator[StandaloneCluster]:
     """A Spark standalone master and one worker (``spark-class ...deploy.master.Master`` / ``...Worker``).
 
     Both run in their own process groups and are stopped by id on exit, executors (the worker's children)
@@ -223,25 +265,64 @@ def standalone_cluster(workdir: Path, cores: int = 1, memory: str = "1g", timeou
     """
     home = require_spark()
     port, ui_port, worker_ui = free_port(), free_port(), free_port()
-    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
-           "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTS,
-           "SPARK_WORKER_DIR": str(workdir / "work"), "SPARK_LOG_DIR": str(workdir / "logs")}
+    env = {
+        **os.environ,
+        "SPARK_HOME": home,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_DAEMON_JAVA_OPTS": TEST_JVM_OPTS,
+        "SPARK_WORKER_DIR": str(workdir / "work"),
+        "SPARK_LOG_DIR": str(workdir / "logs"),
+    }
     spark_class = os.path.join(home, "bin", "spark-class")
     workdir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen] = []
     try:
-        master = spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                        str(port), "--webui-port", str(ui_port)], env=env, cwd=workdir, log=workdir / "master.log")
+        master = spawn(
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui_port),
+            ],
+            env=env,
+            cwd=workdir,
+            log=workdir / "master.log",
+        )
         procs.append(master)
         url, webui = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}"
         wait_for(lambda: _listening(port) or _died(master, workdir / "master.log"), timeout, "the Spark master")
-        worker = spawn([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores",
-                        str(cores), "--memory", memory, "--webui-port", str(worker_ui), "--work-dir",
-                        str(workdir / "work")], env=env, cwd=workdir, log=workdir / "worker.log")
+        worker = spawn(
+            [
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--webui-port",
+                str(worker_ui),
+                "--work-dir",
+                str(workdir / "work"),
+            ],
+            env=env,
+            cwd=workdir,
+            log=workdir / "worker.log",
+        )
         procs.append(worker)
         cluster = StandaloneCluster(url=url, webui=webui, master_pid=master.pid, worker_pid=worker.pid)
-        wait_for(lambda: _alive_workers(cluster) >= 1 or _died(worker, workdir / "worker.log"), timeout,
-                 "the Spark worker to register with the master")
+        wait_for(
+            lambda: _alive_workers(cluster) >= 1 or _died(worker, workdir / "worker.log"),
+            timeout,
+            "the Spark worker to register with the master",
+        )
         yield cluster
     finally:
         for proc in reversed(procs):
@@ -265,8 +346,9 @@ def _died(proc: subprocess.Popen, log: Path) -> bool:
     if proc.poll() is None:
         return False
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
-    pytest.fail(f"{proc.args[1] if len(proc.args) > 1 else proc.args} exited with {proc.returncode}:\n{tail}",
-                pytrace=False)
+    pytest.fail(
+        f"{proc.args[1] if len(proc.args) > 1 else proc.args} exited with {proc.returncode}:\n{tail}", pytrace=False
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,12 @@ def _got(async_result: Any) -> Any:
         return None
 
 
-def session_ends(open_intervals: Sequence[RunInterval], registered: dict[str, float | None],
-                 owners: dict[str, tuple[str, float] | None], flushed: dict[str, float | None]) -> dict[int, float]:
+def session_ends(
+    open_intervals: Sequence[RunInterval],
+    registered: dict[str, float | None],
+    owners: dict[str, tuple[str, float] | None],
+    flushed: dict[str, float | None],
+) -> dict[int, float]:
     """Pure: for each open interval (by index) whose broker's session has ended, when it ended at the latest.
 
     ``registered``: broker -> when its current registration was created (None: not registered);
@@ -61,10 +65,8 @@ def close_ended_sessions(client: KazooClient, layout: ZkLayout, intervals: list[
     reg_async = {b: client.exists_async(layout.broker(b)) for b in brokers}
     log_async = {b: client.exists_async(layout.broker_intervals(b)) for b in brokers}
     own_async = {t: client.get_async(layout.task_owner(t)) for t in tasks}
-    registered = {b: (s.ctime / 1000 if (s := _got(a)) is not None else None)
-                  for b, a in reg_async.items()}
-    flushed = {b: (s.mtime / 1000 if (s := _got(a)) is not None else None)
-               for b, a in log_async.items()}
+    registered = {b: (s.ctime / 1000 if (s := _got(a)) is not None else None) for b, a in reg_async.items()}
+    flushed = {b: (s.mtime / 1000 if (s := _got(a)) is not None else None) for b, a in log_async.items()}
     owners: dict[str, tuple[str, float] | None] = {}
     for t, a in own_async.items():
         got = _got(a)
@@ -79,5 +81,9 @@ def close_ended_sessions(client: KazooClient, layout: ZkLayout, intervals: list[
     if not ends:
         return intervals
     closed = {id(open_intervals[k]): end for k, end in ends.items()}
-    return [dataclasses.replace(iv, end=closed[id(iv)], released=iv.released if iv.released is not None else closed[id(iv)])
-            if id(iv) in closed else iv for iv in intervals]
+    return [
+        dataclasses.replace(iv, end=closed[id(iv)], released=iv.released if iv.released is not None else closed[id(iv)])
+        if id(iv) in closed
+        else iv
+        for iv in intervals
+    ]

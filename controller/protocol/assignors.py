@@ -115,9 +115,7 @@ class _Problem:
                 if active:
                     eligible[tid] = None
                 continue
-            pinned_here = frozenset(
-                m for m in task.pinned if m in by_member and is_eligible(by_member[m], task)
-            )
+            pinned_here = frozenset(m for m in task.pinned if m in by_member and is_eligible(by_member[m], task))
             if pinned_here:  # a pin naming every active member narrows nothing
                 eligible[tid] = None if len(pinned_here) == len(active) else pinned_here
         return cls(by_member, active, by_task, eligible, previous)
@@ -301,7 +299,7 @@ def _sticky_placement(problem: _Problem, allowed: Allowed) -> Placement:
         mine = held[mid]
         if len(mine) > quota[mid]:
             mine = sorted(mine, key=lambda t: (flexibility(t), t))  # keep the hardest to move
-            excess.extend(mine[quota[mid]:])
+            excess.extend(mine[quota[mid] :])
             mine = mine[: quota[mid]]
         kept[mid] = mine
 

@@ -16,8 +16,10 @@ import threading
 import types
 import typing
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypeVar, Union, cast
+from typing import Any, TypeVar, Union, cast
+
 from controller.protocol.errors import ZkcError
 
 SCHEMA_VERSION = 1
@@ -331,8 +333,8 @@ class RunInterval:
     start: float
     end: float | None = None
     generation: int = 0
-    acquired: float | None = None   # owner znode created (the run may begin any time after)
-    released: float | None = None   # owner znode deleted (the run has fully stopped before)
+    acquired: float | None = None  # owner znode created (the run may begin any time after)
+    released: float | None = None  # owner znode deleted (the run has fully stopped before)
 
 
 @dataclass(frozen=True)
@@ -404,9 +406,16 @@ def group_payload_bytes(tasks: Sequence[TaskDescriptor]) -> int:
     """The size of the largest protocol payload a group of ``tasks`` makes: its join result with every task
     owned and previously assigned (what a cooperative rebalance of a loaded group carries)."""
     ids = tuple(t.task_id for t in tasks)
-    worst = JoinResult(generation=1, leader="m", protocol="cooperative", assignor="cooperative-sticky",
-                       controller_epoch=1, members=(MemberMetadata("m", owned=ids),), tasks=tuple(tasks),
-                       previous={"m": ids})
+    worst = JoinResult(
+        generation=1,
+        leader="m",
+        protocol="cooperative",
+        assignor="cooperative-sticky",
+        controller_epoch=1,
+        members=(MemberMetadata("m", owned=ids),),
+        tasks=tuple(tasks),
+        previous={"m": ids},
+    )
     return encoded_size(worst)
 
 
@@ -544,6 +553,7 @@ def _converter(tp: Any) -> Converter:
             def placeholder(value: Any, path: str, where: str) -> Any:
                 with _BUILD_LOCK:
                     return _CONVERTERS[tp](value, path, where)
+
             _CONVERTERS[tp] = placeholder
             try:
                 conv = _CONVERTERS[tp] = _build_converter(tp)
@@ -571,13 +581,16 @@ def _build_converter(tp: Any) -> Converter:
             if not isinstance(value, dict):
                 raise PayloadError(path, f"{_label(where)}: expected an object, got {_tname(value)}")
             return {k: conv_item(v, path, f"{where}.{k}") for k, v in value.items()}
+
         return conv_dict
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+
         def conv_enum(value: Any, path: str, where: str) -> Any:
             try:
                 return tp(value)
             except ValueError:
                 raise PayloadError(path, f"{_label(where)}: {value!r} is not one of {[m.value for m in tp]}") from None
+
         return conv_enum
     leaf = _LEAF_CONVERTERS.get(tp)
     if leaf is not None:
@@ -585,13 +598,16 @@ def _build_converter(tp: Any) -> Converter:
 
     def unsupported(value: Any, path: str, where: str) -> Any:
         raise TypeError(f"codec cannot handle type {tp!r}")  # a programming error, not bad input
+
     return unsupported
 
 
 def _dataclass_converter(tp: type) -> Converter:
     hints = _hints(tp)
-    fields = [(f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(tp)]
+    fields = [
+        (f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(tp)
+    ]
     resolved: list[tuple[str, bool, Converter]] | None = None
 
     def conv_dataclass(value: Any, path: str, where: str) -> Any:
@@ -609,6 +625,7 @@ def _dataclass_converter(tp: type) -> Converter:
             elif required:
                 raise PayloadError(path, f"missing field '{_sub(where, name)}'")
         return tp(**kwargs)
+
     return conv_dataclass
 
 
@@ -626,8 +643,10 @@ def _union_converter(tp: Any) -> Converter:
                 return conv(value, path, where)
             except PayloadError as exc:
                 errors.append(exc.reason)
-        raise PayloadError(path, errors[0] if len(errors) == 1 else
-                           f"{_label(where)}: no alternative matches ({'; '.join(errors)})")
+        raise PayloadError(
+            path, errors[0] if len(errors) == 1 else f"{_label(where)}: no alternative matches ({'; '.join(errors)})"
+        )
+
     return conv_union
 
 
@@ -636,8 +655,11 @@ def _tuple_converter(tp: Any) -> Converter:
     if item is str or item is int:
         # the common case (ids): one pass of type checks; the converter of the first bad item names it
         conv_leaf = _LEAF_CONVERTERS[item]
-        ok: typing.Callable[[Any], bool] = (lambda v: isinstance(v, str)) if item is str else \
-            (lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2**63)
+        ok: typing.Callable[[Any], bool] = (
+            (lambda v: isinstance(v, str))
+            if item is str
+            else (lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2**63)
+        )
 
         def conv_ids(value: Any, path: str, where: str) -> Any:
             if not isinstance(value, list):
@@ -646,6 +668,7 @@ def _tuple_converter(tp: Any) -> Converter:
                 if not ok(v):
                     conv_leaf(v, path, f"{where}[{i}]")
             return tuple(value)
+
         return conv_ids
     conv_item = _converter(item)
 
@@ -653,6 +676,7 @@ def _tuple_converter(tp: Any) -> Converter:
         if not isinstance(value, list):
             raise PayloadError(path, f"{_label(where)}: expected an array, got {_tname(value)}")
         return tuple(conv_item(v, path, f"{where}[{i}]") for i, v in enumerate(value))
+
     return conv_tuple
 
 

@@ -47,7 +47,7 @@ class ProtocolError(Enum):
         self.doc = doc
 
     @classmethod
-    def parse(cls, name: str | None) -> "ProtocolError | None":
+    def parse(cls, name: str | None) -> ProtocolError | None:
         if name is None:
             return None
         try:

@@ -112,14 +112,18 @@ class GroupOperations:
             del core.held[k]
         placed = {t for ts in core.assignment.values() for t in ts}
         why = self.postponed or ("maintenance ended: held tasks move" if released else "")
-        if not why and (self.deferred or set(core.tasks) - placed - core.held_tasks()
-                        or set(core.members) - set(core.generation_members)):
+        if not why and (
+            self.deferred
+            or set(core.tasks) - placed - core.held_tasks()
+            or set(core.members) - set(core.generation_members)
+        ):
             why = "maintenance ended"
         self.postponed = ""
         decisions: list[Decision] = []
         if why and core.members and core.state is not GroupState.DEAD:
-            decisions = core.prepare_rebalance(f"maintenance ended ({why})" if not why.startswith("maintenance")
-                                               else why)
+            decisions = core.prepare_rebalance(
+                f"maintenance ended ({why})" if not why.startswith("maintenance") else why
+            )
         elif core.state is not GroupState.DEAD:
             core.reason = "maintenance ended"
             decisions = [WriteGroupState(core.info())]
@@ -141,16 +145,26 @@ class GroupOperations:
                 core.reason = f"next wave: {len(self.deferred)} moves waiting for the throttle"
                 return core.reconcile_step()
             return []
-        if (self.deferred and not self.moving and core.state is GroupState.STABLE and not self.maintenance
-                and core.members and self.room() != 0):
+        if (
+            self.deferred
+            and not self.moving
+            and core.state is GroupState.STABLE
+            and not self.maintenance
+            and core.members
+            and self.room() != 0
+        ):
             return core.prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
         return []
 
     # ---- the throttle -----------------------------------------------------------------------------
     def throttled(self) -> bool:
         """Whether moves are counted: a limit or maintenance mode is in force."""
-        return (self.maintenance or self.cluster_room is not None or self.limits.max_moves is not None
-                or self.limits.max_moves_per_broker is not None)
+        return (
+            self.maintenance
+            or self.cluster_room is not None
+            or self.limits.max_moves is not None
+            or self.limits.max_moves_per_broker is not None
+        )
 
     def room(self) -> int | None:
         """How many more moves may start now (None: no limit)."""
@@ -169,8 +183,18 @@ class GroupOperations:
         """This generation's share of a placement under the throttle (all of it when no limit is in force),
         its moves counted from here on. ``had`` and ``leaving`` are asked only when moves are counted."""
         if self.throttled():
-            wave = plan_wave(assigned, revoked, had(), self.core.tasks, self.moving, self.limits,
-                             self.core.clock.now(), frozen=self.maintenance, room=self.cluster_room, leaving=leaving())
+            wave = plan_wave(
+                assigned,
+                revoked,
+                had(),
+                self.core.tasks,
+                self.moving,
+                self.limits,
+                self.core.clock.now(),
+                frozen=self.maintenance,
+                room=self.cluster_room,
+                leaving=leaving(),
+            )
         else:  # no limit in force: nothing to count, no status to watch
             wave = Wave(dict(assigned), {m: ts for m, ts in revoked.items() if ts}, {}, ())
         self.moving, self.deferred = wave.moving, wave.deferred
@@ -183,8 +207,11 @@ class GroupOperations:
 
     def drop_moves(self, dest: str | None = None, runnable: Collection[str] | None = None) -> None:
         """Moves that ended without arriving: into a member that left (``dest``), of tasks no longer runnable."""
-        for t in [t for t, mv in self.moving.items()
-                  if (dest is not None and mv.dest == dest) or (runnable is not None and t not in runnable)]:
+        for t in [
+            t
+            for t, mv in self.moving.items()
+            if (dest is not None and mv.dest == dest) or (runnable is not None and t not in runnable)
+        ]:
             del self.moving[t]
 
     def expire_moves(self, now: float) -> list[str]:
@@ -192,8 +219,13 @@ class GroupOperations:
         timeout = self.core.config.move_timeout_s
         stale = [t for t, mv in self.moving.items() if now >= mv.since + timeout]
         for t in stale:
-            log.warning("group %s: the move of %s to %s is not done after %.0fs; it stops counting against the "
-                        "throttle", self.core.group, t, self.moving[t].dest, timeout)
+            log.warning(
+                "group %s: the move of %s to %s is not done after %.0fs; it stops counting against the throttle",
+                self.core.group,
+                t,
+                self.moving[t].dest,
+                timeout,
+            )
             del self.moving[t]
         return stale
 
@@ -240,9 +272,17 @@ class GroupOperations:
     def layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
         """Task -> member in the layout the group's assignor gives from ``previous`` (empty: no history)."""
         core = self.core
-        members = [MemberMetadata(member_id=m, capacity=r.capacity, rack=r.rack, instance_id=r.instance_id,
-                                  leaving=r.leaving or m in core.shutting_down)
-                   for m, r in sorted(core.members.items()) if m in core.generation_members]
+        members = [
+            MemberMetadata(
+                member_id=m,
+                capacity=r.capacity,
+                rack=r.rack,
+                instance_id=r.instance_id,
+                leaving=r.leaving or m in core.shutting_down,
+            )
+            for m, r in sorted(core.members.items())
+            if m in core.generation_members
+        ]
         if not members:
             return {}
         held = core.held_tasks()

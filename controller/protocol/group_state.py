@@ -27,16 +27,25 @@ class GroupState(str, Enum):
 
 VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     # (from Reconciling: a member without reconcile joined, the group goes back through a join round)
-    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY,
-                                               GroupState.RECONCILING}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY, GroupState.RECONCILING}
+    ),
     GroupState.AWAITING_SYNC: frozenset({GroupState.PREPARING_REBALANCE}),
     # (from Reconciling: every member has its target and every revocation is confirmed)
     GroupState.STABLE: frozenset({GroupState.AWAITING_SYNC, GroupState.RECONCILING}),
     # (from PreparingRebalance: a join round chose reconcile; from Stable: a change under reconcile)
     GroupState.RECONCILING: frozenset({GroupState.PREPARING_REBALANCE, GroupState.STABLE}),
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
-    GroupState.DEAD: frozenset({GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC,
-                                GroupState.EMPTY, GroupState.RECONCILING, GroupState.DEAD}),
+    GroupState.DEAD: frozenset(
+        {
+            GroupState.STABLE,
+            GroupState.PREPARING_REBALANCE,
+            GroupState.AWAITING_SYNC,
+            GroupState.EMPTY,
+            GroupState.RECONCILING,
+            GroupState.DEAD,
+        }
+    ),
 }
 
 

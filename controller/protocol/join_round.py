@@ -140,8 +140,9 @@ class JoinRound:
         if not core.members:
             return core.to_empty("all members left")
         target = core.join_generation
-        joined = {m: r for m, r in core.members.items()
-                  if r.join_generation == target and r != self.static_returned.get(m)}
+        joined = {
+            m: r for m, r in core.members.items() if r.join_generation == target and r != self.static_returned.get(m)
+        }
         if len(joined) < len(core.members) and not force:
             return []
         if not joined:
@@ -157,8 +158,9 @@ class JoinRound:
                 core.generation = target
                 return core.enter_reconcile(f"generation {target} joined by {len(joined)} members")
             # a member that did not join (yet) cannot reconcile: choose among the others
-            choice = choose_protocol({m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()},
-                                     leader_hint)
+            choice = choose_protocol(
+                {m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()}, leader_hint
+            )
         for m in choice.incompatible:
             errors[m] = ProtocolError.INCONSISTENT_PROTOCOL
         members = [m for m in sorted(joined) if m not in errors]
@@ -170,8 +172,9 @@ class JoinRound:
         core.generation = target
         core.leader = leader = leader_hint if leader_hint in members else members[0]
         core.protocol = protocol = choice.protocol
-        core.assignor = assignor = choose_assignor({m: joined[m].assignors for m in members}, leader,
-                                                   core.config.default_assignor)
+        core.assignor = assignor = choose_assignor(
+            {m: joined[m].assignors for m in members}, leader, core.config.default_assignor
+        )
         core.generation_members = tuple(members)
         self.deadline = None
         self.sync_deadline = core.clock.now() + core.config.rebalance_timeout_s
@@ -185,8 +188,7 @@ class JoinRound:
         decisions += [WriteGroupState(core.info()), WatchSync(core.generation)]
         return decisions
 
-    def join_result(self, joined: Mapping[str, JoinRequest], leader: str, protocol: str,
-                    assignor: str) -> JoinResult:
+    def join_result(self, joined: Mapping[str, JoinRequest], leader: str, protocol: str, assignor: str) -> JoinResult:
         """What the leader assigns from: the admitted members' metadata, the group's tasks, and each member's
         previous assignment (a static member back inside the delay takes its held tasks back as part of it)."""
         core = self.core
@@ -204,9 +206,14 @@ class JoinRound:
             assignor=assignor,
             controller_epoch=core.controller_epoch,
             members=tuple(
-                MemberMetadata(member_id=m, owned=tuple(sorted(joined[m].owned)), capacity=joined[m].capacity,
-                               rack=joined[m].rack, instance_id=joined[m].instance_id,
-                               leaving=joined[m].leaving or m in core.shutting_down)
+                MemberMetadata(
+                    member_id=m,
+                    owned=tuple(sorted(joined[m].owned)),
+                    capacity=joined[m].capacity,
+                    rack=joined[m].rack,
+                    instance_id=joined[m].instance_id,
+                    leaving=joined[m].leaving or m in core.shutting_down,
+                )
                 for m in members
             ),
             tasks=tuple(descriptors),
@@ -214,12 +221,21 @@ class JoinRound:
             previous={m: tuple(sorted(ts)) for m, ts in previous.items()},
         )
 
-    def error_assignments(self, errors: Mapping[str, ProtocolError],
-                          generation: int) -> tuple[tuple[str, Assignment], ...]:
+    def error_assignments(
+        self, errors: Mapping[str, ProtocolError], generation: int
+    ) -> tuple[tuple[str, Assignment], ...]:
         core = self.core
         return tuple(
-            (m, Assignment(generation=generation, controller_epoch=core.controller_epoch, error=e.name,
-                           protocol=core.protocol or "eager", leader=core.leader))
+            (
+                m,
+                Assignment(
+                    generation=generation,
+                    controller_epoch=core.controller_epoch,
+                    error=e.name,
+                    protocol=core.protocol or "eager",
+                    leader=core.leader,
+                ),
+            )
             for m, e in sorted(errors.items(), key=lambda kv: kv[0])
         )
 
@@ -228,25 +244,42 @@ class JoinRound:
         """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
         core, result = self.core, self.result
         if core.state is not GroupState.AWAITING_SYNC or result is None or proposal.generation != core.generation:
-            log.info("group %s: ignoring proposal for generation %d (ILLEGAL_GENERATION; now %s gen %d)",
-                     core.group, proposal.generation, core.state.value, core.generation)
+            log.info(
+                "group %s: ignoring proposal for generation %d (ILLEGAL_GENERATION; now %s gen %d)",
+                core.group,
+                proposal.generation,
+                core.state.value,
+                core.generation,
+            )
             return []
         problems = validate_proposal(result, proposal)
         if problems:
-            log.warning("group %s: refusing proposal of %s for generation %d: %s", core.group,
-                        proposal.leader, proposal.generation, "; ".join(problems[:3]))
+            log.warning(
+                "group %s: refusing proposal of %s for generation %d: %s",
+                core.group,
+                proposal.leader,
+                proposal.generation,
+                "; ".join(problems[:3]),
+            )
             return core.prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
         ops = core.operations
         wave = ops.wave(
             {m: proposal.assigned.get(m, ()) for m in core.generation_members},
             {m: proposal.revoked.get(m, ()) for m in core.generation_members},
-            had=lambda: {mm.member_id: set(mm.owned) | set(result.previous.get(mm.member_id, ()))
-                         for mm in result.members},
-            leaving=lambda: [mm.member_id for mm in result.members if mm.leaving])
+            had=lambda: {
+                mm.member_id: set(mm.owned) | set(result.previous.get(mm.member_id, ())) for mm in result.members
+            },
+            leaving=lambda: [mm.member_id for mm in result.members if mm.leaving],
+        )
         if wave.deferred:
-            log.info("group %s: generation %d moves %d tasks now; %d wait for a later wave%s", core.group,
-                     core.generation, len(wave.moving), len(wave.deferred),
-                     " (maintenance)" if ops.maintenance else "")
+            log.info(
+                "group %s: generation %d moves %d tasks now; %d wait for a later wave%s",
+                core.group,
+                core.generation,
+                len(wave.moving),
+                len(wave.deferred),
+                " (maintenance)" if ops.maintenance else "",
+            )
         ops.settle_preferred(wave.assigned, core.generation_members)
         assignments = []
         # the leader starts the second round of a cooperative move: only if a revocation went out (a throttled
@@ -256,18 +289,33 @@ class JoinRound:
             assigned = tuple(sorted(wave.assigned.get(m, ())))
             revoked = tuple(sorted(wave.revoked.get(m, ())))
             core.assignment[m] = assigned
-            assignments.append((m, Assignment(
-                generation=core.generation, controller_epoch=core.controller_epoch, assigned=assigned,
-                revoked=revoked, protocol=core.protocol or "eager", leader=core.leader,
-                follow_up=second_round and m == core.leader)))
+            assignments.append(
+                (
+                    m,
+                    Assignment(
+                        generation=core.generation,
+                        controller_epoch=core.controller_epoch,
+                        assigned=assigned,
+                        revoked=revoked,
+                        protocol=core.protocol or "eager",
+                        leader=core.leader,
+                        follow_up=second_round and m == core.leader,
+                    ),
+                )
+            )
         self.sync_deadline = None
         self.result = None
         core.reason = "assignment published" + (
             f"; {len(ops.deferred)} moves wait ({'maintenance' if ops.maintenance else 'throttle'})"
-            if ops.deferred else "")
+            if ops.deferred
+            else ""
+        )
         core.transition(GroupState.STABLE)
-        decisions: list[Decision] = [WriteAssignments(tuple(assignments)), WriteGroupState(core.info()),
-                                     DeleteGenerationsBelow(core.generation)]
+        decisions: list[Decision] = [
+            WriteAssignments(tuple(assignments)),
+            WriteGroupState(core.info()),
+            DeleteGenerationsBelow(core.generation),
+        ]
         if ops.moving:
             decisions.append(WatchMoves(tuple(sorted(ops.moving))))
         return decisions
@@ -281,8 +329,14 @@ class JoinRound:
         core.assignment[member_id] = tasks
         self.static_returned[member_id] = core.members[member_id]
         core.reason = f"static member {key} returned"
-        log.info("group %s: %s returned as %s; %d tasks back without a rebalance", core.group, key, member_id,
-                 len(tasks))
-        a = Assignment(generation=core.generation, controller_epoch=core.controller_epoch, assigned=tasks,
-                       protocol=core.protocol or "eager", leader=core.leader)
+        log.info(
+            "group %s: %s returned as %s; %d tasks back without a rebalance", core.group, key, member_id, len(tasks)
+        )
+        a = Assignment(
+            generation=core.generation,
+            controller_epoch=core.controller_epoch,
+            assigned=tasks,
+            protocol=core.protocol or "eager",
+            leader=core.leader,
+        )
         return [WriteAssignments(((member_id, a),)), WriteGroupState(core.info())]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Union
 
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal
 from controller.protocol.errors import InternalError, ProtocolError
@@ -34,18 +34,27 @@ class WorkerState(str, Enum):
 
 VALID_PREVIOUS: dict[WorkerState, frozenset[WorkerState]] = {
     # (from Reconciling: the group went back to a join round, a member without reconcile joined)
-    WorkerState.PREPARING_JOIN: frozenset({WorkerState.DOWN, WorkerState.JOINING, WorkerState.SYNCING,
-                                           WorkerState.STABLE, WorkerState.RECONCILING}),
+    WorkerState.PREPARING_JOIN: frozenset(
+        {WorkerState.DOWN, WorkerState.JOINING, WorkerState.SYNCING, WorkerState.STABLE, WorkerState.RECONCILING}
+    ),
     WorkerState.JOINING: frozenset({WorkerState.PREPARING_JOIN}),
     WorkerState.SYNCING: frozenset({WorkerState.JOINING}),
     # Joining -> Stable: a static member that returns inside the delay gets its tasks without a sync;
     # Reconciling -> Stable: it runs exactly its published assignment.
     WorkerState.STABLE: frozenset({WorkerState.SYNCING, WorkerState.JOINING, WorkerState.RECONCILING}),
     # reconcile: any assignment the coordinator publishes (from a join round it ended, or a change)
-    WorkerState.RECONCILING: frozenset({WorkerState.PREPARING_JOIN, WorkerState.JOINING, WorkerState.SYNCING,
-                                        WorkerState.STABLE}),
-    WorkerState.DOWN: frozenset({WorkerState.PREPARING_JOIN, WorkerState.JOINING, WorkerState.SYNCING,
-                                 WorkerState.STABLE, WorkerState.RECONCILING}),
+    WorkerState.RECONCILING: frozenset(
+        {WorkerState.PREPARING_JOIN, WorkerState.JOINING, WorkerState.SYNCING, WorkerState.STABLE}
+    ),
+    WorkerState.DOWN: frozenset(
+        {
+            WorkerState.PREPARING_JOIN,
+            WorkerState.JOINING,
+            WorkerState.SYNCING,
+            WorkerState.STABLE,
+            WorkerState.RECONCILING,
+        }
+    ),
 }
 
 
@@ -83,7 +92,7 @@ class Exit:
     """Controlled shutdown finished: the member owns nothing, the worker may leave."""
 
 
-Action = Union[WriteJoin, ReadJoinResult, WriteProposal, SetDesired, Exit]
+Action = WriteJoin | ReadJoinResult | WriteProposal | SetDesired | Exit
 AssignFn = Callable[[JoinResult], dict[str, tuple[str, ...]]]
 
 
@@ -128,7 +137,9 @@ class Member:
         if self.state is target:
             return
         if self.state not in VALID_PREVIOUS[target]:
-            raise IllegalWorkerTransition(f"worker {self.member_id} cannot go from {self.state.value} to {target.value}")
+            raise IllegalWorkerTransition(
+                f"worker {self.member_id} cannot go from {self.state.value} to {target.value}"
+            )
         self.transitions.append((self.state, target))
         self.state = target
 
@@ -156,9 +167,16 @@ class Member:
 
     def _build_request(self, join_generation: int, owned: frozenset[str]) -> JoinRequest:
         return JoinRequest(
-            member_id=self.member_id, join_generation=join_generation, generation=self.generation,
-            protocols=self.protocols, assignors=self.assignors, owned=tuple(sorted(owned)),
-            capacity=self.capacity, rack=self.rack, instance_id=self.instance_id, leaving=self.leaving,
+            member_id=self.member_id,
+            join_generation=join_generation,
+            generation=self.generation,
+            protocols=self.protocols,
+            assignors=self.assignors,
+            owned=tuple(sorted(owned)),
+            capacity=self.capacity,
+            rack=self.rack,
+            instance_id=self.instance_id,
+            leaving=self.leaving,
             incarnation=self.incarnation,
         )
 
@@ -184,8 +202,11 @@ class Member:
 
     def on_group_state(self, info: GroupStateInfo) -> list[Action]:
         if info.controller_epoch < self.epoch_seen:
-            log.debug("%s: ignoring group state from stale controller epoch %d (NOT_COORDINATOR)",
-                      self.member_id, info.controller_epoch)
+            log.debug(
+                "%s: ignoring group state from stale controller epoch %d (NOT_COORDINATOR)",
+                self.member_id,
+                info.controller_epoch,
+            )
             return []
         self.epoch_seen = info.controller_epoch
         self.group = info
@@ -193,24 +214,37 @@ class Member:
             return []
         if info.protocol == RECONCILE and info.state in ("Reconciling", "Stable"):
             # no barrier: our assignment comes on its own when the coordinator places tasks with us
-            if (self.reconcile_mode or self.member_id in info.members
-                    or self.state in (WorkerState.JOINING, WorkerState.PREPARING_JOIN)):
+            if (
+                self.reconcile_mode
+                or self.member_id in info.members
+                or self.state in (WorkerState.JOINING, WorkerState.PREPARING_JOIN)
+            ):
                 return []
             return self._rejoin(info.generation + 1, ProtocolError.UNKNOWN_MEMBER_ID)
         if info.state == "PreparingRebalance":
-            if self.state in (WorkerState.JOINING, WorkerState.SYNCING) and self.join_generation == info.join_generation:
+            if (
+                self.state in (WorkerState.JOINING, WorkerState.SYNCING)
+                and self.join_generation == info.join_generation
+            ):
                 return []  # already joined this round
             if self.state is WorkerState.PREPARING_JOIN and self.pending_join == info.join_generation:
                 return []  # joining as soon as our revocations finish
-            if self.state is WorkerState.PREPARING_JOIN and self.last_error is not None and not self.last_error.retriable:
+            if (
+                self.state is WorkerState.PREPARING_JOIN
+                and self.last_error is not None
+                and not self.last_error.retriable
+            ):
                 self.last_error = None  # the group changed: try again
             return self._rejoin(info.join_generation, ProtocolError.REBALANCE_IN_PROGRESS)
         if info.state == "AwaitingSync":
             if self.join_generation == info.generation and self.member_id in info.members:
                 if self.state is WorkerState.JOINING:
                     self._transition(WorkerState.SYNCING)
-                if (info.leader == self.member_id and self.state is WorkerState.SYNCING
-                        and self.proposed != info.generation):  # (the join result may have come first)
+                if (
+                    info.leader == self.member_id
+                    and self.state is WorkerState.SYNCING
+                    and self.proposed != info.generation
+                ):  # (the join result may have come first)
                     return [ReadJoinResult(info.generation)]
             return []  # excluded members learn why from their assignment (error code)
         if info.state in ("Stable", "Empty"):
@@ -218,7 +252,9 @@ class Member:
                 return []  # our assignment for this generation arrives (or arrived) on its own
             if self.state is WorkerState.STABLE and self.generation == info.generation:
                 return []
-            if self.pending_join is not None or (self.state is WorkerState.JOINING and self.join_generation > info.generation):
+            if self.pending_join is not None or (
+                self.state is WorkerState.JOINING and self.join_generation > info.generation
+            ):
                 return []  # our join is in flight; the coordinator will rebalance for it
             if self.last_error is not None and not self.last_error.retriable:
                 return []
@@ -231,7 +267,9 @@ class Member:
         if a.protocol == RECONCILE:
             return self._on_target(a)
         static_return = (
-            self.state is WorkerState.JOINING and self.group is not None and self.group.state == "Stable"
+            self.state is WorkerState.JOINING
+            and self.group is not None
+            and self.group.state == "Stable"
             and a.generation == self.group.generation == self.join_generation - 1
         )
         if a.generation < self.generation or (a.generation != self.join_generation and not static_return):
@@ -241,7 +279,11 @@ class Member:
             if a.generation != self.join_generation:
                 return []
             return self._on_error(err)
-        if a.generation == self.generation and self.state is WorkerState.STABLE and frozenset(a.assigned) == self.desired:
+        if (
+            a.generation == self.generation
+            and self.state is WorkerState.STABLE
+            and frozenset(a.assigned) == self.desired
+        ):
             return []  # already applied
         self.epoch_seen = max(self.epoch_seen, a.controller_epoch)
         self.generation = a.generation
@@ -266,8 +308,12 @@ class Member:
         A member that led the last generation watches the join result of the one it joins, so the result
         can arrive before the group state that announces it (AwaitingSync, written in the same multi):
         naming us the leader of the generation we joined, it takes us from Joining to Syncing."""
-        if (self.state not in (WorkerState.JOINING, WorkerState.SYNCING) or result.generation != self.join_generation
-                or result.leader != self.member_id or result.controller_epoch < self.epoch_seen):
+        if (
+            self.state not in (WorkerState.JOINING, WorkerState.SYNCING)
+            or result.generation != self.join_generation
+            or result.leader != self.member_id
+            or result.controller_epoch < self.epoch_seen
+        ):
             return []
         if self.state is WorkerState.JOINING:
             self._transition(WorkerState.SYNCING)
@@ -361,7 +407,9 @@ class Member:
         self.desired = frozenset(a.assigned)
         # what we were told to run may be held already (an acquisition in flight) until the worker says not
         self.owned = self.owned | (before - self.desired)
-        self.pending_revocation = (self.pending_revocation | (before - self.desired) | frozenset(a.revoked)) - self.desired
+        self.pending_revocation = (
+            self.pending_revocation | (before - self.desired) | frozenset(a.revoked)
+        ) - self.desired
         self._transition(WorkerState.RECONCILING)
         return [SetDesired(self.desired)] + self._after_owned_change()
 
@@ -446,7 +494,12 @@ class Member:
                 self.join_generation = target
                 self._transition(WorkerState.JOINING)
                 actions.append(WriteJoin(self._request(target)))
-        if (self.leaving and self.state is WorkerState.STABLE and not self.desired and not self.owned
-                and not self.pending_revocation):
+        if (
+            self.leaving
+            and self.state is WorkerState.STABLE
+            and not self.desired
+            and not self.owned
+            and not self.pending_revocation
+        ):
             actions.append(Exit())
         return actions

@@ -170,8 +170,9 @@ class ReconcileGroup:
         core = self.core
         core.protocol = RECONCILE
         core.leader = None
-        core.assignor = choose_assignor({m: r.assignors for m, r in core.members.items()}, min(core.members),
-                                        core.config.default_assignor)
+        core.assignor = choose_assignor(
+            {m: r.assignors for m, r in core.members.items()}, min(core.members), core.config.default_assignor
+        )
         core.assignment = {m: ts for m, ts in core.assignment.items() if m in core.members}
         core.generation_members = tuple(sorted(core.members))
         if core.state is not GroupState.RECONCILING:
@@ -206,10 +207,19 @@ class ReconcileGroup:
         reconciling member reads (REBALANCE_IN_PROGRESS, at the round's generation, for this life of it).
         It keeps what it runs (a cooperative round) and joins; no task is given by a notice."""
         core = self.core
-        return tuple((m, Assignment(generation=core.join_generation, controller_epoch=core.controller_epoch,
-                                    error=ProtocolError.REBALANCE_IN_PROGRESS.name, protocol=RECONCILE,
-                                    incarnation=r.incarnation))
-                     for m, r in sorted(core.members.items()))
+        return tuple(
+            (
+                m,
+                Assignment(
+                    generation=core.join_generation,
+                    controller_epoch=core.controller_epoch,
+                    error=ProtocolError.REBALANCE_IN_PROGRESS.name,
+                    protocol=RECONCILE,
+                    incarnation=r.incarnation,
+                ),
+            )
+            for m, r in sorted(core.members.items())
+        )
 
     def load(self, assignments: Mapping[str, Assignment]) -> list[Decision]:
         """Resume a reconciling group after a controller failover: the published assignments and their
@@ -258,8 +268,13 @@ class ReconcileGroup:
                 log.info("group %s: %s left in maintenance mode; its %d tasks wait", core.group, m, len(tasks))
             elif tasks and core.config.scheduled_rebalance_delay_s > 0 and not old[m].leaving:
                 core.held[key] = Held(tasks, now + core.config.scheduled_rebalance_delay_s)
-                log.info("group %s: %s left; holding %d tasks for %.1fs", core.group, m, len(tasks),
-                         core.config.scheduled_rebalance_delay_s)
+                log.info(
+                    "group %s: %s left; holding %d tasks for %.1fs",
+                    core.group,
+                    m,
+                    len(tasks),
+                    core.config.scheduled_rebalance_delay_s,
+                )
             if not tasks and not targeted:
                 # the end of a controlled shutdown (its tasks already re-targeted away): a new target would be
                 # the one there is, and asking for one while tasks still move would hold the group Reconciling
@@ -321,16 +336,27 @@ class ReconcileGroup:
         # sticky to where tasks are heading (the current target), not to where they still run: a target
         # computed from a half-reached one would move again what is already on its way (KIP-848 likewise
         # gives its assignors the current target assignment)
-        previous = {m: self.target[m] if m in self.target else core.assignment[m]
-                    for m in core.members if m in self.target or m in core.assignment}
+        previous = {
+            m: self.target[m] if m in self.target else core.assignment[m]
+            for m in core.members
+            if m in self.target or m in core.assignment
+        }
         for m, r in sorted(core.members.items()):
             key = core.identity(m, r)
             if key in core.held and not r.leaving:  # a static member back within the delay: its tasks again
                 previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.held.pop(key).tasks)))
                 log.info("group %s: %s returned as %s within the delay", core.group, key, m)
-        members = [MemberMetadata(member_id=m, owned=previous.get(m, ()), capacity=r.capacity, rack=r.rack,
-                                  instance_id=r.instance_id, leaving=r.leaving or m in core.shutting_down)
-                   for m, r in sorted(core.members.items())]
+        members = [
+            MemberMetadata(
+                member_id=m,
+                owned=previous.get(m, ()),
+                capacity=r.capacity,
+                rack=r.rack,
+                instance_id=r.instance_id,
+                leaving=r.leaving or m in core.shutting_down,
+            )
+            for m, r in sorted(core.members.items())
+        ]
         descriptors = core.descriptors(core.members, skip=core.held_tasks())
         try:
             target = get_assignor(core.assignor or core.config.default_assignor).assign(members, descriptors, previous)
@@ -347,14 +373,22 @@ class ReconcileGroup:
         held_by = holders(core.assignment, self.unreleased, core.members)
         assigned, revoked = step(self.target, held_by)  # (the pure step above, then the throttle's share of it)
         moving_before = dict(ops.moving)
-        wave = ops.wave(assigned, revoked, had=lambda: held_by,
-                        leaving=lambda: [m for m, r in core.members.items() if r.leaving or m in core.shutting_down])
+        wave = ops.wave(
+            assigned,
+            revoked,
+            had=lambda: held_by,
+            leaving=lambda: [m for m, r in core.members.items() if r.leaving or m in core.shutting_down],
+        )
         changed = self.changes(wave.assigned, wave.revoked, everyone)
         decisions: list[Decision] = []
         if changed:
             decisions.append(WriteAssignments(self.publish(changed)))
-        settled = (not self.unreleased and not ops.deferred and self.retarget_due is None
-                   and all(core.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members))
+        settled = (
+            not self.unreleased
+            and not ops.deferred
+            and self.retarget_due is None
+            and all(core.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members)
+        )
         state = GroupState.STABLE if settled else GroupState.RECONCILING
         if state is not core.state:
             core.transition(state)
@@ -364,14 +398,20 @@ class ReconcileGroup:
         ops.settle_preferred(core.assignment, core.members)
         if write_state or set(ops.moving) != set(moving_before):
             decisions.append(WriteGroupState(core.info()))
-        new_moves = tuple(sorted(t for t, mv in ops.moving.items() if mv.dest is not None
-                                 and (t not in moving_before or moving_before[t].dest != mv.dest)))
+        new_moves = tuple(
+            sorted(
+                t
+                for t, mv in ops.moving.items()
+                if mv.dest is not None and (t not in moving_before or moving_before[t].dest != mv.dest)
+            )
+        )
         if new_moves:
             decisions.append(WatchMoves(new_moves))
         return decisions
 
-    def changes(self, assigned: Mapping[str, tuple[str, ...]], revoked: Mapping[str, tuple[str, ...]],
-                everyone: bool) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    def changes(
+        self, assigned: Mapping[str, tuple[str, ...]], revoked: Mapping[str, tuple[str, ...]], everyone: bool
+    ) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
         """The members whose published assignment changes: (member, assigned now, revoked now). A task revoked
         and given back before it was let go simply stays (its revocation is no longer pending)."""
         core = self.core
@@ -387,7 +427,9 @@ class ReconcileGroup:
                 changed.append((m, now_assigned, to_revoke))
         return changed
 
-    def publish(self, changed: list[tuple[str, tuple[str, ...], tuple[str, ...]]]) -> tuple[tuple[str, Assignment], ...]:
+    def publish(
+        self, changed: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
+    ) -> tuple[tuple[str, Assignment], ...]:
         """The changed members' assignments, under one new member epoch (from the group's one counter, so
         epochs only grow), each with every revocation not yet confirmed, not only this step's: the assignment
         znode alone tells a new controller what the member may still be stopping."""
@@ -403,7 +445,17 @@ class ReconcileGroup:
                 del self.unreleased[m]
             core.assignment[m] = now_assigned
             self.epochs[m] = core.generation
-            writes.append((m, Assignment(generation=core.generation, controller_epoch=core.controller_epoch,
-                                         assigned=now_assigned, revoked=tuple(sorted(pending)),
-                                         protocol=RECONCILE, incarnation=core.members[m].incarnation)))
+            writes.append(
+                (
+                    m,
+                    Assignment(
+                        generation=core.generation,
+                        controller_epoch=core.controller_epoch,
+                        assigned=now_assigned,
+                        revoked=tuple(sorted(pending)),
+                        protocol=RECONCILE,
+                        incarnation=core.members[m].incarnation,
+                    ),
+                )
+            )
         return tuple(writes)

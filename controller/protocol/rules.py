@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from controller.protocol.codecs import JoinResult, MemberMetadata, SyncProposal, TaskDescriptor
 
@@ -93,7 +93,7 @@ def cooperative_adjust(
     held = {m: ts if isinstance(ts, (set, frozenset)) else set(ts) for m, ts in owned.items()}
     held_all: set[str] = set().union(*held.values())
     targeted: set[str] = set().union(*target.values())
-    if (sum(map(len, held.values())) == len(held_all) and sum(map(len, target.values())) == len(targeted)):
+    if sum(map(len, held.values())) == len(held_all) and sum(map(len, target.values())) == len(targeted):
         # the common case, one owner and one target per task: set algebra (10,000s of tasks at every step of a
         # reconciling group; a loop over them was most of a step). A member gets what nobody else holds; a
         # holder loses what its target does not name. Most members hold exactly their target: a look-up per

@@ -13,8 +13,8 @@ from typing import Any
 from controller.protocol import codecs
 from controller.protocol.codecs import ClusterSettings, MoveLimits
 
-MAX_COUNT = 1_000_000          # moves, brokers, tasks of imbalance: far past any real cluster
-MIN_INTERVAL_S = 1.0           # no check or window shorter than a second
+MAX_COUNT = 1_000_000  # moves, brokers, tasks of imbalance: far past any real cluster
+MIN_INTERVAL_S = 1.0  # no check or window shorter than a second
 MAX_INTERVAL_S = 7 * 86_400.0  # nor longer than a week
 
 
@@ -23,7 +23,7 @@ class Rule:
     """A setting's accepted values: a whole number or seconds, within [low, high]; ``none`` (no limit) and
     ``zero_is_off`` (0: never) where the setting has them."""
 
-    kind: str          # "count", "fraction" or "seconds"
+    kind: str  # "count", "fraction" or "seconds"
     low: float
     high: float
     nullable: bool = False

@@ -12,21 +12,30 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 #: Fields of older spec formats and what replaced them.
 RENAMED = {("max_failures",): 'replaced by restart.max_attempts: write "restart": {"max_attempts": N}'}
 #: Words for the schema's name pattern (a regular expression means nothing to most users).
 PATTERN_WORDS = {
     r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$": "a name of 1-200 characters from A-Z a-z 0-9 . _ - starting with a "
-                                           "letter or digit",
+    "letter or digit",
 }
 #: Shown for a model, after "a ...", where the schema's title is a class name.
 MODEL_WORDS = {
-    "TaskSpec": "task spec", "SparkPipeline": "spark pipeline", "DeclarativePipeline": "declarative pipeline",
-    "NoopPipeline": "noop pipeline", "FilesSource": "files source", "RateSource": "rate source",
-    "FilesSink": "files sink", "ConsoleSink": "console sink", "Transform": "transform", "Trigger": "trigger",
-    "Placement": "placement", "RestartPolicy": "restart policy",
+    "TaskSpec": "task spec",
+    "SparkPipeline": "spark pipeline",
+    "DeclarativePipeline": "declarative pipeline",
+    "NoopPipeline": "noop pipeline",
+    "FilesSource": "files source",
+    "RateSource": "rate source",
+    "FilesSink": "files sink",
+    "ConsoleSink": "console sink",
+    "Transform": "transform",
+    "Trigger": "trigger",
+    "Placement": "placement",
+    "RestartPolicy": "restart policy",
 }
 MAX_SHOWN = 5
 TAG_KEYS = ("kind", "type")
@@ -185,7 +194,11 @@ def _allowed(node: Schema | None, defs: Mapping[str, Any]) -> str | None:
         props = list(node.get("properties", {}))
         if props:
             return f"a mapping (a {_model_name(node, defs)}) with the fields {', '.join(props)}"
-        extra = _allowed(node.get("additionalProperties"), defs) if isinstance(node.get("additionalProperties"), dict) else None
+        extra = (
+            _allowed(node.get("additionalProperties"), defs)
+            if isinstance(node.get("additionalProperties"), dict)
+            else None
+        )
         return f"a mapping of names to {extra}" if extra else "a mapping"
     return None
 

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from controller.protocol.codecs import MAX_PAYLOAD_BYTES, PayloadError, TaskDescriptor, Unreadable
-from controller.protocol.layout import check_name, InvalidName
-from controller.protocol.spec_errors import describe_errors
 from controller.protocol.errors import ZkcError
+from controller.protocol.layout import InvalidName, check_name
+from controller.protocol.spec_errors import describe_errors
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 
@@ -68,7 +67,7 @@ class RateSource(_Model):
     rows_per_second: int = Field(default=10, ge=1, le=1_000_000, description="rows generated per second")
 
 
-Source = Annotated[Union[FilesSource, RateSource], Field(discriminator="type", description="where rows come from")]
+Source = Annotated[FilesSource | RateSource, Field(discriminator="type", description="where rows come from")]
 
 
 # ---- sinks ----------------------------------------------------------------------------------------
@@ -88,7 +87,7 @@ class ConsoleSink(_Model):
     num_rows: int = Field(default=20, ge=1, le=1000, description="rows printed per batch")
 
 
-Sink = Annotated[Union[FilesSink, ConsoleSink], Field(discriminator="type", description="where rows go")]
+Sink = Annotated[FilesSink | ConsoleSink, Field(discriminator="type", description="where rows go")]
 
 
 class Transform(_Model):
@@ -104,7 +103,7 @@ class Trigger(_Model):
     available_now: bool = Field(default=False, description="process what is there, then complete")
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Trigger":
+    def _one_kind(self) -> Trigger:
         if self.processing_time and self.available_now:
             raise ValueError("choose either processing_time or available_now, not both")
         return self
@@ -124,7 +123,7 @@ class SparkPipeline(_Model):
     spark_options: dict[str, str] = Field(default_factory=dict, description="per-task Spark SQL settings")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "SparkPipeline":
+    def _consistent(self) -> SparkPipeline:
         if self.mode == "batch" and isinstance(self.source, RateSource):
             raise ValueError("the rate source is streaming-only; use mode: streaming")
         if self.mode == "batch" and (self.trigger.processing_time or self.trigger.available_now):
@@ -167,8 +166,9 @@ def pipeline_kind(value: Any) -> str | None:
 
 
 Pipeline = Annotated[
-    Union[Annotated[SparkPipeline, Tag("spark")], Annotated[DeclarativePipeline, Tag("declarative")],
-          Annotated[NoopPipeline, Tag("noop")]],
+    Annotated[SparkPipeline, Tag("spark")]
+    | Annotated[DeclarativePipeline, Tag("declarative")]
+    | Annotated[NoopPipeline, Tag("noop")],
     Discriminator(pipeline_kind),
     Field(description='what runs: {"kind": "spark"|"declarative"|"noop", ...}'),
 ]
@@ -182,16 +182,19 @@ class Placement(_Model):
     """Where the task may run."""
 
     pinned: tuple[str, ...] = Field(default=(), description="broker ids this task is pinned to")
-    pin_mode: Literal["required", "preferred"] = Field(default="preferred",
-                                                      description="required: only on a pinned broker")
+    pin_mode: Literal["required", "preferred"] = Field(
+        default="preferred", description="required: only on a pinned broker"
+    )
     rack: str | None = Field(default=None, description="prefer brokers of this rack")
 
     @field_validator("pinned")
     @classmethod
     def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(value) > MAX_PINNED:
-            raise ValueError(f"pins {len(value)} brokers; at most {MAX_PINNED} may be pinned (every pin travels in "
-                             "each rebalance of the group)")
+            raise ValueError(
+                f"pins {len(value)} brokers; at most {MAX_PINNED} may be pinned (every pin travels in "
+                "each rebalance of the group)"
+            )
         for b in value:
             check_name("broker id", b)
         return value
@@ -207,10 +210,11 @@ class RestartPolicy(_Model):
     backoff_max_s: float = Field(default=30.0, gt=0, le=86_400, description="the longest wait between restarts")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "RestartPolicy":
+    def _ordered(self) -> RestartPolicy:
         if self.backoff_initial_s > self.backoff_max_s:
-            raise ValueError(f"backoff_initial_s {self.backoff_initial_s:g} is above backoff_max_s "
-                             f"{self.backoff_max_s:g}")
+            raise ValueError(
+                f"backoff_initial_s {self.backoff_initial_s:g} is above backoff_max_s {self.backoff_max_s:g}"
+            )
         return self
 
     def delay_before(self, attempt: int) -> float:
@@ -225,7 +229,9 @@ class RestartPolicy(_Model):
 class TaskSpec(_Model):
     """A task: one pipeline, in one group, RUNNING or PAUSED."""
 
-    version: int = Field(default=SPEC_VERSION, strict=True, description=f"the spec format; {SPEC_VERSION} (may be left out)")
+    version: int = Field(
+        default=SPEC_VERSION, strict=True, description=f"the spec format; {SPEC_VERSION} (may be left out)"
+    )
     id: str = Field(pattern=NAME_PATTERN, description="the task's name, unique in the cluster")
     group: str = Field(default="default", pattern=NAME_PATTERN, description="the group of brokers that runs it")
     state: Literal["RUNNING", "PAUSED"] = Field(default="RUNNING", description="PAUSED: nobody runs it")
@@ -239,8 +245,9 @@ class TaskSpec(_Model):
     @classmethod
     def _version(cls, value: int) -> int:
         if value != SPEC_VERSION:
-            raise ValueError(f"unsupported version {value}: this release writes version {SPEC_VERSION} (leave "
-                             "\"version\" out)")
+            raise ValueError(
+                f'unsupported version {value}: this release writes version {SPEC_VERSION} (leave "version" out)'
+            )
         return value
 
     def descriptor(self) -> TaskDescriptor:
@@ -259,7 +266,7 @@ class TaskSpec(_Model):
             raise SpecError(f"task {self.id}: spec is {len(data)} bytes, over {MAX_PAYLOAD_BYTES}")
         return data
 
-    def with_state(self, state: str) -> "TaskSpec":
+    def with_state(self, state: str) -> TaskSpec:
         return self.model_copy(update={"state": state})
 
 
@@ -293,7 +300,9 @@ def load_specs(path: str | Path) -> list[TaskSpec]:
     try:
         doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:  # ValueError: JSON errors, huge integers
-        raise SpecError(f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}") from None
+        raise SpecError(
+            f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}"
+        ) from None
     if doc is None:
         raise SpecError(f"{path}: empty file, expected a task spec or a list of them")
     items = doc if isinstance(doc, list) else [doc]
@@ -377,8 +386,10 @@ def task_schema() -> dict[str, Any]:
     (``zkctl task schema``; documented in docs/pipelines.md)."""
     defs = json.loads(json.dumps(schema_definitions()))  # a copy the caller may change
     spec = defs["TaskSpec"]
-    spec["properties"] = {"$schema": {"type": "string", "description": "this schema's location, for editors"},
-                          **spec["properties"]}
+    spec["properties"] = {
+        "$schema": {"type": "string", "description": "this schema's location, for editors"},
+        **spec["properties"],
+    }
     spec["properties"]["version"]["const"] = SPEC_VERSION
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -390,8 +401,27 @@ def task_schema() -> dict[str, Any]:
 
 
 __all__ = [
-    "SpecError", "TaskSpec", "SparkPipeline", "DeclarativePipeline", "NoopPipeline", "FilesSource", "RateSource",
-    "FilesSink", "ConsoleSink", "Transform", "Trigger", "Placement", "RestartPolicy", "parse_spec", "load_specs",
-    "decode_task", "upgrade_stored", "task_schema", "schema_definitions", "InvalidName", "SPEC_VERSION",
-    "STORED_SPEC_VERSIONS", "PIPELINE_KINDS",
+    "SpecError",
+    "TaskSpec",
+    "SparkPipeline",
+    "DeclarativePipeline",
+    "NoopPipeline",
+    "FilesSource",
+    "RateSource",
+    "FilesSink",
+    "ConsoleSink",
+    "Transform",
+    "Trigger",
+    "Placement",
+    "RestartPolicy",
+    "parse_spec",
+    "load_specs",
+    "decode_task",
+    "upgrade_stored",
+    "task_schema",
+    "schema_definitions",
+    "InvalidName",
+    "SPEC_VERSION",
+    "STORED_SPEC_VERSIONS",
+    "PIPELINE_KINDS",
 ]

@@ -37,18 +37,21 @@ class Wave:
 
     assigned: dict[str, tuple[str, ...]]
     revoked: dict[str, tuple[str, ...]]
-    moving: dict[str, Move]          # every move in flight after this wave (old ones included)
-    deferred: tuple[str, ...]        # tasks whose move waits for a later wave
+    moving: dict[str, Move]  # every move in flight after this wave (old ones included)
+    deferred: tuple[str, ...]  # tasks whose move waits for a later wave
 
 
 def combine(*limits: MoveLimits | None) -> MoveLimits:
     """The tightest of several limits (cluster and group settings both hold)."""
+
     def least(values: Iterable[int | None]) -> int | None:
         vs = [v for v in values if v is not None]
         return min(vs) if vs else None
+
     ls = [x for x in limits if x is not None]
-    return MoveLimits(max_moves=least(x.max_moves for x in ls),
-                      max_moves_per_broker=least(x.max_moves_per_broker for x in ls))
+    return MoveLimits(
+        max_moves=least(x.max_moves for x in ls), max_moves_per_broker=least(x.max_moves_per_broker for x in ls)
+    )
 
 
 def broker_load(moving: Mapping[str, Move]) -> dict[str, int]:
@@ -70,8 +73,13 @@ class Throttle(Protocol):
     @property
     def deferred(self) -> tuple[str, ...]: ...
 
-    def wave(self, assigned: Mapping[str, tuple[str, ...]], revoked: Mapping[str, tuple[str, ...]],
-             had: Callable[[], Mapping[str, Iterable[str]]], leaving: Callable[[], Iterable[str]]) -> Wave: ...
+    def wave(
+        self,
+        assigned: Mapping[str, tuple[str, ...]],
+        revoked: Mapping[str, tuple[str, ...]],
+        had: Callable[[], Mapping[str, Iterable[str]]],
+        leaving: Callable[[], Iterable[str]],
+    ) -> Wave: ...
     def settle_preferred(self, placed: Mapping[str, tuple[str, ...]], members: Collection[str]) -> None: ...
     def drop_moves(self, dest: str | None = None, runnable: Collection[str] | None = None) -> None: ...
     def postpone(self, why: str) -> None: ...
@@ -158,8 +166,7 @@ def plan_wave(
     out_revoked = {m: set(ts) for m, ts in revoked.items()}
     tasks = set(runnable)
     in_flight = {t: mv for t, mv in moving.items() if t in tasks}
-    todo = candidates(out_assigned, out_revoked, {m: set(ts) for m, ts in had.items()}, in_flight, tasks,
-                      set(leaving))
+    todo = candidates(out_assigned, out_revoked, {m: set(ts) for m, ts in had.items()}, in_flight, tasks, set(leaving))
     left = room_left(limits, len(in_flight), room, frozen)
     load = broker_load(in_flight)
     per = limits.max_moves_per_broker
@@ -191,8 +198,9 @@ def plan_wave(
     )
 
 
-def hold_back(assigned: dict[str, set[str]], revoked: dict[str, set[str]], task: str, source: str | None,
-              dest: str | None) -> None:
+def hold_back(
+    assigned: dict[str, set[str]], revoked: dict[str, set[str]], task: str, source: str | None, dest: str | None
+) -> None:
     """A move that waits for a later wave: a revocation held back leaves the task with its owner; an eager
     move's task runs on its previous owner again (if any) instead of its new one."""
     if dest is None:

@@ -21,12 +21,37 @@ from cli.main import cli
 from tests.chaos_support import IN_PROCESS_KINDS
 
 WEDGED_KINDS = ("wedged-stop", "kill-broker", "partition-broker", "freeze-broker")
-PROCESS_KINDS = ("kill-broker", "freeze-broker", "kill-controller", "freeze-controller", "expire-broker", "rolling-bounce")
+PROCESS_KINDS = (
+    "kill-broker",
+    "freeze-broker",
+    "kill-controller",
+    "freeze-controller",
+    "expire-broker",
+    "rolling-bounce",
+)
 
 
 def test_in_process_chaos_run_through_the_cli_keeps_every_invariant():
-    res = CliRunner().invoke(cli, ["sim", "chaos", "--seed", "6", "--duration", "30", "--brokers", "3", "--tasks", "20",
-                                   "--mean-gap", "1.5", "--faults", ",".join(IN_PROCESS_KINDS), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "sim",
+            "chaos",
+            "--seed",
+            "6",
+            "--duration",
+            "30",
+            "--brokers",
+            "3",
+            "--tasks",
+            "20",
+            "--mean-gap",
+            "1.5",
+            "--faults",
+            ",".join(IN_PROCESS_KINDS),
+            "--json",
+        ],
+    )
     summary = json.loads(res.output.strip().splitlines()[-1])
     assert set(summary["faults_injected"]) == set(IN_PROCESS_KINDS), summary["faults_injected"]
     assert summary["faults_failed"] == []
@@ -42,9 +67,20 @@ def test_process_brokers_with_spark_pipelines_exactly_once():
     generated record exactly once (read through its ``_spark_metadata`` commit log). The session timeout is
     twice the spark runner's stop budget, as the worker asks (see ``broker_sim.worker.fence_margin``): a
     partitioned broker stops its query before its session can expire."""
-    summary = run_chaos(ChaosOptions(seed=4879, duration_s=60, brokers=2, tasks=6, mean_gap_s=2.0, kinds=PROCESS_KINDS,
-                                     process_brokers=True, pipelines=1, records=1500,
-                                     session_timeout_s=2 * DEFAULT_STOP_BUDGET_S))
+    summary = run_chaos(
+        ChaosOptions(
+            seed=4879,
+            duration_s=60,
+            brokers=2,
+            tasks=6,
+            mean_gap_s=2.0,
+            kinds=PROCESS_KINDS,
+            process_brokers=True,
+            pipelines=1,
+            records=1500,
+            session_timeout_s=2 * DEFAULT_STOP_BUDGET_S,
+        )
+    )
     assert set(summary.faults_injected) == set(PROCESS_KINDS), summary.faults_injected
     assert summary.faults_failed == []
     assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts)
@@ -61,11 +97,30 @@ def test_process_brokers_under_reconcile_keep_every_invariant(monkeypatch, tmp_p
 
     monkeypatch.setenv("ZKC_CHAOS_KEEP", "1")  # the run's work directory stays, here under tmp_path
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    res = CliRunner().invoke(cli, ["sim", "chaos", "--seed", "11", "--duration", "30", "--brokers", "3", "--tasks", "20",
-                                   "--process-brokers", "--protocol", "reconcile", "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "sim",
+            "chaos",
+            "--seed",
+            "11",
+            "--duration",
+            "30",
+            "--brokers",
+            "3",
+            "--tasks",
+            "20",
+            "--process-brokers",
+            "--protocol",
+            "reconcile",
+            "--json",
+        ],
+    )
     summary = json.loads(res.output.strip().splitlines()[-1])
-    logs = "".join(f"\n--- {p.name} (last 60 lines)\n" + "\n".join(p.read_text(errors="replace").splitlines()[-60:])
-                   for p in sorted(tmp_path.glob("*/*.log")))
+    logs = "".join(
+        f"\n--- {p.name} (last 60 lines)\n" + "\n".join(p.read_text(errors="replace").splitlines()[-60:])
+        for p in sorted(tmp_path.glob("*/*.log"))
+    )
     assert summary["faults_failed"] == []
     assert summary["ok"] and res.exit_code == 0, json.dumps(summary["verdicts"], indent=1) + logs
     assert summary["rebalances"] > 0 and sum(summary["faults_injected"].values()) >= 5, summary["faults_injected"]
@@ -76,8 +131,9 @@ def test_process_brokers_with_wedged_stops_halt_before_their_tasks_move_and_come
     each must halt (exit 75) at its fence deadline, before its session expires, so no task ever has two running
     owners (the halted process's run windows end when its exit is noticed); the harness restarts it, as a
     supervisor would, and it is back in the group at the end."""
-    summary = run_chaos(ChaosOptions(seed=5, duration_s=30, brokers=3, tasks=20, kinds=WEDGED_KINDS,
-                                     process_brokers=True))
+    summary = run_chaos(
+        ChaosOptions(seed=5, duration_s=30, brokers=3, tasks=20, kinds=WEDGED_KINDS, process_brokers=True)
+    )
     assert summary.faults_injected.get("wedged-stop", 0) >= 2, summary.faults_injected
     assert summary.faults_failed == []
     assert sum(summary.halts.values()) >= summary.faults_injected["wedged-stop"], summary.halts
@@ -94,8 +150,18 @@ def test_in_process_brokers_with_wedged_stops_are_killed_and_restarted():
 
 def test_in_process_chaos_with_a_throttle_and_maintenance_windows_keeps_every_invariant():
     kinds = ("kill-broker", "expire-broker", "partition-broker", "kill-controller", "task-storm", "maintenance")
-    summary = run_chaos(ChaosOptions(seed=11, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5, kinds=kinds,
-                                     max_moves=3, max_moves_per_broker=2))
+    summary = run_chaos(
+        ChaosOptions(
+            seed=11,
+            duration_s=30,
+            brokers=3,
+            tasks=20,
+            mean_gap_s=1.5,
+            kinds=kinds,
+            max_moves=3,
+            max_moves_per_broker=2,
+        )
+    )
     assert summary.faults_injected.get("maintenance", 0) >= 1, summary.faults_injected
     assert summary.faults_failed == []
     numbers = {v.invariant for v in summary.verdicts}
@@ -108,10 +174,9 @@ def test_a_worker_without_its_fence_is_caught(monkeypatch):
     silent keeps running its tasks after its session expired and they moved: invariant 1 must fail."""
     monkeypatch.setattr(Fence, "fence", lambda self: None)
     monkeypatch.setattr(DeadlineWatchdog, "check", lambda self, now: None)
-    summary = run_chaos(ChaosOptions(seed=3, duration_s=3, brokers=2, tasks=8, mean_gap_s=1.0, kinds=("expire-broker",),
-                                     hold_s=1.0))
+    summary = run_chaos(
+        ChaosOptions(seed=3, duration_s=3, brokers=2, tasks=8, mean_gap_s=1.0, kinds=("expire-broker",), hold_s=1.0)
+    )
     assert summary.faults_injected == {"expire-broker": 1}
     v1 = summary.verdicts[0]
     assert not v1.ok and "overlaps" in v1.details[0], v1.details
-
-

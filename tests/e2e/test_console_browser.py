@@ -38,7 +38,8 @@ def browser():
 def _owners_on_page(driver) -> dict[str, str]:
     rows = driver.execute_script(
         "return [...document.querySelectorAll('#tasks tbody tr')].map(tr => [tr.dataset.task,"
-        " tr.querySelector('td.owner').textContent.trim(), tr.querySelector('td.state').textContent.trim()])")
+        " tr.querySelector('td.owner').textContent.trim(), tr.querySelector('td.state').textContent.trim()])"
+    )
     return {t: owner for t, owner, _state in rows}
 
 
@@ -65,20 +66,37 @@ def test_console_live_create_pause_and_broker_kill(browser, zk_hosts, tmp_path):
         # created from the CLI, it appears without a reload
         specs = tmp_path / "tasks.yaml"
         specs.write_text("".join(f"- id: web-{i}\n  pipeline: {{kind: noop}}\n" for i in range(6)))
-        subprocess.run(ZKCTL + ["task", "create", "-f", str(specs)], env=cluster.env, check=True, cwd=REPO,
-                       capture_output=True, timeout=60)
-        owners = wait_until(lambda: (o := _owners_on_page(browser)) and len(o) == 6
-                            and all(v not in ("", "-") for v in o.values()) and o, 45,
-                            "the six tasks on the page, each with an owner")
+        subprocess.run(
+            ZKCTL + ["task", "create", "-f", str(specs)],
+            env=cluster.env,
+            check=True,
+            cwd=REPO,
+            capture_output=True,
+            timeout=60,
+        )
+        owners = wait_until(
+            lambda: (
+                (o := _owners_on_page(browser)) and len(o) == 6 and all(v not in ("", "-") for v in o.values()) and o
+            ),
+            45,
+            "the six tasks on the page, each with an owner",
+        )
         _shot(browser, "running")
 
         # paused from the page: the spec in ZooKeeper says PAUSED
         browser.find_element("css selector", 'tr[data-task="web-0"] button.pause').click()
-        wait_until(lambda: decode_task(zk.get(layout.task("web-0"))[0], layout.task("web-0")).state == "PAUSED", 20,
-                   "web-0 PAUSED in ZooKeeper")
-        wait_until(lambda: browser.execute_script(
-            "const b = document.querySelector('tr[data-task=\"web-0\"] td.spec'); return b && b.textContent === 'PAUSED'"),
-            20, "the page to show web-0 PAUSED")
+        wait_until(
+            lambda: decode_task(zk.get(layout.task("web-0"))[0], layout.task("web-0")).state == "PAUSED",
+            20,
+            "web-0 PAUSED in ZooKeeper",
+        )
+        wait_until(
+            lambda: browser.execute_script(
+                "const b = document.querySelector('tr[data-task=\"web-0\"] td.spec'); return b && b.textContent === 'PAUSED'"
+            ),
+            20,
+            "the page to show web-0 PAUSED",
+        )
 
         # a broker killed: its tasks move to the other, on the page
         victim = max(("b1", "b2"), key=lambda b: sum(1 for v in owners.values() if v == b))
@@ -86,18 +104,30 @@ def test_console_live_create_pause_and_broker_kill(browser, zk_hosts, tmp_path):
         moving = sorted(t for t, o in owners.items() if o == victim and t != "web-0")
         assert moving, owners
         cluster.kill(victim)
-        wait_until(lambda: all(_owners_on_page(browser).get(t) == survivor for t in moving), 60,
-                   f"{moving} to move to {survivor} on the page")
+        wait_until(
+            lambda: all(_owners_on_page(browser).get(t) == survivor for t in moving),
+            60,
+            f"{moving} to move to {survivor} on the page",
+        )
         _shot(browser, "after-kill")
         shutil.copy(ARTIFACTS / "console-after-kill.png", tmp_path / "console-after-kill.png")
 
         # maintenance mode, turned on from the CLI: the page says so, and why, without a reload
-        subprocess.run(ZKCTL + ["maintenance", "on", "--reason", "swapping a disk"], env=cluster.env, check=True,
-                       cwd=REPO, capture_output=True, timeout=60)
-        wait_until(lambda: "swapping a disk" in browser.find_element("id", "maintenance").text, 30, "the maintenance banner")
+        subprocess.run(
+            ZKCTL + ["maintenance", "on", "--reason", "swapping a disk"],
+            env=cluster.env,
+            check=True,
+            cwd=REPO,
+            capture_output=True,
+            timeout=60,
+        )
+        wait_until(
+            lambda: "swapping a disk" in browser.find_element("id", "maintenance").text, 30, "the maintenance banner"
+        )
         assert browser.find_element("id", "maintenance").is_displayed()
-        subprocess.run(ZKCTL + ["maintenance", "off"], env=cluster.env, check=True, cwd=REPO, capture_output=True,
-                       timeout=60)
+        subprocess.run(
+            ZKCTL + ["maintenance", "off"], env=cluster.env, check=True, cwd=REPO, capture_output=True, timeout=60
+        )
         wait_until(lambda: not browser.find_element("id", "maintenance").is_displayed(), 30, "the banner gone")
     finally:
         cluster.stop()
@@ -108,7 +138,7 @@ def test_console_live_create_pause_and_broker_kill(browser, zk_hosts, tmp_path):
             zk.close()
 
 
-XSS = '<img src=x onerror="window.__xss=(window.__xss||0)+1;document.title=\'XSS:\'+localStorage.getItem(\'zkc-token\')">'
+XSS = "<img src=x onerror=\"window.__xss=(window.__xss||0)+1;document.title='XSS:'+localStorage.getItem('zkc-token')\">"
 
 
 def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
@@ -126,41 +156,75 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
     zk = make_client(ZkSettings(hosts=zk_hosts, root=root))
     layout = ZkLayout(root)
     try:
-        assert cluster.request("POST", "/api/v1/tasks", [{"id": "x-1", "group": "nobody", "pipeline": {"kind": "noop"}},
-                                                         {"id": "x-2", "group": "nobody", "pipeline": {"kind": "noop"}}]).status == 201
+        assert (
+            cluster.request(
+                "POST",
+                "/api/v1/tasks",
+                [
+                    {"id": "x-1", "group": "nobody", "pipeline": {"kind": "noop"}},
+                    {"id": "x-2", "group": "nobody", "pipeline": {"kind": "noop"}},
+                ],
+            ).status
+            == 201
+        )
         session = codecs.session_hex(zk.client_id[0])
-        zk.create(layout.task_owner("x-1"), codecs.encode(OwnerInfo(broker=XSS, generation=1)), ephemeral=True, makepath=True)
-        zk.create(layout.status("x-1"), codecs.encode(TaskStatus(
-            broker=XSS, state=XSS, generation=1, updated=time.time(), error=XSS, session=session,
-            metrics={"rows": XSS, "processed_rows_per_s": XSS})), makepath=True)
-        zk.create(layout.status("x-2"), codecs.encode(TaskStatus(broker=XSS, state=XSS, generation=1,
-                                                                 updated=time.time() - 99, error=XSS)), makepath=True)
-        hostile_group = codecs.encode(GroupStateInfo(state=XSS, generation=1, join_generation=1, controller_epoch=1,
-                                                     protocol=XSS, leader=XSS))
+        zk.create(
+            layout.task_owner("x-1"), codecs.encode(OwnerInfo(broker=XSS, generation=1)), ephemeral=True, makepath=True
+        )
+        zk.create(
+            layout.status("x-1"),
+            codecs.encode(
+                TaskStatus(
+                    broker=XSS,
+                    state=XSS,
+                    generation=1,
+                    updated=time.time(),
+                    error=XSS,
+                    session=session,
+                    metrics={"rows": XSS, "processed_rows_per_s": XSS},
+                )
+            ),
+            makepath=True,
+        )
+        zk.create(
+            layout.status("x-2"),
+            codecs.encode(TaskStatus(broker=XSS, state=XSS, generation=1, updated=time.time() - 99, error=XSS)),
+            makepath=True,
+        )
+        hostile_group = codecs.encode(
+            GroupStateInfo(state=XSS, generation=1, join_generation=1, controller_epoch=1, protocol=XSS, leader=XSS)
+        )
         if zk.exists(layout.group_state("nobody")):
             zk.set(layout.group_state("nobody"), hostile_group)
         else:
             zk.create(layout.group_state("nobody"), hostile_group, makepath=True)
-        zk.set(layout.maintenance, codecs.encode(MaintenanceInfo(on=True, reason=XSS, by=XSS, since=time.time(),
-                                                                 offline=(XSS,))))
+        zk.set(
+            layout.maintenance,
+            codecs.encode(MaintenanceInfo(on=True, reason=XSS, by=XSS, since=time.time(), offline=(XSS,))),
+        )
         browser.get(cluster.base + "/")
         browser.find_element("id", "token").send_keys(TOKEN)
         wait_until(lambda: browser.execute_script("return document.body.dataset.ready === '1'"), 30, "first paint")
-        wait_until(lambda: browser.execute_script(
-            "return !!document.querySelector('tr[data-task=\"x-1\"] td.error')"), 30, "x-1 on the page")
+        wait_until(
+            lambda: browser.execute_script("return !!document.querySelector('tr[data-task=\"x-1\"] td.error')"),
+            30,
+            "x-1 on the page",
+        )
         wait_until(lambda: XSS in browser.find_element("id", "maintenance").text, 30, "the banner, as text")
         time.sleep(1.5)
         assert browser.execute_script("return window.__xss === undefined"), "script from ZooKeeper ran"
         assert not browser.title.startswith("XSS"), browser.title
         row = browser.execute_script(
             "const tr = document.querySelector('tr[data-task=\"x-1\"]'); return [tr.querySelector('td.state').textContent,"
-            " tr.querySelector('td.error').textContent, tr.querySelectorAll('img').length]")
+            " tr.querySelector('td.error').textContent, tr.querySelectorAll('img').length]"
+        )
         assert row[0] in ("invalid", "STALE", "UNASSIGNED"), row
         assert row[1] == XSS and row[2] == 0, row
         assert browser.execute_script("return document.querySelectorAll('img').length") == 0
         # the policy itself: markup the page would insert still cannot run inline script
-        browser.execute_script("document.body.insertAdjacentHTML('beforeend', "
-                               "'<img src=x onerror=\"window.__csp_broken=1\">')")
+        browser.execute_script(
+            "document.body.insertAdjacentHTML('beforeend', '<img src=x onerror=\"window.__csp_broken=1\">')"
+        )
         time.sleep(1)
         assert browser.execute_script("return window.__csp_broken === undefined"), "inline script ran: no CSP"
         _shot(browser, "hostile-fields")
@@ -201,7 +265,10 @@ fetch("{api}/tasks/restart?only_failed=false", {{method: "POST", mode: "no-cors"
     evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=evil.serve_forever, name="test-evil-site", daemon=True).start()
     try:
-        assert cluster.request("POST", "/api/v1/tasks", {"id": "s-1", "pipeline": {"kind": "noop"}}, token=None).status == 201
+        assert (
+            cluster.request("POST", "/api/v1/tasks", {"id": "s-1", "pipeline": {"kind": "noop"}}, token=None).status
+            == 201
+        )
         wait_until(lambda: zk.exists(layout.task_owner("s-1")), 30, "s-1 owned")
         version = zk.exists(layout.task("s-1")).version
         browser.get(f"http://127.0.0.1:{evil.server_address[1]}/index.html")

@@ -25,8 +25,8 @@ import pytest
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.deploy.containers import CONTAINER_FAULTS, container_sink_ids, crash
 from broker_sim.sim.datagen import DatagenConfig, generate
-from controller.protocol import codecs
 from controller.admin import AdminClient
+from controller.protocol import codecs
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
@@ -64,8 +64,14 @@ def image() -> str:
     except Exception:
         pytest.skip(f"no base image {BASE} (no registry is assumed reachable): {SETUP}")
     started = time.monotonic()
-    p = subprocess.run(ZKCTL + ["--json", "cluster", "build", "--tag", IMAGE, *args], cwd=REPO, capture_output=True,
-                       text=True, timeout=1500, env={**os.environ, "PYTHONPATH": str(REPO)})
+    p = subprocess.run(
+        ZKCTL + ["--json", "cluster", "build", "--tag", IMAGE, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     built = json.loads(p.stdout)
     print(f"image {IMAGE}: {built['size_mb']} MB, built in {time.monotonic() - started:.0f}s")
@@ -86,8 +92,9 @@ class Uninjectable:
     def leave_out_args(self) -> list[str]:
         """``--leave-out`` for each kind, with the reason warned (pytest's warnings summary shows it)."""
         if self.kinds:
-            warnings.warn(FaultLeftOut(f"left out of the chaos schedule: {', '.join(self.kinds)} ({self.reason})"),
-                          stacklevel=2)
+            warnings.warn(
+                FaultLeftOut(f"left out of the chaos schedule: {', '.join(self.kinds)} ({self.reason})"), stacklevel=2
+            )
         return [arg for k in self.kinds for arg in ("--leave-out", k)]
 
 
@@ -96,22 +103,36 @@ def uninjectable(image: str) -> Uninjectable:
     """Probed once on a throwaway container: ``docker pause`` needs the cgroup freezer, which a nested or
     rootless engine may lack (``OCI runtime pause failed: unable to freeze``). Only that fault is left out."""
     client = _engine()
-    probe = client.containers.run(image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none",
-                                  name=f"zkc-pause-probe-{uuid.uuid4().hex[:6]}")
+    probe = client.containers.run(
+        image,
+        ["300"],
+        entrypoint=["sleep"],
+        detach=True,
+        network_mode="none",
+        name=f"zkc-pause-probe-{uuid.uuid4().hex[:6]}",
+    )
     try:
         probe.pause()
         probe.unpause()
         return Uninjectable()
     except Exception as exc:  # the engine's APIError, kept whole: it says what the engine could not do
-        return Uninjectable(tuple(k for k in CONTAINER_FAULTS if k.startswith("pause")),
-                            f"docker pause of a throwaway container failed: {type(exc).__name__}: {exc}")
+        return Uninjectable(
+            tuple(k for k in CONTAINER_FAULTS if k.startswith("pause")),
+            f"docker pause of a throwaway container failed: {type(exc).__name__}: {exc}",
+        )
     finally:
         probe.remove(force=True)
 
 
 def zkctl_command(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(ZKCTL + list(args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**(env or os_environ_without_auth()), "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        ZKCTL + list(args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**(env or os_environ_without_auth()), "PYTHONPATH": str(REPO)},
+    )
 
 
 def _owners(admin: AdminClient) -> dict[str, str | None]:
@@ -121,8 +142,26 @@ def _owners(admin: AdminClient) -> dict[str, str | None]:
 def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
     client = _engine()
     name = f"t{uuid.uuid4().hex[:6]}"
-    up = zkctl_command("--json", "--zk-root", "/dock", "cluster", "up", "--docker", "--name", name, "--zk-nodes", "1",
-                "--controllers", "1", "--brokers", "2", "--runner", "noop", "--image", image)
+    up = zkctl_command(
+        "--json",
+        "--zk-root",
+        "/dock",
+        "cluster",
+        "up",
+        "--docker",
+        "--name",
+        name,
+        "--zk-nodes",
+        "1",
+        "--controllers",
+        "1",
+        "--brokers",
+        "2",
+        "--runner",
+        "noop",
+        "--image",
+        image,
+    )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         info = json.loads(up.stdout)
@@ -131,18 +170,26 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
         try:
             admin = AdminClient(zk, ZkLayout("/dock"))
             admin.create_tasks([TaskSpec(id=f"d{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
-            owners = wait_until(lambda: (o := _owners(admin)) and all(o.values()) and len(set(o.values())) == 2 and o,
-                                120, "six tasks running on both broker containers")
+            owners = wait_until(
+                lambda: (o := _owners(admin)) and all(o.values()) and len(set(o.values())) == 2 and o,
+                120,
+                "six tasks running on both broker containers",
+            )
             victim = max(set(owners.values()), key=lambda b: sum(1 for v in owners.values() if v == b))
             survivor = next(b for b in set(owners.values()) if b != victim)
             # `docker kill`: its tasks run elsewhere; Docker counts it as a manual stop (the restart manager
             # leaves it down), so an operator or supervisor starts it again
             client.containers.get(victim).kill()
             moved = [t for t, o in owners.items() if o == victim]
-            wait_until(lambda: all(_owners(admin).get(t) == survivor for t in moved), 90,
-                       f"{moved} running on {survivor} after docker kill of {victim}")
+            wait_until(
+                lambda: all(_owners(admin).get(t) == survivor for t in moved),
+                90,
+                f"{moved} running on {survivor} after docker kill of {victim}",
+            )
             client.containers.get(victim).start()
-            wait_until(lambda: zk.exists(ZkLayout("/dock").broker(victim)) is not None, 90, f"{victim} registered again")
+            wait_until(
+                lambda: zk.exists(ZkLayout("/dock").broker(victim)) is not None, 90, f"{victim} registered again"
+            )
             # a crash (kill -9 of the container's process, as the OOM killer would): back by its restart policy
             owners = wait_until(lambda: (o := _owners(admin)) and all(o.values()) and o, 60, "every task owned")
             crashed = next(b for b in (victim, survivor) if b in owners.values())
@@ -156,10 +203,17 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
                 return all(st is not None and st.ephemeralOwner != dead_session for st in stats)
 
             wait_until(off_the_dead_session, 90, f"{moved} running again after {crashed} crashed")
-            wait_until(lambda: (client.containers.get(crashed).status == "running"
-                                and client.containers.get(crashed).attrs["RestartCount"] >= 1), 90,
-                       f"{crashed} back by its restart policy")
-            wait_until(lambda: zk.exists(ZkLayout("/dock").broker(crashed)) is not None, 90, f"{crashed} registered again")
+            wait_until(
+                lambda: (
+                    client.containers.get(crashed).status == "running"
+                    and client.containers.get(crashed).attrs["RestartCount"] >= 1
+                ),
+                90,
+                f"{crashed} back by its restart policy",
+            )
+            wait_until(
+                lambda: zk.exists(ZkLayout("/dock").broker(crashed)) is not None, 90, f"{crashed} registered again"
+            )
             ps = zkctl_command("--json", "cluster", "ps", "--name", name)
             rows = json.loads(ps.stdout)
             assert {r["role"] for r in rows} == {"zk", "controller", "broker"} and len(rows) == 4, rows
@@ -194,8 +248,14 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
     data.mkdir()
     data.chmod(0o777)
     ports = {f"ZKC_ZK{i}_{k}": str(free_port()) for i in (1, 2, 3) for k in ("PORT", "QUORUM", "ELECTION")}
-    env = {**os_environ_without_auth(), **ports, "ZKC_API_PORT": str(free_port()), "ZKC_CHECKPOINTS": str(data),
-           "ZKC_IMAGE": image, "COMPOSE_PROJECT_NAME": project}
+    env = {
+        **os_environ_without_auth(),
+        **ports,
+        "ZKC_API_PORT": str(free_port()),
+        "ZKC_CHECKPOINTS": str(data),
+        "ZKC_IMAGE": image,
+        "COMPOSE_PROJECT_NAME": project,
+    }
     hosts = ",".join(f"127.0.0.1:{ports[f'ZKC_ZK{i}_PORT']}" for i in (1, 2, 3))
     base = compose + ["-f", str(_host_network_compose(tmp_path / "compose.yml")), "--project-directory", str(REPO)]
     services = ["zk1", "zk2", "zk3", "ctl-a", "ctl-b", "broker-1", "broker-2", "broker-3"]
@@ -206,16 +266,20 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
         layout = ZkLayout("/zkc")
         wait_until(lambda: _connect(hosts), 120, "the 3-node ensemble to answer")
         zk = make_client(ZkSettings(hosts=hosts, root="/zkc", session_timeout_s=30))
-        wait_until(lambda: zk.exists(layout.broker_ids) and len(zk.get_children(layout.broker_ids)) == 3, 180,
-                   "three broker containers registered")
+        wait_until(
+            lambda: zk.exists(layout.broker_ids) and len(zk.get_children(layout.broker_ids)) == 3,
+            180,
+            "three broker containers registered",
+        )
         admin = AdminClient(zk, layout)
         tasks = ["pipeline-1", "pipeline-2"]
         records = 1500
         for t in tasks:
             (data / "in" / t).mkdir(parents=True)
             (data / "in" / t).chmod(0o777)
-        admin.create_tasks([pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t)
-                            for t in tasks])
+        admin.create_tasks(
+            [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
+        )
         for t in tasks:  # written as the host's user into the shared directory: readable by the containers
             generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
         wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 300, "both pipelines writing their sinks")
@@ -226,8 +290,11 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50, start_id=records // 2))
         ctl = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
         client.containers.get(f"{project}_{ctl.controller_id}_1").kill()  # docker kill: stays down; ctl-b takes over
-        wait_until(lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks), 400,
-                   "every record in both sinks")
+        wait_until(
+            lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks),
+            400,
+            "every record in both sinks",
+        )
         for t in tasks:
             ids = _ids(data, t)
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
@@ -280,9 +347,31 @@ def _ids(data: Path, task: str) -> list[int]:
 
 def test_container_chaos_finds_no_double_ownership(image, uninjectable):
     name = f"c{uuid.uuid4().hex[:6]}"
-    p = zkctl_command("--json", "--zk-root", "/chaos", "cluster", "chaos", "--name", name, "--seed", "5", "--duration", "40",
-               "--zk-nodes", "3", "--controllers", "2", "--brokers", "3", "--tasks", "12", "--image", image,
-               *uninjectable.leave_out_args(), timeout=900)
+    p = zkctl_command(
+        "--json",
+        "--zk-root",
+        "/chaos",
+        "cluster",
+        "chaos",
+        "--name",
+        name,
+        "--seed",
+        "5",
+        "--duration",
+        "40",
+        "--zk-nodes",
+        "3",
+        "--controllers",
+        "2",
+        "--brokers",
+        "3",
+        "--tasks",
+        "12",
+        "--image",
+        image,
+        *uninjectable.leave_out_args(),
+        timeout=900,
+    )
     client = _engine()
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
     assert p.returncode == 0, p.stdout + p.stderr
@@ -297,9 +386,33 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
     record exactly once, and no pipeline ever ran on two brokers at once. Pauses are left out, with the
     reason warned, where the engine cannot freeze a container."""
     name = f"s{uuid.uuid4().hex[:6]}"
-    p = zkctl_command("--json", "--zk-root", "/schaos", "cluster", "chaos", "--name", name, "--seed", "11", "--duration", "45",
-               "--zk-nodes", "1", "--controllers", "2", "--brokers", "2", "--pipelines", "2", "--records", "800",
-               "--image", image, *uninjectable.leave_out_args(), timeout=1200)
+    p = zkctl_command(
+        "--json",
+        "--zk-root",
+        "/schaos",
+        "cluster",
+        "chaos",
+        "--name",
+        name,
+        "--seed",
+        "11",
+        "--duration",
+        "45",
+        "--zk-nodes",
+        "1",
+        "--controllers",
+        "2",
+        "--brokers",
+        "2",
+        "--pipelines",
+        "2",
+        "--records",
+        "800",
+        "--image",
+        image,
+        *uninjectable.leave_out_args(),
+        timeout=1200,
+    )
     client = _engine()
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
@@ -324,8 +437,9 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
     data = tmp_path / "shared"
     data.mkdir()
     data.chmod(0o777)
-    spec = containers.ClusterSpec(name=name, zk_nodes=1, controllers=1, brokers=3, runner="spark", image=image,
-                                  root="/roll", data_dir=str(data))
+    spec = containers.ClusterSpec(
+        name=name, zk_nodes=1, controllers=1, brokers=3, runner="spark", image=image, root="/roll", data_dir=str(data)
+    )
     zk = None
     try:
         info = containers.up(spec, echo=lambda line: None)
@@ -336,23 +450,40 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         for t in tasks:
             (data / "in" / t).mkdir(parents=True)
             (data / "in" / t).chmod(0o777)
-        admin.create_tasks([pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t)
-                            for t in tasks])
+        admin.create_tasks(
+            [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
+        )
         for t in tasks:
             generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
         wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 600, "the pipelines writing their sinks")
-        p = zkctl_command("--json", "--zk", info.zk, "--zk-root", "/roll", "cluster", "upgrade", "--name", name,
-                          "--image", new_image, "--timeout", "240", timeout=1500)
+        p = zkctl_command(
+            "--json",
+            "--zk",
+            info.zk,
+            "--zk-root",
+            "/roll",
+            "cluster",
+            "upgrade",
+            "--name",
+            name,
+            "--image",
+            new_image,
+            "--timeout",
+            "240",
+            timeout=1500,
+        )
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
         out = json.loads(p.stdout)
         assert out["brokers"] == sorted(info.brokers) and out["image"] == new_image, out
         for b in info.brokers:
             assert new_image in client.containers.get(b).image.tags
         for t in tasks:
-            generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50,
-                                   start_id=records // 2))
-        wait_until(lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks), 400,
-                   "every record in every sink")
+            generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50, start_id=records // 2))
+        wait_until(
+            lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks),
+            400,
+            "every record in every sink",
+        )
         for t in tasks:
             ids = _ids(data, t)
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"

@@ -35,6 +35,7 @@ def test_three_node_ensemble_survives_one_server_down(tmp_path):
                     client.create("/ens/b", b"3")
                 except NodeExistsError:
                     pass
+
             retry(create_b)
             assert client.get("/ens/a")[0] == b"2"
             assert sorted(client.get_children("/ens")) == ["a", "b"]

@@ -13,28 +13,43 @@ from pathlib import Path
 
 import pytest
 
-from broker_sim.sim.netproxy import NetProxy
 from broker_sim.runners.procs import process_alive
+from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
 from controller.protocol.taskspec import parse_spec
-from tests.spark_support import TEST_CONF, require_spark
 from tests.integration.test_cli import until
 from tests.integration.test_hard_fence import _Broker, _first_owner_after, controller  # noqa: F401  (a fixture)
+from tests.spark_support import TEST_CONF, require_spark
 
 SESSION_S = 8.0
 
 
 def _rate_task(task_id: str, out: Path):
-    return parse_spec({"id": task_id, "pipeline": {
-        "kind": "spark", "source": {"type": "rate", "rows_per_second": 20},
-        "sink": {"type": "files", "format": "parquet", "path": str(out)},
-        "trigger": {"processing_time": "0.5 seconds"}}})
+    return parse_spec(
+        {
+            "id": task_id,
+            "pipeline": {
+                "kind": "spark",
+                "source": {"type": "rate", "rows_per_second": 20},
+                "sink": {"type": "files", "format": "parquet", "path": str(out)},
+                "trigger": {"processing_time": "0.5 seconds"},
+            },
+        }
+    )
 
 
 def _spark_args(tmp_path: Path) -> list[str]:
-    args = ["--runner", "spark", "--spark-master", "local[1]", "--checkpoint-root", str(tmp_path / "ckpt"),
-            "--session-timeout", str(SESSION_S)]
+    args = [
+        "--runner",
+        "spark",
+        "--spark-master",
+        "local[1]",
+        "--checkpoint-root",
+        str(tmp_path / "ckpt"),
+        "--session-timeout",
+        str(SESSION_S),
+    ]
     for k, v in {**TEST_CONF, "spark.sql.shuffle.partitions": "1"}.items():
         args += ["--spark-conf", f"{k}={v}"]
     return args
@@ -67,8 +82,7 @@ def spark_env(cli_env):
     return cli_env
 
 
-def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk, zk_hosts, layout, spark_env,
-                                                                   tmp_path):
+def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk, zk_hosts, layout, spark_env, tmp_path):
     AdminClient(zk, layout).create_tasks([_rate_task("s1", tmp_path / "out")])
     broker = _Broker(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
     try:
@@ -106,7 +120,8 @@ def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk,
 
 
 def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_task_moves(
-        controller, zk, zk_hosts, layout, spark_env, tmp_path):
+    controller, zk, zk_hosts, layout, spark_env, tmp_path
+):
     AdminClient(zk, layout).create_tasks([_rate_task("s2", tmp_path / "out")])
     host, port = zk_hosts.split(",")[0].rsplit(":", 1)
     proxy = NetProxy(host, int(port), name="proxy-spark")
@@ -120,8 +135,16 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
         os.kill(jvm, signal.SIGSTOP)  # a wedged driver: the query's stop cannot return
         proxy.partition()
         cut = time.time()
-        other = _Broker(spark_env, zk_hosts, "other", "--runner", "noop", "--session-timeout", str(SESSION_S),
-                        log=tmp_path / "other.log")
+        other = _Broker(
+            spark_env,
+            zk_hosts,
+            "other",
+            "--runner",
+            "noop",
+            "--session-timeout",
+            str(SESSION_S),
+            log=tmp_path / "other.log",
+        )
         taken = _first_owner_after(zk, layout, ["s2"], "other", 60)
         until(lambda: broker.exited_at is not None, 10, "the wedged broker to exit")
         log = (tmp_path / "sb.log").read_text()

@@ -26,35 +26,51 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from broker_sim.runners.procs import stop_process
+from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.datagen import Datagen, DatagenConfig, generate
-from broker_sim.runners.procs import stop_process
-from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout
+from controller.protocol import codecs
 from controller.protocol.codecs import RunInterval, TaskStatus
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import DeclarativePipeline, TaskSpec, parse_spec
-from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.layout_io import list_tasks
 from controller.zk.io import delete_tree
+from controller.zk.layout_io import list_tasks
 from tests.spark_support import (  # noqa: F401 (fixtures)
-    REPO, TEST_JVM_OPTS, copy_project, files_task, require_spark, sink_ids, spark, spark_runner)
+    REPO,
+    TEST_JVM_OPTS,
+    copy_project,
+    files_task,
+    require_spark,
+    sink_ids,
+    spark,
+    spark_runner,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # what the spark runner asks for (broker_sim.worker.fence_margin)
-WORKER_SPARK = ["--spark-master", "local[1]", "--spark-conf", "spark.driver.memory=512m",
-                "--spark-conf", "spark.sql.shuffle.partitions=1",
-                "--spark-conf", f"spark.driver.extraJavaOptions={TEST_JVM_OPTS}"]
+WORKER_SPARK = [
+    "--spark-master",
+    "local[1]",
+    "--spark-conf",
+    "spark.driver.memory=512m",
+    "--spark-conf",
+    "spark.sql.shuffle.partitions=1",
+    "--spark-conf",
+    f"spark.driver.extraJavaOptions={TEST_JVM_OPTS}",
+]
 
 
 def _alive(pid: int) -> bool:
@@ -88,12 +104,34 @@ class Cluster:
 
     # ---- processes --------------------------------------------------------------------------------------
     def start_worker(self, bid: str, group: str = "default") -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--group", group, "--runner", "spark",
-               "--session-timeout", str(SESSION_S), "--checkpoint-root", str(self.workdir / "checkpoints"),
-               *WORKER_SPARK]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "broker",
+            "run",
+            "--id",
+            bid,
+            "--group",
+            group,
+            "--runner",
+            "spark",
+            "--session-timeout",
+            str(SESSION_S),
+            "--checkpoint-root",
+            str(self.workdir / "checkpoints"),
+            *WORKER_SPARK,
+        ]
         with open(self.workdir / "logs" / f"{bid}.log", "ab") as log:  # the child keeps its own copy of the fd
-            proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[bid] = proc
         return proc
 
@@ -165,8 +203,15 @@ class Cluster:
                 continue
             if i.end is None and i.broker in self.killed:
                 at = self.killed[i.broker]
-                i = RunInterval(task_id=i.task_id, broker=i.broker, start=i.start, end=at, generation=i.generation,
-                                acquired=i.acquired, released=at)
+                i = RunInterval(
+                    task_id=i.task_id,
+                    broker=i.broker,
+                    start=i.start,
+                    end=at,
+                    generation=i.generation,
+                    acquired=i.acquired,
+                    released=at,
+                )
             out.append(i)
         return out
 
@@ -176,9 +221,15 @@ class Cluster:
             lines.append(f"live brokers: {sorted(self.live_brokers())}")
             for t in list_tasks(self.zk, self.layout):
                 st = self.status(t)
-                lines.append(f"{t}: owner={self.owner(t)} status=" + (
-                    f"{st.broker}/{st.state} failures={st.failures} error={(st.error or '')[:200]!r} "
-                    f"metrics={ {k: v for k, v in st.metrics.items() if k not in ('flows',)} }" if st else "-"))
+                lines.append(
+                    f"{t}: owner={self.owner(t)} status="
+                    + (
+                        f"{st.broker}/{st.state} failures={st.failures} error={(st.error or '')[:200]!r} "
+                        f"metrics={ {k: v for k, v in st.metrics.items() if k not in ('flows',)} }"
+                        if st
+                        else "-"
+                    )
+                )
         except Exception as exc:  # diagnostics must not hide the real failure
             lines.append(f"(cluster view failed: {exc!r})")
         for name in self.procs:
@@ -217,8 +268,14 @@ def cluster(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     (workdir / "logs").mkdir()
     root = f"/e2e-{uuid.uuid4().hex[:12]}"
     settings = ZkSettings(hosts=zk_hosts, root=root, session_timeout_s=SESSION_S)
-    env = {**os.environ, "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(workdir / "state"),
-           "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "ZKC_ZK": zk_hosts,
+        "ZKC_ROOT": root,
+        "ZKC_STATE_DIR": str(workdir / "state"),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": str(REPO),
+    }
     zk = make_client(settings)
     c = Cluster(root=root, settings=settings, env=env, workdir=workdir, zk=zk)
     ensure_layout(zk, c.layout)
@@ -240,8 +297,9 @@ def cluster(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 
 # ---- 1. streaming, moved twice, exactly once ---------------------------------------------------------------
-def test_streaming_task_moved_twice_keeps_every_record_exactly_once(cluster: Cluster, spark: Any,
-                                                                    tmp_path: Path) -> None:
+def test_streaming_task_moved_twice_keeps_every_record_exactly_once(
+    cluster: Cluster, spark: Any, tmp_path: Path
+) -> None:
     c = cluster
     assert c.live_brokers() & {"A", "B"} == {"A"}, "the test starts with worker A alone in its group"
     tasks = ("stream-1", "stream-2")
@@ -249,13 +307,23 @@ def test_streaming_task_moved_twice_keeps_every_record_exactly_once(cluster: Clu
     for i, t in enumerate(tasks):
         src = tmp_path / "in" / t
         src.mkdir(parents=True)
-        specs.append(parse_spec(files_task(
-            t, src, tmp_path / "out" / t, f"SELECT id, key, value * {i + 2} AS scaled FROM input WHERE value >= 0",
-            max_files=3, trigger={"processing_time": "1 second"})))
+        specs.append(
+            parse_spec(
+                files_task(
+                    t,
+                    src,
+                    tmp_path / "out" / t,
+                    f"SELECT id, key, value * {i + 2} AS scaled FROM input WHERE value >= 0",
+                    max_files=3,
+                    trigger={"processing_time": "1 second"},
+                )
+            )
+        )
         # 20 records/s in files of 20: the query (up to 3 files a second) outpaces the generator, so it
         # catches up after every move; distinct id ranges per pipeline
-        gens[t] = Datagen(DatagenConfig(out_dir=str(src), records=100_000, rate=20, batch=20,
-                                        start_id=(i + 1) * 1_000_000))
+        gens[t] = Datagen(
+            DatagenConfig(out_dir=str(src), records=100_000, rate=20, batch=20, start_id=(i + 1) * 1_000_000)
+        )
     t0 = time.time()
     c.admin.create_tasks(specs)
     for g in gens.values():
@@ -269,8 +337,11 @@ def test_streaming_task_moved_twice_keeps_every_record_exactly_once(cluster: Clu
         return st
 
     try:
-        firsts = c.until(lambda: all(sts := [flowing(t, "A") for t in tasks]) and sts, 240,
-                         "both pipelines to run on A with rows flowing")
+        firsts = c.until(
+            lambda: all(sts := [flowing(t, "A") for t in tasks]) and sts,
+            240,
+            "both pipelines to run on A with rows flowing",
+        )
         for t, st in zip(tasks, firsts):
             run_ids[t].add(st.metrics["run_id"])
         on_a_at = time.time()
@@ -291,8 +362,9 @@ def test_streaming_task_moved_twice_keeps_every_record_exactly_once(cluster: Clu
         killed_at = c.kill9("B")
         back = c.until(lambda: flowing(moved_task, "A"), 120, "the moved pipeline to run on A again")
         back_at = time.time()
-        assert back.metrics["query_id"] == firsts[tasks.index(moved_task)].metrics["query_id"], \
+        assert back.metrics["query_id"] == firsts[tasks.index(moved_task)].metrics["query_id"], (
             "the query resumed from its checkpoint (same query id)"
+        )
         written = {t: g.stop() for t, g in gens.items()}
     finally:
         for g in gens.values():
@@ -303,8 +375,12 @@ def test_streaming_task_moved_twice_keeps_every_record_exactly_once(cluster: Clu
     expected = {t: set(written[t].ids()) for t in tasks}
     assert all(len(e) >= 200 for e in expected.values()), {t: len(e) for t, e in expected.items()}
     outs = {t: tmp_path / "out" / t for t in tasks}
-    c.until(lambda: all(set(sink_ids(spark, outs[t])) >= expected[t] for t in tasks), 180,
-            "the pipelines to catch up with the generator", interval=2.0)
+    c.until(
+        lambda: all(set(sink_ids(spark, outs[t])) >= expected[t] for t in tasks),
+        180,
+        "the pipelines to catch up with the generator",
+        interval=2.0,
+    )
     for t in tasks:
         ids = sink_ids(spark, outs[t])
         held = set(ids)
@@ -316,14 +392,17 @@ def test_streaming_task_moved_twice_keeps_every_record_exactly_once(cluster: Clu
     runs = c.intervals(moved_task)
     assert [i.broker for i in runs] == ["A", "B", "A"], runs
     assert double_ownership(close_open(runs, time.time())) == []
-    assert runs[1].start >= b_started and runs[2].start >= killed_at + SESSION_S / 2, \
+    assert runs[1].start >= b_started and runs[2].start >= killed_at + SESSION_S / 2, (
         "the task left B only after B's session could have expired"
+    )
     stayed_runs = c.intervals(stayed)
     assert len(stayed_runs) == 1 and stayed_runs[0].broker == "A" and stayed_runs[0].end is None, stayed_runs
-    print(f"\n[e2e streaming] on A {on_a_at - t0:.1f}s after create; B started -> task running on B "
-          f"{on_b_at - b_started:.1f}s (B's JVM start included); kill -9 B -> running on A again "
-          f"{back_at - killed_at:.1f}s; downtime of {moved_task}: {runs[1].start - runs[0].end:.1f}s and "
-          f"{runs[2].start - killed_at:.1f}s; records: " + ", ".join(f"{t}={len(expected[t])}" for t in tasks))
+    print(
+        f"\n[e2e streaming] on A {on_a_at - t0:.1f}s after create; B started -> task running on B "
+        f"{on_b_at - b_started:.1f}s (B's JVM start included); kill -9 B -> running on A again "
+        f"{back_at - killed_at:.1f}s; downtime of {moved_task}: {runs[1].start - runs[0].end:.1f}s and "
+        f"{runs[2].start - killed_at:.1f}s; records: " + ", ".join(f"{t}={len(expected[t])}" for t in tasks)
+    )
     for t in tasks:
         c.admin.delete_task(t, wait=60)
 
@@ -333,23 +412,43 @@ def test_runtime_sql_failure_backs_off_then_fails_while_its_neighbour_runs(clust
     c = cluster
     generate(DatagenConfig(out_dir=str(tmp_path / "bad-in"), records=40, batch=20))
     max_failures = 3
-    healthy = parse_spec({"id": "healthy", "pipeline": {
-        "kind": "spark", "source": {"type": "rate", "rows_per_second": 10},
-        "transform": {"sql": "SELECT value AS id, timestamp FROM input"},
-        "sink": {"type": "files", "format": "parquet", "path": str(tmp_path / "healthy-out")},
-        "trigger": {"processing_time": "1 second"}}})
-    poison = parse_spec({**files_task(
-        "poison", tmp_path / "bad-in", tmp_path / "bad-out",
-        "SELECT CASE WHEN id >= 0 THEN raise_error(concat('bad record ', id)) ELSE id END AS id FROM input"),
-        "restart": {"max_attempts": max_failures, "backoff_initial_s": 0.5}})
+    healthy = parse_spec(
+        {
+            "id": "healthy",
+            "pipeline": {
+                "kind": "spark",
+                "source": {"type": "rate", "rows_per_second": 10},
+                "transform": {"sql": "SELECT value AS id, timestamp FROM input"},
+                "sink": {"type": "files", "format": "parquet", "path": str(tmp_path / "healthy-out")},
+                "trigger": {"processing_time": "1 second"},
+            },
+        }
+    )
+    poison = parse_spec(
+        {
+            **files_task(
+                "poison",
+                tmp_path / "bad-in",
+                tmp_path / "bad-out",
+                "SELECT CASE WHEN id >= 0 THEN raise_error(concat('bad record ', id)) ELSE id END AS id FROM input",
+            ),
+            "restart": {"max_attempts": max_failures, "backoff_initial_s": 0.5},
+        }
+    )
     live = c.live_brokers() & {"A", "B"}
     assert live == {"A"}, live
     c.admin.create_tasks([healthy, poison])
     try:
-        c.until(lambda: (st := c.running_on("healthy", "A")) and st.metrics.get("rows", 0) > 0, 180,
-                "the healthy task to run on A")
-        failed = c.until(lambda: (st := c.status("poison")) and st.state == "FAILED" and st, 180,
-                         "the poisoned task to fail for good")
+        c.until(
+            lambda: (st := c.running_on("healthy", "A")) and st.metrics.get("rows", 0) > 0,
+            180,
+            "the healthy task to run on A",
+        )
+        failed = c.until(
+            lambda: (st := c.status("poison")) and st.state == "FAILED" and st,
+            180,
+            "the poisoned task to fail for good",
+        )
         assert c.owner("poison") == "A" and failed.broker == "A", "both tasks on one worker"
         assert failed.failures == max_failures + 1, failed
         assert "USER_RAISED_EXCEPTION" in failed.error and "bad record" in failed.error, failed.error
@@ -357,11 +456,17 @@ def test_runtime_sql_failure_backs_off_then_fails_while_its_neighbour_runs(clust
 
         # the neighbour is untouched: still its first run, rows still growing
         before = c.status("healthy")
-        c.until(lambda: (st := c.running_on("healthy", "A")) and st.metrics["rows"] >= before.metrics["rows"] + 20, 60,
-                "the healthy task's rows to keep growing")
+        c.until(
+            lambda: (st := c.running_on("healthy", "A")) and st.metrics["rows"] >= before.metrics["rows"] + 20,
+            60,
+            "the healthy task's rows to keep growing",
+        )
         assert c.status("healthy").metrics["run_id"] == before.metrics["run_id"]
-        runs = c.until(lambda: len(r := c.intervals("poison")) == max_failures + 1 and r, 30,
-                       "every failed run of the poisoned task to be recorded")
+        runs = c.until(
+            lambda: len(r := c.intervals("poison")) == max_failures + 1 and r,
+            30,
+            "every failed run of the poisoned task to be recorded",
+        )
         assert {i.broker for i in runs} == {"A"}
         gaps = [round(b.start - a.end, 2) for a, b in zip(runs, runs[1:])]
         backoff = [poison.restart.delay_before(k + 1) for k in range(max_failures)]  # 0.5 s, doubling
@@ -369,33 +474,43 @@ def test_runtime_sql_failure_backs_off_then_fails_while_its_neighbour_runs(clust
         assert gaps[-1] > gaps[0], f"the gaps between retries grow: {gaps}"
         healthy_runs = c.intervals("healthy")
         assert len(healthy_runs) == 1 and healthy_runs[0].end is None, healthy_runs
-        print(f"\n[e2e failure] {failed.failures} failures, gaps between runs {gaps}s (backoff {backoff}s); "
-              f"error: {failed.error[:120]!r}; healthy rows {before.metrics['rows']} -> "
-              f"{c.status('healthy').metrics['rows']}")
+        print(
+            f"\n[e2e failure] {failed.failures} failures, gaps between runs {gaps}s (backoff {backoff}s); "
+            f"error: {failed.error[:120]!r}; healthy rows {before.metrics['rows']} -> "
+            f"{c.status('healthy').metrics['rows']}"
+        )
     finally:
         for t in ("healthy", "poison"):
             c.admin.delete_task(t, wait=60)
 
 
 # ---- 3. Spark Declarative Pipelines ---------------------------------------------------------------------------
-def test_declarative_task_survives_kill_dash_nine_of_its_worker_mid_run(cluster: Cluster, spark: Any,
-                                                                         tmp_path: Path) -> None:
+def test_declarative_task_survives_kill_dash_nine_of_its_worker_mid_run(
+    cluster: Cluster, spark: Any, tmp_path: Path
+) -> None:
     c = cluster
     project = copy_project("sdp_project", tmp_path / "project")
     generate(DatagenConfig(out_dir=str(project / "input"), records=2000, batch=250))
     tid = "sdp-counts"
-    spec = TaskSpec(id=tid, group="sdp", pipeline=DeclarativePipeline(kind="declarative", project=str(project),
-                                                                       interval_s=3.0))
+    spec = TaskSpec(
+        id=tid, group="sdp", pipeline=DeclarativePipeline(kind="declarative", project=str(project), interval_s=3.0)
+    )
     # written as `AdminClient.create_tasks` writes it, without its Spark dry-run of the project (a JVM start
     # that tests/e2e/test_spark_declarative.py covers)
     c.zk.create(c.layout.task(tid), spec.encode())
     try:
+
         def mid_run() -> TaskStatus | None:
             st = c.status(tid)
             m = st.metrics if st else {}
             writing = any(state in ("RUNNING", "COMPLETED") for state in m.get("flows", {}).values())
-            if st and st.state == "RUNNING" and m.get("last_run_state") == "RUNNING" and writing \
-                    and c.owner(tid) == st.broker:
+            if (
+                st
+                and st.state == "RUNNING"
+                and m.get("last_run_state") == "RUNNING"
+                and writing
+                and c.owner(tid) == st.broker
+            ):
                 return st
             return None
 
@@ -405,16 +520,21 @@ def test_declarative_task_survives_kill_dash_nine_of_its_worker_mid_run(cluster:
         c.until(lambda: any(i.broker == victim for i in c.intervals(tid)), 30, f"{victim} to record its run")
         killed_at = c.kill9(victim)
         at_kill = c.status(tid)
-        assert at_kill.broker == victim and at_kill.metrics["last_run_state"] == "RUNNING", \
+        assert at_kill.broker == victim and at_kill.metrics["last_run_state"] == "RUNNING", (
             "the victim's last word: its run was in progress"
+        )
         server_pid = first.metrics["server_pid"]
 
         c.until(lambda: c.owner(tid) == heir, 60, f"the next owner ({heir}) to take the task")
-        assert not _alive(server_pid), \
+        assert not _alive(server_pid), (
             f"the killed worker's Spark Connect server (pid {server_pid}) outlived it and holds the project"
+        )
         # a status whose latest run is the completed one (the next run starts 3 s later)
-        done = c.until(lambda: (st := c.running_on(tid, heir)) and st.metrics.get("last_run_ok") and st, 300,
-                       f"a run of the next owner ({heir}) to complete")
+        done = c.until(
+            lambda: (st := c.running_on(tid, heir)) and st.metrics.get("last_run_ok") and st,
+            300,
+            f"a run of the next owner ({heir}) to complete",
+        )
         assert done.metrics["runs_ok"] >= 1 and done.metrics["flows_failed"] == 0, done.metrics
         assert set(done.metrics["flows"]) == {"spark_catalog.default.raw_events", "spark_catalog.default.key_counts"}
         c.admin.delete_task(tid, wait=60)  # the owner stops its server: the tables are at rest
@@ -426,29 +546,41 @@ def test_declarative_task_survives_kill_dash_nine_of_its_worker_mid_run(cluster:
     assert [i.broker for i in runs] == [victim, heir], runs
     assert double_ownership(runs) == [], "two owners ran the project at once"
     assert runs[1].start >= killed_at, runs
-    ids = sorted(r.id for r in spark.read.parquet(str(project / "spark-warehouse" / "raw_events")).select("id").collect())
+    ids = sorted(
+        r.id for r in spark.read.parquet(str(project / "spark-warehouse" / "raw_events")).select("id").collect()
+    )
     assert ids == list(range(2000)), "raw_events must hold every record exactly once"
     counts = {r.key: r.n for r in spark.read.parquet(str(project / "spark-warehouse" / "key_counts")).collect()}
     assert counts == {f"k{i}": 200 for i in range(10)}
-    print(f"\n[e2e sdp] killed {victim} during run {at_kill.metrics.get('last_run')} "
-          f"(state {at_kill.metrics.get('last_run_state')}, flows {at_kill.metrics.get('flows')}); {heir} started "
-          f"{runs[1].start - killed_at:.1f}s after the kill; its first run took {done.metrics['last_run_s']:.1f}s "
-          f"(server start {done.metrics.get('server_start_s')}s)")
+    print(
+        f"\n[e2e sdp] killed {victim} during run {at_kill.metrics.get('last_run')} "
+        f"(state {at_kill.metrics.get('last_run_state')}, flows {at_kill.metrics.get('flows')}); {heir} started "
+        f"{runs[1].start - killed_at:.1f}s after the kill; its first run took {done.metrics['last_run_s']:.1f}s "
+        f"(server start {done.metrics.get('server_start_s')}s)"
+    )
 
 
 # ---- the fix scenario 3 needed, on its own (fast) --------------------------------------------------------------
 def test_spawned_children_die_with_their_killed_parent() -> None:
     """``spawn(..., die_with_parent=True)``: a child in its own session (out of reach of a kill of its parent's
     process group) is SIGKILLed when the parent dies, even when the thread that asked for it ended long ago."""
-    script = ("import sys, threading\n"
-              "from broker_sim.runners.procs import spawn\n"
-              "out = {}\n"
-              "t = threading.Thread(target=lambda: out.update(p=spawn(['sleep', '120'], die_with_parent=True)))\n"
-              "t.start(); t.join()\n"
-              "print(out['p'].pid, flush=True)\n"
-              "sys.stdin.read()\n")
-    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    script = (
+        "import sys, threading\n"
+        "from broker_sim.runners.procs import spawn\n"
+        "out = {}\n"
+        "t = threading.Thread(target=lambda: out.update(p=spawn(['sleep', '120'], die_with_parent=True)))\n"
+        "t.start(); t.join()\n"
+        "print(out['p'].pid, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     child = None
     try:
         child = int(parent.stdout.readline())

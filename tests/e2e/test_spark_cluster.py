@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from broker_sim.sim.datagen import Datagen, DatagenConfig
 from broker_sim.runners.base import RunState
 from broker_sim.runners.spark import SparkRunner
+from broker_sim.sim.datagen import Datagen, DatagenConfig
 from controller.protocol.taskspec import parse_spec
 from tests.spark_support import (  # noqa: F401 (fixtures)
     files_task,
@@ -31,23 +31,35 @@ from tests.spark_support import (  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # JVM starts: slow on a loaded machine
 
-CLUSTER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                "spark.executor.memory": "512m", "spark.cores.max": "1", "spark.driver.memory": "512m"}
+CLUSTER_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.executor.memory": "512m",
+    "spark.cores.max": "1",
+    "spark.driver.memory": "512m",
+}
 
 
 def _rows(runner: SparkRunner, task_id: str) -> int:
     return int(runner.status(task_id).metrics.get("rows", 0))
 
 
-def test_task_moves_between_workers_and_onto_a_cluster_exactly_once(spark_runner: SparkRunner, spark: Any,
-                                                                    tmp_path: Path) -> None:
+def test_task_moves_between_workers_and_onto_a_cluster_exactly_once(
+    spark_runner: SparkRunner, spark: Any, tmp_path: Path
+) -> None:
     src, out, tid = tmp_path / "in", tmp_path / "out", "move-me"
     # 50 files over ~15 s. At most 3 files (90 rows) per 1-second trigger, the query consumes more slowly than
     # the generator writes, so every phase below finds input waiting, however slow the machine.
     gen = Datagen(DatagenConfig(out_dir=str(src), records=1500, rate=100, batch=30))
     expected = [i for i in gen.config.expected_ids() if i % 3 != 0]
-    spec_doc = files_task(tid, src, out, "SELECT id, key, value FROM input WHERE id % 3 <> 0", max_files=3,
-                          trigger={"processing_time": "1 second"})
+    spec_doc = files_task(
+        tid,
+        src,
+        out,
+        "SELECT id, key, value FROM input WHERE id % 3 <> 0",
+        max_files=3,
+        trigger={"processing_time": "1 second"},
+    )
     spec = parse_spec(spec_doc)
     timings: dict[str, float] = {}
     with standalone_cluster(tmp_path / "cluster") as cluster:
@@ -68,8 +80,15 @@ def test_task_moves_between_workers_and_onto_a_cluster_exactly_once(spark_runner
             wait_for(lambda: _rows(spark_runner, tid) >= 60, 60, "rows after the restart on A")
             spark_runner.stop(tid)
 
-            child = run_task_in_child(spec_doc, checkpoint_root=spark_runner.checkpoint_root, workdir=tmp_path,
-                                      master=cluster.url, conf=CLUSTER_CONF, until_rows=60, max_s=150)  # worker B
+            child = run_task_in_child(
+                spec_doc,
+                checkpoint_root=spark_runner.checkpoint_root,
+                workdir=tmp_path,
+                master=cluster.url,
+                conf=CLUSTER_CONF,
+                until_rows=60,
+                max_s=150,
+            )  # worker B
             apps = cluster.state().get("completedapps", []) + cluster.state().get("activeapps", [])
 
             spark_runner.start(tid, spec, 3)  # back on A for the rest
@@ -86,5 +105,7 @@ def test_task_moves_between_workers_and_onto_a_cluster_exactly_once(spark_runner
     ids = sink_ids(spark, out)
     assert len(ids) == len(set(ids)), "a record was written twice"
     assert sorted(ids) == expected, f"lost {len(set(expected) - set(ids))} records"
-    print(f"A: start {timings['start']:.2f}s stop {timings['stop']:.2f}s; B (child, cluster): {child.result} "
-          f"in {child.elapsed_s}s")
+    print(
+        f"A: start {timings['start']:.2f}s stop {timings['stop']:.2f}s; B (child, cluster): {child.result} "
+        f"in {child.elapsed_s}s"
+    )

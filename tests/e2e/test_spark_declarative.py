@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.runners.base import RunState
 from broker_sim.runners.declarative import DeclarativeError, validate_declarative
 from broker_sim.runners.spark import SparkRunner
+from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.protocol.taskspec import DeclarativePipeline, TaskSpec
 from tests.spark_support import TEST_CONF, copy_project, require_spark, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
 
@@ -42,20 +42,23 @@ def _raw_ids(spark: Any, project: Path) -> list[int]:
     return [r.id for r in spark.read.parquet(str(table)).select("id").collect()]  # via the sink's commit log
 
 
-def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkRunner, spark: Any,
-                                                           tmp_path: Path) -> None:
+def test_declarative_task_killed_mid_run_then_runs_complete(
+    spark_runner: SparkRunner, spark: Any, tmp_path: Path
+) -> None:
     """A run is killed while its flows write; the next owner's runs (every second) complete, pick up new
     input incrementally, and the tables hold every record exactly once."""
     project = copy_project("sdp_project", tmp_path / "project")
     generate(DatagenConfig(out_dir=str(project / "input"), records=2000, batch=250))
     tid = "sdp-counts"
     once = TaskSpec(id=tid, pipeline=DeclarativePipeline(kind="declarative", project=str(project)))
-    every_second = TaskSpec(id=tid, pipeline=DeclarativePipeline(kind="declarative", project=str(project),
-                                                                  interval_s=1.0))
+    every_second = TaskSpec(
+        id=tid, pipeline=DeclarativePipeline(kind="declarative", project=str(project), interval_s=1.0)
+    )
     spark_runner.start(tid, once, 1)  # returns once the task's Spark Connect server listens
     try:
-        running = wait_for(lambda: _writing(s := spark_runner.status(tid).metrics) and s, 180,
-                           "the first run to start writing")
+        running = wait_for(
+            lambda: _writing(s := spark_runner.status(tid).metrics) and s, 180, "the first run to start writing"
+        )
         server_pid = running["server_pid"]
         spark_runner.stop(tid, timeout=60)  # kills the run in progress and the server, and waits for both
         assert not _alive(server_pid), "the Spark Connect server outlived stop()"
@@ -63,8 +66,11 @@ def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkR
 
         spark_runner.start(tid, every_second, 2)  # the next owner: a fresh server, same project, same tables
         # metrics of a moment when the latest run is the one that completed (the next starts a second later)
-        first = wait_for(lambda: (m := spark_runner.status(tid).metrics).get("last_run_ok") and m, 240,
-                         "a run of the new owner to complete")
+        first = wait_for(
+            lambda: (m := spark_runner.status(tid).metrics).get("last_run_ok") and m,
+            240,
+            "a run of the new owner to complete",
+        )
         status = spark_runner.status(tid)
         assert status.state == RunState.RUNNING, f"{status.error}\n{status.trace}"
         assert first["flows_completed"] == 2 and first["flows_failed"] == 0, first
@@ -73,8 +79,11 @@ def test_declarative_task_killed_mid_run_then_runs_complete(spark_runner: SparkR
         generate(DatagenConfig(out_dir=str(project / "input"), records=500, batch=250, start_id=2000))
         wait_for(lambda: len(_raw_ids(spark, project)) >= 2500, 180, "a later run to ingest the new files")
         seen = spark_runner.status(tid).metrics["runs_ok"]
-        last = wait_for(lambda: (m := spark_runner.status(tid).metrics)["runs_ok"] > seen and m["last_run_ok"] and m,
-                        120, "one more run to complete (key_counts recomputed)")
+        last = wait_for(
+            lambda: (m := spark_runner.status(tid).metrics)["runs_ok"] > seen and m["last_run_ok"] and m,
+            120,
+            "one more run to complete (key_counts recomputed)",
+        )
         # every run of the new owner succeeded, except at most one that found the checkpoint the killed run
         # left half-written (when the kill landed inside a flow's first batch) and was rebuilt by the next
         assert last["rebuilds"] <= 1 and last["runs"] == last["runs_ok"] + last["rebuilds"], last

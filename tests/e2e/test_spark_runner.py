@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.runners.base import RunState
 from broker_sim.runners.spark import PipelineStartError, SparkRunner
+from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.protocol.taskspec import TaskSpec, parse_spec
 from tests.spark_support import files_task, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
 
@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 def test_batch_completes_and_rerun_is_idempotent(spark_runner: SparkRunner, spark: Any, tmp_path: Path) -> None:
     src, out, tid = tmp_path / "in", tmp_path / "out", "batch-counts"
     generate(DatagenConfig(out_dir=str(src), records=500, batch=100))
-    spec = parse_spec(files_task(tid, src, out, "SELECT key, count(*) AS n, min(id) AS id FROM input GROUP BY key",
-                                 mode="batch"))
+    spec = parse_spec(
+        files_task(tid, src, out, "SELECT key, count(*) AS n, min(id) AS id FROM input GROUP BY key", mode="batch")
+    )
     results = []
     for generation in (1, 2):
         spark_runner.start(tid, spec, generation)  # the second start reruns the completed task
@@ -37,17 +38,30 @@ def test_batch_completes_and_rerun_is_idempotent(spark_runner: SparkRunner, spar
     assert results[0] == results[1] == [(f"k{i}", 50) for i in range(10)]
 
 
-def test_runtime_failure_is_reported_and_does_not_disturb_others(spark_runner: SparkRunner, spark: Any,
-                                                                 tmp_path: Path) -> None:
+def test_runtime_failure_is_reported_and_does_not_disturb_others(
+    spark_runner: SparkRunner, spark: Any, tmp_path: Path
+) -> None:
     generate(DatagenConfig(out_dir=str(tmp_path / "bad-in"), records=100, batch=50))
-    good = parse_spec({"id": "steady", "pipeline": {
-        "kind": "spark", "source": {"type": "rate", "rows_per_second": 20},
-        "transform": {"sql": "SELECT value AS id, timestamp FROM input"},
-        "sink": {"type": "files", "format": "parquet", "path": str(tmp_path / "good-out")},
-        "trigger": {"processing_time": "1 second"}}})
-    bad = parse_spec(files_task(
-        "poisoned", tmp_path / "bad-in", tmp_path / "bad-out",
-        "SELECT CASE WHEN id = 42 THEN raise_error(concat('poison record ', id)) ELSE id END AS id FROM input"))
+    good = parse_spec(
+        {
+            "id": "steady",
+            "pipeline": {
+                "kind": "spark",
+                "source": {"type": "rate", "rows_per_second": 20},
+                "transform": {"sql": "SELECT value AS id, timestamp FROM input"},
+                "sink": {"type": "files", "format": "parquet", "path": str(tmp_path / "good-out")},
+                "trigger": {"processing_time": "1 second"},
+            },
+        }
+    )
+    bad = parse_spec(
+        files_task(
+            "poisoned",
+            tmp_path / "bad-in",
+            tmp_path / "bad-out",
+            "SELECT CASE WHEN id = 42 THEN raise_error(concat('poison record ', id)) ELSE id END AS id FROM input",
+        )
+    )
     errors: list[BaseException] = []
 
     def start(spec: TaskSpec) -> None:
@@ -63,13 +77,19 @@ def test_runtime_failure_is_reported_and_does_not_disturb_others(spark_runner: S
         t.join(120)
     assert not errors, errors
     try:
-        failed = wait_for(lambda: (s := spark_runner.status("poisoned")).state == RunState.FAILED and s, 90,
-                          "the poisoned task to fail")
+        failed = wait_for(
+            lambda: (s := spark_runner.status("poisoned")).state == RunState.FAILED and s,
+            90,
+            "the poisoned task to fail",
+        )
         assert "USER_RAISED_EXCEPTION" in failed.error and "poison record 42" in failed.error, failed.error
         assert failed.trace and "org.apache.spark" in failed.trace
         batches = spark_runner.status("steady").metrics["batches"]
-        wait_for(lambda: spark_runner.status("steady").metrics["batches"] >= batches + 2, 60,
-                 "the steady task to keep running after the other failed")
+        wait_for(
+            lambda: spark_runner.status("steady").metrics["batches"] >= batches + 2,
+            60,
+            "the steady task to keep running after the other failed",
+        )
         assert spark_runner.status("steady").state == RunState.RUNNING
         pools = spark.sparkContext._jsc.sc()
         assert pools.getPoolForName("steady").isDefined(), "each task runs in its own FAIR pool"
@@ -85,15 +105,23 @@ def test_start_refuses_what_spark_refuses(spark_runner: SparkRunner, tmp_path: P
     with pytest.raises(PipelineStartError, match=r"UNRESOLVED_COLUMN.*nope"):
         spark_runner.start("bad-column", bad_column, 1)
     assert spark_runner.status("bad-column").state == RunState.STOPPED
-    static = parse_spec(files_task("static-conf", tmp_path / "in", tmp_path / "out2", "SELECT * FROM input",
-                                   spark_options={"spark.executor.memory": "2g"}))
+    static = parse_spec(
+        files_task(
+            "static-conf",
+            tmp_path / "in",
+            tmp_path / "out2",
+            "SELECT * FROM input",
+            spark_options={"spark.executor.memory": "2g"},
+        )
+    )
     with pytest.raises(PipelineStartError, match="cannot be set per task"):
         spark_runner.start("static-conf", static, 1)
     assert spark_runner.running() == set()
 
 
-def test_a_streaming_stop_is_bounded_by_the_stop_budget_and_the_jvm_is_known(spark_runner: SparkRunner,
-                                                                            spark: Any) -> None:
+def test_a_streaming_stop_is_bounded_by_the_stop_budget_and_the_jvm_is_known(
+    spark_runner: SparkRunner, spark: Any
+) -> None:
     """``StreamingQuery.stop()`` waits forever by default: the runner bounds it by its stop budget (a stop
     that times out raises, and the worker escalates), and names the driver JVM the lease guard must kill."""
     budget_ms = int(spark_runner.stop_budget_s * 1000)

@@ -12,11 +12,11 @@ from collections import Counter
 
 import pytest
 
-from controller.protocol import codecs
 from controller.admin import AdminClient, AdminError
+from controller.protocol import codecs
 from controller.protocol.taskspec import SpecError, parse_spec
-from controller.zk.layout_io import list_tasks
 from controller.zk.io import delete_tree
+from controller.zk.layout_io import list_tasks
 
 
 class CountingClient:
@@ -33,17 +33,21 @@ class CountingClient:
     def __getattr__(self, name: str):
         attr = getattr(self._client, name)
         if name in self.SYNC:
+
             def call(*args, **kwargs):
                 self.sync[name] += 1
                 if name == "set" and self.before_set is not None:
                     hook, self.before_set = self.before_set, None
                     hook()
                 return attr(*args, **kwargs)
+
             return call
         if name.endswith("_async"):
+
             def call_async(*args, **kwargs):
                 self.asynchronous[name] += 1
                 return attr(*args, **kwargs)
+
             return call_async
         return attr
 
@@ -66,7 +70,9 @@ def test_create_writes_all_specs_in_one_multi_and_refuses_existing_ids(zk, layou
 
 
 def test_create_removes_a_stale_status_of_a_reused_id(zk, layout):
-    zk.create(layout.status("old"), codecs.encode(codecs.TaskStatus(broker="b", state="FAILED", generation=1, updated=0.0)))
+    zk.create(
+        layout.status("old"), codecs.encode(codecs.TaskStatus(broker="b", state="FAILED", generation=1, updated=0.0))
+    )
     AdminClient(zk, layout).create_tasks(specs("old"))
     assert zk.exists(layout.status("old")) is None
 
@@ -147,8 +153,11 @@ def test_admin_requests_are_written_under_admin(zk, layout):
         admin.rebalance("h")
     with pytest.raises(AdminError, match="unknown broker 'b9'"):
         admin.shutdown_broker("b9")
-    zk.create(layout.broker("b1"), codecs.encode(codecs.BrokerInfo(broker_id="b1", host="h", pid=1, group="other")),
-              ephemeral=True)
+    zk.create(
+        layout.broker("b1"),
+        codecs.encode(codecs.BrokerInfo(broker_id="b1", host="h", pid=1, group="other")),
+        ephemeral=True,
+    )
     admin.create_tasks(specs("t2"))
     with pytest.raises(AdminError, match="broker 'b1' is in group 'other'"):
         admin.reassign("t2", "b1")
@@ -183,8 +192,12 @@ def test_watch_yields_events_from_zookeeper_watches(zk, layout):
     events = [(e.kind, e.subject, e.detail.get("owner"), e.detail.get("state")) for e in gen]
     t.join()
     assert time.monotonic() - started < 10
-    assert events == [("task_created", "t1", None, "RUNNING"), ("task_owner", "t1", "b7", None),
-                      ("task_state", "t0", None, "PAUSED"), ("task_owner", "t1", None, None)]
+    assert events == [
+        ("task_created", "t1", None, "RUNNING"),
+        ("task_owner", "t1", "b7", None),
+        ("task_state", "t0", None, "PAUSED"),
+        ("task_owner", "t1", None, None),
+    ]
     started = time.monotonic()
     assert [e.kind for e in admin.watch(duration=0.3)] == ["watching"]
     assert time.monotonic() - started < 3

@@ -48,8 +48,14 @@ def open_api(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             zk.close()
 
 
-def raw(cluster: ApiCluster, method: str, path: str, body: bytes | None = None,
-        headers: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, dict[str, str], Any]:
+def raw(
+    cluster: ApiCluster,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> tuple[int, dict[str, str], Any]:
     """One request with exactly these headers (http.client adds Host unless given)."""
     conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=timeout)
     try:
@@ -72,8 +78,9 @@ def raw(cluster: ApiCluster, method: str, path: str, body: bytes | None = None,
 
 
 def zkctl(cluster: ApiCluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(ZKCTL + list(args), env=cluster.env, cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        ZKCTL + list(args), env=cluster.env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ---- 2. cross-site writes, DNS rebinding -------------------------------------------------------------
@@ -81,21 +88,36 @@ def test_writes_from_another_origin_or_as_forms_are_refused(open_api):
     cluster, zk, layout = open_api
     assert cluster.request("POST", "/api/v1/tasks", {"id": "xs-1", "pipeline": NOOP}, token=None).status == 201
     before = zk.get(layout.task("xs-1"))[1].version
-    status, _h, body = raw(cluster, "POST", "/api/v1/tasks/restart?only_failed=false",
-                           headers={"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"})
+    status, _h, body = raw(
+        cluster,
+        "POST",
+        "/api/v1/tasks/restart?only_failed=false",
+        headers={"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+    )
     assert status == 403 and body["error"] == "cross_site", body
     status, _h, body = raw(cluster, "POST", "/api/v1/tasks/xs-1/restart", headers={"Origin": "null"})
     assert status == 403 and body["error"] == "cross_site"
-    status, _h, body = raw(cluster, "POST", "/api/v1/brokers/b1/shutdown", body=b"x=1",
-                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+    status, _h, body = raw(
+        cluster,
+        "POST",
+        "/api/v1/brokers/b1/shutdown",
+        body=b"x=1",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert status == 415 and body["error"] == "unsupported_media_type", body
-    status, _h, body = raw(cluster, "PUT", "/api/v1/maintenance", body=b'{"on": true}', headers={"Content-Type": "text/plain"})
+    status, _h, body = raw(
+        cluster, "PUT", "/api/v1/maintenance", body=b'{"on": true}', headers={"Content-Type": "text/plain"}
+    )
     assert status == 415
     assert zk.get(layout.task("xs-1"))[1].version == before, "nothing restarted"
     assert zk.exists(layout.broker("b1")) is not None and cluster.procs["b1"].poll() is None, "b1 still up"
     # the same write from this origin (the console) and from a client that sends no Origin both go through
-    status, _h, body = raw(cluster, "POST", "/api/v1/tasks/xs-1/restart",
-                           headers={"Origin": f"http://127.0.0.1:{cluster.port}", "Sec-Fetch-Site": "same-origin"})
+    status, _h, body = raw(
+        cluster,
+        "POST",
+        "/api/v1/tasks/xs-1/restart",
+        headers={"Origin": f"http://127.0.0.1:{cluster.port}", "Sec-Fetch-Site": "same-origin"},
+    )
     assert status == 200, body
     assert cluster.request("POST", "/api/v1/tasks/xs-1/restart", token=None).status == 200
 
@@ -124,8 +146,13 @@ def test_every_error_is_error_and_message_and_bodies_are_bounded(open_api):
         ("DELETE", "/api/v1/status", None, {}, 405),
         ("POST", "/api/v1/tasks", b"{not json", {"Content-Type": "application/json"}, 422),
         ("POST", "/api/v1/tasks", b"[]", {"Content-Type": "application/json", "Content-Length": "50000000"}, 413),
-        ("POST", "/api/v1/tasks", b"{}", {"Content-Type": "application/json", "Transfer-Encoding": "chunked",
-                                           "Content-Length": None}, 411),
+        (
+            "POST",
+            "/api/v1/tasks",
+            b"{}",
+            {"Content-Type": "application/json", "Transfer-Encoding": "chunked", "Content-Length": None},
+            411,
+        ),
     ]:
         hdrs = {k: v for k, v in headers.items() if v is not None}
         if headers.get("Content-Length", "") is None:  # chunked: send the body framed as chunks
@@ -170,8 +197,11 @@ def test_numbers_are_bounded_everywhere_settings_enter(open_api):
     body["throttle"]["max_moves"] = HUGE
     body["max_offline_brokers"] = 3
     zk.set(layout.settings, json.dumps(body).encode())
-    wait_until(lambda: "keeping the last good value of a refused field: max_moves" in cluster.log("controller"), 30,
-               "the controller to name the refused field")
+    wait_until(
+        lambda: "keeping the last good value of a refused field: max_moves" in cluster.log("controller"),
+        30,
+        "the controller to name the refused field",
+    )
     assert "ignoring the settings" not in cluster.log("controller")
     # the tools show the other fields as stored and say which field was refused and why, not just its default
     r = cluster.request("GET", "/api/v1/settings")
@@ -213,8 +243,9 @@ def test_the_cli_prints_no_terminal_escapes_and_summarises_long_id_lists(open_ap
 # ---- 3. event streams ----------------------------------------------------------------------------------
 def _open_stream(cluster: ApiCluster) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", cluster.port), timeout=30)
-    s.sendall(f"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:{cluster.port}\r\nAccept: text/event-stream\r\n\r\n"
-              .encode())
+    s.sendall(
+        f"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:{cluster.port}\r\nAccept: text/event-stream\r\n\r\n".encode()
+    )
     return s
 
 
@@ -250,7 +281,9 @@ def test_event_streams_cost_no_thread_and_closed_ones_free_everything(open_api):
             status, _h, _b = raw(cluster, "GET", path)
             assert status == 200 and time.monotonic() - started < 3, (path, time.monotonic() - started)
         assert _streams_open(cluster) == 120
-        assert cluster.request("POST", "/api/v1/tasks", {"id": "ev-1", "group": "nobody", "pipeline": NOOP}).status == 201
+        assert (
+            cluster.request("POST", "/api/v1/tasks", {"id": "ev-1", "group": "nobody", "pipeline": NOOP}).status == 201
+        )
         for s in streams[:10]:
             assert b'"task_created"' in _read_until(s, b'"subject":"ev-1"')
     finally:
@@ -260,8 +293,13 @@ def test_event_streams_cost_no_thread_and_closed_ones_free_everything(open_api):
 
 
 def test_a_cap_on_streams_answers_503_with_the_reason(zk_hosts, tmp_path):
-    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": f"/cap-{uuid.uuid4().hex[:8]}",
-           "ZKC_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
+    env = {
+        **os_environ_without_auth(),
+        "ZKC_ZK": zk_hosts,
+        "ZKC_ROOT": f"/cap-{uuid.uuid4().hex[:8]}",
+        "ZKC_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONPATH": str(REPO),
+    }
     from controller.zk.server import free_port
 
     cluster = ApiCluster(env=env, logs=tmp_path, port=free_port())
@@ -311,13 +349,19 @@ def test_a_reader_that_never_reads_is_dropped_while_another_keeps_up(zk_hosts, t
     """A stream whose reader stops reading fills its socket, then its buffer of events: the server drops it
     and closes its connection (the reader is never read from again), while a stream that reads gets every
     event and /healthz answers at once throughout."""
-    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": f"/slow-{uuid.uuid4().hex[:8]}",
-           "ZKC_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
+    env = {
+        **os_environ_without_auth(),
+        "ZKC_ZK": zk_hosts,
+        "ZKC_ROOT": f"/slow-{uuid.uuid4().hex[:8]}",
+        "ZKC_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONPATH": str(REPO),
+    }
     from controller.zk.server import free_port
 
     cluster = ApiCluster(env=env, logs=tmp_path, port=free_port())
-    cluster.start("api", "api", "run", "--port", str(cluster.port), "--stream-buffer", "50",
-                  "--stalled-reader-timeout", "3")
+    cluster.start(
+        "api", "api", "run", "--port", str(cluster.port), "--stream-buffer", "50", "--stalled-reader-timeout", "3"
+    )
     slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window from the start
     good: socket.socket | None = None
@@ -336,7 +380,7 @@ def test_a_reader_that_never_reads_is_dropped_while_another_keeps_up(zk_hosts, t
         created = 0
         while _streams_open(cluster) == 2:
             assert created < len(ids), "the reader that never reads was not dropped"
-            batch = [{"id": t, "group": "nobody", "pipeline": NOOP} for t in ids[created:created + 500]]
+            batch = [{"id": t, "group": "nobody", "pipeline": NOOP} for t in ids[created : created + 500]]
             assert cluster.request("POST", "/api/v1/tasks", batch, token=None).status == 201
             created += len(batch)
             seen += _read_until(good, f'"subject":"{ids[created - 1]}"'.encode())  # the good reader keeps up
@@ -346,8 +390,12 @@ def test_a_reader_that_never_reads_is_dropped_while_another_keeps_up(zk_hosts, t
         wait_until(lambda: _tcp_state(slow) != 1, 30, "the server to close the dropped reader's connection")
         assert "closing the connection of" in cluster.log("api"), cluster.log("api")[-3000:]
         # the well-behaved stream still gets every event, and the server still answers at once
-        assert cluster.request("POST", "/api/v1/tasks", {"id": "after-drop", "group": "nobody", "pipeline": NOOP},
-                               token=None).status == 201
+        assert (
+            cluster.request(
+                "POST", "/api/v1/tasks", {"id": "after-drop", "group": "nobody", "pipeline": NOOP}, token=None
+            ).status
+            == 201
+        )
         assert b'"subject":"after-drop"' in _read_until(good, b'"subject":"after-drop"')
         assert all(f'"subject":"{t}"'.encode() in seen for t in ids[:created]), "the good reader missed events"
         started = time.monotonic()
@@ -375,7 +423,7 @@ def _overlaps(ivs: list[dict[str, Any]], now: float) -> list[tuple[str, str, str
         by_task.setdefault(iv["task_id"], []).append(iv)
     for t, runs in by_task.items():
         for i, a in enumerate(runs):
-            for b in runs[i + 1:]:
+            for b in runs[i + 1 :]:
                 if a["broker"] != b["broker"] and a["start"] < (b["end"] or now) and b["start"] < (a["end"] or now):
                     found.append((t, a["broker"], b["broker"]))
     return found
@@ -385,18 +433,39 @@ def test_a_killed_brokers_runs_end_when_its_session_did_and_real_overlaps_still_
     cluster, zk, layout = open_api
     ids = [f"tl-{i}" for i in range(6)]
     assert cluster.request("POST", "/api/v1/tasks", [{"id": t, "pipeline": NOOP} for t in ids]).status == 201
-    owners = wait_until(lambda: (o := {t: (cluster.request("GET", f"/api/v1/tasks/{t}").body.get("owner") or {})
-                                       .get("broker") for t in ids}) and all(o.values()) and o, 45, "every task owned")
+    owners = wait_until(
+        lambda: (
+            (
+                o := {
+                    t: (cluster.request("GET", f"/api/v1/tasks/{t}").body.get("owner") or {}).get("broker") for t in ids
+                }
+            )
+            and all(o.values())
+            and o
+        ),
+        45,
+        "every task owned",
+    )
     victim = next(b for b in ("b3", "b2", "b1") if b in owners.values())
     mine = [t for t, o in owners.items() if o == victim]
 
     def flushed_open() -> bool:
-        return {iv["task_id"] for iv in cluster.request("GET", "/api/v1/intervals").body
-                if iv["broker"] == victim and iv["end"] is None} >= set(mine)
+        return {
+            iv["task_id"]
+            for iv in cluster.request("GET", "/api/v1/intervals").body
+            if iv["broker"] == victim and iv["end"] is None
+        } >= set(mine)
+
     wait_until(flushed_open, 45, f"{victim}'s open runs recorded")
     cluster.kill(victim)
-    wait_until(lambda: all((cluster.request("GET", f"/api/v1/tasks/{t}").body.get("owner") or {}).get("broker")
-                           not in (None, victim) for t in mine), 60, f"{mine} moved off {victim}")
+    wait_until(
+        lambda: all(
+            (cluster.request("GET", f"/api/v1/tasks/{t}").body.get("owner") or {}).get("broker") not in (None, victim)
+            for t in mine
+        ),
+        60,
+        f"{mine} moved off {victim}",
+    )
     time.sleep(2)
     ivs = cluster.request("GET", "/api/v1/intervals").body
     dead = [iv for iv in ivs if iv["broker"] == victim and iv["task_id"] in mine]

@@ -12,9 +12,9 @@ import pytest
 
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.worker import Worker, WorkerConfig
-from controller.protocol import codecs
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
@@ -35,8 +35,9 @@ BAD_TASKS = {
 
 
 def _all_alive(ctl: Controller, workers: list[Worker]) -> bool:
-    return ctl.thread.is_alive() and all(t.is_alive() for w in workers
-                                         for t in (w.thread, w.status_thread, w.pulse_thread))
+    return ctl.thread.is_alive() and all(
+        t.is_alive() for w in workers for t in (w.thread, w.status_thread, w.pulse_thread)
+    )
 
 
 def _running_once(workers: list[Worker], tasks: list[str]) -> bool:
@@ -69,8 +70,10 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
     tx.commit()
     ctl = Controller(ControllerConfig("c0", settings, GroupConfig(rebalance_timeout_s=3.0))).start()
     ctls = [ctl]
-    workers = [Worker(WorkerConfig(broker_id=f"b{i}", settings=settings, status_interval_s=0.2, on_halt="kill")).start()
-               for i in range(2)]
+    workers = [
+        Worker(WorkerConfig(broker_id=f"b{i}", settings=settings, status_interval_s=0.2, on_halt="kill")).start()
+        for i in range(2)
+    ]
     try:
         assert ctl.wait_active(10)
         assert wait_for(lambda: _running_once(workers, GOOD) and all(w.state() == "Stable" for w in workers), 20)
@@ -78,8 +81,9 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         # 1. task specs: each becomes FAILED with its reason; nothing else moves
         for t, data in BAD_TASKS.items():
             zk.create(layout.task(t), data)
-        assert wait_for(lambda: all((s := _status(zk, layout, t)) is not None and s.state == "FAILED"
-                                    for t in BAD_TASKS), 10), "every bad task spec is marked FAILED"
+        assert wait_for(
+            lambda: all((s := _status(zk, layout, t)) is not None and s.state == "FAILED" for t in BAD_TASKS), 10
+        ), "every bad task spec is marked FAILED"
         reasons = {t: _status(zk, layout, t).error for t in BAD_TASKS}
         assert "not JSON" in reasons["bad-json"] and "over the limit" in reasons["huge"]
         assert "group" in reasons["wrong-types"] and "version" in reasons["unknown-version"]
@@ -97,8 +101,11 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         gen = workers[0].generation
         zk.create(layout.group_member("default", "ghost"), b"\x00 not a join request", ephemeral=True)
         zk.create(layout.broker("ghost"), b"[broken", ephemeral=True)
-        zk.create(layout.group_member("default", "ghost2"), json.dumps({"version": 1, "member_id": 5}).encode(),
-                  ephemeral=True)
+        zk.create(
+            layout.group_member("default", "ghost2"),
+            json.dumps({"version": 1, "member_id": 5}).encode(),
+            ephemeral=True,
+        )
         time.sleep(1.5)  # give the controller time to (not) react; what is checked is that nothing changed
         assert all(w.generation == gen for w in workers) and _running_once(workers, GOOD)
 
@@ -112,8 +119,9 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         # 4. garbage statuses, interval logs: the workers write over them
         for t in GOOD[:3]:
             zk.set(layout.status(t), b"\xffnot a status")
-        assert wait_for(lambda: all((s := _status(zk, layout, t)) is not None and s.state == "RUNNING"
-                                    for t in GOOD[:3]), 10)
+        assert wait_for(
+            lambda: all((s := _status(zk, layout, t)) is not None and s.state == "RUNNING" for t in GOOD[:3]), 10
+        )
         zk.set(layout.broker_intervals("b0"), b"{{{") if zk.exists(layout.broker_intervals("b0")) else None
 
         # 5. garbage admin requests: dropped (deleted), nothing else happens
@@ -121,9 +129,15 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         zk.create(layout.admin_reassign_of("t0"), b"[]")
         zk.create(layout.admin_controlled_shutdown_of("ghost-broker"), b"\x00")
         zk.create(layout.admin_delete_task("no-such-task"), b"garbage")
-        assert wait_for(lambda: not zk.get_children(layout.admin_rebalance) and not zk.get_children(layout.admin_reassign)
-                        and not zk.get_children(layout.admin_controlled_shutdown)
-                        and not zk.get_children(layout.admin_delete_tasks), 10), "garbage requests are dropped"
+        assert wait_for(
+            lambda: (
+                not zk.get_children(layout.admin_rebalance)
+                and not zk.get_children(layout.admin_reassign)
+                and not zk.get_children(layout.admin_controlled_shutdown)
+                and not zk.get_children(layout.admin_delete_tasks)
+            ),
+            10,
+        ), "garbage requests are dropped"
         assert _running_once(workers, GOOD)
 
         # 6. a garbage owner on a new task: that task waits for the owner to go, the rest keeps running
@@ -143,9 +157,15 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         ctl = Controller(ControllerConfig("c1", settings, GroupConfig(rebalance_timeout_s=3.0))).start()
         ctls.append(ctl)
         assert ctl.wait_active(10)
-        assert wait_for(lambda: _running_once(workers, GOOD + ["t6"]) and all(w.state() == "Stable" for w in workers)
-                        and (s := _group_state(zk, layout)) is not None and s.state == "Stable",
-                        20), "the group is rebuilt from garbage state"
+        assert wait_for(
+            lambda: (
+                _running_once(workers, GOOD + ["t6"])
+                and all(w.state() == "Stable" for w in workers)
+                and (s := _group_state(zk, layout)) is not None
+                and s.state == "Stable"
+            ),
+            20,
+        ), "the group is rebuilt from garbage state"
         info = codecs.decode(codecs.GroupStateInfo, zk.get(layout.group_state("default"))[0])
         assert info.generation >= gen, "a rebuilt group does not go back in generations"
 
@@ -154,10 +174,13 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         epoch = ctl.epoch
         zk.set(layout.controller_epoch, b"not an epoch")
         AdminClient(zk, layout).rebalance(reason="after garbage epoch")  # makes the controller write
-        assert wait_for(lambda: ctl.active and ctl.epoch is not None and ctl.epoch > epoch, 15), \
+        assert wait_for(lambda: ctl.active and ctl.epoch is not None and ctl.epoch > epoch, 15), (
             "a controller is elected again after garbage in /controller_epoch"
+        )
         assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == ctl.epoch
-        assert wait_for(lambda: _running_once(workers, GOOD + ["t6"]) and all(w.state() == "Stable" for w in workers), 20)
+        assert wait_for(
+            lambda: _running_once(workers, GOOD + ["t6"]) and all(w.state() == "Stable" for w in workers), 20
+        )
 
         # nothing crashed; the checker finds no double ownership
         assert _all_alive(ctl, workers)
@@ -176,15 +199,28 @@ CLI_GAPS = [  # malformed spec files tests/integration/test_cli.py does not cove
     ("digits.json", b'{"id": "d", "weight": ' + b"9" * 5000 + b"}", "not valid JSON"),
     ("deep.yaml", b"id: a\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid YAML"),
     ("version.yaml", b"id: a\nversion: 99\n", "unsupported version 99"),
-    ("huge.json", json.dumps({"id": "big", "pipeline": {"kind": "spark", "source": {"type": "rate"},
-                                                        "sink": {"type": "console"},
-                                                        "transform": {"sql": "SELECT * FROM input -- " + "x" * 1_000_000}}}).encode(),
-     "over"),
+    (
+        "huge.json",
+        json.dumps(
+            {
+                "id": "big",
+                "pipeline": {
+                    "kind": "spark",
+                    "source": {"type": "rate"},
+                    "sink": {"type": "console"},
+                    "transform": {"sql": "SELECT * FROM input -- " + "x" * 1_000_000},
+                },
+            }
+        ).encode(),
+        "over",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name, content, needle", CLI_GAPS, ids=[c[0] for c in CLI_GAPS])
-def test_cli_refuses_more_malformed_spec_files_and_writes_nothing(name, content, needle, zk, zk_hosts, layout, tmp_path):
+def test_cli_refuses_more_malformed_spec_files_and_writes_nothing(
+    name, content, needle, zk, zk_hosts, layout, tmp_path
+):
     from click.testing import CliRunner
 
     from cli.main import cli

@@ -27,15 +27,35 @@ def test_sigterm_ends_a_simulation_with_every_process_it_started(tmp_path):
 
     log = (tmp_path / "chaos.log").open("w")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    p = subprocess.Popen([ZKCTL, "sim", "chaos", "--seed", "11", "--duration", "120", "--brokers", "2", "--tasks", "4",
-                          "--process-brokers"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    p = subprocess.Popen(
+        [
+            ZKCTL,
+            "sim",
+            "chaos",
+            "--seed",
+            "11",
+            "--duration",
+            "120",
+            "--brokers",
+            "2",
+            "--tasks",
+            "4",
+            "--process-brokers",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     started: list[psutil.Process] = []
     try:
+
         def spawned() -> bool:
             started[:] = psutil.Process(p.pid).children(recursive=True)
             names = [" ".join(c.cmdline()) for c in started if c.is_running()]
-            return (any("QuorumPeerMain" in n or "ZooKeeperServerMain" in n for n in names)
-                    and sum("broker_sim.chaos broker" in n for n in names) == 2)
+            return (
+                any("QuorumPeerMain" in n or "ZooKeeperServerMain" in n for n in names)
+                and sum("broker_sim.chaos broker" in n for n in names) == 2
+            )
 
         until(spawned, 60, "the simulation's ZooKeeper and brokers")
         p.send_signal(signal.SIGTERM)
@@ -67,8 +87,9 @@ def test_controller_run_and_broker_run_processes(zk, cli_env, layout):
     procs: dict[str, subprocess.Popen] = {}
 
     def start(name: str, *args: str) -> None:
-        procs[name] = subprocess.Popen([ZKCTL, *args], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True)
+        procs[name] = subprocess.Popen(
+            [ZKCTL, *args], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     admin = AdminClient(zk, layout)
 
@@ -76,9 +97,20 @@ def test_controller_run_and_broker_run_processes(zk, cli_env, layout):
         return {r.task_id: r.owner for r in admin.list_tasks()}
 
     try:
-        start("ctl", "controller", "run", "--id", "c9", "--rebalance-timeout", "5", "--metrics-port", "0",
-              "--session-timeout", "4")
-        until(lambda: (zk.exists(layout.controller) is not None), 30, "the controller to be elected")
+        start(
+            "ctl",
+            "controller",
+            "run",
+            "--id",
+            "c9",
+            "--rebalance-timeout",
+            "5",
+            "--metrics-port",
+            "0",
+            "--session-timeout",
+            "4",
+        )
+        until(lambda: zk.exists(layout.controller) is not None, 30, "the controller to be elected")
         for b in ("p1", "p2"):
             start(b, "broker", "run", "--id", b, "--runner", "noop", "--session-timeout", "4", "--metrics-port", "0")
         admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
@@ -122,8 +154,26 @@ def test_a_simulation_that_cannot_converge_ends_with_one_line(monkeypatch, zk_ho
 def test_the_simulator_spreads_brokers_over_farm_processes(zk_hosts, scenario, extra):
     """``--farms 2``: the brokers run in two broker farm processes, and the faults (a pause through the broker's
     own proxy; controlled shutdowns and restarts) are carried out there; the checker reads their intervals."""
-    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "4", "--tasks", "40", "--farms", "2",
-                  "--session-timeout", "4", "--scenario", scenario, *extra])
+    res = invoke(
+        [
+            "--zk",
+            zk_hosts,
+            "--json",
+            "sim",
+            "run",
+            "--brokers",
+            "4",
+            "--tasks",
+            "40",
+            "--farms",
+            "2",
+            "--session-timeout",
+            "4",
+            "--scenario",
+            scenario,
+            *extra,
+        ]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["farms"] == 2 and summary["double_ownership"] == 0
@@ -132,13 +182,41 @@ def test_the_simulator_spreads_brokers_over_farm_processes(zk_hosts, scenario, e
     assert summary["moved_tasks"] >= (10 if scenario == "pause-broker" else 40), summary
 
 
-@pytest.mark.parametrize("scenario", ["rolling-bounce", "add-broker", "kill-broker", "expire-session", "pause-broker",
-                                      "partition-broker", "controlled-shutdown", "kill-controller"])
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "rolling-bounce",
+        "add-broker",
+        "kill-broker",
+        "expire-session",
+        "pause-broker",
+        "partition-broker",
+        "controlled-shutdown",
+        "kill-controller",
+    ],
+)
 def test_the_simulator_runs_every_scenario_under_reconcile(zk_hosts, scenario):
     """``--protocol reconcile``: every fault scenario converges with no task ever owned twice, and the group
     reconciles (no join round once it runs the protocol)."""
-    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "4", "--tasks", "40", "--protocol", "reconcile",
-                  "--session-timeout", "4", "--scenario", scenario])
+    res = invoke(
+        [
+            "--zk",
+            zk_hosts,
+            "--json",
+            "sim",
+            "run",
+            "--brokers",
+            "4",
+            "--tasks",
+            "40",
+            "--protocol",
+            "reconcile",
+            "--session-timeout",
+            "4",
+            "--scenario",
+            scenario,
+        ]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["protocol"] == "reconcile" and summary["double_ownership"] == 0, summary
@@ -150,8 +228,29 @@ def test_the_simulator_runs_every_scenario_under_reconcile(zk_hosts, scenario):
 def test_a_repeated_step_is_measured_each_time_from_the_same_cluster_put_back(zk_hosts, scenario):
     """``--repeat 2``: the step twice, the cluster put back in between by a step that is not a figure; each
     figure runs to the instant the cluster converged, which no poll can see before it happened."""
-    res = invoke(["--zk", zk_hosts, "--json", "sim", "run", "--brokers", "3", "--tasks", "30", "--protocol", "reconcile",
-                  "--session-timeout", "4", "--scenario", scenario, "--repeat", "2", "--settle", "0.2"])
+    res = invoke(
+        [
+            "--zk",
+            zk_hosts,
+            "--json",
+            "sim",
+            "run",
+            "--brokers",
+            "3",
+            "--tasks",
+            "30",
+            "--protocol",
+            "reconcile",
+            "--session-timeout",
+            "4",
+            "--scenario",
+            scenario,
+            "--repeat",
+            "2",
+            "--settle",
+            "0.2",
+        ]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     steps = summary["steps"]
@@ -172,13 +271,14 @@ def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
     controller killed; its status is an aligned table with full state names."""
     env = {**os.environ, "ZKC_STATE_DIR": str(tmp_path / "state")}
     env.pop("ZKC_ZK", None)
-    p = subprocess.run([ZKCTL, "demo", "--runner", "noop"], env=env, capture_output=True, text=True, timeout=300,
-                       cwd=tmp_path)
+    p = subprocess.run(
+        [ZKCTL, "demo", "--runner", "noop"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     assert "double ownership: 0" in out and "controller ctl-" in out and "took over at epoch 2" in out
     header = next(line for line in out.splitlines() if line.split() == ["TASK", "BROKER", "STATE"])
-    rows = out.splitlines()[out.splitlines().index(header) + 1:][:4]
+    rows = out.splitlines()[out.splitlines().index(header) + 1 :][:4]
     assert [r.split()[0] for r in rows] == [f"pipeline-{i}" for i in range(1, 5)]
     assert {r.split()[2] for r in rows} <= {"UNASSIGNED", "ASSIGNED", "STARTING", "RUNNING", "LOST"}
     assert all(r.index(r.split()[2]) == header.index("STATE") for r in rows)  # aligned

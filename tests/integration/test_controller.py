@@ -21,24 +21,24 @@ from kazoo.retry import KazooRetry
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker_sim.worker import Worker
-from controller.protocol import codecs
-from controller.daemon import events as ev
 from controller.admin import ensure_layout
 from controller.daemon import Controller
+from controller.daemon import events as ev
+from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
-from controller.zk.layout_io import list_tasks, list_statuses
+from controller.zk.layout_io import list_statuses, list_tasks
 from tests.controller_support import (  # noqa: F401  (cluster: a fixture)
     ActiveMonitor,
     Block,
+    Probe,
     cluster,
     create_tasks,
     expire_session,
     group_state,
     join_request,
-    Probe,
     request_deletions,
     request_rebalance,
     settle,
@@ -54,7 +54,9 @@ WRITE_REQUESTS = ("Create", "SetData", "Delete", "Transaction")
 def test_exactly_one_active_and_failover_before_any_session_expires(cluster, zk, layout, zk_hosts):
     brokers = [cluster.client() for _ in range(3)]
     for i, b in enumerate(brokers):
-        b.create(layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True)
+        b.create(
+            layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True
+        )
     create_tasks(zk, layout, [f"t{i:03d}" for i in range(50)])
 
     monitor = ActiveMonitor()
@@ -182,15 +184,24 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
 
     old_session = expire_session(zk_hosts, a.client)
     wait_until(lambda: b.active and b.ctx is not None and b.epoch > old_epoch, 10, "b active at a higher epoch")
-    wait_until(lambda: a.client.connected and a.client.client_id and a.client.client_id[0] != old_session, 15,
-               "a reconnected with a new session")
+    wait_until(
+        lambda: a.client.connected and a.client.client_id and a.client.client_id[0] != old_session,
+        15,
+        "a reconnected with a new session",
+    )
+
     # the successor has handled the rebalance request itself and the group is Stable under its epoch: the
     # request gone, and nothing left in b's queue (its load resumes the group Stable before it reads the
     # request, so a Stable group alone does not say the rebalance is over)
     def b_done() -> bool:
         s = group_state(zk, layout)
-        return (s is not None and s.state == "Stable" and s.controller_epoch == b.epoch
-                and zk.get_children(layout.admin_rebalance) == [])
+        return (
+            s is not None
+            and s.state == "Stable"
+            and s.controller_epoch == b.epoch
+            and zk.get_children(layout.admin_rebalance) == []
+        )
+
     wait_until(b_done, 20, "the rebalance request handled by b, the group Stable under b")
     settle(b)
     wait_until(b_done, 20, "the group Stable under b once b's queue is drained")
@@ -341,8 +352,10 @@ def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, la
     delete_writes = sum(requests[k] for k in WRITE_REQUESTS)
     assert delete_writes < 100, delete_requests
     assert len(ctl.ctx.tasks) == 0 and not ctl.ctx.deleting and not ctl.ctx.deletable
-    print(f"create {created:.2f}s, load {loaded:.2f}s, all running {running:.2f}s, deleted {deleted:.2f}s; "
-          f"controller requests while starting {start_requests}, while deleting {delete_requests}")
+    print(
+        f"create {created:.2f}s, load {loaded:.2f}s, all running {running:.2f}s, deleted {deleted:.2f}s; "
+        f"controller requests while starting {start_requests}, while deleting {delete_requests}"
+    )
 
 
 def test_a_task_is_deleted_only_after_its_owner_lets_go(cluster, zk, layout):
@@ -438,7 +451,9 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
 def test_metrics_endpoint_serves_prometheus_text(cluster, zk, layout):
     b = cluster.client()
     for i in range(2):
-        b.create(layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True)
+        b.create(
+            layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True
+        )
     create_tasks(zk, layout, ["t1", "t2", "t3"])
     ctl = cluster.controller("m", metrics_port=0)
     wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
@@ -489,7 +504,9 @@ def test_broker_change_distinguishes_joined_left_and_bounced(cluster, zk, layout
     s2.stop()
     wait_until(lambda: set(ctl.ctx.brokers) == {"b1"}, 5, "b2 left")
     settle(ctl)
-    assert [d for d in last_changes()[n:] if d.left] and all("b2" not in d.joined + d.bounced for d in last_changes()[n:])
+    assert [d for d in last_changes()[n:] if d.left] and all(
+        "b2" not in d.joined + d.bounced for d in last_changes()[n:]
+    )
 
     # bounced: same id, new session and czxid, re-registered before the controller looked again
     n = len(last_changes())
@@ -526,8 +543,16 @@ def _count_requests(ctl: Controller) -> list[tuple[str, str]]:
 
 
 def _stable_after(zk: KazooClient, layout: ZkLayout, generation: int, workers: list[Worker], n_tasks: int) -> int:
-    wait_until(lambda: (s := group_state(zk, layout)) is not None and s.state == "Stable" and s.generation > generation
-               and sum(len(w.running_tasks()) for w in workers) == n_tasks, 30, f"Stable after generation {generation}")
+    wait_until(
+        lambda: (
+            (s := group_state(zk, layout)) is not None
+            and s.state == "Stable"
+            and s.generation > generation
+            and sum(len(w.running_tasks()) for w in workers) == n_tasks
+        ),
+        30,
+        f"Stable after generation {generation}",
+    )
     return group_state(zk, layout).generation
 
 
@@ -557,7 +582,9 @@ def test_old_generations_are_deleted_without_listings_or_lookups(cluster, zk, la
     assert zk.get_children(layout.group_joins("default")) == [str(gen)]
     assert zk.get_children(layout.group_syncs("default")) == [str(gen)]
     group_paths = [(kind, p) for kind, p in sent if "/groups/default/" in p]
-    assert not [r for r in group_paths if r[0] == "GetChildren" and r[1].rsplit("/", 1)[1] in ("join", "sync")], group_paths
+    assert not [r for r in group_paths if r[0] == "GetChildren" and r[1].rsplit("/", 1)[1] in ("join", "sync")], (
+        group_paths
+    )
     assert not [r for r in group_paths if r[0] == "Exists" and "/sync/" not in r[1]], group_paths
     # the one exists per generation arms the proposal's watch, sent with the write
     assert [p for kind, p in group_paths if kind == "Exists"] == [layout.group_sync("default", gen)]
@@ -612,8 +639,11 @@ def test_tasks_held_for_a_departed_static_member_stay_held_across_a_controller_f
     theirs = set(leave.running_tasks())
     leave.stop()  # a clean stop: gone, tasks released, its session closed
     left = time.monotonic()
-    wait_until(lambda: [h.instance for h in (group_state(zk, layout).held or ())] == ["i-leave"], 10,
-               "the hold written to the group state")
+    wait_until(
+        lambda: [h.instance for h in (group_state(zk, layout).held or ())] == ["i-leave"],
+        10,
+        "the hold written to the group state",
+    )
     first.stop()  # failover inside the delay
     second = cluster.controller("second", group=group)
     assert second.wait_active(15)

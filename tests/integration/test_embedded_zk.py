@@ -9,8 +9,8 @@ import sys
 import psutil
 import pytest
 
-from controller.protocol import codecs
 from controller.admin import ZkInspector, ensure_layout
+from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
 from controller.protocol.taskspec import decode_task
 from controller.zk.server import MAIN_CLASS, ZooKeeperServer, free_port
@@ -42,8 +42,11 @@ def test_zkctl_zk_start_tree_stop_leaves_no_java(tmp_path, cli_env):
         stopped = run(["zk", "stop"], env)
     assert "stopped" in stopped.stdout
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if MAIN_CLASS in (p.info["cmdline"] or [])
-                 and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    leftovers = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if MAIN_CLASS in (p.info["cmdline"] or []) and str(tmp_path) in " ".join(p.info["cmdline"] or [])
+    ]
     assert leftovers == []
     assert run(["zk", "status"], env, check=False).returncode == 3
 
@@ -82,8 +85,15 @@ def test_zk_tree_and_get_on_our_root(zk, layout, cli_env):
     assert missing.returncode == 1 and "no znode" in missing.stderr
 
 
-GARBAGE = [b"{oops", b"\xff\xfe", b'{"version": 1}', b'{"version": 42, "broker": "b"}', b'[1,2,3]',
-           b'{"version":1,"broker":5,"generation":"x"}', b"x" * 800_000]
+GARBAGE = [
+    b"{oops",
+    b"\xff\xfe",
+    b'{"version": 1}',
+    b'{"version": 42, "broker": "b"}',
+    b"[1,2,3]",
+    b'{"version":1,"broker":5,"generation":"x"}',
+    b"x" * 800_000,
+]
 
 
 @pytest.mark.parametrize("garbage", GARBAGE, ids=range(len(GARBAGE)))

@@ -19,10 +19,17 @@ from kazoo.security import make_digest_acl
 from controller import daemon
 from controller.daemon import Controller
 from controller.protocol.layout import ZkLayout
-from controller.zk.watches import AddWatch, PersistentWatches
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
-from controller.zk.io import (MULTI_READ_FIRST_OPS, InterruptibleClient, MultiRead, children_many, get_many, multi_children,
-                             multi_read)
+from controller.zk.io import (
+    MULTI_READ_FIRST_OPS,
+    InterruptibleClient,
+    MultiRead,
+    children_many,
+    get_many,
+    multi_children,
+    multi_read,
+)
+from controller.zk.watches import AddWatch, PersistentWatches
 from tests.controller_support import cluster, create_tasks, settle, wait_until, watches_by_session  # noqa: F401  (cluster: fixture)
 
 
@@ -56,7 +63,7 @@ def _make(zk: KazooClient, items: dict[str, bytes]) -> None:
     paths = list(items)
     for i in range(0, len(paths), 200):
         tx = zk.transaction()
-        for p in paths[i:i + 200]:
+        for p in paths[i : i + 200]:
             tx.create(p, items[p])
         pending.append(tx.commit_async())
     for p in pending:
@@ -89,7 +96,7 @@ def test_multi_read_chunks_large_payloads_by_expected_reply_size(zk, layout, cli
     base = f"{layout.root}/big"
     zk.ensure_path(base)
     big = bytes(range(256)) * 200  # 51,200 bytes
-    items = {f"{base}/n{i:04d}": (big[i % 256:] if i % 10 == 0 else f"small-{i}".encode()) for i in range(3000)}
+    items = {f"{base}/n{i:04d}": (big[i % 256 :] if i % 10 == 0 else f"small-{i}".encode()) for i in range(3000)}
     _make(zk, items)
     paths = list(items)
     sent = counting(client)
@@ -101,7 +108,7 @@ def test_multi_read_chunks_large_payloads_by_expected_reply_size(zk, layout, cli
     sizes = []
     offset = 0
     for r in sent:
-        sizes.append(sum(len(data) for data, _ in got[offset:offset + len(r.ops)]))
+        sizes.append(sum(len(data) for data, _ in got[offset : offset + len(r.ops)]))
         offset += len(r.ops)
     assert max(sizes) <= 2 * 1024 * 1024, sizes
     assert 12 <= len(sent) <= 40, [len(r.ops) for r in sent]
@@ -233,15 +240,23 @@ def test_a_spec_change_between_the_load_and_its_watch_is_not_lost(cluster, zk, l
 
     ctl.loader.before_arming = hook
     ctl.start()
-    wait_until(lambda: ctl.loader.watch_armer is not None and ctl.loader.watch_armer.took_s is not None, 20, "every watch armed")
+    wait_until(
+        lambda: ctl.loader.watch_armer is not None and ctl.loader.watch_armer.took_s is not None,
+        20,
+        "every watch armed",
+    )
     armer = ctl.loader.watch_armer
     assert len(chunks) == 5 and armer.armed == 45
     assert armer.changed == 3  # paused_before, deleted, edited_before: the watch caught edited_after
 
     def current() -> bool:
         tasks = ctl.ctx.tasks
-        return (tasks[touched["paused_before"]].state == "PAUSED" and touched["deleted"] not in tasks
-                and tasks[touched["edited_after"]].weight == 7 and tasks[touched["edited_before"]].weight == 9)
+        return (
+            tasks[touched["paused_before"]].state == "PAUSED"
+            and touched["deleted"] not in tasks
+            and tasks[touched["edited_after"]].weight == 7
+            and tasks[touched["edited_before"]].weight == 9
+        )
 
     wait_until(current, 10, "the context to show every change")
     settle(ctl)
@@ -324,14 +339,31 @@ def test_the_persistent_watch_of_the_tasks_replaces_every_task_watch(cluster, zk
     _set_spec(zk, layout, ids[1], weight=5)
     zk.delete(layout.task(ids[2]))
     zk.create(layout.task_owner(ids[3]), b"{}", ephemeral=True)  # a child event: no spec re-read
-    wait_until(lambda: "new" in ctl.ctx.tasks and ctl.ctx.tasks[ids[0]].state == "PAUSED"
-               and ctl.ctx.tasks[ids[1]].weight == 5 and ids[2] not in ctl.ctx.tasks, 10, "every change seen")
+    wait_until(
+        lambda: (
+            "new" in ctl.ctx.tasks
+            and ctl.ctx.tasks[ids[0]].state == "PAUSED"
+            and ctl.ctx.tasks[ids[1]].weight == 5
+            and ids[2] not in ctl.ctx.tasks
+        ),
+        10,
+        "every change seen",
+    )
     settle(ctl)
     watches = PersistentWatches.for_client(ctl.client)
     assert watches.armed(layout.tasks)
     after: list[Any] = []
-    ctl.put(Resign(lambda: after.extend([watches.armed(layout.tasks), ctl.tasks.tree_watched,
-                                         watches_by_session(zk_hosts).get(ctl.client.client_id[0], set())])))
+    ctl.put(
+        Resign(
+            lambda: after.extend(
+                [
+                    watches.armed(layout.tasks),
+                    ctl.tasks.tree_watched,
+                    watches_by_session(zk_hosts).get(ctl.client.client_id[0], set()),
+                ]
+            )
+        )
+    )
     settle(ctl)
     assert after[:2] == [False, False] and layout.tasks not in after[2], after  # (before it runs again and wins)
 
@@ -364,7 +396,11 @@ def test_a_server_without_add_watch_gets_one_watch_per_task(cluster, zk, layout)
     ctl.client._call = call
     ctl.start()
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 10, 10, "active")
-    wait_until(lambda: ctl.loader.watch_armer is not None and ctl.loader.watch_armer.took_s is not None, 20, "every watch armed")
+    wait_until(
+        lambda: ctl.loader.watch_armer is not None and ctl.loader.watch_armer.took_s is not None,
+        20,
+        "every watch armed",
+    )
     assert len(rejected) == 1 and not ctl.tasks.tree_watched
     assert all(_watchers(ctl, layout, t) == 1 for t in ids)
     create_tasks(zk, layout, ["new"])
@@ -386,6 +422,7 @@ def test_the_load_runs_with_the_cyclic_collector_paused_and_gives_it_back(cluste
     def watched() -> None:
         seen.append(gc.isenabled())
         load_state()
+
     ctl.loader._load_state = watched  # type: ignore[method-assign]
     assert gc.isenabled()
     ctl.start()
@@ -396,6 +433,7 @@ def test_the_load_runs_with_the_cyclic_collector_paused_and_gives_it_back(cluste
     def failing() -> None:
         seen.append(gc.isenabled())
         raise RuntimeError("a load that fails half-way (injected)")
+
     ctl.loader._load_state = failing  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
         ctl.loader.load()

@@ -14,8 +14,8 @@ import pytest
 
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.simulator import SimOptions, Simulation
-from controller.protocol import codecs
 from controller.admin import wait_for
+from controller.protocol import codecs
 from controller.protocol.codecs import IntervalLog, RunInterval
 from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
@@ -26,8 +26,9 @@ def cluster_factory(zk_hosts: str, zk_root: str):
     sims: list[Simulation] = []
 
     def make(**kw) -> Simulation:
-        opts = SimOptions(zk_hosts=zk_hosts, root=f"{zk_root}-{len(sims)}", session_timeout_s=4.0,
-                          rebalance_timeout_s=10.0, **kw)
+        opts = SimOptions(
+            zk_hosts=zk_hosts, root=f"{zk_root}-{len(sims)}", session_timeout_s=4.0, rebalance_timeout_s=10.0, **kw
+        )
         sim = Simulation(opts).__enter__()
         sims.append(sim)
         return sim
@@ -143,7 +144,9 @@ def test_scheduled_delay_and_static_membership(cluster_factory, protocol):
     others = {i.task_id for i in sim.all_intervals() if i.start >= t_leave and i.broker != victim}
     assert others == set(), "other members' tasks were not touched"
     if protocol == COOPERATIVE:
-        assert sim.active_controller().ctx.groups["default"].rebalances == rebalances, "no rebalance for a static return"
+        assert sim.active_controller().ctx.groups["default"].rebalances == rebalances, (
+            "no rebalance for a static return"
+        )
 
 
 def test_rolling_upgrade_cooperative_to_reconcile_and_back(cluster_factory):
@@ -200,9 +203,25 @@ def test_controlled_shutdown_moves_tasks_before_leaving(cluster_factory, protoco
 def _broker_process(env: dict[str, str], bid: str, log: Path) -> subprocess.Popen:
     """A broker process whose output goes to a file (a pipe nobody reads would stall it once full)."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "noop",
-                                 "--session-timeout", "4"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "broker",
+                "run",
+                "--id",
+                bid,
+                "--runner",
+                "noop",
+                "--session-timeout",
+                "4",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _intervals_from_zk(client, layout) -> list[RunInterval]:
@@ -228,6 +247,7 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env, tm
     ctl = Controller(ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=10))).start()
     procs = {b: _broker_process(env, b, tmp_path / f"{b}.log") for b in ("p0", "p1", "p2")}
     try:
+
         def owners() -> dict[str, str]:
             out = {}
             for i in range(12):
@@ -237,6 +257,7 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env, tm
                 except Exception:
                     pass
             return out
+
         assert wait_for(lambda: len(owners()) == 12 and len(set(owners().values())) == 3, 60, 0.1), owners()
         # every worker has flushed its intervals, including the running ones, at least once
         assert wait_for(lambda: {i.broker for i in _intervals_from_zk(zk, layout)} == {"p0", "p1", "p2"}, 30)
@@ -249,16 +270,37 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env, tm
         moved_at = time.time()
         assert moved_at - killed_at >= 3.0, "tasks moved before the killed worker's session could expire"
         # the new owners have flushed the intervals in which they run the victim's tasks
-        assert wait_for(lambda: victim_tasks <= {i.task_id for i in _intervals_from_zk(zk, layout)
-                                                 if i.broker != victim and i.start > killed_at}, 30)
+        assert wait_for(
+            lambda: (
+                victim_tasks
+                <= {i.task_id for i in _intervals_from_zk(zk, layout) if i.broker != victim and i.start > killed_at}
+            ),
+            30,
+        )
         intervals = close_open(
-            [i if i.broker != victim or i.end is not None else
-             RunInterval(task_id=i.task_id, broker=i.broker, start=i.start, end=killed_at, acquired=i.acquired,
-                         released=killed_at) for i in _intervals_from_zk(zk, layout)], time.time())
-        assert victim_tasks and {i.task_id for i in intervals if i.broker != victim and i.start > killed_at} >= victim_tasks
+            [
+                i
+                if i.broker != victim or i.end is not None
+                else RunInterval(
+                    task_id=i.task_id,
+                    broker=i.broker,
+                    start=i.start,
+                    end=killed_at,
+                    acquired=i.acquired,
+                    released=killed_at,
+                )
+                for i in _intervals_from_zk(zk, layout)
+            ],
+            time.time(),
+        )
+        assert (
+            victim_tasks
+            and {i.task_id for i in intervals if i.broker != victim and i.start > killed_at} >= victim_tasks
+        )
         overlaps = double_ownership(intervals)
-        assert overlaps == [], "\n".join([str(o) for o in overlaps] + [
-            f"--- {b}.log\n" + (tmp_path / f"{b}.log").read_text()[-4000:] for b in procs])
+        assert overlaps == [], "\n".join(
+            [str(o) for o in overlaps] + [f"--- {b}.log\n" + (tmp_path / f"{b}.log").read_text()[-4000:] for b in procs]
+        )
     finally:
         for p in procs.values():
             if p.poll() is None:

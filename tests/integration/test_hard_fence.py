@@ -16,9 +16,9 @@ import pytest
 
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED
-from controller.protocol import codecs
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from tests.integration.test_cli import ZKCTL, until
@@ -31,9 +31,13 @@ class _Broker:
     def __init__(self, env: dict[str, str], zk: str, bid: str, *args: str, log: Path) -> None:
         self.log = log
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen([ZKCTL, "--zk", zk, "broker", "run", "--id", bid, "--runner", "noop",
-                                          *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                [ZKCTL, "--zk", zk, "broker", "run", "--id", bid, "--runner", "noop", *args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         self.exited_at: float | None = None
         self._thread = threading.Thread(target=self._watch, name=f"watch-{bid}", daemon=True)
         self._thread.start()
@@ -75,21 +79,29 @@ def _owners(zk, layout, tasks):
 
 def _first_owner_after(zk, layout, tasks, broker, timeout):
     """Wait until every task is owned by ``broker``; return the earliest creation time of those owner znodes."""
-    until(lambda: {o[0] for o in _owners(zk, layout, tasks).values()} == {broker}
-          and len(_owners(zk, layout, tasks)) == len(tasks), timeout, f"all tasks owned by {broker}")
+    until(
+        lambda: (
+            {o[0] for o in _owners(zk, layout, tasks).values()} == {broker}
+            and len(_owners(zk, layout, tasks)) == len(tasks)
+        ),
+        timeout,
+        f"all tasks owned by {broker}",
+    )
     return min(o[2] for o in _owners(zk, layout, tasks).values())
 
 
 def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_elsewhere(
-        controller, zk, zk_hosts, layout, cli_env, tmp_path):
+    controller, zk, zk_hosts, layout, cli_env, tmp_path
+):
     tasks = [f"h{i}" for i in range(4)]
     AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     host, port = zk_hosts.split(",")[0].rsplit(":", 1)
     proxy = NetProxy(host, int(port), name="proxy-wedged")
     wedged = other = None
     try:
-        wedged = _Broker(cli_env, proxy.address, "wedged", "--stop-hang", "--session-timeout", "6",
-                         log=tmp_path / "wedged.log")
+        wedged = _Broker(
+            cli_env, proxy.address, "wedged", "--stop-hang", "--session-timeout", "6", log=tmp_path / "wedged.log"
+        )
         until(lambda: len(_owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
         proxy.partition()
         cut = time.time()
@@ -111,13 +123,23 @@ def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_else
 
 
 def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_stop_budget(
-        controller, zk, zk_hosts, layout, cli_env, tmp_path):
+    controller, zk, zk_hosts, layout, cli_env, tmp_path
+):
     tasks = [f"r{i}" for i in range(4)]
     AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     wedged = other = None
     try:
-        wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "2", "--session-timeout", "6",
-                         log=tmp_path / "wedged.log")
+        wedged = _Broker(
+            cli_env,
+            zk_hosts,
+            "wedged",
+            "--stop-hang",
+            "--stop-timeout",
+            "2",
+            "--session-timeout",
+            "6",
+            log=tmp_path / "wedged.log",
+        )
         until(lambda: len(_owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
         joined = time.time()
         other = _Broker(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
@@ -134,16 +156,28 @@ def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_st
                 b.stop()
 
 
-def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(controller, zk, zk_hosts, layout, cli_env,
-                                                                            tmp_path):
+def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(
+    controller, zk, zk_hosts, layout, cli_env, tmp_path
+):
     """SIGTERM asks for a controlled shutdown; the controller is gone, so nobody moves the tasks: after
     ``--shutdown-timeout`` the broker stops them itself, the stop hangs, and it halts within the stop budget."""
     tasks = [f"c{i}" for i in range(3)]
     AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     wedged = None
     try:
-        wedged = _Broker(cli_env, zk_hosts, "wedged", "--stop-hang", "--stop-timeout", "1.5", "--shutdown-timeout", "1",
-                         "--session-timeout", "6", log=tmp_path / "wedged.log")
+        wedged = _Broker(
+            cli_env,
+            zk_hosts,
+            "wedged",
+            "--stop-hang",
+            "--stop-timeout",
+            "1.5",
+            "--shutdown-timeout",
+            "1",
+            "--session-timeout",
+            "6",
+            log=tmp_path / "wedged.log",
+        )
         until(lambda: len(_owners(zk, layout, tasks)) == 3, 30, "the wedged broker to own every task")
         controller.stop()
         asked = time.time()

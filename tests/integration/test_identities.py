@@ -5,7 +5,6 @@ policy format and the hand-over bookkeeping, without ZooKeeper: tests/unit/test_
 
 from __future__ import annotations
 
-
 import pytest
 from click.testing import CliRunner
 from kazoo.exceptions import NoNodeError
@@ -14,15 +13,15 @@ from kazoo.security import ACL, Id
 from broker_sim.sim.checker import double_ownership
 from broker_sim.worker import IdentityMismatch, Worker, WorkerConfig
 from cli.main import cli
-from controller.protocol import codecs
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
+from controller.protocol.acl import ROLES, AclPolicy, digest_id
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
-from controller.protocol.acl import ROLES, AclPolicy, digest_id
-from controller.zk.security import acl_for, check_acls, init_security, owner_in_acl
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
+from controller.zk.security import acl_for, check_acls, init_security, owner_in_acl
 from tests.integration.test_security import _denied, _remove_secured_root
 from tests.security_support import BROKER_CREDS, CREDS, SHARED, R, W, broker_policy
 
@@ -57,11 +56,20 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
     admin = AdminClient(client(CREDS["admin"]), layout)
     tasks = [f"t{i}" for i in range(6)]
     admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
-    ctl = Controller(ControllerConfig("c0", _settings(zk_hosts, zk_root, CREDS["controller"]),
-                                      GroupConfig(rebalance_timeout_s=3.0))).start()
-    workers = {b: Worker(WorkerConfig(broker_id=b, settings=_settings(zk_hosts, zk_root, BROKER_CREDS[b]),
-                                      status_interval_s=0.2, intervals_flush_s=0.3)).start()
-               for b in ("b0", "b1")}
+    ctl = Controller(
+        ControllerConfig("c0", _settings(zk_hosts, zk_root, CREDS["controller"]), GroupConfig(rebalance_timeout_s=3.0))
+    ).start()
+    workers = {
+        b: Worker(
+            WorkerConfig(
+                broker_id=b,
+                settings=_settings(zk_hosts, zk_root, BROKER_CREDS[b]),
+                status_interval_s=0.2,
+                intervals_flush_s=0.3,
+            )
+        ).start()
+        for b in ("b0", "b1")
+    }
     a, b = workers["b0"], workers["b1"]
     reader = client(CREDS["reader"])
 
@@ -72,15 +80,27 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
     def statuses_of(w: Worker) -> bool:
         """Each task ``w`` runs has its owner znode and a status written by ``w``."""
         try:
-            return all(codecs.decode(codecs.TaskStatus, reader.get(layout.status(t))[0], "s").broker == w.id
-                       and reader.exists(layout.task_owner(t)) is not None for t in w.running_tasks())
+            return all(
+                codecs.decode(codecs.TaskStatus, reader.get(layout.status(t))[0], "s").broker == w.id
+                and reader.exists(layout.task_owner(t)) is not None
+                for t in w.running_tasks()
+            )
         except NoNodeError:
             return False
+
     try:
         assert ctl.wait_active(10)
-        assert wait_for(lambda: running_once() and a.running_tasks() and b.running_tasks()
-                        and a.state() == b.state() == "Stable" and statuses_of(a) and statuses_of(b), 30), \
-            "the cluster with per-broker identities did not converge"
+        assert wait_for(
+            lambda: (
+                running_once()
+                and a.running_tasks()
+                and b.running_tasks()
+                and a.state() == b.state() == "Stable"
+                and statuses_of(a)
+                and statuses_of(b)
+            ),
+            30,
+        ), "the cluster with per-broker identities did not converge"
         # every znode carries the policy's ACL, the owner's rights with the broker that owns it
         assert check_acls(client(CREDS["admin"]), layout, policy, credential=CREDS["admin"]) == []
         tb = sorted(b.running_tasks())[0]
@@ -91,8 +111,7 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
         # broker A (b0's own credentials, our client) against B's znodes: NoAuth every time
         za = client(BROKER_CREDS["b0"])
         owner_before = reader.get(layout.task_owner(tb))
-        b_paths = [layout.task_owner(tb), layout.broker("b1"), layout.group_member("default", "b1"),
-                   layout.status(tb)]
+        b_paths = [layout.task_owner(tb), layout.broker("b1"), layout.group_member("default", "b1"), layout.status(tb)]
         for path in b_paths:
             assert _denied(lambda: za.delete(path)), path
             assert _denied(lambda: za.set(path, b"{}")), path
@@ -102,15 +121,18 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
         assert _denied(lambda: za.create(layout.task_owner(tb) + "-x", b"{}", ephemeral=True))
         assert _denied(lambda: za.set_acls(layout.task(tb), acl_for(policy, layout, layout.task(tb), "b0")))
         # the shared broker credentials cannot change an existing znode's ACL either (no ADMIN)
-        assert _denied(lambda: client(SHARED).set_acls(layout.status(tb), acl_for(policy, layout, layout.status(tb), "b0")))
+        assert _denied(
+            lambda: client(SHARED).set_acls(layout.status(tb), acl_for(policy, layout, layout.status(tb), "b0"))
+        )
         # B's znodes are as they were, and every task still runs exactly once
         assert reader.get(layout.task_owner(tb)) == owner_before
         assert running_once() and tb in b.running_tasks()
 
         # a task moved from B to A (reassign): B lets go, the controller hands the task to A, A takes it
         admin.reassign(tb, to="b0", wait=15)
-        assert wait_for(lambda: tb in a.running_tasks() and running_once() and statuses_of(a), 30), \
+        assert wait_for(lambda: tb in a.running_tasks() and running_once() and statuses_of(a), 30), (
             "the reassigned task did not move"
+        )
         acls, _ = client(CREDS["admin"]).get_acls(layout.task(tb))
         assert owner_in_acl(policy, layout, layout.task(tb), acls) == "b0"
         zb = client(BROKER_CREDS["b1"])  # now B cannot touch it
@@ -118,8 +140,9 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
         assert _denied(lambda: zb.set(layout.status(tb), b"{}"))
         # B's controlled shutdown moves everything else to A
         b.request_shutdown()
-        assert wait_for(lambda: b.exited.is_set() and a.running_tasks() == set(tasks) and statuses_of(a), 40), \
+        assert wait_for(lambda: b.exited.is_set() and a.running_tasks() == set(tasks) and statuses_of(a), 40), (
             "the controlled shutdown did not move B's tasks"
+        )
         assert check_acls(client(CREDS["admin"]), layout, policy, credential=CREDS["admin"]) == []
         intervals = [i for w in (a, b) for i in list(w.intervals) + w.open_intervals()]
         assert double_ownership(intervals) == []
@@ -160,7 +183,7 @@ def test_init_and_check_walk_a_root_larger_than_their_window_and_report_what_the
         assert check_acls(admin, layout, policy, credential=CREDS["admin"]) == [foreign]
     finally:
         admin.set_acls(layout.root, OPEN_ACL_UNSAFE)  # (the root's ADMIN is ours: it may take DELETE, which the
-        admin.delete(foreign)                          # policy leaves out, to remove a znode it cannot touch)
+        admin.delete(foreign)  # policy leaves out, to remove a znode it cannot touch)
 
 
 def test_a_broker_with_another_brokers_credentials_does_not_start(per_broker, zk_hosts, zk_root):
@@ -188,12 +211,27 @@ def test_cli_init_check_and_digest_with_per_broker_identities(zk_hosts, zk_root,
     assert "pw-of" not in res.output
     res = runner.invoke(cli, base + ["--zk-auth-file", str(files["b2"]), "security", "digest", "--broker", "bad/id"])
     assert res.exit_code == 1 and "invalid broker id" in res.output
-    args = ["--controller-auth-file", str(files["controller"]), "--admin-auth-file", str(files["admin"]),
-            "--reader-auth-file", str(files["reader"]), "--broker-id-auth-file", f"b0={files['b0']}",
-            "--broker-id-digest", f"b2={digest_id(BROKER_CREDS['b2'])}",
-            "--broker-digest", digest_id(BROKER_CREDS["b1"]), "--broker-user", "broker.{id}"]
-    bad = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "security", "init",
-                                     "--broker-id-digest", "no-equals-sign", *args])
+    args = [
+        "--controller-auth-file",
+        str(files["controller"]),
+        "--admin-auth-file",
+        str(files["admin"]),
+        "--reader-auth-file",
+        str(files["reader"]),
+        "--broker-id-auth-file",
+        f"b0={files['b0']}",
+        "--broker-id-digest",
+        f"b2={digest_id(BROKER_CREDS['b2'])}",
+        "--broker-digest",
+        digest_id(BROKER_CREDS["b1"]),
+        "--broker-user",
+        "broker.{id}",
+    ]
+    bad = runner.invoke(
+        cli,
+        base
+        + ["--zk-auth-file", str(files["admin"]), "security", "init", "--broker-id-digest", "no-equals-sign", *args],
+    )
     assert bad.exit_code == 1 and "ID=VALUE" in bad.output
     try:
         res = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "security", "init", *args])
@@ -212,7 +250,9 @@ def test_cli_init_check_and_digest_with_per_broker_identities(zk_hosts, zk_root,
                 assert res.exit_code == 0, res.output
                 # an ACL that also lets b0 write b1's registration is not the policy's: check names it
                 acls, _ = admin.get_acls(layout.broker("b1"))
-                admin.set_acls(layout.broker("b1"), list(acls) + [ACL(R | W, Id("digest", digest_id(BROKER_CREDS["b0"])))])
+                admin.set_acls(
+                    layout.broker("b1"), list(acls) + [ACL(R | W, Id("digest", digest_id(BROKER_CREDS["b0"])))]
+                )
                 res = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "security", "check"])
                 assert res.exit_code == 1 and layout.broker("b1") in res.output
                 # init again puts it right, keeping the registration b1's

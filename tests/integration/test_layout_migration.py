@@ -13,15 +13,15 @@ from kazoo.client import KazooClient
 from kazoo.security import ACL, Id, Permissions
 
 from cli.main import cli
-from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout
+from controller.admin.migration import migrate
+from controller.protocol import codecs
 from controller.protocol.codecs import TaskStatus
 from controller.protocol.layout import BUCKETS, ZkLayout, bucket_of
-from controller.zk.layout_io import LayoutError, check_root, list_statuses, list_tasks
-from controller.admin.migration import migrate
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree
+from controller.zk.layout_io import LayoutError, check_root, list_statuses, list_tasks
 from tests.controller_support import Cluster, cluster, wait_until  # noqa: F401 (cluster: a fixture)
 
 
@@ -39,9 +39,9 @@ def _flat_root(client: KazooClient, layout: ZkLayout, ids: list[str], statuses: 
         client.ensure_path(p)
     for lo in range(0, len(ids), 200):
         tx = client.transaction()
-        for t in ids[lo:lo + 200]:
+        for t in ids[lo : lo + 200]:
             tx.create(f"{layout.tasks}/{t}", _spec(t))
-        for t in (ids if statuses is None else statuses)[lo:lo + 200]:
+        for t in (ids if statuses is None else statuses)[lo : lo + 200]:
             tx.create(f"{layout.statuses}/{t}", _status(t))
         assert not any(isinstance(r, Exception) for r in tx.commit())
 
@@ -85,7 +85,9 @@ def test_every_process_refuses_a_flat_root_and_writes_nothing(flat, zk_hosts: st
     client, layout = flat
     _flat_root(client, layout, ["t1", "t2"])
     before = _snapshot(client, layout.root)
-    with pytest.raises(LayoutError, match=r"2 task\(s\) and 2 status\(es\) in the flat layout.*zkctl --zk-root .* layout migrate"):
+    with pytest.raises(
+        LayoutError, match=r"2 task\(s\) and 2 status\(es\) in the flat layout.*zkctl --zk-root .* layout migrate"
+    ):
         ensure_layout(client, layout)
     c = Cluster(ZkSettings(hosts=zk_hosts, root=layout.root, session_timeout_s=4.0), tmp_path)
     try:
@@ -106,9 +108,12 @@ def test_every_process_refuses_a_flat_root_and_writes_nothing(flat, zk_hosts: st
     # the operator's commands say it in one line, exit 1
     spec_file = tmp_path / "t3.json"
     spec_file.write_text(json.dumps({"id": "t3", "pipeline": {"kind": "noop"}}))
-    r = CliRunner().invoke(cli, ["--zk", zk_hosts, "--zk-root", layout.root, "task", "create", "-f", str(spec_file)],
-                           prog_name="zkctl")
-    assert r.exit_code != 0 and "flat layout of an earlier release" in r.output and "Traceback" not in r.output, r.output
+    r = CliRunner().invoke(
+        cli, ["--zk", zk_hosts, "--zk-root", layout.root, "task", "create", "-f", str(spec_file)], prog_name="zkctl"
+    )
+    assert r.exit_code != 0 and "flat layout of an earlier release" in r.output and "Traceback" not in r.output, (
+        r.output
+    )
     assert _snapshot(client, layout.root) == before
 
 
@@ -198,18 +203,34 @@ def test_an_interrupted_or_blocked_migration_is_finished_by_running_it_again(fla
 
 def test_layout_commands(flat, zk_hosts: str):
     client, layout = flat
-    run = lambda *a: CliRunner().invoke(cli, ["--zk", zk_hosts, "--zk-root", layout.root, "--json", *a], prog_name="zkctl")
+    run = lambda *a: CliRunner().invoke(
+        cli, ["--zk", zk_hosts, "--zk-root", layout.root, "--json", *a], prog_name="zkctl"
+    )
     _flat_root(client, layout, ["a", "b", "c"], statuses=["a"])
     r = run("layout", "show")
-    assert r.exit_code == 1 and json.loads(r.output) == {"root": layout.root, "layout": 1, "state": "flat",
-                                                              "flat_tasks": 3, "flat_statuses": 1, "bucketed_tasks": 0,
-                                                              "bucketed_statuses": 0, "tasks": 3, "statuses": 1}
+    assert r.exit_code == 1 and json.loads(r.output) == {
+        "root": layout.root,
+        "layout": 1,
+        "state": "flat",
+        "flat_tasks": 3,
+        "flat_statuses": 1,
+        "bucketed_tasks": 0,
+        "bucketed_statuses": 0,
+        "tasks": 3,
+        "statuses": 1,
+    }
     r = run("layout", "migrate", "--dry-run")
     assert r.exit_code == 0 and json.loads(r.output)["tasks"] == 3 and client.exists(layout.layout_info) is None
     r = run("layout", "migrate")
     assert r.exit_code == 0 and json.loads(r.output)["done"] is True, r.output
     shown = json.loads(run("layout", "show").output)
-    assert (shown["layout"], shown["buckets"], shown["tasks"], shown["statuses"], shown["missing_buckets"]) == (2, 256, 3, 1, 0)
+    assert (shown["layout"], shown["buckets"], shown["tasks"], shown["statuses"], shown["missing_buckets"]) == (
+        2,
+        256,
+        3,
+        1,
+        0,
+    )
     assert shown["largest_bucket"] == 1 and shown["largest_listing_bytes"] == 5
     assert json.loads(run("layout", "migrate").output)["already"] is True
 
@@ -217,7 +238,7 @@ def test_layout_commands(flat, zk_hosts: str):
 def test_garbage_in_a_bucket_is_logged_and_isolated(cluster, zk: KazooClient, layout: ZkLayout, caplog):
     other = next(b for b in (layout.task_buckets) if b.rsplit("/", 1)[1] != bucket_of("t1"))
     zk.create(layout.task("t1"), _spec("t1"))
-    zk.create(f"{other}/t1", _spec("t1"))           # a task in another id's bucket
+    zk.create(f"{other}/t1", _spec("t1"))  # a task in another id's bucket
     zk.create(f"{layout.task_bucket('t1')}/-bad", b"")  # not a task id
     zk.create(f"{layout.status_bucket('t2')}/zz z", b"")
     assert list_tasks(zk, layout) == ["t1"] and list_statuses(zk, layout) == []
@@ -239,7 +260,10 @@ def test_large_specs_move_in_multis_under_the_request_limit(flat):
     for p in layout.persistent_roots():
         client.ensure_path(p)
     for t in ids:
-        client.create(f"{layout.tasks}/{t}", TaskSpec(id=t, pipeline=NoopPipeline(kind="noop", fail_message="x" * 40_000)).encode())
+        client.create(
+            f"{layout.tasks}/{t}",
+            TaskSpec(id=t, pipeline=NoopPipeline(kind="noop", fail_message="x" * 40_000)).encode(),
+        )
     result = migrate(client, layout)
     assert result.done and result.moved == 60 and result.multis >= 5, result
     assert list_tasks(client, layout) == sorted(ids)

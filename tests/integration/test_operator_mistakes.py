@@ -28,11 +28,11 @@ from kazoo.security import ACL, Id, Permissions
 
 from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
-from controller.protocol import codecs
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
+from controller.protocol import codecs
 from controller.protocol.acl import SecurityError, digest_id
+from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
@@ -55,15 +55,25 @@ def _stop(p: subprocess.Popen) -> None:
 # ---- 1. a duplicate broker id -----------------------------------------------------------------------
 def test_a_duplicate_broker_id_exits_at_once_and_leaves_the_original_alone(zk, layout, cli_env):
     env = {**cli_env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    first = subprocess.Popen(ZKCTL + ["broker", "run", "--id", "o1", "--runner", "noop", "--session-timeout", "6"],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(
+        ZKCTL + ["broker", "run", "--id", "o1", "--runner", "noop", "--session-timeout", "6"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     second: subprocess.Popen | None = None
     try:
         _until(lambda: zk.exists(layout.broker("o1")) is not None, 30, "o1 to register")
         owner = zk.exists(layout.broker("o1")).ephemeralOwner
         started = time.monotonic()
-        second = subprocess.Popen(ZKCTL + ["broker", "run", "--id", "o1", "--runner", "noop", "--session-timeout", "6"],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        second = subprocess.Popen(
+            ZKCTL + ["broker", "run", "--id", "o1", "--runner", "noop", "--session-timeout", "6"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = second.communicate(timeout=60)
         took = time.monotonic() - started
         assert second.returncode == 1, (out, err)
@@ -86,8 +96,11 @@ def test_a_worker_whose_id_another_live_session_holds_fails_without_acting_in_it
     holder = KazooClient(hosts=zk_settings.hosts, timeout=4.0)
     holder.start(10)
     try:
-        holder.create(layout.broker("o2"), codecs.encode(codecs.BrokerInfo(broker_id="o2", host="elsewhere", pid=1)),
-                      ephemeral=True)
+        holder.create(
+            layout.broker("o2"),
+            codecs.encode(codecs.BrokerInfo(broker_id="o2", host="elsewhere", pid=1)),
+            ephemeral=True,
+        )
         settings = ZkSettings(hosts=zk_settings.hosts, root=zk_settings.root, session_timeout_s=1.0)
         w = Worker(WorkerConfig("o2", settings, on_halt="kill")).start()
         try:
@@ -125,8 +138,9 @@ def _deletion_attempts(ctl: Controller) -> int:
 
 def test_a_stray_child_under_a_task_neither_hangs_its_deletion_nor_spins_the_controller(one_broker, zk, layout):
     ctl, w, admin = one_broker
-    admin.create_tasks([parse_spec({"id": "t1", "pipeline": {"kind": "noop"}}),
-                        parse_spec({"id": "t2", "pipeline": {"kind": "noop"}})])
+    admin.create_tasks(
+        [parse_spec({"id": "t1", "pipeline": {"kind": "noop"}}), parse_spec({"id": "t2", "pipeline": {"kind": "noop"}})]
+    )
     _until(lambda: set(w.running_tasks()) == {"t1", "t2"}, 20, "both tasks running")
 
     zk.create(layout.task("t1") + "/note", b"someone else's")
@@ -167,7 +181,9 @@ def test_creates_that_would_make_a_group_unschedulable_are_refused_with_the_limi
     admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in _long_ids(1000, seed=1)])
     with pytest.raises(SpecError, match="would hold"):
         admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in _long_ids(6000, seed=2)])
-    admin.create_tasks([TaskSpec(id=t, group="other", pipeline=NoopPipeline(kind="noop")) for t in _long_ids(1000, seed=3)])  # another group
+    admin.create_tasks(
+        [TaskSpec(id=t, group="other", pipeline=NoopPipeline(kind="noop")) for t in _long_ids(1000, seed=3)]
+    )  # another group
 
 
 def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, layout, zk_settings):
@@ -175,7 +191,10 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
     the controller says so, and every other group and admin request works."""
     from controller.zk.io import Create, FencedWriter
 
-    ops = [Create(layout.task(t), TaskSpec(id=t, group="big", pipeline=NoopPipeline(kind="noop")).encode()) for t in _long_ids(7500)]
+    ops = [
+        Create(layout.task(t), TaskSpec(id=t, group="big", pipeline=NoopPipeline(kind="noop")).encode())
+        for t in _long_ids(7500)
+    ]
     FencedWriter(zk, None).write(ops)
     AdminClient(zk, layout).create_tasks([TaskSpec(id="small-1", group="small", pipeline=NoopPipeline(kind="noop"))])
     ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=5.0))).start()
@@ -198,7 +217,9 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
 def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):  # noqa: F811
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
-    admin.create_tasks([TaskSpec(id="t0", pipeline=NoopPipeline(kind="noop")), TaskSpec(id="t1", pipeline=NoopPipeline(kind="noop"))])
+    admin.create_tasks(
+        [TaskSpec(id="t0", pipeline=NoopPipeline(kind="noop")), TaskSpec(id="t1", pipeline=NoopPipeline(kind="noop"))]
+    )
     broker = client("broker")
     # an owner znode made the policy's way: the broker may not change its ACL
     broker.create(layout.task_owner("t0"), codecs.encode(codecs.OwnerInfo(broker="b0", generation=1)), ephemeral=True)
@@ -211,8 +232,12 @@ def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_ho
     raw = KazooClient(hosts=zk_hosts, auth_data=[("digest", CREDS["broker"])])
     raw.start(10)
     try:
-        raw.create(layout.task_owner("t1"), b"{}", ephemeral=True,
-                   acl=[ACL(Permissions.ALL, Id("digest", digest_id(CREDS["broker"])))])
+        raw.create(
+            layout.task_owner("t1"),
+            b"{}",
+            ephemeral=True,
+            acl=[ACL(Permissions.ALL, Id("digest", digest_id(CREDS["broker"])))],
+        )
         rows = {r.task_id: r for r in admin.list_tasks()}
         assert set(rows) == {"t0", "t1"} and rows["t0"].owner == "b0"
         assert layout.task_owner("t1") in admin.unreadable
@@ -229,16 +254,31 @@ def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_ho
         res = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "status"])
         assert res.exit_code == 0, res.output
         # security init re-applies the policy everywhere it may, and names the znode it may not
-        res = runner.invoke(cli, base + ["--zk-auth-file", str(files["admin"]), "security", "init",
-                                         *[a for r in ("admin", "controller", "broker", "reader")
-                                           for a in (f"--{r}-auth-file", str(_cred(tmp_path, r)))]])
-        assert res.exit_code == 1 and layout.task_owner("t1") in res.output and "Traceback" not in res.output, res.output
+        res = runner.invoke(
+            cli,
+            base
+            + [
+                "--zk-auth-file",
+                str(files["admin"]),
+                "security",
+                "init",
+                *[
+                    a
+                    for r in ("admin", "controller", "broker", "reader")
+                    for a in (f"--{r}-auth-file", str(_cred(tmp_path, r)))
+                ],
+            ],
+        )
+        assert res.exit_code == 1 and layout.task_owner("t1") in res.output and "Traceback" not in res.output, (
+            res.output
+        )
     finally:
         raw.stop()
         raw.close()
     # with reader credentials, `security check` says it needs admin rights instead of false alarms
-    res = CliRunner().invoke(cli, ["--zk", zk_hosts, "--zk-root", zk_root, "--zk-auth-file", str(files["reader"]),
-                                   "security", "check"])
+    res = CliRunner().invoke(
+        cli, ["--zk", zk_hosts, "--zk-root", zk_root, "--zk-auth-file", str(files["reader"]), "security", "check"]
+    )
     assert res.exit_code == 1 and "needs admin credentials" in res.output, res.output
 
 
@@ -264,8 +304,15 @@ def test_a_controlled_shutdown_after_a_session_expiry_ends(one_broker, zk, layou
     _until(lambda: w.running_tasks() == {"t1"}, 20, "t1 running")
     old_session = w.session_id
     _expire(w.client, zk_hosts)
-    _until(lambda: w.session_id not in (None, old_session) and w.state() == "Stable"
-           and zk.exists(layout.broker("b0")) is not None, 30, "b0 back with a new session")
+    _until(
+        lambda: (
+            w.session_id not in (None, old_session)
+            and w.state() == "Stable"
+            and zk.exists(layout.broker("b0")) is not None
+        ),
+        30,
+        "b0 back with a new session",
+    )
     admin.shutdown_broker("b0", wait=20)
     _until(w.exited.is_set, 20, "the worker to finish its controlled shutdown")
 
@@ -296,5 +343,6 @@ def test_every_credential_source_is_checked_and_never_echoed(tmp_path, monkeypat
     assert res.exit_code == 1 and "ZKC_AUTH_FILE" in res.output and "cannot connect" not in res.output, res.output
     with pytest.raises(SecurityError):
         from controller.zk.security import credential_from_env
+
         credential_from_env({"ZKC_AUTH": "a:b\nc:d"})
     assert os.environ.get("ZKC_AUTH") is None

@@ -51,8 +51,13 @@ def test_a_chatty_worker_cut_off_fences_before_its_session_can_expire(zk, layout
     it inside the session timeout anyway."""
     host, port = zk_hosts.split(":")
     proxy = NetProxy(host, int(port), name="proxy-chatty")
-    ctl = Controller(ControllerConfig("c0", ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION),
-                                      GroupConfig(rebalance_timeout_s=3.0))).start()
+    ctl = Controller(
+        ControllerConfig(
+            "c0",
+            ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION),
+            GroupConfig(rebalance_timeout_s=3.0),
+        )
+    ).start()
     stop_chatter = threading.Event()
     try:
         assert ctl.wait_active(10)
@@ -110,8 +115,10 @@ def test_zookeeper_down_longer_than_the_session_timeout(tmp_path: Path, workers,
         for t in tasks:
             tx.create(layout.task(t), TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode())
         tx.commit()
-        ctls += [Controller(ControllerConfig(f"c{i}", settings, GroupConfig(rebalance_timeout_s=4.0))).start()
-                 for i in range(2)]
+        ctls += [
+            Controller(ControllerConfig(f"c{i}", settings, GroupConfig(rebalance_timeout_s=4.0))).start()
+            for i in range(2)
+        ]
         ws = [_worker(workers, settings, f"b{i}") for i in range(3)]
 
         def running_once() -> bool:
@@ -141,9 +148,11 @@ def test_zookeeper_down_longer_than_the_session_timeout(tmp_path: Path, workers,
         intervals = close_open([i for w in ws for i in list(w.intervals) + w.open_intervals()], time.time())
         assert double_ownership(intervals) == []
         with capsys.disabled():
-            print(f"\nZooKeeper outage {2 * SESSION:.0f}s (session {SESSION:.0f}s): workers fenced "
-                  f"{fence_s:.2f}s after the kill; server restart {restarted_s:.2f}s; all {len(tasks)} tasks running "
-                  f"again {back_s:.2f}s after the restart began; controller epoch {epoch_before} -> {active[0].epoch}")
+            print(
+                f"\nZooKeeper outage {2 * SESSION:.0f}s (session {SESSION:.0f}s): workers fenced "
+                f"{fence_s:.2f}s after the kill; server restart {restarted_s:.2f}s; all {len(tasks)} tasks running "
+                f"again {back_s:.2f}s after the restart began; controller epoch {epoch_before} -> {active[0].epoch}"
+            )
     finally:
         for w in workers:
             w.stop()
@@ -163,14 +172,25 @@ def test_a_task_still_starting_when_the_fence_fires_does_not_keep_running(zk, la
 
     host, port = zk_hosts.split(":")
     proxy = NetProxy(host, int(port), name="proxy-slowstart")
-    ctl = Controller(ControllerConfig("c0", ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION),
-                                      GroupConfig(rebalance_timeout_s=3.0))).start()
+    ctl = Controller(
+        ControllerConfig(
+            "c0",
+            ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION),
+            GroupConfig(rebalance_timeout_s=3.0),
+        )
+    ).start()
     try:
         assert ctl.wait_active(10)
         other = _worker(workers, ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=SESSION), "other")
-        slow = Worker(WorkerConfig(broker_id="slow", settings=ZkSettings(hosts=proxy.address, root=zk_root,
-                                                                         session_timeout_s=SESSION), status_interval_s=0.2, on_halt="kill"),
-                      runner=NoopRunner(start_latency_s=6.0)).start()
+        slow = Worker(
+            WorkerConfig(
+                broker_id="slow",
+                settings=ZkSettings(hosts=proxy.address, root=zk_root, session_timeout_s=SESSION),
+                status_interval_s=0.2,
+                on_halt="kill",
+            ),
+            runner=NoopRunner(start_latency_s=6.0),
+        ).start()
         workers.append(slow)
         assert wait_for(lambda: all(w.state() == "Stable" for w in (slow, other)), 20)
         tx = zk.transaction()
@@ -184,8 +204,9 @@ def test_a_task_still_starting_when_the_fence_fires_does_not_keep_running(zk, la
         # nothing may keep running on the cut-off worker
         assert wait_for(lambda: {f"t{i}" for i in range(4)} <= other.running_tasks(), 30), "the others take over"
         assert wait_for(lambda: not any(s.busy or s.state == "STARTING" for s in list(slow.table.slots.values())), 15)
-        assert wait_for(lambda: slow.running_tasks() == set(), 2), \
+        assert wait_for(lambda: slow.running_tasks() == set(), 2), (
             "a task whose start finished after the fence is still running"
+        )
         # what remains is the start itself: a start longer than the fence margin (here 6 s against a 4 s
         # session) overlaps the new owner for as long as it lasts, no longer (docs/reliability.md, limits)
         late = [i for i in slow.intervals if i.start > i.acquired + 5.0]

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from broker_sim.worker import Worker, WorkerConfig
-from controller.protocol import codecs
 from controller.admin import AdminClient, wait_for
 from controller.admin.views import SkippedRestart
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, RestartPolicy, TaskSpec
 
@@ -22,8 +22,12 @@ from controller.protocol.taskspec import NoopPipeline, RestartPolicy, TaskSpec
 # ---- against ZooKeeper -------------------------------------------------------------------------------
 def failing(task_id: str, group: str = "default") -> TaskSpec:
     """A task that fails 0.1 s after every start and is never restarted automatically: FAILED at once."""
-    return TaskSpec(id=task_id, group=group, restart=RestartPolicy(max_attempts=0),
-                    pipeline=NoopPipeline(kind="noop", fail_after_s=0.1, fail_message=f"{task_id} broke"))
+    return TaskSpec(
+        id=task_id,
+        group=group,
+        restart=RestartPolicy(max_attempts=0),
+        pipeline=NoopPipeline(kind="noop", fail_after_s=0.1, fail_message=f"{task_id} broke"),
+    )
 
 
 @pytest.fixture
@@ -34,8 +38,9 @@ def cluster(zk, zk_settings, layout):
     try:
         assert ctl.wait_active(15)
         for bid, group in (("b0", "default"), ("o0", "other")):
-            workers.append(Worker(WorkerConfig(bid, zk_settings, group=group, status_interval_s=0.1,
-                                               on_halt="kill")).start())
+            workers.append(
+                Worker(WorkerConfig(bid, zk_settings, group=group, status_interval_s=0.1, on_halt="kill")).start()
+            )
         yield AdminClient(zk, layout), {w.id: w for w in workers}
     finally:
         for w in workers:
@@ -45,7 +50,8 @@ def cluster(zk, zk_settings, layout):
 
 def runs(worker: Worker, task_id: str) -> int:
     return sum(1 for i in worker.intervals if i.task_id == task_id) + sum(
-        1 for i in worker.open_intervals() if i.task_id == task_id)
+        1 for i in worker.open_intervals() if i.task_id == task_id
+    )
 
 
 def shown(admin: AdminClient) -> dict[str, str | None]:
@@ -54,8 +60,14 @@ def shown(admin: AdminClient) -> dict[str, str | None]:
 
 def test_every_failed_task_is_restarted_by_one_multi_and_nothing_else(cluster, zk, layout):
     admin, workers = cluster
-    specs = [failing("f1"), failing("f2"), failing("f3"), failing("of1", "other"),
-             TaskSpec(id="healthy", pipeline=NoopPipeline(kind="noop")), failing("fp")]
+    specs = [
+        failing("f1"),
+        failing("f2"),
+        failing("f3"),
+        failing("of1", "other"),
+        TaskSpec(id="healthy", pipeline=NoopPipeline(kind="noop")),
+        failing("fp"),
+    ]
     admin.create_tasks(specs)
     want = {"f1": "FAILED", "f2": "FAILED", "f3": "FAILED", "of1": "FAILED", "healthy": "RUNNING", "fp": "FAILED"}
     assert wait_for(lambda: shown(admin) == want, 30), shown(admin)
@@ -72,8 +84,9 @@ def test_every_failed_task_is_restarted_by_one_multi_and_nothing_else(cluster, z
     assert nonces == {"f1": 1, "f2": 1, "f3": 1, "of1": 0, "healthy": 0, "fp": 0}
 
     # each ran again on its owner (and failed again: the policy allows no automatic restart)
-    assert wait_for(lambda: all(runs(workers["b0"], t) == before[t] + 1 for t in ("f1", "f2", "f3")), 20), \
-        {t: runs(workers["b0"], t) for t in before}
+    assert wait_for(lambda: all(runs(workers["b0"], t) == before[t] + 1 for t in ("f1", "f2", "f3")), 20), {
+        t: runs(workers["b0"], t) for t in before
+    }
     assert runs(workers["b0"], "healthy") == before["healthy"]
 
     def failed_again(t: str) -> bool:
@@ -82,6 +95,7 @@ def test_every_failed_task_is_restarted_by_one_multi_and_nothing_else(cluster, z
         ended = [i.end for i in workers["b0"].intervals if i.task_id == t]
         status = codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0])
         return len(ended) == before[t] + 1 and status.state == "FAILED" and status.updated >= max(ended)
+
     assert wait_for(lambda: all(failed_again(t) for t in ("f1", "f2", "f3")), 20)
     assert wait_for(lambda: shown(admin) == {**want, "fp": "FAILED"}, 20), shown(admin)
 
@@ -103,8 +117,15 @@ def test_no_failed_task_restarts_nothing_and_writes_nothing(cluster, zk, layout)
 def test_the_worker_follows_the_tasks_policy_and_describe_reports_it(cluster):
     admin, workers = cluster
     policy = RestartPolicy(max_attempts=2, backoff_initial_s=0.4, backoff_max_s=0.5)
-    admin.create_tasks([TaskSpec(id="flaky", restart=policy, pipeline=NoopPipeline(kind="noop", fail_after_s=0.05,
-                                                                                 fail_message="flaky broke"))])
+    admin.create_tasks(
+        [
+            TaskSpec(
+                id="flaky",
+                restart=policy,
+                pipeline=NoopPipeline(kind="noop", fail_after_s=0.05, fail_message="flaky broke"),
+            )
+        ]
+    )
     assert wait_for(lambda: shown(admin) == {"flaky": "FAILED"}, 30), shown(admin)
     starts = sorted(i.start for i in workers["b0"].intervals if i.task_id == "flaky")
     gaps = [b - a for a, b in zip(starts, starts[1:])]

@@ -15,17 +15,17 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
-from controller.protocol import codecs
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
+from controller.protocol.acl import ROLES, AclPolicy, digest_id
 from controller.protocol.group import GroupConfig
 from controller.protocol.layout import ZkLayout
-from controller.protocol.acl import ROLES, AclPolicy, digest_id
-from controller.zk.security import check_acls, init_security
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.layout_io import list_tasks
 from controller.zk.io import delete_tree
+from controller.zk.layout_io import list_tasks
+from controller.zk.security import check_acls, init_security
 from tests.security_support import CREDS, PASSWORDS
 
 
@@ -37,8 +37,9 @@ def secured(zk_hosts: str, zk_root: str):
     clients: list[KazooClient] = []
 
     def client(role: str | None) -> KazooClient:
-        c = make_client(ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0,
-                                   auth=CREDS[role] if role else None))
+        c = make_client(
+            ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0, auth=CREDS[role] if role else None)
+        )
         clients.append(c)
         return c
 
@@ -86,14 +87,26 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
     admin.create_tasks([TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
-    ctl = Controller(ControllerConfig("c0", _settings(zk_hosts, zk_root, "controller"),
-                                      GroupConfig(rebalance_timeout_s=3.0))).start()
-    workers = [Worker(WorkerConfig(broker_id=f"b{i}", settings=_settings(zk_hosts, zk_root, "broker"),
-                                   status_interval_s=0.2, on_halt="kill")).start() for i in range(2)]
+    ctl = Controller(
+        ControllerConfig("c0", _settings(zk_hosts, zk_root, "controller"), GroupConfig(rebalance_timeout_s=3.0))
+    ).start()
+    workers = [
+        Worker(
+            WorkerConfig(
+                broker_id=f"b{i}",
+                settings=_settings(zk_hosts, zk_root, "broker"),
+                status_interval_s=0.2,
+                on_halt="kill",
+            )
+        ).start()
+        for i in range(2)
+    ]
     try:
         assert ctl.wait_active(10)
-        assert wait_for(lambda: sum(len(w.running_tasks()) for w in workers) == 6
-                        and all(w.state() == "Stable" for w in workers), 30), "the secured cluster did not converge"
+        assert wait_for(
+            lambda: sum(len(w.running_tasks()) for w in workers) == 6 and all(w.state() == "Stable" for w in workers),
+            30,
+        ), "the secured cluster did not converge"
         # the operator's requests work through the controller: delete a task, rebalance
         admin.delete_task("t5", wait=15)
         assert "t5" not in list_tasks(client("reader"), layout)
@@ -103,9 +116,16 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
         assert check_acls(client("admin"), layout, policy, credential=CREDS["admin"]) == []
 
         assignment = layout.group_assignment("default", "b0")
-        forged = codecs.encode(codecs.Assignment(generation=10**6, controller_epoch=10**6, assigned=("t0",), revoked=()))
-        anon, reader, broker, operator, controller = (client(None), client("reader"), client("broker"),
-                                                       client("admin"), client("controller"))
+        forged = codecs.encode(
+            codecs.Assignment(generation=10**6, controller_epoch=10**6, assigned=("t0",), revoked=())
+        )
+        anon, reader, broker, operator, controller = (
+            client(None),
+            client("reader"),
+            client("broker"),
+            client("admin"),
+            client("controller"),
+        )
         # nobody but the controller changes assignments, group state or the controller znodes
         for c in (anon, reader, broker, operator):
             assert _denied(lambda: c.set(assignment, forged))
@@ -115,8 +135,14 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
             assert _denied(lambda: c.create(layout.group_assignment("default", "intruder"), forged))
         # nobody but the admin creates tasks or admin requests, or changes a task spec
         for c in (anon, reader, broker, controller):
-            assert _denied(lambda: c.create(layout.task("evil"), TaskSpec(id="evil", pipeline=NoopPipeline(kind="noop")).encode()))
-            assert _denied(lambda: c.set(layout.task("t0"), TaskSpec(id="t0", state="PAUSED", pipeline=NoopPipeline(kind="noop")).encode()))
+            assert _denied(
+                lambda: c.create(layout.task("evil"), TaskSpec(id="evil", pipeline=NoopPipeline(kind="noop")).encode())
+            )
+            assert _denied(
+                lambda: c.set(
+                    layout.task("t0"), TaskSpec(id="t0", state="PAUSED", pipeline=NoopPipeline(kind="noop")).encode()
+                )
+            )
             assert _denied(lambda: c.create(layout.admin_rebalance_request_prefix, b"{}", sequence=True))
         # nobody but brokers register, join or take task ownership
         for c in (anon, reader, operator, controller):
@@ -155,6 +181,7 @@ def test_secrets_never_in_logs_or_reprs(zk_hosts, zk_root, caplog, tmp_path):
     assert "Auth" in logged or caplog.records, "expected kazoo to log the session"
     assert PASSWORDS["admin"] not in logged and PASSWORDS["admin"] not in text
     from cli.common import Ctx
+
     ctx = Ctx(hosts=zk_hosts, root=zk_root, json_out=False, verbose=0, state_dir=tmp_path, auth=CREDS["admin"])
     assert PASSWORDS["admin"] not in repr(ctx) + repr(ctx.settings)
 
@@ -209,27 +236,94 @@ def test_tls_to_zookeeper_with_a_self_signed_certificate(tmp_path, monkeypatch):
 
     from kazoo.handlers.threading import KazooTimeoutError
 
-    from controller.zk.server import ZooKeeperServer, free_port
     from controller.zk.client import settings_from_env
+    from controller.zk.server import ZooKeeperServer, free_port
 
     keytool = shutil.which("keytool")
     assert keytool, "keytool ships with Java 17"
     ks, ca = tmp_path / "zk.p12", tmp_path / "ca.pem"
-    subprocess.run([keytool, "-genkeypair", "-alias", "zk", "-keyalg", "RSA", "-keysize", "2048", "-dname", "CN=localhost",
-                    "-ext", "SAN=ip:127.0.0.1,dns:localhost", "-validity", "2", "-keystore", str(ks), "-storetype",
-                    "PKCS12", "-storepass", "changeit", "-keypass", "changeit"], check=True, capture_output=True)
-    subprocess.run([keytool, "-exportcert", "-rfc", "-alias", "zk", "-keystore", str(ks), "-storepass", "changeit",
-                    "-file", str(ca)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            keytool,
+            "-genkeypair",
+            "-alias",
+            "zk",
+            "-keyalg",
+            "RSA",
+            "-keysize",
+            "2048",
+            "-dname",
+            "CN=localhost",
+            "-ext",
+            "SAN=ip:127.0.0.1,dns:localhost",
+            "-validity",
+            "2",
+            "-keystore",
+            str(ks),
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            "changeit",
+            "-keypass",
+            "changeit",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            keytool,
+            "-exportcert",
+            "-rfc",
+            "-alias",
+            "zk",
+            "-keystore",
+            str(ks),
+            "-storepass",
+            "changeit",
+            "-file",
+            str(ca),
+        ],
+        check=True,
+        capture_output=True,
+    )
     trust = tmp_path / "trust.p12"
-    subprocess.run([keytool, "-importcert", "-noprompt", "-alias", "zk", "-file", str(ca), "-keystore", str(trust),
-                    "-storetype", "PKCS12", "-storepass", "changeit"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            keytool,
+            "-importcert",
+            "-noprompt",
+            "-alias",
+            "zk",
+            "-file",
+            str(ca),
+            "-keystore",
+            str(trust),
+            "-storetype",
+            "PKCS12",
+            "-storepass",
+            "changeit",
+        ],
+        check=True,
+        capture_output=True,
+    )
     secure_port = free_port()
-    server = ZooKeeperServer(data_dir=tmp_path / "zk", port=free_port(), tick_ms=200, extra_config={
-        "secureClientPort": str(secure_port),
-        "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
-        "ssl.keyStore.location": str(ks), "ssl.keyStore.password": "changeit", "ssl.keyStore.type": "PKCS12",
-        "ssl.trustStore.location": str(trust), "ssl.trustStore.password": "changeit", "ssl.trustStore.type": "PKCS12",
-        "ssl.clientAuth": "none"})
+    server = ZooKeeperServer(
+        data_dir=tmp_path / "zk",
+        port=free_port(),
+        tick_ms=200,
+        extra_config={
+            "secureClientPort": str(secure_port),
+            "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+            "ssl.keyStore.location": str(ks),
+            "ssl.keyStore.password": "changeit",
+            "ssl.keyStore.type": "PKCS12",
+            "ssl.trustStore.location": str(trust),
+            "ssl.trustStore.password": "changeit",
+            "ssl.trustStore.type": "PKCS12",
+            "ssl.clientAuth": "none",
+        },
+    )
     server.start(timeout=90)
     try:
         monkeypatch.setenv("ZKC_ZK_TLS", "1")

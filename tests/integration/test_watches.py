@@ -42,8 +42,13 @@ def test_no_watch_is_lost_when_the_connection_drops(cluster, zk, layout, zk_host
         ctl = cluster.controller("c", settings=via_proxy, task_watch=task_watch)
         w = cluster.worker("w", settings=via_proxy, status_interval_s=0.1)
         direct = cluster.worker("d", status_interval_s=0.1)
-        wait_until(lambda: len(w.running_tasks()) + len(direct.running_tasks()) == 4
-                   and w.state() == direct.state() == "Stable", 20, "4 tasks running on 2 workers")
+        wait_until(
+            lambda: (
+                len(w.running_tasks()) + len(direct.running_tasks()) == 4 and w.state() == direct.state() == "Stable"
+            ),
+            20,
+            "4 tasks running on 2 workers",
+        )
         settle(ctl)
         wait_until(lambda: ctl.client.client_id and w.client.client_id, 15, "both connected")
         sessions = {"controller": ctl.client.client_id[0], "worker": w.client.client_id[0]}
@@ -60,8 +65,10 @@ def test_no_watch_is_lost_when_the_connection_drops(cluster, zk, layout, zk_host
         settle(ctl)
         # (read once connected: a client between connections has no session id to show)
         wait_until(lambda: ctl.client.client_id and w.client.client_id, 15, "both connected after settling")
-        assert ctl.client.client_id[0] == sessions["controller"] and w.client.client_id[0] == sessions["worker"], \
+        assert ctl.client.client_id[0] == sessions["controller"] and w.client.client_id[0] == sessions["worker"], (
             "a session was lost with the connection (the test needs the same sessions)"
+        )
+
         def still_needed(name: str, path: str) -> bool:
             """A watch whose znode is gone (an old generation's sync) or, for the worker, on the spec of a task
             it no longer holds (a rebalance still finishing under load moved it) has no reason to stay."""
@@ -72,8 +79,9 @@ def test_no_watch_is_lost_when_the_connection_drops(cluster, zk, layout, zk_host
 
         for name, s in sessions.items():
             deadline = time.monotonic() + 10
-            while (lost := {p for p in before[name] - steady_watches(zk_hosts, s) if still_needed(name, p)}) \
-                    and time.monotonic() < deadline:
+            while (
+                lost := {p for p in before[name] - steady_watches(zk_hosts, s) if still_needed(name, p)}
+            ) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert not lost, f"the {name} lost its watches of {sorted(lost)} with the connection"
 
@@ -111,8 +119,12 @@ def test_a_recursive_watch_reports_every_change_below_it_and_stays_armed(zk, lay
         c.delete(root + "/a/b")
         c.create(root + "-sibling")  # not below the watched path
         wait_until(lambda: len(seen) == 4, 5, "four events")
-        assert seen == [("CREATED", root + "/a/b"), ("CHANGED", root + "/a"), ("CHANGED", root + "/a"),
-                        ("DELETED", root + "/a/b")]
+        assert seen == [
+            ("CREATED", root + "/a/b"),
+            ("CHANGED", root + "/a"),
+            ("CHANGED", root + "/a"),
+            ("DELETED", root + "/a/b"),
+        ]
         assert once == ["CHANGED"]
         assert root in watches_by_session(zk_hosts)[c.client_id[0]]
         watches.remove(root)

@@ -7,19 +7,19 @@ import time
 
 import pytest
 
-from controller.protocol.member import WorkerState as WS
-from broker_sim.sim.netproxy import NetProxy
 from broker_sim.runners.noop import NoopRunner
+from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker import Worker, WorkerConfig
-from controller.protocol import codecs
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
+from controller.protocol.member import WorkerState as WS
 from controller.protocol.rules import COOPERATIVE, EAGER
 from controller.protocol.taskspec import NoopPipeline, RestartPolicy, TaskSpec
 from controller.zk.client import ZkSettings
-from controller.zk.layout_io import list_statuses
 from controller.zk.io import get_many
+from controller.zk.layout_io import list_statuses
 
 
 @pytest.fixture
@@ -88,9 +88,15 @@ def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, contr
     leader.member.assign = run_assignor
     assert wait_for(lambda: coord.state.value == "Stable" and len(a.running_tasks() | b.running_tasks()) == 6, 20)
     seen = set(a.member.transitions) | set(b.member.transitions) | set(c.member.transitions)
-    for pair in [(WS.DOWN, WS.PREPARING_JOIN), (WS.PREPARING_JOIN, WS.JOINING), (WS.JOINING, WS.SYNCING),
-                 (WS.SYNCING, WS.STABLE), (WS.STABLE, WS.PREPARING_JOIN), (WS.JOINING, WS.PREPARING_JOIN),
-                 (WS.SYNCING, WS.PREPARING_JOIN)]:
+    for pair in [
+        (WS.DOWN, WS.PREPARING_JOIN),
+        (WS.PREPARING_JOIN, WS.JOINING),
+        (WS.JOINING, WS.SYNCING),
+        (WS.SYNCING, WS.STABLE),
+        (WS.STABLE, WS.PREPARING_JOIN),
+        (WS.JOINING, WS.PREPARING_JOIN),
+        (WS.SYNCING, WS.PREPARING_JOIN),
+    ]:
         assert pair in seen, (pair, sorted((x.value, y.value) for x, y in seen))
 
 
@@ -106,13 +112,16 @@ def test_session_loss_takes_the_worker_down_and_back(zk, layout, zk_settings, co
     other.start(10)
     other.stop()
     other.close()
-    assert wait_for(lambda: (WS.STABLE, WS.DOWN) in member.transitions or (WS.SYNCING, WS.DOWN) in member.transitions, 15)
+    assert wait_for(
+        lambda: (WS.STABLE, WS.DOWN) in member.transitions or (WS.SYNCING, WS.DOWN) in member.transitions, 15
+    )
     assert wait_for(lambda: len(w.running_tasks()) == 4 and w.state() == "Stable", 20)
 
 
 @pytest.mark.parametrize("stop_latency_s", [0.0, 1.5], ids=["instant-stop", "slow-stop"])
-def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk_hosts, zk_root, controller, workers,
-                                                                   stop_latency_s):
+def test_fence_deadline_stops_tasks_before_the_session_can_expire(
+    zk, layout, zk_hosts, zk_root, controller, workers, stop_latency_s
+):
     """A worker cut off from ZooKeeper (a silent network, via a TCP proxy) stops all its tasks before its
     session expires on the server: the new owners start only after that. With a runner whose stop takes
     1.5 s (declaring a budget of 2 s; the default margin is a sixth of the 4 s session, 0.67 s), the
@@ -126,8 +135,12 @@ def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk
         def start(bid: str, hosts: str) -> Worker:
             runner = NoopRunner(stop_latency_s=stop_latency_s)
             runner.stop_budget_s = budget
-            config = WorkerConfig(broker_id=bid, settings=ZkSettings(hosts=hosts, root=zk_root, session_timeout_s=session),
-                                  status_interval_s=0.1, on_halt="kill")
+            config = WorkerConfig(
+                broker_id=bid,
+                settings=ZkSettings(hosts=hosts, root=zk_root, session_timeout_s=session),
+                status_interval_s=0.1,
+                on_halt="kill",
+            )
             w = Worker(config, runner=runner).start()
             workers.append(w)
             return w
@@ -154,8 +167,11 @@ def test_fence_deadline_stops_tasks_before_the_session_can_expire(zk, layout, zk
 
 def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_settings, controller, workers):
     policy = RestartPolicy(max_attempts=3, backoff_initial_s=0.2, backoff_max_s=1.0)
-    spec = TaskSpec(id="flaky", restart=policy, pipeline=NoopPipeline(kind="noop", fail_after_s=0.05,
-                                                                      fail_message="boom: simulated"))
+    spec = TaskSpec(
+        id="flaky",
+        restart=policy,
+        pipeline=NoopPipeline(kind="noop", fail_after_s=0.05, fail_message="boom: simulated"),
+    )
     _create(zk, layout, spec, TaskSpec(id="healthy", pipeline=NoopPipeline(kind="noop")))
     w = _worker(workers, zk_settings, "w")
 
@@ -222,7 +238,9 @@ def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settin
     others start; it starts once the znode is gone, and never while it exists."""
     ids = [f"q{i}" for i in range(5)]
     _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
-    zk.create(layout.task_owner("q2"), codecs.encode(codecs.OwnerInfo(broker="elsewhere", generation=0)), ephemeral=True)
+    zk.create(
+        layout.task_owner("q2"), codecs.encode(codecs.OwnerInfo(broker="elsewhere", generation=0)), ephemeral=True
+    )
     w = _worker(workers, zk_settings, "taker")
     assert wait_for(lambda: w.running_tasks() == set(ids) - {"q2"}, 15)
     time.sleep(0.5)
@@ -233,7 +251,9 @@ def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settin
     assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "taker"
 
 
-def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status(zk, layout, zk_settings, controller, workers):
+def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status(
+    zk, layout, zk_settings, controller, workers
+):
     """A cooperative revocation of several tasks: their runners stop, then one multi writes each last status
     (still ours) and deletes each owner znode; the new owner starts them only after that."""
     ids = [f"r{i}" for i in range(8)]
@@ -250,8 +270,17 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     a.client._call = recording_call
     workers.append(a.start())
     assert wait_for(lambda: a.running_tasks() == set(ids), 15)
-    assert wait_for(lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "giver"
-                                for t in ids if zk.exists(layout.status(t))) and len(list_statuses(zk, layout)) == len(ids), 10)
+    assert wait_for(
+        lambda: (
+            all(
+                codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "giver"
+                for t in ids
+                if zk.exists(layout.status(t))
+            )
+            and len(list_statuses(zk, layout)) == len(ids)
+        ),
+        10,
+    )
     del sent[:]
     b = _worker(workers, zk_settings, "taker")
     assert wait_for(lambda: len(b.running_tasks()) == 4 and len(a.running_tasks()) == 4, 15)
@@ -266,15 +295,19 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
         assert wait_for(lambda t=t: codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "taker", 5)
 
 
-def test_a_release_writes_the_last_status_at_its_own_last_version_without_reading_it(zk, layout, zk_settings,
-                                                                                     controller, workers):
+def test_a_release_writes_the_last_status_at_its_own_last_version_without_reading_it(
+    zk, layout, zk_settings, controller, workers
+):
     """A release may write a task's last status only while that status is still ours. The version our own
     last write left says so without a read (a broker letting go of one task spends one round trip, not
     two); a status someone else wrote since is not ours: the release finds that out and leaves it alone."""
     specs = {t: TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ("v0", "v1")}
     _create(zk, layout, *specs.values())
-    a = Worker(WorkerConfig(broker_id="giver", settings=zk_settings, status_interval_s=0.1, metrics_interval_s=600.0,
-                            on_halt="kill"))
+    a = Worker(
+        WorkerConfig(
+            broker_id="giver", settings=zk_settings, status_interval_s=0.1, metrics_interval_s=600.0, on_halt="kill"
+        )
+    )
     sent: list[tuple[str, str | None]] = []
     send = a.client._call
 
@@ -292,26 +325,38 @@ def test_a_release_writes_the_last_status_at_its_own_last_version_without_readin
             return None
         return codecs.decode(codecs.TaskStatus, data), stat.version
 
-    assert wait_for(lambda: all((s := status(t)) and s[0].state == "RUNNING" and s[0].broker == "giver"
-                                and a.reporting.status_versions.get(layout.status(t)) == s[1] for t in specs), 20)
+    assert wait_for(
+        lambda: all(
+            (s := status(t))
+            and s[0].state == "RUNNING"
+            and s[0].broker == "giver"
+            and a.reporting.status_versions.get(layout.status(t)) == s[1]
+            for t in specs
+        ),
+        20,
+    )
     del sent[:]
     zk.set(layout.task("v0"), specs["v0"].with_state("PAUSED").encode())
     assert wait_for(lambda: a.running_tasks() == {"v1"} and zk.exists(layout.task_owner("v0")) is None, 15)
     last, _ = status("v0")
     assert (last.broker, last.state) == ("giver", "STOPPED")
     assert ("GetData", layout.status("v0")) not in sent, "the release read the status it had written itself"
-    assert layout.status("v0") not in a.reporting.status_versions, "a released task's version is the next owner's to know"
+    assert layout.status("v0") not in a.reporting.status_versions, (
+        "a released task's version is the next owner's to know"
+    )
     # someone else writes v1's status (an operator, or the controller marking a task FAILED)
-    foreign = codecs.encode(codecs.TaskStatus(broker="operator", state="FAILED", generation=0, updated=time.time(),
-                                              error="marked by hand"))
+    foreign = codecs.encode(
+        codecs.TaskStatus(broker="operator", state="FAILED", generation=0, updated=time.time(), error="marked by hand")
+    )
     zk.set(layout.status("v1"), foreign)
     zk.set(layout.task("v1"), specs["v1"].with_state("PAUSED").encode())
     assert wait_for(lambda: not a.running_tasks() and zk.exists(layout.task_owner("v1")) is None, 15)
     assert zk.get(layout.status("v1"))[0] == foreign, "the release overwrote a status that was no longer ours"
 
 
-def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_has_ended(zk, layout, zk_settings,
-                                                                                       controller, workers):
+def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_has_ended(
+    zk, layout, zk_settings, controller, workers
+):
     """A task let go counts as released only once its stop job is over (its slot busy no more: until then it
     "may be held any moment"). The member must hear of it after that, not only from inside the release:
     here every release returns 0.3 s late, so a look from inside it always sees the slot still busy. With
@@ -323,23 +368,30 @@ def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_ha
     both = (RECONCILE, COOPERATIVE)
     a = _worker(workers, zk_settings, "a", protocols=both)
     b = _worker(workers, zk_settings, "b", protocols=both)
-    assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) == 6
-                    and controller.ctx.groups["default"].protocol == RECONCILE
-                    and controller.ctx.groups["default"].state.value == "Stable", 20)
+    assert wait_for(
+        lambda: (
+            len(a.running_tasks()) + len(b.running_tasks()) == 6
+            and controller.ctx.groups["default"].protocol == RECONCILE
+            and controller.ctx.groups["default"].state.value == "Stable"
+        ),
+        20,
+    )
     for w in (a, b):
         release = w.ownership.release
 
         def late_release(tasks, cached=True, _release=release):
             _release(tasks, cached)
             time.sleep(0.3)
+
         w.ownership.release = late_release
         # the pool thread's release (a reconciling member's goes with its report from the event thread, which
         # clears the busy flags itself before telling the member; it falls back to this one when a status
         # version is not known, as here)
         w.ownership.send_release = lambda *_a: False
     c = _worker(workers, zk_settings, "c", protocols=both)
-    assert wait_for(lambda: len(c.running_tasks()) == 2 and len(a.running_tasks()) == len(b.running_tasks()) == 2, 10), \
-        (a.running_tasks(), b.running_tasks(), c.running_tasks())
+    assert wait_for(
+        lambda: len(c.running_tasks()) == 2 and len(a.running_tasks()) == len(b.running_tasks()) == 2, 10
+    ), (a.running_tasks(), b.running_tasks(), c.running_tasks())
 
 
 def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_settings, controller, workers):
@@ -354,11 +406,17 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
     both = (RECONCILE, COOPERATIVE)
     a = _worker(workers, zk_settings, "a", protocols=both, metrics_interval_s=600.0)
     b = _worker(workers, zk_settings, "b", protocols=both, metrics_interval_s=600.0)
-    assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) == 6
-                    and controller.ctx.groups["default"].protocol == RECONCILE
-                    and controller.ctx.groups["default"].state.value == "Stable"
-                    and all(w.reporting.status_versions.get(layout.status(t)) is not None
-                            for w in (a, b) for t in w.running_tasks()), 20)
+    assert wait_for(
+        lambda: (
+            len(a.running_tasks()) + len(b.running_tasks()) == 6
+            and controller.ctx.groups["default"].protocol == RECONCILE
+            and controller.ctx.groups["default"].state.value == "Stable"
+            and all(
+                w.reporting.status_versions.get(layout.status(t)) is not None for w in (a, b) for t in w.running_tasks()
+            )
+        ),
+        20,
+    )
     sent: dict[str, list[list[tuple[str, str]]]] = {"a": [], "b": []}
     for w in (a, b):
         send = w.client._call
@@ -369,11 +427,18 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
             elif type(request).__name__ in ("SetData", "Create"):
                 _log.append([(type(request).__name__, request.path)])
             return _send(request, async_object)
+
         w.client._call = recording_call
     before = {w.id: w.running_tasks() for w in (a, b)}
     c = _worker(workers, zk_settings, "c", protocols=both)
-    assert wait_for(lambda: len(c.running_tasks()) == 2 and len(a.running_tasks()) == len(b.running_tasks()) == 2
-                    and controller.ctx.groups["default"].state.value == "Stable", 15)
+    assert wait_for(
+        lambda: (
+            len(c.running_tasks()) == 2
+            and len(a.running_tasks()) == len(b.running_tasks()) == 2
+            and controller.ctx.groups["default"].state.value == "Stable"
+        ),
+        15,
+    )
     for w in (a, b):
         member = layout.group_member("default", w.id)
         gone = before[w.id] - w.running_tasks()
@@ -383,7 +448,7 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
         [ops] = releases
         assert {p.rsplit("/", 2)[-2] for k, p in ops if k == "Delete"} == gone
         assert ("SetData", member) in ops, f"{w.id}'s release did not carry its report: {ops}"
-        later = sent[w.id][sent[w.id].index(ops) + 1:]
+        later = sent[w.id][sent[w.id].index(ops) + 1 :]
         assert not any(p == member for step in later for _, p in step), f"a separate report followed: {later}"
         report = codecs.decode(codecs.JoinRequest, zk.get(member)[0])
         assert not gone & set(report.owned) and report.join_generation == w.member.generation
@@ -403,13 +468,21 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
     both = (RECONCILE, COOPERATIVE)
     a = _worker(workers, zk_settings, "a", protocols=both)
     b = _worker(workers, zk_settings, "b", protocols=both)
-    assert wait_for(lambda: (g := controller.ctx.groups.get("default")) is not None and g.protocol == RECONCILE
-                    and g.state.value == "Stable" and len(a.running_tasks()) + len(b.running_tasks()) == 6, 20)
+    assert wait_for(
+        lambda: (
+            (g := controller.ctx.groups.get("default")) is not None
+            and g.protocol == RECONCILE
+            and g.state.value == "Stable"
+            and len(a.running_tasks()) + len(b.running_tasks()) == 6
+        ),
+        20,
+    )
     group = controller.ctx.groups["default"]  # (there once a member joined: not at once)
 
     def owned_by(w: Worker) -> set[str]:
-        return {t for t in ids if (st := zk.exists(layout.task_owner(t))) is not None
-                and st.ephemeralOwner == w.session_id}
+        return {
+            t for t in ids if (st := zk.exists(layout.task_owner(t))) is not None and st.ephemeralOwner == w.session_id
+        }
 
     held = {w.id: owned_by(w) for w in (a, b)}
     for w in (a, b):
@@ -424,8 +497,9 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
             w.reporting.status_lock.release()
     assert wait_for(lambda: len(c.running_tasks()) == 2 and group.state.value == "Stable", 15)
     moved = c.running_tasks()
-    assert wait_for(lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "c"
-                                for t in moved), 10)
+    assert wait_for(
+        lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "c" for t in moved), 10
+    )
 
 
 def test_a_spec_watch_whose_re_read_failed_is_armed_again(zk, layout, zk_settings, controller, workers):
@@ -457,8 +531,9 @@ def test_a_spec_watch_whose_re_read_failed_is_armed_again(zk, layout, zk_setting
     assert failed, "the injected failure did not happen: the test proves nothing"
 
 
-def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_the_probe(zk, layout, zk_settings,
-                                                                                        controller, workers):
+def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_the_probe(
+    zk, layout, zk_settings, controller, workers
+):
     """The SUSPENDED timer can fire after the reconnection's handler has run (the timer thread was already
     inside ``_fence``): the worker is fenced with the connection healthy, so neither the probe's own silence
     nor a reconnection will come to lift it. The probe's next answer, to a request sent after the fence
@@ -469,8 +544,10 @@ def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_th
     assert wait_for(lambda: len(w.running_tasks()) == 3, 15)
 
     def states() -> set[str]:  # (one pipelined round)
-        return {codecs.decode(codecs.TaskStatus, got[0]).state if got else "none yet"
-                for got in get_many(zk, [layout.status(t) for t in ids])}
+        return {
+            codecs.decode(codecs.TaskStatus, got[0]).state if got else "none yet"
+            for got in get_many(zk, [layout.status(t) for t in ids])
+        }
 
     assert wait_for(lambda: states() == {"RUNNING"}, 5)
     lift = w.fence.lift
@@ -486,8 +563,9 @@ def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_th
     assert wait_for(lambda: states() == {"RUNNING"}, 5)
 
 
-def test_a_suspended_timer_pending_when_the_probe_fences_cannot_fence_again_after_the_lift(zk, layout, zk_settings,
-                                                                                        controller, workers):
+def test_a_suspended_timer_pending_when_the_probe_fences_cannot_fence_again_after_the_lift(
+    zk, layout, zk_settings, controller, workers
+):
     """The chaos run's tasks left without an owner: a partition armed the SUSPENDED timer, the liveness probe
     fenced first (which dropped the timer without cancelling it), the reconnection lifted the fence, and
     the orphaned timer then fenced again with the connection healthy, nobody left to lift it; tasks the
@@ -525,8 +603,9 @@ def test_only_an_answer_to_a_request_sent_after_the_fence_went_up_lifts_it(zk_se
         w.pool.shutdown()
 
 
-def test_the_interval_log_is_rewritten_when_a_run_starts_not_at_every_flush(zk, layout, zk_settings, controller,
-                                                                             workers):
+def test_the_interval_log_is_rewritten_when_a_run_starts_not_at_every_flush(
+    zk, layout, zk_settings, controller, workers
+):
     """An open interval stays the same while its task runs: a broker whose runs did not change leaves its
     interval log alone at every flush (it rewrote it at every one), and writes it when a run starts."""
     from kazoo.exceptions import NoNodeError
@@ -551,14 +630,18 @@ def test_the_interval_log_is_rewritten_when_a_run_starts_not_at_every_flush(zk, 
     assert wait_for(lambda: log()[0] == {"i0", "i1", "i2"}, 20), "a run that started is in the log"
 
 
-def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(zk, layout, zk_settings,
-                                                                                controller, workers):
+def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(
+    zk, layout, zk_settings, controller, workers
+):
     """The no-op runner's uptime changes at every poll (every 0.1 s here). A broker with no metrics interval
     rewrites that status at every poll; one with a 60 s interval leaves it, yet writes the task's completion
     (a state change) at once, with the metrics of that moment."""
-    _create(zk, layout,
-            TaskSpec(id="slow", group="slow", pipeline=NoopPipeline(kind="noop", complete_after_s=3.0)),
-            TaskSpec(id="fast", group="fast", pipeline=NoopPipeline(kind="noop")))
+    _create(
+        zk,
+        layout,
+        TaskSpec(id="slow", group="slow", pipeline=NoopPipeline(kind="noop", complete_after_s=3.0)),
+        TaskSpec(id="fast", group="fast", pipeline=NoopPipeline(kind="noop")),
+    )
     _worker(workers, zk_settings, "s", group="slow", metrics_interval_s=60.0)
     _worker(workers, zk_settings, "f", group="fast", metrics_interval_s=0.0)
 

@@ -4,8 +4,6 @@ suite runs its ZooKeeper traffic through it."""
 
 from __future__ import annotations
 
-
-
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.poll import PollingHandler
 

@@ -13,5 +13,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         used = _IO_FIXTURES.intersection(getattr(item, "fixturenames", ()))
         if used and "tests/unit/" in item.nodeid.replace("\\", "/"):
-            raise pytest.UsageError(f"{item.nodeid} is in the pure tier but uses {sorted(used)}: move it to "
-                                    "tests/integration")
+            raise pytest.UsageError(
+                f"{item.nodeid} is in the pure tier but uses {sorted(used)}: move it to tests/integration"
+            )

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from itertools import combinations
 from collections.abc import Mapping, Sequence
+from itertools import combinations
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings, strategies as st
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from controller.protocol.assignors import ASSIGNORS, get_assignor, is_eligible
 from controller.protocol.codecs import MemberMetadata, TaskDescriptor
@@ -149,9 +150,7 @@ def minimum_moves(members, tasks, current: Mapping[str, str]) -> int:
     q, r = divmod(len(assignable), len(active))
     held = Counter(current[t] for t in assignable if t in current)
     orphaned = sum(1 for t in assignable if t not in current)
-    excess = min(
-        sum(max(0, held[m] - (q + 1 if m in plus else q)) for m in active) for plus in combinations(active, r)
-    )
+    excess = min(sum(max(0, held[m] - (q + 1 if m in plus else q)) for m in active) for plus in combinations(active, r))
     return orphaned + excess
 
 
@@ -355,8 +354,14 @@ def test_sticky_minimum_is_not_vacuous():
 def test_sticky_over_quota_keeps_the_hardest_to_place():
     """m0 must shed 4 of its 6 tasks; it keeps the two only m0 or m1 may run, so 4 move, not 5."""
     pinned = ("m0", "m1")
-    tasks = [TaskDescriptor("t0"), TaskDescriptor("t1"), TaskDescriptor("t2", pinned=pinned, pin_mode="required"),
-             TaskDescriptor("t3"), TaskDescriptor("t4"), TaskDescriptor("t5", pinned=pinned, pin_mode="required")]
+    tasks = [
+        TaskDescriptor("t0"),
+        TaskDescriptor("t1"),
+        TaskDescriptor("t2", pinned=pinned, pin_mode="required"),
+        TaskDescriptor("t3"),
+        TaskDescriptor("t4"),
+        TaskDescriptor("t5", pinned=pinned, pin_mode="required"),
+    ]
     members = [MemberMetadata(f"m{i}") for i in range(5)]
     result = get_assignor("sticky").assign(members, tasks, {"m0": tuple(t.task_id for t in tasks)})
     assert result == {"m0": ("t2", "t5"), "m1": ("t0",), "m2": ("t1",), "m3": ("t3",), "m4": ("t4",)}
@@ -365,9 +370,11 @@ def test_sticky_over_quota_keeps_the_hardest_to_place():
 def test_sticky_leaves_a_balanced_constrained_group_alone():
     """b is over the count quota (1) only because of pins; the task it sheds may go to a or b, equally
     loaded: it goes back to b rather than moving for nothing."""
-    tasks = [TaskDescriptor("ta", pinned=("a",), pin_mode="required"),
-             TaskDescriptor("tb", pinned=("b",), pin_mode="required"),
-             TaskDescriptor("tab", pinned=("a", "b"), pin_mode="required")]
+    tasks = [
+        TaskDescriptor("ta", pinned=("a",), pin_mode="required"),
+        TaskDescriptor("tb", pinned=("b",), pin_mode="required"),
+        TaskDescriptor("tab", pinned=("a", "b"), pin_mode="required"),
+    ]
     members = [MemberMetadata("a"), MemberMetadata("b"), MemberMetadata("c")]
     previous = {"a": ("ta",), "b": ("tab", "tb"), "c": ()}
     assert get_assignor("sticky").assign(members, tasks, previous) == previous
@@ -448,8 +455,13 @@ def test_capacity_with_unit_weights_balances_counts(scenario):
 
 
 def test_capacity_spreads_heavy_tasks_by_capacity():
-    tasks = [TaskDescriptor("big", weight=8), TaskDescriptor("mid1", weight=4), TaskDescriptor("mid2", weight=4),
-             TaskDescriptor("s1", weight=2), TaskDescriptor("s2", weight=2)]
+    tasks = [
+        TaskDescriptor("big", weight=8),
+        TaskDescriptor("mid1", weight=4),
+        TaskDescriptor("mid2", weight=4),
+        TaskDescriptor("s1", weight=2),
+        TaskDescriptor("s2", weight=2),
+    ]
     members = [MemberMetadata("a", capacity=2), MemberMetadata("b", capacity=1), MemberMetadata("c", capacity=1)]
     result = get_assignor("capacity").assign(members, tasks, {})
     # big -> a (8/2=4 beats 8/1); mid1 -> b (4 beats a's 6); mid2 -> c (4 beats 6, 8);
@@ -494,11 +506,13 @@ def test_pinned_honours_present_pins_and_falls_back(scenario):
 
 
 def test_pinned_example():
-    tasks = [TaskDescriptor("p-a", pinned=("a",), pin_mode="required"),
-             TaskDescriptor("p-gone", pinned=("zz",), pin_mode="required"),
-             TaskDescriptor("pref-b", pinned=("b",)),
-             TaskDescriptor("pref-gone", pinned=("zz",)),
-             TaskDescriptor("free")]
+    tasks = [
+        TaskDescriptor("p-a", pinned=("a",), pin_mode="required"),
+        TaskDescriptor("p-gone", pinned=("zz",), pin_mode="required"),
+        TaskDescriptor("pref-b", pinned=("b",)),
+        TaskDescriptor("pref-gone", pinned=("zz",)),
+        TaskDescriptor("free"),
+    ]
     members = [MemberMetadata("a"), MemberMetadata("b"), MemberMetadata("c")]
     result = get_assignor("pinned").assign(members, tasks, {})
     # most constrained first: p-a -> a, pref-b -> b, then free -> c, pref-gone -> a; p-gone has nowhere to go
@@ -548,8 +562,14 @@ def test_rack_aware_spreads_across_racks_then_members(scenario):
 
 def test_rack_aware_example():
     members = [MemberMetadata("a1", rack="r1"), MemberMetadata("a2", rack="r1"), MemberMetadata("b1", rack="r2")]
-    tasks = [TaskDescriptor("x1", rack="r2"), TaskDescriptor("x2", rack="r2"), TaskDescriptor("y", rack="r1"),
-             TaskDescriptor("f1"), TaskDescriptor("f2"), TaskDescriptor("f3", rack="nowhere")]
+    tasks = [
+        TaskDescriptor("x1", rack="r2"),
+        TaskDescriptor("x2", rack="r2"),
+        TaskDescriptor("y", rack="r1"),
+        TaskDescriptor("f1"),
+        TaskDescriptor("f2"),
+        TaskDescriptor("f3", rack="nowhere"),
+    ]
     result = get_assignor("rack-aware").assign(members, tasks, {})
     # r2's tasks both on b1 (its only member); y on a1; free tasks alternate between racks r1, r2, r1
     assert result == {"a1": ("f3", "y"), "a2": ("f1",), "b1": ("f2", "x1", "x2")}
@@ -595,9 +615,12 @@ def test_edges(name):
 
 @given(
     member=st.builds(MemberMetadata, member_id=st.sampled_from(MEMBER_POOL), leaving=st.booleans()),
-    task=st.builds(TaskDescriptor, task_id=st.just("t"),
-                   pinned=st.lists(st.sampled_from(MEMBER_POOL), unique=True, max_size=3).map(tuple),
-                   pin_mode=st.sampled_from(["required", "preferred"])),
+    task=st.builds(
+        TaskDescriptor,
+        task_id=st.just("t"),
+        pinned=st.lists(st.sampled_from(MEMBER_POOL), unique=True, max_size=3).map(tuple),
+        pin_mode=st.sampled_from(["required", "preferred"]),
+    ),
 )
 def test_is_eligible_is_the_documented_rule(member, task):
     assert is_eligible(member, task) == (member.member_id in eligible_ids(task, [member]))

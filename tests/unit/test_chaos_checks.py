@@ -23,7 +23,9 @@ from tests.chaos_support import IN_PROCESS_KINDS
 def test_same_seed_same_schedule_and_every_kind_is_drawn():
     opts = ChaosOptions(seed=6, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5, kinds=IN_PROCESS_KINDS)
     assert make_schedule(opts) == make_schedule(opts)
-    assert make_schedule(opts) != make_schedule(ChaosOptions(seed=7, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5))
+    assert make_schedule(opts) != make_schedule(
+        ChaosOptions(seed=7, duration_s=30, brokers=3, tasks=20, mean_gap_s=1.5)
+    )
     assert {f.kind for f in make_schedule(opts)} == set(IN_PROCESS_KINDS)
     long = make_schedule(ChaosOptions(seed=1, duration_s=600))
     assert {f.kind for f in long} == set(DEFAULT_FAULT_KINDS)  # wedged stops only when asked for
@@ -47,11 +49,22 @@ def test_sink_reader_counts_committed_files_only(tmp_path):
 
     def part(name: str, ids: list[int]) -> str:
         pq.write_table(pa.table({"id": ids}), sink / name)
-        return json.dumps({"path": f"file://{sink / name}", "size": 1, "isDir": False, "modificationTime": 0,
-                           "blockReplication": 1, "blockSize": 1, "action": "add"})
+        return json.dumps(
+            {
+                "path": f"file://{sink / name}",
+                "size": 1,
+                "isDir": False,
+                "modificationTime": 0,
+                "blockReplication": 1,
+                "blockSize": 1,
+                "action": "add",
+            }
+        )
 
     (sink / "_spark_metadata" / "0").write_text("v1\n" + part("a.parquet", [1, 2]))
-    (sink / "_spark_metadata" / "1.compact").write_text("v1\n" + part("a.parquet", [1, 2]) + "\n" + part("b.parquet", [3]))
+    (sink / "_spark_metadata" / "1.compact").write_text(
+        "v1\n" + part("a.parquet", [1, 2]) + "\n" + part("b.parquet", [3])
+    )
     (sink / "_spark_metadata" / "2").write_text("v1\n" + part("c.parquet", [3, 4]))
     part("uncommitted.parquet", [5])
     assert sorted(sink_ids(sink)) == [1, 2, 3, 3, 4]
@@ -68,7 +81,9 @@ def test_each_verdict_fails_on_data_that_breaks_it():
     assert grow([Sample(1.0, 2, "Stable", 5), Sample(2.0, 3, "Stable", 6)]).ok
     bound = ChaosOptions(seed=0).stable_bound_s
     stable = lambda samples, faults_end: verdicts.stable_within_bound(samples, faults_end, bound)[0].ok
-    stuck = [Sample(10.0 + i, 2, "PreparingRebalance", 6) for i in range(int(bound) + 3)] + [Sample(10.0 + int(bound) + 3, 2, "Stable", 7)]
+    stuck = [Sample(10.0 + i, 2, "PreparingRebalance", 6) for i in range(int(bound) + 3)] + [
+        Sample(10.0 + int(bound) + 3, 2, "Stable", 7)
+    ]
     assert not stable(stuck, 10.0)
     assert stable(stuck, 14.0), "only the time after the faults stopped counts"
     assert stable(stuck[:2] + [Sample(13.0, 2, "Stable", 7)], 10.0)
@@ -76,18 +91,26 @@ def test_each_verdict_fails_on_data_that_breaks_it():
 
 
 def test_the_throttle_and_maintenance_verdicts_fail_on_data_that_breaks_them():
-    throttle = lambda intervals, since: verdicts.moves_within_throttle(intervals, since, max_moves=2, max_moves_per_broker=1)
-    first = [RunInterval(task_id=t, broker="b1", start=1.0, end=10.0, acquired=1.0, released=10.0)
-             for t in ("t1", "t2", "t3")]
+    throttle = lambda intervals, since: verdicts.moves_within_throttle(
+        intervals, since, max_moves=2, max_moves_per_broker=1
+    )
+    first = [
+        RunInterval(task_id=t, broker="b1", start=1.0, end=10.0, acquired=1.0, released=10.0)
+        for t in ("t1", "t2", "t3")
+    ]
     # three tasks leave b1 at 10 and start, overlapping, on b2 and b3: 3 in flight at once, 2 on b2
-    moved = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
-             RunInterval(task_id="t2", broker="b2", start=12.5, acquired=11.5),
-             RunInterval(task_id="t3", broker="b3", start=12.5, acquired=11.8)]
+    moved = [
+        RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
+        RunInterval(task_id="t2", broker="b2", start=12.5, acquired=11.5),
+        RunInterval(task_id="t3", broker="b3", start=12.5, acquired=11.8),
+    ]
     v = throttle(first + moved, since=5.0)
     assert not v.ok and "at most 3 in flight" in v.details[0], v.details
-    waves = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
-             RunInterval(task_id="t2", broker="b3", start=12.5, acquired=11.5),
-             RunInterval(task_id="t3", broker="b2", start=14.0, acquired=13.0)]
+    waves = [
+        RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
+        RunInterval(task_id="t2", broker="b3", start=12.5, acquired=11.5),
+        RunInterval(task_id="t3", broker="b2", start=14.0, acquired=13.0),
+    ]
     assert throttle(first + waves, since=5.0).ok
     in_maintenance = lambda intervals: verdicts.nothing_moves_in_maintenance(intervals, [[20.0, 40.0]])
     assert in_maintenance(first + waves).ok
@@ -95,8 +118,9 @@ def test_the_throttle_and_maintenance_verdicts_fail_on_data_that_breaks_them():
     still = RunInterval(task_id="t1", broker="b2", start=12.0, end=29.0, acquired=11.0, released=29.0)
     assert not in_maintenance(first + [still, late, *waves[1:]]).ok
     under_way = RunInterval(task_id="t1", broker="b2", start=12.0, end=20.5, acquired=11.0, released=20.5)
-    assert in_maintenance(first + [under_way, RunInterval(task_id="t1", broker="b3", start=22.0, acquired=21.5),
-                                   *waves[1:]]).ok
+    assert in_maintenance(
+        first + [under_way, RunInterval(task_id="t1", broker="b3", start=22.0, acquired=21.5), *waves[1:]]
+    ).ok
 
 
 def test_a_container_life_ends_where_the_next_begins(tmp_path):
@@ -108,7 +132,7 @@ def test_a_container_life_ends_where_the_next_begins(tmp_path):
     def life(broker: str, born: float, *records: str) -> None:
         (tmp_path / f"{broker}.{int(born * 1e9)}.log").write_text("".join(r + "\n" for r in records))
 
-    life("b1", 100.0, '{"e": "start", "t": "p1", "ts": 101.0}')                 # halted at ~110, no stop record
+    life("b1", 100.0, '{"e": "start", "t": "p1", "ts": 101.0}')  # halted at ~110, no stop record
     life("b1", 112.0, '{"e": "start", "t": "p1", "ts": 125.0}')
     life("b2", 100.0, '{"e": "start", "t": "p1", "ts": 115.0}', '{"e": "stop", "t": "p1", "ts": 120.0}')
     got = _journal_intervals(tmp_path, kills={"b1": [200.0]})
@@ -117,7 +141,6 @@ def test_a_container_life_ends_where_the_next_begins(tmp_path):
     assert double_ownership(got, now=300.0) == []
     # an injected kill earlier than the next life still ends the life there
     assert next(i for i in _journal_intervals(tmp_path, kills={"b1": [105.0]}) if i.start == 101.0).end == 105.0
-
 
 
 def test_a_kind_the_harness_cannot_inject_is_never_drawn_and_said_why():

@@ -21,32 +21,35 @@ def assert_usage_error(result, needle: str | None = None) -> None:
         assert needle in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["frobnicate"], "No such command"),
-    (["task", "create"], "Missing option '-f'"),
-    (["task", "describe"], "Missing argument 'TASK_ID'"),
-    (["task", "reassign", "t1"], "Missing option '--to'"),
-    (["task", "delete", "t1", "--timeout", "-1"], "--timeout"),
-    (["--zk-root", "/a b", "status"], "--zk-root"),
-    (["broker", "run"], "Missing option '--id'"),
-    (["broker", "run", "--id", "b/1"], "invalid broker id"),
-    (["broker", "run", "--id", "b1", "--protocol", "lazy"], "--protocol"),
-    (["broker", "run", "--id", "b1", "--assignor", "nope"], "--assignor"),
-    (["broker", "run", "--id", "b1", "--runner", "noop", "--spark-conf", "novalue"], "KEY=VALUE"),
-    (["broker", "run", "--id", "b1", "--runner", "noop", "--spark-master", "local[2]"], "--runner spark only"),
-    (["broker", "run", "--id", "b1", "--runner", "spark", "--start-latency", "1"], "--runner noop only"),
-    (["controller", "run", "--rebalance-timeout", "0"], "--rebalance-timeout"),
-    (["controller", "run", "--metrics-port", "70000"], "--metrics-port"),
-    (["watch", "--duration", "-1"], "--duration"),
-    (["watch", "--count", "0"], "--count"),
-    (["timeline", "--from-zk"], "Missing option '--out'"),
-    (["timeline", "--out", "x.png"], "exactly one of --from-zk and --intervals"),
-    (["timeline", "--out", "x.png", "--from-zk", "--intervals", "i.json"], "exactly one of"),
-    (["rebalance", "extra"], "unexpected extra argument"),
-    (["task", "restart"], "give a TASK_ID, or --failed"),
-    (["task", "restart", "t1", "--failed"], "not both"),
-    (["task", "restart", "t1", "--group", "g"], "--group goes with --failed"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["frobnicate"], "No such command"),
+        (["task", "create"], "Missing option '-f'"),
+        (["task", "describe"], "Missing argument 'TASK_ID'"),
+        (["task", "reassign", "t1"], "Missing option '--to'"),
+        (["task", "delete", "t1", "--timeout", "-1"], "--timeout"),
+        (["--zk-root", "/a b", "status"], "--zk-root"),
+        (["broker", "run"], "Missing option '--id'"),
+        (["broker", "run", "--id", "b/1"], "invalid broker id"),
+        (["broker", "run", "--id", "b1", "--protocol", "lazy"], "--protocol"),
+        (["broker", "run", "--id", "b1", "--assignor", "nope"], "--assignor"),
+        (["broker", "run", "--id", "b1", "--runner", "noop", "--spark-conf", "novalue"], "KEY=VALUE"),
+        (["broker", "run", "--id", "b1", "--runner", "noop", "--spark-master", "local[2]"], "--runner spark only"),
+        (["broker", "run", "--id", "b1", "--runner", "spark", "--start-latency", "1"], "--runner noop only"),
+        (["controller", "run", "--rebalance-timeout", "0"], "--rebalance-timeout"),
+        (["controller", "run", "--metrics-port", "70000"], "--metrics-port"),
+        (["watch", "--duration", "-1"], "--duration"),
+        (["watch", "--count", "0"], "--count"),
+        (["timeline", "--from-zk"], "Missing option '--out'"),
+        (["timeline", "--out", "x.png"], "exactly one of --from-zk and --intervals"),
+        (["timeline", "--out", "x.png", "--from-zk", "--intervals", "i.json"], "exactly one of"),
+        (["rebalance", "extra"], "unexpected extra argument"),
+        (["task", "restart"], "give a TASK_ID, or --failed"),
+        (["task", "restart", "t1", "--failed"], "not both"),
+        (["task", "restart", "t1", "--group", "g"], "--group goes with --failed"),
+    ],
+)
 def test_usage_errors_exit_2(args, needle):
     assert_usage_error(invoke(args), needle)
 
@@ -56,12 +59,14 @@ def test_help_lists_every_command():
     assert result.exit_code == 0
     for name in ("task", "status", "broker", "group", "rebalance", "watch", "controller", "timeline", "zk", "demo"):
         assert f"  {name} " in result.output
-    for sub, names in (("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign",
-                                 "schema")),
-                       ("broker", ("list", "shutdown", "run")), ("group", ("describe",)), ("controller", ("run",))):
+    for sub, names in (
+        ("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign", "schema")),
+        ("broker", ("list", "shutdown", "run")),
+        ("group", ("describe",)),
+        ("controller", ("run",)),
+    ):
         out = invoke([sub, "--help"]).output
         assert all(f"  {n} " in out for n in names), out
-
 
 
 def test_names_match_in_full_and_reserved_roots_are_refused():
@@ -74,4 +79,3 @@ def test_names_match_in_full_and_reserved_roots_are_refused():
     assert res.exit_code in (1, 2) and "invalid broker id" in res.output and "started" not in res.output, res.output
     res = CliRunner().invoke(cli, ["--zk", "127.0.0.1:1", "--zk-root", "/zookeeper", "task", "list"])
     assert res.exit_code in (1, 2) and "system subtree" in res.output, res.output
-

@@ -6,7 +6,8 @@ import dataclasses
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
@@ -15,14 +16,37 @@ PAYLOADS = [
     codecs.ControllerInfo(controller_id="c1", epoch=3, host="h", since=1.5),
     codecs.BrokerInfo(broker_id="b1", host="h", pid=42, group="g", capacity=2, rack="r1", instance_id="i1"),
     codecs.OwnerInfo(broker="b1", generation=7),
-    codecs.GroupStateInfo(state="Stable", generation=4, join_generation=4, controller_epoch=2, protocol="cooperative",
-                          assignor="sticky", leader="b1", members=("b1", "b2")),
-    codecs.JoinRequest(member_id="b1", join_generation=5, generation=4, protocols=("cooperative", "eager"),
-                       assignors=("sticky",), owned=("t1", "t2"), capacity=3, rack=None),
-    codecs.JoinResult(generation=5, leader="b1", protocol="cooperative", assignor="sticky", controller_epoch=2,
-                      members=(codecs.MemberMetadata(member_id="b1", owned=("t1",)),),
-                      tasks=(codecs.TaskDescriptor(task_id="t1", weight=2, pinned=("b1",)),),
-                      held=("t9",), previous={"b1": ("t1",)}),
+    codecs.GroupStateInfo(
+        state="Stable",
+        generation=4,
+        join_generation=4,
+        controller_epoch=2,
+        protocol="cooperative",
+        assignor="sticky",
+        leader="b1",
+        members=("b1", "b2"),
+    ),
+    codecs.JoinRequest(
+        member_id="b1",
+        join_generation=5,
+        generation=4,
+        protocols=("cooperative", "eager"),
+        assignors=("sticky",),
+        owned=("t1", "t2"),
+        capacity=3,
+        rack=None,
+    ),
+    codecs.JoinResult(
+        generation=5,
+        leader="b1",
+        protocol="cooperative",
+        assignor="sticky",
+        controller_epoch=2,
+        members=(codecs.MemberMetadata(member_id="b1", owned=("t1",)),),
+        tasks=(codecs.TaskDescriptor(task_id="t1", weight=2, pinned=("b1",)),),
+        held=("t9",),
+        previous={"b1": ("t1",)},
+    ),
     codecs.SyncProposal(generation=5, leader="b1", assigned={"b1": ("t1",)}, revoked={"b2": ("t3",)}),
     codecs.Assignment(generation=5, controller_epoch=2, assigned=("t1",), revoked=(), leader="b1"),
     codecs.TaskStatus(broker="b1", state="RUNNING", generation=5, updated=1.0, metrics={"rows": 10}),
@@ -147,7 +171,9 @@ def _reference_coerce(tp, value, path, where):
                 return _reference_coerce(arg, value, path, where)
             except PayloadError as exc:
                 errors.append(exc.reason)
-        raise PayloadError(path, errors[0] if len(errors) == 1 else f"{label}: no alternative matches ({'; '.join(errors)})")
+        raise PayloadError(
+            path, errors[0] if len(errors) == 1 else f"{label}: no alternative matches ({'; '.join(errors)})"
+        )
     if origin is tuple:
         (item, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -191,8 +217,13 @@ def _outcome(fn):
         return "error", (exc.path, exc.reason)
 
 
-ITEM = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**64, max_value=2**64), st.floats(allow_nan=False),
-                 st.text(max_size=5))
+ITEM = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+)
 
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=lambda p: type(p).__name__)
@@ -214,13 +245,17 @@ def test_compiled_converters_match_the_reference_walk(payload, data):
     target = data.draw(st.sampled_from(containers))
     if target:
         key = data.draw(st.sampled_from(list(target) if isinstance(target, dict) else list(range(len(target)))))
-        action = data.draw(st.sampled_from(["replace", "item", "drop"] if isinstance(target, dict) else ["replace", "item"]))
+        action = data.draw(
+            st.sampled_from(["replace", "item", "drop"] if isinstance(target, dict) else ["replace", "item"])
+        )
         if action == "drop":
             del target[key]
         else:
             target[key] = data.draw(JSON if action == "replace" else ITEM)
     cls = type(payload)
-    assert _outcome(lambda: codecs._coerce(cls, body, "/p", "")) == _outcome(lambda: _reference_coerce(cls, body, "/p", ""))
+    assert _outcome(lambda: codecs._coerce(cls, body, "/p", "")) == _outcome(
+        lambda: _reference_coerce(cls, body, "/p", "")
+    )
 
 
 def test_tuple_of_ids_names_the_first_bad_item():
@@ -261,9 +296,12 @@ def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch
     def slow_build(tp):  # type: ignore[no-untyped-def]
         time.sleep(0.002)
         return build(tp)
+
     monkeypatch.setattr(codecs, "_build_converter", slow_build)
 
-    data = codecs.encode(codecs.TaskStatus(broker="b1", state="STOPPED", generation=3, updated=1.0, error="x", failures=2))
+    data = codecs.encode(
+        codecs.TaskStatus(broker="b1", state="STOPPED", generation=3, updated=1.0, error="x", failures=2)
+    )
     for _ in range(5):
         codecs._CONVERTERS.clear()
         barrier = threading.Barrier(8)
@@ -275,6 +313,7 @@ def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch
                 results.append(codecs.decode(codecs.TaskStatus, data, "/s"))
             except Exception as exc:  # collected: the assertion below names it
                 results.append(exc)
+
         threads = [threading.Thread(target=decode_one, name=f"decode-{i}") for i in range(8)]
         for t in threads:
             t.start()

@@ -22,10 +22,28 @@ JSON = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
-DATA = st.one_of(st.binary(max_size=200), JSON.map(lambda v: json.dumps(v).encode()),
-                 st.dictionaries(st.sampled_from(["version", "id", "group", "state", "pipeline", "weight", "placement",
-                                                  "max_failures", "restart", "restart_nonce"]), JSON, max_size=6)
-                 .map(lambda d: json.dumps(d).encode()))
+DATA = st.one_of(
+    st.binary(max_size=200),
+    JSON.map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "version",
+                "id",
+                "group",
+                "state",
+                "pipeline",
+                "weight",
+                "placement",
+                "max_failures",
+                "restart",
+                "restart_nonce",
+            ]
+        ),
+        JSON,
+        max_size=6,
+    ).map(lambda d: json.dumps(d).encode()),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -56,8 +74,14 @@ def test_fuzz_delete_request_decoder(data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(data=st.one_of(DATA, st.dictionaries(st.sampled_from(["controller", "broker", "admin", "reader", "x"]),
-                                            JSON, max_size=4).map(lambda r: json.dumps({"version": 1, "roles": r}).encode())))
+@given(
+    data=st.one_of(
+        DATA,
+        st.dictionaries(st.sampled_from(["controller", "broker", "admin", "reader", "x"]), JSON, max_size=4).map(
+            lambda r: json.dumps({"version": 1, "roles": r}).encode()
+        ),
+    )
+)
 def test_fuzz_acl_policy_decoder(data):
     try:
         AclPolicy.decode(data)
@@ -78,11 +102,21 @@ def test_a_group_rebuilt_from_unreadable_state_resumes_above_every_known_generat
     from controller.protocol.clock import SystemClock
     from controller.protocol.group import GroupCoordinator, WriteGroupState
 
-    coord = GroupCoordinator(group="g", controller_epoch=3, clock=SystemClock(), config=GroupConfig(rebalance_timeout_s=5.0))
-    members = {m: codecs.JoinRequest(member_id=m, join_generation=7, generation=7, protocols=("cooperative",),
-                                     assignors=("sticky",), owned=("t1",) if m == "a" else ()) for m in ("a", "b")}
+    coord = GroupCoordinator(
+        group="g", controller_epoch=3, clock=SystemClock(), config=GroupConfig(rebalance_timeout_s=5.0)
+    )
+    members = {
+        m: codecs.JoinRequest(
+            member_id=m,
+            join_generation=7,
+            generation=7,
+            protocols=("cooperative",),
+            assignors=("sticky",),
+            owned=("t1",) if m == "a" else (),
+        )
+        for m in ("a", "b")
+    }
     assignments = {"a": codecs.Assignment(generation=7, controller_epoch=2, assigned=("t1",), revoked=())}
     decisions = coord.load(None, members, {"t1": codecs.TaskDescriptor(task_id="t1")}, assignments)
     states = [d.info for d in decisions if isinstance(d, WriteGroupState)]
     assert states and states[-1].state == "PreparingRebalance" and states[-1].join_generation == 8
-

@@ -19,4 +19,3 @@ def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
     server = ZooKeeperServer(data_dir=tmp_path / "zk", port=free_port())
     with pytest.raises(ZooKeeperSetupError, match="install.*openjdk-17"):
         server.start()
-

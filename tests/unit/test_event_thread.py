@@ -238,6 +238,7 @@ def test_coalesce_merges_held_rereads_and_keeps_everything_else_in_order():
 
 # ---- live coalescing: a run of re-reads of single znodes waiting one behind another is one event -----
 
+
 def _blocked(running, **kw):
     """A started thread held inside a Gate, so that events pile up behind it; returns (thread, rec, gate)."""
     rec = Recorder()
@@ -266,14 +267,18 @@ def test_runs_stop_at_other_kinds_tokens_and_groups_and_keep_the_order(running):
 
     t, rec, gate = _blocked(running)
     queued = [
-        ev.TaskConfigChange(3, "t1"), ev.TaskConfigChange(3, "t2"),
-        ev.TaskChange(3),                                             # not a per-znode re-read: a wall
+        ev.TaskConfigChange(3, "t1"),
+        ev.TaskConfigChange(3, "t2"),
+        ev.TaskChange(3),  # not a per-znode re-read: a wall
         ev.TaskConfigChange(3, "t3"),
-        ev.TaskConfigChange(4, "t4"),                                 # another token (a new activation)
-        ev.MemberChange(4, "g", "m1"), ev.MemberChange(4, "g", "m2"),
-        ev.MemberChange(4, "h", "m1"),                                # another group
-        ev.MemberChange(4, "g", "m3"),                                # g again, but not contiguous
-        ev.BrokerModification(4, "b1"), ev.BrokerModifications(4, ("b2", "b3")), ev.BrokerModification(4, "b1"),
+        ev.TaskConfigChange(4, "t4"),  # another token (a new activation)
+        ev.MemberChange(4, "g", "m1"),
+        ev.MemberChange(4, "g", "m2"),
+        ev.MemberChange(4, "h", "m1"),  # another group
+        ev.MemberChange(4, "g", "m3"),  # g again, but not contiguous
+        ev.BrokerModification(4, "b1"),
+        ev.BrokerModifications(4, ("b2", "b3")),
+        ev.BrokerModification(4, "b1"),
         Step(1),
         ev.BrokerModification(4, "b4"),
     ]
@@ -284,7 +289,7 @@ def test_runs_stop_at_other_kinds_tokens_and_groups_and_keep_the_order(running):
     assert rec.seen[1:] == [
         ev.TaskConfigChanges(3, ("t1", "t2")),
         ev.TaskChange(3),
-        ev.TaskConfigChange(3, "t3"),        # alone: processed as itself
+        ev.TaskConfigChange(3, "t3"),  # alone: processed as itself
         ev.TaskConfigChange(4, "t4"),
         ev.MemberChanges(4, "g", ("m1", "m2")),
         ev.MemberChange(4, "h", "m1"),
@@ -310,8 +315,9 @@ def test_a_merged_event_holds_at_most_max_merge_ids(running):
     ids = [ev.merge_key(e)[1] for e in rec.seen[1:-1]]
     assert [len(i) for i in ids] == [100, 100, 50, 60, 150, 1]
     assert isinstance(rec.seen[-2], ev.MemberChange)  # a lone one is processed as itself
-    assert [m for i in ids for m in i] == ([f"m{i:03d}" for i in range(250)] + [f"x{i}" for i in range(60)]
-                                                      + [f"y{i}" for i in range(150)] + ["z"])
+    assert [m for i in ids for m in i] == (
+        [f"m{i:03d}" for i in range(250)] + [f"x{i}" for i in range(60)] + [f"y{i}" for i in range(150)] + ["z"]
+    )
     with pytest.raises(ValueError):
         ControllerEventThread(Recorder(), name="test-events-bad", max_merge=0)
 
@@ -332,8 +338,9 @@ def test_merged_events_count_once_with_the_oldest_queue_time_and_the_raw_ones_as
 
     observed: list[tuple[str, float, float]] = []
     merged: list[tuple[str, int]] = []
-    t, rec, gate = _blocked(running, observe=lambda n, q, p: observed.append((n, q, p)),
-                            on_merge=lambda n, k: merged.append((n, k)))
+    t, rec, gate = _blocked(
+        running, observe=lambda n, q, p: observed.append((n, q, p)), on_merge=lambda n, k: merged.append((n, k))
+    )
     t.put(ev.TaskConfigChange(1, "t0"))
     threading.Event().wait(0.15)  # the oldest of the run waits longest
     for i in range(1, 10):
@@ -376,7 +383,8 @@ def test_put_front_events_merge_with_the_run_they_join_and_shutdown_still_stops(
 def test_coalesce_merges_plural_events_too():
     from controller.daemon import events as ev
 
-    assert ev.coalesce([ev.TaskConfigChanges(1, ("a", "b")), ev.TaskConfigChange(1, "c"), ev.TaskConfigChanges(1, ("b", "d"))]) \
-        == [ev.TaskConfigChanges(1, ("a", "b", "c", "d"))]
+    assert ev.coalesce(
+        [ev.TaskConfigChanges(1, ("a", "b")), ev.TaskConfigChange(1, "c"), ev.TaskConfigChanges(1, ("b", "d"))]
+    ) == [ev.TaskConfigChanges(1, ("a", "b", "c", "d"))]
     assert ev.merge_key(ev.MemberChange(1, "g", "m")) == ((ev.MemberChanges, 1, "g"), ("m",))
     assert ev.merge_key(ev.TaskChange(1)) is None and ev.merge_key(Step(1)) is None

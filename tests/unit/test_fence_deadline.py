@@ -54,7 +54,6 @@ def test_a_batch_whose_stops_all_returned_goes_together():
     assert batch.expire() is None
 
 
-
 def test_fence_margin_is_the_runners_stop_budget_capped_at_half_the_session(caplog):
     assert fence_margin(6.0, 1 / 6, 0.0) == pytest.approx(1.0)  # a sixth of the session by default
     assert fence_margin(6.0, 1 / 6, 2.0) == 2.0  # a slower stop: fence earlier
@@ -69,4 +68,3 @@ def test_the_liveness_probe_asks_every_half_margin_between_a_fifth_of_a_second_a
 
     assert probe_interval(1.0) == pytest.approx(0.5)  # the simulator's 6 s session, a sixth of it as margin
     assert probe_interval(0.2) == 0.2 and probe_interval(5.0) == 1.0  # (bounds: never busier, never staler)
-

@@ -25,7 +25,6 @@ from tests.unit.test_group_state import (
     tasks,
 )
 
-
 # --------------------------------------------------------------------------------------------------
 # scheduled rebalance delay, static membership
 # --------------------------------------------------------------------------------------------------
@@ -112,8 +111,9 @@ def test_a_member_that_finished_its_controlled_shutdown_leaves_nothing_held():
 
 
 def test_static_member_returns_inside_the_delay_without_a_rebalance():
-    c, clock, snap = stable_group(members=("a", "b", "c"), task_ids=("t1", "t2", "t3", "t4", "t5", "t6"),
-                                  delay=20, instance_ids=True)
+    c, clock, snap = stable_group(
+        members=("a", "b", "c"), task_ids=("t1", "t2", "t3", "t4", "t5", "t6"), delay=20, instance_ids=True
+    )
     before = dict(c.assignment)
     rebalances = c.rebalances
     del snap["b"]
@@ -123,8 +123,9 @@ def test_static_member_returns_inside_the_delay_without_a_rebalance():
     snap["b-2"] = req("b-2", 2, instance_id="i-b")
     decisions = c.on_members(dict(snap))
     assert states(decisions) == ["Stable"]
-    assert published(decisions) == {"b-2": Assignment(generation=1, controller_epoch=EPOCH, assigned=before["b"],
-                                                       protocol=COOPERATIVE, leader="a")}
+    assert published(decisions) == {
+        "b-2": Assignment(generation=1, controller_epoch=EPOCH, assigned=before["b"], protocol=COOPERATIVE, leader="a")
+    }
     assert c.rebalances == rebalances and c.generation == 1
     assert c.assignment["a"] == before["a"] and c.assignment["c"] == before["c"]
     assert set(c.generation_members) == {"a", "b-2", "c"} and c.held == {}
@@ -184,21 +185,21 @@ def test_load_does_not_count_a_static_members_answered_request():
     assert {m.member_id: m.owned for m in join.members} == {"a": ("t1", "t3"), "b-2": ("t2", "t4")}
 
 
-
-
 def test_holds_survive_a_controller_failover_with_their_deadlines():
     """The scheduled delay's holds are in the group state: a new controller keeps the tasks out of the
     assignment until the original deadline (carried over on wall-clock time), or gives them back to the member."""
-    c, clock, snap = stable_group(members=("a", "b", "c"), task_ids=("t1", "t2", "t3", "t4", "t5", "t6"),
-                                  delay=20, instance_ids=True)
+    c, clock, snap = stable_group(
+        members=("a", "b", "c"), task_ids=("t1", "t2", "t3", "t4", "t5", "t6"), delay=20, instance_ids=True
+    )
     wall = FakeClock(1_000.0)
     c.wall = wall
     del snap["b"]
     written = [d.info for d in c.on_members(dict(snap)) if isinstance(d, WriteGroupState)][-1]
     held = c.held_tasks()
     assert held and [(h.instance, set(h.tasks), h.until) for h in written.held] == [("i-b", held, 1_020.0)]
-    zk_assignments = {m: Assignment(generation=c.generation, controller_epoch=EPOCH, assigned=ts)
-                      for m, ts in c.assignment.items()}
+    zk_assignments = {
+        m: Assignment(generation=c.generation, controller_epoch=EPOCH, assigned=ts) for m, ts in c.assignment.items()
+    }
     at_failover = dict(snap)
     wall.advance(5)  # the failover takes 5 s
     new, new_clock = coordinator(delay=20)

@@ -7,8 +7,8 @@ AwaitingSync), not read back from the module's table.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import product
-from typing import Iterable
 
 import pytest
 
@@ -31,15 +31,24 @@ from controller.protocol.rules import COOPERATIVE, EAGER, cooperative_adjust, ru
 
 S = GroupState
 LEGAL = {
-    (S.STABLE, S.PREPARING_REBALANCE), (S.AWAITING_SYNC, S.PREPARING_REBALANCE), (S.EMPTY, S.PREPARING_REBALANCE),
+    (S.STABLE, S.PREPARING_REBALANCE),
+    (S.AWAITING_SYNC, S.PREPARING_REBALANCE),
+    (S.EMPTY, S.PREPARING_REBALANCE),
     (S.PREPARING_REBALANCE, S.AWAITING_SYNC),
     (S.AWAITING_SYNC, S.STABLE),
     (S.PREPARING_REBALANCE, S.EMPTY),
-    (S.STABLE, S.DEAD), (S.PREPARING_REBALANCE, S.DEAD), (S.AWAITING_SYNC, S.DEAD), (S.EMPTY, S.DEAD), (S.DEAD, S.DEAD),
+    (S.STABLE, S.DEAD),
+    (S.PREPARING_REBALANCE, S.DEAD),
+    (S.AWAITING_SYNC, S.DEAD),
+    (S.EMPTY, S.DEAD),
+    (S.DEAD, S.DEAD),
     # reconcile (KIP-848's Assigning/Reconciling folded into one): entered from a join round that chose it,
     # Stable <-> Reconciling as targets change and are reached, back to a join round for a member without it
-    (S.PREPARING_REBALANCE, S.RECONCILING), (S.STABLE, S.RECONCILING), (S.RECONCILING, S.STABLE),
-    (S.RECONCILING, S.PREPARING_REBALANCE), (S.RECONCILING, S.DEAD),
+    (S.PREPARING_REBALANCE, S.RECONCILING),
+    (S.STABLE, S.RECONCILING),
+    (S.RECONCILING, S.STABLE),
+    (S.RECONCILING, S.PREPARING_REBALANCE),
+    (S.RECONCILING, S.DEAD),
 }
 EPOCH = 3
 BOTH = (COOPERATIVE, EAGER)
@@ -50,8 +59,7 @@ BOTH = (COOPERATIVE, EAGER)
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("current, target", list(product(GroupState, GroupState)),
-                         ids=lambda s: s.value)
+@pytest.mark.parametrize("current, target", list(product(GroupState, GroupState)), ids=lambda s: s.value)
 def test_every_transition(current: GroupState, target: GroupState):
     if (current, target) in LEGAL:
         check_transition(current, target)
@@ -65,8 +73,7 @@ def test_table_matches_kafka():
     assert set(VALID_PREVIOUS) == set(GroupState)
 
 
-@pytest.mark.parametrize("current, target", sorted(set(product(GroupState, GroupState)) - LEGAL),
-                         ids=lambda s: s.value)
+@pytest.mark.parametrize("current, target", sorted(set(product(GroupState, GroupState)) - LEGAL), ids=lambda s: s.value)
 def test_the_coordinator_refuses_illegal_moves_loudly(current, target):
     c, _ = coordinator()
     c.machine.restore(current)
@@ -86,11 +93,26 @@ def coordinator(delay: float = 0.0, timeout: float = 30.0) -> tuple[GroupCoordin
     return GroupCoordinator(group="g", controller_epoch=EPOCH, clock=clock, config=config), clock
 
 
-def req(m: str, jg: int, gen: int = -1, owned: Iterable[str] = (), protocols=BOTH, assignors=("sticky",),
-        instance_id: str | None = None, leaving: bool = False) -> JoinRequest:
-    return JoinRequest(member_id=m, join_generation=jg, generation=gen, protocols=tuple(protocols),
-                       assignors=tuple(assignors), owned=tuple(sorted(owned)), instance_id=instance_id,
-                       leaving=leaving)
+def req(
+    m: str,
+    jg: int,
+    gen: int = -1,
+    owned: Iterable[str] = (),
+    protocols=BOTH,
+    assignors=("sticky",),
+    instance_id: str | None = None,
+    leaving: bool = False,
+) -> JoinRequest:
+    return JoinRequest(
+        member_id=m,
+        join_generation=jg,
+        generation=gen,
+        protocols=tuple(protocols),
+        assignors=tuple(assignors),
+        owned=tuple(sorted(owned)),
+        instance_id=instance_id,
+        leaving=leaving,
+    )
 
 
 def tasks(*ids: str) -> dict[str, TaskDescriptor]:
@@ -139,13 +161,22 @@ def rejoin_all(c: GroupCoordinator, snapshot: dict[str, JoinRequest], except_: I
     for m, r in list(snapshot.items()):
         if m in except_:
             continue
-        snapshot[m] = req(m, c.join_generation, gen=c.generation, owned=c.assignment.get(m, ()),
-                          protocols=r.protocols, assignors=r.assignors, instance_id=r.instance_id, leaving=r.leaving)
+        snapshot[m] = req(
+            m,
+            c.join_generation,
+            gen=c.generation,
+            owned=c.assignment.get(m, ()),
+            protocols=r.protocols,
+            assignors=r.assignors,
+            instance_id=r.instance_id,
+            leaving=r.leaving,
+        )
     return c.on_members(dict(snapshot))
 
 
-def stable_group(members=("a", "b"), task_ids=("t1", "t2", "t3", "t4"), delay=0.0, timeout=30.0, instance_ids=False,
-                 protocols=BOTH):
+def stable_group(
+    members=("a", "b"), task_ids=("t1", "t2", "t3", "t4"), delay=0.0, timeout=30.0, instance_ids=False, protocols=BOTH
+):
     """A group at generation 1, Stable, tasks dealt round-robin: a gets t1,t3; b gets t2,t4."""
     c, clock = coordinator(delay, timeout)
     assert c.on_tasks(tasks(*task_ids)) == []  # no members yet: nothing to do
@@ -154,7 +185,7 @@ def stable_group(members=("a", "b"), task_ids=("t1", "t2", "t3", "t4"), delay=0.
     assert states(decisions) == ["PreparingRebalance", "AwaitingSync"]
     decisions = sync(c)
     assert c.state is S.STABLE and c.generation == 1
-    for m, a in published(decisions).items():
+    for m in published(decisions):
         snapshot[m] = req(m, 1, gen=-1, protocols=protocols, instance_id=snapshot[m].instance_id)
     return c, clock, snapshot
 
@@ -199,17 +230,24 @@ def test_join_waits_for_every_live_member_then_bumps_the_generation():
 def test_leader_protocol_and_assignor_choice():
     c, _ = coordinator()
     c.on_tasks(tasks("t1"))
-    decisions = c.on_members({
-        "b": req("b", 1, protocols=(EAGER, COOPERATIVE), assignors=("range", "sticky")),
-        "c": req("c", 1, protocols=(EAGER, COOPERATIVE), assignors=("range",)),
-        "a": req("a", 1, protocols=(COOPERATIVE, EAGER), assignors=("sticky", "range")),
-    })
+    decisions = c.on_members(
+        {
+            "b": req("b", 1, protocols=(EAGER, COOPERATIVE), assignors=("range", "sticky")),
+            "c": req("c", 1, protocols=(EAGER, COOPERATIVE), assignors=("range",)),
+            "a": req("a", 1, protocols=(COOPERATIVE, EAGER), assignors=("sticky", "range")),
+        }
+    )
     join = only(WriteJoinResult, decisions).result
     # two of three prefer eager, all list range
     assert (join.leader, join.protocol, join.assignor) == ("a", EAGER, "range")
     info = [d.info for d in decisions if isinstance(d, WriteGroupState)][-1]
     assert (info.state, info.protocol, info.assignor, info.leader, info.members) == (
-        "AwaitingSync", EAGER, "range", "a", ("a", "b", "c"))
+        "AwaitingSync",
+        EAGER,
+        "range",
+        "a",
+        ("a", "b", "c"),
+    )
 
 
 def test_a_new_leader_is_picked_when_the_old_one_leaves_and_then_kept():
@@ -277,8 +315,14 @@ def test_a_valid_proposal_is_published_and_the_group_is_stable():
     assert states(decisions) == ["Stable"]
     a = published(decisions)
     assert set(a) == {"a", "b"}
-    assert a["a"] == Assignment(generation=2, controller_epoch=EPOCH, assigned=("t1", "t3", "t5"),
-                                protocol=COOPERATIVE, leader="a", follow_up=False)  # nothing revoked
+    assert a["a"] == Assignment(
+        generation=2,
+        controller_epoch=EPOCH,
+        assigned=("t1", "t3", "t5"),
+        protocol=COOPERATIVE,
+        leader="a",
+        follow_up=False,
+    )  # nothing revoked
     assert only(DeleteGenerationsBelow, decisions).generation == 2
     assert c.join.sync_deadline is None and c.join_result is None
 
@@ -351,8 +395,11 @@ def test_join_timeout_excludes_laggards_with_rebalance_timeout():
     join = only(WriteJoinResult, decisions).result
     assert [m.member_id for m in join.members] == ["a", "b"]
     errors = published(decisions)
-    assert errors == {"c": Assignment(generation=2, controller_epoch=EPOCH, error="REBALANCE_TIMEOUT",
-                                      protocol=COOPERATIVE, leader="a")}
+    assert errors == {
+        "c": Assignment(
+            generation=2, controller_epoch=EPOCH, error="REBALANCE_TIMEOUT", protocol=COOPERATIVE, leader="a"
+        )
+    }
     assert c.generation_members == ("a", "b") and c.state is S.AWAITING_SYNC
     # the laggard's task goes to the others at once (its owner is no member of the generation)
     published_now = published(sync(c, target={"a": ("t1", "t3", "t4"), "b": ("t2",)}))
@@ -373,8 +420,11 @@ def test_join_timeout_with_nobody_rejoined_waits_again():
 def test_inconsistent_protocol_excludes_the_member_without_a_rebalance_storm():
     c, _ = coordinator()
     c.on_tasks(tasks("t1", "t2"))
-    snap = {"a": req("a", 1, protocols=(COOPERATIVE,)), "b": req("b", 1, protocols=(COOPERATIVE,)),
-            "x": req("x", 1, protocols=(EAGER,))}
+    snap = {
+        "a": req("a", 1, protocols=(COOPERATIVE,)),
+        "b": req("b", 1, protocols=(COOPERATIVE,)),
+        "x": req("x", 1, protocols=(EAGER,)),
+    }
     decisions = c.on_members(dict(snap))
     join = only(WriteJoinResult, decisions).result
     assert join.protocol == COOPERATIVE and [m.member_id for m in join.members] == ["a", "b"]
@@ -397,7 +447,7 @@ def test_eager_to_cooperative_upgrade():
     c, _, snap = stable_group(members=("a", "b", "c"), protocols=(EAGER,))
     assert c.protocol == EAGER
     upgraded = {}
-    for i, m in enumerate(("a", "b", "c")):
+    for m in ("a", "b", "c"):
         # member m restarts with the new software: leaves, comes back supporting both
         del snap[m]
         c.on_members(dict(snap))
@@ -530,8 +580,9 @@ def test_shutdown_is_dead_and_decides_nothing_more():
 
 def zk_view(c: GroupCoordinator):
     """What a new controller reads back: the state znode and each member's assignment znode."""
-    assignments = {m: Assignment(generation=c.generation, controller_epoch=EPOCH, assigned=ts)
-                   for m, ts in c.assignment.items()}
+    assignments = {
+        m: Assignment(generation=c.generation, controller_epoch=EPOCH, assigned=ts) for m, ts in c.assignment.items()
+    }
     return c.info(), assignments
 
 
@@ -578,8 +629,18 @@ def _inconsistent(kind: str):
     return info, snap, task_map, assignments
 
 
-@pytest.mark.parametrize("kind", ["was rebalancing", "member gone", "new member", "new task", "member asks to rejoin",
-                                  "member leaving", "assignment missing"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "was rebalancing",
+        "member gone",
+        "new member",
+        "new task",
+        "member asks to rejoin",
+        "member leaving",
+        "assignment missing",
+    ],
+)
 def test_load_anything_else_rebalances(kind):
     info, snap, task_map, assignments = _inconsistent(kind)
     new = fresh_controller()

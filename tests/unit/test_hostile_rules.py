@@ -17,9 +17,19 @@ from controller.protocol.layout import ZkLayout
 from controller.protocol.settings_rules import SettingValueError, check_setting, read_settings
 
 
-@pytest.mark.parametrize("name, value", [("max_moves", 10**23), ("max_moves", 0), ("preferred_check_s", 1e-9),
-                                         ("preferred_check_s", float("inf")), ("offline_window_s", float("nan")),
-                                         ("max_offline_brokers", -1), ("max_imbalance", True), ("max_moves", "5")])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("max_moves", 10**23),
+        ("max_moves", 0),
+        ("preferred_check_s", 1e-9),
+        ("preferred_check_s", float("inf")),
+        ("offline_window_s", float("nan")),
+        ("max_offline_brokers", -1),
+        ("max_imbalance", True),
+        ("max_moves", "5"),
+    ],
+)
 def test_out_of_bounds_values_are_refused(name, value):
     with pytest.raises(SettingValueError, match=name):
         check_setting(name, value)
@@ -27,8 +37,12 @@ def test_out_of_bounds_values_are_refused(name, value):
 
 def test_the_reader_keeps_the_last_good_value_of_a_refused_field_only():
     last = ClusterSettings(throttle=MoveLimits(max_moves=5), max_offline_brokers=2)
-    body = {"version": 1, "throttle": {"max_moves": 10**23, "max_moves_per_broker": 3}, "max_offline_brokers": 4,
-            "preferred_check_s": 1e-9}
+    body = {
+        "version": 1,
+        "throttle": {"max_moves": 10**23, "max_moves_per_broker": 3},
+        "max_offline_brokers": 4,
+        "preferred_check_s": 1e-9,
+    }
     s, refused = read_settings(json.dumps(body).encode(), "/s", last)
     assert s.throttle == MoveLimits(max_moves=5, max_moves_per_broker=3) and s.max_offline_brokers == 4
     assert s.preferred_check_s == 60.0 and len(refused) == 2 and refused[0].startswith("max_moves")
@@ -36,11 +50,18 @@ def test_the_reader_keeps_the_last_good_value_of_a_refused_field_only():
 
 
 def test_a_dead_sessions_open_run_ends_when_the_session_did():
-    runs = [RunInterval("t1", "dead", 100.0), RunInterval("t2", "dead", 100.0), RunInterval("t3", "live", 100.0),
-            RunInterval("t4", "back", 100.0)]
-    ends = session_ends(runs, registered={"dead": None, "live": 50.0, "back": 130.0},
-                        owners={"t1": ("other", 120.0), "t2": None, "t3": ("live", 60.0), "t4": ("back", 135.0)},
-                        flushed={"dead": 110.0, "back": 105.0})
+    runs = [
+        RunInterval("t1", "dead", 100.0),
+        RunInterval("t2", "dead", 100.0),
+        RunInterval("t3", "live", 100.0),
+        RunInterval("t4", "back", 100.0),
+    ]
+    ends = session_ends(
+        runs,
+        registered={"dead": None, "live": 50.0, "back": 130.0},
+        owners={"t1": ("other", 120.0), "t2": None, "t3": ("live", 60.0), "t4": ("back", 135.0)},
+        flushed={"dead": 110.0, "back": 105.0},
+    )
     assert ends == {0: 120.0, 1: 110.0, 3: 130.0}  # t3's broker is alive since before the run: still running
 
 
@@ -57,8 +78,14 @@ def test_the_guard_refuses_foreign_hosts_cross_site_writes_and_non_json_bodies()
     assert refused("POST", host="127.0.0.1:1", origin="http://evil.example") == (403, "cross_site")
     assert refused("POST", host="127.0.0.1:1", sec_fetch_site="cross-site") == (403, "cross_site")
     assert refused("POST", host="127.0.0.1:1", origin="http://127.0.0.1:1", sec_fetch_site="same-origin") is None
-    assert refused("POST", host="127.0.0.1:1", content_type="text/plain", content_length="2") == (415, "unsupported_media_type")
-    assert refused("POST", host="127.0.0.1:1", content_type="application/json", content_length="101") == (413, "too_large")
+    assert refused("POST", host="127.0.0.1:1", content_type="text/plain", content_length="2") == (
+        415,
+        "unsupported_media_type",
+    )
+    assert refused("POST", host="127.0.0.1:1", content_type="application/json", content_length="101") == (
+        413,
+        "too_large",
+    )
     assert refused("POST", host="127.0.0.1:1", transfer_encoding="chunked") == (411, "length_required")
 
 

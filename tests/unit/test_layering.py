@@ -29,8 +29,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 # The sans-IO core: state machines, assignors, codecs, the deterministic simulation. They take events and
 # return decisions; the kazoo layer (controller/zk, controller/daemon, broker_sim/worker) carries them out.
-SANS_IO_PACKAGES = ("controller.protocol", "broker_sim.sim.protosim", "broker_sim.sim.checker",
-                    "broker_sim.chaos.schedule")
+SANS_IO_PACKAGES = (
+    "controller.protocol",
+    "broker_sim.sim.protosim",
+    "broker_sim.sim.checker",
+    "broker_sim.chaos.schedule",
+)
 IO_LIBRARIES = ("kazoo", "socket", "subprocess", "pyspark", "docker", "fastapi", "uvicorn", "click", "requests")
 
 
@@ -60,8 +64,9 @@ def _imports(name: str) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if f"{node.module}.{alias.name}" in MODULES)
+            found.update(
+                f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in MODULES
+            )
     return found
 
 
@@ -149,8 +154,11 @@ def test_no_module_imports_another_modules_private_name() -> None:
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _ours(node.module):
-                wrong += [f"{name}: from {node.module} import {a.name}" for a in node.names
-                          if a.name.startswith("_") and not a.name.startswith("__")]
+                wrong += [
+                    f"{name}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     assert not wrong, "private names imported across modules:\n" + "\n".join(wrong)
 
 
@@ -223,8 +231,10 @@ def test_states_change_only_in_their_state_machines() -> None:
 
 def _own_class_names() -> dict[str, set[str]]:
     """Module -> the classes of ours it can name: those it defines and those it imports from a module of ours."""
-    defined = {name: {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
-               for name, path in MODULES.items()}
+    defined = {
+        name: {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
+        for name, path in MODULES.items()
+    }
     out: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         names = set(defined[name])
@@ -245,8 +255,9 @@ def test_no_class_is_mixed_in() -> None:
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if not isinstance(node, ast.ClassDef):
                 continue
-            bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
-                     for b in node.bases]
+            bases = [
+                b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases
+            ]
             own = [b for b in bases if b in ours[name]]
             where = f"{path.relative_to(REPO)}:{node.lineno} class {node.name}"
             if "mixin" in node.name.lower():

@@ -1,20 +1,31 @@
 from __future__ import annotations
 
-import pytest
-
 import zlib
 
-from hypothesis import given, strategies as st
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.protocol.layout import BUCKET_NAMES, BUCKETS, InvalidName, ZkLayout, bucket_of, is_bucket
 
 
 def test_paths_live_under_the_root():
     lay = ZkLayout("/prod/a")
-    paths = [lay.controller, lay.controller_epoch, lay.broker("b1"), lay.task("t1"), lay.task_owner("t1"),
-             lay.group_state("g"), lay.group_member("g", "b1"), lay.group_sync("g", 3), lay.group_join("g", 3),
-             lay.group_assignment("g", "b1"), lay.status("t1"), lay.admin_controlled_shutdown_of("b1"),
-             *lay.persistent_roots()]
+    paths = [
+        lay.controller,
+        lay.controller_epoch,
+        lay.broker("b1"),
+        lay.task("t1"),
+        lay.task_owner("t1"),
+        lay.group_state("g"),
+        lay.group_member("g", "b1"),
+        lay.group_sync("g", 3),
+        lay.group_join("g", 3),
+        lay.group_assignment("g", "b1"),
+        lay.status("t1"),
+        lay.admin_controlled_shutdown_of("b1"),
+        *lay.persistent_roots(),
+    ]
     assert all(p.startswith("/prod/a/") for p in paths)
     assert lay.task_owner("t1") == "/prod/a/tasks/_37/t1/owner"
     assert lay.status("t1") == "/prod/a/status/_37/t1" and lay.task_bucket("t1") == "/prod/a/tasks/_37"

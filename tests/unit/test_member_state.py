@@ -11,6 +11,8 @@ from itertools import product
 
 import pytest
 
+from controller.protocol.codecs import Assignment, GroupStateInfo, JoinResult, MemberMetadata, TaskDescriptor
+from controller.protocol.errors import ProtocolError
 from controller.protocol.member import (
     VALID_PREVIOUS,
     Exit,
@@ -22,22 +24,29 @@ from controller.protocol.member import (
     WriteJoin,
     WriteProposal,
 )
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinResult, MemberMetadata, TaskDescriptor
-from controller.protocol.errors import ProtocolError
 from controller.protocol.rules import COOPERATIVE, EAGER
 
 W = WorkerState
 LEGAL = {
-    (W.DOWN, W.PREPARING_JOIN), (W.JOINING, W.PREPARING_JOIN), (W.SYNCING, W.PREPARING_JOIN),
+    (W.DOWN, W.PREPARING_JOIN),
+    (W.JOINING, W.PREPARING_JOIN),
+    (W.SYNCING, W.PREPARING_JOIN),
     (W.STABLE, W.PREPARING_JOIN),
     (W.PREPARING_JOIN, W.JOINING),
     (W.JOINING, W.SYNCING),
     (W.SYNCING, W.STABLE),
     (W.JOINING, W.STABLE),  # a static member back inside the delay gets its tasks without a sync
-    (W.PREPARING_JOIN, W.DOWN), (W.JOINING, W.DOWN), (W.SYNCING, W.DOWN), (W.STABLE, W.DOWN),
+    (W.PREPARING_JOIN, W.DOWN),
+    (W.JOINING, W.DOWN),
+    (W.SYNCING, W.DOWN),
+    (W.STABLE, W.DOWN),
     # reconcile: any published assignment starts reconciling; reached, Stable; a join round, PreparingJoin
-    (W.PREPARING_JOIN, W.RECONCILING), (W.JOINING, W.RECONCILING), (W.SYNCING, W.RECONCILING),
-    (W.STABLE, W.RECONCILING), (W.RECONCILING, W.STABLE), (W.RECONCILING, W.PREPARING_JOIN),
+    (W.PREPARING_JOIN, W.RECONCILING),
+    (W.JOINING, W.RECONCILING),
+    (W.SYNCING, W.RECONCILING),
+    (W.STABLE, W.RECONCILING),
+    (W.RECONCILING, W.STABLE),
+    (W.RECONCILING, W.PREPARING_JOIN),
     (W.RECONCILING, W.DOWN),
 }
 EPOCH = 4
@@ -72,8 +81,12 @@ def test_every_transition(current: WorkerState, target: WorkerState):
 
 def test_the_happy_path_walks_the_diagram():
     m = stable_member()
-    assert m.transitions == [(W.DOWN, W.PREPARING_JOIN), (W.PREPARING_JOIN, W.JOINING), (W.JOINING, W.SYNCING),
-                             (W.SYNCING, W.STABLE)]
+    assert m.transitions == [
+        (W.DOWN, W.PREPARING_JOIN),
+        (W.PREPARING_JOIN, W.JOINING),
+        (W.JOINING, W.SYNCING),
+        (W.SYNCING, W.STABLE),
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -86,31 +99,57 @@ def no_assign(name, join):  # pragma: no cover - only leaders call it, and tests
 
 
 def member(protocols=(COOPERATIVE, EAGER), assign=no_assign, instance_id=None) -> Member:
-    return Member(member_id=ME, assign=assign, protocols=tuple(protocols), assignors=("sticky",),
-                  instance_id=instance_id)
+    return Member(
+        member_id=ME, assign=assign, protocols=tuple(protocols), assignors=("sticky",), instance_id=instance_id
+    )
 
 
-def info(state: str, generation: int, join_generation: int | None = None, epoch: int = EPOCH,
-         protocol: str | None = COOPERATIVE, leader: str = "m2", members=(ME, "m2")) -> GroupStateInfo:
+def info(
+    state: str,
+    generation: int,
+    join_generation: int | None = None,
+    epoch: int = EPOCH,
+    protocol: str | None = COOPERATIVE,
+    leader: str = "m2",
+    members=(ME, "m2"),
+) -> GroupStateInfo:
     jg = generation if join_generation is None else join_generation
-    return GroupStateInfo(state=state, generation=generation, join_generation=jg, controller_epoch=epoch,
-                          protocol=protocol, assignor="sticky", leader=leader, members=tuple(members))
+    return GroupStateInfo(
+        state=state,
+        generation=generation,
+        join_generation=jg,
+        controller_epoch=epoch,
+        protocol=protocol,
+        assignor="sticky",
+        leader=leader,
+        members=tuple(members),
+    )
 
 
 def assignment(generation: int, assigned=(), revoked=(), error=None, epoch=EPOCH, protocol=COOPERATIVE) -> Assignment:
-    return Assignment(generation=generation, controller_epoch=epoch, assigned=tuple(assigned), revoked=tuple(revoked),
-                      protocol=protocol, leader="m2", error=error)
+    return Assignment(
+        generation=generation,
+        controller_epoch=epoch,
+        assigned=tuple(assigned),
+        revoked=tuple(revoked),
+        protocol=protocol,
+        leader="m2",
+        error=error,
+    )
 
 
 def joins(actions) -> list:
     return [a.request for a in actions if isinstance(a, WriteJoin)]
 
 
-def stable_member(tasks=("t1", "t2"), protocols=(COOPERATIVE, EAGER), protocol=COOPERATIVE, generation=1,
-                  assign=no_assign) -> Member:
+def stable_member(
+    tasks=("t1", "t2"), protocols=(COOPERATIVE, EAGER), protocol=COOPERATIVE, generation=1, assign=no_assign
+) -> Member:
     """A member that joined generation ``generation`` (from Down) and runs ``tasks``."""
     m = member(protocols, assign)
-    actions = m.start(info("PreparingRebalance", generation - 1, generation, protocol=protocol) if generation > 1 else None)
+    actions = m.start(
+        info("PreparingRebalance", generation - 1, generation, protocol=protocol) if generation > 1 else None
+    )
     assert [r.join_generation for r in joins(actions)] == [generation]
     assert m.on_group_state(info("AwaitingSync", generation, protocol=protocol)) == []
     assert m.state is W.SYNCING
@@ -202,7 +241,11 @@ def test_static_return_goes_from_joining_to_stable():
 
 def join_result(generation: int, leader: str = ME) -> JoinResult:
     return JoinResult(
-        generation=generation, leader=leader, protocol=COOPERATIVE, assignor="sticky", controller_epoch=EPOCH,
+        generation=generation,
+        leader=leader,
+        protocol=COOPERATIVE,
+        assignor="sticky",
+        controller_epoch=EPOCH,
         members=(MemberMetadata(ME, owned=("t1", "t2")), MemberMetadata("m2", owned=("t3",)), MemberMetadata("m3")),
         tasks=tuple(TaskDescriptor(t) for t in ("t1", "t2", "t3", "t4")),
     )

@@ -50,4 +50,3 @@ def test_bad_arguments_are_refused(pair):
     a.close()
     with pytest.raises(ValueError):
         poll_select([a], [], [], 0)  # a closed socket's descriptor is -1
-

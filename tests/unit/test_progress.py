@@ -17,7 +17,7 @@ def test_the_terminal_line_fits_and_shows_the_count(width, done, total):
     assert "\r" not in line and "\n" not in line
     if width >= 60:
         assert f"{done}/{total} moved" in line and "4.1s/60s" in line
-    bar = line[line.index("[") + 1: line.index("]")] if "[" in line else ""
+    bar = line[line.index("[") + 1 : line.index("]")] if "[" in line else ""
     if bar:
         expected = 24 if total <= 0 or done >= total else round(done / total * 24)
         assert bar.count("#") == expected and len(bar) == 24
@@ -29,8 +29,10 @@ def test_a_long_subject_is_shortened_not_the_count():
 
 
 def test_the_log_line_is_plain():
-    assert render_plain("waiting for t1 to run on b2", 0, 1, 0.25, 30, "moved") == \
-        "[   0.2s] waiting for t1 to run on b2: 0/1 moved (timeout 30s)"
+    assert (
+        render_plain("waiting for t1 to run on b2", 0, 1, 0.25, 30, "moved")
+        == "[   0.2s] waiting for t1 to run on b2: 0/1 moved (timeout 30s)"
+    )
     assert render_plain("deleting", 1, 1, 12.0, None) == "[  12.0s] deleting: 1/1"
 
 

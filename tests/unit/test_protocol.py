@@ -5,11 +5,12 @@ the properties restate the rules here (who owns what, what moves) instead of reu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import permutations
-from typing import Mapping
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.protocol.codecs import JoinResult, MemberMetadata, SyncProposal, TaskDescriptor
 from controller.protocol.rules import (
@@ -188,7 +189,10 @@ def adjust_inputs(draw, disjoint: bool):
 
 def join_result(members, tasks, owned: Mapping[str, tuple[str, ...]], generation: int = 7) -> JoinResult:
     return JoinResult(
-        generation=generation, leader=members[0], protocol=COOPERATIVE, assignor="cooperative-sticky",
+        generation=generation,
+        leader=members[0],
+        protocol=COOPERATIVE,
+        assignor="cooperative-sticky",
         controller_epoch=1,
         members=tuple(MemberMetadata(member_id=m, owned=tuple(sorted(owned.get(m, ())))) for m in members),
         tasks=tuple(TaskDescriptor(task_id=t) for t in tasks),
@@ -260,8 +264,9 @@ def test_adjust_is_safe_and_valid_even_with_conflicting_claims(inputs):
 def test_validation_refuses_the_unadjusted_target_exactly_when_it_double_owns(inputs):
     """The raw target (a leader that skipped the adjustment) passes only if it moves nothing owned."""
     members, tasks, target, owned = inputs
-    problems = validate_proposal(join_result(members, tasks, owned),
-                                 SyncProposal(generation=7, leader=members[0], assigned=target))
+    problems = validate_proposal(
+        join_result(members, tasks, owned), SyncProposal(generation=7, leader=members[0], assigned=target)
+    )
     conflicts = [(t, m) for m, ts in target.items() for t in ts if any(o != m and t in os for o, os in owned.items())]
     assert bool(problems) == bool(conflicts), (problems, conflicts)
     for t, m in conflicts[:3]:
@@ -275,7 +280,11 @@ def test_validation_refuses_the_unadjusted_target_exactly_when_it_double_owns(in
 
 def jr(**kw) -> JoinResult:
     base = dict(
-        generation=5, leader="a", protocol=COOPERATIVE, assignor="sticky", controller_epoch=3,
+        generation=5,
+        leader="a",
+        protocol=COOPERATIVE,
+        assignor="sticky",
+        controller_epoch=3,
         members=(MemberMetadata("a", owned=("t1",)), MemberMetadata("b", owned=("t2",)), MemberMetadata("c")),
         tasks=(TaskDescriptor("t1"), TaskDescriptor("t2"), TaskDescriptor("t3")),
     )
@@ -306,9 +315,17 @@ def test_a_good_proposal_has_no_problems():
         ({}, prop({"a": ("t1",), "b": ("t2",)}), "task 't3' is not assigned"),
         ({}, prop(GOOD, revoked={"c": ("t1",)}), "revokes 't1' from 'c', which does not own it"),
         ({"held": ("t3",)}, prop(GOOD), "task 't3' held for a departed member"),
-        ({"members": (MemberMetadata("a", owned=("t1",)), MemberMetadata("b", owned=("t2",)),
-                      MemberMetadata("c", leaving=True))},
-         prop(GOOD), "3 tasks" if False else "to leaving member 'c'"),
+        (
+            {
+                "members": (
+                    MemberMetadata("a", owned=("t1",)),
+                    MemberMetadata("b", owned=("t2",)),
+                    MemberMetadata("c", leaving=True),
+                )
+            },
+            prop(GOOD),
+            "3 tasks" if False else "to leaving member 'c'",
+        ),
     ],
 )
 def test_each_rule_refuses(join_kw, proposal, expected):
@@ -320,8 +337,12 @@ def test_tasks_that_may_stay_unassigned():
     # held for a departed member, revoked this round, or with no eligible member: not "not assigned"
     join = jr(
         held=("t3",),
-        tasks=(TaskDescriptor("t1"), TaskDescriptor("t2"), TaskDescriptor("t3"),
-               TaskDescriptor("t4", pinned=("gone",), pin_mode="required")),
+        tasks=(
+            TaskDescriptor("t1"),
+            TaskDescriptor("t2"),
+            TaskDescriptor("t3"),
+            TaskDescriptor("t4", pinned=("gone",), pin_mode="required"),
+        ),
     )
     assert validate_proposal(join, prop({"a": (), "b": ("t2",), "c": ()}, revoked={"a": ("t1",)})) == []
     # a preferred pin on an absent member does not make a task unassignable

@@ -20,12 +20,13 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
+
 import pytest
 
 import controller.protocol.group
 import controller.protocol.join_round
-from broker_sim.sim.protosim import ProtocolSim, SimConfig, SimResult
 import controller.protocol.reconcile
+from broker_sim.sim.protosim import ProtocolSim, SimConfig, SimResult
 from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE, validate_proposal
 
 MIN_SCHEDULES = 10_000
@@ -69,19 +70,25 @@ CONFIGS: dict[str, Scenario] = {
     "cooperative": Scenario(SimConfig(), 2500),
     "eager": Scenario(SimConfig(protocol_mix=((EAGER,),), assignor="sticky"), 1500),
     "mixed-eager-cooperative": Scenario(SimConfig(protocol_mix=((COOPERATIVE, EAGER), (EAGER,))), 1500),
-    "upgrade-eager-to-cooperative": Scenario(SimConfig(protocol_mix=((COOPERATIVE, EAGER),), faults=6), 1000,
-                                             sim=UpgradeSim),
+    "upgrade-eager-to-cooperative": Scenario(
+        SimConfig(protocol_mix=((COOPERATIVE, EAGER),), faults=6), 1000, sim=UpgradeSim
+    ),
     "scheduled-delay": Scenario(SimConfig(scheduled_delay=2.0), 2000),
     "faulty-leaders": Scenario(SimConfig(faulty_leader_probability=0.3), 1500, faulty=True),
-    "delay-mixed-faulty": Scenario(SimConfig(scheduled_delay=2.0, protocol_mix=((COOPERATIVE, EAGER), (EAGER,)),
-                                             faulty_leader_probability=0.3), 500, faulty=True),
+    "delay-mixed-faulty": Scenario(
+        SimConfig(scheduled_delay=2.0, protocol_mix=((COOPERATIVE, EAGER), (EAGER,)), faulty_leader_probability=0.3),
+        500,
+        faulty=True,
+    ),
     "reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,)), 4000, reconcile=True),
     "reconcile-delay": Scenario(SimConfig(protocol_mix=(RECONCILING,), scheduled_delay=2.0), 2000, reconcile=True),
-    "upgrade-cooperative-to-reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,), faults=6), 2000,
-                                                 sim=ReconcileUpgradeSim, reconcile=True),
+    "upgrade-cooperative-to-reconcile": Scenario(
+        SimConfig(protocol_mix=(RECONCILING,), faults=6), 2000, sim=ReconcileUpgradeSim, reconcile=True
+    ),
     # members with and without reconcile come and go: the group enters and leaves it, both ways
-    "mixed-reconcile-cooperative": Scenario(SimConfig(protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6),
-                                            2000, reconcile=True),
+    "mixed-reconcile-cooperative": Scenario(
+        SimConfig(protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6), 2000, reconcile=True
+    ),
 }
 
 
@@ -153,13 +160,19 @@ def run_scenario(name: str) -> Chunk:
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers, initializer=_worker_init) as pool:
         chunks = pool.map(_run_chunk_args, jobs, chunksize=1)
-    return Chunk([f for c in chunks for f in c.failures], sum(c.schedules for c in chunks),
-                 sum(c.refused for c in chunks), sum(c.seconds for c in chunks))
+    return Chunk(
+        [f for c in chunks for f in c.failures],
+        sum(c.schedules for c in chunks),
+        sum(c.refused for c in chunks),
+        sum(c.seconds for c in chunks),
+    )
 
 
 def report(name: str, failures: list[Failure], total: int) -> str:
-    lines = [f"{len(failures)} of {total} {name!r} schedules failed. Replay one with",
-             f"    from tests.unit.test_protocol_sim import CONFIGS; CONFIGS[{name!r}].make(SEED).run()"]
+    lines = [
+        f"{len(failures)} of {total} {name!r} schedules failed. Replay one with",
+        f"    from tests.unit.test_protocol_sim import CONFIGS; CONFIGS[{name!r}].make(SEED).run()",
+    ]
     for f in failures[:5]:
         lines.append(f"seed {f.seed}:")
         lines += [f"    {p}" for p in f.problems[:4]]
@@ -190,8 +203,10 @@ def test_seeded_schedules_keep_every_invariant(name: str):
         # faulty leaders did propose double-owning shuffles (under eager nothing is owned at join time, so
         # there a shuffle is harmless), and the coordinator refused them
         assert outcome.refused >= scenario.seeds // 20, outcome.refused
-    print(f"{name}: {outcome.schedules} schedules, {outcome.seconds / outcome.schedules * 1000:.2f} ms each, "
-          f"{outcome.refused} proposals refused")
+    print(
+        f"{name}: {outcome.schedules} schedules, {outcome.seconds / outcome.schedules * 1000:.2f} ms each, "
+        f"{outcome.refused} proposals refused"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -221,8 +236,11 @@ def test_without_the_still_owns_check_faulty_leaders_break_invariant_2(monkeypat
 def test_without_waiting_for_releases_reconcile_breaks_invariant_2(monkeypatch, caplog):
     """The planted bug of the reconcile protocol: a coordinator that counts only what it published as
     held (not revocations still unconfirmed, not what members report) hands tasks on too early."""
-    monkeypatch.setattr(controller.protocol.reconcile, "holders",
-                        lambda published, unreleased, requests: {m: set(published.get(m, ())) for m in requests})
+    monkeypatch.setattr(
+        controller.protocol.reconcile,
+        "holders",
+        lambda published, unreleased, requests: {m: set(published.get(m, ())) for m in requests},
+    )
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile"].config
     broken = [seed for seed in range(20) if any(v.invariant == 2 for v in ProtocolSim(seed, config).run().violations)]
@@ -239,7 +257,10 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
     import controller.protocol.reconcile
 
     entered, left = [], []
-    enter, prepare = controller.protocol.reconcile.ReconcileGroup.enter, controller.protocol.group.GroupCoordinator.prepare_rebalance
+    enter, prepare = (
+        controller.protocol.reconcile.ReconcileGroup.enter,
+        controller.protocol.group.GroupCoordinator.prepare_rebalance,
+    )
 
     def counting_enter(self, reason):
         entered.append(reason)
@@ -273,8 +294,13 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
 
 def test_a_seed_replays_the_same_schedule():
     def fingerprint(result: SimResult):
-        return (result.faults, result.events, result.rebalances, result.converged_at,
-                [(v.invariant, v.detail) for v in result.violations])
+        return (
+            result.faults,
+            result.events,
+            result.rebalances,
+            result.converged_at,
+            [(v.invariant, v.detail) for v in result.violations],
+        )
 
     for name in ("cooperative", "upgrade-eager-to-cooperative", "faulty-leaders", "reconcile"):
         first = CONFIGS[name].make(12345).run()
@@ -295,4 +321,3 @@ def test_upgrade_scenario_really_mixes_protocols():
         if sim.coordinator.protocol == COOPERATIVE:
             seen.add("went cooperative")
     assert {(EAGER,), (COOPERATIVE, EAGER), "went cooperative"} <= seen
-

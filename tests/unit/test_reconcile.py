@@ -15,19 +15,34 @@ from controller.protocol.group import (
     WriteAssignments,
     WriteGroupState,
 )
-from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
 from controller.protocol.reconcile import confirm_releases, holders
+from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
 
 EPOCH = 5
 RECONCILING = (RECONCILE, COOPERATIVE)
 
 
-def req(m: str, generation: int = -1, owned: tuple[str, ...] = (), join_generation: int = 1,
-        protocols: tuple[str, ...] = RECONCILING, leaving: bool = False, incarnation: str | None = None,
-        instance_id: str | None = None) -> JoinRequest:
-    return JoinRequest(member_id=m, join_generation=join_generation, generation=generation, protocols=protocols,
-                       assignors=("sticky",), owned=owned, leaving=leaving, incarnation=incarnation or f"{m}.1",
-                       instance_id=instance_id)
+def req(
+    m: str,
+    generation: int = -1,
+    owned: tuple[str, ...] = (),
+    join_generation: int = 1,
+    protocols: tuple[str, ...] = RECONCILING,
+    leaving: bool = False,
+    incarnation: str | None = None,
+    instance_id: str | None = None,
+) -> JoinRequest:
+    return JoinRequest(
+        member_id=m,
+        join_generation=join_generation,
+        generation=generation,
+        protocols=protocols,
+        assignors=("sticky",),
+        owned=owned,
+        leaving=leaving,
+        incarnation=incarnation or f"{m}.1",
+        instance_id=instance_id,
+    )
 
 
 def tasks(n: int) -> dict[str, TaskDescriptor]:
@@ -57,8 +72,9 @@ def report(c: GroupCoordinator, m: str, owned: tuple[str, ...] | None = None, **
     """Member ``m`` reports at its current member epoch, owning what it was last published (or ``owned``)."""
     a = c.assignment[m]
     members = dict(c.members)
-    members[m] = req(m, generation=c.epoch_of(m), owned=a if owned is None else owned,
-                     incarnation=c.members[m].incarnation, **kw)
+    members[m] = req(
+        m, generation=c.epoch_of(m), owned=a if owned is None else owned, incarnation=c.members[m].incarnation, **kw
+    )
     return c.on_members(members)
 
 
@@ -192,18 +208,42 @@ def test_a_reconciling_member_follows_its_assignment_alone_and_joins_the_round_i
     m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
     m.start(None)
     assert not m.follows_assignment_alone, "joining: the group state says how"
-    given = Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
-                       incarnation="a.1")
+    given = Assignment(
+        generation=4, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE, incarnation="a.1"
+    )
     assert SetDesired(frozenset({"t1", "t2"})) in m.on_assignment(given)
     m.on_owned(frozenset({"t1", "t2"}))
     assert m.state is WorkerState.STABLE and m.follows_assignment_alone
     # a notice for another life of ours, or an older one, changes nothing
-    assert m.on_assignment(Assignment(generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
-                                      protocol=RECONCILE, incarnation="a.0")) == []
-    assert m.on_assignment(Assignment(generation=3, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
-                                      protocol=RECONCILE, incarnation="a.1")) == []
-    actions = m.on_assignment(Assignment(generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS",
-                                         protocol=RECONCILE, incarnation="a.1"))
+    assert (
+        m.on_assignment(
+            Assignment(
+                generation=9,
+                controller_epoch=EPOCH,
+                error="REBALANCE_IN_PROGRESS",
+                protocol=RECONCILE,
+                incarnation="a.0",
+            )
+        )
+        == []
+    )
+    assert (
+        m.on_assignment(
+            Assignment(
+                generation=3,
+                controller_epoch=EPOCH,
+                error="REBALANCE_IN_PROGRESS",
+                protocol=RECONCILE,
+                incarnation="a.1",
+            )
+        )
+        == []
+    )
+    actions = m.on_assignment(
+        Assignment(
+            generation=9, controller_epoch=EPOCH, error="REBALANCE_IN_PROGRESS", protocol=RECONCILE, incarnation="a.1"
+        )
+    )
     [join] = [a for a in actions if isinstance(a, WriteJoin)]
     assert join.request.join_generation == 9 and set(join.request.owned) == {"t1", "t2"}, "cooperative: keeps them"
     assert not m.follows_assignment_alone and not m.reconcile_mode and m.desired == {"t1", "t2"}
@@ -219,15 +259,19 @@ def test_a_release_carries_the_report_that_confirms_it_unless_a_later_one_was_wr
     def stable_member() -> Member:
         m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
         m.start(None)
-        m.on_assignment(Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2", "t3"),
-                                   protocol=RECONCILE, incarnation="a.1"))
+        m.on_assignment(
+            Assignment(
+                generation=4, controller_epoch=EPOCH, assigned=("t1", "t2", "t3"), protocol=RECONCILE, incarnation="a.1"
+            )
+        )
         m.on_owned(frozenset({"t1", "t2", "t3"}))
         assert m.state is WorkerState.STABLE
         return m
 
     m = stable_member()
-    m.on_assignment(Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
-                               incarnation="a.1"))
+    m.on_assignment(
+        Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE, incarnation="a.1")
+    )
     held = frozenset({"t1", "t2", "t3"})  # t3 is stopping: busy, so still counted as held
     request = m.release_report(frozenset({"t3"}), held)
     assert request is not None and request.owned == ("t1", "t2") and request.join_generation == 6
@@ -237,11 +281,13 @@ def test_a_release_carries_the_report_that_confirms_it_unless_a_later_one_was_wr
     assert m.reported == {"t1", "t2"} and not m.pending_revocation and m.state is WorkerState.STABLE
 
     m = stable_member()
-    m.on_assignment(Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE,
-                               incarnation="a.1"))
+    m.on_assignment(
+        Assignment(generation=6, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE, incarnation="a.1")
+    )
     request = m.release_report(frozenset({"t3"}), frozenset({"t1", "t2", "t3"}))
-    m.on_assignment(Assignment(generation=7, controller_epoch=EPOCH, assigned=("t1",), protocol=RECONCILE,
-                               incarnation="a.1"))  # applied while the multi was in flight
+    m.on_assignment(
+        Assignment(generation=7, controller_epoch=EPOCH, assigned=("t1",), protocol=RECONCILE, incarnation="a.1")
+    )  # applied while the multi was in flight
     actions = m.on_released(frozenset({"t1", "t2"}), request)
     [join] = [a for a in actions if isinstance(a, WriteJoin)]
     assert join.request.join_generation == 7 and set(join.request.owned) == {"t1", "t2"}, "t2 is still held"
@@ -267,8 +313,9 @@ def test_a_restart_is_a_new_member_and_its_previous_lifes_assignment_is_not_reus
     report(c, "a")
     report(c, "b")
     before = c.epoch_of("b")
-    decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"]),
-                              "b": req("b", incarnation="b.2")})
+    decisions = c.on_members(
+        {"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"]), "b": req("b", incarnation="b.2")}
+    )
     out = published(decisions)
     assert out["b"].incarnation == "b.2" and out["b"].generation > before
 
@@ -340,8 +387,10 @@ def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them
 
 
 def test_the_pure_parts():
-    assert holders({"a": ("t1",)}, {"a": {"t2": 3}}, {"a": req("a", owned=("t3",)), "b": req("b")}) == \
-        {"a": {"t1", "t2", "t3"}, "b": set()}
+    assert holders({"a": ("t1",)}, {"a": {"t2": 3}}, {"a": req("a", owned=("t3",)), "b": req("b")}) == {
+        "a": {"t1", "t2", "t3"},
+        "b": set(),
+    }
     pending = {"t1": 4, "t2": 6}
     assert confirm_releases(pending, req("a", generation=5, owned=())) == {"t2": 6}
     assert confirm_releases(pending, req("a", generation=6, owned=("t1",))) == {"t1": 4}

@@ -56,7 +56,9 @@ def test_rate_and_duration_bound_the_run(tmp_path: Path) -> None:
     elapsed = time.monotonic() - t0
     assert not result.complete and 0 < result.records < 10_000
     assert result.records <= 200 * 0.5 + 20 * 2  # never ahead of the rate by more than a file
-    assert elapsed < 10.0  # the duration ends the run (10,000 records at 200/s would take 50 s); generous for loaded machines
+    assert (
+        elapsed < 10.0
+    )  # the duration ends the run (10,000 records at 200/s would take 50 s); generous for loaded machines
 
 
 def test_background_generator_stops_on_request(tmp_path: Path) -> None:

@@ -12,11 +12,24 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from controller.protocol.codecs import PayloadError
-from controller.protocol.taskspec import (PIPELINE_KINDS, SPEC_VERSION, NoopPipeline, RestartPolicy, SparkPipeline, SpecError,
-                                 TaskSpec, decode_task, load_specs, parse_spec, task_schema)
+from controller.protocol.taskspec import (
+    PIPELINE_KINDS,
+    SPEC_VERSION,
+    NoopPipeline,
+    RestartPolicy,
+    SparkPipeline,
+    SpecError,
+    TaskSpec,
+    decode_task,
+    load_specs,
+    parse_spec,
+    task_schema,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NOOP = {"kind": "noop"}
@@ -38,8 +51,18 @@ def test_every_pipeline_kind_is_accepted_when_named():
     assert parse_spec({"id": "s", "pipeline": {"kind": "spark", **RATE_TO_CONSOLE}}).pipeline.kind == "spark"
 
 
-@pytest.mark.parametrize("pipeline", [RATE_TO_CONSOLE, {"source": {"type": "rate"}, "sink": {"type": "console"},
-                                                        "mode": "streaming", "transform": {"sql": "SELECT * FROM input"}}])
+@pytest.mark.parametrize(
+    "pipeline",
+    [
+        RATE_TO_CONSOLE,
+        {
+            "source": {"type": "rate"},
+            "sink": {"type": "console"},
+            "mode": "streaming",
+            "transform": {"sql": "SELECT * FROM input"},
+        },
+    ],
+)
 def test_a_pipeline_with_source_and_sink_and_no_kind_is_a_spark_pipeline(pipeline):
     spec = parse_spec({"id": "x1", "pipeline": pipeline})
     assert isinstance(spec.pipeline, SparkPipeline) and spec.pipeline.kind == "spark"
@@ -47,9 +70,10 @@ def test_a_pipeline_with_source_and_sink_and_no_kind_is_a_spark_pipeline(pipelin
 
 
 def test_a_task_without_a_pipeline_is_refused_with_what_to_add():
-    assert refusal({"id": "x1"}) == ('task \'x1\': pipeline is missing: add "pipeline": '
-                                     '{"kind": "spark"|"declarative"|"noop", ...}')
-    with pytest.raises(Exception):
+    assert refusal({"id": "x1"}) == (
+        'task \'x1\': pipeline is missing: add "pipeline": {"kind": "spark"|"declarative"|"noop", ...}'
+    )
+    with pytest.raises(ValidationError):
         TaskSpec(id="x1")  # type: ignore[call-arg]  # no default no-op in code either
 
 
@@ -73,38 +97,105 @@ MALFORMED = [
     (spec(pipeline={}), "pipeline.kind", ["is missing", '"spark"|"declarative"|"noop"'], True),
     (spec(pipeline={"kind": "sprak"}), "pipeline.kind", ['"sprak" is not one of spark, declarative, noop'], True),
     (spec(pipeline={"kind": 7}), "pipeline.kind", ["7 is not one of spark, declarative, noop"], True),
-    (spec(pipeline="noop"), "pipeline", ['must be a mapping like {"kind": "spark"|"declarative"|"noop"', '"noop"'], True),
-    (spec(pipeline={"kind": "noop", "colour": "red"}), "pipeline.colour",
-     ["is not a field of a noop pipeline", "kind, fail_after_s, fail_message, complete_after_s"], True),
+    (
+        spec(pipeline="noop"),
+        "pipeline",
+        ['must be a mapping like {"kind": "spark"|"declarative"|"noop"', '"noop"'],
+        True,
+    ),
+    (
+        spec(pipeline={"kind": "noop", "colour": "red"}),
+        "pipeline.colour",
+        ["is not a field of a noop pipeline", "kind, fail_after_s, fail_message, complete_after_s"],
+        True,
+    ),
     (spec(pipeline={"kind": "noop", "fail_after_s": -1}), "pipeline.fail_after_s", ["a number at least 0", "-1"], True),
     (spec(pipeline={"kind": "declarative"}), "pipeline.project", ["is missing", "non-empty text"], True),
-    (spec(pipeline={"kind": "declarative", "project": "/p", "interval_s": 0}), "pipeline.interval_s",
-     ["a number above 0"], True),
-    (spec(pipeline={"kind": "declarative", "project": "/p", "full_refresh": "often"}), "pipeline.full_refresh",
-     ["true or false", '"often"'], True),
-    (spec(pipeline={"kind": "spark", "sink": {"type": "console"}}), "pipeline.source",
-     ["is missing", '"type": "files"|"rate"'], True),
+    (
+        spec(pipeline={"kind": "declarative", "project": "/p", "interval_s": 0}),
+        "pipeline.interval_s",
+        ["a number above 0"],
+        True,
+    ),
+    (
+        spec(pipeline={"kind": "declarative", "project": "/p", "full_refresh": "often"}),
+        "pipeline.full_refresh",
+        ["true or false", '"often"'],
+        True,
+    ),
+    (
+        spec(pipeline={"kind": "spark", "sink": {"type": "console"}}),
+        "pipeline.source",
+        ["is missing", '"type": "files"|"rate"'],
+        True,
+    ),
     (spec(pipeline={"source": {"type": "rate"}}), "pipeline.sink", ["is missing", '"type": "files"|"console"'], True),
-    (spec(pipeline={"source": {}, "sink": {"type": "console"}}), "pipeline.source.type",
-     ["is missing", '"files"|"rate"'], True),
-    (spec(pipeline={"source": {"type": "kafka"}, "sink": {"type": "console"}}), "pipeline.source.type",
-     ['"kafka" is not one of files, rate'], True),
-    (spec(pipeline={"source": {"type": "rate"}, "sink": {"type": "hdfs"}}), "pipeline.sink.type",
-     ['"hdfs" is not one of files, console'], True),
-    (spec(pipeline={"source": {"type": "files", "format": "xml", "path": "/d", "schema": "a INT"},
-                    "sink": {"type": "console"}}), "pipeline.source.format", ['"xml" is not one of csv, json, parquet'], True),
-    (spec(pipeline={"source": {"type": "files", "format": "csv", "path": "/d"}, "sink": {"type": "console"}}),
-     "pipeline.source.schema", ["is missing", "non-empty text"], True),
+    (
+        spec(pipeline={"source": {}, "sink": {"type": "console"}}),
+        "pipeline.source.type",
+        ["is missing", '"files"|"rate"'],
+        True,
+    ),
+    (
+        spec(pipeline={"source": {"type": "kafka"}, "sink": {"type": "console"}}),
+        "pipeline.source.type",
+        ['"kafka" is not one of files, rate'],
+        True,
+    ),
+    (
+        spec(pipeline={"source": {"type": "rate"}, "sink": {"type": "hdfs"}}),
+        "pipeline.sink.type",
+        ['"hdfs" is not one of files, console'],
+        True,
+    ),
+    (
+        spec(
+            pipeline={
+                "source": {"type": "files", "format": "xml", "path": "/d", "schema": "a INT"},
+                "sink": {"type": "console"},
+            }
+        ),
+        "pipeline.source.format",
+        ['"xml" is not one of csv, json, parquet'],
+        True,
+    ),
+    (
+        spec(pipeline={"source": {"type": "files", "format": "csv", "path": "/d"}, "sink": {"type": "console"}}),
+        "pipeline.source.schema",
+        ["is missing", "non-empty text"],
+        True,
+    ),
     (spark(mode="micro"), "pipeline.mode", ['"micro" is not one of streaming, batch'], True),
-    (spark(source={"type": "rate", "rows_per_second": 0}), "pipeline.source.rows_per_second",
-     ["a whole number from 1 to 1,000,000", "not 0"], True),
-    (spark(sink={"type": "console", "num_rows": "ten"}), "pipeline.sink.num_rows", ["a whole number from 1 to 1000"], True),
-    (spark(spark_options={"spark.sql.shuffle.partitions": 4}), "pipeline.spark_options.spark.sql.shuffle.partitions",
-     ["must be text", "not 4"], True),
-    (spark(trigger={"every": "1 s"}), "pipeline.trigger.every",
-     ["is not a field of a trigger", "processing_time, available_now"], True),
-    (spark(trigger={"processing_time": "1 s", "available_now": True}), "pipeline.trigger",
-     ["choose either processing_time or available_now"], False),
+    (
+        spark(source={"type": "rate", "rows_per_second": 0}),
+        "pipeline.source.rows_per_second",
+        ["a whole number from 1 to 1,000,000", "not 0"],
+        True,
+    ),
+    (
+        spark(sink={"type": "console", "num_rows": "ten"}),
+        "pipeline.sink.num_rows",
+        ["a whole number from 1 to 1000"],
+        True,
+    ),
+    (
+        spark(spark_options={"spark.sql.shuffle.partitions": 4}),
+        "pipeline.spark_options.spark.sql.shuffle.partitions",
+        ["must be text", "not 4"],
+        True,
+    ),
+    (
+        spark(trigger={"every": "1 s"}),
+        "pipeline.trigger.every",
+        ["is not a field of a trigger", "processing_time, available_now"],
+        True,
+    ),
+    (
+        spark(trigger={"processing_time": "1 s", "available_now": True}),
+        "pipeline.trigger",
+        ["choose either processing_time or available_now"],
+        False,
+    ),
     (spark(transform={"sql": "SELECT 1"}), "pipeline", ["transform.sql must read from the view named 'input'"], False),
     (spark(mode="batch"), "pipeline", ["the rate source is streaming-only"], False),
     (spec(state="STOPPED"), "state", ['"STOPPED" is not one of RUNNING, PAUSED'], True),
@@ -112,18 +203,41 @@ MALFORMED = [
     (spec(weight="heavy"), "weight", ["a whole number from 1 to 1000", '"heavy"'], True),
     (spec(group="x/y"), "group", ["a name of 1-200 characters from A-Z a-z 0-9 . _ -"], True),
     ({"id": "has space", "pipeline": NOOP}, "id", ["a name of 1-200 characters"], True),
-    (spec(colour="red"), "colour", ["is not a field of a task spec", "id, group, state, weight, placement, restart"], True),
-    (spec(max_failures=3), "max_failures", ['replaced by restart.max_attempts: write "restart": {"max_attempts": N}'], True),
+    (
+        spec(colour="red"),
+        "colour",
+        ["is not a field of a task spec", "id, group, state, weight, placement, restart"],
+        True,
+    ),
+    (
+        spec(max_failures=3),
+        "max_failures",
+        ['replaced by restart.max_attempts: write "restart": {"max_attempts": N}'],
+        True,
+    ),
     (spec(placement={"pinned": "b1"}), "placement.pinned", ["a list, each text", '"b1"'], True),
-    (spec(placement={"pin_mode": "always"}), "placement.pin_mode", ['"always" is not one of required, preferred'], True),
+    (
+        spec(placement={"pin_mode": "always"}),
+        "placement.pin_mode",
+        ['"always" is not one of required, preferred'],
+        True,
+    ),
     (spec(placement={"pinned": ["no/pe"]}), "placement.pinned", ["broker id"], False),
     (spec(placement=5), "placement", ["a mapping (a placement) with the fields pinned, pin_mode, rack"], True),
     (spec(restart={"max_attempts": -1}), "restart.max_attempts", ["a whole number from 0 to 1000"], True),
     (spec(restart={"backoff_initial_s": 0}), "restart.backoff_initial_s", ["a number above 0 and at most 3600"], True),
-    (spec(restart={"backoff_initial_s": 60, "backoff_max_s": 30}), "restart",
-     ["backoff_initial_s 60 is above backoff_max_s 30"], False),
-    (spec(restart={"attempts": 3}), "restart.attempts",
-     ["is not a field of a restart policy", "max_attempts, backoff_initial_s, backoff_max_s"], True),
+    (
+        spec(restart={"backoff_initial_s": 60, "backoff_max_s": 30}),
+        "restart",
+        ["backoff_initial_s 60 is above backoff_max_s 30"],
+        False,
+    ),
+    (
+        spec(restart={"attempts": 3}),
+        "restart.attempts",
+        ["is not a field of a restart policy", "max_attempts, backoff_initial_s, backoff_max_s"],
+        True,
+    ),
     (spec(restart_nonce=-1), "restart_nonce", ["a whole number at least 0"], True),
     (spec(version=1), "version", [f"unsupported version 1: this release writes version {SPEC_VERSION}"], True),
 ]
@@ -136,7 +250,7 @@ def test_every_refusal_names_the_task_the_field_and_what_is_allowed(obj, field, 
     prefix = f"task {task!r}: " if isinstance(task, str) else "spec: "
     assert message.startswith(prefix), message
     at = message.find(field, len(prefix))
-    assert at == len(prefix) or message[at - 2:at] == "; ", f"{field!r} does not start a problem: {message}"
+    assert at == len(prefix) or message[at - 2 : at] == "; ", f"{field!r} does not start a problem: {message}"
     for w in words:
         assert w in message[at:], f"{w!r} missing from: {message}"
 
@@ -144,7 +258,7 @@ def test_every_refusal_names_the_task_the_field_and_what_is_allowed(obj, field, 
 def test_a_spec_without_an_id_is_named_by_its_place_in_the_file(tmp_path):
     path = tmp_path / "tasks.yaml"
     path.write_text("- id: good\n  pipeline: {kind: noop}\n- group: g\n  pipeline: {kind: noop}\n")
-    with pytest.raises(SpecError, match=re.escape(f"{path}[1]: id is missing: add \"id\" (a name of")):
+    with pytest.raises(SpecError, match=re.escape(f'{path}[1]: id is missing: add "id" (a name of')):
         load_specs(path)
 
 
@@ -159,7 +273,9 @@ def stored(obj: dict[str, Any]) -> bytes:
 
 
 def test_a_version_1_znode_without_a_pipeline_still_decodes_as_a_noop_task():
-    spec = decode_task(stored({"version": 1, "id": "old", "group": "g", "state": "PAUSED", "weight": 3}), "/zkc/tasks/old")
+    spec = decode_task(
+        stored({"version": 1, "id": "old", "group": "g", "state": "PAUSED", "weight": 3}), "/zkc/tasks/old"
+    )
     assert spec.pipeline == NoopPipeline(kind="noop") and (spec.group, spec.state, spec.weight) == ("g", "PAUSED", 3)
     assert spec.version == SPEC_VERSION and spec.restart == RestartPolicy()
     again = decode_task(spec.encode(), "/zkc/tasks/old")  # written back: version 2, the same meaning
@@ -167,22 +283,30 @@ def test_a_version_1_znode_without_a_pipeline_still_decodes_as_a_noop_task():
 
 
 def test_a_version_1_max_failures_becomes_the_restart_policys_attempts():
-    old = {"version": 1, "id": "old", "max_failures": 2, "restart_nonce": 4,
-           "pipeline": {"kind": "noop", "fail_after_s": 1.0}}
+    old = {
+        "version": 1,
+        "id": "old",
+        "max_failures": 2,
+        "restart_nonce": 4,
+        "pipeline": {"kind": "noop", "fail_after_s": 1.0},
+    }
     spec = decode_task(stored(old), "/zkc/tasks/old")
     assert spec.restart == RestartPolicy(max_attempts=2) and spec.restart_nonce == 4
     assert spec.pipeline == NoopPipeline(kind="noop", fail_after_s=1.0)
 
 
-@pytest.mark.parametrize("obj, reason", [
-    ({"version": 2, "id": "t"}, "pipeline is missing"),                     # only version 1 meant "no-op"
-    ({"version": 2, "id": "t", "pipeline": NOOP, "max_failures": 1}, "max_failures"),
-    ({"version": 1, "id": "t", "restart": {"max_attempts": 1}}, "version 1 spec has no 'restart'"),
-    ({"version": 1, "id": "t", "max_failures": -1}, "restart.max_attempts"),
-    ({"version": 3, "id": "t", "pipeline": NOOP}, "unsupported version 3"),
-    ({"version": True, "id": "t", "pipeline": NOOP}, "unsupported version True"),
-    ({"version": "1", "id": "t"}, "unsupported version '1'"),
-])
+@pytest.mark.parametrize(
+    "obj, reason",
+    [
+        ({"version": 2, "id": "t"}, "pipeline is missing"),  # only version 1 meant "no-op"
+        ({"version": 2, "id": "t", "pipeline": NOOP, "max_failures": 1}, "max_failures"),
+        ({"version": 1, "id": "t", "restart": {"max_attempts": 1}}, "version 1 spec has no 'restart'"),
+        ({"version": 1, "id": "t", "max_failures": -1}, "restart.max_attempts"),
+        ({"version": 3, "id": "t", "pipeline": NOOP}, "unsupported version 3"),
+        ({"version": True, "id": "t", "pipeline": NOOP}, "unsupported version True"),
+        ({"version": "1", "id": "t"}, "unsupported version '1'"),
+    ],
+)
 def test_stored_specs_that_no_version_allows_are_payload_errors(obj, reason):
     with pytest.raises(PayloadError, match=re.escape(reason)):
         decode_task(stored(obj), "/zkc/tasks/t")
@@ -241,14 +365,19 @@ def test_the_documented_examples_are_valid_for_the_schema_and_the_models(name, d
         validator.validate({"$schema": "https://example.org/task-spec.schema.json", **s})
 
 
-@pytest.mark.parametrize("obj", [m[0] for m in MALFORMED if m[3]], ids=[f"{i}-{m[1]}" for i, m in enumerate(MALFORMED) if m[3]])
+@pytest.mark.parametrize(
+    "obj", [m[0] for m in MALFORMED if m[3]], ids=[f"{i}-{m[1]}" for i, m in enumerate(MALFORMED) if m[3]]
+)
 def test_the_schema_refuses_what_the_models_refuse(obj, validator):
     assert not validator.is_valid(obj) and not validator.is_valid([obj])
 
 
 def test_the_schema_accepts_what_the_models_accept(validator):
-    for obj in ({"id": "x1", "pipeline": RATE_TO_CONSOLE}, {"id": "x1", "pipeline": NOOP, "restart": {"max_attempts": 0}},
-                [{"id": "a", "pipeline": NOOP}, {"id": "b", "pipeline": {"kind": "declarative", "project": "/p"}}]):
+    for obj in (
+        {"id": "x1", "pipeline": RATE_TO_CONSOLE},
+        {"id": "x1", "pipeline": NOOP, "restart": {"max_attempts": 0}},
+        [{"id": "a", "pipeline": NOOP}, {"id": "b", "pipeline": {"kind": "declarative", "project": "/p"}}],
+    ):
         validator.validate(obj)
         for s in obj if isinstance(obj, list) else [obj]:
             parse_spec(s)
@@ -256,7 +385,14 @@ def test_the_schema_accepts_what_the_models_accept(validator):
 
 def test_every_field_of_the_schema_says_what_it_is():
     defs = task_schema()["$defs"]
-    undescribed = [f"{name}.{field}" for name, model in defs.items() for field, prop in model.get("properties", {}).items()
-                   if not prop.get("description") and not defs.get(str(prop.get("$ref", "")).rsplit("/", 1)[-1], {}).get("description")]
+    undescribed = [
+        f"{name}.{field}"
+        for name, model in defs.items()
+        for field, prop in model.get("properties", {}).items()
+        if not prop.get("description")
+        and not defs.get(str(prop.get("$ref", "")).rsplit("/", 1)[-1], {}).get("description")
+    ]
     assert undescribed == []
-    assert all(model.get("title") and model.get("description") for model in defs.values()), "every model titled and described"
+    assert all(model.get("title") and model.get("description") for model in defs.values()), (
+        "every model titled and described"
+    )

@@ -40,8 +40,10 @@ def proposals(draw):
     moving = {}
     for t in draw(st.lists(st.sampled_from(tasks), unique=True, max_size=3)) if tasks else []:
         moving[t] = Move(t, draw(st.sampled_from((None, *members))), draw(st.sampled_from((None, *members))), 0.0)
-    limits = MoveLimits(max_moves=draw(st.one_of(st.none(), st.integers(1, 6))),
-                        max_moves_per_broker=draw(st.one_of(st.none(), st.integers(1, 4))))
+    limits = MoveLimits(
+        max_moves=draw(st.one_of(st.none(), st.integers(1, 6))),
+        max_moves_per_broker=draw(st.one_of(st.none(), st.integers(1, 4))),
+    )
     frozen = draw(st.booleans())
     room = draw(st.one_of(st.none(), st.integers(0, 5)))
     leaving = draw(st.lists(st.sampled_from(members), unique=True, max_size=1))
@@ -52,7 +54,9 @@ def proposals(draw):
 @given(proposals())
 def test_a_wave_never_exceeds_its_limits_and_never_double_assigns(p):
     assigned, revoked, had, runnable, moving, limits, frozen, room, leaving = p
-    wave = plan_wave(assigned, revoked, had, runnable, moving, limits, now=1.0, frozen=frozen, leaving=leaving, room=room)
+    wave = plan_wave(
+        assigned, revoked, had, runnable, moving, limits, now=1.0, frozen=frozen, leaving=leaving, room=room
+    )
     placed = [t for ts in wave.assigned.values() for t in ts]
     assert len(placed) == len(set(placed)), "a task assigned twice"
     for m, ts in wave.assigned.items():
@@ -60,8 +64,11 @@ def test_a_wave_never_exceeds_its_limits_and_never_double_assigns(p):
             assert t in assigned.get(m, ()) or t in had.get(m, ()), (m, t)
     for m, ts in wave.revoked.items():
         assert set(ts) <= set(revoked.get(m, ())) and not set(ts) & set(wave.assigned[m])
-    new = {t: mv for t, mv in wave.moving.items() if moving.get(t) != mv and not (
-        t in moving and moving[t].dest is None and mv.source == moving[t].source)}
+    new = {
+        t: mv
+        for t, mv in wave.moving.items()
+        if moving.get(t) != mv and not (t in moving and moving[t].dest is None and mv.source == moving[t].source)
+    }
     already = len([t for t in moving if t in runnable])
     if frozen:
         assert not new, new
@@ -80,8 +87,10 @@ def test_a_wave_never_exceeds_its_limits_and_never_double_assigns(p):
             if t not in runnable:
                 assert t in wave.revoked.get(m, ())
     # the same inputs, the same wave
-    assert plan_wave(assigned, revoked, had, runnable, moving, limits, now=1.0, frozen=frozen, leaving=leaving,
-                     room=room) == wave
+    assert (
+        plan_wave(assigned, revoked, had, runnable, moving, limits, now=1.0, frozen=frozen, leaving=leaving, room=room)
+        == wave
+    )
 
 
 def test_eager_moves_beyond_the_limit_stay_with_their_previous_owner():
@@ -99,8 +108,15 @@ def test_cooperative_revocations_beyond_the_limit_are_kept_by_their_owner():
     assert wave.revoked == {"a": ("t3",)} and wave.assigned["a"] == ("t1", "t2", "t4")
     assert wave.moving["t3"].dest is None
     # the second round assigns the revoked task without new room: the move is under way
-    second = plan_wave({"a": ("t1", "t2", "t4"), "b": ("t3",)}, {}, {"a": ["t1", "t2", "t4"], "b": []},
-                       ["t1", "t2", "t3", "t4"], wave.moving, MoveLimits(max_moves=1), now=1.0)
+    second = plan_wave(
+        {"a": ("t1", "t2", "t4"), "b": ("t3",)},
+        {},
+        {"a": ["t1", "t2", "t4"], "b": []},
+        ["t1", "t2", "t3", "t4"],
+        wave.moving,
+        MoveLimits(max_moves=1),
+        now=1.0,
+    )
     assert second.assigned["b"] == ("t3",) and second.moving["t3"].dest == "b" and not second.deferred
 
 
@@ -127,13 +143,16 @@ def test_the_checker_counts_moves_in_flight_at_one_instant():
 
 # ---- the coordinator: waves, maintenance ----------------------------------------------------------
 def _req(m: str, jg: int, g: int, owned: tuple[str, ...] = (), protocol: str = "eager") -> JoinRequest:
-    return JoinRequest(member_id=m, join_generation=jg, generation=g, protocols=(protocol,), assignors=("sticky",),
-                       owned=owned)
+    return JoinRequest(
+        member_id=m, join_generation=jg, generation=g, protocols=(protocol,), assignors=("sticky",), owned=owned
+    )
 
 
 def _coordinator(n_tasks: int, members: tuple[str, ...] = ("a",)) -> tuple[GroupCoordinator, FakeClock]:
     clock = FakeClock()
-    c = GroupCoordinator(group="g", controller_epoch=1, clock=clock, wall=clock, config=GroupConfig(rebalance_timeout_s=5))
+    c = GroupCoordinator(
+        group="g", controller_epoch=1, clock=clock, wall=clock, config=GroupConfig(rebalance_timeout_s=5)
+    )
     c.on_tasks({f"t{i}": TaskDescriptor(task_id=f"t{i}") for i in range(n_tasks)})
     c.on_members({m: _req(m, 1, 0) for m in members})
     return c, clock

@@ -13,8 +13,10 @@ from controller.protocol.codecs import RunInterval
 
 def test_timeline_summary_and_plot(tmp_path: Path):
     intervals = [
-        RunInterval("t1", "b0", 100.0, 105.0), RunInterval("t1", "b1", 106.0, 110.0),   # a 1 s gap
-        RunInterval("t2", "b0", 100.0, 108.0), RunInterval("t2", "b1", 107.0, 110.0),   # double ownership
+        RunInterval("t1", "b0", 100.0, 105.0),
+        RunInterval("t1", "b1", 106.0, 110.0),  # a 1 s gap
+        RunInterval("t2", "b0", 100.0, 108.0),
+        RunInterval("t2", "b1", 107.0, 110.0),  # double ownership
         RunInterval("t10", "b2", 101.0, None),
     ]
     summary = plot_timeline(intervals, tmp_path / "t.png", "test", now=110.0)
@@ -27,4 +29,3 @@ def test_timeline_summary_and_plot(tmp_path: Path):
         intervals_from_json([{"task_id": "t", "broker": "b", "start": "soon"}], "f.json")
     with pytest.raises(TimelineError, match="no run intervals"):
         plot_timeline([], tmp_path / "e.png")
-
