@@ -7,8 +7,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from controller.protocol.errors import ZkcError
 from controller.protocol.layout import ZkLayout, check_name, is_bucket
@@ -150,7 +151,7 @@ class AclPolicy:
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> "AclPolicy":
+    def decode(cls, data: bytes) -> AclPolicy:
         try:
             body = json.loads(data.decode("utf-8"))
             version = body.get("version") if isinstance(body, dict) else None
@@ -178,7 +179,7 @@ class AclPolicy:
     @classmethod
     def from_credentials(cls, credentials: Mapping[str, Iterable[str]],
                          brokers: Mapping[str, Iterable[str]] | None = None,
-                         broker_user: str | None = None) -> "AclPolicy":
+                         broker_user: str | None = None) -> AclPolicy:
         """A policy from ``user:password`` credentials per role and per broker id (hashed here)."""
         return cls({role: tuple(digest_id(c, f"{role} credential") for c in creds)
                     for role, creds in credentials.items()},
@@ -228,6 +229,8 @@ RULES: dict[str, dict[str, int]] = {
     "admin_request": _rule(admin=ALL),                      # their children
     "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
     "shutdown_request": _rule(admin=ALL, broker=RWCD),       # /admin/controlled_shutdown/<b>
+    "tallies": _rule(admin=ALL),                            # /admin/group_tasks
+    "tally": _rule(admin=ALL),                              # /admin/group_tasks/<g> (written by creates)
     "settings": _rule(admin=ALL),                           # /admin/settings (throttles, auto maintenance)
     "maintenance": _rule(admin=ALL, controller=R | W),      # /admin/maintenance (controller: automatic)
     "security": _rule(admin=ALL),                           # /security (the policy)
@@ -272,6 +275,8 @@ def classify(layout: ZkLayout, path: str) -> str:
     if head == "admin":
         if n == 2 and parts[1] in ("settings", "maintenance"):
             return parts[1]
+        if parts[1] == "group_tasks":
+            return "tallies" if n == 2 else "tally" if n == 3 else "other"
         if parts[1] == "controlled_shutdown":
             return "shutdown_queue" if n == 2 else "shutdown_request" if n == 3 else "other"
         if parts[1] in ("rebalance", "reassign", "delete_tasks"):

@@ -16,8 +16,10 @@ import threading
 import types
 import typing
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypeVar, Union, cast
+from typing import Any, TypeVar, Union, cast
+
 from controller.protocol.errors import ZkcError
 
 SCHEMA_VERSION = 1
@@ -270,6 +272,17 @@ class ClusterSettings:
     offline_window_s: float = 60.0
     preferred_check_s: float = 60.0
     max_imbalance: int = 1
+
+
+@dataclass(frozen=True)
+class GroupTally:
+    """``/admin/group_tasks/<g>``: what a create needs to know of a group without reading its tasks. Both
+    figures are upper bounds: each create adds its tasks (check-and-set on the znode's version, so two creates
+    cannot both pass the budget on the same figure), deletions do not subtract, and a create that would cross
+    the budget on the bound measures the group exactly and writes the measure (``controller.protocol.tally``)."""
+
+    tasks: int = 0
+    payload_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -235,6 +235,14 @@ class ZkLayout:
         return self._p("admin", "delete_tasks", check_name("task id", task_id))
 
     @property
+    def group_tallies(self) -> str:
+        """Per group, the task count and payload size a create checks against the budget (``GroupTally``)."""
+        return self._p("admin", "group_tasks")
+
+    def group_tally(self, group: str) -> str:
+        return self._p("admin", "group_tasks", check_name("group", group))
+
+    @property
     def settings(self) -> str:
         """Operator settings (move throttles, automatic maintenance), honoured live by the controller."""
         return self._p("admin", "settings")
@@ -262,6 +270,7 @@ class ZkLayout:
             self.admin_controlled_shutdown,
             self.admin_reassign,
             self.admin_delete_tasks,
+            self.group_tallies,
             self.settings,
             self.maintenance,
         )

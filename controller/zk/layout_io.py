@@ -14,16 +14,17 @@ children watch per bucket.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from controller.protocol import codecs
 from controller.protocol.codecs import LayoutInfo, PayloadError
-from controller.protocol.layout import BUCKETS, LAYOUT_VERSION, ZkLayout, bucket_of, check_name, is_bucket, InvalidName
-from controller.zk.io import WAIT_S, children_many, multi_children
 from controller.protocol.errors import ZkcError
+from controller.protocol.layout import BUCKETS, LAYOUT_VERSION, InvalidName, ZkLayout, bucket_of, check_name, is_bucket
+from controller.zk.io import WAIT_S, children_many, multi_children
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,8 @@ def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
     an earlier release raises LayoutError (``zkctl layout migrate`` converts it) before anything is written."""
     laid_out = check_root(client, layout)
     client.ensure_path(layout.root)
-    optional = {layout.settings, layout.maintenance}  # absent: the defaults (no throttle, maintenance off)
+    # absent: the defaults (no throttle, maintenance off; creates measure their groups each time)
+    optional = {layout.settings, layout.maintenance, layout.group_tallies}
     for path in layout.persistent_roots():
         try:
             client.ensure_path(path)

@@ -78,6 +78,7 @@ def _layout_paths(layout: ZkLayout) -> dict[str, str]:
         "shutdown_queue": layout.root + "/admin/controlled_shutdown",
         "shutdown_request": layout.admin_controlled_shutdown_of("b0"), "security": layout.security,
         "settings": layout.settings, "maintenance": layout.maintenance,
+        "tallies": layout.group_tallies, "tally": layout.group_tally("g"),
         "other": layout.root + "/elsewhere", "layout": layout.layout_info,
         "task_bucket": layout.task_bucket("t"), "status_bucket": layout.status_bucket("t"),
     }
