@@ -36,6 +36,7 @@ from controller.admin.views import (
     CreateResult,
     TaskChange,
     TaskDescription,
+    TaskPage,
     TaskRow,
     restart_progress,
     shown_status,
@@ -44,7 +45,7 @@ from controller.admin.views import (
 )
 from controller.protocol import codecs, tally
 from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
+from controller.protocol.layout import BUCKET_NAMES, BUCKETS, ZkLayout, bucket_of, check_name
 from controller.protocol.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
 from controller.zk.io import Op, SetData
 
@@ -238,10 +239,67 @@ class TaskAdmin:
         return [f"declarative pipelines checked: {names}"]
 
     def list_tasks(self, group: str | None = None) -> list[TaskRow]:
+        """Every task (of ``group``), sorted by id: reads the whole cluster; ``list_page`` reads a page."""
         lay = self.layout
         ids = self.reads.task_ids()
         _, (deleting,) = self.reads.wave(children=[lay.admin_delete_tasks])
+        rows = self._rows(ids, set(deleting or ()))
+        return [r for r in rows if group is None or r.invalid is not None or r.group == group]
+
+    def list_page(
+        self,
+        *,
+        group: str | None = None,
+        state: str | None = None,
+        broker: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """One page of tasks matching the filters, read at the source: the buckets are listed from the
+        cursor's on, a few at a time, and only the tasks examined are read (spec, owner, status). Unfiltered, a
+        first page of 50 at 100,000 tasks lists one bucket and reads 50 tasks; a filter that few tasks match
+        examines more of the cluster to fill its page (there is no index per group, state or broker)."""
+        if limit < 1:
+            raise AdminError("limit must be at least 1")
+        lay = self.layout
+        self.reads.check_layout()
+        start, after = (0, None) if not cursor else (int(bucket_of(check_name("cursor", cursor))[1:], 16), cursor)
+        filtered = group is not None or state is not None or broker is not None
+        wanted = state.upper() if state else None
+        _, (deleting,) = self.reads.wave(children=[lay.admin_delete_tasks])
         deleting_set = set(deleting or ())
+        rows: list[TaskRow] = []
+        queue: list[str] = []
+        nxt, width, examined = start, 1, 0
+        while len(rows) < limit:
+            if not queue:
+                if nxt >= BUCKETS:
+                    return TaskPage(tuple(rows), None, examined)
+                span = lay.task_buckets[nxt : nxt + width]
+                _, listings = self.reads.wave(children=span)
+                for i, kids in enumerate(listings):
+                    names = [k for k in kids or () if bucket_of(k) == BUCKET_NAMES[nxt + i]]
+                    queue += [k for k in names if after is None or nxt + i != start or k > after]
+                nxt, width = nxt + len(span), min(width * 2, 32)
+                continue
+            take = queue[: max(limit - len(rows), 64) if filtered else limit - len(rows)]
+            queue = queue[len(take) :]
+            for row in self._rows(take, deleting_set):
+                examined += 1
+                if (
+                    (group is None or row.group == group)
+                    and (wanted is None or wanted in (row.state, row.status, row.shown))
+                    and (broker is None or row.owner == broker)
+                ):
+                    rows.append(row)
+                    if len(rows) == limit:
+                        return TaskPage(tuple(rows), row.task_id, examined)
+        return TaskPage(tuple(rows), None, examined)
+
+    def _rows(self, ids: Sequence[str], deleting_set: set[str]) -> list[TaskRow]:
+        """The rows of ``ids``, in that order, from one wave of reads (spec, owner, status of each); a task
+        deleted meanwhile has none."""
+        lay = self.layout
         n = len(ids)
         got, _ = self.reads.wave(
             [lay.task(t) for t in ids] + [lay.task_owner(t) for t in ids] + [lay.status(t) for t in ids]
@@ -265,8 +323,6 @@ class TaskAdmin:
                     shown="INVALID",
                 )
             else:
-                if group is not None and spec.group != group:
-                    continue
                 stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
                 since = unassigned_since(
                     spec.state,

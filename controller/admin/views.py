@@ -49,6 +49,16 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
+class TaskPage:
+    """One page of a listing read at the source: its rows, and the cursor of the next page (None: the last).
+    The cursor is the last task id the page examined; tasks come in bucket order, then id order."""
+
+    rows: tuple[TaskRow, ...]
+    next_cursor: str | None
+    examined: int = 0  # tasks whose znodes the page read
+
+
+@dataclass(frozen=True)
 class RestartProgress:
     """A task's restart policy and how far its owner has gone through it (from the spec and the status)."""
 
