@@ -30,18 +30,20 @@ import re
 import signal
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from benchmarks import admin_paths
 from benchmarks.common import Bench, median, table, target, zookeeper
-from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
-from controller.daemon import Controller, ControllerConfig
-from controller.protocol.layout import BUCKETS, ZkLayout
-from controller.zk.layout_io import LayoutError, list_tasks
 from controller.admin.migration import migrate
+from controller.daemon import Controller, ControllerConfig
+from controller.protocol import codecs
+from controller.protocol.layout import BUCKETS, ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import multi_children
+from controller.zk.io import delete_tree, multi_children
+from controller.zk.layout_io import LayoutError, list_tasks
 from controller.zk.server import find_java, zookeeper_classpath
 
 NAME = "b10_layout"
@@ -343,6 +345,10 @@ def run(bench: Bench) -> dict[str, Any]:
             if not mig.done:
                 raise RuntimeError(f"the migration did not finish: {mig.blocked[:3]}")
             bucketed = measure_bucketed(bench, zk, client, layout, n, rounds)
+            delete_tree(client, root)  # the admin paths are measured on roots of their own
+            admin_sizes = [int(x) for x in os.environ.get("B10_ADMIN_SIZES", "").split(",") if x] or (
+                [2000, n] if bench.quick else [20_000, n])
+            admin = admin_paths.measure(bench, client, "/b10-admin", sorted(set(admin_sizes)))
         finally:
             client.stop()
             client.close()
@@ -379,6 +385,16 @@ def run(bench: Bench) -> dict[str, Any]:
     ]
     headers = ["metric", "flat (layout 1)", "bucketed (layout 2)"]
     print(table(headers, rows))
+    sizes = list(admin)
+    admin_headers = ["admin path", *(f"{int(k):,} tasks" if int(k) else "empty" for k in sizes)]
+    admin_rows = [
+        ["one-task create ms (median of 7)", *(round(admin[k]["create_s"] * 1000, 1) for k in sizes)],
+        ["first create into a group without a tally ms", *(round(admin[k]["first_create_s"] * 1000, 1) for k in sizes)],
+        ["first page of 50 ms (median of 7)", *(round(admin[k]["page_s"] * 1000, 1) for k in sizes)],
+        ["first page of a one-task group ms", *(round(admin[k]["group_page_s"] * 1000, 1) for k in sizes)],
+        ["status s", *(round(admin[k]["status_s"], 3) for k in sizes)],
+    ]
+    print(table(admin_headers, admin_rows))
     png = bench.png(NAME)
     try:
         plot(flat, bucketed, n, png)
@@ -408,7 +424,21 @@ def run(bench: Bench) -> dict[str, Any]:
         target(f"B10 migration of {n:,} tasks and statuses", f"{migration['seconds']:.1f} s", "(measure)", None,
                f"{migration['moved']:,} znodes in {migration['multis']:,} multis"),
     ]
-    doc = {"setup": setup, "flat": flat, "migration": migration, "bucketed": bucketed,
-           "table": {"headers": headers, "rows": rows}, "plot": plot_name, "targets": targets}
+    empty = admin["0"]
+    for k in sizes[1:]:
+        a, size_ok = admin[k], int(k) >= 100_000
+        targets += [
+            target(f"B10 one-task create at {int(k):,} tasks", f"{a['create_s'] * 1000:.1f} ms",
+                   "≤ 1.5× empty", a["create_s"] <= 1.5 * empty["create_s"],
+                   f"empty root {empty['create_s'] * 1000:.1f} ms, same run", quick_size=not size_ok),
+            target(f"B10 first page of 50 at {int(k):,} tasks", f"{a['page_s'] * 1000:.1f} ms",
+                   "≤ 1.5× empty", a["page_s"] <= 1.5 * empty["page_s"],
+                   f"empty root {empty['page_s'] * 1000:.1f} ms, same run", quick_size=not size_ok),
+            target(f"B10 status at {int(k):,} tasks", f"{a['status_s']:.2f} s", "< 0.5 s", a["status_s"] < 0.5,
+                   "reads every task's spec, owner and status", quick_size=not size_ok),
+        ]
+    doc = {"setup": setup, "flat": flat, "migration": migration, "bucketed": bucketed, "admin_paths": admin,
+           "table": {"headers": headers, "rows": rows}, "admin_table": {"headers": admin_headers, "rows": admin_rows},
+           "plot": plot_name, "targets": targets}
     bench.write(NAME, doc)
     return doc
