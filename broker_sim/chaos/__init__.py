@@ -27,28 +27,33 @@ as ``zkctl broker run --runner noop``, whose runner also appends every start and
 (one line each, written before a start and after a stop), so that the run windows of a process that was
 killed -9 are known exactly. Process controllers are real ``zkctl controller run`` processes.
 
-The package, one job a module: ``schedule`` (the pure, seeded schedule), ``faults`` (how each kind is
-injected and ended), ``processes`` (process brokers, their journal, process controllers), ``checks``
-(samples and verdicts), ``sinks`` (pipeline specs and what a sink holds), ``summary`` (the report), ``run``
-(``ChaosRun`` and ``run_chaos``).
+A harness that cannot inject a kind names it in ``ChaosOptions.leave_out``: the schedule never draws it,
+and the run prints it, with why, before the schedule (``left_out``).
+
+The package, one job a module: ``schedule`` (the pure, seeded schedule), ``faults`` (the table of kinds:
+how each is injected and ended), ``player`` (the schedule played in time), ``processes`` (process brokers,
+their journal, process controllers), ``checks`` (the sampler and the checks of the live cluster),
+``verdicts`` (the invariants' verdicts over what was recorded, pure), ``sinks`` (pipeline specs and what a
+sink holds), ``summary`` (the report), ``run`` (``ChaosRun`` and ``run_chaos``).
 """
 
 from broker_sim.chaos.processes import JournalRunner, read_journal
 from broker_sim.chaos.run import ChaosRun, run_chaos
 from broker_sim.chaos.schedule import (
-           EXCLUSIVE,
-           DEFAULT_FAULT_KINDS,
-           FAULT_KINDS,
-           GROUP,
-           ChaosOptions,
-           Fault,
-           broker_id,
-           make_schedule,
-           task_id,
+    DEFAULT_FAULT_KINDS,
+    EXCLUSIVE,
+    FAULT_KINDS,
+    GROUP,
+    ChaosOptions,
+    Fault,
+    broker_id,
+    left_out,
+    make_schedule,
+    task_id,
 )
 from broker_sim.chaos.sinks import committed_files, pipeline_spec, sink_ids
 from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict, format_summary
 
-__all__ = ["ChaosOptions", "ChaosRun", "ChaosSummary", "DEFAULT_FAULT_KINDS", "EXCLUSIVE", "FAULT_KINDS", "Fault", "GROUP", "JournalRunner",
-           "Sample", "Verdict", "broker_id", "committed_files", "format_summary", "make_schedule", "pipeline_spec",
-           "read_journal", "run_chaos", "sink_ids", "task_id"]
+__all__ = ["ChaosOptions", "ChaosRun", "ChaosSummary", "DEFAULT_FAULT_KINDS", "EXCLUSIVE", "FAULT_KINDS", "Fault", "GROUP",
+           "JournalRunner", "Sample", "Verdict", "broker_id", "committed_files", "format_summary", "left_out",
+           "make_schedule", "pipeline_spec", "read_journal", "run_chaos", "sink_ids", "task_id"]

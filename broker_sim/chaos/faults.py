@@ -1,6 +1,9 @@
-"""Fault injection: how each fault kind of the schedule is begun against the run's brokers,
-controllers and ZooKeeper, and what ends it. A new kind (or a new target) is one branch here; the
-schedule and the checks do not change."""
+"""Fault injection: how each fault kind of the schedule is begun against the run's brokers, controllers
+and ZooKeeper, and what ends it. ``INJECTORS`` is the table of kinds, one entry each: a new kind (or a new
+target) is one function and one entry here; the player, the schedule's timing and the checks do not change.
+
+An injector receives the run through ``ChaosCluster``, the few parts of it a fault reaches, begins its
+fault and returns what ends it (called ``duration`` later), or None when nothing is left to undo."""
 
 from __future__ import annotations
 
@@ -8,157 +11,265 @@ import logging
 import signal
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
-from broker_sim.chaos.schedule import Fault, broker_id, task_id
+from broker_sim.chaos.schedule import ChaosOptions, Fault, broker_id, task_id
 from controller.admin import AdminClient, AdminError
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 
+if TYPE_CHECKING:
+    from broker_sim.chaos.processes import ChaosProcess
+    from broker_sim.sim.netproxy import NetProxy
+    from broker_sim.worker import Worker
+    from controller.daemon import Controller
+    from controller.zk.server import ZooKeeperServer
+
 log = logging.getLogger(__name__)
 
+End = Callable[[], None]
 
-class Faults:
-    """Beginning and ending the schedule's faults."""
 
-    # ---- faults: begin and end --------------------------------------------------------------------
-    def _begin(self, f: Fault) -> Callable[[], None] | None:
-        """Inject ``f``; return what ends it (called ``f.duration`` later), if anything."""
-        o = self.copts
-        if f.kind == "kill-broker":
-            if o.process_brokers:
-                proc = self.broker_procs[f.target]
-                self._broker_gone(f.target, proc.kill9())
+class ChaosCluster(Protocol):
+    """What a fault reaches of a chaos run: its brokers and controllers (processes, or in this process)
+    with their proxies, its ZooKeeper, and the operations that stop, replace or wait for them."""
+
+    copts: ChaosOptions
+    workers: dict[str, Worker]
+    broker_procs: dict[str, ChaosProcess]
+    proxies: dict[str, NetProxy]
+    controllers: list[Controller]
+    ctl_procs: dict[str, ChaosProcess]
+    ctl_proxies: dict[str, NetProxy]
+    server: ZooKeeperServer | None
+    maintenance_windows: list[list[float | None]]
+
+    @property
+    def admin_ops(self) -> AdminClient: ...
+
+    def kill(self, bid: str) -> None: ...
+
+    def leave(self, bid: str) -> None: ...
+
+    def controlled_shutdown(self, bid: str, timeout: float = 60.0) -> bool: ...
+
+    def new_broker(self, bid: str) -> None: ...
+
+    def broker_gone(self, bid: str, died_at: float | None) -> None: ...
+
+    def new_controller(self) -> str: ...
+
+    def active_controller_id(self) -> str | None: ...
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; True if the run is stopping meanwhile."""
+        ...
+
+    def wait_stable(self, timeout: float) -> bool: ...
+
+
+Injector = Callable[[ChaosCluster, Fault], "End | None"]
+
+
+# ---- brokers ------------------------------------------------------------------------------------------
+def kill_broker(run: ChaosCluster, f: Fault) -> End:
+    """kill -9 of a process broker (an in-process one closes its session at once); back after the fault."""
+    if run.copts.process_brokers:
+        run.broker_gone(f.target, run.broker_procs[f.target].kill9())
+    else:
+        run.kill(f.target)
+    return lambda: run.new_broker(f.target)
+
+
+def cut_off_broker(run: ChaosCluster, f: Fault) -> End:
+    """The broker's network silent for the fault's duration: a partition, or past the session (an expiry)."""
+    proxy = run.proxies[f.target]
+    proxy.partition()
+    return _reconnect(proxy)
+
+
+def freeze_broker(run: ChaosCluster, f: Fault) -> End:
+    """SIGSTOP of a process broker (SIGCONT at the end); in process: its threads and its network frozen."""
+    if run.copts.process_brokers:
+        return _stop_process(run.broker_procs[f.target])
+    w = run.workers[f.target]
+    proxy = run.proxies[f.target]
+    w.frozen.set()
+    proxy.partition()
+    reconnect = _reconnect(proxy)
+
+    def thaw() -> None:
+        reconnect()
+        w.frozen.clear()
+
+    return thaw
+
+
+def wedge_stops(run: ChaosCluster, f: Fault) -> End:
+    """Its runner's stops hang from now on, and it is cut off: the fence's stops hang, so it must halt (exit
+    75, or an in-process kill) before its session expires; the supervisor restarts it."""
+    if run.copts.process_brokers:
+        run.broker_procs[f.target].signal(signal.SIGUSR2, group=False)
+    else:
+        run.workers[f.target].runner.wedge(True)  # type: ignore[attr-defined]  # the no-op runner's hook
+    return cut_off_broker(run, f)
+
+
+def rolling_bounce(run: ChaosCluster, f: Fault) -> None:
+    """Every broker in turn leaves (controlled shutdown or plain stop), stays away 1 s, comes back; the next
+    one goes once the group is Stable again (bounded by the rebalance timeout). Over when this returns."""
+    o = run.copts
+    for i in range(o.brokers):
+        bid = broker_id(i)
+        if o.process_brokers:
+            proc = run.broker_procs.get(bid)
+            if proc is not None:
+                if f.controlled:
+                    proc.terminate(o.rebalance_timeout_s + o.session_timeout_s + 5)
+                    run.broker_gone(bid, time.time())
+                else:
+                    run.broker_gone(bid, proc.kill9())
+        elif bid in run.workers:
+            if f.controlled:
+                run.controlled_shutdown(bid, timeout=o.rebalance_timeout_s + o.session_timeout_s + 5)
             else:
-                self.kill(f.target)
-            return lambda: self.new_broker(f.target)
-        if f.kind in ("expire-broker", "partition-broker"):
-            proxy = self.proxies[f.target]
-            proxy.partition()
-            return lambda: (proxy.reset(), proxy.heal())
-        if f.kind == "freeze-broker":
-            if o.process_brokers:
-                proc = self.broker_procs[f.target]
-                proc.signal(signal.SIGSTOP)
-                proc.frozen = True
+                run.leave(bid)
+        if run.sleep(1.0):
+            return
+        run.new_broker(bid)
+        run.wait_stable(o.rebalance_timeout_s + o.session_timeout_s)
 
-                def thaw() -> None:
-                    proc.frozen = False
-                    proc.signal(signal.SIGCONT)
-                return thaw
-            w = self.workers[f.target]
-            proxy = self.proxies[f.target]
-            w.frozen.set()
-            proxy.partition()
-            return lambda: (proxy.reset(), proxy.heal(), w.frozen.clear())
-        if f.kind == "wedged-stop":
-            # its runner's stops hang from now on, and it is cut off: the fence's stops hang, so it must halt
-            # (exit 75, or an in-process kill) before its session expires; the supervisor restarts it
-            if o.process_brokers:
-                self.broker_procs[f.target].signal(signal.SIGUSR2, group=False)
-            else:
-                self.workers[f.target].runner.wedge(True)
-            proxy = self.proxies[f.target]
-            proxy.partition()
-            return lambda: (proxy.reset(), proxy.heal())
-        if f.kind == "maintenance":
-            self.admin_ops.set_maintenance(True, f"chaos {f.at:.2f}")
-            window = [time.time(), None]
-            self.maintenance_windows.append(window)
 
-            def maintenance_off() -> None:
-                window[1] = time.time()
-                self.admin_ops.set_maintenance(False, "chaos: over")
-            return maintenance_off
-        if f.kind == "kill-controller":
-            cid = self.active_controller_id()
-            if o.process_brokers:
-                proc = self.ctl_procs.pop(cid, None) if cid else None
-                if proc is None:
-                    raise RuntimeError("no active controller process to kill")
-                proc.kill9()
-            else:
-                ctl = next((c for c in self.controllers if c.id == cid), None)
-                if ctl is None:
-                    raise RuntimeError("no active controller to kill")
-                self.controllers.remove(ctl)
-                ctl.stop()
-            return lambda: self.new_controller() and None
-        if f.kind == "freeze-controller":
-            cid = self.active_controller_id()
-            if cid is None:
-                raise RuntimeError("no active controller to freeze")
-            if o.process_brokers:
-                proc = self.ctl_procs[cid]
-                proc.signal(signal.SIGSTOP)
-                proc.frozen = True
+# ---- controllers --------------------------------------------------------------------------------------
+def kill_controller(run: ChaosCluster, f: Fault) -> End:
+    """kill -9 (in process: a stop) of the active controller; a new candidate starts after the fault."""
+    cid = run.active_controller_id()
+    if run.copts.process_brokers:
+        proc = run.ctl_procs.pop(cid, None) if cid else None
+        if proc is None:
+            raise RuntimeError("no active controller process to kill")
+        proc.kill9()
+    else:
+        ctl = next((c for c in run.controllers if c.id == cid), None)
+        if ctl is None:
+            raise RuntimeError("no active controller to kill")
+        run.controllers.remove(ctl)
+        ctl.stop()
 
-                def thaw_ctl() -> None:
-                    proc.frozen = False
-                    proc.signal(signal.SIGCONT)
-                return thaw_ctl
-            ctl = next(c for c in self.controllers if c.id == cid)
-            proxy = self.ctl_proxies[cid]
-            stall = threading.Event()
-            limit = f.duration + 10.0
-            ctl.before_write = lambda: stall.wait(limit)  # the event thread stops at its next write
-            proxy.partition()
+    def new_candidate() -> None:
+        run.new_controller()
 
-            def resume() -> None:
-                proxy.reset()
-                proxy.heal()
-                ctl.before_write = None
-                stall.set()
-            return resume
-        if f.kind == "zk-restart":
-            assert self.server is not None
-            self.server.kill()
-            return lambda: self.server.start(timeout=60) and None
-        if f.kind == "rolling-bounce":
-            self._bounce(f)
-            return None
-        if f.kind == "task-storm":
-            admin = AdminClient(self.admin, self.layout)
-            if f.create:
-                admin.create_tasks([TaskSpec(id=task_id(f.prefix, i), pipeline=NoopPipeline(kind="noop")) for i in range(f.create)])
-            for t in f.delete:
-                try:
-                    admin.delete_task(t)
-                except AdminError:
-                    pass  # already gone
-            return None
+    return new_candidate
+
+
+def freeze_controller(run: ChaosCluster, f: Fault) -> End:
+    """SIGSTOP of the active controller's process; in process: its event thread stalls at its next write and
+    its network goes silent."""
+    cid = run.active_controller_id()
+    if cid is None:
+        raise RuntimeError("no active controller to freeze")
+    if run.copts.process_brokers:
+        return _stop_process(run.ctl_procs[cid])
+    ctl = next(c for c in run.controllers if c.id == cid)
+    proxy = run.ctl_proxies[cid]
+    stall = threading.Event()
+    limit = f.duration + 10.0
+
+    def stall_write() -> None:  # the event thread stops at its next write
+        stall.wait(limit)
+
+    ctl.before_write = stall_write
+    proxy.partition()
+    reconnect = _reconnect(proxy)
+
+    def resume() -> None:
+        reconnect()
+        ctl.before_write = None
+        stall.set()
+
+    return resume
+
+
+# ---- the cluster --------------------------------------------------------------------------------------
+def restart_zookeeper(run: ChaosCluster, f: Fault) -> End:
+    """SIGKILL of the run's own ZooKeeper server, started again on the same data after the fault."""
+    server = run.server
+    assert server is not None
+    server.kill()
+
+    def start_again() -> None:
+        server.start(timeout=60)
+
+    return start_again
+
+
+def maintenance(run: ChaosCluster, f: Fault) -> End:
+    """Maintenance mode on for the fault's duration; its window is kept for the 'nothing moves' verdict."""
+    run.admin_ops.set_maintenance(True, f"chaos {f.at:.2f}")
+    window: list[float | None] = [time.time(), None]
+    run.maintenance_windows.append(window)
+
+    def maintenance_off() -> None:
+        window[1] = time.time()
+        run.admin_ops.set_maintenance(False, "chaos: over")
+
+    return maintenance_off
+
+
+def task_storm(run: ChaosCluster, f: Fault) -> None:
+    """Tasks created and deletions requested through the admin library, as an operator would."""
+    admin = run.admin_ops
+    if f.create:
+        admin.create_tasks(
+            [TaskSpec(id=task_id(f.prefix, i), pipeline=NoopPipeline(kind="noop")) for i in range(f.create)]
+        )
+    for t in f.delete:
+        try:
+            admin.delete_task(t)
+        except AdminError:
+            pass  # already gone
+
+
+def _reconnect(proxy: NetProxy) -> End:
+    """What ends a silence: the connections cut (the client reconnects), then the proxy passing again."""
+
+    def reconnect() -> None:
+        proxy.reset()
+        proxy.heal()
+
+    return reconnect
+
+
+def _stop_process(proc: ChaosProcess) -> End:
+    proc.signal(signal.SIGSTOP)
+    proc.frozen = True
+
+    def thaw() -> None:
+        proc.frozen = False
+        proc.signal(signal.SIGCONT)
+
+    return thaw
+
+
+#: every fault kind of the schedule and what injects it
+INJECTORS: Mapping[str, Injector] = {
+    "kill-broker": kill_broker,
+    "expire-broker": cut_off_broker,
+    "partition-broker": cut_off_broker,
+    "freeze-broker": freeze_broker,
+    "wedged-stop": wedge_stops,
+    "rolling-bounce": rolling_bounce,
+    "kill-controller": kill_controller,
+    "freeze-controller": freeze_controller,
+    "zk-restart": restart_zookeeper,
+    "maintenance": maintenance,
+    "task-storm": task_storm,
+}
+
+
+def begin(run: ChaosCluster, f: Fault) -> End | None:
+    """Inject ``f``; return what ends it (called ``f.duration`` later), if anything."""
+    inject = INJECTORS.get(f.kind)
+    if inject is None:
         raise ValueError(f"unknown fault kind {f.kind!r}")
-
-    def _bounce(self, f: Fault) -> None:
-        """Every broker in turn leaves (controlled shutdown or plain stop), stays away 1 s, comes back;
-        the next one goes once the group is Stable again (bounded by the rebalance timeout)."""
-        o = self.copts
-        for i in range(o.brokers):
-            bid = broker_id(i)
-            if o.process_brokers:
-                proc = self.broker_procs.get(bid)
-                if proc is not None:
-                    if f.controlled:
-                        proc.terminate(o.rebalance_timeout_s + o.session_timeout_s + 5)
-                        self._broker_gone(bid, time.time())
-                    else:
-                        self._broker_gone(bid, proc.kill9())
-            else:
-                if bid in self.workers:
-                    if f.controlled:
-                        self.controlled_shutdown(bid, timeout=o.rebalance_timeout_s + o.session_timeout_s + 5)
-                    else:
-                        self.leave(bid)
-            if self._stop.wait(1.0):
-                return
-            self.new_broker(bid)
-            self._wait_stable(o.rebalance_timeout_s + o.session_timeout_s)
-
-    def _wait_stable(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        time.sleep(0.3)  # let the change be noticed before looking for Stable
-        while time.monotonic() < deadline and not self._stop.is_set():
-            s = self.samples[-1] if self.samples else None
-            if s is not None and s.state == "Stable" and time.time() - s.t < 1.0:
-                return True
-            self._stop.wait(0.1)
-        return False
+    return inject(run, f)

@@ -11,51 +11,35 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from broker_sim.chaos import faults, verdicts
 from broker_sim.chaos.checks import Checks
-from broker_sim.chaos.faults import Faults
-from broker_sim.chaos.processes import ChaosProcess, zkctl_command, read_journal
-from broker_sim.chaos.schedule import (
-    EXCLUSIVE,
-    FAULT_KINDS,
-    ChaosOptions,
-    broker_id,
-    make_schedule,
-)
+from broker_sim.chaos.player import play
+from broker_sim.chaos.processes import ChaosProcess, read_journal, zkctl_command
+from broker_sim.chaos.schedule import FAULT_KINDS, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
-from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict
+from broker_sim.chaos.summary import ChaosSummary, Verdict
+from broker_sim.sim.checker import close_open
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.sim.simulator import NotConverged, SimOptions, Simulation
-from controller.protocol import codecs
 from controller.admin import AdminClient
-from controller.protocol.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
-from controller.zk.layout_io import list_tasks
+from controller.protocol import codecs
+from controller.protocol.codecs import RunInterval
+from controller.protocol.group_types import GroupConfig
 from controller.zk.client import ZkSettings
+from controller.zk.layout_io import list_tasks
 
 log = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------------------------------
-# process brokers: the real Worker with a journaling no-op runner
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# streaming file pipelines: what a sink holds, read the way Spark reads it
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# the run
-# --------------------------------------------------------------------------------------------------
-
-
-class ChaosRun(Faults, Checks, Simulation):
-    """One chaos run: the cluster, the schedule executor, the sampler, the verdict."""
+class ChaosRun(Simulation):
+    """One chaos run: the cluster and its brokers' lives, the fault phase and the verdicts. The faults
+    (``faults.INJECTORS``) reach it through ``faults.ChaosCluster``, ``player.play`` times them, the
+    ``checks`` watch the live cluster and ``verdicts`` judge what was recorded."""
 
     def __init__(self, opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) -> None:
         super().__init__(SimOptions(brokers=opts.brokers, tasks=opts.tasks, session_timeout_s=opts.session_timeout_s,
@@ -66,10 +50,8 @@ class ChaosRun(Faults, Checks, Simulation):
                          echo)
         self.copts = opts
         self.schedule = make_schedule(opts)
-        self.samples: list[Sample] = []
+        self.checks = Checks(self)
         self._sampling = threading.Event()
-        self.injected: Counter[str] = Counter()
-        self.failed: list[str] = []
         self.ctl_proxies: dict[str, NetProxy] = {}
         self.ctl_procs: dict[str, ChaosProcess] = {}
         self.broker_procs: dict[str, ChaosProcess] = {}
@@ -78,6 +60,7 @@ class ChaosRun(Faults, Checks, Simulation):
         self._ctl_seq = 0
         self._incarnation: Counter[str] = Counter()
         self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []  # the sampler and the supervisor
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
         self.last_restart: float | None = None
         self._procs_lock = threading.Lock()
@@ -140,13 +123,33 @@ class ChaosRun(Faults, Checks, Simulation):
                     str(Path(self.tmp.name) / "checkpoints")]
         self.broker_procs[bid] = ChaosProcess(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
 
-    def _broker_gone(self, bid: str, died_at: float | None) -> None:
+    def broker_gone(self, bid: str, died_at: float | None) -> None:
         """A process broker exited (or was killed): its journal is complete; collect its intervals."""
         with self._procs_lock:
             if self.broker_procs.pop(bid, None) is None:
                 return  # the supervisor got there first
             journal = self.journals[bid][-1]
         self.process_intervals += read_journal(journal, bid, died_at)
+
+    def running_now(self) -> Counter[str]:
+        """Task -> how many live brokers run it now: a process broker's from its journal (a start not yet
+        followed by a stop), an in-process worker's from its runner."""
+        if not self.copts.process_brokers:
+            return Counter(t for w in self.workers.values() for t in w.running_tasks())
+        with self._procs_lock:
+            journals = [(bid, self.journals[bid][-1]) for bid in self.broker_procs]
+        return Counter(i.task_id for bid, journal in journals for i in read_journal(journal, bid, None) if i.end is None)
+
+    def all_run_intervals(self) -> list[RunInterval]:
+        """Every run interval of the run: the workers' own, or the process brokers' journals (those still
+        running closed now)."""
+        if not self.copts.process_brokers:
+            return self.all_intervals()
+        now = time.time()
+        out = list(self.process_intervals)
+        for bid in self.broker_procs:
+            out += read_journal(self.journals[bid][-1], bid, None)
+        return close_open(out, now)
 
     def _supervise_loop(self) -> None:
         """What systemd or docker's restart policy does for a deployed broker: a broker that halted at its fence
@@ -188,12 +191,67 @@ class ChaosRun(Faults, Checks, Simulation):
         except Exception:
             return None
 
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; True if the run is stopping meanwhile."""
+        return self._stop.wait(seconds)
 
+    def wait_stable(self, timeout: float) -> bool:
+        """Until the sampler saw the group Stable within the last second (at most ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        time.sleep(0.3)  # let the change be noticed before looking for Stable
+        while time.monotonic() < deadline and not self._stop.is_set():
+            s = self.checks.samples[-1] if self.checks.samples else None
+            if s is not None and s.state == "Stable" and time.time() - s.t < 1.0:
+                return True
+            self._stop.wait(0.1)
+        return False
+
+    # ---- the run: start, faults, convergence, verdicts ----------------------------------------------
     def play(self) -> ChaosSummary:
         o = self.copts
         wall0 = time.monotonic()
+        for kind, why in left_out(o).items():
+            self.echo(f"  left out: {kind} ({why})")
         for f in self.schedule:
             self.echo("  " + f.describe())
+        pipes = self._start_cluster()
+        samples = self.checks.samples
+        gen0 = next((s.generation for s in reversed(samples) if s.generation is not None), 0)
+        gens = self._start_datagens(pipes)
+        phase_wall0 = time.time()
+        played = play(self.schedule, lambda f: faults.begin(self, f), self.sleep, self.echo)
+        converge_s, last_problems = self._await_convergence()
+        pipeline_figures, v5 = self.checks.sinks(pipes, gens) if pipes else ({}, None)
+        time.sleep(2 * o.sample_interval_s)
+        self._sampling.set()
+        for t in self._threads:
+            t.join(5)
+        intervals = self.all_run_intervals()
+        if o.intervals_out:
+            Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
+        v4, longest = verdicts.stable_within_bound(samples, played.faults_end, o.stable_bound_s)
+        found = [verdicts.no_two_running_owners(intervals),
+                 verdicts.converged(converge_s, last_problems, o.hold_s, o.convergence_bound_s),
+                 verdicts.epoch_and_generations_only_grow(samples), v4,
+                 *self._optional_verdicts(intervals, v5, phase_wall0)]
+        generations = [s.generation for s in samples if s.generation is not None]
+        epochs = sorted({s.epoch for s in samples if s.epoch is not None})
+        return ChaosSummary(
+            seed=o.seed, process_brokers=o.process_brokers, brokers=o.brokers, tasks_initial=o.tasks,
+            tasks_final=len(list_tasks(self.admin, self.layout)), duration_s=o.duration_s,
+            schedule=[f.describe().strip() for f in self.schedule],
+            faults_injected=dict(sorted(played.injected.items())), faults_failed=played.failed,
+            rebalances=(max(generations) - gen0) if generations else 0,
+            controller_epochs=[epochs[0], epochs[-1]] if epochs else [],
+            converge_s=None if converge_s is None else round(converge_s, 3),
+            convergence_bound_s=o.convergence_bound_s, longest_unstable_s=round(longest, 3),
+            stable_bound_s=o.stable_bound_s, intervals=len(intervals), samples=len(samples), verdicts=found,
+            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures, halts=dict(sorted(self.halts.items())))
+
+    def _start_cluster(self) -> dict[str, tuple[Path, Path]]:
+        """Tasks, pipelines, controllers and brokers, the sampler and the supervisor; returns once every task
+        runs on one live broker (the pipelines: name -> (input, sink) directories)."""
+        o = self.copts
         self.create_tasks(o.tasks)
         if o.max_moves is not None or o.max_moves_per_broker is not None:
             self.admin_ops.update_settings({"max_moves": o.max_moves, "max_moves_per_broker": o.max_moves_per_broker})
@@ -202,127 +260,58 @@ class ChaosRun(Faults, Checks, Simulation):
             self.new_controller()
         for i in range(o.brokers):
             self.new_broker(broker_id(i))
-        sampler = threading.Thread(target=self._sample_loop, name="chaos-sampler", daemon=True)
-        sampler.start()
-        supervisor = threading.Thread(target=self._supervise_loop, name="chaos-supervisor", daemon=True)
-        supervisor.start()
+        self._threads = [threading.Thread(target=self.checks.sample_loop, args=(self._sampling,), name="chaos-sampler",
+                                          daemon=True),
+                         threading.Thread(target=self._supervise_loop, name="chaos-supervisor", daemon=True)]
+        for t in self._threads:
+            t.start()
         t0 = time.monotonic()
-        while self.zk_view() and time.monotonic() - t0 < o.convergence_bound_s + 30:
+        while self.checks.zk_view() and time.monotonic() - t0 < o.convergence_bound_s + 30:
             time.sleep(0.2)
-        problems = self.zk_view()
+        problems = self.checks.zk_view()
         if problems:
             raise NotConverged(f"the cluster did not converge at start: {problems[:5]}")
         self.echo(f"{o.brokers} brokers, {o.tasks} tasks running after {time.monotonic() - t0:.1f}s; faults begin")
-        gen0 = next((s.generation for s in reversed(self.samples) if s.generation is not None), 0)
-        gens = self._start_datagens(pipes)
-        phase0 = time.monotonic()
-        phase_wall0 = time.time()
-        pending: list[tuple[float, int, Callable[[], None], str]] = []  # (due, seq, end action, label)
-        seq = 0
-        lag = 0.0
-        faults_end = time.time()
-        queue = list(self.schedule)
-        while queue or pending:
-            next_begin = phase0 + lag + queue[0].at if queue else float("inf")
-            next_end = pending[0][0] if pending else float("inf")
-            due = min(next_begin, next_end)
-            self._stop.wait(max(0.0, due - time.monotonic()))
-            if next_end <= next_begin:
-                _, _, end, label = pending.pop(0)
-                try:
-                    end()
-                except Exception as exc:
-                    self.failed.append(f"end of {label}: {type(exc).__name__}: {exc}")
-                    log.exception("ending %s", label)
-                faults_end = time.time()
-                continue
-            f = queue.pop(0)
-            label = f.describe().strip()
-            started = time.monotonic()
-            try:
-                end = self._begin(f)
-                self.injected[f.kind] += 1
-            except Exception as exc:
-                end = None
-                self.failed.append(f"{label}: {type(exc).__name__}: {exc}")
-                log.exception("injecting %s", label)
-            took = time.monotonic() - started
-            if f.kind in EXCLUSIVE:
-                if end is not None:  # wait out the exclusive fault here: nothing else runs meanwhile
-                    self._stop.wait(f.duration)
-                    try:
-                        end()
-                    except Exception as exc:
-                        self.failed.append(f"end of {label}: {type(exc).__name__}: {exc}")
-                        log.exception("ending %s", label)
-                    took = time.monotonic() - started
-                lag += max(0.0, took - f.duration)
-            elif end is not None:
-                seq += 1
-                pending.append((time.monotonic() + f.duration, seq, end, label))
-                pending.sort(key=lambda p: (p[0], p[1]))
-            faults_end = time.time()
-            self.echo(f"  injected {label}")
-        # ---- faults are over: invariant 2 must hold continuously for hold_s, starting within the bound ----
-        t_end_mono = time.monotonic()
-        converge_s: float | None = None
-        last_problems: list[str] = []
+        return pipes
+
+    def _await_convergence(self) -> tuple[float | None, list[str]]:
+        """Once the faults are over, invariant 2 must hold continuously for ``hold_s``, starting within the
+        convergence bound: how long after the last fault it began to (None: it did not), and what was wrong
+        when last looked at."""
+        o = self.copts
+        t_end = time.monotonic()
+        problems: list[str] = []
         ok_since: float | None = None
         while True:
             now = time.monotonic()
             try:
-                last_problems = self.zk_view()
+                problems = self.checks.zk_view()
             except Exception as exc:
-                last_problems = [f"reading ZooKeeper: {type(exc).__name__}"]
-            if last_problems:
+                problems = [f"reading ZooKeeper: {type(exc).__name__}"]
+            if problems:
                 ok_since = None
             elif ok_since is None:
                 ok_since = now
             if ok_since is not None and now - ok_since >= o.hold_s:
-                converge_s = ok_since - t_end_mono
-                break
-            if (ok_since or now) - t_end_mono > o.convergence_bound_s:
-                break
+                return ok_since - t_end, problems
+            if (ok_since or now) - t_end > o.convergence_bound_s:
+                return None, problems
             time.sleep(0.2)
-        pipeline_figures, v5 = self._check_sinks(pipes, gens) if pipes else ({}, None)
-        time.sleep(2 * o.sample_interval_s)
-        self._sampling.set()
-        sampler.join(5)
-        supervisor.join(5)
-        intervals = self.all_run_intervals()
-        if o.intervals_out:
-            Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
-        verdicts = [
-            self._verdict_1(intervals),
-            Verdict(2, "every RUNNING task on exactly one live broker", converge_s is not None,
-                    [f"not reached and held {o.hold_s:g}s within {o.convergence_bound_s:.0f}s: "
-                     + "; ".join(last_problems[:8])] if converge_s is None
-                    else [f"reached {converge_s:.2f}s after the last fault and held {o.hold_s:g}s "
-                          f"(bound {o.convergence_bound_s:.0f}s)"]),
-            self._verdict_3(),
-        ]
-        v4, longest = self._verdict_4(faults_end)
-        verdicts.append(v4)
+
+    def _optional_verdicts(self, intervals: list[RunInterval], v5: Verdict | None, since: float) -> list[Verdict]:
+        """The verdicts that apply to this run only: halted brokers back (6), sinks (5), throttle (7),
+        maintenance windows (8)."""
+        o = self.copts
+        out: list[Verdict] = []
         if self.halts:
-            verdicts.append(self._verdict_halted_back())
+            out.append(self.checks.halted_back())
         if v5 is not None:
-            verdicts.append(v5)
+            out.append(v5)
         if o.max_moves is not None or o.max_moves_per_broker is not None:
-            verdicts.append(self._verdict_throttle(intervals, phase_wall0))
+            out.append(verdicts.moves_within_throttle(intervals, since, o.max_moves, o.max_moves_per_broker))
         if self.maintenance_windows:
-            verdicts.append(self._verdict_maintenance(intervals))
-        gens = [s.generation for s in self.samples if s.generation is not None]
-        epochs = sorted({s.epoch for s in self.samples if s.epoch is not None})
-        final_tasks = len(list_tasks(self.admin, self.layout))
-        return ChaosSummary(
-            seed=o.seed, process_brokers=o.process_brokers, brokers=o.brokers, tasks_initial=o.tasks,
-            tasks_final=final_tasks, duration_s=o.duration_s, schedule=[f.describe().strip() for f in self.schedule],
-            faults_injected=dict(sorted(self.injected.items())), faults_failed=self.failed,
-            rebalances=(max(gens) - gen0) if gens else 0, controller_epochs=[epochs[0], epochs[-1]] if epochs else [],
-            converge_s=None if converge_s is None else round(converge_s, 3),
-            convergence_bound_s=o.convergence_bound_s, longest_unstable_s=round(longest, 3),
-            stable_bound_s=o.stable_bound_s, intervals=len(intervals), samples=len(self.samples), verdicts=verdicts,
-            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures, halts=dict(sorted(self.halts.items())))
+            out.append(verdicts.nothing_moves_in_maintenance(intervals, self.maintenance_windows))
+        return out
 
     # ---- streaming pipelines ----------------------------------------------------------------------
     def _create_pipelines(self) -> dict[str, tuple[Path, Path]]:
@@ -344,16 +333,15 @@ class ChaosRun(Faults, Checks, Simulation):
         return {t: Datagen(DatagenConfig(out_dir=str(src), records=o.records, rate=rate, batch=50)).start()
                 for t, (src, _) in pipes.items()}
 
-
     def close(self) -> None:
         self._sampling.set()
         if os.environ.get("ZKC_CHAOS_KEEP"):  # keep logs, journals and sinks for a post-mortem
             self.echo(f"work directory kept: {self.tmp.name}")
             self.tmp.cleanup = lambda: None  # type: ignore[method-assign]
             self.tmp._finalizer.detach()  # type: ignore[attr-defined]  # else it is removed at interpreter exit
-        for bid, proc in list(self.broker_procs.items()):
+        for proc in list(self.broker_procs.values()):
             proc.kill9()
-        for cid, proc in list(self.ctl_procs.items()):
+        for proc in list(self.ctl_procs.values()):
             proc.terminate(10)
         for p in self.ctl_proxies.values():
             p.close()
@@ -371,5 +359,3 @@ def run_chaos(opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) 
              f"({'process' if opts.process_brokers else 'in-process'} brokers, {opts.brokers} brokers, "
              f"{opts.tasks} tasks, session {opts.session_timeout_s:g}s, rebalance timeout {opts.rebalance_timeout_s:g}s)")
         return run.play()
-
-

@@ -50,6 +50,8 @@ class ChaosOptions:
     max_moves: int | None = None       # a move throttle for the run (settings max_moves, max_moves_per_broker)
     max_moves_per_broker: int | None = None
     protocol: str = "cooperative"      # the brokers' protocol: cooperative (also eager), eager or reconcile
+    #: kinds the harness cannot inject here (as a container the engine cannot freeze): never drawn
+    leave_out: frozenset[str] = frozenset()
 
     @property
     def convergence_bound_s(self) -> float:
@@ -87,11 +89,20 @@ class Fault:
         return f"t+{self.at:7.2f}s  {self.kind:<17} {self.target:<11} for {self.duration:5.2f}s{extra}"
 
 
+def left_out(opts: ChaosOptions) -> dict[str, str]:
+    """The kinds asked for that the schedule leaves out, each with why (printed before the schedule)."""
+    out = {k: "the harness cannot inject it here" for k in opts.kinds if k in opts.leave_out}
+    if opts.zk_hosts and "zk-restart" in opts.kinds:
+        out["zk-restart"] = "the ZooKeeper is an external one: not the run's to restart"
+    return out
+
+
 def make_schedule(opts: ChaosOptions) -> list[Fault]:
     """The fault schedule of ``opts.seed``: a pure function of the options (no clock, no I/O)."""
     rng = random.Random(opts.seed)
     s = opts.session_timeout_s
-    kinds = [k for k in opts.kinds if k in FAULT_KINDS and not (k == "zk-restart" and opts.zk_hosts)]
+    skipped = left_out(opts)
+    kinds = [k for k in opts.kinds if k in FAULT_KINDS and k not in skipped]
     if not kinds:
         return []
     weights = [_WEIGHTS[k] for k in kinds]

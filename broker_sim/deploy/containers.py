@@ -11,24 +11,24 @@ is imported lazily: without it, or without an engine, ``ContainersUnavailable`` 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from broker_sim.chaos.processes import read_journal
 from broker_sim.sim.checker import close_open, double_ownership
 from controller.protocol.codecs import RunInterval
+from controller.protocol.errors import ZkcError
 from controller.protocol.layout import ZkLayout, check_name
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
-from controller.protocol.errors import ZkcError
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def engine() -> Any:
 
 def project_dir() -> Path:
     """The source tree holding the Dockerfile (the image is built from it)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / "Dockerfile").exists():
         raise ContainersUnavailable(f"no Dockerfile next to the installed package ({root}); build from a source checkout")
     return root
@@ -556,6 +556,3 @@ def summary_lines(s: ContainerChaosSummary) -> list[str]:
              "  verdict            " + ("OK" if s.ok else "VIOLATION")]
     return lines
 
-
-def to_json(obj: Any) -> str:
-    return json.dumps(obj, indent=1, default=str)

@@ -71,5 +71,5 @@ class TaskRunner(abc.ABC):
         pids, pgids = self.processes()
         kill_processes(pids, pgids)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (an optional hook, not abstract: a runner may hold nothing to release)
         """Stop everything and release resources (SparkSession, threads)."""

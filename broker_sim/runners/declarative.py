@@ -18,10 +18,9 @@ across workers and a lock file (``.zkc-sdp.lock``) refuses a second task on the 
 
 from __future__ import annotations
 
-import logging
-
 import collections
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -32,9 +31,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from broker_sim.runners.base import RunState, RunStatus
 from broker_sim.runners.procs import spawn, stop_process
@@ -75,7 +75,7 @@ class RunRecord:
     finished: float | None = None
     exit_code: int | None = None
     error: str | None = None
-    output: collections.deque = field(default_factory=lambda: collections.deque(maxlen=300))
+    output: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=300))
     rebuilt: bool = False  # failed on a half-written checkpoint left by a killed owner; the next run rebuilds
     _failure_event: str | None = None
     _spark_error: str | None = None
@@ -128,10 +128,15 @@ class RunRecord:
 
     def metrics(self) -> dict[str, Any]:
         states = list(self.flows.values())
-        return {"last_run": self.number, "last_run_state": self.state, "last_run_ok": self.ok,
-                "last_run_s": round((self.finished or time.time()) - self.started, 3),
-                "flows": dict(self.flows), "flows_completed": states.count("COMPLETED"),
-                "flows_failed": states.count("FAILED")}
+        return {
+            "last_run": self.number,
+            "last_run_state": self.state,
+            "last_run_ok": self.ok,
+            "last_run_s": round((self.finished or time.time()) - self.started, 3),
+            "flows": dict(self.flows),
+            "flows_completed": states.count("COMPLETED"),
+            "flows_failed": states.count("FAILED"),
+        }
 
 
 # ---- the project ----------------------------------------------------------------------------------------
@@ -142,15 +147,19 @@ def project_spec_file(project: str | Path) -> Path:
         raise DeclarativeError(f"declarative project {project}: not a directory")
     found = [root / n for n in SPEC_FILE_NAMES if (root / n).is_file()]
     if not found:
-        raise DeclarativeError(f"declarative project {project}: no {' or '.join(SPEC_FILE_NAMES)} in it "
-                               f"(create one with `spark-pipelines init`)")
+        raise DeclarativeError(
+            f"declarative project {project}: no {' or '.join(SPEC_FILE_NAMES)} in it "
+            f"(create one with `spark-pipelines init`)"
+        )
     if len(found) > 1:
         raise DeclarativeError(f"declarative project {project}: both {SPEC_FILE_NAMES[0]} and {SPEC_FILE_NAMES[1]}")
     try:
         from pyspark.pipelines.cli import load_pipeline_spec
     except ImportError as exc:
-        raise SparkSetupError(f"Spark Declarative Pipelines need pyspark[connect] and pyyaml ({exc}): "
-                              "pip install 'pyspark[connect]==4.3.0' pyyaml") from None
+        raise SparkSetupError(
+            f"Spark Declarative Pipelines need pyspark[connect] and pyyaml ({exc}): "
+            "pip install 'pyspark[connect]==4.3.0' pyyaml"
+        ) from None
     try:
         load_pipeline_spec(found[0])
     except Exception as exc:  # PySparkException, yaml errors, KeyError on a malformed libraries entry
@@ -166,15 +175,18 @@ def _project_configuration(spec_file: Path) -> dict[str, str]:
 
 def catalog_conf(project: Path) -> dict[str, str]:
     """A persistent catalog inside the project: Hive with an embedded Derby metastore."""
-    return {"spark.sql.catalogImplementation": "hive",
-            "spark.sql.warehouse.dir": str(project / "spark-warehouse"),
-            "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={project / 'metastore_db'};create=true"}
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": str(project / "spark-warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={project / 'metastore_db'};create=true",
+    }
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _listening(port: int) -> bool:
@@ -197,7 +209,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 class ConnectServer:
     """A Spark Connect server in a child process (its own process group), reachable on loopback only."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     port: int
     token: str
     log: Path
@@ -211,24 +223,46 @@ class ConnectServer:
         stop_process(self.proc, grace_s=min(10.0, timeout_s / 2), timeout_s=timeout_s)
 
     @classmethod
-    def start(cls, *, master: str, conf: dict[str, str], cwd: Path, log: Path, name: str,
-              timeout_s: float = SERVER_START_TIMEOUT_S, stop_event: threading.Event | None = None) -> "ConnectServer":
+    def start(
+        cls,
+        *,
+        master: str,
+        conf: dict[str, str],
+        cwd: Path,
+        log: Path,
+        name: str,
+        timeout_s: float = SERVER_START_TIMEOUT_S,
+        stop_event: threading.Event | None = None,
+    ) -> ConnectServer:
         """Launch ``SparkConnectServer`` and return once it accepts connections (or raise with its log's tail)."""
         check_java()
         home = spark_home()
         token = secrets.token_hex(16)
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_SUBMIT_ARGS")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_SUBMIT_ARGS")
+        }
         env.update(SPARK_HOME=home, PYSPARK_PYTHON=sys.executable, SPARK_CONNECT_AUTHENTICATE_TOKEN=token)
         if is_local(master):
             env["SPARK_LOCAL_IP"] = "127.0.0.1"
         last_error = ""
         for _attempt in range(3):  # a free port can be taken between our probe and the server's bind
             port = _free_port()
-            settings = {**conf, "spark.connect.grpc.binding.address": "127.0.0.1",
-                        "spark.connect.grpc.binding.port": str(port)}
-            cmd = [os.path.join(home, "bin", "spark-submit"), "--class", SERVER_CLASS, "--name", name,
-                   "--master", master]
+            settings = {
+                **conf,
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": str(port),
+            }
+            cmd = [
+                os.path.join(home, "bin", "spark-submit"),
+                "--class",
+                SERVER_CLASS,
+                "--name",
+                name,
+                "--master",
+                master,
+            ]
             for key, value in settings.items():
                 cmd += ["--conf", f"{key}={value}"]
             t0 = time.monotonic()
@@ -245,20 +279,26 @@ class ConnectServer:
             last_error = _tail(log)
             if "Address already in use" not in last_error and "BindException" not in last_error:
                 break
-        raise PipelineStartError(f"{name}: the Spark Connect server did not come up within {timeout_s:.0f}s; "
-                                 f"its log ends with:\n{last_error}")
+        raise PipelineStartError(
+            f"{name}: the Spark Connect server did not come up within {timeout_s:.0f}s; "
+            f"its log ends with:\n{last_error}"
+        )
 
 
-def run_cli(command: str, spec_file: Path, server: ConnectServer, extra: Iterable[str] = ()) -> subprocess.Popen:
+def run_cli(command: str, spec_file: Path, server: ConnectServer, extra: Iterable[str] = ()) -> subprocess.Popen[str]:
     """Spark's SDP client (what ``spark-pipelines`` runs) against ``server``; output on a pipe."""
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_REMOTE", "PYSPARK_SUBMIT_ARGS")}
-    env.update(SPARK_REMOTE=server.url, SPARK_CONNECT_AUTHENTICATE_TOKEN=server.token, PYTHONUNBUFFERED="1",
-               SPARK_HOME=spark_home())
+    env.update(
+        SPARK_REMOTE=server.url,
+        SPARK_CONNECT_AUTHENTICATE_TOKEN=server.token,
+        PYTHONUNBUFFERED="1",
+        SPARK_HOME=spark_home(),
+    )
     cmd = [sys.executable, "-m", "pyspark.pipelines.cli", command, "--spec", str(spec_file), *extra]
     return spawn(cmd, env=env, cwd=spec_file.parent, pipe_output=True, die_with_parent=True)
 
 
-def _follow(proc: subprocess.Popen, record: RunRecord) -> int:
+def _follow(proc: subprocess.Popen[str], record: RunRecord) -> int:
     """Feed the client's output into ``record`` until it exits (EOF comes at the latest when it is killed)."""
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -284,8 +324,9 @@ class _ProjectLock:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
             os.close(fd)
-            raise PipelineStartError(f"{self.owner}: project {self.path.parent} is being run by another task "
-                                     f"({holder or 'unknown'})") from None
+            raise PipelineStartError(
+                f"{self.owner}: project {self.path.parent} is being run by another task ({holder or 'unknown'})"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{self.owner} pid {os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -303,8 +344,9 @@ class DeclarativeRun:
 
     mode = "declarative"
 
-    def __init__(self, task_id: str, pipeline: DeclarativePipeline, master: str,
-                 spark_conf: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, task_id: str, pipeline: DeclarativePipeline, master: str, spark_conf: dict[str, str] | None = None
+    ) -> None:
         self.task_id = task_id
         self.pipeline = pipeline
         self.master = master
@@ -314,7 +356,7 @@ class DeclarativeRun:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server: ConnectServer | None = None
-        self._client: subprocess.Popen | None = None
+        self._client: subprocess.Popen[str] | None = None
         self._records: list[RunRecord] = []
         self._outcome: RunStatus | None = None
         self._next_run_at: float | None = None
@@ -333,7 +375,7 @@ class DeclarativeRun:
         conf.update(project_conf)  # static settings of the project (the client sets only runtime ones)
         return conf
 
-    def start(self) -> "DeclarativeRun":
+    def start(self) -> DeclarativeRun:
         """Start the task's Connect server (blocks until it listens), then the run loop in a named thread."""
         try:
             spec_file = project_spec_file(self.project)
@@ -341,9 +383,14 @@ class DeclarativeRun:
             raise PipelineStartError(f"task {self.task_id}: {exc}") from None
         self._project_lock.acquire()
         try:
-            self._server = ConnectServer.start(master=self.master, conf=self.server_conf(spec_file), cwd=self.project,
-                                               log=self._workdir / "connect-server.log", name=f"zkc-sdp-{self.task_id}",
-                                               stop_event=self._stop)
+            self._server = ConnectServer.start(
+                master=self.master,
+                conf=self.server_conf(spec_file),
+                cwd=self.project,
+                log=self._workdir / "connect-server.log",
+                name=f"zkc-sdp-{self.task_id}",
+                stop_event=self._stop,
+            )
         except BaseException:
             self._cleanup(30.0)
             raise
@@ -376,13 +423,17 @@ class DeclarativeRun:
                         # a previous owner was killed inside a flow's first batch: its checkpoint holds
                         # offsets that were never committed and Spark refuses it. Rebuild the tables from
                         # their sources with Spark's own full refresh (exactly once by recomputation).
-                        log.warning("task %s: %s; running once with --full-refresh-all", self.task_id,
-                                    next(code for code in _REBUILD_ON if code in text))
+                        log.warning(
+                            "task %s: %s; running once with --full-refresh-all",
+                            self.task_id,
+                            next(code for code in _REBUILD_ON if code in text),
+                        )
                         record.rebuilt = True
                         extra = ["--full-refresh-all"]
                         continue
-                    self._outcome = RunStatus(RunState.FAILED, error=record.error,
-                                              trace="\n".join(record.output), metrics=self._metrics())
+                    self._outcome = RunStatus(
+                        RunState.FAILED, error=record.error, trace="\n".join(record.output), metrics=self._metrics()
+                    )
                     return
                 extra = normal
                 if self.pipeline.interval_s is None:
@@ -402,10 +453,14 @@ class DeclarativeRun:
         with self._lock:
             records = list(self._records)
             server = self._server
-        out: dict[str, Any] = {"mode": self.mode, "project": str(self.project), "runs": len(records),
-                               "runs_ok": sum(r.ok for r in records),
-                               "rebuilds": sum(r.rebuilt for r in records),
-                               "uptime_s": round(time.monotonic() - self.started, 3)}
+        out: dict[str, Any] = {
+            "mode": self.mode,
+            "project": str(self.project),
+            "runs": len(records),
+            "runs_ok": sum(r.ok for r in records),
+            "rebuilds": sum(r.rebuilt for r in records),
+            "uptime_s": round(time.monotonic() - self.started, 3),
+        }
         if server is not None:
             out.update(server_pid=server.proc.pid, server_port=server.port, server_start_s=server.startup_s)
         if records:
@@ -461,8 +516,13 @@ class DeclarativeRun:
                 raise TimeoutError(f"task {self.task_id}: declarative run loop still alive {timeout:.0f}s after stop")
 
 
-def validate_declarative(project: str | Path, *, spark_master: str = "local[1]", spark_conf: dict[str, str] | None = None,
-                         timeout_s: float = 240.0) -> None:
+def validate_declarative(
+    project: str | Path,
+    *,
+    spark_master: str = "local[1]",
+    spark_conf: dict[str, str] | None = None,
+    timeout_s: float = 240.0,
+) -> None:
     """Check a project with Spark's own ``dry-run`` (graph resolution, no data written); raise DeclarativeError.
 
     The dry run uses a throw-away in-memory catalog and warehouse, so it neither touches the project's
@@ -472,12 +532,23 @@ def validate_declarative(project: str | Path, *, spark_master: str = "local[1]",
     spec_file = project_spec_file(root)
     workdir = Path(tempfile.mkdtemp(prefix="zkc-sdp-validate-"))
     try:
-        conf = {**default_conf(spark_master), **(spark_conf or {}), **_project_configuration(spec_file),
-                "spark.sql.catalogImplementation": "in-memory", "spark.sql.warehouse.dir": str(workdir / "warehouse"),
-                "spark.local.dir": str(workdir / "local")}
+        conf = {
+            **default_conf(spark_master),
+            **(spark_conf or {}),
+            **_project_configuration(spec_file),
+            "spark.sql.catalogImplementation": "in-memory",
+            "spark.sql.warehouse.dir": str(workdir / "warehouse"),
+            "spark.local.dir": str(workdir / "local"),
+        }
         try:
-            server = ConnectServer.start(master=spark_master, conf=conf, cwd=workdir, log=workdir / "server.log",
-                                         name="zkc-sdp-validate", timeout_s=timeout_s)
+            server = ConnectServer.start(
+                master=spark_master,
+                conf=conf,
+                cwd=workdir,
+                log=workdir / "server.log",
+                name="zkc-sdp-validate",
+                timeout_s=timeout_s,
+            )
         except PipelineStartError as exc:
             raise SparkSetupError(str(exc)) from None
         try:
@@ -501,5 +572,13 @@ def validate_declarative(project: str | Path, *, spark_master: str = "local[1]",
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-__all__ = ["DeclarativeRun", "DeclarativeError", "ConnectServer", "RunRecord", "validate_declarative",
-           "project_spec_file", "run_cli", "catalog_conf"]
+__all__ = [
+    "DeclarativeRun",
+    "DeclarativeError",
+    "ConnectServer",
+    "RunRecord",
+    "validate_declarative",
+    "project_spec_file",
+    "run_cli",
+    "catalog_conf",
+]

@@ -26,8 +26,13 @@ class _Run:
 class NoopRunner(TaskRunner):
     name = "noop"
 
-    def __init__(self, start_latency_s: float = 0.0, stop_latency_s: float = 0.0, clock: Clock | None = None,
-                 stop_hang: bool = False) -> None:
+    def __init__(
+        self,
+        start_latency_s: float = 0.0,
+        stop_latency_s: float = 0.0,
+        clock: Clock | None = None,
+        stop_hang: bool = False,
+    ) -> None:
         self.start_latency_s = start_latency_s
         self.stop_latency_s = stop_latency_s
         self.stop_budget_s = stop_latency_s  # the worker stops its tasks in parallel: one latency
@@ -68,8 +73,11 @@ class NoopRunner(TaskRunner):
         age = self.clock.now() - run.started
         if isinstance(pipeline, NoopPipeline):
             if pipeline.fail_after_s is not None and age >= pipeline.fail_after_s:
-                return RunStatus(RunState.FAILED, error=pipeline.fail_message,
-                                 trace=f"NoopFailure: {pipeline.fail_message} (after {pipeline.fail_after_s}s)")
+                return RunStatus(
+                    RunState.FAILED,
+                    error=pipeline.fail_message,
+                    trace=f"NoopFailure: {pipeline.fail_message} (after {pipeline.fail_after_s}s)",
+                )
             if pipeline.complete_after_s is not None and age >= pipeline.complete_after_s:
                 return RunStatus(RunState.COMPLETED, metrics={"uptime_s": round(age, 3)})
         return RunStatus(RunState.RUNNING, metrics={"uptime_s": round(age, 3)})

@@ -17,11 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any, TypeVar
 
 PR_SET_PDEATHSIG = 1
+
+T = TypeVar("T")
 
 
 def _die_with_parent_preexec() -> Callable[[], None] | None:
@@ -49,15 +52,15 @@ class _Forker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
+        self._queue: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._thread: threading.Thread | None = None
 
-    def call(self, fn: Callable[[], Any]) -> Any:
+    def call(self, fn: Callable[[], T]) -> T:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="procs-forker", daemon=True)
                 self._thread.start()
-        fut: Future = Future()
+        fut: Future[T] = Future()
         self._queue.put((fn, fut))
         return fut.result()
 
@@ -73,30 +76,42 @@ class _Forker:
 _FORKER = _Forker()
 
 
-def spawn(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-          log: str | Path | None = None, pipe_output: bool = False, die_with_parent: bool = False) -> subprocess.Popen:
-    """Start ``cmd`` in a new session; output to ``log`` (appended), to a pipe, or discarded.
+def spawn(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    log: str | Path | None = None,
+    pipe_output: bool = False,
+    die_with_parent: bool = False,
+) -> subprocess.Popen[Any]:
+    """Start ``cmd`` in a new session; output to ``log`` (appended), to a pipe (text), or discarded.
 
     ``die_with_parent``: the child is SIGKILLed when this process dies, even by SIGKILL (Linux)."""
-    out: IO | int
-    if pipe_output:
-        out = subprocess.PIPE
-    elif log is not None:
-        out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed below
-    else:
-        out = subprocess.DEVNULL
+    log_file = open(log, "ab") if log is not None and not pipe_output else None  # handed to the child, closed below
+    out: IO[bytes] | int = subprocess.PIPE if pipe_output else log_file if log_file is not None else subprocess.DEVNULL
     try:
-        def popen(preexec: Callable[[], None] | None = None) -> subprocess.Popen:
-            return subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, cwd=cwd,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, text=pipe_output, bufsize=1 if pipe_output else -1,
-                                    preexec_fn=preexec)
+
+        def popen(preexec: Callable[[], None] | None = None) -> subprocess.Popen[Any]:
+            return subprocess.Popen(
+                list(cmd),
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                text=pipe_output,
+                bufsize=1 if pipe_output else -1,
+                preexec_fn=preexec,
+            )
+
         if die_with_parent and (preexec := _die_with_parent_preexec()) is not None:
             return _FORKER.call(lambda: popen(preexec))
         return popen()
     finally:
-        if log is not None and not pipe_output:
-            out.close()  # type: ignore[union-attr]
+        if log_file is not None:
+            log_file.close()
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -114,7 +129,15 @@ def group_alive(pgid: int) -> bool:
     return _signal_group(pgid, 0)
 
 
-def stop_process(proc: subprocess.Popen, *, grace_s: float = 10.0, timeout_s: float = 30.0) -> int | None:
+def _program(proc: subprocess.Popen[Any]) -> str:
+    """The program ``proc`` runs, for messages."""
+    args = proc.args
+    if isinstance(args, (str, bytes, os.PathLike)):
+        return os.fsdecode(args)
+    return os.fsdecode(args[0]) if args else "?"
+
+
+def stop_process(proc: subprocess.Popen[Any], *, grace_s: float = 10.0, timeout_s: float = 30.0) -> int | None:
     """SIGTERM the process group of ``proc``, SIGKILL it after ``grace_s``; return once every member is gone.
 
     Raises TimeoutError if the group is still there after ``timeout_s`` (an unkillable process: the caller
@@ -135,8 +158,7 @@ def stop_process(proc: subprocess.Popen, *, grace_s: float = 10.0, timeout_s: fl
             _signal_group(pgid, signal.SIGKILL)
             killed = True
         if now >= deadline:
-            raise TimeoutError(f"process {proc.pid} ({proc.args[0] if proc.args else '?'}) did not exit "
-                               f"within {timeout_s:.0f}s")
+            raise TimeoutError(f"process {proc.pid} ({_program(proc)}) did not exit within {timeout_s:.0f}s")
         time.sleep(0.05)
 
 

@@ -77,9 +77,14 @@ class SparkRunner(TaskRunner):
     name = "spark"
     runs_processes = True  # the driver JVM, Declarative Pipelines runs
 
-    def __init__(self, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
-                 checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT, app_name: str = "zkcontroller-worker",
-                 stop_budget_s: float = DEFAULT_STOP_BUDGET_S) -> None:
+    def __init__(
+        self,
+        spark_master: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT,
+        app_name: str = "zkcontroller-worker",
+        stop_budget_s: float = DEFAULT_STOP_BUDGET_S,
+    ) -> None:
         self.spark_master = spark_master or local_master()
         self.stop_budget_s = stop_budget_s
         # StreamingQuery.stop() waits forever by default (stopTimeout 0): bound it by the stop budget; a stop
@@ -101,10 +106,6 @@ class SparkRunner(TaskRunner):
         if self._holder is None:
             raise SparkSetupError("this runner is closed")
         return self._holder.get()
-
-    @property
-    def session_startup_s(self) -> float | None:
-        return self._holder.startup_s if self._holder else None
 
     def _task_lock(self, task_id: str) -> threading.Lock:
         with self._lock:

@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from broker_sim.runners.base import RunState, RunStatus
-from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 from controller.protocol.errors import ZkcError
+from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 
 POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000
@@ -41,15 +41,25 @@ class Progress:
     input_rows_per_s: float = 0.0
     processed_rows_per_s: float = 0.0
 
-    def add(self, p: Any) -> "Progress":
-        return Progress(batches=self.batches + 1, rows=self.rows + int(p.numInputRows or 0), last_batch_id=p.batchId,
-                        last_batch_at=p.timestamp, input_rows_per_s=round(float(p.inputRowsPerSecond or 0.0), 3),
-                        processed_rows_per_s=round(float(p.processedRowsPerSecond or 0.0), 3))
+    def add(self, p: Any) -> Progress:
+        return Progress(
+            batches=self.batches + 1,
+            rows=self.rows + int(p.numInputRows or 0),
+            last_batch_id=p.batchId,
+            last_batch_at=p.timestamp,
+            input_rows_per_s=round(float(p.inputRowsPerSecond or 0.0), 3),
+            processed_rows_per_s=round(float(p.processedRowsPerSecond or 0.0), 3),
+        )
 
     def metrics(self) -> dict[str, Any]:
-        return {"batches": self.batches, "rows": self.rows, "last_batch_id": self.last_batch_id,
-                "last_batch_at": self.last_batch_at, "input_rows_per_s": self.input_rows_per_s,
-                "processed_rows_per_s": self.processed_rows_per_s}
+        return {
+            "batches": self.batches,
+            "rows": self.rows,
+            "last_batch_id": self.last_batch_id,
+            "last_batch_at": self.last_batch_at,
+            "input_rows_per_s": self.input_rows_per_s,
+            "processed_rows_per_s": self.processed_rows_per_s,
+        }
 
 
 def spark_error(exc: BaseException) -> tuple[str, str]:
@@ -84,8 +94,10 @@ def task_session(spark: Any, task_id: str, pipeline: SparkPipeline) -> Any:
     session = spark.newSession()
     for key, value in pipeline.spark_options.items():
         if not session.conf.isModifiable(key):
-            raise PipelineStartError(f"task {task_id}: spark option {key!r} cannot be set per task (it is not a "
-                                     f"runtime SQL setting); set it for the worker with --spark-conf {key}=...")
+            raise PipelineStartError(
+                f"task {task_id}: spark option {key!r} cannot be set per task (it is not a "
+                f"runtime SQL setting); set it for the worker with --spark-conf {key}=..."
+            )
         session.conf.set(key, value)
     return session
 
@@ -119,8 +131,8 @@ class _Listener:
     """Folds the query's progress events into ``Progress``; created lazily (needs pyspark imported)."""
 
     @staticmethod
-    def make(run: "StreamingRun") -> Any:
-        from pyspark.sql.streaming import StreamingQueryListener
+    def make(run: StreamingRun) -> Any:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
 
         class Listener(StreamingQueryListener):
             def onQueryStarted(self, event: Any) -> None:
@@ -167,7 +179,7 @@ class StreamingRun:
         for p in self._query.recentProgress:
             self._on_progress(p)
 
-    def start(self, spark: Any) -> "StreamingRun":
+    def start(self, spark: Any) -> StreamingRun:
         session = task_session(spark, self.task_id, self.pipeline)
         frame = build_frame(session, self.task_id, self.pipeline, streaming=True)
         writer = frame.writeStream.queryName(self.task_id).option("checkpointLocation", self.checkpoint)
@@ -176,8 +188,12 @@ class StreamingRun:
             writer = writer.format(sink.format).outputMode("append").options(**sink.options).option("path", sink.path)
         else:
             assert isinstance(sink, ConsoleSink)
-            writer = writer.format("console").outputMode("update").option("numRows", sink.num_rows) \
+            writer = (
+                writer.format("console")
+                .outputMode("update")
+                .option("numRows", sink.num_rows)
                 .option("truncate", "false")
+            )
         trigger = self.pipeline.trigger
         if trigger.processing_time:
             writer = writer.trigger(processingTime=trigger.processing_time)
@@ -207,8 +223,12 @@ class StreamingRun:
             self._reconcile()
         with self._lock:
             metrics = {"mode": self.mode, **self._progress.metrics()}
-        metrics.update(query_id=str(query.id), run_id=str(query.runId), pool=self.task_id,
-                       uptime_s=round(time.monotonic() - self.started, 3))
+        metrics.update(
+            query_id=str(query.id),
+            run_id=str(query.runId),
+            pool=self.task_id,
+            uptime_s=round(time.monotonic() - self.started, 3),
+        )
         if active:
             return RunStatus(RunState.RUNNING, metrics=metrics)
         exc = query.exception()
@@ -233,8 +253,10 @@ class StreamingRun:
         if stopper.is_alive() or query.isActive:
             raise TimeoutError(f"task {self.task_id}: streaming query still active {timeout:.0f}s after stop()")
         if errors:  # e.g. spark.sql.streaming.stopTimeout ran out: the stream thread may still be running
-            raise TimeoutError(f"task {self.task_id}: the streaming query's stop did not confirm it stopped: "
-                               f"{type(errors[0]).__name__}: {str(errors[0])[:300]}")
+            raise TimeoutError(
+                f"task {self.task_id}: the streaming query's stop did not confirm it stopped: "
+                f"{type(errors[0]).__name__}: {str(errors[0])[:300]}"
+            )
         try:
             self._session.streams.removeListener(self._listener)
         except Exception:
@@ -256,12 +278,13 @@ class BatchRun:
         self._thread: threading.Thread | None = None
         self._spark: Any = None
 
-    def start(self, spark: Any) -> "BatchRun":
+    def start(self, spark: Any) -> BatchRun:
         session = task_session(spark, self.task_id, self.pipeline)
         frame = build_frame(session, self.task_id, self.pipeline, streaming=False)
         self._spark = spark
-        self._thread = threading.Thread(target=self._run, args=(frame,), name=f"spark-batch-{self.task_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(frame,), name=f"spark-batch-{self.task_id}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -291,8 +314,9 @@ class BatchRun:
                 self._result = RunStatus(RunState.STOPPED)
             else:
                 message, trace = spark_error(exc)
-                self._result = RunStatus(RunState.FAILED, error=message, trace=trace,
-                                         metrics={"duration_s": round(time.monotonic() - t0, 3)})
+                self._result = RunStatus(
+                    RunState.FAILED, error=message, trace=trace, metrics={"duration_s": round(time.monotonic() - t0, 3)}
+                )
         finally:
             sc.setLocalProperty(POOL_PROPERTY, None)
             sc.setLocalProperty("spark.jobGroup.id", None)

@@ -12,6 +12,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
 from controller.protocol.errors import ZkcError
 
 
@@ -51,8 +52,10 @@ def check_java() -> None:
     if java_home and os.access(os.path.join(java_home, "bin", "java"), os.X_OK):
         return
     if not shutil.which("java"):
-        raise SparkSetupError("java not found: Spark needs a Java 17 runtime "
-                              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; or set JAVA_HOME)")
+        raise SparkSetupError(
+            "java not found: Spark needs a Java 17 runtime "
+            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; or set JAVA_HOME)"
+        )
 
 
 def spark_home() -> str:
@@ -117,8 +120,10 @@ class SessionHolder:
             raise SparkSetupError("pyspark is not installed: pip install 'pyspark[connect]==4.3.0'") from None
         active = SparkContext._active_spark_context
         if active is not None and active.master != self.master:
-            raise SparkSetupError(f"this process already runs a SparkContext on {active.master!r}; one SparkSession "
-                                  f"per worker process (wanted {self.master!r}): run another worker process instead")
+            raise SparkSetupError(
+                f"this process already runs a SparkContext on {active.master!r}; one SparkSession "
+                f"per worker process (wanted {self.master!r}): run another worker process instead"
+            )
         for var in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
             if var in os.environ:
                 raise SparkSetupError(f"{var} is set: the spark runner needs a classic (non-Connect) session")
@@ -169,8 +174,10 @@ def acquire_session(master: str, conf: dict[str, str], app_name: str) -> Session
     with _HOLDERS_LOCK:
         others = [m for m, h in _HOLDERS.items() if m != master and h.refs > 0]
         if others:
-            raise SparkSetupError(f"this process already runs a Spark runner on {others[0]!r}; one SparkSession per "
-                                  f"worker process (wanted {master!r}): run another worker process instead")
+            raise SparkSetupError(
+                f"this process already runs a Spark runner on {others[0]!r}; one SparkSession per "
+                f"worker process (wanted {master!r}): run another worker process instead"
+            )
         holder = _HOLDERS.get(master)
         if holder is None:
             holder = _HOLDERS[master] = SessionHolder(master=master, conf=dict(conf), app_name=app_name)
@@ -189,4 +196,14 @@ def release_session(holder: SessionHolder, timeout: float = 30.0) -> None:
         holder.stop(timeout)
 
 
-__all__ = ["SparkSetupError", "SessionHolder", "acquire_session", "release_session", "local_master", "is_local", "default_conf", "check_java", "spark_home"]
+__all__ = [
+    "SparkSetupError",
+    "SessionHolder",
+    "acquire_session",
+    "release_session",
+    "local_master",
+    "is_local",
+    "default_conf",
+    "check_java",
+    "spark_home",
+]

@@ -9,8 +9,8 @@ acquisition to owner release); downtime uses the narrow one (runner started to r
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from controller.protocol.codecs import RunInterval
 
@@ -96,12 +96,6 @@ def moved_tasks(intervals: Sequence[RunInterval], window: tuple[float, float]) -
             if t0 <= cur.start <= t1 and cur.broker != prev.broker:
                 moves += 1
     return moves
-
-
-def restarted_tasks(intervals: Sequence[RunInterval], window: tuple[float, float]) -> set[str]:
-    """Tasks that started (again) inside the window: their run was interrupted."""
-    t0, t1 = window
-    return {i.task_id for i in intervals if t0 <= i.start <= t1}
 
 
 @dataclass(frozen=True)

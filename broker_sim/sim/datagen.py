@@ -115,7 +115,7 @@ class Datagen:
         except BaseException as exc:  # reported by join()
             self._error = exc
 
-    def start(self) -> "Datagen":
+    def start(self) -> Datagen:
         self._thread.start()
         return self
 

@@ -26,12 +26,14 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+
 from controller.protocol.errors import ZkcError
 
-PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the directory holding the broker_sim package
 DIGEST_MOD = 1 << 64
 
 
@@ -98,8 +100,8 @@ class _FarmServer:
     def start(self, bid: str) -> None:
         import dataclasses
 
-        from broker_sim.sim.netproxy import NetProxy
         from broker_sim.runners.noop import NoopRunner
+        from broker_sim.sim.netproxy import NetProxy
         from broker_sim.worker import Worker, WorkerConfig
 
         a = self.args
@@ -390,7 +392,7 @@ class Farm:
         if self._log is not subprocess.DEVNULL:
             self._log.close()
 
-    def __enter__(self) -> "Farm":
+    def __enter__(self) -> Farm:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -74,7 +74,7 @@ class NetProxy:
         while not self._stopped.is_set():
             try:
                 client, _ = self._listener.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if not self._open.is_set():
                 client.close()  # a partitioned host cannot connect either

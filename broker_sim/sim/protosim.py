@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from controller.protocol.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
 from controller.protocol.clock import FakeClock
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 from controller.protocol.group import (
@@ -36,6 +35,7 @@ from controller.protocol.group import (
     WriteGroupState,
     WriteJoinResult,
 )
+from controller.protocol.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
 from controller.protocol.rules import COOPERATIVE, EAGER, run_assignor
 
 GROUP = "g"
@@ -634,6 +634,3 @@ class ProtocolSim:
                 if s2 < e1 - 1e-9:
                     self.violations.append(Violation(1, s2, f"{t} ran on {m1} [{s1:.3f},{e1:.3f}] and {m2} [{s2:.3f},{e2:.3f}]"))
 
-
-def run_schedules(seeds: range, config: SimConfig = SimConfig()) -> list[SimResult]:
-    return [ProtocolSim(seed, config).run() for seed in seeds]

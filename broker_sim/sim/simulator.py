@@ -14,33 +14,34 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 import os
 import random
 import statistics
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Self
 
+from broker_sim.runners.noop import NoopRunner
 from broker_sim.sim.checker import close_open, double_ownership, downtime, moved_tasks
 from broker_sim.sim.farm import Farm, FarmError, task_digest
 from broker_sim.sim.netproxy import NetProxy
-from broker_sim.runners.noop import NoopRunner
 from broker_sim.worker import Worker, WorkerConfig
-from controller.protocol import codecs
 from controller.admin import ensure_layout, wait_for
-from controller.protocol.codecs import RunInterval
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
+from controller.protocol import codecs
+from controller.protocol.codecs import RunInterval
+from controller.protocol.errors import ZkcError
+from controller.protocol.group_types import GroupConfig
 from controller.protocol.layout import ZkLayout
 from controller.protocol.rules import COOPERATIVE, protocols_for
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import ZooKeeperServer, free_port
-from controller.protocol.errors import ZkcError
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class Simulation:
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline (and were restarted)
 
     # ---- setup ------------------------------------------------------------------------------------
-    def __enter__(self) -> "Simulation":
+    def __enter__(self) -> Self:
         if self.opts.zk_hosts is None:
             # a heap for the tasks' znodes, watches and sessions: at 10,000 tasks a 256 MB heap spends
             # seconds in full collections, during which no broker gets an answer and all of them fence

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError, RunInterval

@@ -7,5 +7,13 @@ from broker_sim.worker.ownership import RELEASE_CHUNK
 from broker_sim.worker.registration import IdentityMismatch, RegistrationConflict
 from broker_sim.worker.reporting import MAX_INTERVALS_IN_ZK
 
-__all__ = ["IdentityMismatch", "RegistrationConflict", "Worker", "WorkerConfig", "install_signal_handlers", "fence_margin",
-           "RELEASE_CHUNK", "MAX_INTERVALS_IN_ZK"]
+__all__ = [
+    "IdentityMismatch",
+    "RegistrationConflict",
+    "Worker",
+    "WorkerConfig",
+    "install_signal_handlers",
+    "fence_margin",
+    "RELEASE_CHUNK",
+    "MAX_INTERVALS_IN_ZK",
+]

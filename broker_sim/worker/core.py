@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -84,6 +84,8 @@ __all__ = ["IdentityMismatch", "RegistrationConflict", "Worker", "WorkerConfig",
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class WorkerConfig:
@@ -126,7 +128,9 @@ class WorkerConfig:
 class Worker:
     """A broker: registers, joins its group through the Member state machine and runs what it is assigned."""
 
-    def __init__(self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None) -> None:
+    def __init__(
+        self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None
+    ) -> None:
         self.config = config
         self.id = config.broker_id
         self.layout = ZkLayout(config.settings.root)
@@ -149,41 +153,94 @@ class Worker:
         # ---- the parts, and what they share ----
         self.session = BrokerSession(self.id)
         self.table = TaskTable()
-        info = BrokerInfo(broker_id=self.id, host=socket.gethostname(), pid=os.getpid(), group=config.group,
-                          capacity=config.capacity, rack=config.rack, instance_id=config.instance_id,
-                          runner=self.runner.name)
-        self.registration = Registration(self.client, self.layout.broker(self.id), info, self.session,
-                                         session_timeout_s)
-        self.reporting = Reporter(self.client, self.layout, self.session, self.table, config.metrics_interval_s,
-                                  config.intervals_flush_s)
+        info = BrokerInfo(
+            broker_id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            group=config.group,
+            capacity=config.capacity,
+            rack=config.rack,
+            instance_id=config.instance_id,
+            runner=self.runner.name,
+        )
+        self.registration = Registration(
+            self.client, self.layout.broker(self.id), info, self.session, session_timeout_s
+        )
+        self.reporting = Reporter(
+            self.client, self.layout, self.session, self.table, config.metrics_interval_s, config.intervals_flush_s
+        )
         # (parts built later are reached through the worker's own attributes, looked up at each call)
-        self.fence = Fence(self.id, session_timeout_s, self.fence_margin_s, self.table.lock, self.registration,
-                           running=self.table.running, stop_runners=lambda ts, why: self.tasks.stop_runners(ts, why),
-                           resume=lambda: self.tasks.reconcile(), closing=lambda: self.session.closing,
-                           stopped=self.stopped)
-        self.watchdog = DeadlineWatchdog(self.id, session_timeout_s, self.fence_margin_s, stop_budget_s,
-                                         config.stop_timeout_s, earliest_expiry=self.fence.probe.earliest_expiry,
-                                         running_or_starting=self.table.running_or_starting,
-                                         kill_runners=self.runner.kill, runner_processes=self.runner.processes,
-                                         halt=self.halt, stopped=self.stopped)
-        self.ownership = Ownership(self.client, self.layout, self.session, self.table, self.reporting, self.pool,
-                                   config.owner_wait_s, self.layout.group_member(config.group, self.id),
-                                   enqueue=self._enqueue, reconcile=lambda: self.tasks.reconcile(),
-                                   reconciling=lambda: self.member.follows_assignment_alone)
-        self.tasks = TaskSupervisor(self.client, self.layout, self.session, self.table, self.runner, self.pool,
-                                    owners=self.ownership, deadlines=self.watchdog, record=self.reporting.record,
-                                    fenced=lambda: self.fence.up, enqueue=self._enqueue, stopped=self.stopped)
+        self.fence = Fence(
+            self.id,
+            session_timeout_s,
+            self.fence_margin_s,
+            self.table.lock,
+            self.registration,
+            running=self.table.running,
+            stop_runners=lambda ts, why: self.tasks.stop_runners(ts, why),
+            resume=lambda: self.tasks.reconcile(),
+            closing=lambda: self.session.closing,
+            stopped=self.stopped,
+        )
+        self.watchdog = DeadlineWatchdog(
+            self.id,
+            session_timeout_s,
+            self.fence_margin_s,
+            stop_budget_s,
+            config.stop_timeout_s,
+            earliest_expiry=self.fence.probe.earliest_expiry,
+            running_or_starting=self.table.running_or_starting,
+            kill_runners=self.runner.kill,
+            runner_processes=self.runner.processes,
+            halt=self.halt,
+            stopped=self.stopped,
+        )
+        self.ownership = Ownership(
+            self.client,
+            self.layout,
+            self.session,
+            self.table,
+            self.reporting,
+            self.pool,
+            config.owner_wait_s,
+            self.layout.group_member(config.group, self.id),
+            enqueue=self._enqueue,
+            reconcile=lambda: self.tasks.reconcile(),
+            reconciling=lambda: self.member.follows_assignment_alone,
+        )
+        self.tasks = TaskSupervisor(
+            self.client,
+            self.layout,
+            self.session,
+            self.table,
+            self.runner,
+            self.pool,
+            owners=self.ownership,
+            deadlines=self.watchdog,
+            record=self.reporting.record,
+            fenced=lambda: self.fence.up,
+            enqueue=self._enqueue,
+            stopped=self.stopped,
+        )
         # ---- the threads ----
         self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
         self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
         self.pulse_thread = threading.Thread(target=self.fence.pulse_loop, name=f"worker-{self.id}-pulse", daemon=True)
-        self.deadline_thread = threading.Thread(target=self.watchdog.loop, name=f"worker-{self.id}-deadline",
-                                                daemon=True)
+        self.deadline_thread = threading.Thread(
+            target=self.watchdog.loop, name=f"worker-{self.id}-deadline", daemon=True
+        )
 
     def _new_member(self) -> Member:
         c = self.config
-        return Member(member_id=self.id, assign=run_assignor, protocols=c.protocols, assignors=c.assignors,
-                      capacity=c.capacity, rack=c.rack, instance_id=c.instance_id)
+        return Member(
+            member_id=self.id,
+            assign=run_assignor,
+            protocols=c.protocols,
+            assignors=c.assignors,
+            capacity=c.capacity,
+            rack=c.rack,
+            instance_id=c.instance_id,
+        )
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Worker:
@@ -193,13 +250,19 @@ class Worker:
             self.client.start(timeout=30)
         owner = getattr(self.client, "own_broker", None)  # a secured client: whose identity the policy says
         if owner is not None and owner != self.id:
-            raise IdentityMismatch(f"these credentials are broker {owner}'s own (ACL policy), not broker {self.id}'s: "
-                                   "give each broker its own credentials")
+            raise IdentityMismatch(
+                f"these credentials are broker {owner}'s own (ACL policy), not broker {self.id}'s: "
+                "give each broker its own credentials"
+            )
         self.registration.check_not_running_here()
         self.client.add_listener(self._listener)
         ensure_layout(self.client, self.layout)
-        for p in (self.layout.group_members(self.config.group), self.layout.group_assignments(self.config.group),
-                  self.layout.group_syncs(self.config.group), self.layout.group_joins(self.config.group)):
+        for p in (
+            self.layout.group_members(self.config.group),
+            self.layout.group_assignments(self.config.group),
+            self.layout.group_syncs(self.config.group),
+            self.layout.group_joins(self.config.group),
+        ):
             self.client.ensure_path(p)
         if self.config.on_halt == "exit" and self.runner.runs_processes:
             self.watchdog.start_guard()
@@ -233,9 +296,11 @@ class Worker:
             self.exited.set()
             return
         try:
-            self.client.create(self.layout.admin_controlled_shutdown_of(self.id),
-                               codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
-                               makepath=True)
+            self.client.create(
+                self.layout.admin_controlled_shutdown_of(self.id),
+                codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
+                makepath=True,
+            )
         except NodeExistsError:
             pass
         self._enqueue(ShutdownRequested())
@@ -310,7 +375,6 @@ class Worker:
     def _watch_shutdown(self, _event: Any = None) -> None:
         self._enqueue(ShutdownRequested())
 
-
     # ---- the event loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
@@ -326,7 +390,9 @@ class Worker:
                 self.failure = str(exc)
                 self.failed.set()
             except (KazooException, KazooTimeoutError) as exc:
-                log.info("worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__)
+                log.info(
+                    "worker %s: ZooKeeper error handling %s: %s", self.id, type(event).__name__, type(exc).__name__
+                )
                 if isinstance(event, ConnectionEvent) and event.state == "STARTED" and not self.session.closing:
                     # not registered yet (a connection loss mid-way): start again shortly, until it works
                     retry = threading.Timer(0.5, self._enqueue, args=(event,))
@@ -369,10 +435,17 @@ class Worker:
             present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
             self._do(self.member.on_coordinator(present))
         elif isinstance(event, ShutdownRequested):
-            if self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown) is not None:
+            if (
+                self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
+                is not None
+            ):
                 self._do(self.member.request_shutdown())
-        if (not self.group_state_watched and not self.member.follows_assignment_alone
-                and self.member.state is not WorkerState.DOWN and not self.session.closing):
+        if (
+            not self.group_state_watched
+            and not self.member.follows_assignment_alone
+            and self.member.state is not WorkerState.DOWN
+            and not self.session.closing
+        ):
             # we left reconcile (a notice in our assignment): read the group state again, arming its watch
             info = self._read_group_state()
             if info is not None:
@@ -416,10 +489,12 @@ class Worker:
         missing znode leaves no watch. An assignment from a previous life is ignored by its generation."""
         assignment = self.layout.group_assignment(self.config.group, self.id)
         state = self.layout.group_state(self.config.group)
-        arms = [self.client.exists_async(self.layout.controller, watch=self._watch_controller),
-                self.client.exists_async(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown),
-                self.client.exists_async(assignment, watch=self._watch_assignment),
-                self.client.exists_async(state, watch=self._watch_group_state)]
+        arms = [
+            self.client.exists_async(self.layout.controller, watch=self._watch_controller),
+            self.client.exists_async(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown),
+            self.client.exists_async(assignment, watch=self._watch_assignment),
+            self.client.exists_async(state, watch=self._watch_group_state),
+        ]
         read = self.client.get_async(state, watch=self._watch_group_state)
         for pending in arms:
             pending.get()  # (raises on a connection loss, as the reads one by one did)
@@ -431,7 +506,7 @@ class Worker:
             return None
         return self._decoded(GroupStateInfo, data, state)
 
-    def _read_watched(self, cls: type, path: str, watch: Callable[[Any], None]) -> Any:
+    def _read_watched(self, cls: type[T], path: str, watch: Callable[[Any], None]) -> T | None:
         """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there
         is logged and ignored (None), never a crash of the worker."""
         try:
@@ -441,7 +516,7 @@ class Worker:
             return None
         return self._decoded(cls, data, path)
 
-    def _decoded(self, cls: type, data: bytes, path: str) -> Any:
+    def _decoded(self, cls: type[T], data: bytes, path: str) -> T | None:
         """``data`` decoded as ``cls``; garbage is logged and ignored (None), never a crash of the worker."""
         try:
             return codecs.decode(cls, data, path)
@@ -455,8 +530,9 @@ class Worker:
         return info
 
     def _read_assignment(self) -> Assignment | None:
-        return self._read_watched(Assignment, self.layout.group_assignment(self.config.group, self.id),
-                                  self._watch_assignment)
+        return self._read_watched(
+            Assignment, self.layout.group_assignment(self.config.group, self.id), self._watch_assignment
+        )
 
     def _do(self, actions: list[Any]) -> None:
         for act in actions:
@@ -517,6 +593,7 @@ class Worker:
                     self._enqueue(JoinResultEvent(generation))
             except Exception:
                 pass
+
         pending.rawlink(already_there)
 
     def _read_join_result(self, generation: int, missing_ok: bool = False) -> JoinResult | None:
@@ -531,7 +608,6 @@ class Worker:
         except PayloadError as exc:
             log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
             return None
-
 
     # ---- the release of a reconciling member (event thread) -------------------------------------------
     def _on_stopped(self, event: Stopped) -> None:
@@ -600,8 +676,9 @@ class Worker:
     def last_start(self) -> float | None:
         """Wall time the latest of the tasks running now started (None: nothing runs)."""
         with self.table.lock:
-            return max((s.started for s in self.table.slots.values() if s.running and s.started is not None),
-                       default=None)
+            return max(
+                (s.started for s in self.table.slots.values() if s.running and s.started is not None), default=None
+            )
 
     def state(self) -> str:
         return self.member.state.value

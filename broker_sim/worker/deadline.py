@@ -80,15 +80,26 @@ class Lease:
     pgids: tuple[int, ...] = ()
 
     def encode(self) -> str:
-        return json.dumps({"broker": self.broker, "owner_pid": self.owner_pid, "expires": self.expires,
-                           "pids": list(self.pids), "pgids": list(self.pgids)})
+        return json.dumps(
+            {
+                "broker": self.broker,
+                "owner_pid": self.owner_pid,
+                "expires": self.expires,
+                "pids": list(self.pids),
+                "pgids": list(self.pgids),
+            }
+        )
 
     @staticmethod
     def decode(text: str) -> Lease:
         body = json.loads(text)
-        return Lease(broker=str(body["broker"]), owner_pid=int(body["owner_pid"]),
-                     expires=None if body.get("expires") is None else float(body["expires"]),
-                     pids=tuple(int(p) for p in body.get("pids", ())), pgids=tuple(int(p) for p in body.get("pgids", ())))
+        return Lease(
+            broker=str(body["broker"]),
+            owner_pid=int(body["owner_pid"]),
+            expires=None if body.get("expires") is None else float(body["expires"]),
+            pids=tuple(int(p) for p in body.get("pids", ())),
+            pgids=tuple(int(p) for p in body.get("pgids", ())),
+        )
 
 
 def write_lease(path: Path, lease: Lease) -> None:
@@ -113,11 +124,20 @@ def lease_dir() -> Path:
 class DeadlineWatchdog:
     """The watchdog thread's state: stops in flight with their deadlines, the lease and its guard."""
 
-    def __init__(self, who: str, session_timeout_s: float, fence_margin_s: float, stop_budget_s: float,
-                 configured_stop_timeout_s: float | None, earliest_expiry: Callable[[], float | None],
-                 running_or_starting: Callable[[], set[str]], kill_runners: Callable[[], None],
-                 runner_processes: Callable[[], tuple[set[int], set[int]]], halt: Callable[[str], None],
-                 stopped: threading.Event) -> None:
+    def __init__(
+        self,
+        who: str,
+        session_timeout_s: float,
+        fence_margin_s: float,
+        stop_budget_s: float,
+        configured_stop_timeout_s: float | None,
+        earliest_expiry: Callable[[], float | None],
+        running_or_starting: Callable[[], set[str]],
+        kill_runners: Callable[[], None],
+        runner_processes: Callable[[], tuple[set[int], set[int]]],
+        halt: Callable[[str], None],
+        stopped: threading.Event,
+    ) -> None:
         self.who = who
         self.earliest_expiry = earliest_expiry
         self.running_or_starting = running_or_starting
@@ -162,12 +182,13 @@ class DeadlineWatchdog:
         with self._lock:
             overdue = sorted(t for t, d in self._stops.items() if now >= d)
         if overdue:
-            return (f"the stop of {', '.join(overdue[:5])} did not return within its {self.stop_timeout_s:.1f}s "
-                    "budget")
+            return f"the stop of {', '.join(overdue[:5])} did not return within its {self.stop_timeout_s:.1f}s budget"
         deadline = self.session_deadline()
         if deadline is not None and now >= deadline and (tasks := self.busy()):
-            return (f"{len(tasks)} task(s) ({', '.join(tasks[:5])}) still running {now - deadline:.2f}s past the "
-                    "session's fence deadline")
+            return (
+                f"{len(tasks)} task(s) ({', '.join(tasks[:5])}) still running {now - deadline:.2f}s past the "
+                "session's fence deadline"
+            )
         return None
 
     # ---- escalation --------------------------------------------------------------------------------------
@@ -204,12 +225,22 @@ class DeadlineWatchdog:
         pids, pgids = self.runner_processes()
         deadline = self.session_deadline()
         busy = bool(self.busy())
-        lease = Lease(broker=self.who, owner_pid=os.getpid(), expires=deadline if busy else None,
-                      pids=tuple(sorted(pids)), pgids=tuple(sorted(pgids)))
+        lease = Lease(
+            broker=self.who,
+            owner_pid=os.getpid(),
+            expires=deadline if busy else None,
+            pids=tuple(sorted(pids)),
+            pgids=tuple(sorted(pgids)),
+        )
         last = self._last_lease
-        if not force and last is not None and last.pids == lease.pids and last.pgids == lease.pgids and (
-                (last.expires is None) == (lease.expires is None)) and (
-                lease.expires is None or abs(lease.expires - (last.expires or 0.0)) < 0.1):
+        if (
+            not force
+            and last is not None
+            and last.pids == lease.pids
+            and last.pgids == lease.pgids
+            and ((last.expires is None) == (lease.expires is None))
+            and (lease.expires is None or abs(lease.expires - (last.expires or 0.0)) < 0.1)
+        ):
             return
         try:
             write_lease(self._lease_path, lease)

@@ -45,9 +45,16 @@ def fence_margin(session_timeout_s: float, fence_fraction: float, stop_budget_s:
     margin = max(session_timeout_s * fence_fraction, stop_budget_s)
     cap = session_timeout_s / 2
     if margin > cap:
-        log.warning("worker %s: its runner's stop may take %.1fs, more than half the %.1fs session timeout; "
-                    "fencing %.1fs before expiry, so a slow stop can outlive the session: use a session "
-                    "timeout of at least %.1fs", who, stop_budget_s, session_timeout_s, cap, 2 * stop_budget_s)
+        log.warning(
+            "worker %s: its runner's stop may take %.1fs, more than half the %.1fs session timeout; "
+            "fencing %.1fs before expiry, so a slow stop can outlive the session: use a session "
+            "timeout of at least %.1fs",
+            who,
+            stop_budget_s,
+            session_timeout_s,
+            cap,
+            2 * stop_budget_s,
+        )
         margin = cap
     return margin
 
@@ -85,8 +92,16 @@ class LivenessProbe:
     as the SUSPENDED fence timer); an answer showing our session still owns our broker znode lifts any fence
     raised before its request was sent."""
 
-    def __init__(self, who: str, session: SessionCheck, session_timeout_s: float, fence_margin_s: float,
-                 closing: Callable[[], bool], lift: Callable[[float, str], bool], fence: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        who: str,
+        session: SessionCheck,
+        session_timeout_s: float,
+        fence_margin_s: float,
+        closing: Callable[[], bool],
+        lift: Callable[[float, str], bool],
+        fence: Callable[[], None],
+    ) -> None:
         self.who = who
         self.check = session
         self.session_timeout_s = session_timeout_s
@@ -153,10 +168,19 @@ class Fence:
     """Arming, raising and lifting the fence; the pulse thread's loop. ``up`` (and ``raised_at``, when it
     last went up) are read and written under ``lock``, the worker's task-table lock."""
 
-    def __init__(self, who: str, session_timeout_s: float, margin_s: float, lock: threading.RLock,
-                 session: SessionCheck, running: Callable[[], list[str]],
-                 stop_runners: Callable[[list[str], str], None], resume: Callable[[], None],
-                 closing: Callable[[], bool], stopped: threading.Event) -> None:
+    def __init__(
+        self,
+        who: str,
+        session_timeout_s: float,
+        margin_s: float,
+        lock: threading.RLock,
+        session: SessionCheck,
+        running: Callable[[], list[str]],
+        stop_runners: Callable[[list[str], str], None],
+        resume: Callable[[], None],
+        closing: Callable[[], bool],
+        stopped: threading.Event,
+    ) -> None:
         self.who = who
         self.session_timeout_s = session_timeout_s
         self.margin_s = margin_s
@@ -171,8 +195,15 @@ class Fence:
         self.raised_at = float("-inf")  # (monotonic) when the fence last went up: older answers cannot lift it
         self.timer: threading.Timer | None = None
         # (the probe looks ``lift`` and ``fence`` up at each call: whatever this fence's are then)
-        self.probe = LivenessProbe(who, session, session_timeout_s, margin_s, closing,
-                                   lift=lambda sent, why: self.lift(sent, why), fence=lambda: self.fence())
+        self.probe = LivenessProbe(
+            who,
+            session,
+            session_timeout_s,
+            margin_s,
+            closing,
+            lift=lambda sent, why: self.lift(sent, why),
+            fence=lambda: self.fence(),
+        )
 
     def arm(self) -> None:
         """SUSPENDED: start the fence timer."""

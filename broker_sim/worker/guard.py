@@ -53,9 +53,15 @@ def run(path: Path) -> int:
             if killed_at is None or now - killed_at > 1.0:
                 victims = kill_processes(lease.pids, lease.pgids)
                 killed_at = now
-                log.critical("guard: the lease of broker %s (pid %d) ran out %.3fs ago unrenewed: killed %s and "
-                             "process groups %s", lease.broker, lease.owner_pid, now - lease.expires, victims,
-                             list(lease.pgids))
+                log.critical(
+                    "guard: the lease of broker %s (pid %d) ran out %.3fs ago unrenewed: killed %s and "
+                    "process groups %s",
+                    lease.broker,
+                    lease.owner_pid,
+                    now - lease.expires,
+                    victims,
+                    list(lease.pgids),
+                )
         time.sleep(PERIOD_S)
 
 

@@ -51,10 +51,20 @@ class StatusBook(Protocol):
 class Ownership:
     """Acquiring and releasing owner znodes."""
 
-    def __init__(self, client: KazooClient, layout: ZkLayout, session: BrokerSession, table: TaskTable,
-                 statuses: StatusBook, pool: ThreadPoolExecutor, owner_wait_s: float, group_member: str,
-                 enqueue: Callable[[object], None], reconcile: Callable[[], None],
-                 reconciling: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        layout: ZkLayout,
+        session: BrokerSession,
+        table: TaskTable,
+        statuses: StatusBook,
+        pool: ThreadPoolExecutor,
+        owner_wait_s: float,
+        group_member: str,
+        enqueue: Callable[[object], None],
+        reconcile: Callable[[], None],
+        reconciling: Callable[[], bool],
+    ) -> None:
         self.client = client
         self.layout = layout
         self.session = session
@@ -128,8 +138,9 @@ class Ownership:
         if not self._hand_over_release(tasks, ready):
             self.release_and_finish(tasks, ready)
 
-    def release_and_finish(self, tasks: list[str], ready: list[str], cached: bool = True,
-                           unknown: bool = False) -> None:
+    def release_and_finish(
+        self, tasks: list[str], ready: list[str], cached: bool = True, unknown: bool = False
+    ) -> None:
         """Release the stopped tasks ``ready`` (``unknown``: a release multi's outcome is not known: look at
         their owner znodes instead), then clear the busy flags of ``tasks`` and tell the member."""
         try:
@@ -257,8 +268,11 @@ class Ownership:
                 log.info("worker %s: confirming the release of %s: %s", self.who, t, type(exc).__name__)
         self._let_go(gone)
         if len(gone) < len(tasks):
-            log.warning("worker %s: release of %s not confirmed; still held", self.who,
-                        ", ".join(sorted(set(tasks) - set(gone))[:5]))
+            log.warning(
+                "worker %s: release of %s not confirmed; still held",
+                self.who,
+                ", ".join(sorted(set(tasks) - set(gone))[:5]),
+            )
         self.enqueue(Owned())
 
     def release(self, tasks: list[str], cached: bool = True) -> None:
@@ -274,7 +288,7 @@ class Ownership:
             return
         if len(tasks) > RELEASE_CHUNK:
             for i in range(0, len(tasks), RELEASE_CHUNK):
-                self.release(tasks[i:i + RELEASE_CHUNK], cached)
+                self.release(tasks[i : i + RELEASE_CHUNK], cached)
             return
         book = self.statuses
         with book.status_lock:  # (after a status write in flight: its versions are then ours to know)
@@ -301,8 +315,12 @@ class Ownership:
             try:
                 results = tx.commit_async().get(timeout=30)
             except Exception as exc:  # timed out or lost: the multi may or may not have happened
-                log.info("worker %s: release of %d tasks unconfirmed (%s); checking their owner znodes",
-                         self.who, len(tasks), type(exc).__name__)
+                log.info(
+                    "worker %s: release of %d tasks unconfirmed (%s); checking their owner znodes",
+                    self.who,
+                    len(tasks),
+                    type(exc).__name__,
+                )
                 self.confirm_released(tasks)
                 return
             failed = any(isinstance(r, Exception) for r in results)
@@ -323,8 +341,12 @@ class Ownership:
                     # no right to delete it: the task was handed to another broker before we let go (we were
                     # late), or an operator's ACL. It stays held: the next reconcile tries again (paced here);
                     # the owner znode goes once we may delete it, or with our session
-                    log.warning("worker %s: no right to release %s (handed to another broker before we let go?); "
-                                "retrying, its owner znode stays until then or until our session ends", self.who, tasks[0])
+                    log.warning(
+                        "worker %s: no right to release %s (handed to another broker before we let go?); "
+                        "retrying, its owner znode stays until then or until our session ends",
+                        self.who,
+                        tasks[0],
+                    )
                     time.sleep(RELEASE_RETRY_S)
                     raise
                 book.forget_versions(paths.values())

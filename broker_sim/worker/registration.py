@@ -47,8 +47,9 @@ class BrokerSession:
 class Registration:
     """Our broker znode: created at each new session, checked by the fence (``SessionCheck``)."""
 
-    def __init__(self, client: KazooClient, path: str, info: BrokerInfo, session: BrokerSession,
-                 session_timeout_s: float) -> None:
+    def __init__(
+        self, client: KazooClient, path: str, info: BrokerInfo, session: BrokerSession, session_timeout_s: float
+    ) -> None:
         self.client = client
         self.path = path
         self.info = info
@@ -96,8 +97,10 @@ class Registration:
         if stat is None or stat.ephemeralOwner == self.client.client_id[0] or info is None:
             return
         if info.host == socket.gethostname() and info.pid != os.getpid() and _process_alive(info.pid, who):
-            raise RegistrationConflict(f"broker id {who} is already running (pid {info.pid} on {info.host}); "
-                                       "stop it first or choose another --id")
+            raise RegistrationConflict(
+                f"broker id {who} is already running (pid {info.pid} on {info.host}); "
+                "stop it first or choose another --id"
+            )
 
     def register(self) -> None:
         """Create our ephemeral broker znode. A znode of an earlier session of ours (a restart after a
@@ -117,12 +120,17 @@ class Registration:
                     self.check_not_running_here()
                     if time.monotonic() > deadline:
                         where = f" (pid {holder.pid} on {holder.host})" if holder else ""
-                        raise RegistrationConflict(f"broker id {who} is registered by another live session{where}; "
-                                                   "stop that broker first or choose another --id") from None
+                        raise RegistrationConflict(
+                            f"broker id {who} is registered by another live session{where}; "
+                            "stop that broker first or choose another --id"
+                        ) from None
                     if not waiting:
                         waiting = True
-                        log.warning("worker %s: id registered by an earlier session; waiting up to %.0fs for it to "
-                                    "expire", who, deadline - time.monotonic())
+                        log.warning(
+                            "worker %s: id registered by an earlier session; waiting up to %.0fs for it to expire",
+                            who,
+                            deadline - time.monotonic(),
+                        )
                 time.sleep(0.2)
         self.session.session_id = self.client.client_id[0]
 
@@ -130,7 +138,7 @@ class Registration:
 def _process_alive(pid: int, broker_id: str) -> bool:
     """Whether ``pid`` is a live process that looks like a broker with this id (not a recycled pid)."""
     try:
-        import psutil
+        import psutil  # type: ignore[import-untyped, unused-ignore]  # (no type information installed)
 
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:

@@ -24,8 +24,15 @@ MAX_INTERVALS_IN_ZK = 5000
 class Reporter:
     """Task statuses and run intervals: what was written (paths, versions), what ran and when."""
 
-    def __init__(self, client: KazooClient, layout: ZkLayout, session: BrokerSession, table: TaskTable,
-                 metrics_interval_s: float, intervals_flush_s: float) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        layout: ZkLayout,
+        session: BrokerSession,
+        table: TaskTable,
+        metrics_interval_s: float,
+        intervals_flush_s: float,
+    ) -> None:
         self.client = client
         self.layout = layout
         self.session = session
@@ -47,16 +54,33 @@ class Reporter:
         """A run of ``t`` ended at ``end`` (its owner znode let go at ``released``, if it was). Called holding
         the table's lock."""
         if slot.started is not None:
-            self.intervals.append(RunInterval(task_id=t, broker=self.session.broker_id, start=slot.started, end=end,
-                                              generation=self.session.generation, acquired=slot.acquired,
-                                              released=released))
+            self.intervals.append(
+                RunInterval(
+                    task_id=t,
+                    broker=self.session.broker_id,
+                    start=slot.started,
+                    end=end,
+                    generation=self.session.generation,
+                    acquired=slot.acquired,
+                    released=released,
+                )
+            )
         slot.started = None
 
     def open_intervals(self) -> list[RunInterval]:
         with self.table.lock:
-            return [RunInterval(task_id=t, broker=self.session.broker_id, start=s.started, end=None,
-                                generation=self.session.generation, acquired=s.acquired)
-                    for t, s in self.table.slots.items() if s.running and s.started]
+            return [
+                RunInterval(
+                    task_id=t,
+                    broker=self.session.broker_id,
+                    start=s.started,
+                    end=None,
+                    generation=self.session.generation,
+                    acquired=s.acquired,
+                )
+                for t, s in self.table.slots.items()
+                if s.running and s.started
+            ]
 
     def flush_intervals(self, force: bool = False) -> None:
         """Write this broker's interval log when it changed (a run started or ended): an open interval stays
@@ -91,16 +115,33 @@ class Reporter:
         metrics_due = tick - self.metrics_interval_s
         session = self.session
         with self.table.lock:
-            dirty = [(t, s) for t, s in self.table.slots.items()
-                     if (s.dirty or (s.metrics_dirty and s.written_at <= metrics_due)) and s.held and not s.releasing]
+            dirty = [
+                (t, s)
+                for t, s in self.table.slots.items()
+                if (s.dirty or (s.metrics_dirty and s.written_at <= metrics_due)) and s.held and not s.releasing
+            ]
             for _, s in dirty:
                 s.dirty = s.metrics_dirty = False
                 s.written_at = tick
-            items = [(self.layout.status(t), codecs.encode(TaskStatus(
-                broker=session.broker_id, state=s.state, generation=session.generation, updated=now, error=s.error,
-                trace=s.trace, failures=s.failures, metrics=s.metrics,
-                session=codecs.session_hex(session.session_id))))
-                for t, s in dirty]
+            items = [
+                (
+                    self.layout.status(t),
+                    codecs.encode(
+                        TaskStatus(
+                            broker=session.broker_id,
+                            state=s.state,
+                            generation=session.generation,
+                            updated=now,
+                            error=s.error,
+                            trace=s.trace,
+                            failures=s.failures,
+                            metrics=s.metrics,
+                            session=codecs.session_hex(session.session_id),
+                        )
+                    ),
+                )
+                for t, s in dirty
+            ]
         if items:
             try:
                 self.status_writer.upsert(items, self.known_status, self.status_versions)
@@ -123,10 +164,19 @@ class Reporter:
                 slot.releasing = True
                 if slot.state not in ("COMPLETED", "FAILED"):
                     slot.state = "STOPPED"
-                finals[t] = codecs.encode(TaskStatus(
-                    broker=session.broker_id, state=slot.state, generation=session.generation, updated=time.time(),
-                    error=slot.error, trace=slot.trace, failures=slot.failures, metrics=slot.metrics,
-                    session=codecs.session_hex(session.session_id)))
+                finals[t] = codecs.encode(
+                    TaskStatus(
+                        broker=session.broker_id,
+                        state=slot.state,
+                        generation=session.generation,
+                        updated=time.time(),
+                        error=slot.error,
+                        trace=slot.trace,
+                        failures=slot.failures,
+                        metrics=slot.metrics,
+                        session=codecs.session_hex(session.session_id),
+                    )
+                )
         return finals
 
     def released(self, status_paths: list[str]) -> None:

@@ -46,8 +46,8 @@ class StopBatch:
     def __init__(self, size: int) -> None:
         self._lock = threading.Lock()
         self._left = size
-        self._ready: list[str] = []      # stopped, not released yet
-        self._waiting: list[str] = []    # finished (stopped or not), busy flag not cleared yet
+        self._ready: list[str] = []  # stopped, not released yet
+        self._waiting: list[str] = []  # finished (stopped or not), busy flag not cleared yet
         self._expired = False
 
     def done(self, task: str, stopped: bool) -> tuple[list[str], list[str]] | None:
@@ -82,9 +82,9 @@ class StopBatch:
 @dataclass
 class TaskSlot:
     spec: TaskSpec | None = None
-    held: bool = False          # our owner znode exists
-    running: bool = False       # runner started (and not stopped)
-    busy: bool = False          # a start/stop is in progress on a pool thread
+    held: bool = False  # our owner znode exists
+    running: bool = False  # runner started (and not stopped)
+    busy: bool = False  # a start/stop is in progress on a pool thread
     failures: int = 0
     restart_at: float | None = None
     state: str = "STOPPED"
@@ -93,8 +93,8 @@ class TaskSlot:
     metrics: dict[str, Any] = field(default_factory=dict)
     acquired: float | None = None
     started: float | None = None
-    dirty: bool = True          # its state changed: written at the next status tick
+    dirty: bool = True  # its state changed: written at the next status tick
     metrics_dirty: bool = False  # only its metrics changed: written once ``metrics_interval_s`` has passed
-    written_at: float = 0.0     # monotonic time of its last status write
-    releasing: bool = False     # its last status goes with the owner znode's deletion (the status loop leaves it)
+    written_at: float = 0.0  # monotonic time of its last status write
+    releasing: bool = False  # its last status goes with the owner znode's deletion (the status loop leaves it)
     nonce: int = 0

@@ -62,10 +62,21 @@ class StopDeadlines(Protocol):
 class TaskSupervisor:
     """Starting, restarting and stopping the assigned tasks' runners."""
 
-    def __init__(self, client: KazooClient, layout: ZkLayout, session: BrokerSession, table: TaskTable,
-                 runner: TaskRunner, pool: ThreadPoolExecutor, owners: Owners, deadlines: StopDeadlines,
-                 record: Callable[[str, TaskSlot, float, float | None], None], fenced: Callable[[], bool],
-                 enqueue: Callable[[object], None], stopped: threading.Event) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        layout: ZkLayout,
+        session: BrokerSession,
+        table: TaskTable,
+        runner: TaskRunner,
+        pool: ThreadPoolExecutor,
+        owners: Owners,
+        deadlines: StopDeadlines,
+        record: Callable[[str, TaskSlot, float, float | None], None],
+        fenced: Callable[[], bool],
+        enqueue: Callable[[object], None],
+        stopped: threading.Event,
+    ) -> None:
         self.client = client
         self.layout = layout
         self.session = session
@@ -163,11 +174,12 @@ class TaskSupervisor:
             together = []
             for i in range(0, len(live), CREATE_CHUNK):
                 tx = self.client.transaction()
-                for t in live[i:i + CREATE_CHUNK]:
+                for t in live[i : i + CREATE_CHUNK]:
                     tx.create(self.layout.task_owner(t), owner, ephemeral=True)
-                together.append((live[i:i + CREATE_CHUNK], tx.commit_async()))
-            reads = {t: self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t))
-                     for t in live}
+                together.append((live[i : i + CREATE_CHUNK], tx.commit_async()))
+            reads = {
+                t: self.client.get_async(self.layout.task(t), watch=lambda _e, t=t: self._spec_changed(t)) for t in live
+            }
             held: list[str] = []
             creates = []
             for chunk, pending in together:
@@ -179,8 +191,9 @@ class TaskSupervisor:
                 if not any(isinstance(r, Exception) for r in results):
                     held += chunk
                 else:  # one of them not free (or gone): the multi did nothing; each on its own
-                    creates += [(t, self.client.create_async(self.layout.task_owner(t), owner, ephemeral=True))
-                                for t in chunk]
+                    creates += [
+                        (t, self.client.create_async(self.layout.task_owner(t), owner, ephemeral=True)) for t in chunk
+                    ]
             for t, pending in creates:
                 try:
                     pending.get()
@@ -271,6 +284,7 @@ class TaskSupervisor:
 
     def _spec_changed(self, t: str) -> None:
         """Our task's spec changed: a `task restart` (nonce) or new pipeline settings restart it."""
+
         def check() -> None:
             with self.table.lock:
                 slot = self.table.slots.get(t)
@@ -291,8 +305,13 @@ class TaskSupervisor:
                 # the read that re-arms the watch failed (the connection dropped after the firing): without a
                 # watch a later restart or settings change would go unseen while we run the task, so look
                 # again shortly, for as long as we hold it (a lost session lets go of it, and ends this)
-                log.info("worker %s: re-reading the spec of %s: %s; again in %gs", self.who, t, type(exc).__name__,
-                         SPEC_RETRY_S)
+                log.info(
+                    "worker %s: re-reading the spec of %s: %s; again in %gs",
+                    self.who,
+                    t,
+                    type(exc).__name__,
+                    SPEC_RETRY_S,
+                )
                 retry = threading.Timer(SPEC_RETRY_S, self._spec_changed, args=(t,))
                 retry.name = f"worker-{self.who}-spec-retry"
                 retry.daemon = True
@@ -313,6 +332,7 @@ class TaskSupervisor:
                 slot.failures = 0
                 slot.restart_at = None
             self.pool.submit(self._restart, t, spec)
+
         if self.session.closing or self.stopped.is_set():
             return  # (a retry coming due after the worker stopped)
         try:
@@ -345,12 +365,16 @@ class TaskSupervisor:
             if permanent or policy is None or policy.gives_up(slot.failures):
                 slot.state = "FAILED"
                 slot.restart_at = None
-                log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error)
+                log.warning(
+                    "worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error
+                )
             else:
                 delay = policy.delay_before(slot.failures)
                 slot.state = "RESTARTING"
                 slot.restart_at = time.monotonic() + delay
-                log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error)
+                log.info(
+                    "worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error
+                )
 
     def stop_runner(self, t: str) -> None:
         """Stop a task's runner; return only once it has stopped. The stop is bounded: the deadline watchdog
@@ -380,6 +404,7 @@ class TaskSupervisor:
     def stop_runners(self, tasks: list[str], why: str) -> None:
         """Stop these runners in parallel on fresh named threads (a graceful stop costs one stop latency, not
         one per task); a stop that raises is logged (the deadline watchdog escalates it)."""
+
         def stop_one(t: str) -> None:
             try:
                 self.stop_runner(t)
@@ -387,7 +412,9 @@ class TaskSupervisor:
                 log.warning("worker %s: %s of %s: %s: %s", self.who, why, t, type(exc).__name__, exc)
 
         if tasks:
-            with ThreadPoolExecutor(max_workers=min(32, len(tasks)), thread_name_prefix=f"worker-{self.who}-{why}") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(32, len(tasks)), thread_name_prefix=f"worker-{self.who}-{why}"
+            ) as pool:
                 list(pool.map(stop_one, tasks))
 
     def _stop_in_batch(self, t: str, batch: StopBatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
@@ -63,7 +64,7 @@ def settings_from_env(**overrides: object) -> ZkSettings:
 
 def make_client(settings: ZkSettings, *, connect: bool = True, timeout: float = 15.0) -> KazooClient:
     """A kazoo client for ``settings``, connected unless ``connect`` is False."""
-    kwargs: dict[str, object] = dict(
+    kwargs: dict[str, Any] = dict(
         hosts=settings.hosts,
         handler=make_handler(),  # kazoo's, with one poll(2) per wait instead of a new epoll set (zkpoll.py)
         timeout=settings.session_timeout_s,
@@ -73,8 +74,13 @@ def make_client(settings: ZkSettings, *, connect: bool = True, timeout: float = 
     if settings.auth:
         kwargs["auth_data"] = [("digest", settings.auth)]
     if settings.use_ssl:
-        kwargs.update(use_ssl=True, ca=settings.ca, certfile=settings.certfile, keyfile=settings.keyfile,
-                      verify_certs=settings.verify_certs)
+        kwargs.update(
+            use_ssl=True,
+            ca=settings.ca,
+            certfile=settings.certfile,
+            keyfile=settings.keyfile,
+            verify_certs=settings.verify_certs,
+        )
     if settings.auth:  # creates get the ACL policy's ACL for their path (controller/zk/security.py)
         from controller.zk.security import SecureKazooClient
 

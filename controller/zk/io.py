@@ -17,16 +17,36 @@ import struct
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Collection, Iterable, Sequence
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import (EXCEPTIONS, BadVersionError, ConnectionLoss, NoNodeError, NodeExistsError, NotEmptyError,
-                               RolledBackError, RuntimeInconsistency, UnimplementedError, ZookeeperError)
+from kazoo.exceptions import (
+    EXCEPTIONS,
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+    UnimplementedError,
+    ZookeeperError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.paths import _norm_root, join, normpath
-from kazoo.protocol.serialization import GetChildren, GetData, int_struct, read_buffer, read_string, stat_struct, write_string
+from kazoo.protocol.serialization import (
+    GetChildren,
+    GetData,
+    int_struct,
+    read_buffer,
+    read_string,
+    stat_struct,
+    write_string,
+)
 from kazoo.protocol.states import ZnodeStat
+
 from controller.protocol.errors import InternalError
 
 log = logging.getLogger(__name__)
@@ -38,12 +58,22 @@ WAIT_SLICE_S = 0.05
 UPSERT_ATTEMPTS = 4
 
 
+class AsyncResult(Protocol):
+    """What this module uses of kazoo's ``IAsyncResult`` (kazoo ships no types)."""
+
+    def ready(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any: ...
+
+
 class _Pending:
     """An async result whose ``get`` gives up when the connection is not live (see InterruptibleClient)."""
 
     __slots__ = ("_result", "_client", "_max_wait_s")
 
-    def __init__(self, result: Any, client: KazooClient, max_wait_s: float) -> None:
+    def __init__(self, result: AsyncResult, client: KazooClient, max_wait_s: float) -> None:
         self._result = result
         self._client = client
         self._max_wait_s = max_wait_s
@@ -65,7 +95,7 @@ class _Pending:
         return result.get(block=False)
 
 
-class _Transaction(TransactionRequest):
+class _Transaction(TransactionRequest):  # type: ignore[misc]  # kazoo ships no types: its classes are Any
     def commit_async(self) -> Any:
         return _Pending(super().commit_async(), self.client._client, self.client.max_wait_s)
 
@@ -104,10 +134,18 @@ class InterruptibleClient:
     def exists_async(self, path: str, watch: Any = None) -> _Pending:
         return self._pending(self._client.exists_async(path, watch=watch))
 
-    def create_async(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
-                     sequence: bool = False, makepath: bool = False) -> _Pending:
-        return self._pending(self._client.create_async(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence,
-                                                       makepath=makepath))
+    def create_async(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: Any = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> _Pending:
+        return self._pending(
+            self._client.create_async(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+        )
 
     def set_async(self, path: str, value: bytes, version: int = -1) -> _Pending:
         return self._pending(self._client.set_async(path, value, version))
@@ -131,9 +169,17 @@ class InterruptibleClient:
     def exists(self, path: str, watch: Any = None) -> Any:
         return self.exists_async(path, watch).get()
 
-    def create(self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
-               sequence: bool = False, makepath: bool = False) -> str:
-        return self.create_async(path, value, acl, ephemeral, sequence, makepath).get()
+    def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: Any = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        created: str = self.create_async(path, value, acl, ephemeral, sequence, makepath).get()
+        return created
 
     def set(self, path: str, value: bytes, version: int = -1) -> Any:
         return self.set_async(path, value, version).get()
@@ -165,7 +211,7 @@ class WriteFailed(InternalError, RuntimeError):
     ``failures`` are the ops that failed, with their errors; ``unwritten`` every op of the multis that
     failed (a multi is all or nothing; the other multis of the write were applied)."""
 
-    def __init__(self, message: str, failures: list[tuple["Op", Exception]], unwritten: list["Op"] | None = None) -> None:
+    def __init__(self, message: str, failures: list[tuple[Op, Exception]], unwritten: list[Op] | None = None) -> None:
         super().__init__(message)
         self.failures = failures
         self.unwritten = unwritten or []
@@ -199,7 +245,9 @@ def _size(op: Op) -> int:
     return len(op.path) + 64 + (len(op.data) if isinstance(op, (Create, SetData)) else 0)
 
 
-def chunk_ops(ops: Sequence[Op], max_ops: int = MAX_OPS_PER_MULTI, max_bytes: int = MAX_BYTES_PER_MULTI) -> list[list[Op]]:
+def chunk_ops(
+    ops: Sequence[Op], max_ops: int = MAX_OPS_PER_MULTI, max_bytes: int = MAX_BYTES_PER_MULTI
+) -> list[list[Op]]:
     """Split ops, in order, into batches bounded in count and bytes."""
     batches: list[list[Op]] = []
     current: list[Op] = []
@@ -254,7 +302,9 @@ class FencedWriter:
             results = async_result.get(timeout=WAIT_S)
             if self.epoch_path is not None:
                 if results and isinstance(results[0], BadVersionError):
-                    raise Fenced(f"{self.epoch_path} moved past version {self.epoch_zk_version}: a newer controller exists")
+                    raise Fenced(
+                        f"{self.epoch_path} moved past version {self.epoch_zk_version}: a newer controller exists"
+                    )
                 if results and isinstance(results[0], NoNodeError):
                     raise Fenced(f"{self.epoch_path} is gone")
                 results = results[1:]
@@ -281,8 +331,9 @@ class FencedWriter:
             detail = "; ".join(f"{type(e).__name__} on {op.path}" for op, e in failures[:5])
             raise WriteFailed(f"{len(failures)} ops failed: {detail}", failures, unwritten)
 
-    def upsert(self, items: Sequence[tuple[str, bytes]], known: set[str] | None = None,
-               versions: dict[str, int] | None = None) -> None:
+    def upsert(
+        self, items: Sequence[tuple[str, bytes]], known: set[str] | None = None, versions: dict[str, int] | None = None
+    ) -> None:
         """Create or overwrite each (path, data): set where the znode exists, create where it doesn't.
 
         ``known`` caches paths known to exist (updated in place). Unknown paths are looked up with
@@ -353,7 +404,7 @@ class FencedWriter:
         gone = {p for p, stat in zip(unknown, exists_many(self.client, unknown)) if stat is None}
         group_of = {p: i for i, g in enumerate(groups) for p in g}
         blocked: set[int] = set()
-        ops = [Delete(p) for p in dict.fromkeys(p for g in groups for p in g) if p not in gone]
+        ops: list[Op] = [Delete(p) for p in dict.fromkeys(p for g in groups for p in g) if p not in gone]
         for attempt in range(3):
             try:
                 self.write(ops)
@@ -368,13 +419,19 @@ class FencedWriter:
         return sorted(blocked)
 
 
-def exists_many(client: KazooClient, paths: Sequence[str], watch=None) -> list[ZnodeStat | None]:
+WatchFor: TypeAlias = Callable[[str], Any]
+"""Given a path, the watcher to arm on it (or None)."""
+
+
+def exists_many(client: KazooClient, paths: Sequence[str], watch: WatchFor | None = None) -> list[ZnodeStat | None]:
     """Pipelined ``exists`` for many paths. ``watch(path)`` returns the watcher to arm on each path, if any."""
     asyncs = [client.exists_async(p, watch=watch(p) if watch else None) for p in paths]
     return [a.get(timeout=WAIT_S) for a in asyncs]
 
 
-def get_many(client: KazooClient, paths: Sequence[str], watch=None) -> list[tuple[bytes, ZnodeStat] | None]:
+def get_many(
+    client: KazooClient, paths: Sequence[str], watch: WatchFor | None = None
+) -> list[tuple[bytes, ZnodeStat] | None]:
     """Pipelined ``get`` for many paths (None for a znode that is gone). ``watch(path)`` returns the
     watcher to arm on each path, if any."""
     asyncs = [client.get_async(p, watch=watch(p) if watch else None) for p in paths]
@@ -387,7 +444,7 @@ def get_many(client: KazooClient, paths: Sequence[str], watch=None) -> list[tupl
     return out
 
 
-def children_many(client: KazooClient, paths: Sequence[str], watch=None) -> list[list[str] | None]:
+def children_many(client: KazooClient, paths: Sequence[str], watch: WatchFor | None = None) -> list[list[str] | None]:
     asyncs = [client.get_children_async(p, watch=watch(p) if watch else None) for p in paths]
     out: list[list[str] | None] = []
     for a in asyncs:
@@ -417,15 +474,15 @@ MULTI_READ_MAX_REQUEST_BYTES = 256 * 1024  # paths per request, far below the se
 MULTI_READ_WINDOW = 4  # requests in flight
 MULTI_READ_FIRST_OPS = 64  # the first request, alone in flight: its reply tells the znodes' real sizes
 MULTI_READ_PRIOR_BYTES = 1024  # expected reply bytes per znode until a reply has been seen
-_DATA_REPLY_OVERHEAD = _multiheader.size + 4 + stat_struct.size  # header, data length, stat
+_DATA_REPLY_OVERHEAD: int = _multiheader.size + 4 + stat_struct.size  # header, data length, stat
 _CHILDREN_REPLY_OVERHEAD = _multiheader.size + 4  # header, list length; then 4 + len per child
 
 # Clients whose server rejected multiRead (ZooKeeper < 3.6 answers UNIMPLEMENTED and drops the connection):
 # they use the pipelined reads for the rest of their life.
-_NO_MULTI_READ: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()
+_NO_MULTI_READ: weakref.WeakSet[KazooClient] = weakref.WeakSet()
 
-DataResult = tuple[bytes, ZnodeStat]
-SubResult = DataResult | list[str] | ZookeeperError
+DataResult: TypeAlias = tuple[bytes, ZnodeStat]
+SubResult: TypeAlias = DataResult | list[str] | ZookeeperError
 
 
 @dataclass(frozen=True, repr=False)
@@ -518,8 +575,14 @@ def _reply_bytes(result: SubResult) -> int:
     return _multiheader.size + 4
 
 
-def _multi_read_ops(client: KazooClient | InterruptibleClient, op_type: int, paths: Sequence[str], max_ops: int,
-                    max_bytes: int, window: int) -> list[SubResult] | None:
+def _multi_read_ops(
+    client: KazooClient | InterruptibleClient,
+    op_type: int,
+    paths: Sequence[str],
+    max_ops: int,
+    max_bytes: int,
+    window: int,
+) -> list[SubResult] | None:
     """Send ``paths`` as sub-reads of ``op_type`` in chunked, pipelined multiReads; the sub-results in order,
     or None if the server does not know multiRead.
 
@@ -535,8 +598,12 @@ def _multi_read_ops(client: KazooClient | InterruptibleClient, op_type: int, pat
     root = _norm_root(raw.chroot or "")  # kazoo's _prefix_root, with the root normalised once, not per path
     base = root.rstrip("/")
     # a clean absolute path (what ZkLayout builds) needs no normpath: the root in front is the whole prefixing
-    full = [base + p if p[:1] == "/" and "//" not in p and "/." not in p and p != "/" else normpath(join(root, p.lstrip("/")))
-            for p in paths]
+    full = [
+        base + p
+        if p[:1] == "/" and "//" not in p and "/." not in p and p != "/"
+        else normpath(join(root, p.lstrip("/")))
+        for p in paths
+    ]
     results: list[SubResult] = []
     in_flight: deque[tuple[int, Any]] = deque()  # (sub-reads, async result)
     sent = 0
@@ -549,7 +616,7 @@ def _multi_read_ops(client: KazooClient | InterruptibleClient, op_type: int, pat
                 limit = min(limit, MULTI_READ_FIRST_OPS)
             ops: list[tuple[int, str]] = []
             request_bytes = 0
-            for path in full[sent:sent + limit]:
+            for path in full[sent : sent + limit]:
                 request_bytes += _multiheader.size + 5 + len(path)
                 if ops and request_bytes > MULTI_READ_MAX_REQUEST_BYTES:
                     break
@@ -577,8 +644,14 @@ def _present(results: list[Any]) -> list[Any]:
     return [None if isinstance(r, NoNodeError) else r for r in results]
 
 
-def multi_read(client: KazooClient | InterruptibleClient, paths: Sequence[str], *, max_ops: int = MULTI_READ_MAX_OPS,
-               max_bytes: int = MULTI_READ_MAX_BYTES, window: int = MULTI_READ_WINDOW) -> list[DataResult | None]:
+def multi_read(
+    client: KazooClient | InterruptibleClient,
+    paths: Sequence[str],
+    *,
+    max_ops: int = MULTI_READ_MAX_OPS,
+    max_bytes: int = MULTI_READ_MAX_BYTES,
+    window: int = MULTI_READ_WINDOW,
+) -> list[DataResult | None]:
     """``get`` of many znodes without watches, in a few multiRead requests: what ``get_many`` returns
     ((data, stat), None for a znode that is gone; any other error, e.g. NoAuth, raises its kazoo exception),
     at a small fraction of its cost per znode (one kazoo request per chunk of up to ``max_ops`` znodes, not
@@ -592,8 +665,14 @@ def multi_read(client: KazooClient | InterruptibleClient, paths: Sequence[str], 
     return _present(results)
 
 
-def multi_children(client: KazooClient | InterruptibleClient, paths: Sequence[str], *, max_ops: int = MULTI_READ_MAX_OPS,
-                   max_bytes: int = MULTI_READ_MAX_BYTES, window: int = MULTI_READ_WINDOW) -> list[list[str] | None]:
+def multi_children(
+    client: KazooClient | InterruptibleClient,
+    paths: Sequence[str],
+    *,
+    max_ops: int = MULTI_READ_MAX_OPS,
+    max_bytes: int = MULTI_READ_MAX_BYTES,
+    window: int = MULTI_READ_WINDOW,
+) -> list[list[str] | None]:
     """``get_children`` of many znodes without watches, in multiRead requests: what ``children_many``
     returns (None for a znode that is gone; other errors raise). Falls back to ``children_many``."""
     if not paths:
@@ -626,18 +705,18 @@ def delete_tree(client: KazooClient, path: str, max_nodes: int = 2_000_000) -> i
             seen += len(level)
             levels.append(level)
         if seen >= max_nodes:
-            raise WriteFailed(f"{path} has more than {max_nodes} znodes: not deleted")
+            raise WriteFailed(f"{path} has more than {max_nodes} znodes: not deleted", [])
         blocked = False
         for level in reversed(levels):
             for lo in range(0, len(level), DELETE_TREE_OPS):
-                chunk = level[lo:lo + DELETE_TREE_OPS]
+                chunk = level[lo : lo + DELETE_TREE_OPS]
                 tx = client.transaction()
                 for p in chunk:
                     tx.delete(p)
                 if not any(isinstance(r, Exception) for r in tx.commit()):
                     deleted += len(chunk)
                     continue
-                for p, pending in [(p, client.delete_async(p)) for p in chunk]:
+                for pending in [client.delete_async(p) for p in chunk]:  # all sent, then all awaited
                     try:
                         pending.get(timeout=WAIT_S)
                         deleted += 1
@@ -647,4 +726,4 @@ def delete_tree(client: KazooClient, path: str, max_nodes: int = 2_000_000) -> i
                         blocked = True
         if not blocked:
             return deleted
-    raise WriteFailed(f"{path}: znodes kept being created under it; not deleted after {DELETE_TREE_ROUNDS} rounds")
+    raise WriteFailed(f"{path}: znodes kept being created under it; not deleted after {DELETE_TREE_ROUNDS} rounds", [])

@@ -59,8 +59,10 @@ def read_layout_info(client: KazooClient, layout: ZkLayout) -> LayoutInfo | None
     except PayloadError as exc:
         raise LayoutError(f"{layout.root}: unreadable layout marker ({exc}); nothing was changed") from None
     if info.layout != LAYOUT_VERSION or info.buckets != BUCKETS:
-        raise LayoutError(f"{layout.root} uses layout {info.layout} with {info.buckets} buckets; this release runs "
-                          f"layout {LAYOUT_VERSION} with {BUCKETS} buckets: use the release that laid it out")
+        raise LayoutError(
+            f"{layout.root} uses layout {info.layout} with {info.buckets} buckets; this release runs "
+            f"layout {LAYOUT_VERSION} with {BUCKETS} buckets: use the release that laid it out"
+        )
     return info
 
 
@@ -68,7 +70,8 @@ def flat_root_error(layout: ZkLayout, tasks: Sequence[str], statuses: Sequence[s
     return LayoutError(
         f"{layout.root} holds {len(tasks)} task(s) and {len(statuses)} status(es) in the flat layout of an earlier "
         f"release; stop its controllers and brokers, then run `zkctl --zk-root {layout.root} layout migrate` "
-        "(nothing was changed)")
+        "(nothing was changed)"
+    )
 
 
 def create_buckets(client: KazooClient, layout: ZkLayout, acl_of: Callable[[str], Any] | None = None) -> list[str]:
@@ -119,6 +122,7 @@ def lay_out_buckets(client: KazooClient, layout: ZkLayout, acl_of: Callable[[str
 
 # ---- listings ----------------------------------------------------------------------------------------
 
+
 def _names(bucket_names: Sequence[str], listings: Sequence[list[str] | None], what: str) -> list[str]:
     return [name for name, _bucket in _entries(bucket_names, listings, what)]
 
@@ -148,14 +152,16 @@ def _listings(client: KazooClient, paths: Sequence[str], watch: Callable[[Any], 
     return children_many(client, paths, watch=lambda _p: watch)
 
 
-def list_buckets(client: KazooClient, paths: Sequence[str], what: str,
-                 watch: Callable[[Any], None] | None = None) -> list[str]:
+def list_buckets(
+    client: KazooClient, paths: Sequence[str], what: str, watch: Callable[[Any], None] | None = None
+) -> list[str]:
     """Entries of the bucket znodes ``paths`` (legal ids in their own bucket), sorted."""
     return _names([p.rsplit("/", 1)[1] for p in paths], _listings(client, paths, watch), what)
 
 
-def list_task_paths(client: KazooClient, layout: ZkLayout,
-                    watch: Callable[[Any], None] | None = None) -> list[tuple[str, str]]:
+def list_task_paths(
+    client: KazooClient, layout: ZkLayout, watch: Callable[[Any], None] | None = None
+) -> list[tuple[str, str]]:
     """Every task as (id, spec path), sorted by id: a failover reads 100,000 of them, so each path is the
     listed bucket's plus the id, validated once (``_entries``), not built again by ``ZkLayout.task``."""
     paths = layout.task_buckets
@@ -194,5 +200,7 @@ def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
     try:
         lay_out_buckets(client, layout)
     except NoAuthError:
-        raise LayoutError(f"{layout.root} is not laid out in buckets yet and these credentials may not create them: "
-                          "run `zkctl security init` with admin credentials") from None
+        raise LayoutError(
+            f"{layout.root} is not laid out in buckets yet and these credentials may not create them: "
+            "run `zkctl security init` with admin credentials"
+        ) from None

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import select
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
@@ -34,8 +35,9 @@ def _fd(obj: Any) -> int:
     return fd
 
 
-def poll_select(rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any],
-                timeout: float | None = None) -> tuple[list[Any], list[Any], list[Any]]:
+def poll_select(
+    rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any], timeout: float | None = None
+) -> tuple[list[Any], list[Any], list[Any]]:
     """``select.select``'s contract (the objects ready to read, to write; ``xlist`` is never reported, as in
     kazoo's own), with one ``poll`` call: ``timeout`` in seconds, None to wait for ever."""
     if timeout is not None and timeout < 0:
@@ -56,7 +58,7 @@ def poll_select(rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any]
     return readable, writable, []
 
 
-class PollingHandler(SequentialThreadingHandler):
+class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo ships no types: its classes are Any
     """``SequentialThreadingHandler`` whose ``select`` is :func:`poll_select` (where the platform has
     ``poll``; elsewhere kazoo's own)."""
 

@@ -43,8 +43,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from functools import partial
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
@@ -69,6 +71,7 @@ from controller.zk.layout_io import check_root, create_buckets, write_layout_inf
 
 log = logging.getLogger(__name__)
 
+
 def read_credential_file(path: str, source: str = "credentials file") -> str:
     """The one ``user:password`` line of a credentials file, checked. A path that names no file but looks
     like a credential (someone gave ``file:user:password``) is refused without being repeated."""
@@ -77,9 +80,11 @@ def read_credential_file(path: str, source: str = "credentials file") -> str:
             text = f.read().strip()
     except OSError as exc:
         if ":" in path and not os.path.exists(path):
-            raise SecurityError(f"{source}: no such file (the value looks like 'user:password': credentials never go "
-                                "on the command line or in a path; put them in a file readable only by you and give "
-                                "its path)") from None
+            raise SecurityError(
+                f"{source}: no such file (the value looks like 'user:password': credentials never go "
+                "on the command line or in a path; put them in a file readable only by you and give "
+                "its path)"
+            ) from None
         raise SecurityError(f"cannot read {source} {path}: {exc.strerror or exc}") from None
     parse_credential(text, f"{source} {path}")
     return text
@@ -128,7 +133,8 @@ def expected_acl(policy: AclPolicy, layout: ZkLayout, path: str, current: Sequen
 
 # ---- the client ------------------------------------------------------------------------------------
 
-class SecureKazooClient(KazooClient):
+
+class SecureKazooClient(KazooClient):  # type: ignore[misc]  # kazoo ships no types: its classes are Any
     """A KazooClient that creates every znode with the policy's ACL for its path.
 
     The policy is read from ``<root>/security`` on first need (and again at most every ``refresh_s``
@@ -217,6 +223,7 @@ for _name in ("kazoo", "kazoo.client", "kazoo.protocol.connection"):
 
 # ---- laying out a secured root -------------------------------------------------------------------------
 
+
 @dataclass
 class InitResult:
     root: str
@@ -237,14 +244,22 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     if not policy.ids("broker") and not policy.per_broker:
         raise SecurityError("the policy names no broker identity (shared or of a single broker)")
     if own_credential is None or digest_id(own_credential) not in policy.ids("admin"):
-        raise SecurityError("run `security init` with admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE) "
-                            "that are among the policy's admin identities")
+        raise SecurityError(
+            "run `security init` with admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE) "
+            "that are among the policy's admin identities"
+        )
     created: list[str] = []
     laid_out = check_root(client, layout)  # a flat root is migrated first (LayoutError, nothing written)
     paths = [layout.root, layout.security, layout.controller_epoch, *_containers(layout)]
     for path in paths:
         if client.exists(path) is None:
-            data = policy.encode() if path == layout.security else encode_epoch(0) if path == layout.controller_epoch else b""
+            data = (
+                policy.encode()
+                if path == layout.security
+                else encode_epoch(0)
+                if path == layout.controller_epoch
+                else b""
+            )
             try:
                 client.create(path, data, acl=acl_for(policy, layout, path), makepath=True)
                 created.append(path)
@@ -252,7 +267,7 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
                 if type(exc).__name__ != "NodeExistsError":
                     raise
     if not laid_out:  # the buckets in two multis, then the marker, each with the policy's ACL
-        acl_of = lambda p: acl_for(policy, layout, p)  # noqa: E731
+        acl_of = partial(acl_for, policy, layout)
         created += create_buckets(client, layout, acl_of)
         write_layout_info(client, layout, acl_of(layout.layout_info))
         created.append(layout.layout_info)
@@ -271,14 +286,19 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
         sent = []
         for path, (got, err) in zip(chunk, current):
             if err is None:
-                sent.append((path, client.set_acls_async(path, expected_acl(policy, layout, path, got[0])),
-                             client.get_children_async(path)))
+                sent.append(
+                    (
+                        path,
+                        client.set_acls_async(path, expected_acl(policy, layout, path, got[0])),
+                        client.get_children_async(path),
+                    )
+                )
             elif isinstance(err, NoAuthError):
                 refused.append(path)  # (not even its ACL may be read)
         for path, set_done, children in sent:
             _, err = _outcome(set_done)
             if isinstance(err, NoAuthError):  # someone took ADMIN away from us on this znode: report it,
-                refused.append(path)          # secure the rest
+                refused.append(path)  # secure the rest
             if err is not None:  # (or it is gone meanwhile)
                 continue
             n += 1
@@ -309,7 +329,7 @@ def _outcome(pending: Any) -> tuple[Any, Exception | None]:
 def _containers(layout: ZkLayout) -> list[str]:
     out: list[str] = []
     for p in layout.persistent_roots():
-        parts = p[len(layout.root.rstrip("/")):].strip("/").split("/")
+        parts = p[len(layout.root.rstrip("/")) :].strip("/").split("/")
         for i in range(1, len(parts) + 1):
             q = layout.root.rstrip("/") + "/" + "/".join(parts[:i])
             if q not in out:
@@ -317,16 +337,19 @@ def _containers(layout: ZkLayout) -> list[str]:
     return out
 
 
-def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: int = 100_000,
-               credential: str | None = None) -> list[str]:
+def check_acls(
+    client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: int = 100_000, credential: str | None = None
+) -> list[str]:
     """Znodes under the root whose ACL differs from the policy's (empty = all as designed).
 
     Needs admin credentials: ZooKeeper shows the digests of an ACL only to a client with ADMIN on the
     znode, so any other credential would see every digest ACL as different (false alarms)."""
     if credential is None or digest_id(credential) not in policy.ids("admin"):
-        raise SecurityError("security check needs admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE with an "
-                            "identity the policy lists as admin): ZooKeeper shows ACL digests only to clients with "
-                            "ADMIN on a znode, so any other credentials would report every znode as wrong")
+        raise SecurityError(
+            "security check needs admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE with an "
+            "identity the policy lists as admin): ZooKeeper shows ACL digests only to clients with "
+            "ADMIN on a znode, so any other credentials would report every znode as wrong"
+        )
     wrong: list[str] = []
     frontier = [layout.root]
     seen = 0
@@ -354,4 +377,3 @@ def check_acls(client: KazooClient, layout: ZkLayout, policy: AclPolicy, limit: 
             if want != have:
                 wrong.append(path)
     return sorted(wrong)
-

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
 from controller.protocol.errors import ZkcError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -71,9 +72,11 @@ def zookeeper_classpath() -> str:
     try:
         import pyspark
     except ImportError:
-        raise ZooKeeperSetupError("pyspark is not installed: pip install 'pyspark==4.3.0' (it ships the ZooKeeper jars)") from None
+        raise ZooKeeperSetupError(
+            "pyspark is not installed: pip install 'pyspark==4.3.0' (it ships the ZooKeeper jars)"
+        ) from None
     jar_dir = os.path.join(os.path.dirname(pyspark.__file__), "jars")
-    jars: list[str] = []
+    jars = []
     for pattern in _PYSPARK_JAR_PATTERNS:
         jars.extend(sorted(glob.glob(os.path.join(jar_dir, pattern))))
     if not any(os.path.basename(j).startswith("zookeeper-") for j in jars):
@@ -84,7 +87,8 @@ def zookeeper_classpath() -> str:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
@@ -132,7 +136,7 @@ class ZooKeeperServer:
         self.data_dir = Path(self.data_dir)
         # the process this object started: whether it still runs is then its exit status, not a look at
         # /proc (whose cmdline of a process still starting can read empty: a false "exited")
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -203,9 +207,18 @@ class ZooKeeperServer:
     def command(self) -> list[str]:
         """The java command line of this server (its config written first)."""
         cfg = self.write_config()
-        return [find_java(), f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", *self.jvm_options,
-                "-Dzookeeper.log.dir=" + str(self.data_dir.resolve()), "-Dzookeeper.admin.enableServer=false",
-                "-cp", zookeeper_classpath(), MAIN_CLASS, str(cfg.resolve())]
+        return [
+            find_java(),
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseSerialGC",
+            *self.jvm_options,
+            "-Dzookeeper.log.dir=" + str(self.data_dir.resolve()),
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp",
+            zookeeper_classpath(),
+            MAIN_CLASS,
+            str(cfg.resolve()),
+        ]
 
     def start(self, wait: bool = True, timeout: float = 60.0) -> int:
         """Start the server detached and (by default) wait until it serves; return its pid."""
@@ -230,7 +243,7 @@ class ZooKeeperServer:
                 raise
         return proc.pid
 
-    def wait_until_serving(self, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    def wait_until_serving(self, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
         if proc is None and self._proc is not None and self._proc.pid == self.read_pid():
             proc = self._proc
         deadline = time.monotonic() + timeout
@@ -243,7 +256,9 @@ class ZooKeeperServer:
             if self.is_serving() and (not self.peers or "Mode:" in four_letter_word(self.host, self.port, "srvr")):
                 return
             time.sleep(0.1)
-        raise ZooKeeperSetupError(f"ZooKeeper on {self.address} did not answer within {timeout:.0f}s; see {self.log_file}")
+        raise ZooKeeperSetupError(
+            f"ZooKeeper on {self.address} did not answer within {timeout:.0f}s; see {self.log_file}"
+        )
 
     def _log_tail(self, lines: int = 15) -> str:
         try:
@@ -288,7 +303,9 @@ class ZooKeeperServer:
         running = pid is not None and self._our_process(pid) is not None
         srvr = four_letter_word(self.host, self.port, "srvr") if running else ""
         mode = next((line.split(":", 1)[1].strip() for line in srvr.splitlines() if line.startswith("Mode:")), None)
-        version = next((line.split(":", 1)[1].strip() for line in srvr.splitlines() if line.startswith("Zookeeper version:")), None)
+        version = next(
+            (line.split(":", 1)[1].strip() for line in srvr.splitlines() if line.startswith("Zookeeper version:")), None
+        )
         return {
             "running": running,
             "serving": bool(srvr),
@@ -304,9 +321,7 @@ def ensemble(base_dir: Path, size: int = 3, host: str = "127.0.0.1") -> list[Zoo
     """``size`` servers forming one ensemble on free loopback ports (not started)."""
     peers = {sid: (free_port(), free_port(), free_port()) for sid in range(1, size + 1)}
     return [
-        ZooKeeperServer(
-            data_dir=Path(base_dir) / f"zk{sid}", port=peers[sid][0], host=host, server_id=sid, peers=peers
-        )
+        ZooKeeperServer(data_dir=Path(base_dir) / f"zk{sid}", port=peers[sid][0], host=host, server_id=sid, peers=peers)
         for sid in peers
     ]
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import UnimplementedError
@@ -52,6 +53,12 @@ class WatchMode(IntEnum):
 _REMOVE_TYPE = {WatchMode.PERSISTENT: 4, WatchMode.PERSISTENT_RECURSIVE: 5}
 
 
+def _path_and_code(path: str, code: int) -> bytes:
+    """The body of a request made of a path and an int (kazoo's serializers are untyped)."""
+    body: bytes = write_string(path) + int_struct.pack(code)
+    return body
+
+
 @dataclass(frozen=True)
 class AddWatch:
     """``AddWatchRequest``: path, mode. The reply is an ``ErrorResponse`` (its code is in the header too)."""
@@ -61,7 +68,7 @@ class AddWatch:
     type: ClassVar[int] = ADD_WATCH_OPCODE
 
     def serialize(self) -> bytes:
-        return write_string(self.path) + int_struct.pack(self.mode)
+        return _path_and_code(self.path, self.mode)
 
     def deserialize(self, buffer: bytes, offset: int) -> None:
         return None
@@ -76,7 +83,7 @@ class RemoveWatches:
     type: ClassVar[int] = REMOVE_WATCHES_OPCODE
 
     def serialize(self) -> bytes:
-        return write_string(self.path) + int_struct.pack(self.watcher_type)
+        return _path_and_code(self.path, self.watcher_type)
 
     def deserialize(self, buffer: bytes, offset: int) -> None:
         return None
@@ -112,7 +119,7 @@ class PersistentWatches:
         client.add_listener(self._on_state)
 
     @classmethod
-    def for_client(cls, client: Any) -> "PersistentWatches":
+    def for_client(cls, client: Any) -> PersistentWatches:
         raw = getattr(client, "_client", client)  # an InterruptibleClient wraps the kazoo client
         with _REGISTRY_LOCK:
             registry = getattr(raw, cls._ATTR, None)
@@ -196,8 +203,11 @@ class PersistentWatches:
 
     def _armed_async(self, full: str, entry: _Entry, result: Any) -> None:
         if not result.successful():
-            log.info("re-arming the persistent watch of %s: %s (re-read then re-armed by its owner)", full,
-                     type(result.exception).__name__)
+            log.info(
+                "re-arming the persistent watch of %s: %s (re-read then re-armed by its owner)",
+                full,
+                type(result.exception).__name__,
+            )
             return
         with self._lock:
             if self._entries.get(full) is entry:
@@ -241,9 +251,12 @@ class PersistentWatches:
             return
         path = watch.path
         with self._lock:
-            targets = [e.watcher for full, e in self._entries.items()
-                       if path == full or (e.mode is WatchMode.PERSISTENT_RECURSIVE
-                                           and path.startswith(full.rstrip("/") + "/"))]
+            targets = [
+                e.watcher
+                for full, e in self._entries.items()
+                if path == full
+                or (e.mode is WatchMode.PERSISTENT_RECURSIVE and path.startswith(full.rstrip("/") + "/"))
+            ]
         if not targets or self._client._stopped.is_set():
             return
         self.events += 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, ChaosRun, Sample, make_schedule, sink_ids
+from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, Sample, make_schedule, sink_ids, verdicts
 from controller.protocol.codecs import RunInterval
 from tests.chaos_support import IN_PROCESS_KINDS
 
@@ -48,56 +48,46 @@ def test_sink_reader_counts_committed_files_only(tmp_path):
     assert sorted(sink_ids(sink)) == [1, 2, 3, 3, 4]
 
 
-def test_each_verdict_fails_on_data_that_breaks_it(tmp_path):
-    run = ChaosRun(ChaosOptions(seed=0, zk_hosts="127.0.0.1:1", root="/unused"))
-    try:
-        a = RunInterval(task_id="t", broker="b1", start=1.0, end=5.0, acquired=1.0, released=5.0)
-        b = RunInterval(task_id="t", broker="b2", start=4.0, end=9.0, acquired=4.0, released=9.0)
-        assert not run._verdict_1([a, b]).ok and run._verdict_1([a]).ok
-        run.samples = [Sample(1.0, 2, "Stable", 5), Sample(2.0, 1, "Stable", 5)]
-        assert not run._verdict_3().ok
-        run.samples = [Sample(1.0, 2, "Stable", 5), Sample(2.0, 2, "Stable", 4)]
-        assert not run._verdict_3().ok
-        run.samples = [Sample(1.0, 2, "Stable", 5), Sample(2.0, 3, "Stable", 6)]
-        assert run._verdict_3().ok
-        bound = run.copts.stable_bound_s
-        stuck = [Sample(10.0 + i, 2, "PreparingRebalance", 6) for i in range(int(bound) + 3)] + [Sample(10.0 + int(bound) + 3, 2, "Stable", 7)]
-        run.samples = stuck
-        assert not run._verdict_4(10.0)[0].ok
-        assert run._verdict_4(14.0)[0].ok, "only the time after the faults stopped counts"
-        run.samples = stuck[:2] + [Sample(13.0, 2, "Stable", 7)]
-        assert run._verdict_4(10.0)[0].ok
-        run.samples = [Sample(13.0, 2, "PreparingRebalance", 7)]
-        assert not run._verdict_4(10.0)[0].ok, "a group that ends out of Stable fails"
-    finally:
-        run.tmp.cleanup()
+def test_each_verdict_fails_on_data_that_breaks_it():
+    a = RunInterval(task_id="t", broker="b1", start=1.0, end=5.0, acquired=1.0, released=5.0)
+    b = RunInterval(task_id="t", broker="b2", start=4.0, end=9.0, acquired=4.0, released=9.0)
+    assert not verdicts.no_two_running_owners([a, b]).ok and verdicts.no_two_running_owners([a]).ok
+    assert not verdicts.converged(None, ["t: no owner"], 3.0, 30.0).ok and verdicts.converged(2.0, [], 3.0, 30.0).ok
+    grow = verdicts.epoch_and_generations_only_grow
+    assert not grow([Sample(1.0, 2, "Stable", 5), Sample(2.0, 1, "Stable", 5)]).ok
+    assert not grow([Sample(1.0, 2, "Stable", 5), Sample(2.0, 2, "Stable", 4)]).ok
+    assert grow([Sample(1.0, 2, "Stable", 5), Sample(2.0, 3, "Stable", 6)]).ok
+    bound = ChaosOptions(seed=0).stable_bound_s
+    stable = lambda samples, faults_end: verdicts.stable_within_bound(samples, faults_end, bound)[0].ok
+    stuck = [Sample(10.0 + i, 2, "PreparingRebalance", 6) for i in range(int(bound) + 3)] + [Sample(10.0 + int(bound) + 3, 2, "Stable", 7)]
+    assert not stable(stuck, 10.0)
+    assert stable(stuck, 14.0), "only the time after the faults stopped counts"
+    assert stable(stuck[:2] + [Sample(13.0, 2, "Stable", 7)], 10.0)
+    assert not stable([Sample(13.0, 2, "PreparingRebalance", 7)], 10.0), "a group that ends out of Stable fails"
 
 
 def test_the_throttle_and_maintenance_verdicts_fail_on_data_that_breaks_them():
-    run = ChaosRun(ChaosOptions(seed=0, zk_hosts="127.0.0.1:1", root="/unused", max_moves=2, max_moves_per_broker=1))
-    try:
-        first = [RunInterval(task_id=t, broker="b1", start=1.0, end=10.0, acquired=1.0, released=10.0)
-                 for t in ("t1", "t2", "t3")]
-        # three tasks leave b1 at 10 and start, overlapping, on b2 and b3: 3 in flight at once, 2 on b2
-        moved = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
-                 RunInterval(task_id="t2", broker="b2", start=12.5, acquired=11.5),
-                 RunInterval(task_id="t3", broker="b3", start=12.5, acquired=11.8)]
-        v = run._verdict_throttle(first + moved, since=5.0)
-        assert not v.ok and "at most 3 in flight" in v.details[0], v.details
-        waves = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
-                 RunInterval(task_id="t2", broker="b3", start=12.5, acquired=11.5),
-                 RunInterval(task_id="t3", broker="b2", start=14.0, acquired=13.0)]
-        assert run._verdict_throttle(first + waves, since=5.0).ok
-        run.maintenance_windows = [[20.0, 40.0]]
-        assert run._verdict_maintenance(first + waves).ok
-        late = RunInterval(task_id="t1", broker="b3", start=31.0, acquired=30.0)
-        still = RunInterval(task_id="t1", broker="b2", start=12.0, end=29.0, acquired=11.0, released=29.0)
-        assert not run._verdict_maintenance(first + [still, late, *waves[1:]]).ok
-        under_way = RunInterval(task_id="t1", broker="b2", start=12.0, end=20.5, acquired=11.0, released=20.5)
-        assert run._verdict_maintenance(first + [under_way, RunInterval(task_id="t1", broker="b3", start=22.0,
-                                                                          acquired=21.5), *waves[1:]]).ok
-    finally:
-        run.tmp.cleanup()
+    throttle = lambda intervals, since: verdicts.moves_within_throttle(intervals, since, max_moves=2, max_moves_per_broker=1)
+    first = [RunInterval(task_id=t, broker="b1", start=1.0, end=10.0, acquired=1.0, released=10.0)
+             for t in ("t1", "t2", "t3")]
+    # three tasks leave b1 at 10 and start, overlapping, on b2 and b3: 3 in flight at once, 2 on b2
+    moved = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
+             RunInterval(task_id="t2", broker="b2", start=12.5, acquired=11.5),
+             RunInterval(task_id="t3", broker="b3", start=12.5, acquired=11.8)]
+    v = throttle(first + moved, since=5.0)
+    assert not v.ok and "at most 3 in flight" in v.details[0], v.details
+    waves = [RunInterval(task_id="t1", broker="b2", start=12.0, acquired=11.0),
+             RunInterval(task_id="t2", broker="b3", start=12.5, acquired=11.5),
+             RunInterval(task_id="t3", broker="b2", start=14.0, acquired=13.0)]
+    assert throttle(first + waves, since=5.0).ok
+    in_maintenance = lambda intervals: verdicts.nothing_moves_in_maintenance(intervals, [[20.0, 40.0]])
+    assert in_maintenance(first + waves).ok
+    late = RunInterval(task_id="t1", broker="b3", start=31.0, acquired=30.0)
+    still = RunInterval(task_id="t1", broker="b2", start=12.0, end=29.0, acquired=11.0, released=29.0)
+    assert not in_maintenance(first + [still, late, *waves[1:]]).ok
+    under_way = RunInterval(task_id="t1", broker="b2", start=12.0, end=20.5, acquired=11.0, released=20.5)
+    assert in_maintenance(first + [under_way, RunInterval(task_id="t1", broker="b3", start=22.0, acquired=21.5),
+                                   *waves[1:]]).ok
 
 
 def test_a_container_life_ends_where_the_next_begins(tmp_path):
