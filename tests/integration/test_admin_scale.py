@@ -104,3 +104,48 @@ def test_pages_return_every_task_once_and_filter_at_the_source(zk, layout: ZkLay
     assert sorted(rest) == ids[290:]
     assert admin.list_page(broker="nobody", limit=10).rows == ()  # no broker owns anything here
     assert [r.task_id for r in admin.list_page(state="RUNNING", limit=300).rows] != []
+
+
+def test_two_creates_cannot_both_pass_on_the_same_tally(zk, zk_settings, layout: ZkLayout):
+    """The create's multi sets the tally on the version it read: a create that read the tally before another
+    create wrote it writes nothing, and the retry reads the new figure."""
+    from controller.protocol import codecs
+    from controller.zk.client import make_client
+
+    a = AdminClient(zk, layout)
+    other = make_client(zk_settings)
+    try:
+        b = AdminClient(other, layout)
+        a.create_tasks(_specs(["first"]))
+        ops = a.tasks._tally_ops(_specs(["from-a"]))  # a has read the tally
+        b.create_tasks(_specs(["from-b"]))  # b writes it meanwhile
+        created, clashes, failed = a.tasks._commit([ops])
+        assert created == [] and not clashes and len(failed) == 1, (created, clashes, failed)
+        assert zk.exists(layout.task("from-a")) is None
+        a.create_tasks(_specs(["from-a"]))  # read again: passes on the new figure
+        tally = codecs.decode(codecs.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
+        assert tally.tasks == 3
+    finally:
+        other.stop()
+        other.close()
+
+
+def test_a_group_without_a_tally_is_measured_from_its_specs_once(zk, layout: ZkLayout):
+    """Tasks written past the admin client (a raw client, an earlier release): the first create into their
+    group measures it from every spec and writes the tally; the next create reads the tally alone."""
+    from controller.protocol import codecs
+
+    tx = zk.transaction()
+    for spec in _specs([f"raw-{i}" for i in range(30)]):
+        tx.create(layout.task(spec.id), spec.encode())
+    tx.commit()
+    admin = AdminClient(zk, layout)
+    counter = ReadCounter(zk)
+    with counter.counting() as first:
+        admin.create_tasks(_specs(["after-raw"]))
+    tally = codecs.decode(codecs.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
+    assert tally.tasks == 31 and tally.payload_bytes == codecs.group_payload_bytes(
+        [s.descriptor() for s in _specs([f"raw-{i}" for i in range(30)] + ["after-raw"])])
+    with counter.counting() as second:
+        admin.create_tasks(_specs(["after-tally"]))
+    assert first["get"] >= 30 + second["get"], (first, second)
