@@ -9,15 +9,16 @@ import threading
 import time
 import urllib.request
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import decode_task
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.server import ZooKeeperServer, free_port
 from controller.zk.io import delete_tree
+from controller.zk.server import ZooKeeperServer, free_port
 from tests.api_support import TOKEN, ApiCluster, os_environ_without_auth, start_cluster, wait_until
 
 NOOP = {"kind": "noop"}
