@@ -98,10 +98,11 @@ class TaskAdmin:
             # the first batch carries the tallies' check-and-set: it commits alone, and a lost race retries
             first = self._commit([batches[0]])
             race = [r for op, r in first[1] + first[2] if op in tally_ops]
-            if race:
-                if any(isinstance(r, NoNodeError) for r in race):
-                    use_tally = False  # a root laid out before tallies, whose container we may not create
+            if any(isinstance(r, NoNodeError) for r in race):
+                use_tally = False  # a root laid out before tallies, whose container we may not create
                 continue
+            if any(isinstance(r, (BadVersionError, NodeExistsError)) for r in race):
+                continue  # another create wrote the tally since we read it: read it again
             created, clashes, other = first
             if len(batches) > 1:
                 notes.append(f"{len(specs)} specs are written in {len(batches)} multis (each one atomic)")
