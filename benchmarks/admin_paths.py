@@ -37,7 +37,9 @@ def write_tasks(client: Any, layout: ZkLayout, n: int) -> float:
         tx = client.transaction()
         for i in range(lo, min(lo + CREATES_PER_TX, n)):
             t = f"task-{i:06d}"
-            tx.create(layout.task(t), TaskSpec(id=t, group=f"g{i % GROUPS:02d}", pipeline=NoopPipeline(kind="noop")).encode())
+            tx.create(
+                layout.task(t), TaskSpec(id=t, group=f"g{i % GROUPS:02d}", pipeline=NoopPipeline(kind="noop")).encode()
+            )
         in_flight.append(tx.commit_async())
         while len(in_flight) > TX_WINDOW:
             in_flight.pop(0).get(timeout=120)
@@ -46,33 +48,66 @@ def write_tasks(client: Any, layout: ZkLayout, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def measure_root(bench: Bench, client: Any, layout: ZkLayout, n: int, rounds: int) -> dict[str, Any]:
-    res: dict[str, Any] = {"tasks": n, "write_s": round(write_tasks(client, layout, n), 2)}
-    admin = AdminClient(client, layout)
-    spec = lambda t, g="g00": TaskSpec(id=t, group=g, pipeline=NoopPipeline(kind="noop"))  # noqa: E731
-    res["first_create_s"], _ = _timed(lambda: admin.create_tasks([spec("probe-first")]))
-    creates = [_timed(lambda i=i: admin.create_tasks([spec(f"probe-{i}")]))[0] for i in range(rounds)]
-    res["create_s"], res["create_runs_s"] = median(creates), [round(x, 4) for x in creates]
-    admin.create_tasks([spec("solo-1", "solo")])
-    pages = [_timed(lambda: admin.list_page(limit=50))[0] for _ in range(rounds)]
-    res["page_s"], res["page_runs_s"] = median(pages), [round(x, 4) for x in pages]
-    solo = [_timed(lambda: admin.list_page(group="solo", limit=50))[0] for _ in range(3)]
-    res["group_page_s"] = median(solo)
-    statuses = [_timed(admin.status)[0] for _ in range(3)]
-    res["status_s"] = median(statuses)
-    bench.log(f"admin paths at {n:,} tasks: create {res['create_s'] * 1000:.1f} ms (first, measuring its group: "
-              f"{res['first_create_s'] * 1000:.0f} ms), first page of 50 {res['page_s'] * 1000:.1f} ms, page of a "
-              f"one-task group {res['group_page_s'] * 1000:.0f} ms, status {res['status_s']:.2f} s")
-    return res
+def _spec(task_id: str, group: str = "g00") -> TaskSpec:
+    return TaskSpec(id=task_id, group=group, pipeline=NoopPipeline(kind="noop"))
 
 
-def measure(bench: Bench, client: Any, prefix: str, sizes: Sequence[int], rounds: int = 7) -> dict[str, Any]:
-    """The figures on an empty root and at each size (each root deleted after it is measured)."""
+def measure(bench: Bench, client: Any, prefix: str, sizes: Sequence[int], rounds: int = 15) -> dict[str, Any]:
+    """The figures on an empty root and at each size. Every root is written first; then each measurement
+    takes one turn per root, round after round, so that the machine's load falls on every size alike."""
+    roots = {n: ZkLayout(f"{prefix}-{n}") for n in (0, *sizes)}
     out: dict[str, Any] = {}
-    for n in (0, *sizes):
-        layout = ZkLayout(f"{prefix}-{n}")
-        try:
-            out[str(n)] = measure_root(bench, client, layout, n, rounds)
-        finally:
+    try:
+        for n, layout in roots.items():
+            out[str(n)] = {"tasks": n, "write_s": round(write_tasks(client, layout, n), 2)}
+        admins = {n: AdminClient(client, layout) for n, layout in roots.items()}
+        for n, admin in admins.items():
+            out[str(n)]["first_create_s"], _ = _timed(lambda: admin.create_tasks([_spec("probe-first")]))
+            admin.create_tasks([_spec("solo-1", "solo")])
+
+        def turns(what: str, fn: Callable[[AdminClient, int], Any], k: int) -> None:
+            runs: dict[int, list[float]] = {n: [] for n in admins}
+            for r in range(k):
+                for n, admin in admins.items():
+                    runs[n].append(_timed(lambda: fn(admin, r))[0])
+            for n in admins:
+                out[str(n)][f"{what}_s"] = median(runs[n])
+                out[str(n)][f"{what}_runs_s"] = [round(x, 4) for x in runs[n]]
+
+        turns("create", lambda admin, r: admin.create_tasks([_spec(f"probe-{r}")]), rounds)
+        turns("page", lambda admin, r: admin.list_page(limit=50), rounds)
+        turns("group_page", lambda admin, r: admin.list_page(group="solo", limit=50), 3)
+        turns("status", lambda admin, r: admin.status(), 3)
+        for n in admins:
+            res = out[str(n)]
+            bench.log(
+                f"admin paths at {n:,} tasks: create {res['create_s'] * 1000:.1f} ms (first, measuring its "
+                f"group: {res['first_create_s'] * 1000:.0f} ms), first page of 50 {res['page_s'] * 1000:.1f} ms, "
+                f"page of a one-task group {res['group_page_s'] * 1000:.0f} ms, status {res['status_s']:.2f} s"
+            )
+    finally:
+        for layout in roots.values():
             delete_tree(client, layout.root)
     return out
+
+
+def main(argv: Sequence[str]) -> None:
+    """``python -m benchmarks.admin_paths [N ...]``: the admin paths alone (default 20,000 and 100,000
+    tasks beside an empty root), on a fresh embedded ZooKeeper; B10 runs the same after its layout figures."""
+    from benchmarks.common import zookeeper
+    from controller.zk.client import ZkSettings, make_client
+
+    sizes = [int(a) for a in argv] or [20_000, 100_000]
+    with zookeeper(heap_mb=2048, name="admin-paths") as zk:
+        client = make_client(ZkSettings(hosts=zk.address, root="/admin-paths", session_timeout_s=30.0))
+        try:
+            measure(Bench(), client, "/admin-paths", sizes)
+        finally:
+            client.stop()
+            client.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
