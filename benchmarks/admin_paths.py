@@ -101,7 +101,8 @@ def main(argv: Sequence[str]) -> None:
     with zookeeper(heap_mb=2048, name="admin-paths") as zk:
         client = make_client(ZkSettings(hosts=zk.address, root="/admin-paths", session_timeout_s=30.0))
         try:
-            measure(Bench(), client, "/admin-paths", sizes)
+            bench = Bench()
+            bench.write("admin_paths", {"sizes": sizes, "admin_paths": measure(bench, client, "/admin-paths", sizes)})
         finally:
             client.stop()
             client.close()
