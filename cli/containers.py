@@ -7,26 +7,35 @@ import json
 import os
 import tempfile
 import urllib.request
+from collections.abc import Callable
+from types import ModuleType
+from typing import ParamSpec, TypeVar
 
 import click
 
 from cli.common import Ctx, UserError, pass_ctx, table
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def _containers():
+
+def _containers() -> ModuleType:
+    """``broker_sim.deploy.containers``, imported when a command runs (the Docker SDK loads with it)."""
     from broker_sim.deploy import containers
 
     return containers
 
 
-def _guard(fn):
+def _guard(fn: Callable[P, R]) -> Callable[P, R]:
     """Missing SDK or engine, a bad size: one line, exit 1."""
-    def run(*args, **kwargs):
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         c = _containers()
         try:
             return fn(*args, **kwargs)
         except (c.ContainersUnavailable, ValueError) as exc:
             raise UserError(str(exc)) from None
+
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
     return run
@@ -40,15 +49,20 @@ def cluster() -> None:
 @cluster.command("build")
 @click.option("--base", default=None, help="base image (build argument BASE) [debian:bookworm-slim]")
 @click.option("--tag", default="zkcontroller:latest", show_default=True)
-@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [the host's: PIP_CERT, "
-                   "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt]")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [the host's: PIP_CERT, "
+    "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt]",
+)
 @pass_ctx
 @_guard
 def cluster_build(ctx: Ctx, base: str | None, tag: str, ca_bundle: str | None) -> None:
     """Build the zkcontroller image from this source tree."""
-    result = _containers().build_image(tag, base, ca_bundle,
-                                       echo=lambda line: None if ctx.json_out else click.echo(line))
+    result = _containers().build_image(
+        tag, base, ca_bundle, echo=lambda line: None if ctx.json_out else click.echo(line)
+    )
     ctx.emit(result, f"built {result['tag']} ({result['id']}, {result['size_mb']} MB) in {result['seconds']}s")
 
 
@@ -62,18 +76,33 @@ def cluster_build(ctx: Ctx, base: str | None, tag: str, ca_bundle: str | None) -
 @click.option("--image", default="zkcontroller:latest", show_default=True)
 @pass_ctx
 @_guard
-def cluster_up(ctx: Ctx, use_docker: bool, name: str, zk_nodes: int, controllers: int, brokers: int, runner: str,
-               image: str) -> None:
+def cluster_up(
+    ctx: Ctx, use_docker: bool, name: str, zk_nodes: int, controllers: int, brokers: int, runner: str, image: str
+) -> None:
     """Start the cluster (restart policy unless-stopped, host networking); returns once ZooKeeper answers and
     every broker is registered. --json prints {zk, root, containers, brokers, seconds}."""
     c = _containers()
-    spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers, runner=runner,
-                         image=image, root=ctx.layout.root)
+    spec = c.ClusterSpec(
+        name=name,
+        zk_nodes=zk_nodes,
+        controllers=controllers,
+        brokers=brokers,
+        runner=runner,
+        image=image,
+        root=ctx.layout.root,
+    )
     info = c.up(spec, echo=lambda line: None if ctx.json_out else click.echo(line))
-    ctx.emit({"zk": info.zk, "root": info.root, "containers": info.containers, "brokers": info.brokers,
-              "seconds": info.seconds},
-             f"cluster {name} up in {info.seconds}s: {len(info.containers)} containers\n"
-             f"  export ZKC_ZK={info.zk} ZKC_ROOT={info.root}")
+    ctx.emit(
+        {
+            "zk": info.zk,
+            "root": info.root,
+            "containers": info.containers,
+            "brokers": info.brokers,
+            "seconds": info.seconds,
+        },
+        f"cluster {name} up in {info.seconds}s: {len(info.containers)} containers\n"
+        f"  export ZKC_ZK={info.zk} ZKC_ROOT={info.root}",
+    )
 
 
 @cluster.command("ps")
@@ -83,9 +112,15 @@ def cluster_up(ctx: Ctx, use_docker: bool, name: str, zk_nodes: int, controllers
 def cluster_ps(ctx: Ctx, name: str | None) -> None:
     """The containers of a cluster: role, state, health, restarts."""
     rows = _containers().ps(name)
-    ctx.emit(rows, table(["NAME", "CLUSTER", "ROLE", "STATUS", "HEALTH", "RESTARTS"],
-                         [[r["name"], r["cluster"], r["role"], r["status"], r["health"], r["restarts"]] for r in rows])
-             if rows else "no containers")
+    ctx.emit(
+        rows,
+        table(
+            ["NAME", "CLUSTER", "ROLE", "STATUS", "HEALTH", "RESTARTS"],
+            [[r["name"], r["cluster"], r["role"], r["status"], r["health"], r["restarts"]] for r in rows],
+        )
+        if rows
+        else "no containers",
+    )
 
 
 @cluster.command("down")
@@ -96,8 +131,12 @@ def cluster_ps(ctx: Ctx, name: str | None) -> None:
 def cluster_down(ctx: Ctx, name: str, volumes: bool) -> None:
     """Remove every container of the cluster (volumes only with --volumes)."""
     result = _containers().down(name, volumes)
-    ctx.emit(result, f"removed {len(result['containers'])} containers"
-             + (f" and {len(result['volumes'])} volumes" if volumes else "") + f" of cluster {name}")
+    ctx.emit(
+        result,
+        f"removed {len(result['containers'])} containers"
+        + (f" and {len(result['volumes'])} volumes" if volumes else "")
+        + f" of cluster {name}",
+    )
 
 
 @cluster.command("chaos")
@@ -108,20 +147,47 @@ def cluster_down(ctx: Ctx, name: str, volumes: bool) -> None:
 @click.option("--controllers", type=click.IntRange(1, 5), default=2, show_default=True)
 @click.option("--brokers", type=click.IntRange(2, 50), default=3, show_default=True)
 @click.option("--tasks", type=click.IntRange(1, 10_000), default=12, show_default=True)
-@click.option("--pipelines", type=click.IntRange(0, 20), default=0, show_default=True,
-              help="run that many streaming Spark pipelines (spark brokers) instead of no-op tasks, and check every "
-                   "sink holds every record exactly once")
-@click.option("--records", type=click.IntRange(1, 10_000_000), default=1200, show_default=True,
-              help="records per pipeline, written during the faults")
+@click.option(
+    "--pipelines",
+    type=click.IntRange(0, 20),
+    default=0,
+    show_default=True,
+    help="run that many streaming Spark pipelines (spark brokers) instead of no-op tasks, and check every "
+    "sink holds every record exactly once",
+)
+@click.option(
+    "--records",
+    type=click.IntRange(1, 10_000_000),
+    default=1200,
+    show_default=True,
+    help="records per pipeline, written during the faults",
+)
 @click.option("--image", default="zkcontroller:latest", show_default=True)
 @click.option("--keep", is_flag=True, help="leave the containers up afterwards")
-@click.option("--leave-out", "leave_out", multiple=True, metavar="KIND",
-              help="a fault kind this engine cannot inject (e.g. pause-broker where docker pause cannot freeze); "
-                   "repeatable")
+@click.option(
+    "--leave-out",
+    "leave_out",
+    multiple=True,
+    metavar="KIND",
+    help="a fault kind this engine cannot inject (e.g. pause-broker where docker pause cannot freeze); repeatable",
+)
 @pass_ctx
 @_guard
-def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int, controllers: int, brokers: int,
-                  tasks: int, pipelines: int, records: int, image: str, keep: bool, leave_out: tuple[str, ...]) -> None:
+def cluster_chaos(
+    ctx: Ctx,
+    name: str,
+    seed: int,
+    duration: float,
+    zk_nodes: int,
+    controllers: int,
+    brokers: int,
+    tasks: int,
+    pipelines: int,
+    records: int,
+    image: str,
+    keep: bool,
+    leave_out: tuple[str, ...],
+) -> None:
     """Seeded container faults (docker kill then start, kill -9 of the process, pause/unpause, restart of
     brokers, controllers and ZooKeeper nodes) against a fresh cluster, then the independent check: no task
     ever on two brokers at once, every container back, every task running, every sink exactly once.
@@ -130,14 +196,29 @@ def cluster_chaos(ctx: Ctx, name: str, seed: int, duration: float, zk_nodes: int
     if set(leave_out) - set(c.CONTAINER_FAULTS) or set(leave_out) >= set(c.CONTAINER_FAULTS):
         raise UserError(f"--leave-out takes some of: {', '.join(c.CONTAINER_FAULTS)}")
     work = tempfile.mkdtemp(prefix=f"zkc-{name}-")
-    spec = c.ClusterSpec(name=name, zk_nodes=zk_nodes, controllers=controllers, brokers=brokers,
-                         runner="spark" if pipelines else "noop", image=image, root=ctx.layout.root,
-                         journal_dir=os.path.join(work, "journal"),
-                         data_dir=os.path.join(work, "data") if pipelines else None)
+    spec = c.ClusterSpec(
+        name=name,
+        zk_nodes=zk_nodes,
+        controllers=controllers,
+        brokers=brokers,
+        runner="spark" if pipelines else "noop",
+        image=image,
+        root=ctx.layout.root,
+        journal_dir=os.path.join(work, "journal"),
+        data_dir=os.path.join(work, "data") if pipelines else None,
+    )
     echo = (lambda line: None) if ctx.json_out else click.echo
     try:
-        summary = c.chaos(spec, seed, duration, tasks=tasks, echo=echo, pipelines=pipelines, records=records,
-                          leave_out=frozenset(leave_out))
+        summary = c.chaos(
+            spec,
+            seed,
+            duration,
+            tasks=tasks,
+            echo=echo,
+            pipelines=pipelines,
+            records=records,
+            leave_out=frozenset(leave_out),
+        )
     finally:
         if not keep:
             c.down(name, volumes=True)
@@ -165,8 +246,8 @@ def health(ctx: Ctx, role: str | None) -> None:
         if not broker or ctx.client().exists(ctx.layout.broker(broker)) is None:
             raise UserError(f"broker {broker or '(ZKC_BROKER_ID unset)'} is not registered")
     elif role == "api":
-        port = os.environ.get("ZKC_API_PORT", "8083")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=4) as r:
+        api_port = os.environ.get("ZKC_API_PORT", "8083")
+        with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/healthz", timeout=4) as r:
             if json.loads(r.read()).get("zookeeper") != "connected":
                 raise UserError("the API's ZooKeeper session is not connected")
     click.echo("ok")

@@ -14,23 +14,34 @@ from broker_sim.sim.datagen import SCHEMA_DDL, DatagenConfig, generate
 
 
 @click.command("datagen")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="directory to write into (created if missing)")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="directory to write into (created if missing)",
+)
 @click.option("--records", type=click.IntRange(min=0), default=1000, show_default=True, help="records to write")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="records per second (default: as fast as possible)")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="records per second (default: as fast as possible)",
+)
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True, help="records per file")
 @click.option("--start-id", type=click.IntRange(min=0), default=0, show_default=True, help="id of the first record")
 @click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after this many seconds")
 @click.option("--json", "json_out", is_flag=True, help="print the result as JSON")
-def datagen(out_dir: Path, records: int, rate: float | None, batch: int, start_id: int, duration: float | None,
-            json_out: bool) -> None:
+def datagen(
+    out_dir: Path, records: int, rate: float | None, batch: int, start_id: int, duration: float | None, json_out: bool
+) -> None:
     """Write RECORDS numbered JSON records ({"id": n, ...}) into OUT, BATCH per file, each file atomically.
 
     Schema (Spark DDL): id LONG, key STRING, value LONG, ts LONG.
     """
-    config = DatagenConfig(out_dir=str(out_dir), records=records, rate=rate, batch=batch, start_id=start_id,
-                           duration_s=duration)
+    config = DatagenConfig(
+        out_dir=str(out_dir), records=records, rate=rate, batch=batch, start_id=start_id, duration_s=duration
+    )
     try:
         result = generate(config)
     except OSError as exc:
@@ -38,13 +49,26 @@ def datagen(out_dir: Path, records: int, rate: float | None, batch: int, start_i
     except KeyboardInterrupt:
         raise click.Abort() from None
     if json_out:
-        click.echo(json.dumps({"out": str(out_dir), "files": result.files, "records": result.records,
-                               "first_id": result.start_id, "last_id": result.start_id + result.records - 1,
-                               "elapsed_s": result.elapsed_s, "complete": result.complete, "schema": SCHEMA_DDL}))
+        click.echo(
+            json.dumps(
+                {
+                    "out": str(out_dir),
+                    "files": result.files,
+                    "records": result.records,
+                    "first_id": result.start_id,
+                    "last_id": result.start_id + result.records - 1,
+                    "elapsed_s": result.elapsed_s,
+                    "complete": result.complete,
+                    "schema": SCHEMA_DDL,
+                }
+            )
+        )
     else:
         last = result.start_id + result.records - 1
-        click.echo(f"wrote {result.records} records (ids {result.start_id}..{last}) in {result.files} files "
-                   f"to {out_dir} in {result.elapsed_s:.1f}s; schema: {SCHEMA_DDL}")
+        click.echo(
+            f"wrote {result.records} records (ids {result.start_id}..{last}) in {result.files} files "
+            f"to {out_dir} in {result.elapsed_s:.1f}s; schema: {SCHEMA_DDL}"
+        )
 
 
 __all__ = ["datagen"]

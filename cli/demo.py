@@ -16,22 +16,26 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
+from broker_sim.sim.checker import close_open, double_ownership
 from cli.common import table
-from controller.protocol import codecs
 from controller.admin import AdminClient, ensure_layout, wait_for
+from controller.protocol import codecs
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import get_many
 from controller.zk.server import ZooKeeperServer, free_port
+
+if TYPE_CHECKING:  # the data generator is imported by the spark demo only
+    from broker_sim.sim.datagen import Datagen
 
 SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # the spark runner asks for twice its stop budget (worker.fence_margin)
 PIPELINES = 4
@@ -45,21 +49,33 @@ class Demo:
     rate: float = 150.0
     echo: Callable[[str], None] = click.echo
     root: str = "/demo"
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     server: ZooKeeperServer | None = None
     t0: float = field(default_factory=time.monotonic)
     killed: dict[str, float] = field(default_factory=dict)
     api_port: int = 8083
-    _shape: tuple = ()         # (task, owner, state) of the table last shown
+    _shape: tuple[tuple[str, str | None, str], ...] = ()  # (task, owner, state) of the table last shown
     _shown_at: float = 0.0
 
     # ---- processes --------------------------------------------------------------------------------
-    def _zkctl(self, name: str, *args: str) -> subprocess.Popen:
+    def _zkctl(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        assert self.server is not None, "the embedded ZooKeeper starts first"
         log = open(self.state_dir / "logs" / f"{name}.log", "ab")
-        env = dict(os.environ, ZKC_ZK=self.server.address, ZKC_ROOT=self.root, ZKC_STATE_DIR=str(self.state_dir),
-                   PYTHONUNBUFFERED="1")
-        proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        env = dict(
+            os.environ,
+            ZKC_ZK=self.server.address,
+            ZKC_ROOT=self.root,
+            ZKC_STATE_DIR=str(self.state_dir),
+            PYTHONUNBUFFERED="1",
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         self.procs[name] = proc
         return proc
 
@@ -103,22 +119,22 @@ class Demo:
             controller = "none"
         owners = get_many(client, [layout.task_owner(t) for t in tasks])
         statuses = get_many(client, [layout.status(t) for t in tasks])
-        out = {"controller": controller, "tasks": {}}
+        by_task: dict[str, dict[str, Any]] = {}
         for t, o, s in zip(tasks, owners, statuses):
             owner = codecs.decode(codecs.OwnerInfo, o[0]).broker if o else None
             st = codecs.decode(codecs.TaskStatus, s[0]) if s else None
             state = st.state if st else "UNASSIGNED" if owner is None else "ASSIGNED"  # (no status written yet)
             if owner is not None and owner in self.killed:
                 state = "LOST"  # we killed it: its owner znode lasts until its session expires
-            out["tasks"][t] = {"owner": owner, "state": state}
-        return out
+            by_task[t] = {"owner": owner, "state": state}
+        return {"controller": controller, "tasks": by_task}
 
     def sink_rows(self, task: str) -> int | None:
         """Rows the task's sink holds (committed files only): counted across moves, whoever wrote them
         (a run's own counter starts again at 0 on every broker the pipeline moves to)."""
         if self.runner != "spark":
             return None
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
 
         from broker_sim.chaos.sinks import committed_files
 
@@ -134,13 +150,17 @@ class Demo:
         """One status line; the tasks' table below it when an owner or a state changed (or every 10 s)."""
         v = self.view(client, layout, tasks)
         running = sum(1 for d in v["tasks"].values() if d["owner"] and d["state"] == "RUNNING")
-        self.say(f"controller {v['controller']}: {running}/{len(tasks)} tasks running" + (f" -- {note}" if note else ""))
+        self.say(
+            f"controller {v['controller']}: {running}/{len(tasks)} tasks running" + (f" -- {note}" if note else "")
+        )
         shape = tuple((t, d["owner"], d["state"]) for t, d in v["tasks"].items())
         if shape != self._shape or time.monotonic() - self._shown_at >= 10.0:
             self._shape, self._shown_at = shape, time.monotonic()
             spark = self.runner == "spark"
-            rows = [[t, d["owner"] or "-", d["state"]] + ([self.sink_rows(t)] if spark else [])
-                    for t, d in v["tasks"].items()]
+            rows = [
+                [t, d["owner"] or "-", d["state"]] + ([self.sink_rows(t)] if spark else [])
+                for t, d in v["tasks"].items()
+            ]
             for line in table(["TASK", "BROKER", "STATE"] + (["ROWS IN SINK"] if spark else []), rows).splitlines():
                 self.echo(" " * 10 + line)
         return v
@@ -154,8 +174,10 @@ class Demo:
         self.say(f"embedded ZooKeeper on {self.server.address} (pid {self.server.read_pid()})")
         port = _port_or_free(self.api_port)
         self._zkctl("api", "api", "run", "--port", str(port))
-        self.say(f"web console: http://127.0.0.1:{port}/  (API http://127.0.0.1:{port}/api/v1, live; open it to watch "
-                 "the kills and the moves)")
+        self.say(
+            f"web console: http://127.0.0.1:{port}/  (API http://127.0.0.1:{port}/api/v1, live; open it to watch "
+            "the kills and the moves)"
+        )
         settings = ZkSettings(hosts=self.server.address, root=self.root, session_timeout_s=SESSION_S)
         layout = ZkLayout(self.root)
         client = make_client(settings)
@@ -163,19 +185,30 @@ class Demo:
         try:
             ensure_layout(client, layout)
             for c in ("ctl-A", "ctl-B"):
-                self._zkctl(c, "controller", "run", "--id", c, "--session-timeout", str(SESSION_S),
-                            "--rebalance-timeout", "20")
+                self._zkctl(
+                    c, "controller", "run", "--id", c, "--session-timeout", str(SESSION_S), "--rebalance-timeout", "20"
+                )
                 time.sleep(0.3)  # ctl-A wins; ctl-B stands by
             assert wait_for(lambda: client.exists(layout.controller) is not None, 30), "no controller became active"
             broker_args = ["--runner", self.runner, "--session-timeout", str(SESSION_S)]
             if self.runner == "spark":
-                broker_args += ["--checkpoint-root", str(self.state_dir / "checkpoints"), "--spark-master", "local[1]",
-                                "--spark-conf", "spark.driver.memory=512m", "--spark-conf", "spark.sql.shuffle.partitions=1"]
+                broker_args += [
+                    "--checkpoint-root",
+                    str(self.state_dir / "checkpoints"),
+                    "--spark-master",
+                    "local[1]",
+                    "--spark-conf",
+                    "spark.driver.memory=512m",
+                    "--spark-conf",
+                    "spark.sql.shuffle.partitions=1",
+                ]
             for b in ("broker-1", "broker-2", "broker-3"):
                 self._zkctl(b, "broker", "run", "--id", b, *broker_args)
             assert wait_for(lambda: len(client.get_children(layout.broker_ids)) == 3, 60), "brokers did not register"
-            self.say("2 controller candidates and 3 brokers running as processes " +
-                     " ".join(f"{n}:{p.pid}" for n, p in self.procs.items()))
+            self.say(
+                "2 controller candidates and 3 brokers running as processes "
+                + " ".join(f"{n}:{p.pid}" for n, p in self.procs.items())
+            )
             tasks, expected, datagen = self._create_pipelines(client, layout)
             self.say(f"created {len(tasks)} {'streaming pipelines' if self.runner == 'spark' else 'no-op tasks'}")
 
@@ -193,11 +226,21 @@ class Demo:
             victim = max(sorted(counts), key=lambda b: counts[b])
             moved = sorted(t for t, d in v["tasks"].items() if d["owner"] == victim)
             self._kill(victim)
-            self.say(f"KILL -9 {victim} (pid {self.procs[victim].pid}), which ran {moved}; its session expires in ≤{SESSION_S:.0f}s")
-            self._wait_showing(client, layout, tasks,
-                               lambda: all(self.view(client, layout, tasks)["tasks"][t]["owner"] not in (None, victim)
-                                           and self.view(client, layout, tasks)["tasks"][t]["state"] == "RUNNING"
-                                           for t in moved), 120, "moving")
+            self.say(
+                f"KILL -9 {victim} (pid {self.procs[victim].pid}), which ran {moved}; its session expires in ≤{SESSION_S:.0f}s"
+            )
+            self._wait_showing(
+                client,
+                layout,
+                tasks,
+                lambda: all(
+                    self.view(client, layout, tasks)["tasks"][t]["owner"] not in (None, victim)
+                    and self.view(client, layout, tasks)["tasks"][t]["state"] == "RUNNING"
+                    for t in moved
+                ),
+                120,
+                "moving",
+            )
             self.say(f"tasks {moved} moved off {victim}")
             # kill -9 the active controller
             data, _ = client.get(layout.controller)
@@ -230,8 +273,9 @@ class Demo:
             self.stop_all()
             self.say(f"done; logs and data in {self.state_dir}")
 
-    def _wait_showing(self, client: Any, layout: ZkLayout, tasks: list[str], cond: Callable[[], bool],
-                      timeout: float, note: str) -> bool:
+    def _wait_showing(
+        self, client: Any, layout: ZkLayout, tasks: list[str], cond: Callable[[], bool], timeout: float, note: str
+    ) -> bool:
         deadline = time.monotonic() + timeout
         last = 0.0
         while time.monotonic() < deadline:
@@ -245,7 +289,9 @@ class Demo:
             raise RuntimeError(f"timed out after {timeout:.0f}s while {note}")
         return False
 
-    def _create_pipelines(self, client: Any, layout: ZkLayout):
+    def _create_pipelines(
+        self, client: Any, layout: ZkLayout
+    ) -> tuple[list[str], dict[str, set[int]], list[Datagen] | None]:
         admin = AdminClient(client, layout)
         tasks = [f"pipeline-{i}" for i in range(1, PIPELINES + 1)]
         if self.runner != "spark":
@@ -253,44 +299,79 @@ class Demo:
             return tasks, {}, None
         from broker_sim.sim.datagen import SCHEMA_DDL, Datagen, DatagenConfig
 
-        specs, expected, gens = [], {}, []
+        specs: list[TaskSpec] = []
+        expected: dict[str, set[int]] = {}
+        gens: list[Datagen] = []
         for i, t in enumerate(tasks):
             src = self.state_dir / "input" / t
             src.mkdir(parents=True, exist_ok=True)
-            specs.append(parse_spec({
-                "id": t,
-                "pipeline": {
-                    "kind": "spark", "mode": "streaming",
-                    "source": {"type": "files", "format": "json", "path": str(src), "schema": SCHEMA_DDL,
-                               "max_files_per_trigger": 4},
-                    "transform": {"sql": f"SELECT id, key, value * {i + 1} AS scaled FROM input WHERE id >= 0"},
-                    "sink": {"type": "files", "format": "parquet", "path": str(self.state_dir / "output" / t)},
-                    "trigger": {"processing_time": "1 second"},
-                },
-            }))
-            cfg = DatagenConfig(out_dir=str(src), records=self.records, rate=self.rate, batch=50, start_id=i * 1_000_000)
+            specs.append(
+                parse_spec(
+                    {
+                        "id": t,
+                        "pipeline": {
+                            "kind": "spark",
+                            "mode": "streaming",
+                            "source": {
+                                "type": "files",
+                                "format": "json",
+                                "path": str(src),
+                                "schema": SCHEMA_DDL,
+                                "max_files_per_trigger": 4,
+                            },
+                            "transform": {"sql": f"SELECT id, key, value * {i + 1} AS scaled FROM input WHERE id >= 0"},
+                            "sink": {"type": "files", "format": "parquet", "path": str(self.state_dir / "output" / t)},
+                            "trigger": {"processing_time": "1 second"},
+                        },
+                    }
+                )
+            )
+            cfg = DatagenConfig(
+                out_dir=str(src), records=self.records, rate=self.rate, batch=50, start_id=i * 1_000_000
+            )
             expected[t] = set(cfg.expected_ids())
             gens.append(Datagen(cfg))
         admin.create_tasks(specs)
         for g in gens:
             g.start()
-        self.say(f"data generator: {self.records} records per pipeline at {self.rate:.0f}/s into {self.state_dir / 'input'}")
+        self.say(
+            f"data generator: {self.records} records per pipeline at {self.rate:.0f}/s into {self.state_dir / 'input'}"
+        )
         return tasks, expected, gens
 
-    def _finish(self, client: Any, layout: ZkLayout, tasks: list[str], expected: dict[str, set[int]], datagen) -> bool:
+    def _finish(
+        self,
+        client: Any,
+        layout: ZkLayout,
+        tasks: list[str],
+        expected: dict[str, set[int]],
+        datagen: list[Datagen] | None,
+    ) -> bool:
         if self.runner != "spark":
             time.sleep(1.0)
             admin = AdminClient(client, layout)
             # a killed broker's last flushed intervals are still open: its tasks died with it
-            recorded = [codecs.RunInterval(task_id=i.task_id, broker=i.broker, start=i.start, end=self.killed[i.broker],
-                                           acquired=i.acquired, released=self.killed[i.broker])
-                        if i.end is None and i.broker in self.killed else i for i in admin.intervals()]
+            recorded = [
+                codecs.RunInterval(
+                    task_id=i.task_id,
+                    broker=i.broker,
+                    start=i.start,
+                    end=self.killed[i.broker],
+                    acquired=i.acquired,
+                    released=self.killed[i.broker],
+                )
+                if i.end is None and i.broker in self.killed
+                else i
+                for i in admin.intervals()
+            ]
             intervals = close_open(recorded, time.time())
             overlaps = double_ownership(intervals)
-            self.say(f"SUMMARY: {len(tasks)} tasks running after a broker and a controller were killed; "
-                     f"{len(intervals)} run intervals, double ownership: {len(overlaps)}")
+            self.say(
+                f"SUMMARY: {len(tasks)} tasks running after a broker and a controller were killed; "
+                f"{len(intervals)} run intervals, double ownership: {len(overlaps)}"
+            )
             return not overlaps
-        for g in datagen:
+        for g in datagen or ():
             g.join(300)
         self.say("data generator finished; waiting for the pipelines to catch up")
         import warnings
@@ -298,12 +379,19 @@ class Demo:
         from pyspark.sql import SparkSession
 
         warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
-        spark = (SparkSession.builder.master("local[1]").appName("zkcontroller-demo-check")
-                 .config("spark.ui.enabled", "false").config("spark.log.level", "ERROR")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+        spark = (
+            SparkSession.builder.master("local[1]")
+            .appName("zkcontroller-demo-check")
+            .config("spark.ui.enabled", "false")
+            .config("spark.log.level", "ERROR")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         try:
+
             def sink_ids(t: str) -> list[int]:
                 path = self.state_dir / "output" / t
                 if not (path / "_spark_metadata").exists():
@@ -320,16 +408,22 @@ class Demo:
                     results[t] = (len(expected[t] - got), len(ids) - len(got), len(got - expected[t]))
                 if all(missing == 0 for missing, _, _ in results.values()):
                     break
-                self.progress(client, layout, tasks, "catching up: missing " +
-                              ", ".join(f"{t}={m}" for t, (m, _, _) in results.items()))
+                self.progress(
+                    client,
+                    layout,
+                    tasks,
+                    "catching up: missing " + ", ".join(f"{t}={m}" for t, (m, _, _) in results.items()),
+                )
                 time.sleep(3)
         finally:
             spark.stop()
         ok = all(r == (0, 0, 0) for r in results.values())
         self.say("SUMMARY (exactly once: every generated id in the sink, none twice, none foreign):")
         for t, (missing, dups, foreign) in results.items():
-            self.echo(f"    {t}: expected {len(expected[t])}, missing {missing}, duplicated {dups}, foreign {foreign}"
-                      f"  {'OK' if (missing, dups, foreign) == (0, 0, 0) else 'FAIL'}")
+            self.echo(
+                f"    {t}: expected {len(expected[t])}, missing {missing}, duplicated {dups}, foreign {foreign}"
+                f"  {'OK' if (missing, dups, foreign) == (0, 0, 0) else 'FAIL'}"
+            )
         self.say("exactly once: " + ("OK" if ok else "FAILED"))
         return ok
 
@@ -345,13 +439,28 @@ def _port_or_free(port: int) -> int:
 
 
 @click.command("demo")
-@click.option("--runner", type=click.Choice(["spark", "noop"]), default="spark", show_default=True,
-              help="noop: simulated tasks, a fast version")
-@click.option("--records", type=click.IntRange(1, 10_000_000), default=3000, show_default=True,
-              help="records per pipeline (spark)")
+@click.option(
+    "--runner",
+    type=click.Choice(["spark", "noop"]),
+    default="spark",
+    show_default=True,
+    help="noop: simulated tasks, a fast version",
+)
+@click.option(
+    "--records",
+    type=click.IntRange(1, 10_000_000),
+    default=3000,
+    show_default=True,
+    help="records per pipeline (spark)",
+)
 @click.option("--rate", type=click.FloatRange(1, 1e6), default=150.0, show_default=True, help="records/s per pipeline")
-@click.option("--api-port", type=click.IntRange(1, 65535), default=8083, show_default=True,
-              help="port of the web console and API (another free port if it is taken)")
+@click.option(
+    "--api-port",
+    type=click.IntRange(1, 65535),
+    default=8083,
+    show_default=True,
+    help="port of the web console and API (another free port if it is taken)",
+)
 @click.pass_obj
 def demo(ctx: Any, runner: str, records: int, rate: float, api_port: int) -> None:
     """The whole product on one machine: ZooKeeper, 2 controllers, 3 brokers, 4 pipelines, faults, a check,

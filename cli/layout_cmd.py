@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.protocol.layout import BUCKETS, LAYOUT_VERSION
-from controller.zk.layout_io import LayoutError, flat_entries, read_layout_info
 from controller.admin.migration import migrate
+from controller.protocol.layout import BUCKETS, LAYOUT_VERSION
 from controller.zk.io import multi_children
+from controller.zk.layout_io import LayoutError, flat_entries, read_layout_info
 
 
 @click.group("layout")
@@ -39,17 +40,28 @@ def layout_show(ctx: Ctx) -> None:
         moved_statuses = sum(len(x or ()) for x in multi_children(client, lay.status_buckets))
         flat = bool(tasks or statuses)
         state = ("half-migrated" if moved_tasks or moved_statuses else "flat") if flat else "fresh"
-        out = {"root": lay.root, "layout": 1 if flat else None, "state": state,
-               "flat_tasks": len(tasks), "flat_statuses": len(statuses), "bucketed_tasks": moved_tasks,
-               "bucketed_statuses": moved_statuses, "tasks": len(tasks) + moved_tasks,
-               "statuses": len(statuses) + moved_statuses}
+        out: dict[str, Any] = {
+            "root": lay.root,
+            "layout": 1 if flat else None,
+            "state": state,
+            "flat_tasks": len(tasks),
+            "flat_statuses": len(statuses),
+            "bucketed_tasks": moved_tasks,
+            "bucketed_statuses": moved_statuses,
+            "tasks": len(tasks) + moved_tasks,
+            "statuses": len(statuses) + moved_statuses,
+        }
         if state == "half-migrated":
-            human = (f"{lay.root}: half-migrated: {out['tasks']} tasks and {out['statuses']} statuses, of which "
-                     f"{len(tasks)} tasks and {len(statuses)} statuses are still flat; run `zkctl layout migrate` "
-                     "again to finish")
+            human = (
+                f"{lay.root}: half-migrated: {out['tasks']} tasks and {out['statuses']} statuses, of which "
+                f"{len(tasks)} tasks and {len(statuses)} statuses are still flat; run `zkctl layout migrate` "
+                "again to finish"
+            )
         elif flat:
-            human = (f"{lay.root}: flat layout of an earlier release, {len(tasks)} tasks and {len(statuses)} statuses; "
-                     f"stop its controllers and brokers, then run `zkctl layout migrate`")
+            human = (
+                f"{lay.root}: flat layout of an earlier release, {len(tasks)} tasks and {len(statuses)} statuses; "
+                f"stop its controllers and brokers, then run `zkctl layout migrate`"
+            )
         else:
             human = f"{lay.root}: not laid out yet (its first controller, broker or task creates the buckets)"
         ctx.emit(out, human)
@@ -60,15 +72,25 @@ def layout_show(ctx: Ctx) -> None:
     status_lists = multi_children(client, lay.status_buckets)
     sizes = [len(x or ()) for x in task_lists]
     name_bytes = [sum(len(n) + 4 for n in x or ()) for x in task_lists + status_lists]
-    out = {"root": lay.root, "layout": info.layout, "state": "bucketed", "buckets": info.buckets,
-           "tasks": sum(sizes), "statuses": sum(len(x or ()) for x in status_lists),
-           "largest_bucket": max(sizes, default=0), "largest_listing_bytes": max(name_bytes, default=0),
-           "missing_buckets": sum(1 for x in task_lists + status_lists if x is None),
-           "read_s": round(time.monotonic() - started, 3)}
-    ctx.emit(out, f"{lay.root}: layout {info.layout}, {info.buckets} buckets; {out['tasks']} tasks, {out['statuses']} "
-                  f"statuses; the fullest bucket holds {out['largest_bucket']} tasks, the largest listing is "
-                  f"{out['largest_listing_bytes']} bytes" + (f"; {out['missing_buckets']} buckets missing"
-                                                            if out["missing_buckets"] else ""))
+    out = {
+        "root": lay.root,
+        "layout": info.layout,
+        "state": "bucketed",
+        "buckets": info.buckets,
+        "tasks": sum(sizes),
+        "statuses": sum(len(x or ()) for x in status_lists),
+        "largest_bucket": max(sizes, default=0),
+        "largest_listing_bytes": max(name_bytes, default=0),
+        "missing_buckets": sum(1 for x in task_lists + status_lists if x is None),
+        "read_s": round(time.monotonic() - started, 3),
+    }
+    ctx.emit(
+        out,
+        f"{lay.root}: layout {info.layout}, {info.buckets} buckets; {out['tasks']} tasks, {out['statuses']} "
+        f"statuses; the fullest bucket holds {out['largest_bucket']} tasks, the largest listing is "
+        f"{out['largest_listing_bytes']} bytes"
+        + (f"; {out['missing_buckets']} buckets missing" if out["missing_buckets"] else ""),
+    )
 
 
 @layout.command("migrate")
@@ -83,17 +105,25 @@ def layout_migrate(ctx: Ctx, dry_run: bool) -> None:
         r = migrate(ctx.client(), ctx.layout, dry_run=dry_run, session_timeout_s=ctx.settings.session_timeout_s)
     except LayoutError as exc:
         raise UserError(str(exc)) from None
-    out = dataclasses.asdict(r) | {"blocked": [{"path": p, "why": w} for p, w in r.blocked],
-                                   "layout": LAYOUT_VERSION if r.done else 1, "buckets": BUCKETS}
+    out = dataclasses.asdict(r) | {
+        "blocked": [{"path": p, "why": w} for p, w in r.blocked],
+        "layout": LAYOUT_VERSION if r.done else 1,
+        "buckets": BUCKETS,
+    }
     if r.already:
         human = f"{r.root} is laid out in buckets already (layout {LAYOUT_VERSION}): nothing to do"
     elif dry_run:
-        human = (f"dry run: {r.tasks} tasks and {r.statuses} statuses of {r.root} would move into {BUCKETS} buckets"
-                 + (f"; {len(r.blocked)} cannot move" if r.blocked else "") + "; nothing was written")
+        human = (
+            f"dry run: {r.tasks} tasks and {r.statuses} statuses of {r.root} would move into {BUCKETS} buckets"
+            + (f"; {len(r.blocked)} cannot move" if r.blocked else "")
+            + "; nothing was written"
+        )
     else:
-        human = (f"migrated {r.root}: {r.moved} znodes moved in {r.multis} multis in {r.seconds:.1f}s; "
-                 + (f"layout {LAYOUT_VERSION}, ready for this release" if r.done
-                    else f"{len(r.blocked)} cannot move: the root stays flat until they are dealt with"))
+        human = f"migrated {r.root}: {r.moved} znodes moved in {r.multis} multis in {r.seconds:.1f}s; " + (
+            f"layout {LAYOUT_VERSION}, ready for this release"
+            if r.done
+            else f"{len(r.blocked)} cannot move: the root stays flat until they are dealt with"
+        )
     human += "".join(f"\n  {p}: {w}" for p, w in r.blocked[:50])
     ctx.emit(out, human)
     if r.blocked or not (r.done or dry_run):

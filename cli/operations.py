@@ -145,9 +145,11 @@ def _value(raw: str) -> Any:
 @settings.command("show")
 @pass_ctx
 def settings_show(ctx: Ctx) -> None:
-    """The settings in force."""
-    s = ctx.admin().settings()
-    ctx.emit(to_jsonable(s), _show(s))
+    """The settings as stored; a field stored out of bounds is shown at its default, with a line saying why."""
+    stored = ctx.admin().stored_settings()
+    s = stored.settings
+    refusals = "".join(f"\nrefused (shown at its default): {why}" for why in stored.refused)
+    ctx.emit({**to_jsonable(s), "refused": list(stored.refused)}, _show(s) + refusals)
 
 
 _SET_HELP = (

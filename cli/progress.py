@@ -19,8 +19,9 @@ def _count(done: int, total: int, unit: str) -> str:
     return f"{done}/{total} {unit}".rstrip()
 
 
-def render_tty(what: str, done: int, total: int, elapsed: float, timeout: float | None, width: int,
-               unit: str = "") -> str:
+def render_tty(
+    what: str, done: int, total: int, elapsed: float, timeout: float | None, width: int, unit: str = ""
+) -> str:
     """One line of at most ``width`` characters: ``what  [#####-----] 3/8 moved  4.1s/60s``."""
     frac = 1.0 if total <= 0 else max(0.0, min(1.0, done / total))
     filled = round(frac * BAR)
@@ -42,8 +43,17 @@ def render_plain(what: str, done: int, total: int, elapsed: float, timeout: floa
 class Progress:
     """Reports (done, total) of one wait; ``enabled=False`` (``--json``) reports nothing."""
 
-    def __init__(self, what: str, timeout: float | None = None, unit: str = "", stream: IO[str] | None = None,
-                 enabled: bool = True, tty: bool | None = None, width: int | None = None, quiet_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        what: str,
+        timeout: float | None = None,
+        unit: str = "",
+        stream: IO[str] | None = None,
+        enabled: bool = True,
+        tty: bool | None = None,
+        width: int | None = None,
+        quiet_s: float = 5.0,
+    ) -> None:
         self.what = what
         self.timeout = timeout
         self.unit = unit
@@ -81,7 +91,7 @@ class Progress:
         self._last = (done, total)
         self.stream.flush()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -92,7 +102,6 @@ class Progress:
         if self.enabled and self.tty and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
-
 
 
 def waiting(what: str, timeout: float, unit: str, wait: bool, json_out: bool) -> Progress:

@@ -13,8 +13,9 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,10 +24,14 @@ from controller.protocol.assignors import ASSIGNORS
 from controller.protocol.layout import InvalidName, check_name
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
 
+if TYPE_CHECKING:  # imported by the commands that run
+    from controller.daemon.metrics import MetricsServer
+    from controller.zk.client import ZkSettings
+
 log = logging.getLogger("zkctl")
 
 
-def _name(kind: str):
+def _name(kind: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
     def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
         if value is None:
             return None
@@ -34,11 +39,12 @@ def _name(kind: str):
             return check_name(kind, value)
         except InvalidName as exc:
             raise click.BadParameter(str(exc)) from None
+
     return check
 
 
 def _conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for v in values:
         key, sep, val = v.partition("=")
         if not sep or not key.strip():
@@ -47,7 +53,7 @@ def _conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...])
     return out
 
 
-def _settings(ctx: Ctx, session_timeout: float):
+def _settings(ctx: Ctx, session_timeout: float) -> ZkSettings:
     return dataclasses.replace(ctx.settings, session_timeout_s=session_timeout)
 
 
@@ -59,32 +65,80 @@ def controller() -> None:
 
 @controller.command("run")
 @click.option("--id", "controller_id", default=None, callback=_name("controller id"), help="candidate id [HOST-PID]")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)")
-@click.option("--rebalance-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-              help="seconds a rebalance waits for members to rejoin / the leader to sync")
-@click.option("--scheduled-delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="seconds a departed broker's tasks wait for it to come back before they move")
-@click.option("--default-assignor", type=click.Choice(sorted(ASSIGNORS)), default="sticky", show_default=True,
-              help="assignor when members name none in common")
-@click.option("--initial-delay", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="reconcile: seconds a group that runs nothing yet waits after each join before its first target")
-@click.option("--retarget-interval", type=click.FloatRange(min=0), default=0.5, show_default=True,
-              help="reconcile: while a group still reconciles, the least seconds between two targets")
-@click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)"
+)
+@click.option(
+    "--rebalance-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="seconds a rebalance waits for members to rejoin / the leader to sync",
+)
+@click.option(
+    "--scheduled-delay",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="seconds a departed broker's tasks wait for it to come back before they move",
+)
+@click.option(
+    "--default-assignor",
+    type=click.Choice(sorted(ASSIGNORS)),
+    default="sticky",
+    show_default=True,
+    help="assignor when members name none in common",
+)
+@click.option(
+    "--initial-delay",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="reconcile: seconds a group that runs nothing yet waits after each join before its first target",
+)
+@click.option(
+    "--retarget-interval",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="reconcile: while a group still reconciles, the least seconds between two targets",
+)
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(min=2),
+    default=10.0,
+    show_default=True,
+    help="ZooKeeper session, seconds",
+)
 @pass_ctx
-def controller_run(ctx: Ctx, controller_id: str | None, metrics_port: int | None, rebalance_timeout: float,
-                   scheduled_delay: float, default_assignor: str, initial_delay: float, retarget_interval: float,
-                   session_timeout: float) -> None:
+def controller_run(
+    ctx: Ctx,
+    controller_id: str | None,
+    metrics_port: int | None,
+    rebalance_timeout: float,
+    scheduled_delay: float,
+    default_assignor: str,
+    initial_delay: float,
+    retarget_interval: float,
+    session_timeout: float,
+) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
     from controller.daemon import Controller, ControllerConfig, default_controller_id
-    from controller.protocol.group import GroupConfig
+    from controller.protocol.group_types import GroupConfig
 
     settings = _settings(ctx, session_timeout)
     config = ControllerConfig(
-        controller_id=controller_id or default_controller_id(), settings=settings, metrics_port=metrics_port,
-        group=GroupConfig(rebalance_timeout_s=rebalance_timeout, scheduled_rebalance_delay_s=scheduled_delay,
-                          default_assignor=default_assignor, initial_delay_s=initial_delay,
-                          retarget_interval_s=retarget_interval))
+        controller_id=controller_id or default_controller_id(),
+        settings=settings,
+        metrics_port=metrics_port,
+        group=GroupConfig(
+            rebalance_timeout_s=rebalance_timeout,
+            scheduled_rebalance_delay_s=scheduled_delay,
+            default_assignor=default_assignor,
+            initial_delay_s=initial_delay,
+            retarget_interval_s=retarget_interval,
+        ),
+    )
     client = ctx.new_client(settings)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -102,7 +156,11 @@ def controller_run(ctx: Ctx, controller_id: str | None, metrics_port: int | None
         while not stop.wait(0.2):
             if c.active != was_active:
                 was_active = c.active
-                click.echo(f"controller {c.id} is active at epoch {c.epoch}" if was_active else f"controller {c.id} is a standby")
+                click.echo(
+                    f"controller {c.id} is active at epoch {c.epoch}"
+                    if was_active
+                    else f"controller {c.id} is a standby"
+                )
     finally:
         click.echo(f"controller {c.id} stopping")
         c.stop()
@@ -124,8 +182,9 @@ def _spark_options(given: dict[str, Any]) -> dict[str, Any]:
         from broker_sim.runners.spark import SparkRunner
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("broker_sim"):
-            raise UserError("the spark runner is not available in this build (broker_sim/runners/spark.py); "
-                            "use --runner noop") from None
+            raise UserError(
+                "the spark runner is not available in this build (broker_sim/runners/spark.py); use --runner noop"
+            ) from None
         raise UserError(f"the spark runner cannot be loaded: {exc}") from None
     params = inspect.signature(SparkRunner).parameters
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -139,54 +198,129 @@ def _spark_options(given: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _worker_metrics(worker: Any, port: int):
+def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     from prometheus_client import CollectorRegistry, Gauge
 
     from controller.daemon.metrics import MetricsServer
 
     r = CollectorRegistry()
-    Gauge("zkc_worker_running_tasks", "tasks this broker runs", registry=r).set_function(lambda: len(worker.running_tasks()))
-    Gauge("zkc_worker_held_tasks", "owner znodes this broker holds", registry=r).set_function(lambda: len(worker.held_tasks()))
-    Gauge("zkc_worker_generation", "group generation of the last assignment", registry=r).set_function(lambda: worker.generation)
-    Gauge("zkc_worker_stable", "1 when the member is Stable", registry=r).set_function(lambda: worker.state() == "Stable")
+    Gauge("zkc_worker_running_tasks", "tasks this broker runs", registry=r).set_function(
+        lambda: len(worker.running_tasks())
+    )
+    Gauge("zkc_worker_held_tasks", "owner znodes this broker holds", registry=r).set_function(
+        lambda: len(worker.held_tasks())
+    )
+    Gauge("zkc_worker_generation", "group generation of the last assignment", registry=r).set_function(
+        lambda: worker.generation
+    )
+    Gauge("zkc_worker_stable", "1 when the member is Stable", registry=r).set_function(
+        lambda: worker.state() == "Stable"
+    )
     return MetricsServer(r, port, name=f"worker-{worker.id}-metrics")
 
 
 @click.command("run")
-@click.option("--id", "broker_id", required=True, callback=_name("broker id"), help="broker id (unique among live brokers)")
+@click.option(
+    "--id", "broker_id", required=True, callback=_name("broker id"), help="broker id (unique among live brokers)"
+)
 @click.option("--group", default="default", show_default=True, callback=_name("group"))
-@click.option("--instance-id", default=None, callback=_name("instance id"), help="static membership: same id after a restart")
+@click.option(
+    "--instance-id", default=None, callback=_name("instance id"), help="static membership: same id after a restart"
+)
 @click.option("--capacity", type=click.IntRange(1, 1_000_000), default=1, show_default=True)
 @click.option("--rack", default=None)
 @click.option("--runner", type=click.Choice(["spark", "noop"]), default="spark", show_default=True)
-@click.option("--protocol", type=click.Choice(list(PROTOCOLS)), default=COOPERATIVE, show_default=True,
-              help="reconcile: the controller places tasks, no join barrier (also accepts cooperative); cooperative "
-                   "also accepts eager: a mixed group still forms (rolling upgrades)")
-@click.option("--assignor", type=click.Choice(sorted(ASSIGNORS)), default="cooperative-sticky", show_default=True,
-              help="assignor this broker uses when it leads the group")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)")
+@click.option(
+    "--protocol",
+    type=click.Choice(list(PROTOCOLS)),
+    default=COOPERATIVE,
+    show_default=True,
+    help="reconcile: the controller places tasks, no join barrier (also accepts cooperative); cooperative "
+    "also accepts eager: a mixed group still forms (rolling upgrades)",
+)
+@click.option(
+    "--assignor",
+    type=click.Choice(sorted(ASSIGNORS)),
+    default="cooperative-sticky",
+    show_default=True,
+    help="assignor this broker uses when it leads the group",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)"
+)
 @click.option("--spark-master", default=None, help="Spark master URL (spark runner)")
-@click.option("--spark-conf", multiple=True, callback=_conf, metavar="KEY=VALUE", help="Spark setting, repeatable (spark runner)")
-@click.option("--checkpoint-root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="shared checkpoint storage for streaming tasks (spark runner)")
-@click.option("--start-latency", type=click.FloatRange(min=0), default=None, help="seconds each start takes (noop runner)")
-@click.option("--stop-latency", type=click.FloatRange(min=0), default=None, help="seconds each stop takes (noop runner)")
-@click.option("--stop-hang", is_flag=True, default=False,
-              help="every stop hangs, as a wedged driver's (noop runner; failure injection: the broker halts, exit 75)")
-@click.option("--stop-timeout", type=click.FloatRange(min=0.1), default=None,
-              help="seconds one task's stop may take before the broker kills its runner and halts (exit 75) "
-                   "[default: 3x the runner's stop budget, at least 5]")
-@click.option("--session-timeout", type=click.FloatRange(min=2), default=10.0, show_default=True, help="ZooKeeper session, seconds")
-@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
-              help="seconds a controlled shutdown may take before the broker stops anyway")
-@click.option("--metrics-interval", type=click.FloatRange(min=0), default=5.0, show_default=True,
-              help="seconds between status writes when only a task's metrics changed (state changes: at once)")
+@click.option(
+    "--spark-conf", multiple=True, callback=_conf, metavar="KEY=VALUE", help="Spark setting, repeatable (spark runner)"
+)
+@click.option(
+    "--checkpoint-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="shared checkpoint storage for streaming tasks (spark runner)",
+)
+@click.option(
+    "--start-latency", type=click.FloatRange(min=0), default=None, help="seconds each start takes (noop runner)"
+)
+@click.option(
+    "--stop-latency", type=click.FloatRange(min=0), default=None, help="seconds each stop takes (noop runner)"
+)
+@click.option(
+    "--stop-hang",
+    is_flag=True,
+    default=False,
+    help="every stop hangs, as a wedged driver's (noop runner; failure injection: the broker halts, exit 75)",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="seconds one task's stop may take before the broker kills its runner and halts (exit 75) "
+    "[default: 3x the runner's stop budget, at least 5]",
+)
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(min=2),
+    default=10.0,
+    show_default=True,
+    help="ZooKeeper session, seconds",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="seconds a controlled shutdown may take before the broker stops anyway",
+)
+@click.option(
+    "--metrics-interval",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="seconds between status writes when only a task's metrics changed (state changes: at once)",
+)
 @pass_ctx
-def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, capacity: int, rack: str | None, runner: str,
-               protocol: str, assignor: str, metrics_port: int | None, spark_master: str | None, spark_conf: dict[str, str],
-               checkpoint_root: Path | None, start_latency: float | None, stop_latency: float | None,
-               stop_hang: bool, stop_timeout: float | None, session_timeout: float, shutdown_timeout: float,
-               metrics_interval: float) -> None:
+def broker_run(
+    ctx: Ctx,
+    broker_id: str,
+    group: str,
+    instance_id: str | None,
+    capacity: int,
+    rack: str | None,
+    runner: str,
+    protocol: str,
+    assignor: str,
+    metrics_port: int | None,
+    spark_master: str | None,
+    spark_conf: dict[str, str],
+    checkpoint_root: Path | None,
+    start_latency: float | None,
+    stop_latency: float | None,
+    stop_hang: bool,
+    stop_timeout: float | None,
+    session_timeout: float,
+    shutdown_timeout: float,
+    metrics_interval: float,
+) -> None:
     """Run a broker: register, join the group, run the assigned pipelines.
 
     SIGTERM (or Ctrl-C) = controlled shutdown: exit 0 once the controller has moved its tasks away;
@@ -198,8 +332,9 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
     if runner == "noop":
         if spark_master or spark_conf or checkpoint_root:
             raise click.UsageError("--spark-master, --spark-conf and --checkpoint-root apply to --runner spark only")
-        options: dict[str, Any] = {k: v for k, v in (("start_latency_s", start_latency), ("stop_latency_s", stop_latency))
-                                   if v is not None}
+        options: dict[str, Any] = {
+            k: v for k, v in (("start_latency_s", start_latency), ("stop_latency_s", stop_latency)) if v is not None
+        }
         if stop_hang:
             options["stop_hang"] = True
     else:
@@ -207,10 +342,20 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
             raise click.UsageError("--start-latency, --stop-latency and --stop-hang apply to --runner noop only")
         options = _spark_options({"master": spark_master, "conf": spark_conf, "checkpoint_root": checkpoint_root})
     settings = _settings(ctx, session_timeout)
-    config = WorkerConfig(broker_id=broker_id, settings=settings, group=group, instance_id=instance_id, capacity=capacity,
-                          rack=rack, protocols=protocols_for(protocol),
-                          assignors=(assignor,), runner=runner, runner_options=options, stop_timeout_s=stop_timeout,
-                          metrics_interval_s=metrics_interval)
+    config = WorkerConfig(
+        broker_id=broker_id,
+        settings=settings,
+        group=group,
+        instance_id=instance_id,
+        capacity=capacity,
+        rack=rack,
+        protocols=protocols_for(protocol),
+        assignors=(assignor,),
+        runner=runner,
+        runner_options=options,
+        stop_timeout_s=stop_timeout,
+        metrics_interval_s=metrics_interval,
+    )
     client = ctx.new_client(settings)
     try:
         worker = Worker(config, client=client)
@@ -226,6 +371,7 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
         def on_signal(sig: int, frame: Any) -> None:
             requested.setdefault("at", time.monotonic())
             handler(sig, frame)
+
         return on_signal
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -236,20 +382,27 @@ def broker_run(ctx: Ctx, broker_id: str, group: str, instance_id: str | None, ca
         worker.stop(graceful=False)
         raise UserError(str(exc)) from None
     metrics = _worker_metrics(worker, metrics_port) if metrics_port is not None else None
-    click.echo(f"broker {broker_id} started (group {group}, runner {runner}, protocols {','.join(config.protocols)}, "
-               f"root {ctx.layout.root}" + (f", metrics on http://127.0.0.1:{metrics.port}/metrics" if metrics else "")
-               + "); SIGTERM or Ctrl-C for a controlled shutdown, Ctrl-C twice to stop at once")
+    click.echo(
+        f"broker {broker_id} started (group {group}, runner {runner}, protocols {','.join(config.protocols)}, "
+        f"root {ctx.layout.root}"
+        + (f", metrics on http://127.0.0.1:{metrics.port}/metrics" if metrics else "")
+        + "); SIGTERM or Ctrl-C for a controlled shutdown, Ctrl-C twice to stop at once"
+    )
     announced = False
     try:
         while not (worker.exited.is_set() or stop_now.is_set() or worker.failed.is_set()):
             if "at" in requested:
                 if not announced:
                     announced = True
-                    click.echo(f"broker {broker_id}: controlled shutdown requested; waiting for the controller to move "
-                               f"its tasks (up to {shutdown_timeout:g}s)")
+                    click.echo(
+                        f"broker {broker_id}: controlled shutdown requested; waiting for the controller to move "
+                        f"its tasks (up to {shutdown_timeout:g}s)"
+                    )
                 if time.monotonic() - requested["at"] > shutdown_timeout:
-                    click.echo(f"broker {broker_id}: controlled shutdown did not finish in {shutdown_timeout:g}s; stopping",
-                               err=True)
+                    click.echo(
+                        f"broker {broker_id}: controlled shutdown did not finish in {shutdown_timeout:g}s; stopping",
+                        err=True,
+                    )
                     break
             time.sleep(0.1)
     finally:

@@ -11,7 +11,7 @@ from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run
 from broker_sim.chaos import format_summary as format_chaos
 from broker_sim.sim.farm import FarmError
 from broker_sim.sim.simulator import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
-from cli.common import UserError
+from cli.common import Ctx, UserError
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS
 
 
@@ -27,44 +27,114 @@ BROKERS_PER_FARM = 25
 @sim.command("run")
 @click.option("--brokers", type=click.IntRange(1, 1000), default=3, show_default=True)
 @click.option("--tasks", type=click.IntRange(0, 100_000), default=30, show_default=True)
-@click.option("--protocol", type=click.Choice(list(PROTOCOLS)), default=COOPERATIVE, show_default=True,
-              help="reconcile: the controller places tasks and each broker reconciles alone (no join barrier)")
+@click.option(
+    "--protocol",
+    type=click.Choice(list(PROTOCOLS)),
+    default=COOPERATIVE,
+    show_default=True,
+    help="reconcile: the controller places tasks and each broker reconciles alone (no join barrier)",
+)
 @click.option("--assignor", default="cooperative-sticky", show_default=True)
 @click.option("--scenario", type=click.Choice(SCENARIOS), default="steady", show_default=True)
-@click.option("--restart-gap", "restart_gap", type=click.FloatRange(0, 3600), default=1.0, show_default=True,
-              help="seconds a bounced broker stays away")
+@click.option(
+    "--restart-gap",
+    "restart_gap",
+    type=click.FloatRange(0, 3600),
+    default=1.0,
+    show_default=True,
+    help="seconds a bounced broker stays away",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--start-latency", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="no-op task start latency (s)")
-@click.option("--stop-latency", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="no-op task stop latency (s)")
-@click.option("--session-timeout", type=click.FloatRange(2, 120), default=None,
-              help="ZooKeeper session of each broker, seconds [default: 6; 10 when the brokers are spread over farms, "
-                   "whose start (every broker taking its tasks at once) can keep ZooKeeper from answering for 5 s "
-                   "on a small machine]")
-@click.option("--scheduled-delay", type=click.FloatRange(0, 3600), default=0.0, show_default=True,
-              help="scheduled rebalance delay: a departed broker's tasks wait this long for it")
+@click.option(
+    "--start-latency", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="no-op task start latency (s)"
+)
+@click.option(
+    "--stop-latency", type=click.FloatRange(0, 60), default=0.0, show_default=True, help="no-op task stop latency (s)"
+)
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(2, 120),
+    default=None,
+    help="ZooKeeper session of each broker, seconds [default: 6; 10 when the brokers are spread over farms, "
+    "whose start (every broker taking its tasks at once) can keep ZooKeeper from answering for 5 s "
+    "on a small machine]",
+)
+@click.option(
+    "--scheduled-delay",
+    type=click.FloatRange(0, 3600),
+    default=0.0,
+    show_default=True,
+    help="scheduled rebalance delay: a departed broker's tasks wait this long for it",
+)
 @click.option("--static", "static", is_flag=True, help="static membership (instance id = broker id)")
 @click.option("--controlled-shutdown", is_flag=True, help="brokers leave by controlled shutdown in rolling bounces")
-@click.option("--intervals-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="write the recorded run intervals as JSON (for `zkctl timeline`)")
-@click.option("--farms", type=click.IntRange(0, 64), default=None,
-              help=f"broker farm processes to spread the brokers over (0: all in this process) "
-                   f"[default: 0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}]")
-@click.option("--metrics-interval", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
-              help="seconds between a task's metric-only status writes (at 100,000 tasks: 20,000 writes/s at 5 s)")
-@click.option("--converge-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
-              help="seconds the cluster may take to converge, at start and after each step")
-@click.option("--settle", type=click.FloatRange(0, 600), default=None,
-              help="seconds the converged cluster runs before the scenario, so that the step is measured from a "
-                   "steady cluster, not amid the first status writes of every task just started "
-                   "[default: 0; 2 when the brokers are spread over farms]")
-@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True,
-              help="take a one-step scenario's step this many times on the same cluster (put back, unmeasured, "
-                   "in between: the broker added shut down, the broker killed or shut down started again, a new "
-                   "standby controller); the summary gives each figure and their median")
+@click.option(
+    "--intervals-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the recorded run intervals as JSON (for `zkctl timeline`)",
+)
+@click.option(
+    "--farms",
+    type=click.IntRange(0, 64),
+    default=None,
+    help=f"broker farm processes to spread the brokers over (0: all in this process) "
+    f"[default: 0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}]",
+)
+@click.option(
+    "--metrics-interval",
+    type=click.FloatRange(0, 3600),
+    default=5.0,
+    show_default=True,
+    help="seconds between a task's metric-only status writes (at 100,000 tasks: 20,000 writes/s at 5 s)",
+)
+@click.option(
+    "--converge-timeout",
+    type=click.FloatRange(1, 3600),
+    default=60.0,
+    show_default=True,
+    help="seconds the cluster may take to converge, at start and after each step",
+)
+@click.option(
+    "--settle",
+    type=click.FloatRange(0, 600),
+    default=None,
+    help="seconds the converged cluster runs before the scenario, so that the step is measured from a "
+    "steady cluster, not amid the first status writes of every task just started "
+    "[default: 0; 2 when the brokers are spread over farms]",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="take a one-step scenario's step this many times on the same cluster (put back, unmeasured, "
+    "in between: the broker added shut down, the broker killed or shut down started again, a new "
+    "standby controller); the summary gives each figure and their median",
+)
 @click.pass_obj
-def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed, start_latency, stop_latency,
-            session_timeout, scheduled_delay, static, controlled_shutdown, intervals_out, farms,
-            metrics_interval, converge_timeout, settle, repeat) -> None:
+def sim_run(
+    ctx: Ctx,
+    brokers: int,
+    tasks: int,
+    protocol: str,
+    assignor: str,
+    scenario: str,
+    restart_gap: float,
+    seed: int,
+    start_latency: float,
+    stop_latency: float,
+    session_timeout: float | None,
+    scheduled_delay: float,
+    static: bool,
+    controlled_shutdown: bool,
+    intervals_out: Path | None,
+    farms: int | None,
+    metrics_interval: float,
+    converge_timeout: float,
+    settle: float | None,
+    repeat: int,
+) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
@@ -72,26 +142,42 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
     from controller.protocol.assignors import ASSIGNORS
 
     if repeat > 1 and scenario in ("steady", "rolling-bounce"):
-        raise click.BadParameter(f"--repeat applies to one-step scenarios; {scenario} is not one",
-                                 param_hint="--repeat")
+        raise click.BadParameter(
+            f"--repeat applies to one-step scenarios; {scenario} is not one", param_hint="--repeat"
+        )
 
     if assignor not in ASSIGNORS:
-        raise click.BadParameter(f"unknown assignor {assignor!r}; choose one of {', '.join(sorted(ASSIGNORS))}",
-                                 param_hint="--assignor")
+        raise click.BadParameter(
+            f"unknown assignor {assignor!r}; choose one of {', '.join(sorted(ASSIGNORS))}", param_hint="--assignor"
+        )
     root = click.get_current_context().find_root()
     given = root.get_parameter_source("hosts") not in (click.core.ParameterSource.DEFAULT, None)
     hosts = ctx.hosts if given else None
     n_farms = farms if farms is not None else (0 if brokers <= BROKERS_PER_FARM else -(-brokers // BROKERS_PER_FARM))
     if session_timeout is None:
         session_timeout = 10.0 if n_farms else 6.0
-    opts = SimOptions(brokers=brokers, tasks=tasks, protocol=protocol, assignor=assignor, scenario=scenario,
-                      restart_gap_s=restart_gap, seed=seed, start_latency_s=start_latency, stop_latency_s=stop_latency,
-                      session_timeout_s=session_timeout, scheduled_delay_s=scheduled_delay, static_membership=static,
-                      controlled_shutdown=controlled_shutdown, zk_hosts=hosts,
-                      intervals_out=str(intervals_out) if intervals_out else None,
-                      farms=n_farms,
-                      converge_timeout_s=converge_timeout, metrics_interval_s=metrics_interval,
-                      settle_s=settle if settle is not None else (2.0 if n_farms else 0.0), repeat=repeat)
+    opts = SimOptions(
+        brokers=brokers,
+        tasks=tasks,
+        protocol=protocol,
+        assignor=assignor,
+        scenario=scenario,
+        restart_gap_s=restart_gap,
+        seed=seed,
+        start_latency_s=start_latency,
+        stop_latency_s=stop_latency,
+        session_timeout_s=session_timeout,
+        scheduled_delay_s=scheduled_delay,
+        static_membership=static,
+        controlled_shutdown=controlled_shutdown,
+        zk_hosts=hosts,
+        intervals_out=str(intervals_out) if intervals_out else None,
+        farms=n_farms,
+        converge_timeout_s=converge_timeout,
+        metrics_interval_s=metrics_interval,
+        settle_s=settle if settle is not None else (2.0 if n_farms else 0.0),
+        repeat=repeat,
+    )
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:
         summary = run_simulation(opts, echo=echo)
@@ -110,38 +196,96 @@ def sim_run(ctx, brokers, tasks, protocol, assignor, scenario, restart_gap, seed
 
 @sim.command("chaos")
 @click.option("--seed", type=int, default=0, show_default=True, help="same seed (and options), same fault schedule")
-@click.option("--duration", type=click.FloatRange(1, 7 * 24 * 3600), default=60.0, show_default=True,
-              help="seconds during which faults start")
+@click.option(
+    "--duration",
+    type=click.FloatRange(1, 7 * 24 * 3600),
+    default=60.0,
+    show_default=True,
+    help="seconds during which faults start",
+)
 @click.option("--brokers", type=click.IntRange(2, 200), default=4, show_default=True)
 @click.option("--tasks", type=click.IntRange(1, 20_000), default=40, show_default=True)
 @click.option("--controllers", type=click.IntRange(1, 5), default=2, show_default=True, help="controller candidates")
-@click.option("--process-brokers", is_flag=True,
-              help="brokers and controllers as processes: kill -9 and SIGSTOP/SIGCONT are real")
+@click.option(
+    "--process-brokers", is_flag=True, help="brokers and controllers as processes: kill -9 and SIGSTOP/SIGCONT are real"
+)
 @click.option("--session-timeout", type=click.FloatRange(2, 60), default=4.0, show_default=True)
 @click.option("--rebalance-timeout", type=click.FloatRange(1, 600), default=8.0, show_default=True)
 @click.option("--scheduled-delay", type=click.FloatRange(0, 600), default=0.0, show_default=True)
-@click.option("--mean-gap", type=click.FloatRange(0.1, 3600), default=2.5, show_default=True,
-              help="mean seconds between fault starts")
-@click.option("--faults", "kinds", default=",".join(DEFAULT_FAULT_KINDS), show_default=True,
-              help=f"comma-separated fault kinds to draw from (also: {', '.join(sorted(set(FAULT_KINDS) - set(DEFAULT_FAULT_KINDS)))})")
-@click.option("--pipelines", type=click.IntRange(0, 50), default=0, show_default=True,
-              help="streaming file pipelines on the spark runner (needs --process-brokers): sinks must hold every "
-                   "generated record exactly once")
-@click.option("--records", type=click.IntRange(1, 10_000_000), default=3000, show_default=True,
-              help="records generated per pipeline while the faults run")
+@click.option(
+    "--mean-gap",
+    type=click.FloatRange(0.1, 3600),
+    default=2.5,
+    show_default=True,
+    help="mean seconds between fault starts",
+)
+@click.option(
+    "--faults",
+    "kinds",
+    default=",".join(DEFAULT_FAULT_KINDS),
+    show_default=True,
+    help=f"comma-separated fault kinds to draw from (also: {', '.join(sorted(set(FAULT_KINDS) - set(DEFAULT_FAULT_KINDS)))})",
+)
+@click.option(
+    "--pipelines",
+    type=click.IntRange(0, 50),
+    default=0,
+    show_default=True,
+    help="streaming file pipelines on the spark runner (needs --process-brokers): sinks must hold every "
+    "generated record exactly once",
+)
+@click.option(
+    "--records",
+    type=click.IntRange(1, 10_000_000),
+    default=3000,
+    show_default=True,
+    help="records generated per pipeline while the faults run",
+)
 @click.option("--spark-master", default="local[1]", show_default=True, help="Spark master of the broker processes")
 @click.option("--max-moves", type=click.IntRange(1), default=None, help="a move throttle for the run: moves in flight")
-@click.option("--max-moves-per-broker", type=click.IntRange(1), default=None,
-              help="a move throttle for the run: moves starting on one broker")
-@click.option("--protocol", type=click.Choice(list(PROTOCOLS)), default=COOPERATIVE, show_default=True,
-              help="the brokers' group protocol")
+@click.option(
+    "--max-moves-per-broker",
+    type=click.IntRange(1),
+    default=None,
+    help="a move throttle for the run: moves starting on one broker",
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(list(PROTOCOLS)),
+    default=COOPERATIVE,
+    show_default=True,
+    help="the brokers' group protocol",
+)
 @click.option("--json", "json_flag", is_flag=True, help="print the summary as JSON (same as the global --json)")
-@click.option("--intervals-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="write the recorded run intervals as JSON (for `zkctl timeline`)")
+@click.option(
+    "--intervals-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="write the recorded run intervals as JSON (for `zkctl timeline`)",
+)
 @click.pass_obj
-def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers, session_timeout, rebalance_timeout,
-              scheduled_delay, mean_gap, kinds, pipelines, records, spark_master, max_moves, max_moves_per_broker,
-              protocol, json_flag, intervals_out) -> None:
+def sim_chaos(
+    ctx: Ctx,
+    seed: int,
+    duration: float,
+    brokers: int,
+    tasks: int,
+    controllers: int,
+    process_brokers: bool,
+    session_timeout: float,
+    rebalance_timeout: float,
+    scheduled_delay: float,
+    mean_gap: float,
+    kinds: str,
+    pipelines: int,
+    records: int,
+    spark_master: str,
+    max_moves: int | None,
+    max_moves_per_broker: int | None,
+    protocol: str,
+    json_flag: bool,
+    intervals_out: Path | None,
+) -> None:
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
 
     Faults: broker kill / session expiry / freeze / partition, controller kill / freeze, ZooKeeper
@@ -158,16 +302,32 @@ def sim_chaos(ctx, seed, duration, brokers, tasks, controllers, process_brokers,
     chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
     unknown = [k for k in chosen if k not in FAULT_KINDS]
     if unknown or not chosen:
-        raise click.BadParameter(f"unknown fault kind(s) {unknown}; choose from {', '.join(FAULT_KINDS)}",
-                                 param_hint="--faults")
+        raise click.BadParameter(
+            f"unknown fault kind(s) {unknown}; choose from {', '.join(FAULT_KINDS)}", param_hint="--faults"
+        )
     root = click.get_current_context().find_root()
     given = root.get_parameter_source("hosts") not in (click.core.ParameterSource.DEFAULT, None)
-    opts = ChaosOptions(seed=seed, duration_s=duration, brokers=brokers, tasks=tasks, controllers=controllers,
-                        process_brokers=process_brokers, session_timeout_s=session_timeout,
-                        rebalance_timeout_s=rebalance_timeout, scheduled_delay_s=scheduled_delay, mean_gap_s=mean_gap,
-                        kinds=chosen, zk_hosts=ctx.hosts if given else None, pipelines=pipelines, records=records,
-                        spark_master=spark_master, max_moves=max_moves, max_moves_per_broker=max_moves_per_broker,
-                        intervals_out=str(intervals_out) if intervals_out else None, protocol=protocol)
+    opts = ChaosOptions(
+        seed=seed,
+        duration_s=duration,
+        brokers=brokers,
+        tasks=tasks,
+        controllers=controllers,
+        process_brokers=process_brokers,
+        session_timeout_s=session_timeout,
+        rebalance_timeout_s=rebalance_timeout,
+        scheduled_delay_s=scheduled_delay,
+        mean_gap_s=mean_gap,
+        kinds=chosen,
+        zk_hosts=ctx.hosts if given else None,
+        pipelines=pipelines,
+        records=records,
+        spark_master=spark_master,
+        max_moves=max_moves,
+        max_moves_per_broker=max_moves_per_broker,
+        intervals_out=str(intervals_out) if intervals_out else None,
+        protocol=protocol,
+    )
     as_json = ctx.json_out or json_flag
     try:
         summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)

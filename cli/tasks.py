@@ -37,8 +37,14 @@ def id_summary(ids: Sequence[str], limit: int = SCREENFUL_IDS) -> str:
 
 
 @task.command("create")
-@click.option("-f", "--file", "spec_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="YAML or JSON file with one task spec or a list of them")
+@click.option(
+    "-f",
+    "--file",
+    "spec_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML or JSON file with one task spec or a list of them",
+)
 @click.option("--dry-run", is_flag=True, help="validate everything, write nothing")
 @pass_ctx
 def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
@@ -52,11 +58,19 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
     result = ctx.admin().create_tasks(specs, dry_run=dry_run)
     lines = []
     if dry_run:
-        lines.append(f"Dry run: {len(result.tasks)} task spec{'s' if len(result.tasks) != 1 else ''} valid, nothing written")
-        lines.append(table(["ID", "GROUP", "STATE", "KIND", "WEIGHT"],
-                           [[s["id"], s["group"], s["state"], s["pipeline"]["kind"], s["weight"]] for s in result.specs]))
+        lines.append(
+            f"Dry run: {len(result.tasks)} task spec{'s' if len(result.tasks) != 1 else ''} valid, nothing written"
+        )
+        lines.append(
+            table(
+                ["ID", "GROUP", "STATE", "KIND", "WEIGHT"],
+                [[s["id"], s["group"], s["state"], s["pipeline"]["kind"], s["weight"]] for s in result.specs],
+            )
+        )
     else:
-        lines.append(f"Created {len(result.tasks)} task{'s' if len(result.tasks) != 1 else ''}: {id_summary(result.tasks)}")
+        lines.append(
+            f"Created {len(result.tasks)} task{'s' if len(result.tasks) != 1 else ''}: {id_summary(result.tasks)}"
+        )
     lines += [f"note: {n}" for n in result.notes if not n.startswith("dry run")]
     ctx.emit(to_dict(result), "\n".join(lines))
 
@@ -65,12 +79,17 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
 @click.option("--group", default=None, shell_complete=complete_names("group"), help="only this group's tasks")
 @click.option("--state", default=None, help="only tasks whose spec state or shown status is this (e.g. FAILED)")
 @click.option("--broker", default=None, shell_complete=complete_names("broker"), help="only tasks this broker owns")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
-              help="one page of at most N tasks, read at the source (bucket order); prints the next cursor")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="one page of at most N tasks, read at the source (bucket order); prints the next cursor",
+)
 @click.option("--cursor", default=None, help="the page after this cursor (printed by the previous page)")
 @pass_ctx
-def task_list(ctx: Ctx, group: str | None, state: str | None, broker: str | None, limit: int | None,
-              cursor: str | None) -> None:
+def task_list(
+    ctx: Ctx, group: str | None, state: str | None, broker: str | None, limit: int | None, cursor: str | None
+) -> None:
     """Tasks: spec state, owner, and what the owner reports. All of them sorted by id, or with --limit one
     page that reads only the tasks it shows (and, filtered, those it skips)."""
     next_cursor = None
@@ -82,8 +101,11 @@ def task_list(ctx: Ctx, group: str | None, state: str | None, broker: str | None
             return
     else:
         wanted = state.upper() if state else None
-        rows = [r for r in ctx.admin().list_tasks(group=group)
-                if (wanted is None or wanted in (r.state, r.status, r.shown)) and (broker is None or r.owner == broker)]
+        rows = [
+            r
+            for r in ctx.admin().list_tasks(group=group)
+            if (wanted is None or wanted in (r.state, r.status, r.shown)) and (broker is None or r.owner == broker)
+        ]
         if ctx.json_out:
             ctx.emit(to_dict(rows))
             return
@@ -91,13 +113,24 @@ def task_list(ctx: Ctx, group: str | None, state: str | None, broker: str | None
         click.echo("No tasks.")
     else:
         now = time.time()
-        click.echo(table(
-            ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
-            [[r.task_id, r.group, (r.state or "INVALID") + (" (deleting)" if r.deleting else ""), r.kind, r.owner,
-              r.owner_generation,
-              shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
-              clip(r.error or r.invalid, 50)]
-             for r in rows]))
+        click.echo(
+            table(
+                ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
+                [
+                    [
+                        r.task_id,
+                        r.group,
+                        (r.state or "INVALID") + (" (deleting)" if r.deleting else ""),
+                        r.kind,
+                        r.owner,
+                        r.owner_generation,
+                        shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
+                        clip(r.error or r.invalid, 50),
+                    ]
+                    for r in rows
+                ],
+            )
+        )
     if next_cursor is not None:
         click.echo(f"next page: --cursor {next_cursor}")
 
@@ -106,8 +139,14 @@ def _ago(t: float | None, now: float) -> str:
     return "?" if t is None else f"{max(0.0, now - t):.0f}s"
 
 
-def shown_status(shown: str | None, reported: str | None, broker: str | None, updated: float | None,
-                 unassigned_since: float | None, now: float) -> str | None:
+def shown_status(
+    shown: str | None,
+    reported: str | None,
+    broker: str | None,
+    updated: float | None,
+    unassigned_since: float | None,
+    now: float,
+) -> str | None:
     """STALE and UNASSIGNED say what they stand for: the last report and its age, how long nobody held it."""
     if shown == "UNASSIGNED":
         return f"UNASSIGNED {_ago(unassigned_since, now)}"
@@ -131,18 +170,32 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
     rows = [
         ("Task", d.task_id),
         ("Group", spec.get("group", "-")),
-        ("State", f"{spec.get('state', 'INVALID')}  (spec version {d.spec_version}, restart nonce {spec.get('restart_nonce', '-')})"
-         + ("  DELETING" if d.deleting else "")),
+        (
+            "State",
+            f"{spec.get('state', 'INVALID')}  (spec version {d.spec_version}, restart nonce {spec.get('restart_nonce', '-')})"
+            + ("  DELETING" if d.deleting else ""),
+        ),
         ("Pipeline", (spec.get("pipeline") or {}).get("kind", "-")),
         ("Weight", spec.get("weight", "-")),
         ("Created", when(d.created)),
-        ("Owner", f"{owner.get('broker')} (generation {owner.get('generation')}, since {when(owner.get('since'))})"
-         if owner else "none"),
-        ("Status", (f"{d.shown}: " if d.shown in ("STALE", "UNASSIGNED") else "")
-         + (f"last reported {status['state']} by {status['broker']} (session {status.get('session') or '?'}, "
-            f"failures {status['failures']}, updated {when(status['updated'])})" if status else "nothing reported")
-         + ("; that session no longer holds the task" if d.status_stale else "")
-         + (f"; nobody holds it, for {_ago(d.unassigned_since, time.time())}" if d.unassigned_since else "")),
+        (
+            "Owner",
+            f"{owner.get('broker')} (generation {owner.get('generation')}, since {when(owner.get('since'))})"
+            if owner
+            else "none",
+        ),
+        (
+            "Status",
+            (f"{d.shown}: " if d.shown in ("STALE", "UNASSIGNED") else "")
+            + (
+                f"last reported {status['state']} by {status['broker']} (session {status.get('session') or '?'}, "
+                f"failures {status['failures']}, updated {when(status['updated'])})"
+                if status
+                else "nothing reported"
+            )
+            + ("; that session no longer holds the task" if d.status_stale else "")
+            + (f"; nobody holds it, for {_ago(d.unassigned_since, time.time())}" if d.unassigned_since else ""),
+        ),
         ("Restarts", restart_line(d.restart)),
         ("Last error", clip(d.last_error, 200)),
     ]
@@ -165,14 +218,18 @@ def restart_line(r: RestartProgress | None) -> str:
     """The restart policy and how much of it the failures so far have used."""
     if r is None:
         return "-"
-    policy = (f"up to {r.max_attempts} automatic restart{'s' if r.max_attempts != 1 else ''}, backoff "
-              f"{r.backoff_initial_s:g}s doubling to {r.backoff_max_s:g}s")
+    policy = (
+        f"up to {r.max_attempts} automatic restart{'s' if r.max_attempts != 1 else ''}, backoff "
+        f"{r.backoff_initial_s:g}s doubling to {r.backoff_max_s:g}s"
+    )
     if r.gave_up:
         used = f"gave up after {r.failures} failure{'s' if r.failures != 1 else ''}: FAILED until `zkctl task restart`"
     elif r.next_delay_s is not None:
         used = f"{r.attempts} used after {r.failures} failure{'s' if r.failures != 1 else ''} (this one after {r.next_delay_s:g}s)"
     else:
-        used = f"{r.attempts} used" + (f" after {r.failures} failure{'s' if r.failures != 1 else ''}" if r.failures else "")
+        used = f"{r.attempts} used" + (
+            f" after {r.failures} failure{'s' if r.failures != 1 else ''}" if r.failures else ""
+        )
     return f"{policy}; {used}"
 
 
@@ -186,13 +243,17 @@ def task_delete(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
     with waiting(f"waiting for {task_id} to be revoked and deleted", timeout, "deleted", wait, ctx.json_out) as p:
         req = ctx.admin().delete_task(task_id, wait=timeout if wait else 0.0, progress=p)
     if wait and not req.done:
-        raise UserError(f"task {task_id} was not deleted within {timeout:g}s"
-                        + (f" ({req.notes[0]})" if req.notes else "; the request stays pending"))
+        raise UserError(
+            f"task {task_id} was not deleted within {timeout:g}s"
+            + (f" ({req.notes[0]})" if req.notes else "; the request stays pending")
+        )
     if req.done:
         human = f"Task {task_id} deleted"
     else:
-        human = (f"Deletion of {task_id} {'already ' if req.already_pending else ''}requested: "
-                 "the controller revokes it, waits for its owner to stop, then deletes it")
+        human = (
+            f"Deletion of {task_id} {'already ' if req.already_pending else ''}requested: "
+            "the controller revokes it, waits for its owner to stop, then deletes it"
+        )
     ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
 
 
@@ -241,8 +302,10 @@ def task_restart(ctx: Ctx, task_id: str | None, failed: bool, group: str | None)
     where = f" in group {group}" if group else ""
     names = [c.task_id for c in result.restarted]
     if names:
-        lines = [f"Restarted {len(names)} FAILED task{'s' if len(names) != 1 else ''}{where}: {', '.join(names)}"
-                 + (f" ({result.multis} multis)" if result.multis > 1 else "")]
+        lines = [
+            f"Restarted {len(names)} FAILED task{'s' if len(names) != 1 else ''}{where}: {', '.join(names)}"
+            + (f" ({result.multis} multis)" if result.multis > 1 else "")
+        ]
     elif result.skipped:
         lines = [f"No FAILED task{where} could be restarted"]
     else:
@@ -262,7 +325,13 @@ def task_schema_cmd(ctx: Ctx) -> None:
 
 @task.command("reassign")
 @click.argument("task_id", shell_complete=complete_names("task"))
-@click.option("--to", "to", required=True, shell_complete=complete_names("broker"), help="the live broker (of the task's group) to move it to")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    shell_complete=complete_names("broker"),
+    help="the live broker (of the task's group) to move it to",
+)
 @click.option("--wait", is_flag=True, help=WAIT_HELP)
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
 @pass_ctx

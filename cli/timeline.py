@@ -13,8 +13,13 @@ from controller.admin import to_dict
 @click.command("timeline")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="image to write (PNG)")
 @click.option("--from-zk", is_flag=True, help="the intervals workers flushed to /intervals/<broker>")
-@click.option("--intervals", "intervals_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="a JSON list of run intervals (as the simulator writes)")
+@click.option(
+    "--intervals",
+    "intervals_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="a JSON list of run intervals (as the simulator writes)",
+)
 @click.option("--title", default=None)
 @pass_ctx
 def timeline(ctx: Ctx, out: Path, from_zk: bool, intervals_file: Path | None, title: str | None) -> None:
@@ -25,7 +30,7 @@ def timeline(ctx: Ctx, out: Path, from_zk: bool, intervals_file: Path | None, ti
     if from_zk == (intervals_file is not None):
         raise click.UsageError("give exactly one of --from-zk and --intervals FILE")
     try:
-        if from_zk:  # a dead session's open run ends when the session did, not "now"
+        if intervals_file is None:  # --from-zk: a dead session's open run ends when the session did, not "now"
             intervals = close_ended_sessions(ctx.client(), ctx.layout, ctx.admin().intervals())
         else:
             intervals = load_intervals(intervals_file)
@@ -36,5 +41,8 @@ def timeline(ctx: Ctx, out: Path, from_zk: bool, intervals_file: Path | None, ti
         raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
-    ctx.emit(to_dict(summary), f"Wrote {summary.out}: {summary.tasks} tasks, {summary.brokers} brokers, {summary.intervals} runs "
-             f"over {summary.span_s:.1f}s (idle gaps {summary.gap_s:.1f}s, double ownership {summary.overlaps})")
+    ctx.emit(
+        to_dict(summary),
+        f"Wrote {summary.out}: {summary.tasks} tasks, {summary.brokers} brokers, {summary.intervals} runs "
+        f"over {summary.span_s:.1f}s (idle gaps {summary.gap_s:.1f}s, double ownership {summary.overlaps})",
+    )

@@ -54,6 +54,26 @@ from broker_sim.chaos.schedule import (
 from broker_sim.chaos.sinks import committed_files, pipeline_spec, sink_ids
 from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict, format_summary
 
-__all__ = ["ChaosOptions", "ChaosRun", "ChaosSummary", "DEFAULT_FAULT_KINDS", "EXCLUSIVE", "FAULT_KINDS", "Fault", "GROUP",
-           "JournalRunner", "Sample", "Verdict", "broker_id", "committed_files", "format_summary", "left_out",
-           "make_schedule", "pipeline_spec", "read_journal", "run_chaos", "sink_ids", "task_id"]
+__all__ = [
+    "ChaosOptions",
+    "ChaosRun",
+    "ChaosSummary",
+    "DEFAULT_FAULT_KINDS",
+    "EXCLUSIVE",
+    "FAULT_KINDS",
+    "Fault",
+    "GROUP",
+    "JournalRunner",
+    "Sample",
+    "Verdict",
+    "broker_id",
+    "committed_files",
+    "format_summary",
+    "left_out",
+    "make_schedule",
+    "pipeline_spec",
+    "read_journal",
+    "run_chaos",
+    "sink_ids",
+    "task_id",
+]

@@ -95,8 +95,11 @@ class Checks:
         if deleting:
             problems.append(f"{len(deleting)} deletions pending")
         brokers = sorted(c.get_children(lay.broker_ids))
-        sessions = {b: st.ephemeralOwner for b, st in zip(brokers, exists_many(c, [lay.broker(b) for b in brokers]))
-                    if st is not None}
+        sessions = {
+            b: st.ephemeralOwner
+            for b, st in zip(brokers, exists_many(c, [lay.broker(b) for b in brokers]))
+            if st is not None
+        }
         specs = get_many(c, [lay.task(t) for t in tasks])
         owners = get_many(c, [lay.task_owner(t) for t in tasks])
         statuses = get_many(c, [lay.status(t) for t in tasks])
@@ -140,7 +143,9 @@ class Checks:
             problems.append(f"running but not expected: {extra[:5]}")
         return problems
 
-    def sinks(self, pipes: dict[str, tuple[Path, Path]], gens: dict[str, Any]) -> tuple[dict[str, dict[str, int]], Verdict]:
+    def sinks(
+        self, pipes: dict[str, tuple[Path, Path]], gens: dict[str, Any]
+    ) -> tuple[dict[str, dict[str, int]], Verdict]:
         """Invariant 5: once the generators are done, every sink holds every record exactly once."""
         o = self.run.copts
         deadline = time.monotonic() + o.sink_timeout_s
@@ -183,7 +188,13 @@ class Checks:
         while missing and time.monotonic() < until:
             time.sleep(0.2)
             missing = missing_now()
-        details = [f"{b}: halted {n}x, " + ("back" if b not in missing else "NOT back in the group")
-                   for b, n in sorted(run.halts.items())]
-        return Verdict(6, "every broker that halted at its fence deadline is restarted and back in the group",
-                       not missing, details[:10])
+        details = [
+            f"{b}: halted {n}x, " + ("back" if b not in missing else "NOT back in the group")
+            for b, n in sorted(run.halts.items())
+        ]
+        return Verdict(
+            6,
+            "every broker that halted at its fence deadline is restarted and back in the group",
+            not missing,
+            details[:10],
+        )

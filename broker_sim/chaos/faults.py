@@ -1,6 +1,7 @@
 """Fault injection: how each fault kind of the schedule is begun against the run's brokers, controllers
-and ZooKeeper, and what ends it. ``INJECTORS`` is the table of kinds, one entry each: a new kind (or a new
-target) is one function and one entry here; the player, the schedule's timing and the checks do not change.
+and ZooKeeper, and what ends it. ``INJECTORS`` is the table of kinds, one entry each: a new kind is one
+function and one entry here (and, in ``schedule``, its weight and how long it lasts); the player and the
+checks do not change.
 
 An injector receives the run through ``ChaosCluster``, the few parts of it a fault reaches, begins its
 fault and returns what ends it (called ``duration`` later), or None when nothing is left to undo."""

@@ -93,8 +93,11 @@ def read_journal(path: Path, broker: str, died_at: float | None) -> list[RunInte
             open_[rec["t"]] = rec["ts"]
         elif rec["e"] == "stop" and rec["t"] in open_:
             start = open_.pop(rec["t"])
-            out.append(RunInterval(task_id=rec["t"], broker=broker, start=start, end=rec["ts"],
-                                   acquired=start, released=rec["ts"]))
+            out.append(
+                RunInterval(
+                    task_id=rec["t"], broker=broker, start=start, end=rec["ts"], acquired=start, released=rec["ts"]
+                )
+            )
     for t, start in open_.items():
         out.append(RunInterval(task_id=t, broker=broker, start=start, end=died_at, acquired=start, released=died_at))
     return out
@@ -119,16 +122,27 @@ def broker_main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = settings_from_env(hosts=a.zk, root=a.root, session_timeout_s=a.session_timeout)
-    config = WorkerConfig(broker_id=a.id, settings=settings, protocols=protocols_for(a.protocol), status_interval_s=0.5,
-                          intervals_flush_s=2.0)
+    config = WorkerConfig(
+        broker_id=a.id,
+        settings=settings,
+        protocols=protocols_for(a.protocol),
+        status_interval_s=0.5,
+        intervals_flush_s=2.0,
+    )
     inner: TaskRunner | None = None
     if a.runner == "spark":
         from broker_sim.runners.spark import SparkRunner
 
-        inner = SparkRunner(spark_master=a.spark_master, checkpoint_root=a.checkpoint_root,
-                            spark_conf={"spark.driver.memory": "512m", "spark.sql.shuffle.partitions": "1",
-                                        "spark.ui.enabled": "false",
-                                        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"})
+        inner = SparkRunner(
+            spark_master=a.spark_master,
+            checkpoint_root=a.checkpoint_root,
+            spark_conf={
+                "spark.driver.memory": "512m",
+                "spark.sql.shuffle.partitions": "1",
+                "spark.ui.enabled": "false",
+                "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            },
+        )
     runner = JournalRunner(a.journal, inner)
     worker = Worker(config, runner=runner)
     stop_now = threading.Event()
@@ -152,8 +166,9 @@ class ChaosProcess:
         self.name = name  # the child leads its own process group: signals reach it and what it started (a JVM)
         self.log_path = log_path
         with open(log_path, "ab") as out:
-            self.popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, env=env)
+            self.popen = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+            )
         self.frozen = False
         self.stopping = False  # the harness ends it (a kill or a bounce): its exit is the fault's, not a halt
 
@@ -213,4 +228,3 @@ def zkctl_command() -> list[str]:
         return [str(exe)]
     found = shutil.which("zkctl")
     return [found] if found else [sys.executable, "-m", "cli.main"]
-

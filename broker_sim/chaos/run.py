@@ -42,12 +42,22 @@ class ChaosRun(Simulation):
     ``checks`` watch the live cluster and ``verdicts`` judge what was recorded."""
 
     def __init__(self, opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) -> None:
-        super().__init__(SimOptions(brokers=opts.brokers, tasks=opts.tasks, session_timeout_s=opts.session_timeout_s,
-                                    rebalance_timeout_s=opts.rebalance_timeout_s,
-                                    scheduled_delay_s=opts.scheduled_delay_s, zk_hosts=opts.zk_hosts, root=opts.root,
-                                    seed=opts.seed, use_proxies=True, converge_timeout_s=opts.convergence_bound_s,
-                                    protocol=opts.protocol),
-                         echo)
+        super().__init__(
+            SimOptions(
+                brokers=opts.brokers,
+                tasks=opts.tasks,
+                session_timeout_s=opts.session_timeout_s,
+                rebalance_timeout_s=opts.rebalance_timeout_s,
+                scheduled_delay_s=opts.scheduled_delay_s,
+                zk_hosts=opts.zk_hosts,
+                root=opts.root,
+                seed=opts.seed,
+                use_proxies=True,
+                converge_timeout_s=opts.convergence_bound_s,
+                protocol=opts.protocol,
+            ),
+            echo,
+        )
         self.copts = opts
         self.schedule = make_schedule(opts)
         self.checks = Checks(self)
@@ -89,16 +99,38 @@ class ChaosRun(Simulation):
         proxy = self._proxy(cid, self.ctl_proxies)
         o = self.copts
         if o.process_brokers:
-            cmd = zkctl_command() + ["--zk", proxy.address, "--zk-root", self.root, "controller", "run", "--id", cid,
-                              "--rebalance-timeout", str(o.rebalance_timeout_s), "--scheduled-delay",
-                              str(o.scheduled_delay_s), "--session-timeout", str(o.session_timeout_s)]
+            cmd = zkctl_command() + [
+                "--zk",
+                proxy.address,
+                "--zk-root",
+                self.root,
+                "controller",
+                "run",
+                "--id",
+                cid,
+                "--rebalance-timeout",
+                str(o.rebalance_timeout_s),
+                "--scheduled-delay",
+                str(o.scheduled_delay_s),
+                "--session-timeout",
+                str(o.session_timeout_s),
+            ]
             self.ctl_procs[cid] = ChaosProcess(cid, cmd, Path(self.tmp.name) / f"{cid}.log")
         else:
-            cfg = ControllerConfig(cid, ZkSettings(hosts=proxy.address, root=self.root,
-                                                   session_timeout_s=o.session_timeout_s, auth=self.settings().auth),
-                                   GroupConfig(rebalance_timeout_s=o.rebalance_timeout_s,
-                                               scheduled_rebalance_delay_s=o.scheduled_delay_s,
-                                               default_assignor="cooperative-sticky"))
+            cfg = ControllerConfig(
+                cid,
+                ZkSettings(
+                    hosts=proxy.address,
+                    root=self.root,
+                    session_timeout_s=o.session_timeout_s,
+                    auth=self.settings().auth,
+                ),
+                GroupConfig(
+                    rebalance_timeout_s=o.rebalance_timeout_s,
+                    scheduled_rebalance_delay_s=o.scheduled_delay_s,
+                    default_assignor="cooperative-sticky",
+                ),
+            )
             self.controllers.append(Controller(cfg).start())
         return cid
 
@@ -115,12 +147,33 @@ class ChaosRun(Simulation):
         self._incarnation[bid] += 1
         journal = Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.journal"
         self.journals.setdefault(bid, []).append(journal)
-        cmd = [sys.executable, "-m", "broker_sim.chaos", "broker", "--id", bid, "--zk", proxy.address, "--root",
-               self.root, "--session-timeout", str(self.copts.session_timeout_s), "--journal", str(journal),
-               "--protocol", self.copts.protocol]
+        cmd = [
+            sys.executable,
+            "-m",
+            "broker_sim.chaos",
+            "broker",
+            "--id",
+            bid,
+            "--zk",
+            proxy.address,
+            "--root",
+            self.root,
+            "--session-timeout",
+            str(self.copts.session_timeout_s),
+            "--journal",
+            str(journal),
+            "--protocol",
+            self.copts.protocol,
+        ]
         if self.copts.pipelines:
-            cmd += ["--runner", "spark", "--spark-master", self.copts.spark_master, "--checkpoint-root",
-                    str(Path(self.tmp.name) / "checkpoints")]
+            cmd += [
+                "--runner",
+                "spark",
+                "--spark-master",
+                self.copts.spark_master,
+                "--checkpoint-root",
+                str(Path(self.tmp.name) / "checkpoints"),
+            ]
         self.broker_procs[bid] = ChaosProcess(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
 
     def broker_gone(self, bid: str, died_at: float | None) -> None:
@@ -138,7 +191,9 @@ class ChaosRun(Simulation):
             return Counter(t for w in self.workers.values() for t in w.running_tasks())
         with self._procs_lock:
             journals = [(bid, self.journals[bid][-1]) for bid in self.broker_procs]
-        return Counter(i.task_id for bid, journal in journals for i in read_journal(journal, bid, None) if i.end is None)
+        return Counter(
+            i.task_id for bid, journal in journals for i in read_journal(journal, bid, None) if i.end is None
+        )
 
     def all_run_intervals(self) -> list[RunInterval]:
         """Every run interval of the run: the workers' own, or the process brokers' journals (those still
@@ -230,23 +285,38 @@ class ChaosRun(Simulation):
         if o.intervals_out:
             Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
         v4, longest = verdicts.stable_within_bound(samples, played.faults_end, o.stable_bound_s)
-        found = [verdicts.no_two_running_owners(intervals),
-                 verdicts.converged(converge_s, last_problems, o.hold_s, o.convergence_bound_s),
-                 verdicts.epoch_and_generations_only_grow(samples), v4,
-                 *self._optional_verdicts(intervals, v5, phase_wall0)]
+        found = [
+            verdicts.no_two_running_owners(intervals),
+            verdicts.converged(converge_s, last_problems, o.hold_s, o.convergence_bound_s),
+            verdicts.epoch_and_generations_only_grow(samples),
+            v4,
+            *self._optional_verdicts(intervals, v5, phase_wall0),
+        ]
         generations = [s.generation for s in samples if s.generation is not None]
         epochs = sorted({s.epoch for s in samples if s.epoch is not None})
         return ChaosSummary(
-            seed=o.seed, process_brokers=o.process_brokers, brokers=o.brokers, tasks_initial=o.tasks,
-            tasks_final=len(list_tasks(self.admin, self.layout)), duration_s=o.duration_s,
+            seed=o.seed,
+            process_brokers=o.process_brokers,
+            brokers=o.brokers,
+            tasks_initial=o.tasks,
+            tasks_final=len(list_tasks(self.admin, self.layout)),
+            duration_s=o.duration_s,
             schedule=[f.describe().strip() for f in self.schedule],
-            faults_injected=dict(sorted(played.injected.items())), faults_failed=played.failed,
+            faults_injected=dict(sorted(played.injected.items())),
+            faults_failed=played.failed,
             rebalances=(max(generations) - gen0) if generations else 0,
             controller_epochs=[epochs[0], epochs[-1]] if epochs else [],
             converge_s=None if converge_s is None else round(converge_s, 3),
-            convergence_bound_s=o.convergence_bound_s, longest_unstable_s=round(longest, 3),
-            stable_bound_s=o.stable_bound_s, intervals=len(intervals), samples=len(samples), verdicts=found,
-            wall_s=round(time.monotonic() - wall0, 3), pipelines=pipeline_figures, halts=dict(sorted(self.halts.items())))
+            convergence_bound_s=o.convergence_bound_s,
+            longest_unstable_s=round(longest, 3),
+            stable_bound_s=o.stable_bound_s,
+            intervals=len(intervals),
+            samples=len(samples),
+            verdicts=found,
+            wall_s=round(time.monotonic() - wall0, 3),
+            pipelines=pipeline_figures,
+            halts=dict(sorted(self.halts.items())),
+        )
 
     def _start_cluster(self) -> dict[str, tuple[Path, Path]]:
         """Tasks, pipelines, controllers and brokers, the sampler and the supervisor; returns once every task
@@ -260,9 +330,10 @@ class ChaosRun(Simulation):
             self.new_controller()
         for i in range(o.brokers):
             self.new_broker(broker_id(i))
-        self._threads = [threading.Thread(target=self.checks.sample_loop, args=(self._sampling,), name="chaos-sampler",
-                                          daemon=True),
-                         threading.Thread(target=self._supervise_loop, name="chaos-supervisor", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self.checks.sample_loop, args=(self._sampling,), name="chaos-sampler", daemon=True),
+            threading.Thread(target=self._supervise_loop, name="chaos-supervisor", daemon=True),
+        ]
         for t in self._threads:
             t.start()
         t0 = time.monotonic()
@@ -322,7 +393,9 @@ class ChaosRun(Simulation):
         pipes = {f"pipe-{i}": (base / f"in-{i}", base / f"out-{i}") for i in range(o.pipelines)}
         for src, _ in pipes.values():
             src.mkdir(parents=True, exist_ok=True)
-        AdminClient(self.admin, self.layout).create_tasks([pipeline_spec(t, src, out) for t, (src, out) in pipes.items()])
+        AdminClient(self.admin, self.layout).create_tasks(
+            [pipeline_spec(t, src, out) for t, (src, out) in pipes.items()]
+        )
         return pipes
 
     def _start_datagens(self, pipes: dict[str, tuple[Path, Path]]) -> dict[str, Any]:
@@ -330,8 +403,10 @@ class ChaosRun(Simulation):
 
         o = self.copts
         rate = max(1.0, o.records / max(1.0, 0.8 * o.duration_s))
-        return {t: Datagen(DatagenConfig(out_dir=str(src), records=o.records, rate=rate, batch=50)).start()
-                for t, (src, _) in pipes.items()}
+        return {
+            t: Datagen(DatagenConfig(out_dir=str(src), records=o.records, rate=rate, batch=50)).start()
+            for t, (src, _) in pipes.items()
+        }
 
     def close(self) -> None:
         self._sampling.set()
@@ -355,7 +430,9 @@ def run_chaos(opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) 
     if opts.pipelines and not opts.process_brokers:
         raise ValueError("streaming pipelines run on the spark runner in broker processes: use process brokers")
     with ChaosRun(opts, echo) as run:
-        echo(f"chaos seed {opts.seed}: {len(run.schedule)} faults over {opts.duration_s:.0f}s "
-             f"({'process' if opts.process_brokers else 'in-process'} brokers, {opts.brokers} brokers, "
-             f"{opts.tasks} tasks, session {opts.session_timeout_s:g}s, rebalance timeout {opts.rebalance_timeout_s:g}s)")
+        echo(
+            f"chaos seed {opts.seed}: {len(run.schedule)} faults over {opts.duration_s:.0f}s "
+            f"({'process' if opts.process_brokers else 'in-process'} brokers, {opts.brokers} brokers, "
+            f"{opts.tasks} tasks, session {opts.session_timeout_s:g}s, rebalance timeout {opts.rebalance_timeout_s:g}s)"
+        )
         return run.play()

@@ -6,17 +6,36 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-DEFAULT_FAULT_KINDS = ("kill-broker", "expire-broker", "freeze-broker", "partition-broker", "kill-controller",
-                       "freeze-controller", "zk-restart", "rolling-bounce", "task-storm")
+DEFAULT_FAULT_KINDS = (
+    "kill-broker",
+    "expire-broker",
+    "freeze-broker",
+    "partition-broker",
+    "kill-controller",
+    "freeze-controller",
+    "zk-restart",
+    "rolling-bounce",
+    "task-storm",
+)
 #: every kind; "wedged-stop" (a broker's runner stops hanging, as a wedged driver's, while ZooKeeper is cut off:
 #: the broker must halt at its fence deadline and be restarted) and "maintenance" (maintenance mode on for a
 #: while: nothing may move meanwhile) are drawn only when asked for
 FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop", "maintenance")
 
 
-_WEIGHTS = {"kill-broker": 3, "expire-broker": 2, "freeze-broker": 2, "partition-broker": 2, "kill-controller": 2,
-            "freeze-controller": 2, "zk-restart": 1, "rolling-bounce": 1, "task-storm": 2, "wedged-stop": 3,
-            "maintenance": 1}
+_WEIGHTS = {
+    "kill-broker": 3,
+    "expire-broker": 2,
+    "freeze-broker": 2,
+    "partition-broker": 2,
+    "kill-controller": 2,
+    "freeze-controller": 2,
+    "zk-restart": 1,
+    "rolling-bounce": 1,
+    "task-storm": 2,
+    "wedged-stop": 3,
+    "maintenance": 1,
+}
 
 
 EXCLUSIVE = ("zk-restart", "rolling-bounce")  # nothing else starts or ends while these run
@@ -28,28 +47,28 @@ GROUP = "default"
 @dataclass(frozen=True)
 class ChaosOptions:
     seed: int = 0
-    duration_s: float = 60.0           # faults start within this many seconds
+    duration_s: float = 60.0  # faults start within this many seconds
     brokers: int = 4
     tasks: int = 40
     controllers: int = 2
-    process_brokers: bool = False      # brokers and controllers as processes (kill -9, SIGSTOP are real)
+    process_brokers: bool = False  # brokers and controllers as processes (kill -9, SIGSTOP are real)
     session_timeout_s: float = 4.0
     rebalance_timeout_s: float = 8.0
     scheduled_delay_s: float = 0.0
-    mean_gap_s: float = 2.5            # mean time between fault starts (exponential)
+    mean_gap_s: float = 2.5  # mean time between fault starts (exponential)
     kinds: tuple[str, ...] = DEFAULT_FAULT_KINDS
-    zk_hosts: str | None = None        # an external ZooKeeper (then no zk-restart faults)
+    zk_hosts: str | None = None  # an external ZooKeeper (then no zk-restart faults)
     root: str | None = None
-    hold_s: float = 3.0                # invariant 2 must hold for this long once reached
+    hold_s: float = 3.0  # invariant 2 must hold for this long once reached
     sample_interval_s: float = 0.2
     intervals_out: str | None = None
-    pipelines: int = 0                 # streaming file pipelines on the spark runner (process brokers only)
-    records: int = 3000                # records the data generator writes per pipeline while faults run
+    pipelines: int = 0  # streaming file pipelines on the spark runner (process brokers only)
+    records: int = 3000  # records the data generator writes per pipeline while faults run
     spark_master: str = "local[1]"
-    sink_timeout_s: float = 300.0      # after the faults, how long the sinks may take to catch up
-    max_moves: int | None = None       # a move throttle for the run (settings max_moves, max_moves_per_broker)
+    sink_timeout_s: float = 300.0  # after the faults, how long the sinks may take to catch up
+    max_moves: int | None = None  # a move throttle for the run (settings max_moves, max_moves_per_broker)
     max_moves_per_broker: int | None = None
-    protocol: str = "cooperative"      # the brokers' protocol: cooperative (also eager), eager or reconcile
+    protocol: str = "cooperative"  # the brokers' protocol: cooperative (also eager), eager or reconcile
     #: kinds the harness cannot inject here (as a container the engine cannot freeze): never drawn
     leave_out: frozenset[str] = frozenset()
 
@@ -71,14 +90,14 @@ class ChaosOptions:
 
 @dataclass(frozen=True)
 class Fault:
-    at: float          # seconds after the fault phase began
+    at: float  # seconds after the fault phase began
     kind: str
-    target: str        # a broker id, "active" (the active controller), "zookeeper", "tasks", "all"
-    duration: float    # how long the fault lasts (the thing is back / healed after it)
-    create: int = 0    # task-storm: tasks created
+    target: str  # a broker id, "active" (the active controller), "zookeeper", "tasks", "all"
+    duration: float  # how long the fault lasts (the thing is back / healed after it)
+    create: int = 0  # task-storm: tasks created
     delete: tuple[str, ...] = ()  # task-storm: tasks whose deletion is requested
-    controlled: bool = False       # rolling-bounce: controlled shutdowns instead of plain stops
-    prefix: str = ""               # task-storm: ids of the created tasks are <prefix>-00000...
+    controlled: bool = False  # rolling-bounce: controlled shutdowns instead of plain stops
+    prefix: str = ""  # task-storm: ids of the created tasks are <prefix>-00000...
 
     def describe(self) -> str:
         extra = ""
@@ -108,7 +127,7 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
     weights = [_WEIGHTS[k] for k in kinds]
     brokers = [broker_id(i) for i in range(opts.brokers)]
     tasks = [task_id("task", i) for i in range(opts.tasks)]
-    busy: dict[str, float] = {}       # target -> free again at
+    busy: dict[str, float] = {}  # target -> free again at
     exclusive_until = 0.0
     faults: list[Fault] = []
     storms = 0
@@ -176,4 +195,3 @@ def broker_id(i: int) -> str:
 
 def task_id(prefix: str, i: int) -> str:
     return f"{prefix}-{i:05d}"
-

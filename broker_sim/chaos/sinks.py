@@ -41,7 +41,7 @@ def committed_files(sink: Path) -> list[Path]:
                 live[path] = None
     out = []
     for uri in live:
-        local = uri[len("file:"):] if uri.startswith("file:") else uri
+        local = uri[len("file:") :] if uri.startswith("file:") else uri
         while local.startswith("//"):
             local = local[1:]
         out.append(Path(local))
@@ -50,7 +50,7 @@ def committed_files(sink: Path) -> list[Path]:
 
 def sink_ids(sink: Path) -> list[int]:
     """Every ``id`` in the committed parquet files of a sink (duplicates kept: that is the point)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
 
     ids: list[int] = []
     for f in committed_files(sink):
@@ -62,9 +62,22 @@ def pipeline_spec(task: str, src: Path, out: Path) -> TaskSpec:
     from broker_sim.sim.datagen import SCHEMA_DDL
     from controller.protocol.taskspec import parse_spec
 
-    return parse_spec({"id": task, "pipeline": {
-        "kind": "spark", "mode": "streaming", "trigger": {"processing_time": "1 second"},
-        "source": {"type": "files", "format": "json", "path": str(src), "schema": SCHEMA_DDL, "max_files_per_trigger": 10},
-        "transform": {"sql": "SELECT id, key, value FROM input"},
-        "sink": {"type": "files", "format": "parquet", "path": str(out)}}})
-
+    return parse_spec(
+        {
+            "id": task,
+            "pipeline": {
+                "kind": "spark",
+                "mode": "streaming",
+                "trigger": {"processing_time": "1 second"},
+                "source": {
+                    "type": "files",
+                    "format": "json",
+                    "path": str(src),
+                    "schema": SCHEMA_DDL,
+                    "max_files_per_trigger": 10,
+                },
+                "transform": {"sql": "SELECT id, key, value FROM input"},
+                "sink": {"type": "files", "format": "parquet", "path": str(out)},
+            },
+        }
+    )

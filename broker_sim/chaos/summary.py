@@ -43,7 +43,9 @@ class ChaosSummary:
     samples: int
     verdicts: list[Verdict]
     wall_s: float
-    pipelines: dict[str, dict[str, int]] = field(default_factory=dict)  # per pipeline: expected, held, duplicates, missing
+    pipelines: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # per pipeline: expected, held, duplicates, missing
     halts: dict[str, int] = field(default_factory=dict)  # broker -> times it halted at its fence deadline
 
     @property
@@ -68,15 +70,16 @@ def format_summary(s: ChaosSummary) -> str:
         f"  converged          {'-' if s.converge_s is None else f'{s.converge_s:.2f}s'} after the last fault "
         f"(bound {s.convergence_bound_s:.0f}s)",
         f"  longest unstable   {s.longest_unstable_s:.2f}s (bound {s.stable_bound_s:.0f}s)",
-        f"  halted, restarted  {sum(s.halts.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in s.halts.items())})"
-                                                            if s.halts else ""),
+        f"  halted, restarted  {sum(s.halts.values())}"
+        + (f" ({', '.join(f'{k} {v}' for k, v in s.halts.items())})" if s.halts else ""),
     ]
     for v in s.verdicts:
         lines.append(f"  invariant {v.invariant} {'ok  ' if v.ok else 'FAIL'} {v.name}")
         lines += [f"      {d}" for d in v.details[:5]]
     for t, f in s.pipelines.items():
-        lines.append(f"  pipeline {t}: {f['held']} records held of {f['expected']}, {f['duplicates']} duplicates, "
-                     f"{f['missing']} missing")
+        lines.append(
+            f"  pipeline {t}: {f['held']} records held of {f['expected']}, {f['duplicates']} duplicates, "
+            f"{f['missing']} missing"
+        )
     lines.append("  verdict            " + ("OK" if s.ok else "VIOLATION"))
     return "\n".join(lines)
-

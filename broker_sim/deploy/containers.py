@@ -36,8 +36,16 @@ LABEL = "zkc.cluster"
 ROLE = "zkc.role"
 DEFAULT_IMAGE = "zkcontroller:latest"
 SESSION_S = 8.0
-CONTAINER_FAULTS = ("kill-broker", "crash-broker", "pause-broker", "restart-broker", "kill-controller",
-                    "crash-controller", "pause-controller", "restart-zk")
+CONTAINER_FAULTS = (
+    "kill-broker",
+    "crash-broker",
+    "pause-broker",
+    "restart-broker",
+    "kill-controller",
+    "crash-controller",
+    "pause-controller",
+    "restart-zk",
+)
 
 
 class ContainersUnavailable(ZkcError, RuntimeError):
@@ -57,7 +65,9 @@ def engine() -> Any:
         client = docker.from_env(timeout=120)
         client.ping()
     except Exception as exc:  # docker.errors.DockerException and connection errors alike
-        raise ContainersUnavailable(f"no Docker engine answers ({type(exc).__name__}); start one, or set DOCKER_HOST") from None
+        raise ContainersUnavailable(
+            f"no Docker engine answers ({type(exc).__name__}); start one, or set DOCKER_HOST"
+        ) from None
     return client
 
 
@@ -65,7 +75,9 @@ def project_dir() -> Path:
     """The source tree holding the Dockerfile (the image is built from it)."""
     root = Path(__file__).resolve().parents[2]
     if not (root / "Dockerfile").exists():
-        raise ContainersUnavailable(f"no Dockerfile next to the installed package ({root}); build from a source checkout")
+        raise ContainersUnavailable(
+            f"no Dockerfile next to the installed package ({root}); build from a source checkout"
+        )
     return root
 
 
@@ -80,8 +92,9 @@ def host_ca_bundle() -> str | None:
     return system if os.path.isfile(system) else None
 
 
-def build_image(tag: str = DEFAULT_IMAGE, base: str | None = None, ca_bundle: str | None = None,
-                echo: Callable[[str], None] = print) -> dict[str, Any]:
+def build_image(
+    tag: str = DEFAULT_IMAGE, base: str | None = None, ca_bundle: str | None = None, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Build the image (host networking, so the build reaches Debian's and PyPI's mirrors). ``ca_bundle``
     (default: ``host_ca_bundle()``) lets pip inside the build trust a TLS-intercepting proxy; it is in the
     build context only while the build runs, and not in the image."""
@@ -100,15 +113,21 @@ def build_image(tag: str = DEFAULT_IMAGE, base: str | None = None, ca_bundle: st
             image, logs = client.images.build(path=str(root), tag=tag, buildargs=args, network_mode="host", rm=True)
         except docker.errors.BuildError as exc:
             tail = [c.get("stream", c.get("error", "")).rstrip() for c in exc.build_log][-8:]
-            raise ContainersUnavailable(f"the image build failed: {exc.msg} | " + " | ".join(t for t in tail if t)) from None
+            raise ContainersUnavailable(
+                f"the image build failed: {exc.msg} | " + " | ".join(t for t in tail if t)
+            ) from None
     finally:
         staged.unlink(missing_ok=True)
     for chunk in logs:
         line = chunk.get("stream", "").rstrip()
         if line.startswith("Step "):
             echo(line)
-    return {"tag": tag, "id": image.short_id, "size_mb": round(image.attrs["Size"] / 1e6, 1),
-            "seconds": round(time.monotonic() - started, 1)}
+    return {
+        "tag": tag,
+        "id": image.short_id,
+        "size_mb": round(image.attrs["Size"] / 1e6, 1),
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 @dataclass(frozen=True)
@@ -121,7 +140,7 @@ class ClusterSpec:
     image: str = DEFAULT_IMAGE
     root: str = "/zkc"
     journal_dir: str | None = None  # chaos: brokers journal every start/stop here (host path)
-    data_dir: str | None = None     # a host directory the brokers mount as /data/checkpoints (else a volume)
+    data_dir: str | None = None  # a host directory the brokers mount as /data/checkpoints (else a volume)
 
     def __post_init__(self) -> None:
         check_name("cluster name", self.name)
@@ -145,24 +164,44 @@ class ClusterInfo:
     seconds: float = 0.0
 
 
-def _run(client: Any, spec: ClusterSpec, name: str, role: str, command: list[str], env: dict[str, str],
-         volumes: dict[str, dict[str, str]] | None = None, entrypoint: list[str] | None = None) -> Any:
+def _run(
+    client: Any,
+    spec: ClusterSpec,
+    name: str,
+    role: str,
+    command: list[str],
+    env: dict[str, str],
+    volumes: dict[str, dict[str, str]] | None = None,
+    entrypoint: list[str] | None = None,
+) -> Any:
     return client.containers.run(
-        spec.image, command=command, name=name, detach=True, network_mode="host",
-        restart_policy={"Name": "always"}, labels={LABEL: spec.name, ROLE: role},
-        environment={"ZKC_ROLE": role, "ZKC_ROOT": spec.root, **env}, volumes=volumes or {},
-        entrypoint=entrypoint, init=True)
+        spec.image,
+        command=command,
+        name=name,
+        detach=True,
+        network_mode="host",
+        restart_policy={"Name": "always"},
+        labels={LABEL: spec.name, ROLE: role},
+        environment={"ZKC_ROLE": role, "ZKC_ROOT": spec.root, **env},
+        volumes=volumes or {},
+        entrypoint=entrypoint,
+        init=True,
+    )
 
 
 def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = print) -> ClusterInfo:
     """Start the cluster; return once ZooKeeper answers and every broker is registered."""
     client = engine()
     if client.containers.list(all=True, filters={"label": f"{LABEL}={spec.name}"}):
-        raise ContainersUnavailable(f"cluster {spec.name!r} exists already: `zkctl cluster down --name {spec.name}` first")
+        raise ContainersUnavailable(
+            f"cluster {spec.name!r} exists already: `zkctl cluster down --name {spec.name}` first"
+        )
     try:
         client.images.get(spec.image)
     except Exception:
-        raise ContainersUnavailable(f"no image {spec.image}: build it with `zkctl cluster build --tag {spec.image}`") from None
+        raise ContainersUnavailable(
+            f"no image {spec.image}: build it with `zkctl cluster build --tag {spec.image}`"
+        ) from None
     started = time.monotonic()
     ports = {i: (free_port(), free_port(), free_port()) for i in range(1, spec.zk_nodes + 1)}
     zk = ",".join(f"127.0.0.1:{p[0]}" for p in ports.values())
@@ -173,17 +212,26 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
     try:
         for i, (c, _q, _e) in ports.items():
             env = {"ZKC_ZK_SERVER_ID": str(i), "ZKC_ZK_ENSEMBLE": ensemble} if spec.zk_nodes > 1 else {}
-            cmd = ["zk", "start", "--foreground", "--data-dir", "/data/state/zookeeper"] + \
-                  (["--port", str(c)] if spec.zk_nodes == 1 else [])
-            info.containers.append(_run(client, spec, f"{spec.name}-zk{i}", "zk", cmd,
-                                        {**env, "ZKC_ZK_PORT": str(c)}).name)
+            cmd = ["zk", "start", "--foreground", "--data-dir", "/data/state/zookeeper"] + (
+                ["--port", str(c)] if spec.zk_nodes == 1 else []
+            )
+            info.containers.append(
+                _run(client, spec, f"{spec.name}-zk{i}", "zk", cmd, {**env, "ZKC_ZK_PORT": str(c)}).name
+            )
         _wait(lambda: _zk_answers(zk), 120, "ZooKeeper to answer")
         common = {"ZKC_ZK": zk}
         for i in range(spec.controllers):
             cid = f"{spec.name}-ctl-{i + 1}"
-            info.containers.append(_run(client, spec, cid, "controller",
-                                        ["controller", "run", "--id", cid, "--session-timeout", str(SESSION_S)],
-                                        common).name)
+            info.containers.append(
+                _run(
+                    client,
+                    spec,
+                    cid,
+                    "controller",
+                    ["controller", "run", "--id", cid, "--session-timeout", str(SESSION_S)],
+                    common,
+                ).name
+            )
         for i in range(spec.brokers):
             info.containers.append(_start_broker(client, spec, i, common, checkpoints).name)
             info.brokers.append(spec.broker_id(i))
@@ -203,13 +251,22 @@ def _start_broker(client: Any, spec: ClusterSpec, i: int, env: dict[str, str], c
     spark = ["--runner", "spark", "--checkpoint-root", "/data/checkpoints", "--spark-master", "local[1]"]
     env = {**env, "ZKC_BROKER_ID": bid}
     if spec.journal_dir is None:
-        cmd = ["broker", "run", "--id", bid, "--session-timeout", str(SESSION_S)] + \
-              (spark if spec.runner == "spark" else ["--runner", "noop"])
+        cmd = ["broker", "run", "--id", bid, "--session-timeout", str(SESSION_S)] + (
+            spark if spec.runner == "spark" else ["--runner", "noop"]
+        )
         return _run(client, spec, bid, "broker", cmd, env, volumes)
     # a chaos broker journals each start and stop, one file per life of the container
     volumes[spec.journal_dir] = {"bind": "/journal", "mode": "rw"}
-    line = ("exec python -m broker_sim.chaos broker " + " ".join(args) + f" --journal /journal/{bid}.$(date +%s%N).log"
-            + (" --runner spark --checkpoint-root /data/checkpoints --spark-master local[1]" if spec.runner == "spark" else ""))
+    line = (
+        "exec python -m broker_sim.chaos broker "
+        + " ".join(args)
+        + f" --journal /journal/{bid}.$(date +%s%N).log"
+        + (
+            " --runner spark --checkpoint-root /data/checkpoints --spark-master local[1]"
+            if spec.runner == "spark"
+            else ""
+        )
+    )
     return _run(client, spec, bid, "broker", ["-c", line], env, volumes, entrypoint=["/bin/sh"])
 
 
@@ -237,7 +294,8 @@ def _registered(zk: str, root: str) -> list[str]:
     except Exception:
         return []
     try:
-        return client.get_children(ZkLayout(root).broker_ids)
+        ids: list[str] = client.get_children(ZkLayout(root).broker_ids)
+        return ids
     except Exception:
         return []
     finally:
@@ -252,9 +310,17 @@ def ps(name: str | None = None) -> list[dict[str, Any]]:
     out = []
     for c in sorted(client.containers.list(all=True, filters={"label": label}), key=lambda c: c.name):
         state = c.attrs.get("State", {})
-        out.append({"name": c.name, "cluster": c.labels.get(LABEL), "role": c.labels.get(ROLE), "status": c.status,
-                    "health": (state.get("Health") or {}).get("Status"), "restarts": c.attrs.get("RestartCount", 0),
-                    "pid": state.get("Pid")})
+        out.append(
+            {
+                "name": c.name,
+                "cluster": c.labels.get(LABEL),
+                "role": c.labels.get(ROLE),
+                "status": c.status,
+                "health": (state.get("Health") or {}).get("Status"),
+                "restarts": c.attrs.get("RestartCount", 0),
+                "pid": state.get("Pid"),
+            }
+        )
     return out
 
 
@@ -283,8 +349,9 @@ class ContainerFault:
     duration: float
 
 
-def container_schedule(seed: int, duration_s: float, spec: ClusterSpec, every_s: float = 6.0,
-                       leave_out: frozenset[str] = frozenset()) -> list[ContainerFault]:
+def container_schedule(
+    seed: int, duration_s: float, spec: ClusterSpec, every_s: float = 6.0, leave_out: frozenset[str] = frozenset()
+) -> list[ContainerFault]:
     """A seeded schedule of container faults (same seed and size, same schedule): one every ``every_s`` on
     average, each on a container drawn by the seed. ``leave_out`` names kinds this engine cannot inject
     (``docker pause`` where the cgroup freezer is missing); the others are drawn from."""
@@ -328,16 +395,29 @@ class ContainerChaosSummary:
     @property
     def ok(self) -> bool:
         exactly_once = all(v["missing"] == 0 and v["duplicates"] == 0 for v in self.sinks.values())
-        return (not self.overlaps and not self.failed and self.restarted_and_back and self.converged_s is not None
-                and exactly_once)
+        return (
+            not self.overlaps
+            and not self.failed
+            and self.restarted_and_back
+            and self.converged_s is not None
+            and exactly_once
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
 
 
-def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo: Callable[[str], None] = print,
-          settle_s: float = 120.0, pipelines: int = 0, records: int = 1200,
-          leave_out: frozenset[str] = frozenset()) -> ContainerChaosSummary:
+def chaos(
+    spec: ClusterSpec,
+    seed: int,
+    duration_s: float,
+    tasks: int = 12,
+    echo: Callable[[str], None] = print,
+    settle_s: float = 120.0,
+    pipelines: int = 0,
+    records: int = 1200,
+    leave_out: frozenset[str] = frozenset(),
+) -> ContainerChaosSummary:
     """Start ``spec`` with journaling brokers, create ``tasks`` no-op tasks (or, with ``pipelines``, that many
     streaming Spark pipelines fed from the host), play the seeded container faults, then check: no task
     ever had two running owners (journals of every container life), every container back and every broker
@@ -367,6 +447,7 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
         admin = AdminClient(zk, ZkLayout(spec.root))
         if pipelines:
             ids = [f"pipeline-{i + 1}" for i in range(pipelines)]
+            assert spec.data_dir is not None  # checked above
             feeders = _start_pipelines(admin, Path(spec.data_dir), ids, records, duration_s)
         else:
             ids = [f"chaos-{i:03d}" for i in range(tasks)]
@@ -389,18 +470,32 @@ def chaos(spec: ClusterSpec, seed: int, duration_s: float, tasks: int = 12, echo
                 converged = round(time.monotonic() - end, 2)
                 break
             time.sleep(0.5)
-        back = all(c.status == "running" for c in client.containers.list(all=True, filters={"label": f"{LABEL}={spec.name}"}))
+        back = all(
+            c.status == "running" for c in client.containers.list(all=True, filters={"label": f"{LABEL}={spec.name}"})
+        )
         sinks: dict[str, dict[str, int]] = {}
         if pipelines:
             for g in feeders:
                 g.join()
+            assert spec.data_dir is not None
             sinks = _wait_sinks(Path(spec.data_dir), ids, records, settle_s)
         time.sleep(3)  # the last stops reach the journals
         intervals = _journal_intervals(Path(spec.journal_dir), kills)
         overlaps = [str(o) for o in double_ownership(close_open(intervals, time.time()))]
-        return ContainerChaosSummary(seed, [asdict(f) for f in schedule], injected, failed, len(intervals), overlaps,
-                                     back, converged, round(time.monotonic() - wall0, 1), sinks,
-                                     _statuses(zk, spec.root, ids), sorted(leave_out))
+        return ContainerChaosSummary(
+            seed,
+            [asdict(f) for f in schedule],
+            injected,
+            failed,
+            len(intervals),
+            overlaps,
+            back,
+            converged,
+            round(time.monotonic() - wall0, 1),
+            sinks,
+            _statuses(zk, spec.root, ids),
+            sorted(leave_out),
+        )
     finally:
         zk.stop()
         zk.close()
@@ -437,14 +532,18 @@ def _start_pipelines(admin: Any, data: Path, ids: list[str], records: int, durat
 
     for t in ids:
         (data / "in" / t).mkdir(parents=True, exist_ok=True)
-    admin.create_tasks([pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t)
-                        for t in ids])
+    admin.create_tasks(
+        [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in ids]
+    )
     rate = max(1.0, records / max(1.0, duration_s * 0.8))
     feeders = []
     for t in ids:
-        g = threading.Thread(target=generate, args=(DatagenConfig(out_dir=str(data / "in" / t), records=records,
-                                                                  rate=rate, batch=50),),
-                             name=f"chaos-datagen-{t}", daemon=True)
+        g = threading.Thread(
+            target=generate,
+            args=(DatagenConfig(out_dir=str(data / "in" / t), records=records, rate=rate, batch=50),),
+            name=f"chaos-datagen-{t}",
+            daemon=True,
+        )
         g.start()
         feeders.append(g)
     return feeders
@@ -452,7 +551,7 @@ def _start_pipelines(admin: Any, data: Path, ids: list[str], records: int, durat
 
 def container_sink_ids(data: Path, task: str) -> list[int]:
     """The ids a sink's committed files hold (its commit log names them by their path in the containers)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
 
     from broker_sim.chaos.sinks import committed_files
 
@@ -472,8 +571,12 @@ def _wait_sinks(data: Path, ids: list[str], records: int, timeout: float) -> dic
                 got = container_sink_ids(data, t)
             except (OSError, ValueError):
                 got = []
-            out[t] = {"expected": records, "held": len(set(got)), "duplicates": len(got) - len(set(got)),
-                      "missing": len(set(range(records)) - set(got))}
+            out[t] = {
+                "expected": records,
+                "held": len(set(got)),
+                "duplicates": len(got) - len(set(got)),
+                "missing": len(set(range(records)) - set(got)),
+            }
         if all(v["missing"] == 0 for v in out.values()) or time.monotonic() > deadline:
             return out
         time.sleep(1.0)
@@ -514,8 +617,12 @@ def _statuses(zk: Any, root: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         except PayloadError as exc:
             out[t] = {"state": "UNREADABLE", "broker": None, "error": str(exc)}
             continue
-        out[t] = {"state": st.state if st else "NONE", "broker": st.broker if st else None,
-                  "error": st.error if st else None, "failures": st.failures if st else 0}
+        out[t] = {
+            "state": st.state if st else "NONE",
+            "broker": st.broker if st else None,
+            "error": st.error if st else None,
+            "failures": st.failures if st else 0,
+        }
     return out
 
 
@@ -541,18 +648,25 @@ def _journal_intervals(journal_dir: Path, kills: dict[str, list[float]]) -> list
 
 
 def summary_lines(s: ContainerChaosSummary) -> list[str]:
-    lines = [f"container chaos, seed {s.seed}: {sum(s.injected.values())} faults injected "
-             f"({', '.join(f'{k} {v}' for k, v in sorted(s.injected.items())) or 'none'}), {s.intervals} run intervals",
-             f"  double ownership   {len(s.overlaps)}" + (f": {'; '.join(s.overlaps[:5])}" if s.overlaps else ""),
-             f"  every container back by its restart policy and every broker registered: {'yes' if s.restarted_and_back else 'NO'}",
-             f"  every task running again {'-' if s.converged_s is None else f'{s.converged_s:.1f}s'} after the last fault",
-             f"  faults that could not be injected: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
-             *([f"  fault kinds left out: {', '.join(s.left_out)}"] if s.left_out else []),
-             *[f"  pipeline {t}: {v['held']} records held of {v['expected']}, {v['duplicates']} duplicates, "
-               f"{v['missing']} missing" for t, v in sorted(s.sinks.items())],
-             *[f"  task {t}: {v['state']} on {v['broker']}" + (f" ({v['failures']} failures, last: {v['error']})"
-                                                             if v.get("error") else "")
-               for t, v in sorted(s.statuses.items()) if v["state"] != "RUNNING"],
-             "  verdict            " + ("OK" if s.ok else "VIOLATION")]
+    lines = [
+        f"container chaos, seed {s.seed}: {sum(s.injected.values())} faults injected "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(s.injected.items())) or 'none'}), {s.intervals} run intervals",
+        f"  double ownership   {len(s.overlaps)}" + (f": {'; '.join(s.overlaps[:5])}" if s.overlaps else ""),
+        f"  every container back by its restart policy and every broker registered: {'yes' if s.restarted_and_back else 'NO'}",
+        f"  every task running again {'-' if s.converged_s is None else f'{s.converged_s:.1f}s'} after the last fault",
+        f"  faults that could not be injected: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
+        *([f"  fault kinds left out: {', '.join(s.left_out)}"] if s.left_out else []),
+        *[
+            f"  pipeline {t}: {v['held']} records held of {v['expected']}, {v['duplicates']} duplicates, "
+            f"{v['missing']} missing"
+            for t, v in sorted(s.sinks.items())
+        ],
+        *[
+            f"  task {t}: {v['state']} on {v['broker']}"
+            + (f" ({v['failures']} failures, last: {v['error']})" if v.get("error") else "")
+            for t, v in sorted(s.statuses.items())
+            if v["state"] != "RUNNING"
+        ],
+        "  verdict            " + ("OK" if s.ok else "VIOLATION"),
+    ]
     return lines
-

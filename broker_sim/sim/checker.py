@@ -22,8 +22,10 @@ class Overlap:
     second: RunInterval
 
     def __str__(self) -> str:
-        return (f"{self.task_id}: {self.first.broker} [{self.first.start:.3f},{_end(self.first)}] overlaps "
-                f"{self.second.broker} [{self.second.start:.3f},{_end(self.second)}]")
+        return (
+            f"{self.task_id}: {self.first.broker} [{self.first.start:.3f},{_end(self.first)}] overlaps "
+            f"{self.second.broker} [{self.second.start:.3f},{_end(self.second)}]"
+        )
 
 
 def _end(i: RunInterval) -> str:
@@ -35,8 +37,15 @@ def close_open(intervals: Iterable[RunInterval], at: float) -> list[RunInterval]
     out = []
     for i in intervals:
         if i.end is None:
-            i = RunInterval(task_id=i.task_id, broker=i.broker, start=i.start, end=at, generation=i.generation,
-                            acquired=i.acquired, released=i.released if i.released is not None else at)
+            i = RunInterval(
+                task_id=i.task_id,
+                broker=i.broker,
+                start=i.start,
+                end=at,
+                generation=i.generation,
+                acquired=i.acquired,
+                released=i.released if i.released is not None else at,
+            )
         out.append(i)
     return out
 
@@ -46,7 +55,11 @@ def double_ownership(intervals: Sequence[RunInterval], now: float | None = None)
     by_task: dict[str, list[tuple[float, float, RunInterval]]] = defaultdict(list)
     for i in intervals:
         lo = i.acquired if i.acquired is not None else i.start
-        hi = i.released if i.released is not None else (i.end if i.end is not None else (now if now is not None else float("inf")))
+        hi = (
+            i.released
+            if i.released is not None
+            else (i.end if i.end is not None else (now if now is not None else float("inf")))
+        )
         by_task[i.task_id].append((lo, hi, i))
     found: list[Overlap] = []
     for task, runs in by_task.items():
@@ -110,8 +123,9 @@ class MoveRun:
     started: float
 
 
-def move_runs(intervals: Sequence[RunInterval], window: tuple[float, float] = (0.0, float("inf")),
-              first_runs: bool = False) -> list[MoveRun]:
+def move_runs(
+    intervals: Sequence[RunInterval], window: tuple[float, float] = (0.0, float("inf")), first_runs: bool = False
+) -> list[MoveRun]:
     """The moves whose owner was taken inside ``window``; ``first_runs``: a task's first run counts too."""
     t0, t1 = window
     by_task: dict[str, list[RunInterval]] = defaultdict(list)

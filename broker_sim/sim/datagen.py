@@ -95,8 +95,13 @@ def generate(config: DatagenConfig, stop: threading.Event | None = None) -> Data
         write_file_atomically(out, f"{config.prefix}-{first:012d}.json", lines)
         written += n
         files += 1
-    return DatagenResult(files=files, records=written, start_id=config.start_id,
-                         elapsed_s=round(time.monotonic() - t0, 3), complete=written == config.records)
+    return DatagenResult(
+        files=files,
+        records=written,
+        start_id=config.start_id,
+        elapsed_s=round(time.monotonic() - t0, 3),
+        complete=written == config.records,
+    )
 
 
 class Datagen:

@@ -114,10 +114,19 @@ class _FarmServer:
             proxy.heal()
             settings = dataclasses.replace(settings, hosts=proxy.address)
         group = "default" if a.groups <= 1 else f"g{int(bid.rsplit('-', 1)[1]) % a.groups}"
-        cfg = WorkerConfig(broker_id=bid, settings=settings, group=group, protocols=self.protocols,
-                           assignors=(a.assignor,), instance_id=bid if a.static else None, pool_size=a.pool,
-                           status_interval_s=1.0, metrics_interval_s=a.metrics_interval, intervals_flush_s=3600.0,
-                           on_halt="kill")
+        cfg = WorkerConfig(
+            broker_id=bid,
+            settings=settings,
+            group=group,
+            protocols=self.protocols,
+            assignors=(a.assignor,),
+            instance_id=bid if a.static else None,
+            pool_size=a.pool,
+            status_interval_s=1.0,
+            metrics_interval_s=a.metrics_interval,
+            intervals_flush_s=3600.0,
+            on_halt="kill",
+        )
         w = Worker(cfg, runner=NoopRunner(a.start_latency, a.stop_latency)).start()
         with self.lock:
             self.workers[bid] = w
@@ -199,14 +208,25 @@ def _serve(args: argparse.Namespace) -> None:
         sys.stdout.write(json.dumps(doc) + "\n")
         sys.stdout.flush()
 
-    ids = args.ids.split(",") if args.ids else [f"{args.prefix}-{i:03d}" for i in range(args.first, args.first + args.brokers)]
+    ids = (
+        args.ids.split(",")
+        if args.ids
+        else [f"{args.prefix}-{i:03d}" for i in range(args.first, args.first + args.brokers)]
+    )
     proc = psutil.Process()
     rss_before = proc.memory_info().rss  # the interpreter with everything imported, no broker yet
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-start") as ex:
         list(ex.map(farm.start, [i for i in ids if i]))
-    out({"event": "ready", "brokers": len(farm.workers), "start_s": round(time.monotonic() - t0, 3),
-         "pid": os.getpid(), "rss_before": rss_before})
+    out(
+        {
+            "event": "ready",
+            "brokers": len(farm.workers),
+            "start_s": round(time.monotonic() - t0, 3),
+            "pid": os.getpid(),
+            "rss_before": rss_before,
+        }
+    )
     for line in sys.stdin:  # ends at EOF (parent gone) or on "stop"
         try:
             req = json.loads(line)
@@ -221,23 +241,42 @@ def _serve(args: argparse.Namespace) -> None:
                 per = [len(ts) for ts in snap.values()]
                 with farm.lock:
                     states = Counter(getattr(w.state(), "value", str(w.state())) for w in farm.workers.values())
-                out({"running": sum(per), "distinct": len(counts), "dupes": sum(1 for v in counts.values() if v > 1),
-                     "min": min(per) if per else 0, "max": max(per) if per else 0, "brokers": len(per),
-                     "states": dict(states)})
+                out(
+                    {
+                        "running": sum(per),
+                        "distinct": len(counts),
+                        "dupes": sum(1 for v in counts.values() if v > 1),
+                        "min": min(per) if per else 0,
+                        "max": max(per) if per else 0,
+                        "brokers": len(per),
+                        "states": dict(states),
+                    }
+                )
             elif cmd == "running":
                 snap = farm.snapshot()
                 with farm.lock:
                     halts = dict(farm.halts)
                     ws = list(farm.workers.values())
                 starts = [s for w in ws if (s := w.last_start()) is not None]  # (each worker's lock, not under ours)
-                out({"counts": {b: len(ts) for b, ts in snap.items()},
-                     "digest": task_digest(t for ts in snap.values() for t in ts), "halts": halts,
-                     "last_start": max(starts, default=None)})
+                out(
+                    {
+                        "counts": {b: len(ts) for b, ts in snap.items()},
+                        "digest": task_digest(t for ts in snap.values() for t in ts),
+                        "halts": halts,
+                        "last_start": max(starts, default=None),
+                    }
+                )
             elif cmd == "tasks":
                 out({"tasks": farm.snapshot()})
             elif cmd == "rss":
-                out({"rss": proc.memory_info().rss, "threads": proc.num_threads(), "brokers": len(farm.workers),
-                     "cpu_s": sum(proc.cpu_times()[:2])})
+                out(
+                    {
+                        "rss": proc.memory_info().rss,
+                        "threads": proc.num_threads(),
+                        "brokers": len(farm.workers),
+                        "cpu_s": sum(proc.cpu_times()[:2]),
+                    }
+                )
             elif cmd == "start":
                 farm.start(req["id"])
                 out({"ok": True})
@@ -265,8 +304,11 @@ def logging_quiet() -> None:
     """Warnings and errors only, on stderr (the parent keeps them in the farm's log)."""
     import logging
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+    )
     logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
@@ -300,17 +342,59 @@ class Farm:
     """Starts a farm as a child process and talks to it; ``close`` stops it (by its pid if need be).
     ``wait_ready=False`` returns at once (start several farms together, then ``wait_ready()`` each)."""
 
-    def __init__(self, zk: str, root: str, brokers: int = 0, first: int = 0, prefix: str = "broker",
-                 session_timeout: float = 20.0, pool: int = 8, protocol: str = "cooperative",
-                 assignor: str = "cooperative-sticky", start_latency: float = 0.0, stop_latency: float = 0.0,
-                 log_path: Path | None = None, ready_timeout: float = 300.0, groups: int = 1,
-                 ids: list[str] | None = None, static: bool = False, proxies: bool = False,
-                 metrics_interval: float = 5.0, wait_ready: bool = True) -> None:
-        cmd = [sys.executable, "-m", "broker_sim.sim.farm", "--zk", zk, "--root", root, "--brokers", str(brokers),
-               "--first", str(first), "--prefix", prefix, "--session-timeout", str(session_timeout),
-               "--pool", str(pool), "--protocol", protocol, "--assignor", assignor,
-               "--start-latency", str(start_latency), "--stop-latency", str(stop_latency), "--groups", str(groups),
-               "--metrics-interval", str(metrics_interval)]
+    def __init__(
+        self,
+        zk: str,
+        root: str,
+        brokers: int = 0,
+        first: int = 0,
+        prefix: str = "broker",
+        session_timeout: float = 20.0,
+        pool: int = 8,
+        protocol: str = "cooperative",
+        assignor: str = "cooperative-sticky",
+        start_latency: float = 0.0,
+        stop_latency: float = 0.0,
+        log_path: Path | None = None,
+        ready_timeout: float = 300.0,
+        groups: int = 1,
+        ids: list[str] | None = None,
+        static: bool = False,
+        proxies: bool = False,
+        metrics_interval: float = 5.0,
+        wait_ready: bool = True,
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "broker_sim.sim.farm",
+            "--zk",
+            zk,
+            "--root",
+            root,
+            "--brokers",
+            str(brokers),
+            "--first",
+            str(first),
+            "--prefix",
+            prefix,
+            "--session-timeout",
+            str(session_timeout),
+            "--pool",
+            str(pool),
+            "--protocol",
+            protocol,
+            "--assignor",
+            assignor,
+            "--start-latency",
+            str(start_latency),
+            "--stop-latency",
+            str(stop_latency),
+            "--groups",
+            str(groups),
+            "--metrics-interval",
+            str(metrics_interval),
+        ]
         if ids is not None:
             if any("," in i for i in ids):
                 raise ValueError("broker ids must not contain ','")
@@ -318,9 +402,17 @@ class Farm:
         cmd += ["--static"] * static + ["--proxies"] * proxies
         self.log_path = log_path
         self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, cwd=PACKAGE_PARENT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True, bufsize=1, start_new_session=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=PACKAGE_PARENT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         self.pid = self.proc.pid
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._call_lock = threading.Lock()
@@ -358,7 +450,8 @@ class Farm:
             self._lines.put(None)  # every later call fails the same way
             tail = self.log_tail()
             raise FarmError(f"farm {self.pid} exited (code {self.proc.poll()})" + (f": {tail}" if tail else ""))
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def call(self, cmd: str, timeout: float = 120.0, **kw: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None
@@ -389,7 +482,7 @@ class Farm:
                 self.proc.stdin.close()
             except Exception:
                 pass
-        if self._log is not subprocess.DEVNULL:
+        if not isinstance(self._log, int):  # a log file, not subprocess.DEVNULL
             self._log.close()
 
     def __enter__(self) -> Farm:

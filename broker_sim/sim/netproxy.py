@@ -87,7 +87,9 @@ class NetProxy:
             with self._lock:
                 self._conns.append((client, upstream))
             n += 1
-            threading.Thread(target=self._pump, args=(client, upstream), name=f"{self.name}-pump{n}", daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(client, upstream), name=f"{self.name}-pump{n}", daemon=True
+            ).start()
 
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         peers = {a: b, b: a}

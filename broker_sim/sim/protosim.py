@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from controller.protocol.clock import FakeClock
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
-from controller.protocol.group import (
+from controller.protocol.group import GroupCoordinator
+from controller.protocol.group_state import GroupState
+from controller.protocol.group_types import (
+    Decision,
     DeleteGenerationsBelow,
     GroupConfig,
-    GroupCoordinator,
-    GroupState,
     WatchSync,
     WriteAssignments,
     WriteGroupState,
@@ -87,8 +89,8 @@ class _Node:
     frozen_until: float = 0.0
     partitioned_until: float = 0.0
     session: int = 0
-    running: dict[str, float] = field(default_factory=dict)      # task -> start time
-    holding: set[str] = field(default_factory=set)               # owner locks held
+    running: dict[str, float] = field(default_factory=dict)  # task -> start time
+    holding: set[str] = field(default_factory=set)  # owner locks held
     stopping: set[str] = field(default_factory=set)
     acquiring: set[str] = field(default_factory=set)
     #: released with the member's report in one write, the answer not back yet: still "held" to the member
@@ -147,7 +149,12 @@ class ProtocolSim:
         # watches reach the controller in order (one session): monotone delivery times
         self.controller_inbox = max(self.controller_inbox, self.clock.now()) + self._delay()
         epoch = self.epoch
-        self._at(self.controller_inbox, lambda: self.epoch == epoch and fn())
+
+        def deliver() -> None:  # a watch of an earlier controller's session is lost with it
+            if self.epoch == epoch:
+                fn()
+
+        self._at(self.controller_inbox, deliver)
 
     def _to_member(self, mid: str, fn: Callable[[], None]) -> None:
         node = self.nodes.get(mid)
@@ -182,30 +189,35 @@ class ProtocolSim:
     # ---- controller ------------------------------------------------------------------------------
     def _new_coordinator(self) -> GroupCoordinator:
         return GroupCoordinator(
-            group=GROUP, controller_epoch=self.epoch, clock=self.clock,
-            config=GroupConfig(rebalance_timeout_s=self.cfg.rebalance_timeout,
-                               scheduled_rebalance_delay_s=self.cfg.scheduled_delay,
-                               default_assignor=self.cfg.assignor))
+            group=GROUP,
+            controller_epoch=self.epoch,
+            clock=self.clock,
+            config=GroupConfig(
+                rebalance_timeout_s=self.cfg.rebalance_timeout,
+                scheduled_rebalance_delay_s=self.cfg.scheduled_delay,
+                default_assignor=self.cfg.assignor,
+            ),
+        )
 
-    def _apply(self, decisions: list) -> None:
+    def _apply(self, decisions: Sequence[Decision]) -> None:
         for d in decisions:
             if isinstance(d, WriteGroupState):
                 self.state_zk = d.info
                 for mid, node in list(self.nodes.items()):
                     if node.state_watched:
-                        self._to_member(mid, lambda mid=mid, info=d.info: self._group_state_to(mid, info))
+                        self._to_member(mid, partial(self._group_state_to, mid, d.info))
             elif isinstance(d, WriteJoinResult):
                 self.joins_zk[d.result.generation] = d.result
             elif isinstance(d, WriteAssignments):
                 self._check_publish(d)
                 for mid, a in d.assignments:
                     self.assignments_zk[mid] = a
-                    self._to_member(mid, lambda mid=mid, a=a: self._member_do(mid, self.nodes[mid].member.on_assignment(a)))
+                    self._to_member(mid, partial(self._assignment_to, mid, a))
             elif isinstance(d, WatchSync):
                 gen = d.generation
                 if gen in self.proposals_zk:
                     p = self.proposals_zk[gen]
-                    self._to_controller(lambda p=p: self._controller(lambda: self.coordinator.on_proposal(p)))
+                    self._to_controller(partial(self._proposal_arrives, p))
             elif isinstance(d, DeleteGenerationsBelow):
                 for g in [g for g in self.joins_zk if g < d.generation]:
                     del self.joins_zk[g]
@@ -213,16 +225,30 @@ class ProtocolSim:
                     del self.proposals_zk[g]
         self._schedule_tick()
 
-    def _controller(self, step: Callable[[], list]) -> None:
+    def _controller(self, step: Callable[[], list[Decision]]) -> None:
         self.events += 1
         self._apply(step())
+
+    def _proposal_arrives(self, p: SyncProposal) -> None:
+        self._controller(lambda: self.coordinator.on_proposal(p))
+
+    def _assignment_to(self, mid: str, a: Assignment) -> None:
+        self._member_do(mid, self.nodes[mid].member.on_assignment(a))
+
+    def _join_result_to(self, mid: str, gen: int) -> None:
+        if gen in self.joins_zk:
+            self._member_do(mid, self.nodes[mid].member.on_join_result(self.joins_zk[gen]))
 
     def _schedule_tick(self) -> None:
         deadline = self.coordinator.next_deadline()
         if deadline is not None:
             epoch = self.epoch
-            self._at(max(deadline, self.clock.now()) + 0.0001,
-                     lambda: self.epoch == epoch and self._controller(self.coordinator.on_tick))
+
+            def tick() -> None:
+                if self.epoch == epoch:
+                    self._controller(self.coordinator.on_tick)
+
+            self._at(max(deadline, self.clock.now()) + 0.0001, tick)
 
     def _runnable(self) -> dict[str, TaskDescriptor]:
         return dict(self.tasks)
@@ -248,7 +274,13 @@ class ProtocolSim:
                 if holder_assignment is not None and t in holder_assignment.assigned:
                     continue
                 if holder_assignment is not None and t in holder_assignment.revoked:
-                    self.violations.append(Violation(2, self.clock.now(), f"{t} given to {mid} while {holder} still holds it (revoked in the same generation)"))
+                    self.violations.append(
+                        Violation(
+                            2,
+                            self.clock.now(),
+                            f"{t} given to {mid} while {holder} still holds it (revoked in the same generation)",
+                        )
+                    )
                     continue
                 self.violations.append(Violation(2, self.clock.now(), f"{t} given to {mid} while {holder} holds it"))
 
@@ -258,8 +290,13 @@ class ProtocolSim:
         old = self.nodes.get(mid)
         session = (old.session + 1) if old else 1
 
-        member = Member(member_id=mid, assign=run_assignor, protocols=prefs, assignors=(self.cfg.assignor,),
-                        incarnation=f"{mid}.{session}")
+        member = Member(
+            member_id=mid,
+            assign=run_assignor,
+            protocols=prefs,
+            assignors=(self.cfg.assignor,),
+            incarnation=f"{mid}.{session}",
+        )
         node = _Node(member=member, session=session)
         self.nodes[mid] = node
         self._member_do(mid, member.start(self.state_zk))
@@ -279,14 +316,16 @@ class ProtocolSim:
                 out[self.rng.choice(members)].append(t.task_id)
         return {m: tuple(ts) for m, ts in out.items()}
 
-    def _member_do(self, mid: str, actions: list) -> None:
+    def _member_do(self, mid: str, actions: Sequence[object]) -> None:
         node = self.nodes.get(mid)
         if node is None or not node.alive:
             return
         m = node.member
         if m.generation >= 0:
             if m.generation < node.last_gen_seen:
-                self.violations.append(Violation(3, self.clock.now(), f"{mid} generation went back {node.last_gen_seen}->{m.generation}"))
+                self.violations.append(
+                    Violation(3, self.clock.now(), f"{mid} generation went back {node.last_gen_seen}->{m.generation}")
+                )
             node.last_gen_seen = max(node.last_gen_seen, m.generation)
         if m.epoch_seen < node.last_epoch_seen:
             self.violations.append(Violation(3, self.clock.now(), f"{mid} epoch went back"))
@@ -298,7 +337,7 @@ class ProtocolSim:
                 self._members_changed()
             elif isinstance(act, ReadJoinResult):
                 gen = act.generation
-                self._to_member(mid, lambda gen=gen: gen in self.joins_zk and self._member_do(mid, self.nodes[mid].member.on_join_result(self.joins_zk[gen])))
+                self._to_member(mid, partial(self._join_result_to, mid, gen))
             elif isinstance(act, WriteProposal):
                 p = act.proposal
                 if self.cfg.faulty_leader_probability and self.rng.random() < self.cfg.faulty_leader_probability:
@@ -308,16 +347,15 @@ class ProtocolSim:
                         p = SyncProposal(generation=p.generation, leader=p.leader, assigned=self._faulty_assign(jr))
                 self.proposals_zk[p.generation] = p
                 if self.coordinator.state is GroupState.AWAITING_SYNC and self.coordinator.generation == p.generation:
-                    self._to_controller(lambda p=p: self._controller(lambda: self.coordinator.on_proposal(p)))
+                    self._to_controller(partial(self._proposal_arrives, p))
             elif isinstance(act, SetDesired):
                 self._reconcile(mid)
                 if m.reconcile_mode:  # the worker reports what it holds once its stops and starts are under way
                     session = node.session
-                    self._at(self.clock.now() + 0.0001, lambda session=session: self._report_owned(mid, session))
+                    self._at(self.clock.now() + 0.0001, partial(self._report_owned, mid, session))
             elif isinstance(act, Exit):
                 self._crash(mid, clean=True)
-        if (not node.state_watched and not m.follows_assignment_alone and node.alive
-                and self.nodes.get(mid) is node):
+        if not node.state_watched and not m.follows_assignment_alone and node.alive and self.nodes.get(mid) is node:
             self._reread_group_state(mid, node)
 
     def _group_state_to(self, mid: str, info: GroupStateInfo) -> None:
@@ -333,8 +371,12 @@ class ProtocolSim:
         """The member stopped following its assignment alone: the worker reads the group state again (its
         current value, when the read arrives), which arms the watch."""
         node.state_watched = True
-        self._to_member(mid, lambda: self.state_zk is not None
-                        and self._member_do(mid, self.nodes[mid].member.on_group_state(self.state_zk)))
+
+        def read() -> None:
+            if self.state_zk is not None:
+                self._member_do(mid, self.nodes[mid].member.on_group_state(self.state_zk))
+
+        self._to_member(mid, read)
 
     def _reconcile(self, mid: str) -> None:
         node = self.nodes[mid]
@@ -342,7 +384,7 @@ class ProtocolSim:
         for t in sorted(node.holding - desired - node.stopping):
             node.stopping.add(t)
             session = node.session
-            self._at(self.clock.now() + self.cfg.stop_latency, lambda t=t, session=session: self._stopped(mid, t, session))
+            self._at(self.clock.now() + self.cfg.stop_latency, partial(self._stopped, mid, t, session))
         for t in sorted(desired - node.holding - node.acquiring - node.releasing):
             node.acquiring.add(t)
             self._acquire(mid, t, node.session)
@@ -393,7 +435,9 @@ class ProtocolSim:
             # the worker's release multi carries the member's report (else, as when a status version is not
             # known, it releases first and reports after): the owner znode goes and the request is rewritten
             # in one write; the task counts as held (``releasing``) until the answer reaches the member
-            request = node.member.release_report(frozenset({t}), frozenset(node.holding | node.acquiring | node.releasing))
+            request = node.member.release_report(
+                frozenset({t}), frozenset(node.holding | node.acquiring | node.releasing)
+            )
             if request is not None:
                 node.stopping.discard(t)
                 node.holding.discard(t)
@@ -422,7 +466,9 @@ class ProtocolSim:
             self._at(node.frozen_until, lambda: self._released(mid, t, request, session))
             return
         node.releasing.discard(t)
-        self._member_do(mid, node.member.on_released(frozenset(node.holding | node.acquiring | node.releasing), request))
+        self._member_do(
+            mid, node.member.on_released(frozenset(node.holding | node.acquiring | node.releasing), request)
+        )
         if t in node.member.desired:
             self._reconcile(mid)
 
@@ -490,6 +536,7 @@ class ProtocolSim:
 
         self._at(self.clock.now() + self.cfg.fence_after, fence)
         if duration >= self.cfg.session_timeout:
+
             def expire() -> None:
                 n = self.nodes.get(mid)
                 if n is None or n.session != session or not n.alive:
@@ -501,8 +548,10 @@ class ProtocolSim:
                 n.releasing.clear()
                 self._session_gone(mid)
                 self._at(n.partitioned_until, lambda: self._respawn(mid, n))
+
             self._at(self.clock.now() + self.cfg.session_timeout, expire)
         else:
+
             def heal() -> None:
                 n = self.nodes.get(mid)
                 if n is None or n.session != session or not n.alive:
@@ -514,6 +563,7 @@ class ProtocolSim:
                 for t in sorted(n.holding):
                     if t not in n.running and t not in n.stopping:
                         n.running[t] = self.clock.now()
+
             self._at(node.partitioned_until + 0.0005, heal)
 
     def _failover(self) -> None:
@@ -528,8 +578,12 @@ class ProtocolSim:
         def load() -> None:
             if self.epoch != epoch:
                 return
-            self._controller(lambda: self.coordinator.load(self.state_zk, dict(self.members_zk), self._runnable(),
-                                                           dict(self.assignments_zk)))
+            self._controller(
+                lambda: self.coordinator.load(
+                    self.state_zk, dict(self.members_zk), self._runnable(), dict(self.assignments_zk)
+                )
+            )
+
         self._at(load_at, load)
 
     def _task_churn(self) -> None:
@@ -544,13 +598,22 @@ class ProtocolSim:
         self._to_controller(lambda: self._controller(lambda: self.coordinator.on_tasks(tasks)))
 
     def _schedule_faults(self) -> None:
-        kinds = ["crash", "restart", "freeze_short", "freeze_long", "partition_short", "partition_long",
-                 "failover", "tasks", "join"]
+        kinds = [
+            "crash",
+            "restart",
+            "freeze_short",
+            "freeze_long",
+            "partition_short",
+            "partition_long",
+            "failover",
+            "tasks",
+            "join",
+        ]
         for _ in range(self.cfg.faults):
             when = self.rng.uniform(0.5, self.cfg.fault_window)
             kind = self.rng.choice(kinds)
             self.last_fault_at = max(self.last_fault_at, when)
-            self._at(when, lambda kind=kind: self._fault(kind))
+            self._at(when, partial(self._fault, kind))
 
     def _fault(self, kind: str) -> None:
         alive = sorted(m for m, n in self.nodes.items() if n.alive)
@@ -596,19 +659,31 @@ class ProtocolSim:
                 next_check = self.clock.now() + 0.25
         if converged_at is None and not self.queue:
             # nothing left to happen: let pending freezes/partitions end, then check once more
-            wake = max([n.frozen_until for n in self.nodes.values()] + [n.partitioned_until for n in self.nodes.values()]
-                       + [self.clock.now()])
+            wake = max(
+                [n.frozen_until for n in self.nodes.values()]
+                + [n.partitioned_until for n in self.nodes.values()]
+                + [self.clock.now()]
+            )
             self.clock.set(wake + 0.001)
             converged_at = self.clock.now() if self._converged() else None
         self._check_intervals()
         if converged_at is None:
-            self.violations.append(Violation(4, self.clock.now(), f"not converged within {self.cfg.settle_bound}s after faults "
-                                             f"(state {self.coordinator.state.value}, gen {self.coordinator.generation})"))
+            self.violations.append(
+                Violation(
+                    4,
+                    self.clock.now(),
+                    f"not converged within {self.cfg.settle_bound}s after faults "
+                    f"(state {self.coordinator.state.value}, gen {self.coordinator.generation})",
+                )
+            )
         return SimResult(self.seed, self.violations, self.fault_log, self.coordinator.rebalances, steps, converged_at)
 
     def _converged(self) -> bool:
-        live = {m for m, n in self.nodes.items() if n.alive and n.frozen_until <= self.clock.now()
-                and n.partitioned_until <= self.clock.now()}
+        live = {
+            m
+            for m, n in self.nodes.items()
+            if n.alive and n.frozen_until <= self.clock.now() and n.partitioned_until <= self.clock.now()
+        }
         if not live:
             return not self.tasks or True
         if self.coordinator.state is not GroupState.STABLE:
@@ -632,5 +707,6 @@ class ProtocolSim:
             runs.sort()
             for (s1, e1, m1), (s2, e2, m2) in zip(runs, runs[1:]):
                 if s2 < e1 - 1e-9:
-                    self.violations.append(Violation(1, s2, f"{t} ran on {m1} [{s1:.3f},{e1:.3f}] and {m2} [{s2:.3f},{e2:.3f}]"))
-
+                    self.violations.append(
+                        Violation(1, s2, f"{t} ran on {m1} [{s1:.3f},{e1:.3f}] and {m2} [{s2:.3f},{e2:.3f}]")
+                    )

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Self
 
@@ -45,8 +46,17 @@ from controller.zk.server import ZooKeeperServer, free_port
 
 log = logging.getLogger(__name__)
 
-SCENARIOS = ("steady", "rolling-bounce", "add-broker", "kill-broker", "expire-session", "pause-broker",
-             "partition-broker", "controlled-shutdown", "kill-controller")
+SCENARIOS = (
+    "steady",
+    "rolling-bounce",
+    "add-broker",
+    "kill-broker",
+    "expire-session",
+    "pause-broker",
+    "partition-broker",
+    "controlled-shutdown",
+    "kill-controller",
+)
 
 
 class NotConverged(ZkcError, RuntimeError):
@@ -154,9 +164,13 @@ class Simulation:
         if self.opts.zk_hosts is None:
             # a heap for the tasks' znodes, watches and sessions: at 10,000 tasks a 256 MB heap spends
             # seconds in full collections, during which no broker gets an answer and all of them fence
-            self.server = ZooKeeperServer(data_dir=Path(self.tmp.name) / "zk", port=free_port(), tick_ms=200,
-                                          max_session_timeout_ms=120_000,
-                                          heap_mb=min(2048, 256 + self.opts.tasks // 16))
+            self.server = ZooKeeperServer(
+                data_dir=Path(self.tmp.name) / "zk",
+                port=free_port(),
+                tick_ms=200,
+                max_session_timeout_ms=120_000,
+                heap_mb=min(2048, 256 + self.opts.tasks // 16),
+            )
             self.server.start()
             self.hosts = self.server.address
         else:
@@ -176,17 +190,22 @@ class Simulation:
         specs = [TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode() for t in ids]
         for lo in range(0, n, 500):
             tx = self.admin.transaction()
-            for t, data in zip(ids[lo:lo + 500], specs[lo:lo + 500]):
+            for t, data in zip(ids[lo : lo + 500], specs[lo : lo + 500]):
                 tx.create(self.layout.task(t), data)
             tx.commit()
         self.task_ids = ids
         return ids
 
     def start_controller(self, cid: str = "ctl-0") -> Controller:
-        cfg = ControllerConfig(cid, self.settings(), GroupConfig(
-            rebalance_timeout_s=self.opts.rebalance_timeout_s,
-            scheduled_rebalance_delay_s=self.opts.scheduled_delay_s,
-            default_assignor=self.opts.assignor))
+        cfg = ControllerConfig(
+            cid,
+            self.settings(),
+            GroupConfig(
+                rebalance_timeout_s=self.opts.rebalance_timeout_s,
+                scheduled_rebalance_delay_s=self.opts.scheduled_delay_s,
+                default_assignor=self.opts.assignor,
+            ),
+        )
         ctl = Controller(cfg).start()
         self.controllers.append(ctl)
         return ctl
@@ -214,10 +233,17 @@ class Simulation:
             proxy.heal()
             hosts = proxy.address
         cfg = WorkerConfig(
-            broker_id=bid, settings=self.settings(hosts), protocols=self.opts.protocols(),
+            broker_id=bid,
+            settings=self.settings(hosts),
+            protocols=self.opts.protocols(),
             assignors=(self.opts.assignor,),
-            instance_id=bid if self.opts.static_membership else None, pool_size=8, status_interval_s=1.0,
-            metrics_interval_s=self.opts.metrics_interval_s, intervals_flush_s=3600.0, on_halt="kill")
+            instance_id=bid if self.opts.static_membership else None,
+            pool_size=8,
+            status_interval_s=1.0,
+            metrics_interval_s=self.opts.metrics_interval_s,
+            intervals_flush_s=3600.0,
+            on_halt="kill",
+        )
         runner = NoopRunner(start_latency_s=self.opts.start_latency_s, stop_latency_s=self.opts.stop_latency_s)
         w = Worker(cfg, runner=runner).start()
         self.workers[bid] = w
@@ -279,8 +305,12 @@ class Simulation:
                 return False
             counts, digest, last_start = self.farms.running()
             self._last_start = last_start
-            return (sum(counts.values()) == len(self.task_ids) and digest == self.farms.expected_digest
-                    and (not balanced or _even(counts.values())) and self._stable())
+            return (
+                sum(counts.values()) == len(self.task_ids)
+                and digest == self.farms.expected_digest
+                and (not balanced or _even(counts.values()))
+                and self._stable()
+            )
         self._restart_halted()
         running: dict[str, int] = {}
         for bid, w in self.workers.items():
@@ -319,8 +349,11 @@ class Simulation:
     def wait_converged(self, timeout: float | None = None, balanced: bool = False) -> float | None:
         """Seconds until a poll saw the cluster converged (None: not within ``timeout``)."""
         t0 = time.monotonic()
-        ok = wait_for(lambda: self.converged(balanced=balanced),
-                      timeout or self.opts.converge_timeout_s, 0.05 if self.farms is not None else 0.02)
+        ok = wait_for(
+            lambda: self.converged(balanced=balanced),
+            timeout or self.opts.converge_timeout_s,
+            0.05 if self.farms is not None else 0.02,
+        )
         return time.monotonic() - t0 if ok else None
 
     def settled_at(self) -> float | None:
@@ -335,7 +368,8 @@ class Simulation:
     # ---- faults -----------------------------------------------------------------------------------
     def kill(self, bid: str) -> None:
         if self.farms is not None:
-            return self.farms.call(bid, "kill")
+            self.farms.call(bid, "kill")
+            return
         w = self.workers[bid]
         w.kill()
         self._retire(w, graceful=False)
@@ -343,7 +377,8 @@ class Simulation:
     def leave(self, bid: str) -> None:
         """A clean stop: tasks stopped gracefully, session closed."""
         if self.farms is not None:
-            return self.farms.call(bid, "leave")
+            self.farms.call(bid, "leave")
+            return
         self._retire(self.workers[bid], graceful=True)
 
     def controlled_shutdown(self, bid: str, timeout: float = 60.0) -> bool:
@@ -357,7 +392,8 @@ class Simulation:
 
     def partition(self, bid: str, seconds: float) -> None:
         if self.farms is not None:
-            return self.farms.call(bid, "partition", seconds=seconds)
+            self.farms.call(bid, "partition", seconds=seconds)
+            return
         proxy = self.proxies[bid]
         proxy.partition()
         time.sleep(seconds)
@@ -367,7 +403,8 @@ class Simulation:
     def pause(self, bid: str, seconds: float) -> None:
         """Freeze the worker's own threads and its network (no heartbeats), then resume."""
         if self.farms is not None:
-            return self.farms.call(bid, "pause", seconds=seconds)
+            self.farms.call(bid, "pause", seconds=seconds)
+            return
         w = self.workers[bid]
         w.frozen.set()
         proxy = self.proxies.get(bid)
@@ -401,12 +438,16 @@ class Simulation:
         self.start_workers([self.broker_id(i) for i in range(o.brokers)])
         took = self.wait_converged(balanced=True)
         if took is None:
-            where = (f"{o.farms} broker farm process(es)" if o.farms else "one process")
-            raise NotConverged(f"the cluster of {o.brokers} brokers and {o.tasks} tasks did not converge within "
-                               f"{o.converge_timeout_s:g}s of starting ({where}; a machine too small for this many "
-                               "brokers fences them: try more --farms, fewer brokers or a longer --session-timeout)")
-        self.echo(f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}"
-                  f"{f', {o.farms} farms' if o.farms else ''}) after {took:.2f}s")
+            where = f"{o.farms} broker farm process(es)" if o.farms else "one process"
+            raise NotConverged(
+                f"the cluster of {o.brokers} brokers and {o.tasks} tasks did not converge within "
+                f"{o.converge_timeout_s:g}s of starting ({where}; a machine too small for this many "
+                "brokers fences them: try more --farms, fewer brokers or a longer --session-timeout)"
+            )
+        self.echo(
+            f"{o.brokers} brokers, {o.tasks} tasks running ({o.protocol}"
+            f"{f', {o.farms} farms' if o.farms else ''}) after {took:.2f}s"
+        )
         if o.settle_s:
             time.sleep(o.settle_s)
             self.echo(f"  ran {o.settle_s:g}s to settle; the scenario starts")
@@ -418,13 +459,24 @@ class Simulation:
         overlaps = double_ownership(intervals)
         down = downtime(intervals, self.task_ids, (t_start, t_end))
         summary = SimSummary(
-            scenario=o.scenario, protocol=o.protocol, brokers=o.brokers, tasks=o.tasks,
-            task_downtime_s=round(sum(down.values()), 3), double_ownership=len(overlaps),
+            scenario=o.scenario,
+            protocol=o.protocol,
+            brokers=o.brokers,
+            tasks=o.tasks,
+            task_downtime_s=round(sum(down.values()), 3),
+            double_ownership=len(overlaps),
             moved_tasks=moved_tasks(intervals, (t_start, t_end)),
-            step_convergence_s=[round(s.converged_s, 3) for s in self.steps if s.converged_s is not None and s.measured],
-            steps=[asdict(s) for s in self.steps], rebalances=self._rebalances() - rebalances0,
-            wall_s=round(time.monotonic() - wall0, 3), window_s=round(t_end - t_start, 3),
-            overlaps=[str(x) for x in overlaps[:10]], farms=o.farms, halts=sum(self.halts.values()))
+            step_convergence_s=[
+                round(s.converged_s, 3) for s in self.steps if s.converged_s is not None and s.measured
+            ],
+            steps=[asdict(s) for s in self.steps],
+            rebalances=self._rebalances() - rebalances0,
+            wall_s=round(time.monotonic() - wall0, 3),
+            window_s=round(t_end - t_start, 3),
+            overlaps=[str(x) for x in overlaps[:10]],
+            farms=o.farms,
+            halts=sum(self.halts.values()),
+        )
         if o.intervals_out:
             Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
         return summary
@@ -439,8 +491,15 @@ class Simulation:
                 seen[id(coord)] = coord  # (kept alive here, so its id is never reused)
         return sum(coord.rebalances for coord in seen.values())
 
-    def _step(self, name: str, bid: str, action: Callable[[], None], gap: float = 0.0,
-              back: Callable[[], None] | None = None, measured: bool = True) -> StepResult:
+    def _step(
+        self,
+        name: str,
+        bid: str,
+        action: Callable[[], object],
+        gap: float = 0.0,
+        back: Callable[[], object] | None = None,
+        measured: bool = True,
+    ) -> StepResult:
         step = StepResult(name, bid, time.time(), measured=measured)
         t0 = time.monotonic()
         action()
@@ -452,11 +511,14 @@ class Simulation:
         if took is not None:
             step.detected_s = round(time.monotonic() - t0, 3)
             settled = self.settled_at()
-            step.converged_s = step.detected_s if settled is None else round(min(max(0.0, settled - step.started),
-                                                                                  step.detected_s), 3)
+            step.converged_s = (
+                step.detected_s if settled is None else round(min(max(0.0, settled - step.started), step.detected_s), 3)
+            )
         self.steps.append(step)
-        self.echo(f"  {name} {bid}: converged in {step.converged_s}s"
-                  + (f" (seen by a poll at {step.detected_s}s)" if step.detected_s is not None else ""))
+        self.echo(
+            f"  {name} {bid}: converged in {step.converged_s}s"
+            + (f" (seen by a poll at {step.detected_s}s)" if step.detected_s is not None else "")
+        )
         return step
 
     def _scenario_steady(self) -> None:
@@ -466,10 +528,10 @@ class Simulation:
         o = self.opts
         for i in range(o.brokers):
             bid = self.broker_id(i)
-            leave = (lambda b=bid: self.controlled_shutdown(b)) if o.controlled_shutdown else (lambda b=bid: self.leave(b))
-            self._step("bounce", bid, leave, gap=o.restart_gap_s, back=lambda b=bid: self.start_worker(b))
+            leave = partial(self.controlled_shutdown, bid) if o.controlled_shutdown else partial(self.leave, bid)
+            self._step("bounce", bid, leave, gap=o.restart_gap_s, back=partial(self.start_worker, bid))
 
-    def _repeated(self, step: Callable[[int], None], restore: Callable[[int], None] | None = None) -> None:
+    def _repeated(self, step: Callable[[int], object], restore: Callable[[int], object] | None = None) -> None:
         """A one-step scenario, ``repeat`` times: between two, ``restore`` puts the cluster back (unmeasured)
         and it settles again."""
         for i in range(self.opts.repeat):
@@ -481,9 +543,13 @@ class Simulation:
             step(i)
 
     def _scenario_add_broker(self) -> None:
-        new = lambda i: self.broker_id(self.opts.brokers + i)  # noqa: E731
-        self._repeated(lambda i: self._step("add", new(i), lambda: self.start_worker(new(i))),
-                       lambda i: self._step("restore", new(i), lambda: self.controlled_shutdown(new(i)), measured=False))
+        def new(i: int) -> str:
+            return self.broker_id(self.opts.brokers + i)
+
+        self._repeated(
+            lambda i: self._step("add", new(i), lambda: self.start_worker(new(i))),
+            lambda i: self._step("restore", new(i), lambda: self.controlled_shutdown(new(i)), measured=False),
+        )
 
     def _victims(self) -> list[str]:
         """The brokers the repeats of a one-step scenario hit, drawn from the seed."""
@@ -491,18 +557,25 @@ class Simulation:
 
     def _scenario_kill_broker(self) -> None:
         victims = self._victims()
-        self._repeated(lambda i: self._step("kill", victims[i], lambda: self.kill(victims[i])),
-                       lambda i: self._step("restore", victims[i], lambda: self.start_worker(victims[i]), measured=False))
+        self._repeated(
+            lambda i: self._step("kill", victims[i], lambda: self.kill(victims[i])),
+            lambda i: self._step("restore", victims[i], lambda: self.start_worker(victims[i]), measured=False),
+        )
 
     def _scenario_controlled_shutdown(self) -> None:
         victims = self._victims()
-        self._repeated(lambda i: self._step("controlled-shutdown", victims[i], lambda: self.controlled_shutdown(victims[i])),
-                       lambda i: self._step("restore", victims[i], lambda: self.start_worker(victims[i]), measured=False))
+        self._repeated(
+            lambda i: self._step("controlled-shutdown", victims[i], lambda: self.controlled_shutdown(victims[i])),
+            lambda i: self._step("restore", victims[i], lambda: self.start_worker(victims[i]), measured=False),
+        )
 
     def _scenario_kill_controller(self) -> None:
         def standby(i: int) -> None:
             self.start_controller(f"ctl-{i + 2}")  # the next standby (ctl-0 ran first, ctl-1 stood by)
-        self._repeated(lambda i: self._step("kill-controller", self._active_id(), lambda: self.kill_controller()), standby)
+
+        self._repeated(
+            lambda i: self._step("kill-controller", self._active_id(), lambda: self.kill_controller()), standby
+        )
 
     def _active_id(self) -> str:
         ctl = self.active_controller()
@@ -514,13 +587,17 @@ class Simulation:
 
     def _scenario_pause_broker(self) -> None:
         victims = self._victims()
-        self._repeated(lambda i: self._step("pause", victims[i],
-                                            lambda: self.pause(victims[i], self.opts.session_timeout_s * 1.6)))
+        self._repeated(
+            lambda i: self._step("pause", victims[i], lambda: self.pause(victims[i], self.opts.session_timeout_s * 1.6))
+        )
 
     def _scenario_partition_broker(self) -> None:
         victims = self._victims()
-        self._repeated(lambda i: self._step("partition", victims[i],
-                                            lambda: self.partition(victims[i], self.opts.session_timeout_s * 0.5)))
+        self._repeated(
+            lambda i: self._step(
+                "partition", victims[i], lambda: self.partition(victims[i], self.opts.session_timeout_s * 0.5)
+            )
+        )
 
 
 def _even(counts: Any) -> bool:
@@ -542,12 +619,24 @@ class _Farms:
         logs = Path(sim.tmp.name)
         try:
             for k in range(o.farms):
-                mine = ids[k::o.farms]
-                self.farms.append(Farm(sim.hosts, sim.root, ids=mine, session_timeout=o.session_timeout_s,
-                                       protocol=o.protocol, assignor=o.assignor, start_latency=o.start_latency_s,
-                                       stop_latency=o.stop_latency_s, static=o.static_membership, proxies=proxies,
-                                       metrics_interval=o.metrics_interval_s,
-                                       log_path=logs / f"farm-{k}.log", wait_ready=False))
+                mine = ids[k :: o.farms]
+                self.farms.append(
+                    Farm(
+                        sim.hosts,
+                        sim.root,
+                        ids=mine,
+                        session_timeout=o.session_timeout_s,
+                        protocol=o.protocol,
+                        assignor=o.assignor,
+                        start_latency=o.start_latency_s,
+                        stop_latency=o.stop_latency_s,
+                        static=o.static_membership,
+                        proxies=proxies,
+                        metrics_interval=o.metrics_interval_s,
+                        log_path=logs / f"farm-{k}.log",
+                        wait_ready=False,
+                    )
+                )
                 for bid in mine:
                     self.home[bid] = self.farms[-1]
             for f in self.farms:

@@ -33,8 +33,8 @@ class TimelineSummary:
     brokers: int
     intervals: int
     span_s: float
-    gap_s: float        # summed over tasks: time between a task's first start and last end when nothing ran it
-    overlaps: int       # pairs of runs of one task on two brokers that overlap in time
+    gap_s: float  # summed over tasks: time between a task's first start and last end when nothing ran it
+    overlaps: int  # pairs of runs of one task on two brokers that overlap in time
 
 
 def intervals_from_json(doc: Any, source: str = "<json>") -> list[RunInterval]:
@@ -74,7 +74,9 @@ def _spans(intervals: Iterable[RunInterval], now: float) -> list[tuple[str, str,
     return [(i.task_id, i.broker, i.start, i.end if i.end is not None else now) for i in intervals]
 
 
-def _gaps_and_overlaps(spans: Sequence[tuple[str, str, float, float]]) -> tuple[float, int, list[tuple[str, float, float]]]:
+def _gaps_and_overlaps(
+    spans: Sequence[tuple[str, str, float, float]],
+) -> tuple[float, int, list[tuple[str, float, float]]]:
     by_task: dict[str, list[tuple[float, float, str]]] = {}
     for t, b, s, e in spans:
         by_task.setdefault(t, []).append((s, e, b))
@@ -87,7 +89,7 @@ def _gaps_and_overlaps(spans: Sequence[tuple[str, str, float, float]]) -> tuple[
             if i and s > covered_to:
                 gap += s - covered_to
             covered_to = max(covered_to, e)
-            for s2, e2, b2 in runs[i + 1:]:
+            for s2, e2, b2 in runs[i + 1 :]:
                 if s2 >= e:
                     break
                 if b2 != b:
@@ -95,8 +97,9 @@ def _gaps_and_overlaps(spans: Sequence[tuple[str, str, float, float]]) -> tuple[
     return gap, len(overlaps), overlaps
 
 
-def plot_timeline(intervals: Sequence[RunInterval], out: str | Path, title: str | None = None,
-                  now: float | None = None) -> TimelineSummary:
+def plot_timeline(
+    intervals: Sequence[RunInterval], out: str | Path, title: str | None = None, now: float | None = None
+) -> TimelineSummary:
     """Draw the intervals to ``out`` (PNG, or any format matplotlib knows by the suffix)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -118,7 +121,9 @@ def plot_timeline(intervals: Sequence[RunInterval], out: str | Path, title: str 
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10" if len(brokers) <= 10 else "tab20" if len(brokers) <= 20 else "turbo"]
-    colour = {b: cmap(i % cmap.N) if len(brokers) <= 20 else cmap(i / max(1, len(brokers) - 1)) for i, b in enumerate(brokers)}
+    colour = {
+        b: cmap(i % cmap.N) if len(brokers) <= 20 else cmap(i / max(1, len(brokers) - 1)) for i, b in enumerate(brokers)
+    }
     bars: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for t, b, s, e in spans:
         bars.setdefault((t, b), []).append((s - t0, max(e - s, 1e-3)))
@@ -126,7 +131,9 @@ def plot_timeline(intervals: Sequence[RunInterval], out: str | Path, title: str 
         ax.broken_barh(xr, (row[t] - 0.4, 0.8), facecolors=colour[b], edgecolor="none")
     gap, n_overlaps, overlaps = _gaps_and_overlaps(spans)
     for t, s, e in overlaps:
-        ax.broken_barh([(s - t0, max(e - s, 1e-3))], (row[t] - 0.45, 0.9), facecolors="none", edgecolor="red", linewidth=1.5)
+        ax.broken_barh(
+            [(s - t0, max(e - s, 1e-3))], (row[t] - 0.45, 0.9), facecolors="none", edgecolor="red", linewidth=1.5
+        )
     ax.set_ylim(-0.7, len(tasks) - 0.3)
     ax.invert_yaxis()
     if len(tasks) <= MAX_LABELLED_ROWS:
@@ -140,8 +147,15 @@ def plot_timeline(intervals: Sequence[RunInterval], out: str | Path, title: str 
     handles = [Patch(color=colour[b], label=b) for b in brokers[:20]]
     if n_overlaps:
         handles.append(Patch(facecolor="none", edgecolor="red", label=f"double ownership ({n_overlaps})"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="broker",
-              title_fontsize=9, frameon=False)
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        title="broker",
+        title_fontsize=9,
+        frameon=False,
+    )
     ax.set_title(title or f"task ownership: {len(tasks)} tasks, {len(brokers)} brokers, {len(spans)} runs")
     fig.tight_layout()
     out = Path(out)

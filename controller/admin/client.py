@@ -55,6 +55,7 @@ class AdminClient:
         self.maintenance = self.settings_admin.maintenance
         self.set_maintenance = self.settings_admin.set_maintenance
         self.settings = self.settings_admin.settings
+        self.stored_settings = self.settings_admin.stored_settings
         self.update_settings = self.settings_admin.update_settings
         self.reset_settings = self.settings_admin.reset_settings
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
@@ -20,7 +21,7 @@ from controller.protocol.layout import ZkLayout, check_name
 from controller.protocol.settings_rules import SETTING_RULES, SettingValueError, check_setting, read_settings
 
 T = TypeVar("T")
-__all__ = ["SettingsAdmin", "SettingError", "SETTING_RULES"]
+__all__ = ["SettingsAdmin", "SettingError", "SETTING_RULES", "StoredSettings"]
 
 
 class SettingError(AdminError):
@@ -34,10 +35,25 @@ def _check(name: str, value: Any) -> Any:
         raise SettingError(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class StoredSettings:
+    """The settings znode as read: every field as stored but those refused (out of bounds, written by hand or by
+    an earlier release), which are their defaults here and named in ``refused`` with why, so a reader is never
+    shown a default it did not ask for without saying so."""
+
+    settings: ClusterSettings
+    refused: tuple[str, ...] = ()
+
+
+def _stored(data: bytes, path: str) -> StoredSettings:
+    settings, refused = read_settings(data, path, ClusterSettings())
+    return StoredSettings(settings, tuple(refused))
+
+
 def _in_force(data: bytes, path: str) -> ClusterSettings:
-    """The settings as the controller reads them: a field refused (out of bounds, written by hand or by an
-    earlier release) is its default here, never a reason to refuse the whole znode."""
-    return read_settings(data, path, ClusterSettings())[0]
+    """The settings as the controller reads them: a field refused is its default here, never a reason to
+    refuse the whole znode."""
+    return _stored(data, path).settings
 
 
 class SettingsAdmin:
@@ -107,8 +123,12 @@ class SettingsAdmin:
 
     # ---- settings ---------------------------------------------------------------------------------
     def settings(self) -> ClusterSettings:
+        return self.stored_settings().settings
+
+    def stored_settings(self) -> StoredSettings:
+        """The settings with the fields refused on reading named (see :class:`StoredSettings`)."""
         path = self.layout.settings
-        return self._read_setting(path, lambda d: _in_force(d, path), ClusterSettings())[0]
+        return self._read_setting(path, lambda d: _stored(d, path), StoredSettings(ClusterSettings()))[0]
 
     def update_settings(self, changes: dict[str, Any], group: str | None = None) -> ClusterSettings:
         """Change some settings (all checked before anything is written). ``max_moves`` and

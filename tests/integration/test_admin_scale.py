@@ -60,8 +60,12 @@ def _touch(admin: AdminClient, counter: ReadCounter, n: int) -> dict[str, int]:
     with counter.counting() as page:
         rows = admin.list_page(limit=50)
     assert len(rows.rows) == 50 and rows.next_cursor is not None
-    return {"create_gets": create["get"], "create_lists": create["children"],
-            "page_gets": page["get"], "page_lists": page["children"]}
+    return {
+        "create_gets": create["get"],
+        "create_lists": create["children"],
+        "page_gets": page["get"],
+        "page_lists": page["children"],
+    }
 
 
 def test_a_create_and_a_first_page_read_no_more_znodes_in_a_bigger_cluster(zk, layout: ZkLayout):
@@ -74,7 +78,9 @@ def test_a_create_and_a_first_page_read_no_more_znodes_in_a_bigger_cluster(zk, l
     big = _touch(admin, counter, 2000)
     print("reads at 200 tasks", small, "at 2,000", big)
     for what in ("create_gets", "create_lists", "page_gets", "page_lists"):
-        assert big[what] <= small[what], f"{what} grows with the cluster: {small[what]} at 200 tasks, {big[what]} at 2,000"
+        assert big[what] <= small[what], (
+            f"{what} grows with the cluster: {small[what]} at 200 tasks, {big[what]} at 2,000"
+        )
     assert big["create_gets"] < 40, big  # the tally, the new task's spec and status, the layout's containers
     assert big["page_gets"] <= 3 * 50 + 2, big  # spec, owner and status of the 50 tasks shown
 
@@ -145,7 +151,8 @@ def test_a_group_without_a_tally_is_measured_from_its_specs_once(zk, layout: ZkL
         admin.create_tasks(_specs(["after-raw"]))
     tally = codecs.decode(codecs.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
     assert tally.tasks == 31 and tally.payload_bytes == codecs.group_payload_bytes(
-        [s.descriptor() for s in _specs([f"raw-{i}" for i in range(30)] + ["after-raw"])])
+        [s.descriptor() for s in _specs([f"raw-{i}" for i in range(30)] + ["after-raw"])]
+    )
     with counter.counting() as second:
         admin.create_tasks(_specs(["after-tally"]))
     assert first["get"] >= 30 + second["get"], (first, second)

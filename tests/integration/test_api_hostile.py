@@ -162,7 +162,8 @@ def test_numbers_are_bounded_everywhere_settings_enter(open_api):
     assert res.returncode == 1
     res = zkctl(cluster, "--json", "settings", "show")
     assert res.returncode == 0 and json.loads(res.stdout)["throttle"]["max_moves"] == 7
-    assert cluster.request("GET", "/api/v1/settings").body["throttle"]["max_moves"] == 7
+    r = cluster.request("GET", "/api/v1/settings")
+    assert r.body["throttle"]["max_moves"] == 7 and r.body["refused"] == [], r.body
 
     # written behind the tools' back: the controller keeps the last good value of the refused field only
     body = json.loads(zk.get(layout.settings)[0])
@@ -172,9 +173,17 @@ def test_numbers_are_bounded_everywhere_settings_enter(open_api):
     wait_until(lambda: "keeping the last good value of a refused field: max_moves" in cluster.log("controller"), 30,
                "the controller to name the refused field")
     assert "ignoring the settings" not in cluster.log("controller")
+    # the tools show the other fields as stored and say which field was refused and why, not just its default
     r = cluster.request("GET", "/api/v1/settings")
     assert r.status == 200 and r.body["max_offline_brokers"] == 3, r.body
-    assert zkctl(cluster, "settings", "show").returncode == 0
+    assert r.body["throttle"]["max_moves"] is None and len(r.body["refused"]) == 1, r.body
+    assert r.body["refused"][0].startswith("max_moves: ") and "at most 1,000,000" in r.body["refused"][0], r.body
+    res = zkctl(cluster, "settings", "show")
+    assert res.returncode == 0 and "refused (shown at its default): max_moves: " in res.stdout, res.stdout
+    assert ["max_offline_brokers", "cluster", "3"] in [line.split() for line in res.stdout.splitlines()], res.stdout
+    res = zkctl(cluster, "--json", "settings", "show")
+    shown = json.loads(res.stdout)
+    assert shown["max_offline_brokers"] == 3 and shown["refused"] == r.body["refused"], shown
     assert cluster.request("PATCH", "/api/v1/settings", {"max_moves": 7, "max_offline_brokers": None}).status == 200
 
 
@@ -271,11 +280,13 @@ def test_a_cap_on_streams_answers_503_with_the_reason(zk_hosts, tmp_path):
         s = _open_stream(cluster)
         streams.append(s)
         _read_until(s, b'"kind":"watching"')
-        # SIGTERM with streams open: they end, the server stops, no traceback
+        # SIGTERM with streams open: they end, the server stops with exit 0 (a stop asked for), no traceback
         cluster.procs["api"].send_signal(signal.SIGTERM)
-        cluster.procs["api"].wait(20)  # stops within the graceful window (the streams ended, not cancelled)
+        code = cluster.procs["api"].wait(20)  # stops within the graceful window (the streams ended, not cancelled)
         log = cluster.log("api")
         assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
+        assert code == 0 and "API stopped" in log and "Aborted" not in log, (code, log[-3000:])
+        assert b"event: end" in _read_until(s, b"event: end"), "the open stream was ended, not cut"
     finally:
         for s in streams:
             s.close()

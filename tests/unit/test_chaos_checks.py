@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import json
 
-from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, Sample, make_schedule, sink_ids, verdicts
+from broker_sim.chaos import (
+    DEFAULT_FAULT_KINDS,
+    FAULT_KINDS,
+    ChaosOptions,
+    Sample,
+    left_out,
+    make_schedule,
+    sink_ids,
+    verdicts,
+)
 from controller.protocol.codecs import RunInterval
 from tests.chaos_support import IN_PROCESS_KINDS
 
@@ -109,3 +118,12 @@ def test_a_container_life_ends_where_the_next_begins(tmp_path):
     # an injected kill earlier than the next life still ends the life there
     assert next(i for i in _journal_intervals(tmp_path, kills={"b1": [105.0]}) if i.start == 101.0).end == 105.0
 
+
+
+def test_a_kind_the_harness_cannot_inject_is_never_drawn_and_said_why():
+    opts = ChaosOptions(seed=1, duration_s=600, leave_out=frozenset({"freeze-broker"}))
+    assert {f.kind for f in make_schedule(opts)} == set(DEFAULT_FAULT_KINDS) - {"freeze-broker"}
+    assert list(left_out(opts)) == ["freeze-broker"]
+    external = ChaosOptions(seed=1, duration_s=600, zk_hosts="127.0.0.1:2181")  # not the run's ZooKeeper to restart
+    assert "zk-restart" in left_out(external) and "zk-restart" not in {f.kind for f in make_schedule(external)}
+    assert left_out(ChaosOptions(seed=1)) == {}

@@ -10,8 +10,10 @@ import pytest
 from starlette.datastructures import Headers
 
 from controller.admin.interval_ends import session_ends
+from controller.admin.operations import SettingsAdmin
 from controller.api.guard import RequestPolicy, host_name
 from controller.protocol.codecs import ClusterSettings, MoveLimits, RunInterval
+from controller.protocol.layout import ZkLayout
 from controller.protocol.settings_rules import SettingValueError, check_setting, read_settings
 
 
@@ -58,3 +60,18 @@ def test_the_guard_refuses_foreign_hosts_cross_site_writes_and_non_json_bodies()
     assert refused("POST", host="127.0.0.1:1", content_type="text/plain", content_length="2") == (415, "unsupported_media_type")
     assert refused("POST", host="127.0.0.1:1", content_type="application/json", content_length="101") == (413, "too_large")
     assert refused("POST", host="127.0.0.1:1", transfer_encoding="chunked") == (411, "length_required")
+
+
+def test_settings_read_by_the_tools_name_the_refused_field_and_keep_the_others_as_stored():
+    class Stat:
+        version = 3
+
+    class Znode:
+        def get(self, _path: str) -> tuple[bytes, Stat]:
+            body = {"version": 1, "throttle": {"max_moves": 0, "max_moves_per_broker": 2}, "max_offline_brokers": 4}
+            return json.dumps(body).encode(), Stat()
+
+    stored = SettingsAdmin(Znode(), ZkLayout("/r")).stored_settings()  # type: ignore[arg-type]
+    assert stored.settings.throttle == MoveLimits(max_moves=None, max_moves_per_broker=2)
+    assert stored.settings.max_offline_brokers == 4
+    assert len(stored.refused) == 1 and stored.refused[0].startswith("max_moves: 0 is not a whole number >= 1")

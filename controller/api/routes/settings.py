@@ -30,9 +30,14 @@ def router(ctx: ApiContext) -> APIRouter:
             raise ApiError(422, "invalid_parameter", f"the reason may be at most {MAX_REASON} characters")
         return to_dict(ctx.admin().set_maintenance(on, reason))
 
-    @r.get("/settings", summary="Move throttles, automatic maintenance, preferred placement checks")
+    @r.get(
+        "/settings",
+        summary="Move throttles, automatic maintenance, preferred placement checks; `refused`: the "
+        "fields stored out of bounds (shown at their defaults), each with why",
+    )
     def get_settings() -> dict[str, Any]:
-        return to_dict(ctx.admin().settings())
+        stored = ctx.admin().stored_settings()
+        return {**to_dict(stored.settings), "refused": list(stored.refused)}
 
     @r.patch("/settings", summary='Change settings: {"max_moves": 10, ...}; with ?group=G, that group\'s throttle')
     def patch_settings(body: dict[str, Any] = Body(...), group: str | None = None) -> dict[str, Any]:
