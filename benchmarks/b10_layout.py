@@ -80,8 +80,14 @@ def write_flat_root(client: Any, layout: ZkLayout, task_ids: list[str]) -> float
     for t in task_ids:
         ops.append((f"{layout.tasks}/{t}", TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode()))
     for i, t in enumerate(task_ids):
-        ops.append((f"{layout.statuses}/{t}", codecs.encode(codecs.TaskStatus(
-            broker=f"broker-{i % 100:03d}", state="STOPPED", generation=1, updated=now))))
+        ops.append(
+            (
+                f"{layout.statuses}/{t}",
+                codecs.encode(
+                    codecs.TaskStatus(broker=f"broker-{i % 100:03d}", state="STOPPED", generation=1, updated=now)
+                ),
+            )
+        )
     in_flight: list[Any] = []
 
     def settle(keep: int) -> None:
@@ -93,7 +99,7 @@ def write_flat_root(client: Any, layout: ZkLayout, task_ids: list[str]) -> float
 
     for lo in range(0, len(ops), CREATES_PER_TX):
         tx = client.transaction()
-        for path, data in ops[lo:lo + CREATES_PER_TX]:
+        for path, data in ops[lo : lo + CREATES_PER_TX]:
             tx.create(path, data)
         in_flight.append(tx.commit_async())
         settle(TX_WINDOW)
@@ -106,11 +112,22 @@ def java_ls(address: str, path: str, timeout: float = JAVA_TIMEOUT_S) -> dict[st
     """``ZooKeeperMain -server address ls path`` (the jars of the embedded server), bounded by ``timeout``;
     the child is stopped by its pid if it outlives it. WARN logging is on so the client's own reason for a
     dropped connection (``Packet len ... is out of range!``) shows."""
-    cmd = [find_java(), "-Xmx256m", "-Dorg.apache.logging.log4j.level=WARN", "-cp", zookeeper_classpath(),
-           "org.apache.zookeeper.ZooKeeperMain", "-server", address, "ls", path]
+    cmd = [
+        find_java(),
+        "-Xmx256m",
+        "-Dorg.apache.logging.log4j.level=WARN",
+        "-cp",
+        zookeeper_classpath(),
+        "org.apache.zookeeper.ZooKeeperMain",
+        "-server",
+        address,
+        "ls",
+        path,
+    ]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     timed_out = False
     try:
         try:
@@ -131,13 +148,30 @@ def java_ls(address: str, path: str, timeout: float = JAVA_TIMEOUT_S) -> dict[st
     loss = next((ln for ln in lines if "ConnectionLoss" in ln or "connection loss" in ln.lower()), None)
     exc = next((ln for ln in lines if "Exception" in ln), None)
     ok = not timed_out and proc.returncode == 0 and names is not None
-    return {"command": " ".join(["java", "-cp", "<zookeeper jars of pyspark>", "org.apache.zookeeper.ZooKeeperMain",
-                                 "-server", address, "ls", path]),
-            "exit_code": proc.returncode, "timed_out": timed_out, "seconds": round(took, 3), "ok": ok,
-            "children": len(names) if names is not None else None,
-            "packet_len_error": packet, "connection_loss": loss, "error_line": packet or loss or exc,
-            "packet_len": int(m.group(1)) if packet and (m := re.search(r"Packet len (\d+)", packet)) else None,
-            "output_tail": lines[-12:] if not ok else lines[-3:]}
+    return {
+        "command": " ".join(
+            [
+                "java",
+                "-cp",
+                "<zookeeper jars of pyspark>",
+                "org.apache.zookeeper.ZooKeeperMain",
+                "-server",
+                address,
+                "ls",
+                path,
+            ]
+        ),
+        "exit_code": proc.returncode,
+        "timed_out": timed_out,
+        "seconds": round(took, 3),
+        "ok": ok,
+        "children": len(names) if names is not None else None,
+        "packet_len_error": packet,
+        "connection_loss": loss,
+        "error_line": packet or loss or exc,
+        "packet_len": int(m.group(1)) if packet and (m := re.search(r"Packet len (\d+)", packet)) else None,
+        "output_tail": lines[-12:] if not ok else lines[-3:],
+    }
 
 
 def _java_cell(r: dict[str, Any]) -> str:
@@ -145,7 +179,9 @@ def _java_cell(r: dict[str, Any]) -> str:
         return f"ok ({r['children']:,} names)"
     if r["timed_out"]:
         return "timed out"
-    why = "Packet len out of range" if r["packet_len_error"] else ("ConnectionLoss" if r["connection_loss"] else "error")
+    why = (
+        "Packet len out of range" if r["packet_len_error"] else ("ConnectionLoss" if r["connection_loss"] else "error")
+    )
     return f"FAILED: {why}"
 
 
@@ -167,12 +203,16 @@ def measure_flat(bench: Bench, zk: Any, client: Any, layout: ZkLayout, n: int, r
     res["get_children_status_s"] = dt
     res["status_listing_bytes"] = _listing_bytes(statuses)
     res["status_reply_bytes"] = res["status_listing_bytes"] + REPLY_OVERHEAD
-    bench.log(f"flat: get_children({layout.tasks}) {res['get_children_tasks_s']:.3f}s, reply {res['tasks_reply_bytes']:,} bytes "
-              f"({'over' if res['tasks_reply_bytes'] > JUTE_MAXBUFFER else 'under'} jute.maxbuffer {JUTE_MAXBUFFER:,})")
+    bench.log(
+        f"flat: get_children({layout.tasks}) {res['get_children_tasks_s']:.3f}s, reply {res['tasks_reply_bytes']:,} bytes "
+        f"({'over' if res['tasks_reply_bytes'] > JUTE_MAXBUFFER else 'under'} jute.maxbuffer {JUTE_MAXBUFFER:,})"
+    )
     res["java_ls"] = java_ls(zk.address, layout.tasks)
     j = res["java_ls"]
-    bench.log(f"flat: Java ZooKeeperMain ls {layout.tasks}: exit {j['exit_code']} in {j['seconds']:.1f}s: "
-              + (f"{j['children']:,} names" if j["ok"] else (j["error_line"] or "no listing")))
+    bench.log(
+        f"flat: Java ZooKeeperMain ls {layout.tasks}: exit {j['exit_code']} in {j['seconds']:.1f}s: "
+        + (f"{j['children']:,} names" if j["ok"] else (j["error_line"] or "no listing"))
+    )
     # this release refuses the flat root
     try:
         dt, _ = _timed(lambda: ensure_layout(client, layout))
@@ -182,7 +222,9 @@ def measure_flat(bench: Bench, zk: Any, client: Any, layout: ZkLayout, n: int, r
     bench.log(f"flat: ensure_layout: {res['ensure_layout'].get('error', 'accepted (unexpected)')}")
     if client.exists(layout.layout_info) is not None:
         raise RuntimeError("ensure_layout wrote a layout marker on a flat root")
-    ctl = Controller(ControllerConfig("b10-flat", ZkSettings(hosts=zk.address, root=layout.root, session_timeout_s=30.0)))
+    ctl = Controller(
+        ControllerConfig("b10-flat", ZkSettings(hosts=zk.address, root=layout.root, session_timeout_s=30.0))
+    )
     try:
         ctl.start()
         res["controller_start"] = {"refused": False}
@@ -200,8 +242,10 @@ def measure_flat(bench: Bench, zk: Any, client: Any, layout: ZkLayout, n: int, r
             res[name] = {"refused": False}
         except LayoutError as exc:
             res[name] = {"refused": True, "error": f"LayoutError: {exc}"}
-    bench.log(f"flat: AdminClient.list_tasks() / status(): "
-              f"{'refused (LayoutError)' if res['admin_list_tasks']['refused'] and res['admin_status']['refused'] else 'ANSWERED (unexpected)'}")
+    bench.log(
+        f"flat: AdminClient.list_tasks() / status(): "
+        f"{'refused (LayoutError)' if res['admin_list_tasks']['refused'] and res['admin_status']['refused'] else 'ANSWERED (unexpected)'}"
+    )
     return res
 
 
@@ -224,40 +268,59 @@ def measure_bucketed(bench: Bench, zk: Any, client: Any, layout: ZkLayout, n: in
         sizes = [_listing_bytes(ls or []) for ls in listings]
         counts = [len(ls or []) for ls in listings]
         big = max(range(len(paths)), key=lambda i: sizes[i])
-        buckets[kind] = {"buckets": len(paths), "entries": sum(counts), "min_entries": min(counts),
-                         "max_entries": max(counts), "largest_bucket": paths[big], "largest_listing_bytes": sizes[big],
-                         "largest_reply_bytes": sizes[big] + REPLY_OVERHEAD, "counts": counts}
+        buckets[kind] = {
+            "buckets": len(paths),
+            "entries": sum(counts),
+            "min_entries": min(counts),
+            "max_entries": max(counts),
+            "largest_bucket": paths[big],
+            "largest_listing_bytes": sizes[big],
+            "largest_reply_bytes": sizes[big] + REPLY_OVERHEAD,
+            "counts": counts,
+        }
     res["buckets"] = buckets
     # the container itself now holds the buckets only
     res["tasks_container_listing_bytes"] = _listing_bytes(client.get_children(layout.tasks))
-    bench.log(f"bucketed: list_tasks {res['list_tasks_s']:.3f}s; task buckets hold {buckets['tasks']['min_entries']}.."
-              f"{buckets['tasks']['max_entries']} tasks, largest listing {buckets['tasks']['largest_listing_bytes']:,} bytes "
-              f"({buckets['tasks']['largest_bucket']})")
+    bench.log(
+        f"bucketed: list_tasks {res['list_tasks_s']:.3f}s; task buckets hold {buckets['tasks']['min_entries']}.."
+        f"{buckets['tasks']['max_entries']} tasks, largest listing {buckets['tasks']['largest_listing_bytes']:,} bytes "
+        f"({buckets['tasks']['largest_bucket']})"
+    )
     bucket0 = layout.task_buckets[0]
     res["java_ls"] = java_ls(zk.address, bucket0)
     j = res["java_ls"]
     expected = len(client.get_children(bucket0))
     res["java_ls"]["expected_children"] = expected
-    bench.log(f"bucketed: Java ZooKeeperMain ls {bucket0}: exit {j['exit_code']} in {j['seconds']:.1f}s: "
-              + (f"{j['children']:,} names (kazoo: {expected:,})" if j["ok"] else (j["error_line"] or "no listing")))
+    bench.log(
+        f"bucketed: Java ZooKeeperMain ls {bucket0}: exit {j['exit_code']} in {j['seconds']:.1f}s: "
+        + (f"{j['children']:,} names (kazoo: {expected:,})" if j["ok"] else (j["error_line"] or "no listing"))
+    )
     admin = AdminClient(client, layout)
     dt, rows = _timed(admin.list_tasks)
     res["admin_list_tasks"] = {"seconds": dt, "rows": len(rows)}
     dt, st = _timed(admin.status)
     res["admin_status"] = {"seconds": dt, "tasks_total": st.tasks.get("total"), "by_status": st.tasks.get("by_status")}
-    bench.log(f"bucketed: AdminClient.list_tasks() {res['admin_list_tasks']['seconds']:.2f}s ({len(rows):,} rows), "
-              f"status() {res['admin_status']['seconds']:.2f}s ({st.tasks.get('total'):,} tasks)")
+    bench.log(
+        f"bucketed: AdminClient.list_tasks() {res['admin_list_tasks']['seconds']:.2f}s ({len(rows):,} rows), "
+        f"status() {res['admin_status']['seconds']:.2f}s ({st.tasks.get('total'):,} tasks)"
+    )
     # a controller's failover load of every task: a fresh controller each round (it wins the election at once)
     runs = [controller_load(zk, layout, f"b10-ctl{r}") for r in range(rounds)]
     res["controller_runs"] = runs
-    res["controller"] = {"load": runs[0]["load"], "last_load_s": median([r["last_load_s"] for r in runs]),
-                         "active_to_load_published_s": median([r["active_to_load_published_s"] for r in runs]),
-                         "tasks_in_context": min(r["tasks_in_context"] or 0 for r in runs), "rounds": rounds}
+    res["controller"] = {
+        "load": runs[0]["load"],
+        "last_load_s": median([r["last_load_s"] for r in runs]),
+        "active_to_load_published_s": median([r["active_to_load_published_s"] for r in runs]),
+        "tasks_in_context": min(r["tasks_in_context"] or 0 for r in runs),
+        "rounds": rounds,
+    }
     c = res["controller"]
     each = ", ".join(f"{r['last_load_s']:.2f}" for r in runs)
-    bench.log(f"bucketed: controller load {c['last_load_s']:.3f}s (median of {rounds}: {each}), "
-              f"{c['tasks_in_context']:,} tasks in its context; active → load figure published "
-              f"{c['active_to_load_published_s']:.2f}s (also the groups' coordinators)")
+    bench.log(
+        f"bucketed: controller load {c['last_load_s']:.3f}s (median of {rounds}: {each}), "
+        f"{c['tasks_in_context']:,} tasks in its context; active → load figure published "
+        f"{c['active_to_load_published_s']:.2f}s (also the groups' coordinators)"
+    )
     return res
 
 
@@ -275,12 +338,16 @@ def controller_load(zk: Any, layout: ZkLayout, cid: str) -> dict[str, Any]:
             raise RuntimeError("the controller did not load its state")
         published = time.monotonic()
         ctx = ctl.ctx
-        return {"controller": cid, "load": ctl.config.load, "last_load_s": ctl.loader.last_load_s,
-                "start_to_active_s": round(ctl.became_active_at - t0, 3),
-                "active_to_load_published_s": round(published - ctl.became_active_at, 3),
-                "tasks_in_context": len(ctx.tasks) if ctx is not None else None,
-                "invalid_tasks": len(ctx.invalid_tasks) if ctx is not None else None,
-                "task_tree_watched": ctl.tasks.tree_watched}
+        return {
+            "controller": cid,
+            "load": ctl.config.load,
+            "last_load_s": ctl.loader.last_load_s,
+            "start_to_active_s": round(ctl.became_active_at - t0, 3),
+            "active_to_load_published_s": round(published - ctl.became_active_at, 3),
+            "tasks_in_context": len(ctx.tasks) if ctx is not None else None,
+            "invalid_tasks": len(ctx.invalid_tasks) if ctx is not None else None,
+            "task_tree_watched": ctl.tasks.tree_watched,
+        }
     finally:
         ctl.stop()
 
@@ -294,14 +361,24 @@ def plot(flat: dict[str, Any], bucketed: dict[str, Any], n: int, out: Any) -> No
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 2, 1)
     labels = ["flat /tasks", "flat /status", "largest\ntask bucket", "largest\nstatus bucket"]
-    values = [flat["tasks_reply_bytes"], flat["status_reply_bytes"], bucketed["buckets"]["tasks"]["largest_reply_bytes"],
-              bucketed["buckets"]["status"]["largest_reply_bytes"]]
+    values = [
+        flat["tasks_reply_bytes"],
+        flat["status_reply_bytes"],
+        bucketed["buckets"]["tasks"]["largest_reply_bytes"],
+        bucketed["buckets"]["status"]["largest_reply_bytes"],
+    ]
     bars = ax.bar(labels, values, color=["tab:red", "tab:red", "tab:green", "tab:green"])
     for b, v in zip(bars, values):
         ax.text(b.get_x() + b.get_width() / 2, v, f"{v:,}", ha="center", va="bottom", fontsize=8)
     ax.axhline(JUTE_MAXBUFFER, color="black", linestyle="--", linewidth=1)
-    ax.text(2.5, JUTE_MAXBUFFER * 1.15, "Java client limit\n(jute.maxbuffer 1,048,575)", fontsize=8, ha="center",
-            va="bottom")
+    ax.text(
+        2.5,
+        JUTE_MAXBUFFER * 1.15,
+        "Java client limit\n(jute.maxbuffer 1,048,575)",
+        fontsize=8,
+        ha="center",
+        va="bottom",
+    )
     ax.set_yscale("log")
     ax.set_ylim(min(values) / 3, max(values + [JUTE_MAXBUFFER]) * 4)
     ax.set_ylabel("getChildren reply bytes")
@@ -327,8 +404,14 @@ def run(bench: Bench) -> dict[str, Any]:
     root = f"/b10-{n}"
     layout = ZkLayout(root)
     task_ids = [f"task-{i:06d}" for i in range(n)]
-    setup: dict[str, Any] = {"tasks": n, "root": root, "buckets": BUCKETS, "creates_per_transaction": CREATES_PER_TX,
-                             "transactions_in_flight": TX_WINDOW, "rounds": rounds}
+    setup: dict[str, Any] = {
+        "tasks": n,
+        "root": root,
+        "buckets": BUCKETS,
+        "creates_per_transaction": CREATES_PER_TX,
+        "transactions_in_flight": TX_WINDOW,
+        "rounds": rounds,
+    }
     with zookeeper(heap_mb=2048, name="b10") as zk:  # stopped by its pid and its data dir removed on exit
         client = make_client(ZkSettings(hosts=zk.address, root=root, session_timeout_s=30.0))
         try:
@@ -337,17 +420,27 @@ def run(bench: Bench) -> dict[str, Any]:
             bench.log(f"flat root {root}: {n:,} tasks and {n:,} statuses written in {setup['write_flat_s']:.1f}s")
             flat = measure_flat(bench, zk, client, layout, n, rounds)
             mig = migrate(client, layout)
-            migration = {"seconds": mig.seconds, "tasks": mig.tasks, "statuses": mig.statuses, "moved": mig.moved,
-                         "multis": mig.multis, "blocked": [list(b) for b in mig.blocked], "done": mig.done,
-                         "znodes_per_s": mig.moved / mig.seconds if mig.seconds else None}
-            bench.log(f"migrate: {mig.moved:,} znodes moved in {mig.multis:,} multis in {mig.seconds:.1f}s "
-                      f"({migration['znodes_per_s']:,.0f}/s); done {mig.done}, blocked {len(mig.blocked)}")
+            migration = {
+                "seconds": mig.seconds,
+                "tasks": mig.tasks,
+                "statuses": mig.statuses,
+                "moved": mig.moved,
+                "multis": mig.multis,
+                "blocked": [list(b) for b in mig.blocked],
+                "done": mig.done,
+                "znodes_per_s": mig.moved / mig.seconds if mig.seconds else None,
+            }
+            bench.log(
+                f"migrate: {mig.moved:,} znodes moved in {mig.multis:,} multis in {mig.seconds:.1f}s "
+                f"({migration['znodes_per_s']:,.0f}/s); done {mig.done}, blocked {len(mig.blocked)}"
+            )
             if not mig.done:
                 raise RuntimeError(f"the migration did not finish: {mig.blocked[:3]}")
             bucketed = measure_bucketed(bench, zk, client, layout, n, rounds)
             delete_tree(client, root)  # the admin paths are measured on roots of their own
             admin_sizes = [int(x) for x in os.environ.get("B10_ADMIN_SIZES", "").split(",") if x] or (
-                [2000, n] if bench.quick else [20_000, n])
+                [2000, n] if bench.quick else [20_000, n]
+            )
             admin = admin_paths.measure(bench, client, "/b10-admin", sorted(set(admin_sizes)))
         finally:
             client.stop()
@@ -360,25 +453,44 @@ def run(bench: Bench) -> dict[str, Any]:
         ["tasks / statuses", f"{n:,} / {n:,}", f"{tb['entries']:,} / {sb['entries']:,}"],
         ["task listing", "get_children(/tasks)", f"list_tasks ({BUCKETS} buckets, multiRead)"],
         ["task listing s (median of 3)", flat["get_children_tasks_s"], bucketed["list_tasks_s"]],
-        ["largest task listing Σ(len+4) bytes", flat["tasks_listing_bytes"],
-         f"{tb['largest_listing_bytes']:,} ({tb['largest_bucket'].rsplit('/', 1)[1]})"],
+        [
+            "largest task listing Σ(len+4) bytes",
+            flat["tasks_listing_bytes"],
+            f"{tb['largest_listing_bytes']:,} ({tb['largest_bucket'].rsplit('/', 1)[1]})",
+        ],
         ["largest task listing reply bytes", flat["tasks_reply_bytes"], tb["largest_reply_bytes"]],
         ["largest status listing reply bytes", flat["status_reply_bytes"], sb["largest_reply_bytes"]],
         ["tasks per bucket (min..max)", "-", f"{tb['min_entries']}..{tb['max_entries']}"],
-        ["over jute.maxbuffer (1,048,575)?", flat["tasks_reply_bytes"] > JUTE_MAXBUFFER,
-         max(tb["largest_reply_bytes"], sb["largest_reply_bytes"]) > JUTE_MAXBUFFER],
+        [
+            "over jute.maxbuffer (1,048,575)?",
+            flat["tasks_reply_bytes"] > JUTE_MAXBUFFER,
+            max(tb["largest_reply_bytes"], sb["largest_reply_bytes"]) > JUTE_MAXBUFFER,
+        ],
         ["Java ZooKeeperMain ls", f"/tasks: {_java_cell(fj)}", f"/tasks/_00: {_java_cell(bj)}"],
-        ["Java ls exit code / s", f"{fj['exit_code']} / {fj['seconds']:.1f}", f"{bj['exit_code']} / {bj['seconds']:.1f}"],
+        [
+            "Java ls exit code / s",
+            f"{fj['exit_code']} / {fj['seconds']:.1f}",
+            f"{bj['exit_code']} / {bj['seconds']:.1f}",
+        ],
         ["Java client's packet len (error)", fj["packet_len"] if fj["packet_len"] is not None else "-", "-"],
-        ["ensure_layout (this release)", "refused: LayoutError" if flat["ensure_layout"]["refused"] else "accepted",
-         f"ok ({bucketed['ensure_layout_s'] * 1000:.1f} ms)"],
+        [
+            "ensure_layout (this release)",
+            "refused: LayoutError" if flat["ensure_layout"]["refused"] else "accepted",
+            f"ok ({bucketed['ensure_layout_s'] * 1000:.1f} ms)",
+        ],
         ["Controller.start", "refused: LayoutError" if flat["controller_start"]["refused"] else "accepted", "ok"],
         ["migrate s (flat → buckets)", "-", migration["seconds"]],
         ["migrate znodes moved / multis", "-", f"{migration['moved']:,} / {migration['multis']:,}"],
-        ["AdminClient.list_tasks() s (rows)", "refused: LayoutError" if flat["admin_list_tasks"]["refused"] else "answered",
-         f"{bucketed['admin_list_tasks']['seconds']:.2f} ({bucketed['admin_list_tasks']['rows']:,})"],
-        ["AdminClient.status() s (tasks)", "refused: LayoutError" if flat["admin_status"]["refused"] else "answered",
-         f"{bucketed['admin_status']['seconds']:.2f} ({bucketed['admin_status']['tasks_total']:,})"],
+        [
+            "AdminClient.list_tasks() s (rows)",
+            "refused: LayoutError" if flat["admin_list_tasks"]["refused"] else "answered",
+            f"{bucketed['admin_list_tasks']['seconds']:.2f} ({bucketed['admin_list_tasks']['rows']:,})",
+        ],
+        [
+            "AdminClient.status() s (tasks)",
+            "refused: LayoutError" if flat["admin_status"]["refused"] else "answered",
+            f"{bucketed['admin_status']['seconds']:.2f} ({bucketed['admin_status']['tasks_total']:,})",
+        ],
         ["controller load s (last_load_s, median of 3)", "- (refused)", ctl["last_load_s"]],
         ["controller active → load published s", "-", ctl["active_to_load_published_s"]],
         ["tasks in the controller's context", "-", ctl["tasks_in_context"]],
@@ -406,39 +518,86 @@ def run(bench: Bench) -> dict[str, Any]:
     largest_sum = max(tb["largest_listing_bytes"], sb["largest_listing_bytes"])
     load = ctl["last_load_s"]
     targets = [
-        target(f"B10 no listing over 1 MiB at {n:,} tasks", f"{largest_sum:,} bytes", "< 1,048,575 bytes",
-               largest < JUTE_MAXBUFFER,
-               f"largest of the {2 * BUCKETS} bucket listings, Σ(len+4); its reply packet {largest:,} bytes; the flat "
-               f"/tasks reply was {flat['tasks_reply_bytes']:,} bytes", quick_size=not full_size),
-        target(f"B10 controller load of {n:,} tasks", f"{load:.2f} s", "< 3 s", load < 3.0,
-               f"last_load_s, median of {ctl['rounds']} controllers (multiRead load), {ctl['tasks_in_context']:,} tasks in "
-               f"its context; active → load published (with the groups' coordinators) "
-               f"{ctl['active_to_load_published_s']:.2f} s",
-               quick_size=not full_size),
+        target(
+            f"B10 no listing over 1 MiB at {n:,} tasks",
+            f"{largest_sum:,} bytes",
+            "< 1,048,575 bytes",
+            largest < JUTE_MAXBUFFER,
+            f"largest of the {2 * BUCKETS} bucket listings, Σ(len+4); its reply packet {largest:,} bytes; the flat "
+            f"/tasks reply was {flat['tasks_reply_bytes']:,} bytes",
+            quick_size=not full_size,
+        ),
+        target(
+            f"B10 controller load of {n:,} tasks",
+            f"{load:.2f} s",
+            "< 3 s",
+            load < 3.0,
+            f"last_load_s, median of {ctl['rounds']} controllers (multiRead load), {ctl['tasks_in_context']:,} tasks in "
+            f"its context; active → load published (with the groups' coordinators) "
+            f"{ctl['active_to_load_published_s']:.2f} s",
+            quick_size=not full_size,
+        ),
         target(f"B10 Java client lists one bucket at {n:,} tasks", _java_cell(bj), "succeeds", bj["ok"]),
-        target(f"B10 Java client lists the flat /tasks at {n:,} tasks", _java_cell(fj), "(fails past 1 MiB)", None,
-               fj["error_line"] or ""),
-        target("B10 this release refuses the flat root", "LayoutError" if flat["ensure_layout"]["refused"] else "accepted",
-               "LayoutError", all(flat[k]["refused"] for k in ("ensure_layout", "controller_start", "admin_list_tasks",
-                                                               "admin_status"))),
-        target(f"B10 migration of {n:,} tasks and statuses", f"{migration['seconds']:.1f} s", "(measure)", None,
-               f"{migration['moved']:,} znodes in {migration['multis']:,} multis"),
+        target(
+            f"B10 Java client lists the flat /tasks at {n:,} tasks",
+            _java_cell(fj),
+            "(fails past 1 MiB)",
+            None,
+            fj["error_line"] or "",
+        ),
+        target(
+            "B10 this release refuses the flat root",
+            "LayoutError" if flat["ensure_layout"]["refused"] else "accepted",
+            "LayoutError",
+            all(flat[k]["refused"] for k in ("ensure_layout", "controller_start", "admin_list_tasks", "admin_status")),
+        ),
+        target(
+            f"B10 migration of {n:,} tasks and statuses",
+            f"{migration['seconds']:.1f} s",
+            "(measure)",
+            None,
+            f"{migration['moved']:,} znodes in {migration['multis']:,} multis",
+        ),
     ]
     empty = admin["0"]
     for k in sizes[1:]:
         a, size_ok = admin[k], int(k) >= 100_000
         targets += [
-            target(f"B10 one-task create at {int(k):,} tasks", f"{a['create_s'] * 1000:.1f} ms",
-                   "≤ 1.5× empty", a["create_s"] <= 1.5 * empty["create_s"],
-                   f"empty root {empty['create_s'] * 1000:.1f} ms, same run", quick_size=not size_ok),
-            target(f"B10 first page of 50 at {int(k):,} tasks", f"{a['page_s'] * 1000:.1f} ms",
-                   "≤ 1.5× empty", a["page_s"] <= 1.5 * empty["page_s"],
-                   f"empty root {empty['page_s'] * 1000:.1f} ms, same run", quick_size=not size_ok),
-            target(f"B10 status at {int(k):,} tasks", f"{a['status_s']:.2f} s", "< 0.5 s", a["status_s"] < 0.5,
-                   "reads every task's spec, owner and status", quick_size=not size_ok),
+            target(
+                f"B10 one-task create at {int(k):,} tasks",
+                f"{a['create_s'] * 1000:.1f} ms",
+                "≤ 1.5× empty",
+                a["create_s"] <= 1.5 * empty["create_s"],
+                f"empty root {empty['create_s'] * 1000:.1f} ms, same run",
+                quick_size=not size_ok,
+            ),
+            target(
+                f"B10 first page of 50 at {int(k):,} tasks",
+                f"{a['page_s'] * 1000:.1f} ms",
+                "≤ 1.5× empty",
+                a["page_s"] <= 1.5 * empty["page_s"],
+                f"empty root {empty['page_s'] * 1000:.1f} ms, same run",
+                quick_size=not size_ok,
+            ),
+            target(
+                f"B10 status at {int(k):,} tasks",
+                f"{a['status_s']:.2f} s",
+                "< 0.5 s",
+                a["status_s"] < 0.5,
+                "reads every task's spec, owner and status",
+                quick_size=not size_ok,
+            ),
         ]
-    doc = {"setup": setup, "flat": flat, "migration": migration, "bucketed": bucketed, "admin_paths": admin,
-           "table": {"headers": headers, "rows": rows}, "admin_table": {"headers": admin_headers, "rows": admin_rows},
-           "plot": plot_name, "targets": targets}
+    doc = {
+        "setup": setup,
+        "flat": flat,
+        "migration": migration,
+        "bucketed": bucketed,
+        "admin_paths": admin,
+        "table": {"headers": headers, "rows": rows},
+        "admin_table": {"headers": admin_headers, "rows": admin_rows},
+        "plot": plot_name,
+        "targets": targets,
+    }
     bench.write(NAME, doc)
     return doc

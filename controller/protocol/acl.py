@@ -79,14 +79,16 @@ class AclPolicy:
         for role, ids in self.roles.items():
             for i in ids:
                 _check_identity(f"role {role}", i)
-        object.__setattr__(self, "brokers", {b: (v,) if isinstance(v, str) else tuple(v)
-                                             for b, v in self.brokers.items()})
+        object.__setattr__(
+            self, "brokers", {b: (v,) if isinstance(v, str) else tuple(v) for b, v in self.brokers.items()}
+        )
         owner: dict[str, str] = {}
 
         def claim(identity: str, broker: str) -> None:
             if owner.get(identity, broker) != broker:
-                raise SecurityError(f"identity {identity.partition(':')[0]!r} is given to two brokers "
-                                    f"({owner[identity]}, {broker})")
+                raise SecurityError(
+                    f"identity {identity.partition(':')[0]!r} is given to two brokers ({owner[identity]}, {broker})"
+                )
             owner[identity] = broker
 
         for b, ids in self.brokers.items():
@@ -98,12 +100,13 @@ class AclPolicy:
         if self.broker_user is not None:
             prefix, sep, suffix = self.broker_user.partition("{id}")
             if not sep or "{id}" in suffix or ":" in self.broker_user:
-                raise SecurityError(f"broker_user {self.broker_user!r} must contain '{{id}}' once (e.g. broker.{{id}}) "
-                                    "and no ':'")
+                raise SecurityError(
+                    f"broker_user {self.broker_user!r} must contain '{{id}}' once (e.g. broker.{{id}}) and no ':'"
+                )
             for i in self.ids("broker"):
                 user = i.partition(":")[0]
                 if len(user) > len(prefix) + len(suffix) and user.startswith(prefix) and user.endswith(suffix):
-                    b = user[len(prefix):len(user) - len(suffix)]
+                    b = user[len(prefix) : len(user) - len(suffix)]
                     try:
                         claim(i, check_name("broker id", b))
                     except ValueError:
@@ -111,8 +114,10 @@ class AclPolicy:
         for i in owner:
             other = [r for r in ROLES if r != "broker" and i in self.ids(r)]
             if other:
-                raise SecurityError(f"identity {i.partition(':')[0]!r} is a broker's and also {other[0]}: "
-                                    "a broker's identity must have no other role")
+                raise SecurityError(
+                    f"identity {i.partition(':')[0]!r} is a broker's and also {other[0]}: "
+                    "a broker's identity must have no other role"
+                )
         by_broker: dict[str, list[str]] = {}
         for i, b in owner.items():
             by_broker.setdefault(b, []).append(i)
@@ -146,8 +151,9 @@ class AclPolicy:
         """Version 1 while no broker has its own identity (processes of earlier releases read it); else 2."""
         body: dict[str, Any] = {"version": 1, "roles": {r: list(self.ids(r)) for r in ROLES}}
         if self.brokers or self.broker_user is not None:
-            body.update(version=2, brokers={b: list(v) for b, v in sorted(self.brokers.items())},
-                        broker_user=self.broker_user)
+            body.update(
+                version=2, brokers={b: list(v) for b, v in sorted(self.brokers.items())}, broker_user=self.broker_user
+            )
         return json.dumps(body, sort_keys=True).encode()
 
     @classmethod
@@ -158,37 +164,47 @@ class AclPolicy:
             if version not in POLICY_VERSIONS or isinstance(version, bool):
                 raise SecurityError(f"unsupported ACL policy version {version!r}")
             roles = body["roles"]
-            if not isinstance(roles, dict) or not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
-                                                      for v in roles.values()):
+            if not isinstance(roles, dict) or not all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in roles.values()
+            ):
                 raise SecurityError("ACL policy 'roles' must map role names to lists of digest identities")
             brokers = body.get("brokers", {}) if version >= 2 else {}
             if not isinstance(brokers, dict) or not all(
-                    isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
-                    for v in brokers.values()):
+                isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+                for v in brokers.values()
+            ):
                 raise SecurityError("ACL policy 'brokers' must map broker ids to a digest identity or a list of them")
             pattern = body.get("broker_user") if version >= 2 else None
             if pattern is not None and not isinstance(pattern, str):
                 raise SecurityError("ACL policy 'broker_user' must be a string like 'broker.{id}'")
-            return cls({r: tuple(v) for r, v in roles.items()},
-                       {b: (v,) if isinstance(v, str) else tuple(v) for b, v in brokers.items()}, pattern)
+            return cls(
+                {r: tuple(v) for r, v in roles.items()},
+                {b: (v,) if isinstance(v, str) else tuple(v) for b, v in brokers.items()},
+                pattern,
+            )
         except (ValueError, KeyError, RecursionError, AttributeError) as exc:
             if isinstance(exc, SecurityError):
                 raise
             raise SecurityError(f"unreadable ACL policy: {type(exc).__name__}: {exc}") from None
 
     @classmethod
-    def from_credentials(cls, credentials: Mapping[str, Iterable[str]],
-                         brokers: Mapping[str, Iterable[str]] | None = None,
-                         broker_user: str | None = None) -> AclPolicy:
+    def from_credentials(
+        cls,
+        credentials: Mapping[str, Iterable[str]],
+        brokers: Mapping[str, Iterable[str]] | None = None,
+        broker_user: str | None = None,
+    ) -> AclPolicy:
         """A policy from ``user:password`` credentials per role and per broker id (hashed here)."""
-        return cls({role: tuple(digest_id(c, f"{role} credential") for c in creds)
-                    for role, creds in credentials.items()},
-                   {b: tuple(digest_id(c, f"broker {b} credential") for c in creds)
-                    for b, creds in (brokers or {}).items()}, broker_user)
+        return cls(
+            {role: tuple(digest_id(c, f"{role} credential") for c in creds) for role, creds in credentials.items()},
+            {b: tuple(digest_id(c, f"broker {b} credential") for c in creds) for b, creds in (brokers or {}).items()},
+            broker_user,
+        )
 
 
 # ---- the ACL of every path ---------------------------------------------------------------------------
 # (role -> permissions) per kind of znode; "*" = every role not named (READ for all roles by default)
+
 
 def _rule(**perms: int) -> dict[str, int]:
     out = {r: R for r in ROLES}
@@ -199,42 +215,44 @@ def _rule(**perms: int) -> dict[str, int]:
 
 RULES: dict[str, dict[str, int]] = {
     "root": _rule(admin=R | C | A, controller=R | C | D),
-    "controller": _rule(controller=ALL),                    # /controller, /controller_epoch
-    "brokers": _rule(admin=R | C | A),                      # /brokers
-    "broker_ids": _rule(broker=R | C | D),                  # /brokers/ids
-    "broker": _rule(broker=RWCD),                            # /brokers/ids/<b>
-    "layout": _rule(admin=ALL),                             # /layout (version, buckets)
-    "tasks": _rule(admin=ALL, controller=R | D),            # /tasks
-    "task_bucket": _rule(admin=ALL, controller=R | D),      # /tasks/<bucket>
-    "task": _rule(admin=R | W | A, broker=R | C | D, controller=R | D),  # /tasks/<bucket>/<t> (brokers: owner; controller: strays)
-    "owner": _rule(broker=RWCD),                             # /tasks/<bucket>/<t>/owner
-    "groups": _rule(controller=ALL, broker=R | C),          # /groups
-    "group": _rule(controller=ALL, broker=R | C),           # /groups/<g>
-    "group_state": _rule(controller=ALL),                   # /groups/<g>/state
-    "members": _rule(broker=R | C | D),                     # /groups/<g>/members
-    "member": _rule(broker=RWCD),                            # /groups/<g>/members/<m>
-    "joins": _rule(controller=ALL),                         # /groups/<g>/join
-    "join": _rule(controller=ALL),                          # /groups/<g>/join/<gen>
-    "syncs": _rule(controller=ALL, broker=R | C),           # /groups/<g>/sync (controller deletes old gens)
-    "sync": _rule(broker=RWCD),                              # /groups/<g>/sync/<gen> (the leader's proposal)
-    "assignments": _rule(controller=ALL),                   # /groups/<g>/assignment
-    "assignment": _rule(controller=ALL),                    # /groups/<g>/assignment/<m>
+    "controller": _rule(controller=ALL),  # /controller, /controller_epoch
+    "brokers": _rule(admin=R | C | A),  # /brokers
+    "broker_ids": _rule(broker=R | C | D),  # /brokers/ids
+    "broker": _rule(broker=RWCD),  # /brokers/ids/<b>
+    "layout": _rule(admin=ALL),  # /layout (version, buckets)
+    "tasks": _rule(admin=ALL, controller=R | D),  # /tasks
+    "task_bucket": _rule(admin=ALL, controller=R | D),  # /tasks/<bucket>
+    "task": _rule(
+        admin=R | W | A, broker=R | C | D, controller=R | D
+    ),  # /tasks/<bucket>/<t> (brokers: owner; controller: strays)
+    "owner": _rule(broker=RWCD),  # /tasks/<bucket>/<t>/owner
+    "groups": _rule(controller=ALL, broker=R | C),  # /groups
+    "group": _rule(controller=ALL, broker=R | C),  # /groups/<g>
+    "group_state": _rule(controller=ALL),  # /groups/<g>/state
+    "members": _rule(broker=R | C | D),  # /groups/<g>/members
+    "member": _rule(broker=RWCD),  # /groups/<g>/members/<m>
+    "joins": _rule(controller=ALL),  # /groups/<g>/join
+    "join": _rule(controller=ALL),  # /groups/<g>/join/<gen>
+    "syncs": _rule(controller=ALL, broker=R | C),  # /groups/<g>/sync (controller deletes old gens)
+    "sync": _rule(broker=RWCD),  # /groups/<g>/sync/<gen> (the leader's proposal)
+    "assignments": _rule(controller=ALL),  # /groups/<g>/assignment
+    "assignment": _rule(controller=ALL),  # /groups/<g>/assignment/<m>
     "statuses": _rule(admin=R | C | A, broker=R | C | D, controller=R | C | D),  # /status (admin: lays out buckets)
     "status_bucket": _rule(broker=R | C | D, controller=R | C | D),  # /status/<bucket>
-    "status": _rule(broker=RWCD, controller=ALL),            # /status/<bucket>/<t> (workers; controller: invalid specs)
-    "intervals": _rule(broker=R | C | D),                   # /intervals
-    "interval": _rule(broker=RWCD),                          # /intervals/<b>
-    "admin": _rule(admin=ALL),                              # /admin
-    "admin_queue": _rule(admin=ALL, controller=R | D),      # /admin/{rebalance,reassign,delete_tasks}
-    "admin_request": _rule(admin=ALL),                      # their children
+    "status": _rule(broker=RWCD, controller=ALL),  # /status/<bucket>/<t> (workers; controller: invalid specs)
+    "intervals": _rule(broker=R | C | D),  # /intervals
+    "interval": _rule(broker=RWCD),  # /intervals/<b>
+    "admin": _rule(admin=ALL),  # /admin
+    "admin_queue": _rule(admin=ALL, controller=R | D),  # /admin/{rebalance,reassign,delete_tasks}
+    "admin_request": _rule(admin=ALL),  # their children
     "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
-    "shutdown_request": _rule(admin=ALL, broker=RWCD),       # /admin/controlled_shutdown/<b>
-    "tallies": _rule(admin=ALL),                            # /admin/group_tasks
-    "tally": _rule(admin=ALL),                              # /admin/group_tasks/<g> (written by creates)
-    "settings": _rule(admin=ALL),                           # /admin/settings (throttles, auto maintenance)
-    "maintenance": _rule(admin=ALL, controller=R | W),      # /admin/maintenance (controller: automatic)
-    "security": _rule(admin=ALL),                           # /security (the policy)
-    "other": _rule(admin=ALL),                              # anything else under the root
+    "shutdown_request": _rule(admin=ALL, broker=RWCD),  # /admin/controlled_shutdown/<b>
+    "tallies": _rule(admin=ALL),  # /admin/group_tasks
+    "tally": _rule(admin=ALL),  # /admin/group_tasks/<g> (written by creates)
+    "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
+    "maintenance": _rule(admin=ALL, controller=R | W),  # /admin/maintenance (controller: automatic)
+    "security": _rule(admin=ALL),  # /security (the policy)
+    "other": _rule(admin=ALL),  # anything else under the root
 }
 
 
@@ -245,12 +263,21 @@ def classify(layout: ZkLayout, path: str) -> str:
         return "root"
     if not path.startswith(base + "/"):
         return "other"
-    parts = path[len(base) + 1:].split("/")
+    parts = path[len(base) + 1 :].split("/")
     n, head = len(parts), parts[0]
     if n == 1:
-        return {"controller": "controller", "controller_epoch": "controller", "brokers": "brokers",
-                "tasks": "tasks", "groups": "groups", "status": "statuses", "intervals": "intervals",
-                "admin": "admin", "security": "security", "layout": "layout"}.get(head, "other")
+        return {
+            "controller": "controller",
+            "controller_epoch": "controller",
+            "brokers": "brokers",
+            "tasks": "tasks",
+            "groups": "groups",
+            "status": "statuses",
+            "intervals": "intervals",
+            "admin": "admin",
+            "security": "security",
+            "layout": "layout",
+        }.get(head, "other")
     if head == "brokers":
         return "broker_ids" if n == 2 and parts[1] == "ids" else "broker" if n == 3 and parts[1] == "ids" else "other"
     if head in ("tasks", "status") and not is_bucket(parts[1]):
@@ -260,8 +287,13 @@ def classify(layout: ZkLayout, path: str) -> str:
     if head == "groups":
         if n == 2:
             return "group"
-        kinds = {"state": ("group_state", None), "members": ("members", "member"), "join": ("joins", "join"),
-                 "sync": ("syncs", "sync"), "assignment": ("assignments", "assignment")}
+        kinds = {
+            "state": ("group_state", None),
+            "members": ("members", "member"),
+            "join": ("joins", "join"),
+            "sync": ("syncs", "sync"),
+            "assignment": ("assignments", "assignment"),
+        }
         kind = kinds.get(parts[2])
         if kind is None:
             return "other"
@@ -293,7 +325,7 @@ def classify(layout: ZkLayout, path: str) -> str:
 PER_BROKER: dict[str, tuple[int, int]] = {
     "broker_ids": (R | C, 0),
     "broker": (R, R | W),
-    "task": (R, R | C | D),          # the assignee creates and deletes its owner child; granted by the controller
+    "task": (R, R | C | D),  # the assignee creates and deletes its owner child; granted by the controller
     "owner": (R, R | W),
     "groups": (R | C, 0),
     "group": (R | C, 0),
@@ -303,7 +335,7 @@ PER_BROKER: dict[str, tuple[int, int]] = {
     "sync": (R, R | W),
     "statuses": (R | C, 0),
     "status_bucket": (R | C, 0),
-    "status": (R, R | W),            # the controller hands it to a task's new assignee
+    "status": (R, R | W),  # the controller hands it to a task's new assignee
     "intervals": (R | C, 0),
     "interval": (R, R | W),
     "shutdown_queue": (R | C, 0),

@@ -344,8 +344,8 @@ class RunInterval:
     start: float
     end: float | None = None
     generation: int = 0
-    acquired: float | None = None   # owner znode created (the run may begin any time after)
-    released: float | None = None   # owner znode deleted (the run has fully stopped before)
+    acquired: float | None = None  # owner znode created (the run may begin any time after)
+    released: float | None = None  # owner znode deleted (the run has fully stopped before)
 
 
 @dataclass(frozen=True)
@@ -417,9 +417,16 @@ def group_payload_bytes(tasks: Sequence[TaskDescriptor]) -> int:
     """The size of the largest protocol payload a group of ``tasks`` makes: its join result with every task
     owned and previously assigned (what a cooperative rebalance of a loaded group carries)."""
     ids = tuple(t.task_id for t in tasks)
-    worst = JoinResult(generation=1, leader="m", protocol="cooperative", assignor="cooperative-sticky",
-                       controller_epoch=1, members=(MemberMetadata("m", owned=ids),), tasks=tuple(tasks),
-                       previous={"m": ids})
+    worst = JoinResult(
+        generation=1,
+        leader="m",
+        protocol="cooperative",
+        assignor="cooperative-sticky",
+        controller_epoch=1,
+        members=(MemberMetadata("m", owned=ids),),
+        tasks=tuple(tasks),
+        previous={"m": ids},
+    )
     return encoded_size(worst)
 
 
@@ -557,6 +564,7 @@ def _converter(tp: Any) -> Converter:
             def placeholder(value: Any, path: str, where: str) -> Any:
                 with _BUILD_LOCK:
                     return _CONVERTERS[tp](value, path, where)
+
             _CONVERTERS[tp] = placeholder
             try:
                 conv = _CONVERTERS[tp] = _build_converter(tp)
@@ -584,13 +592,16 @@ def _build_converter(tp: Any) -> Converter:
             if not isinstance(value, dict):
                 raise PayloadError(path, f"{_label(where)}: expected an object, got {_tname(value)}")
             return {k: conv_item(v, path, f"{where}.{k}") for k, v in value.items()}
+
         return conv_dict
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+
         def conv_enum(value: Any, path: str, where: str) -> Any:
             try:
                 return tp(value)
             except ValueError:
                 raise PayloadError(path, f"{_label(where)}: {value!r} is not one of {[m.value for m in tp]}") from None
+
         return conv_enum
     leaf = _LEAF_CONVERTERS.get(tp)
     if leaf is not None:
@@ -598,13 +609,16 @@ def _build_converter(tp: Any) -> Converter:
 
     def unsupported(value: Any, path: str, where: str) -> Any:
         raise TypeError(f"codec cannot handle type {tp!r}")  # a programming error, not bad input
+
     return unsupported
 
 
 def _dataclass_converter(tp: type) -> Converter:
     hints = _hints(tp)
-    fields = [(f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-              for f in dataclasses.fields(tp)]
+    fields = [
+        (f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(tp)
+    ]
     resolved: list[tuple[str, bool, Converter]] | None = None
 
     def conv_dataclass(value: Any, path: str, where: str) -> Any:
@@ -622,6 +636,7 @@ def _dataclass_converter(tp: type) -> Converter:
             elif required:
                 raise PayloadError(path, f"missing field '{_sub(where, name)}'")
         return tp(**kwargs)
+
     return conv_dataclass
 
 
@@ -639,8 +654,10 @@ def _union_converter(tp: Any) -> Converter:
                 return conv(value, path, where)
             except PayloadError as exc:
                 errors.append(exc.reason)
-        raise PayloadError(path, errors[0] if len(errors) == 1 else
-                           f"{_label(where)}: no alternative matches ({'; '.join(errors)})")
+        raise PayloadError(
+            path, errors[0] if len(errors) == 1 else f"{_label(where)}: no alternative matches ({'; '.join(errors)})"
+        )
+
     return conv_union
 
 
@@ -649,8 +666,11 @@ def _tuple_converter(tp: Any) -> Converter:
     if item is str or item is int:
         # the common case (ids): one pass of type checks; the converter of the first bad item names it
         conv_leaf = _LEAF_CONVERTERS[item]
-        ok: typing.Callable[[Any], bool] = (lambda v: isinstance(v, str)) if item is str else \
-            (lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2**63)
+        ok: typing.Callable[[Any], bool] = (
+            (lambda v: isinstance(v, str))
+            if item is str
+            else (lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= 2**63)
+        )
 
         def conv_ids(value: Any, path: str, where: str) -> Any:
             if not isinstance(value, list):
@@ -659,6 +679,7 @@ def _tuple_converter(tp: Any) -> Converter:
                 if not ok(v):
                     conv_leaf(v, path, f"{where}[{i}]")
             return tuple(value)
+
         return conv_ids
     conv_item = _converter(item)
 
@@ -666,6 +687,7 @@ def _tuple_converter(tp: Any) -> Converter:
         if not isinstance(value, list):
             raise PayloadError(path, f"{_label(where)}: expected an array, got {_tname(value)}")
         return tuple(conv_item(v, path, f"{where}[{i}]") for i, v in enumerate(value))
+
     return conv_tuple
 
 

@@ -41,8 +41,7 @@ def check_name(kind: str, name: str) -> str:
     """Return ``name`` if it is a legal single path segment, else raise InvalidName naming the kind."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidName(
-            f"invalid {kind} {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ - "
-            "starting with a letter or digit"
+            f"invalid {kind} {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ - starting with a letter or digit"
         )
     return name
 
@@ -67,8 +66,10 @@ def normalize_root(root: str) -> str:
         for segment in segments:
             check_name("root segment", segment)
         if segments[0] in RESERVED_ROOTS:
-            raise InvalidName(f"invalid root {root!r}: /{segments[0]} is ZooKeeper's own system subtree; "
-                              "choose another --zk-root (default /zkc)")
+            raise InvalidName(
+                f"invalid root {root!r}: /{segments[0]} is ZooKeeper's own system subtree; "
+                "choose another --zk-root (default /zkc)"
+            )
     return root
 
 
@@ -136,8 +137,13 @@ class ZkLayout:
         prefix = self.tasks + "/"
         if not path.startswith(prefix):
             return None
-        parts = path[len(prefix):].split("/")
-        if len(parts) != 2 or not is_bucket(parts[0]) or not _NAME.fullmatch(parts[1]) or bucket_of(parts[1]) != parts[0]:
+        parts = path[len(prefix) :].split("/")
+        if (
+            len(parts) != 2
+            or not is_bucket(parts[0])
+            or not _NAME.fullmatch(parts[1])
+            or bucket_of(parts[1]) != parts[0]
+        ):
             return None
         return parts[1]
 

@@ -52,7 +52,9 @@ def test_reads_docs_and_metrics(api):
     assert cluster.request("GET", "/api/v1/tasks").body == []
     brokers = cluster.request("GET", "/api/v1/brokers").body
     assert {b["broker_id"] for b in brokers} == {"b1", "b2"} and all(b["epoch"] > 0 for b in brokers)
-    ctl = wait_until(lambda: (r := cluster.request("GET", "/api/v1/controller").body)["controller"] and r, 30, "a controller")
+    ctl = wait_until(
+        lambda: (r := cluster.request("GET", "/api/v1/controller").body)["controller"] and r, 30, "a controller"
+    )
     assert ctl["controller"]["controller_id"] == "c1" and ctl["epoch"] >= 1
     status = cluster.request("GET", "/api/v1/status").body
     assert status["controller"]["controller_id"] == "c1" and len(status["brokers"]) == 2
@@ -86,8 +88,9 @@ def test_create_validate_conflict_and_dry_run(api):
     assert r.status == 201 and r.body["tasks"] == ["c-1"]
     r = cluster.request("POST", "/api/v1/tasks", {"id": "c-1", "pipeline": NOOP})
     assert r.status == 409 and r.body["error"] == "conflict" and "c-1" in r.body["message"]
-    r = cluster.request("POST", "/api/v1/tasks", [{"id": "c-2", "pipeline": NOOP},
-                                                  {"id": "c-3", "weight": -1, "pipeline": NOOP}])
+    r = cluster.request(
+        "POST", "/api/v1/tasks", [{"id": "c-2", "pipeline": NOOP}, {"id": "c-3", "weight": -1, "pipeline": NOOP}]
+    )
     assert r.status == 422 and r.body["error"] == "invalid_spec"
     assert "c-3" in r.body["message"] and "weight" in r.body["message"]
     assert zk.exists(layout.task("c-2")) is None, "nothing may be written when one spec is refused"
@@ -111,10 +114,15 @@ def test_create_validate_conflict_and_dry_run(api):
 
 def test_unknown_things_are_404(api):
     cluster, _zk, _layout = api
-    for method, path, body in [("GET", "/api/v1/tasks/nope", None), ("PUT", "/api/v1/tasks/nope/pause", None),
-                               ("POST", "/api/v1/tasks/nope/restart", None), ("DELETE", "/api/v1/tasks/nope", None),
-                               ("POST", "/api/v1/brokers/nope/shutdown", None), ("GET", "/api/v1/groups/nope", None),
-                               ("POST", "/api/v1/tasks/c-1/reassign", {"to": "nope"})]:
+    for method, path, body in [
+        ("GET", "/api/v1/tasks/nope", None),
+        ("PUT", "/api/v1/tasks/nope/pause", None),
+        ("POST", "/api/v1/tasks/nope/restart", None),
+        ("DELETE", "/api/v1/tasks/nope", None),
+        ("POST", "/api/v1/brokers/nope/shutdown", None),
+        ("GET", "/api/v1/groups/nope", None),
+        ("POST", "/api/v1/tasks/c-1/reassign", {"to": "nope"}),
+    ]:
         r = cluster.request(method, path, body)
         assert r.status == 404 and r.body["error"] == "not_found", (method, path, r)
     r = cluster.request("POST", "/api/v1/tasks/c-1/reassign", {"too": "b1"})
@@ -154,12 +162,21 @@ def shown_status(cluster: ApiCluster, task: str) -> str | None:
 def test_restart_every_failed_task_in_one_write(api):
     cluster, zk, layout = api
     failing = {"kind": "noop", "fail_after_s": 0.1, "fail_message": "broke"}
-    r = cluster.request("POST", "/api/v1/tasks", [{"id": "rf-1", "restart": {"max_attempts": 0}, "pipeline": failing},
-                                                  {"id": "rf-2", "restart": {"max_attempts": 0}, "pipeline": failing},
-                                                  {"id": "rf-ok", "pipeline": NOOP}])
+    r = cluster.request(
+        "POST",
+        "/api/v1/tasks",
+        [
+            {"id": "rf-1", "restart": {"max_attempts": 0}, "pipeline": failing},
+            {"id": "rf-2", "restart": {"max_attempts": 0}, "pipeline": failing},
+            {"id": "rf-ok", "pipeline": NOOP},
+        ],
+    )
     assert r.status == 201, r.body
-    wait_until(lambda: [shown_status(cluster, t) for t in ("rf-1", "rf-2", "rf-ok")] == ["FAILED", "FAILED", "RUNNING"], 45,
-               "rf-1 and rf-2 FAILED")
+    wait_until(
+        lambda: [shown_status(cluster, t) for t in ("rf-1", "rf-2", "rf-ok")] == ["FAILED", "FAILED", "RUNNING"],
+        45,
+        "rf-1 and rf-2 FAILED",
+    )
     assert cluster.request("GET", "/api/v1/tasks/rf-1").body["restart"]["gave_up"] is True
     r = cluster.request("POST", "/api/v1/tasks/restart?only_failed=true&group=elsewhere")
     assert r.status == 200 and r.body["restarted"] == [] and r.body["multis"] == 0, r.body
@@ -177,7 +194,7 @@ def _read_events(url: str, into: list[dict[str, Any]], stop: threading.Event) ->
         for raw in stream:
             line = raw.decode().rstrip("\n")
             if line.startswith("data: "):
-                into.append(json.loads(line[len("data: "):]))
+                into.append(json.loads(line[len("data: ") :]))
             if stop.is_set():
                 return
 
@@ -189,14 +206,25 @@ def test_the_event_stream_delivers_a_task_move(api):
     target = "b2" if owner == "b1" else "b1"
     events: list[dict[str, Any]] = []
     stop = threading.Event()
-    reader = threading.Thread(target=_read_events, args=(cluster.base + "/api/v1/events?max_events=200", events, stop),
-                              name="test-sse-reader", daemon=True)
+    reader = threading.Thread(
+        target=_read_events,
+        args=(cluster.base + "/api/v1/events?max_events=200", events, stop),
+        name="test-sse-reader",
+        daemon=True,
+    )
     reader.start()
     try:
         wait_until(lambda: any(e["kind"] == "watching" for e in events), 30, "the stream to start")
         assert cluster.request("POST", "/api/v1/tasks/e-1/reassign", {"to": target}).status == 200
-        moved = wait_until(lambda: [e for e in events if e["kind"] == "task_owner" and e["subject"] == "e-1"
-                                    and e["detail"].get("owner") == target], 45, "the move on the stream")
+        moved = wait_until(
+            lambda: [
+                e
+                for e in events
+                if e["kind"] == "task_owner" and e["subject"] == "e-1" and e["detail"].get("owner") == target
+            ],
+            45,
+            "the move on the stream",
+        )
         assert moved[0]["detail"]["previous"] in (owner, None)
     finally:
         stop.set()
@@ -215,8 +243,12 @@ def test_zookeeper_unreachable_is_503(tmp_path):
     """An API server whose ZooKeeper goes away answers 503 at once (no request hangs on a dead session)."""
     server = ZooKeeperServer(data_dir=tmp_path / "zk", port=free_port(), tick_ms=200)
     server.start(timeout=90)
-    env = {**os_environ_without_auth(), "ZKC_ZK": server.address, "ZKC_ROOT": "/api503",
-           "ZKC_STATE_DIR": str(tmp_path / "state")}
+    env = {
+        **os_environ_without_auth(),
+        "ZKC_ZK": server.address,
+        "ZKC_ROOT": "/api503",
+        "ZKC_STATE_DIR": str(tmp_path / "state"),
+    }
     cluster = None
     try:
         cluster = ApiCluster(env={**env, "PYTHONPATH": str(tmp_path)}, logs=tmp_path, port=free_port())
@@ -225,8 +257,11 @@ def test_zookeeper_unreachable_is_503(tmp_path):
         wait_until(lambda: _answers(cluster), 60, "the API to answer")
         server.stop()
         started = time.monotonic()
-        r = wait_until(lambda: (x := cluster.request("GET", "/api/v1/tasks", timeout=20)).status == 503 and x, 30,
-                       "a 503 once ZooKeeper is gone")
+        r = wait_until(
+            lambda: (x := cluster.request("GET", "/api/v1/tasks", timeout=20)).status == 503 and x,
+            30,
+            "a 503 once ZooKeeper is gone",
+        )
         assert r.body["error"] == "zookeeper_unavailable"
         assert time.monotonic() - started < 25
     finally:

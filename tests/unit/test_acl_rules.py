@@ -36,12 +36,25 @@ def test_acl_of_every_layout_path():
 
     write, create, delete = 2, 4, 8
     kinds = {
-        layout.root: "root", layout.controller: "controller", layout.controller_epoch: "controller",
-        layout.broker_ids: "broker_ids", layout.broker("b"): "broker", layout.tasks: "tasks", layout.task("t"): "task",
-        layout.task_owner("t"): "owner", layout.group_state("g"): "group_state", layout.group_member("g", "m"): "member",
-        layout.group_join("g", 3): "join", layout.group_sync("g", 3): "sync", layout.group_assignment("g", "m"): "assignment",
-        layout.status("t"): "status", layout.broker_intervals("b"): "interval", layout.admin_reassign_of("t"): "admin_request",
-        layout.admin_controlled_shutdown_of("b"): "shutdown_request", layout.security: "security", "/elsewhere": "other",
+        layout.root: "root",
+        layout.controller: "controller",
+        layout.controller_epoch: "controller",
+        layout.broker_ids: "broker_ids",
+        layout.broker("b"): "broker",
+        layout.tasks: "tasks",
+        layout.task("t"): "task",
+        layout.task_owner("t"): "owner",
+        layout.group_state("g"): "group_state",
+        layout.group_member("g", "m"): "member",
+        layout.group_join("g", 3): "join",
+        layout.group_sync("g", 3): "sync",
+        layout.group_assignment("g", "m"): "assignment",
+        layout.status("t"): "status",
+        layout.broker_intervals("b"): "interval",
+        layout.admin_reassign_of("t"): "admin_request",
+        layout.admin_controlled_shutdown_of("b"): "shutdown_request",
+        layout.security: "security",
+        "/elsewhere": "other",
     }
     for path, kind in kinds.items():
         assert classify(layout, path) == kind, path
@@ -54,33 +67,53 @@ def test_acl_of_every_layout_path():
     assert not perms(layout.tasks)["broker"] & create
     assert perms(layout.task("t"))["broker"] & (create | delete)  # the owner child
     assert perms(layout.broker_ids)["broker"] & create and not perms(layout.broker_ids)["admin"] & write
-    assert perms(layout.root)["controller"] & (create | delete)    # /controller, /controller_epoch
+    assert perms(layout.root)["controller"] & (create | delete)  # /controller, /controller_epoch
     # everyone reads, the reader only reads
     for path in kinds:
         assert all(perms(path).get(r, 0) & 1 for r in ROLES)
         assert perms(path)["reader"] == 1
 
 
-
 def _layout_paths(layout: ZkLayout) -> dict[str, str]:
     """One path of every kind (kind -> path)."""
     paths = {
-        "root": layout.root, "controller": layout.controller, "brokers": layout.root + "/brokers",
-        "broker_ids": layout.broker_ids, "broker": layout.broker("b0"), "tasks": layout.tasks, "task": layout.task("t"),
-        "owner": layout.task_owner("t"), "groups": layout.groups, "group": layout.group("g"),
-        "group_state": layout.group_state("g"), "members": layout.group_members("g"),
-        "member": layout.group_member("g", "b0"), "joins": layout.group_joins("g"), "join": layout.group_join("g", 3),
-        "syncs": layout.group_syncs("g"), "sync": layout.group_sync("g", 3),
-        "assignments": layout.group_assignments("g"), "assignment": layout.group_assignment("g", "b0"),
-        "statuses": layout.root + "/status", "status": layout.status("t"), "intervals": layout.root + "/intervals",
-        "interval": layout.broker_intervals("b0"), "admin": layout.root + "/admin",
-        "admin_queue": layout.admin_delete_tasks, "admin_request": layout.admin_reassign_of("t"),
+        "root": layout.root,
+        "controller": layout.controller,
+        "brokers": layout.root + "/brokers",
+        "broker_ids": layout.broker_ids,
+        "broker": layout.broker("b0"),
+        "tasks": layout.tasks,
+        "task": layout.task("t"),
+        "owner": layout.task_owner("t"),
+        "groups": layout.groups,
+        "group": layout.group("g"),
+        "group_state": layout.group_state("g"),
+        "members": layout.group_members("g"),
+        "member": layout.group_member("g", "b0"),
+        "joins": layout.group_joins("g"),
+        "join": layout.group_join("g", 3),
+        "syncs": layout.group_syncs("g"),
+        "sync": layout.group_sync("g", 3),
+        "assignments": layout.group_assignments("g"),
+        "assignment": layout.group_assignment("g", "b0"),
+        "statuses": layout.root + "/status",
+        "status": layout.status("t"),
+        "intervals": layout.root + "/intervals",
+        "interval": layout.broker_intervals("b0"),
+        "admin": layout.root + "/admin",
+        "admin_queue": layout.admin_delete_tasks,
+        "admin_request": layout.admin_reassign_of("t"),
         "shutdown_queue": layout.root + "/admin/controlled_shutdown",
-        "shutdown_request": layout.admin_controlled_shutdown_of("b0"), "security": layout.security,
-        "settings": layout.settings, "maintenance": layout.maintenance,
-        "tallies": layout.group_tallies, "tally": layout.group_tally("g"),
-        "other": layout.root + "/elsewhere", "layout": layout.layout_info,
-        "task_bucket": layout.task_bucket("t"), "status_bucket": layout.status_bucket("t"),
+        "shutdown_request": layout.admin_controlled_shutdown_of("b0"),
+        "security": layout.security,
+        "settings": layout.settings,
+        "maintenance": layout.maintenance,
+        "tallies": layout.group_tallies,
+        "tally": layout.group_tally("g"),
+        "other": layout.root + "/elsewhere",
+        "layout": layout.layout_info,
+        "task_bucket": layout.task_bucket("t"),
+        "status_bucket": layout.status_bucket("t"),
     }
     assert set(paths) == set(RULES)
     for kind, path in paths.items():
@@ -115,19 +148,23 @@ def test_per_broker_acl_of_every_path(pattern):
         # identities computes what it always did
         assert owned[shared] == RULES[kind]["broker"], kind
         assert {a.id.id: a.perms for a in acl_for(v1, layout, path, owner="b0")} == {
-            digest_id(CREDS[r]): RULES[kind][r] for r in ROLES}, kind
+            digest_id(CREDS[r]): RULES[kind][r] for r in ROLES
+        }, kind
         # everyone reads, the reader only reads
         assert all(p & R for p in owned.values()) and owned[digest_id(CREDS["reader"])] == R
         # the owner's rights are recognised in an existing ACL (what `security init` keeps and `check` expects)
         if own & ~every:
             assert owner_in_acl(policy, layout, path, acl_for(policy, layout, path, owner="b0")) == "b0"
             assert owner_in_acl(policy, layout, path, acl_for(policy, layout, path)) == (
-                "b0" if kind in NAMED_BY_OWNER else None)
+                "b0" if kind in NAMED_BY_OWNER else None
+            )
             both = acl_for(policy, layout, path, "b0") + [ACL(every | own, Id("digest", other))]
             # two owners: the one the znode is named after (b0's registration...), else none
             assert owner_in_acl(policy, layout, path, both) == ("b0" if kind in NAMED_BY_OWNER else None)
             assert expected_acl(policy, layout, path, both) != both
-        assert expected_acl(policy, layout, path, acl_for(policy, layout, path, "b0")) == acl_for(policy, layout, path, "b0")
+        assert expected_acl(policy, layout, path, acl_for(policy, layout, path, "b0")) == acl_for(
+            policy, layout, path, "b0"
+        )
     # what each broker creates for itself is WRITE for it alone; the task is its assignee's to take and let go
     for kind in ("broker", "member", "owner", "status", "interval", "shutdown_request", "sync"):
         assert PER_BROKER[kind] == (R, R | W), kind
@@ -150,7 +187,9 @@ def test_policy_versions_and_bad_policies():
         assert body["version"] == 2
         back = AclPolicy.decode(p.encode())
         assert back.per_broker_ids() == p.per_broker_ids() and back.shared_broker_ids() == (digest_id(SHARED),)
-        assert all(acl_for(back, layout, x, "b1") == acl_for(p, layout, x, "b1") for x in _layout_paths(layout).values())
+        assert all(
+            acl_for(back, layout, x, "b1") == acl_for(p, layout, x, "b1") for x in _layout_paths(layout).values()
+        )
     # one identity string per broker is accepted as well as a list (several: a credential being rotated)
     body = json.loads(broker_policy().encode())
     body["brokers"]["b0"] = digest_id(BROKER_CREDS["b0"])
@@ -159,8 +198,10 @@ def test_policy_versions_and_bad_policies():
     assert p.identities_of("b0") == (digest_id(BROKER_CREDS["b0"]),) and len(p.identities_of("b1")) == 2
     assert p.broker_of(digest_id("broker.b1:new-pw")) == "b1"
     # a pattern matches only broker-role identities whose user name fits and yields a legal broker id
-    p = AclPolicy.from_credentials({"broker": ["broker.b9:x", "broker.:y", "other:z"], "controller": ["c:1"],
-                                    "admin": ["a:1"]}, broker_user="broker.{id}")
+    p = AclPolicy.from_credentials(
+        {"broker": ["broker.b9:x", "broker.:y", "other:z"], "controller": ["c:1"], "admin": ["a:1"]},
+        broker_user="broker.{id}",
+    )
     assert p.per_broker_ids() == (digest_id("broker.b9:x"),) and len(p.shared_broker_ids()) == 2
     bad = [
         lambda: AclPolicy.from_credentials({"broker": []}, {"b0": [BROKER_CREDS["b0"]], "b1": [BROKER_CREDS["b0"]]}),
@@ -189,4 +230,3 @@ def test_grants_needed_hands_over_only_what_changed_hands():
     assert grants_needed([("b0", ("t1",)), ("b1", ("t2",))], granted) == {}
     assert grants_needed([("b0", ("t1", "t2", "t3")), ("b1", ())], granted) == {"t2": "b0", "t3": "b0"}
     assert grants_needed([("b1", ("t1",))], {}) == {"t1": "b1"}  # after a failover: everything it assigns
-
