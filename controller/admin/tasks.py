@@ -45,9 +45,17 @@ from controller.admin.views import (
 )
 from controller.protocol import codecs, tally
 from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import BUCKET_NAMES, BUCKETS, ZkLayout, bucket_of, check_name
+from controller.protocol.layout import BUCKET_NAMES, BUCKETS, InvalidName, ZkLayout, bucket_of, check_name
 from controller.protocol.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
-from controller.zk.io import Op, SetData
+from controller.zk.io import Op, SetData, multi_children
+
+
+def _in_bucket(name: str, bucket: str) -> bool:
+    """Whether a bucket's child ``name`` is a task of that bucket (a legal id that hashes to it)."""
+    try:
+        return bucket_of(check_name("task id", name)) == bucket
+    except InvalidName:
+        return False
 
 
 class TaskAdmin:
@@ -277,11 +285,11 @@ class TaskAdmin:
                 if nxt >= BUCKETS:
                     return TaskPage(tuple(rows), None, examined)
                 span = lay.task_buckets[nxt : nxt + width]
-                _, listings = self.reads.wave(children=span)
+                listings = multi_children(self.client, span)  # one request, however many buckets
                 for i, kids in enumerate(listings):
-                    names = [k for k in kids or () if bucket_of(k) == BUCKET_NAMES[nxt + i]]
+                    names = sorted(k for k in kids or () if _in_bucket(k, BUCKET_NAMES[nxt + i]))
                     queue += [k for k in names if after is None or nxt + i != start or k > after]
-                nxt, width = nxt + len(span), min(width * 2, 32)
+                nxt, width = nxt + len(span), min(width * 4, 64)
                 continue
             take = queue[: max(limit - len(rows), 64) if filtered else limit - len(rows)]
             queue = queue[len(take) :]
