@@ -22,8 +22,8 @@ demo-noop: $(BIN)/.installed
 	$(BIN)/zkctl demo --runner noop
 
 # Two pytest processes (the machine CI runs on has two cores); each has its own embedded ZooKeeper. Tests that
-# cannot share the machine (Spark JVMs, containers, timing-sensitive processes) carry an xdist_group and run
-# one after another on one process (tests/conftest.py).
+# cannot share the machine (Spark JVMs, containers, timing-sensitive processes) run one after another on one
+# process while the other runs the rest, a file at a time (tests/xdist_support.py).
 PYTEST_PARALLEL ?= -n 2 --dist loadgroup
 
 # Seconds, and first: CI fails on a lint or type error before the suite starts.

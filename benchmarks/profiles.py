@@ -49,13 +49,13 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
     from controller.admin import wait_for
 
     trace: list[tuple[float, str, str, int]] = []
-    orig_transition = group_mod.GroupCoordinator._transition
+    orig_transition = group_mod.GroupCoordinator.transition
 
     def traced(self: Any, target: Any) -> None:
         trace.append((time.time(), target.value, self.reason, self.join_generation))
         orig_transition(self, target)
 
-    group_mod.GroupCoordinator._transition = traced  # observation only, in this process
+    group_mod.GroupCoordinator.transition = traced  # observation only, in this process
     out = [f"# {joins} joins into {tasks} tasks × {brokers} brokers (controller in this process, brokers in a farm)\n"]
     prof = cProfile.Profile()
     try:
@@ -79,7 +79,7 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
                     t0 = time.time()
                     w.start()
                     wait_for(lambda: coord.state.value == "Stable" and coord.generation > gen0 and len(w.running_tasks()) >= share
-                             and w.running_tasks() == set(w.desired), 120, 0.005)
+                             and w.running_tasks() == set(w.table.desired), 120, 0.005)
                     starts = [i.start for i in w.open_intervals()]
                     s1 = ctl.thread.snapshot()
                     out.append(f"join {r + 1}: last task started +{(max(starts) if starts else time.time()) - t0:.3f}s, "
@@ -98,7 +98,7 @@ def profile_join(tasks: int, brokers: int, joins: int) -> str:
             finally:
                 c.close()
     finally:
-        group_mod.GroupCoordinator._transition = orig_transition
+        group_mod.GroupCoordinator.transition = orig_transition
     out.append("\n# cProfile of the controller's event thread over these joins (cumulative)\n")
     out.append(_stats(prof, "cumulative", 30))
     out.append("\n# ... by own time\n")

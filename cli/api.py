@@ -74,6 +74,15 @@ def api() -> None:
     help="events queued for one event stream; a reader that far behind is dropped (it reconnects)",
 )
 @click.option(
+    "--stalled-reader-timeout",
+    "stall_s",
+    type=click.FloatRange(1, 3600),
+    default=30.0,
+    show_default=True,
+    help="seconds a client may leave the server's writes to it waiting (reading nothing) before its connection "
+    "is closed",
+)
+@click.option(
     "--max-body",
     "max_body",
     type=click.IntRange(1024, 64 << 20),
@@ -98,6 +107,7 @@ def api_run(
     insecure: bool,
     max_streams: int,
     stream_buffer: int,
+    stall_s: float,
     max_body: int,
     log_level: str,
 ) -> None:
@@ -105,9 +115,11 @@ def api_run(
     its own ZooKeeper session (the same --zk, --zk-root, --zk-auth and TLS settings as every command)."""
     try:
         import uvicorn
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
         from controller.api.app import LOOPBACK_HOSTS, ApiConfig, create_app
         from controller.api.auth import TokenError, resolve_token
+        from controller.api.stall import guarded
     except ModuleNotFoundError as exc:  # pragma: no cover - the dependencies are in install_requires
         raise UserError(f"the HTTP API needs {exc.name}: pip install zkcontroller") from None
     try:
@@ -130,8 +142,12 @@ def api_run(
         allowed_hosts=_allowed_hosts(host, allowed, LOOPBACK_HOSTS),
     )
     app = create_app(config)
+    # a reader that stops reading is cut, not held for ever; uvicorn calls its ``http`` as a factory, typed a class
+    http: Any = guarded(AutoHTTPProtocol, stall_s)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off", timeout_graceful_shutdown=2)
+        uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, lifespan="off", timeout_graceful_shutdown=2, http=http
+        )
     )
     # the bound port is known once the socket is open: announce it then (port 0 picks a free one)
     original_startup, original_shutdown = server.startup, server.shutdown

@@ -2,8 +2,8 @@
 per test, kazoo clients. Spark sessions are shared too (see tests/spark_support.py).
 
 With pytest-xdist (``make test``: two processes, ``--dist loadgroup``) each process is a session of its own:
-its own ZooKeeper on a free port, its own temporary directories and its own state directory. The tests that
-cannot share the machine with another heavy one run one after another in one group (``EXCLUSIVE``)."""
+its own ZooKeeper on a free port, its own temporary directories and its own state directory; which process runs
+which tests: tests/xdist_support.py."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from kazoo.client import KazooClient
@@ -23,13 +24,11 @@ from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
 
-#: The xdist group of the tests that cannot share the machine: Spark JVMs, containers, a browser, chaos runs and
-#: ensembles (everything in tests/e2e), the integration tests marked slow, and those whose broker processes race
-#: a session timeout or a deadline (a starved process there fails the test, not the code). One process runs
-#: them in turn while the other runs the rest.
-EXCLUSIVE = "exclusive"
-_EXCLUSIVE_PATHS = ("tests/e2e/", "tests/integration/test_hard_fence.py", "tests/integration/test_outage.py",
-                    "tests/integration/test_cli_processes.py")
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+
+    from tests.xdist_support import TierScheduling
+
 _STATE_DIR = "ZKC_STATE_DIR"
 
 
@@ -46,20 +45,23 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[_STATE_DIR] = os.path.join(os.environ[_STATE_DIR], worker)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.nodeid.replace("\\", "/")
-        if path.startswith(_EXCLUSIVE_PATHS) or item.get_closest_marker("slow") is not None:
-            item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
-        elif _shares_a_module_fixture(item):  # one set-up (a cluster of processes), not one per process
-            item.add_marker(pytest.mark.xdist_group(path.split("::", 1)[0]))
+    """A test marked slow runs in the exclusive unit of ``make test`` (tests/xdist_support.py): say so if not."""
+    from tests.xdist_support import EXCLUSIVE_PATHS
+
+    stray = [i.nodeid for i in items if i.get_closest_marker("slow") and not i.nodeid.startswith(EXCLUSIVE_PATHS)]
+    if stray:
+        raise pytest.UsageError(f"marked slow but not in tests/xdist_support.py's EXCLUSIVE_PATHS: {stray}")
 
 
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    defs = getattr(info, "name2fixturedefs", {}) or {}
-    return any(d.scope in ("module", "class", "package") for fixturedefs in defs.values() for d in fixturedefs)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> TierScheduling | None:
+    """``--dist loadgroup``: the units of tests/xdist_support.py (any other mode: xdist's own)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.xdist_support import TierScheduling
+
+    return TierScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

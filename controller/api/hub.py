@@ -1,8 +1,9 @@
 """Event streams as a fan-out: one watch of the cluster per API process (``ClusterWatch`` on one named
 thread) feeds every open ``/api/v1/events`` stream through a bounded queue of its own. A stream costs no
-thread and no ZooKeeper watch; a closed one frees its queue; a reader that falls a whole buffer behind is
-dropped (its browser reconnects and starts from a fresh summary); past ``max_streams`` a new one is refused
-with the reason. The watch itself is built once and kept: its ZooKeeper watches are one set per process."""
+thread and no ZooKeeper watch; a closed one frees its queue; a reader still a whole buffer behind when more
+events come is dropped (its browser reconnects and starts from a fresh summary), while a burst larger than the
+buffer (one refresh of many changes) reaches a reader that had caught up whole; past ``max_streams`` a new one
+is refused with the reason. The watch itself is built once and kept: its ZooKeeper watches are one set per process."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from controller.admin.watch import ClusterWatch
 
 log = logging.getLogger(__name__)
 
-WAKE = ("wake",)          # a key that only wakes the watch thread (a new stream waits for its summary)
-RETRY_S = 1.0             # after the watch fails (ZooKeeper away), wait this long before building it again
+WAKE = ("wake",)  # a key that only wakes the watch thread (a new stream waits for its summary)
+RETRY_S = 1.0  # after the watch fails (ZooKeeper away), wait this long before building it again
 
 
 class StreamsFull(Exception):
@@ -32,20 +33,27 @@ class StreamsFull(Exception):
 
 @dataclass(frozen=True)
 class Item:
-    """What a stream sends next: an SSE frame, whether it counts towards ``max_events``, or the end."""
+    """What a stream sends next: the SSE frames of one refresh (shared by every stream), whether they count
+    towards ``max_events``, or the end."""
 
-    text: str
+    texts: tuple[str, ...]
     counts: bool = True
     end: bool = False
 
 
 @dataclass(eq=False)
 class Stream:
-    """One open ``/events`` response: its bounded queue, and whether it has had its summary yet."""
+    """One open ``/events`` response: its queue of refreshes, the frames in it not yet written (``pending``,
+    the measure of how far behind its reader is), and whether it has had its summary yet."""
 
-    queue: asyncio.Queue[Item]
+    queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+    pending: int = 0
     welcomed: bool = False
     opened: float = field(default_factory=time.monotonic)
+
+    def sent(self) -> None:
+        """One frame written to the reader's connection."""
+        self.pending = max(0, self.pending - 1)
 
 
 def frame(event: ClusterEvent) -> str:
@@ -56,15 +64,28 @@ def summary(w: ClusterWatch) -> ClusterEvent:
     """The ``watching`` event a new stream starts with: the state the shared watch holds now."""
     ctl = f"controller {w.controller[0]} (epoch {w.controller[1]})" if w.controller else "no controller"
     running = sum(1 for o in w.owners.values() if o)
-    msg = (f"watching {w.layout.root}: {ctl}, {len(w.brokers)} brokers, {len(w.groups)} groups, "
-           f"{len(w.tasks)} tasks ({running} owned)")
+    msg = (
+        f"watching {w.layout.root}: {ctl}, {len(w.brokers)} brokers, {len(w.groups)} groups, "
+        f"{len(w.tasks)} tasks ({running} owned)"
+    )
     on = w.maintenance is not None and w.maintenance.on
     if on and w.maintenance is not None:
         msg += f"; MAINTENANCE MODE ({w.maintenance.by}): {w.maintenance.reason}"
-    return ClusterEvent(time.time(), "watching", w.layout.root, msg, {
-        "maintenance": on, "controller": w.controller[0] if w.controller else None,
-        "epoch": w.controller[1] if w.controller else None, "brokers": dict(w.brokers),
-        "groups": {g: s.state for g, s in w.groups.items()}, "tasks": len(w.tasks), "owned": running})
+    return ClusterEvent(
+        time.time(),
+        "watching",
+        w.layout.root,
+        msg,
+        {
+            "maintenance": on,
+            "controller": w.controller[0] if w.controller else None,
+            "epoch": w.controller[1] if w.controller else None,
+            "brokers": dict(w.brokers),
+            "groups": {g: s.state for g, s in w.groups.items()},
+            "tasks": len(w.tasks),
+            "owned": running,
+        },
+    )
 
 
 class EventHub:
@@ -90,10 +111,12 @@ class EventHub:
         if self._stopping.is_set():
             raise StreamsFull("this API server is shutting down")
         if len(self.streams) >= self.max_streams:
-            raise StreamsFull(f"{len(self.streams)} event streams are open, the most this server serves "
-                              f"(--max-streams {self.max_streams}); retry later or use another API server")
+            raise StreamsFull(
+                f"{len(self.streams)} event streams are open, the most this server serves "
+                f"(--max-streams {self.max_streams}); retry later or use another API server"
+            )
         self._loop = asyncio.get_running_loop()
-        stream = Stream(asyncio.Queue(maxsize=self.buffer))
+        stream = Stream()
         self.streams.add(stream)
         with self._lock:
             self._pending.append(stream)
@@ -121,28 +144,31 @@ class EventHub:
         self._end_all("this API server is shutting down")
 
     def _deliver(self, frames: list[str], welcome: str | None, joined: list[Stream]) -> None:
-        for text in frames:
-            item = Item(text)
+        if frames:
+            item = Item(tuple(frames))
             for s in list(self.streams):
                 if s.welcomed:
                     self._offer(s, item)
         for s in joined:
             if s in self.streams and welcome is not None:
                 s.welcomed = True
-                self._offer(s, Item(welcome, counts=False))
+                self._offer(s, Item((welcome,), counts=False))
 
     def _offer(self, s: Stream, item: Item) -> None:
-        try:
-            s.queue.put_nowait(item)
-        except asyncio.QueueFull:
+        if s.pending >= self.buffer:
             self.dropped += 1
             self._end(s, f"this reader fell {self.buffer} events behind and was dropped; reconnect for a fresh summary")
+            return
+        s.queue.put_nowait(item)
+        s.pending += len(item.texts)
 
     def _end(self, s: Stream, reason: str) -> None:
         self.unsubscribe(s)
         while not s.queue.empty():
             s.queue.get_nowait()
-        s.queue.put_nowait(Item(f"event: end\ndata: {json.dumps({'reason': reason})}\n\n", counts=False, end=True))
+        s.pending = 0
+        end = f"event: end\ndata: {json.dumps({'reason': reason})}\n\n"
+        s.queue.put_nowait(Item((end,), counts=False, end=True))
 
     def _end_all(self, reason: str) -> None:
         for s in list(self.streams):

@@ -293,6 +293,73 @@ def test_a_cap_on_streams_answers_503_with_the_reason(zk_hosts, tmp_path):
         cluster.stop()
 
 
+def _metric(cluster: ApiCluster, name: str) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(f"{name} "))
+
+
+def _tcp_state(s: socket.socket) -> int:
+    """The kernel's TCP state of a socket, read without reading from it (Linux's TCP_INFO: 1 established)."""
+    return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="reads the socket's TCP state (Linux)")
+def test_a_reader_that_never_reads_is_dropped_while_another_keeps_up(zk_hosts, tmp_path):
+    """A stream whose reader stops reading fills its socket, then its buffer of events: the server drops it
+    and closes its connection (the reader is never read from again), while a stream that reads gets every
+    event and /healthz answers at once throughout."""
+    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": f"/slow-{uuid.uuid4().hex[:8]}",
+           "ZKC_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
+    from controller.zk.server import free_port
+
+    cluster = ApiCluster(env=env, logs=tmp_path, port=free_port())
+    cluster.start("api", "api", "run", "--port", str(cluster.port), "--stream-buffer", "50",
+                  "--stalled-reader-timeout", "3")
+    slow = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window from the start
+    good: socket.socket | None = None
+    try:
+        wait_until(lambda: _answers(cluster), 60, "the API to answer")
+        slow.settimeout(30)
+        slow.connect(("127.0.0.1", cluster.port))
+        slow.sendall(f"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:{cluster.port}\r\n\r\n".encode())
+        _read_until(slow, b'"kind":"watching"')  # from here on, never read again
+        good = _open_stream(cluster)
+        seen = _read_until(good, b'"kind":"watching"')
+        assert _streams_open(cluster) == 2
+        # long task ids make long events: the socket buffers between the server and the reader (megabytes on
+        # loopback) fill with fewer of them
+        ids = [f"slow-{i:05d}-{'x' * 180}" for i in range(20_000)]
+        created = 0
+        while _streams_open(cluster) == 2:
+            assert created < len(ids), "the reader that never reads was not dropped"
+            batch = [{"id": t, "group": "nobody", "pipeline": NOOP} for t in ids[created:created + 500]]
+            assert cluster.request("POST", "/api/v1/tasks", batch, token=None).status == 201
+            created += len(batch)
+            seen += _read_until(good, f'"subject":"{ids[created - 1]}"'.encode())  # the good reader keeps up
+            started = time.monotonic()
+            assert raw(cluster, "GET", "/healthz")[0] == 200 and time.monotonic() - started < 2
+        assert _streams_open(cluster) == 1 and _metric(cluster, "zkc_api_event_streams_dropped") == 1, created
+        wait_until(lambda: _tcp_state(slow) != 1, 30, "the server to close the dropped reader's connection")
+        assert "closing the connection of" in cluster.log("api"), cluster.log("api")[-3000:]
+        # the well-behaved stream still gets every event, and the server still answers at once
+        assert cluster.request("POST", "/api/v1/tasks", {"id": "after-drop", "group": "nobody", "pipeline": NOOP},
+                               token=None).status == 201
+        assert b'"subject":"after-drop"' in _read_until(good, b'"subject":"after-drop"')
+        assert all(f'"subject":"{t}"'.encode() in seen for t in ids[:created]), "the good reader missed events"
+        started = time.monotonic()
+        assert raw(cluster, "GET", "/healthz")[0] == 200 and time.monotonic() - started < 2
+        assert "Traceback" not in cluster.log("api"), cluster.log("api")[-3000:]
+    finally:
+        slow.close()
+        if good is not None:
+            good.close()
+        cluster.stop()
+
+
 def _answers(cluster: ApiCluster) -> bool:
     try:
         return raw(cluster, "GET", "/healthz", timeout=5)[0] == 200

@@ -18,25 +18,34 @@ from controller.api.hub import EventHub, Stream, StreamsFull
 def router(ctx: ApiContext, hub: EventHub) -> APIRouter:
     r = APIRouter(prefix=API, tags=["events"])
 
-    @r.get("/events", summary="Server-sent events from ZooKeeper watches (as `zkctl watch`): a `watching` summary "
-           "first, then every change")
-    async def events(max_events: int | None = Query(None, ge=1), duration: float | None = Query(None, gt=0)) -> Response:
+    @r.get(
+        "/events",
+        summary="Server-sent events from ZooKeeper watches (as `zkctl watch`): a `watching` summary "
+        "first, then every change",
+    )
+    async def events(
+        max_events: int | None = Query(None, ge=1), duration: float | None = Query(None, gt=0)
+    ) -> Response:
         if not ctx.config.client.connected:
-            return error_response(503, "zookeeper_unavailable",
-                                  "ZooKeeper is not reachable from this API server; retry later")
+            return error_response(
+                503, "zookeeper_unavailable", "ZooKeeper is not reachable from this API server; retry later"
+            )
         try:
             stream = hub.subscribe()
         except StreamsFull as exc:
             return error_response(503, "too_many_streams", str(exc), headers={"Retry-After": "5"})
-        return StreamingResponse(_frames(hub, stream, ctx.config.sse_idle_s, max_events, duration),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _frames(hub, stream, ctx.config.sse_idle_s, max_events, duration),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     return r
 
 
-async def _frames(hub: EventHub, stream: Stream, idle_s: float, max_events: int | None,
-                  duration: float | None) -> AsyncIterator[str]:
+async def _frames(
+    hub: EventHub, stream: Stream, idle_s: float, max_events: int | None, duration: float | None
+) -> AsyncIterator[str]:
     deadline = None if duration is None else time.monotonic() + duration
     count = 0
     try:
@@ -52,9 +61,13 @@ async def _frames(hub: EventHub, stream: Stream, idle_s: float, max_events: int 
                     return
                 yield ": keep-alive\n\n"
                 continue
-            yield item.text
+            for text in item.texts:
+                if item.counts and max_events is not None and count >= max_events:
+                    return
+                yield text
+                stream.sent()
+                count += item.counts
             if item.end:
                 return
-            count += item.counts
     finally:
         hub.unsubscribe(stream)
