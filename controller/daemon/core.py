@@ -8,7 +8,7 @@ Threads: the kazoo threads only enqueue events (watch callbacks, connection list
 Watches carry the *activation token* current when they were armed; after a resign the token moves on,
 so callbacks armed by an earlier activation are dropped instead of double-arming watches. Each event
 names its handler (``events.py``) on one of the parts the controller owns: ``election``, ``loader``,
-``brokers``, ``tasks``, ``groups``, ``grants``, ``operations``. A part receives what it needs (the
+``brokers``, ``tasks``, ``groups``, ``grants``, ``operations`` (and ``summary``, on the timer). A part receives what it needs (the
 ZooKeeper client, the layout, a sibling part) and sees the controller only through ``host.Host`` (the
 current activation and the few operations it calls back; the election through ``election.Seat``).
 """
@@ -38,6 +38,7 @@ from controller.daemon.host import Watcher
 from controller.daemon.loading import FailoverLoad
 from controller.daemon.metrics import ControllerMetrics, MetricsServer
 from controller.daemon.operations import OperatorSettings
+from controller.daemon.summary import SummaryWriter
 from controller.daemon.tasks import TaskTracker
 from controller.protocol.clock import Clock, SystemClock
 from controller.protocol.layout import ZkLayout
@@ -137,6 +138,7 @@ class Controller:
             self, zk, lay, self.metrics, self.id, config.load, self.brokers, self.tasks, self.groups, self.operations
         )
         self.election = Election(self, zk, lay, self.id, config.host)
+        self.summary = SummaryWriter(self, lay, self.clock, self.id)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Controller:
@@ -218,6 +220,7 @@ class Controller:
         self.became_active_at = time.monotonic()
         log.info("controller %s is active at epoch %d", self.id, epoch)
         self.election.watch_seat()
+        self.summary.reset()
         self.loader.load()
 
     def reload(self) -> None:
@@ -226,6 +229,7 @@ class Controller:
             coord.shutdown()
         self.token += 1
         self.needs_reload = False
+        self.summary.reset()
         self.loader.load()
 
     def resign(self, reason: str) -> None:
@@ -252,11 +256,13 @@ class Controller:
         self.election.give_up_seat()
 
     def on_tick(self) -> None:
-        """A protocol deadline passed: the coordinators' timers, and deletions whose linger is over."""
+        """A protocol deadline passed: the coordinators' timers, deletions whose linger is over, and the
+        cluster summary's refresh."""
         if not self.active or self.ctx is None:
             return
         self.groups.on_tick()
         self.tasks.flush_deletions()
+        self.summary.refresh()
 
     # ---- event processing -------------------------------------------------------------------------
     def _listener(self, state: KazooState) -> None:
@@ -313,6 +319,7 @@ class Controller:
         deletion = self.tasks.deletion_deadline()
         if deletion is not None:
             deadlines.append(deletion)
+        deadlines.append(self.summary.deadline())
         self.timer.schedule(min(deadlines) if deadlines else None)
         self.metrics.queue_size.set(self.thread.queue_size())
 

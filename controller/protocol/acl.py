@@ -216,6 +216,7 @@ def _rule(**perms: int) -> dict[str, int]:
 RULES: dict[str, dict[str, int]] = {
     "root": _rule(admin=R | C | A, controller=R | C | D),
     "controller": _rule(controller=ALL),  # /controller, /controller_epoch
+    "summary": _rule(controller=ALL),  # /cluster_summary (task counts, written under the epoch fence)
     "brokers": _rule(admin=R | C | A),  # /brokers
     "broker_ids": _rule(broker=R | C | D),  # /brokers/ids
     "broker": _rule(broker=RWCD),  # /brokers/ids/<b>
@@ -269,6 +270,7 @@ def classify(layout: ZkLayout, path: str) -> str:
         return {
             "controller": "controller",
             "controller_epoch": "controller",
+            "cluster_summary": "summary",
             "brokers": "brokers",
             "tasks": "tasks",
             "groups": "groups",

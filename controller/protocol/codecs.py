@@ -295,6 +295,39 @@ class LayoutInfo:
 
 
 @dataclass(frozen=True)
+class GroupTaskCount:
+    """One group's line of a :class:`ClusterSummary`: its specs by state, and how many of its RUNNING specs
+    the coordinator's current assignment places on a member."""
+
+    group: str
+    running: int = 0
+    paused: int = 0
+    assigned: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """``/cluster_summary``: task counts kept by the active controller from what it holds in memory, written
+    under its epoch fence at most once a second when they change (and rewritten unchanged every few seconds, so
+    its age says the controller is alive). ``status`` reads it instead of every task's three znodes.
+
+    ``assigned`` counts RUNNING specs placed by a group's current assignment (``by_broker``: per member, which
+    is the broker id); a reported status is the workers' and is not in the summary (``status --full`` reads
+    them)."""
+
+    epoch: int
+    computed_at: float
+    total: int = 0
+    by_state: dict[str, int] = field(default_factory=dict)
+    invalid: int = 0
+    deleting: int = 0
+    assigned: int = 0
+    unassigned: int = 0
+    by_broker: dict[str, int] = field(default_factory=dict)
+    groups: tuple[GroupTaskCount, ...] = ()
+
+
+@dataclass(frozen=True)
 class MaintenanceInfo:
     """``/admin/maintenance``: the cluster's maintenance mode (no task moves or gains an owner while
     ``on``). ``by`` is ``operator`` or ``auto`` (the controller, on losing too many brokers at once; it

@@ -95,6 +95,11 @@ class ZkLayout:
     def controller_epoch(self) -> str:
         return self._p("controller_epoch")
 
+    @property
+    def cluster_summary(self) -> str:
+        """Task counts kept by the active controller (``ClusterSummary``), read by ``status``."""
+        return self._p("cluster_summary")
+
     # brokers
     @property
     def broker_ids(self) -> str:
