@@ -193,6 +193,9 @@ class ClusterStatus:
     tasks: dict[str, Any]
     pending: dict[str, int]
     maintenance: dict[str, Any] | None = None  # MaintenanceInfo, when the znode holds one
+    source: str = "full"  # where the task counts come from: "summary" (the controller's) or "full" (every task)
+    summary_age: float | None = None  # seconds since the controller computed the summary
+    fallback: str | None = None  # why a full read was made instead of the summary
 
 
 @dataclass(frozen=True)

@@ -450,7 +450,7 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
     cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     until(lambda: ok_json(cli_env, "status")["groups"][0]["state"] == "Stable", what="Stable")
-    st = ok_json(cli_env, "status")
+    st = ok_json(cli_env, "status", "--full")
     assert st["controller"]["controller_id"] == "ctl" and st["controller"]["epoch"] == cluster.controller.epoch
     assert st["controller_epoch"] == cluster.controller.epoch
     assert {b["broker_id"]: b["epoch"] for b in st["brokers"]} == {
