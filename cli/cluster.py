@@ -108,7 +108,9 @@ def status(ctx: Ctx, full: bool) -> None:
         + ")"
     )
     if st.source == "summary":
-        click.echo(f"(counts from the controller's summary, {st.summary_age:.1f}s old; UNASSIGNED: not in an assignment)")
+        click.echo(
+            f"(counts from the controller's summary, {st.summary_age:.1f}s old; UNASSIGNED: not in an assignment)"
+        )
     else:
         click.echo(f"(counts from a full read of every task: {st.fallback or 'asked for'})")
     pending = {k: v for k, v in st.pending.items() if v}

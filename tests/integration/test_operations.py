@@ -30,8 +30,14 @@ def _running(workers) -> dict[str, set[str]]:
 def _settled(zk, layout, n_tasks, workers):
     s = group_state(zk, layout)
     run = _running(workers)
-    return (s is not None and s.state == "Stable" and not s.moving and not s.deferred
-            and sum(map(len, run.values())) == n_tasks and len(set().union(*run.values())) == n_tasks)
+    return (
+        s is not None
+        and s.state == "Stable"
+        and not s.moving
+        and not s.deferred
+        and sum(map(len, run.values())) == n_tasks
+        and len(set().union(*run.values())) == n_tasks
+    )
 
 
 def _worker(cluster, wid, **kw):
@@ -47,12 +53,18 @@ def test_a_throttled_rebalance_moves_in_waves_and_an_unthrottled_one_does_not(cl
     wait_until(lambda: _settled(zk, layout, 12, workers), 30, "12 tasks running on two brokers")
 
     admin.update_settings({"max_moves": 2, "max_moves_per_broker": 2})
-    wait_until(lambda: ctl.ctx.groups["default"].limits.max_moves_per_broker == 2 and ctl.ctx.settings.throttle.max_moves == 2,
-               10, "the controller sees the throttle")
+    wait_until(
+        lambda: ctl.ctx.groups["default"].limits.max_moves_per_broker == 2 and ctl.ctx.settings.throttle.max_moves == 2,
+        10,
+        "the controller sees the throttle",
+    )
     mark = time.time()
     workers.append(_worker(cluster, "w3"))
-    wait_until(lambda: _settled(zk, layout, 12, workers) and len(workers[2].running_tasks()) == 4, 60,
-               "w3 runs its share, wave after wave")
+    wait_until(
+        lambda: _settled(zk, layout, 12, workers) and len(workers[2].running_tasks()) == 4,
+        60,
+        "w3 runs its share, wave after wave",
+    )
     moves = move_runs(_intervals(cluster), (mark, time.time()))
     most, per = concurrent_moves(moves)
     assert len(moves) == 4, moves
@@ -63,7 +75,9 @@ def test_a_throttled_rebalance_moves_in_waves_and_an_unthrottled_one_does_not(cl
     wait_until(lambda: ctl.ctx.settings.throttle.max_moves is None, 10, "the throttle gone")
     mark = time.time()
     workers.append(_worker(cluster, "w4"))
-    wait_until(lambda: _settled(zk, layout, 12, workers) and len(workers[3].running_tasks()) == 3, 60, "w4 runs its share")
+    wait_until(
+        lambda: _settled(zk, layout, 12, workers) and len(workers[3].running_tasks()) == 3, 60, "w4 runs its share"
+    )
     most, _ = concurrent_moves(move_runs(_intervals(cluster), (mark, time.time())))
     assert most == 3
 
@@ -81,8 +95,11 @@ def test_maintenance_freezes_placement_and_a_lost_brokers_tasks_wait_for_it(clus
     mark = time.time()
     lost = w2.running_tasks()
     w2.kill()
-    wait_until(lambda: any(h.until is None and set(h.tasks) == lost for h in group_state(zk, layout).held), 15,
-               "w2's tasks held for it, without a deadline")
+    wait_until(
+        lambda: any(h.until is None and set(h.tasks) == lost for h in group_state(zk, layout).held),
+        15,
+        "w2's tasks held for it, without a deadline",
+    )
     time.sleep(2.0)
     assert w1.running_tasks() == set(ids) - lost  # nothing piled onto the survivor
     st = admin.status(full=True)
@@ -97,8 +114,11 @@ def test_maintenance_freezes_placement_and_a_lost_brokers_tasks_wait_for_it(clus
     assert move_runs(_intervals(cluster), (mark, time.time())) == []
     off = admin.set_maintenance(False)
     assert not off.on
-    wait_until(lambda: _settled(zk, layout, 6, [w1, w2b, w3]) and len(w3.running_tasks()) == 2, 30,
-               "the postponed join happens once maintenance ends")
+    wait_until(
+        lambda: _settled(zk, layout, 6, [w1, w2b, w3]) and len(w3.running_tasks()) == 2,
+        30,
+        "the postponed join happens once maintenance ends",
+    )
 
 
 def test_losing_too_many_brokers_at_once_turns_maintenance_on_by_itself(cluster, zk, layout):
@@ -140,31 +160,38 @@ def test_rebalance_preferred_restores_the_assignors_layout_in_throttled_waves(cl
     wait_until(lambda: _settled(zk, layout, 9, ws) and all(len(w.running_tasks()) == 3 for w in ws), 60, "balanced")
     coord = ctl.ctx.groups["default"]
     preferred = get_assignor(coord.assignor).assign(
-        [MemberMetadata(member_id=w.id) for w in ws], [TaskDescriptor(task_id=t) for t in ids], {})
+        [MemberMetadata(member_id=w.id) for w in ws], [TaskDescriptor(task_id=t) for t in ids], {}
+    )
     off = sum(1 for w in ws for t in w.running_tasks() if t not in preferred[w.id])
     assert off > 0, "the sticky layout after joins should differ from the layout from scratch"
     admin.update_settings({"max_moves": 1})
     wait_until(lambda: ctl.ctx.settings.throttle.max_moves == 1, 10, "the throttle in force")
     mark = time.time()
     admin.rebalance("default", reason="test", preferred=True)
-    wait_until(lambda: _settled(zk, layout, 9, ws) and all(w.running_tasks() == set(preferred[w.id]) for w in ws), 60,
-               "every task where the assignor puts it from scratch")
+    wait_until(
+        lambda: _settled(zk, layout, 9, ws) and all(w.running_tasks() == set(preferred[w.id]) for w in ws),
+        60,
+        "every task where the assignor puts it from scratch",
+    )
     moves = move_runs(_intervals(cluster), (mark, time.time()))
     assert len(moves) == off and concurrent_moves(moves)[0] == 1, moves
     assert coord.measure_imbalance() == 0 and not coord.preferred
 
 
-@pytest.mark.parametrize("changes, group, message", [
-    ({"max_moves": 0}, None, "max_moves: 0 is not a whole number >= 1"),
-    ({"max_moves": "ten"}, None, "max_moves: 'ten' is not a whole number >= 1"),
-    ({"max_offline_fraction": 1.5}, None, "max_offline_fraction: 1.5 is not a fraction in (0, 1]"),
-    ({"max_moves_per_broker": True}, None, "is not a whole number >= 1"),
-    ({"offline_window_s": None}, None, "offline_window_s: None is not seconds from 1 to 604800"),
-    ({"preferred_check_s": 1e-9}, None, "preferred_check_s: 1e-09 is not seconds from 1 to 604800, or 0: never"),
-    ({"max_moves": 99999999999999999999999}, None, "max_moves: 99999999999999999999999 is not a whole number >= 1"),
-    ({"bogus": 1}, None, "unknown setting 'bogus'"),
-    ({"max_offline_brokers": 2}, "g1", "only max_moves and max_moves_per_broker are set per group"),
-])
+@pytest.mark.parametrize(
+    "changes, group, message",
+    [
+        ({"max_moves": 0}, None, "max_moves: 0 is not a whole number >= 1"),
+        ({"max_moves": "ten"}, None, "max_moves: 'ten' is not a whole number >= 1"),
+        ({"max_offline_fraction": 1.5}, None, "max_offline_fraction: 1.5 is not a fraction in (0, 1]"),
+        ({"max_moves_per_broker": True}, None, "is not a whole number >= 1"),
+        ({"offline_window_s": None}, None, "offline_window_s: None is not seconds from 1 to 604800"),
+        ({"preferred_check_s": 1e-9}, None, "preferred_check_s: 1e-09 is not seconds from 1 to 604800, or 0: never"),
+        ({"max_moves": 99999999999999999999999}, None, "max_moves: 99999999999999999999999 is not a whole number >= 1"),
+        ({"bogus": 1}, None, "unknown setting 'bogus'"),
+        ({"max_offline_brokers": 2}, "g1", "only max_moves and max_moves_per_broker are set per group"),
+    ],
+)
 def test_a_bad_setting_is_refused_and_changes_nothing(zk, layout, changes, group, message):
     admin = AdminClient(zk, layout)
     admin.update_settings({"max_moves": 3})

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from controller.protocol import codecs
 from controller.admin import AdminClient, to_dict
+from controller.protocol import codecs
 from controller.protocol.codecs import OwnerInfo, TaskStatus
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from tests.integration.test_cli import cluster, ok, ok_json, until  # noqa: F401  (a fixture)
@@ -18,8 +18,11 @@ def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(
     tasks = [f"s{i}" for i in range(6)]
     cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     where = cluster.wait_running(set(tasks))
-    until(lambda: all(r.status == "RUNNING" and r.shown == "RUNNING" for r in cluster.admin.list_tasks()), 20,
-          "every status RUNNING")
+    until(
+        lambda: all(r.status == "RUNNING" and r.shown == "RUNNING" for r in cluster.admin.list_tasks()),
+        20,
+        "every status RUNNING",
+    )
     rows = {r.task_id: r for r in cluster.admin.list_tasks()}
     for r in rows.values():  # every status names its writer's session: the owner znode's
         owner_session = zk.exists(layout.task_owner(r.task_id)).ephemeralOwner

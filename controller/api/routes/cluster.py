@@ -30,8 +30,11 @@ def router(ctx: ApiContext) -> APIRouter:
         st = ctx.admin().status()
         return {"controller": st.controller, "epoch": st.controller_epoch}
 
-    @r.get("/intervals", summary="Recorded run intervals (the ownership timeline), since a time; an interval "
-           "left open by a session that has ended ends at the latest when that session ended")
+    @r.get(
+        "/intervals",
+        summary="Recorded run intervals (the ownership timeline), since a time; an interval "
+        "left open by a session that has ended ends at the latest when that session ended",
+    )
     def intervals(since: float = 0.0) -> list[dict[str, Any]]:
         now = time.time()
         ivs = close_ended_sessions(ctx.config.client, ctx.config.layout, ctx.admin().intervals())
