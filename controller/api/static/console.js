@@ -343,6 +343,7 @@ function connect() {
   es.onerror = () => { $("live").textContent = "reconnecting…"; $("live").className = "pill off"; };
 }
 
-connect();
-refresh();
+// The event stream opens once the first paint is done: subscribing starts the server's watch of the whole
+// cluster (a read of every task, the first time), which would otherwise compete with the first page.
+refresh().finally(connect);
 setInterval(() => scheduleRefresh(0), 15000);  // the clock moves on ("since last move") even when nothing happens
