@@ -1,7 +1,8 @@
 """B1 — rolling bounce: every broker in turn stops cleanly, stays down for ``gap`` seconds and comes back
 (same id); the next one goes once the cluster has converged. No-op tasks with 200 ms stop and 500 ms
 start latency. Contenders: our eager, cooperative and reconcile protocols, cooperative with controlled shutdown,
-cooperative with static membership (scheduled rebalance delay > gap), and the peer, kazoo's
+cooperative with static membership (scheduled rebalance delay > gap), the controller's planned roll
+(``zkctl broker roll``: each broker's tasks moved to brokers already rolled before it goes down), and the peer, kazoo's
 ``SetPartitioner`` recipe, driven through the same bounce with the same runner latencies.
 
 Figures come from recorded run intervals through the independent checker (``broker_sim.sim.checker``):
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from benchmarks.common import Bench, StackSampler, median, ratio, table, target, zookeeper
 from benchmarks.partitioner import DEFAULT_TIME_BOUNDARY_S, PartitionerCluster
@@ -42,7 +44,11 @@ def _contenders(delay_s: float) -> list[tuple[str, dict[str, Any]]]:
         ("cooperative", dict(protocol=COOPERATIVE)),
         ("reconcile", dict(protocol=RECONCILE)),
         ("cooperative + controlled shutdown", dict(protocol=COOPERATIVE, controlled_shutdown=True)),
-        ("cooperative + static membership", dict(protocol=COOPERATIVE, static_membership=True, scheduled_delay_s=delay_s)),
+        (
+            "cooperative + static membership",
+            dict(protocol=COOPERATIVE, static_membership=True, scheduled_delay_s=delay_s),
+        ),
+        ("planned roll", dict(protocol=COOPERATIVE, scenario="roll")),
     ]
 
 
@@ -71,8 +77,28 @@ def decompose(intervals: Sequence[RunInterval], window: tuple[float, float]) -> 
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
-def _summarise(name: str, intervals: list[RunInterval], tasks: list[str], window: tuple[float, float],
-               steps: list[float | None], extra: dict[str, Any]) -> dict[str, Any]:
+def max_moves_per_task(intervals: Sequence[RunInterval], window: tuple[float, float]) -> int:
+    """The most times one task started on another owner inside the window."""
+    by_task: dict[str, list[RunInterval]] = defaultdict(list)
+    for i in intervals:
+        by_task[i.task_id].append(i)
+    most = 0
+    for runs in by_task.values():
+        runs.sort(key=lambda i: i.start)
+        most = max(
+            most, sum(1 for a, b in zip(runs, runs[1:]) if window[0] <= b.start <= window[1] and a.broker != b.broker)
+        )
+    return most
+
+
+def _summarise(
+    name: str,
+    intervals: list[RunInterval],
+    tasks: list[str],
+    window: tuple[float, float],
+    steps: list[float | None],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
     overlaps = double_ownership(intervals)
     down = downtime(intervals, tasks, window)
     return {
@@ -84,6 +110,7 @@ def _summarise(name: str, intervals: list[RunInterval], tasks: list[str], window
         "step_convergence_median_s": median([s for s in steps if s is not None]),
         "window_s": round(window[1] - window[0], 3),
         "decomposition": decompose(intervals, window),
+        "max_moves_per_task": max_moves_per_task(intervals, window),
         "overlaps": [str(o) for o in overlaps[:5]],
         **extra,
     }
@@ -99,11 +126,15 @@ def _plot(bench: Bench, key: str, title: str, intervals: list[RunInterval], ever
 
 
 def _key(name: str) -> str:
-    return name.replace(" + ", "_").replace(" ", "_").replace("(", "").replace(")", "").replace("=", "").replace(",", "")
+    return (
+        name.replace(" + ", "_").replace(" ", "_").replace("(", "").replace(")", "").replace("=", "").replace(",", "")
+    )
 
 
 # ---- our protocol --------------------------------------------------------------------------------------
-def run_ours(bench: Bench, hosts: str, name: str, base: SimOptions, kw: dict[str, Any], profile: bool) -> tuple[dict[str, Any], list[RunInterval]]:
+def run_ours(
+    bench: Bench, hosts: str, name: str, base: SimOptions, kw: dict[str, Any], profile: bool
+) -> tuple[dict[str, Any], list[RunInterval]]:
     opts = replace(base, zk_hosts=hosts, **kw)
     sampler = StackSampler(interval=0.01, name="b1-sampler") if profile else None
     with Simulation(opts, echo=lambda s: None) as sim:
@@ -117,24 +148,41 @@ def run_ours(bench: Bench, hosts: str, name: str, base: SimOptions, kw: dict[str
         intervals = sim.all_intervals()
         # the simulator's window (its first step starts it, the last convergence ends it)
         window = (s.steps[0]["started"], s.steps[0]["started"] + s.window_s)
-        res = _summarise(name, intervals, sim.task_ids, window, [st["converged_s"] for st in s.steps],
-                         {"rebalances": s.rebalances, "sim_summary": {k: v for k, v in s.to_dict().items() if k != "steps"}})
+        res = _summarise(
+            name,
+            intervals,
+            sim.task_ids,
+            window,
+            [st["converged_s"] for st in s.steps],
+            {"rebalances": s.rebalances, "sim_summary": {k: v for k, v in s.to_dict().items() if k != "steps"}},
+        )
         ctl = sim.active_controller()
         if ctl is not None:
             snap = ctl.thread.snapshot()
-            res["controller_events"] = {k: {"count": v.count, "process_s": round(v.process_time_s, 3),
-                                            "queue_s": round(v.queue_time_s, 3)} for k, v in snap.items()}
+            res["controller_events"] = {
+                k: {"count": v.count, "process_s": round(v.process_time_s, 3), "queue_s": round(v.queue_time_s, 3)}
+                for k, v in snap.items()
+            }
         if sampler:
             res["profile"] = sampler.report()
     return res, intervals
 
 
 # ---- the peer -------------------------------------------------------------------------------------------
-def run_peer(bench: Bench, hosts: str, name: str, brokers: int, tasks: int, gap: float, time_boundary: float) -> tuple[dict[str, Any], list[RunInterval]]:
+def run_peer(
+    bench: Bench, hosts: str, name: str, brokers: int, tasks: int, gap: float, time_boundary: float
+) -> tuple[dict[str, Any], list[RunInterval]]:
     ids = [f"task-{i:05d}" for i in range(tasks)]
     path = f"/setpartitioner-{int(time.time() * 1000) % 10**8}"
-    cluster = PartitionerCluster(hosts, path, ids, time_boundary=time_boundary, start_latency_s=START_LATENCY_S,
-                                 stop_latency_s=STOP_LATENCY_S, pool_size=POOL_SIZE)
+    cluster = PartitionerCluster(
+        hosts,
+        path,
+        ids,
+        time_boundary=time_boundary,
+        start_latency_s=START_LATENCY_S,
+        stop_latency_s=STOP_LATENCY_S,
+        pool_size=POOL_SIZE,
+    )
     timeout = 3 * time_boundary + 60
     try:
         for i in range(brokers):
@@ -168,23 +216,37 @@ def run(bench: Bench) -> dict[str, Any]:
     delay = 5.0
     reps = 1 if quick else 3
     tuned_tb = 2.0
-    base = SimOptions(brokers=brokers, tasks=tasks, scenario="rolling-bounce", restart_gap_s=gap,
-                      start_latency_s=START_LATENCY_S, stop_latency_s=STOP_LATENCY_S, converge_timeout_s=120.0)
+    base = SimOptions(
+        brokers=brokers,
+        tasks=tasks,
+        scenario="rolling-bounce",
+        restart_gap_s=gap,
+        start_latency_s=START_LATENCY_S,
+        stop_latency_s=STOP_LATENCY_S,
+        converge_timeout_s=120.0,
+    )
     contenders = _contenders(delay)
     peers = [(f"kazoo SetPartitioner (time_boundary={tuned_tb:g} s, tuned)", tuned_tb, reps)]
     if not quick:
-        peers.insert(0, (f"kazoo SetPartitioner (time_boundary={DEFAULT_TIME_BOUNDARY_S} s, default)", DEFAULT_TIME_BOUNDARY_S, 1))
+        peers.insert(
+            0,
+            (f"kazoo SetPartitioner (time_boundary={DEFAULT_TIME_BOUNDARY_S} s, default)", DEFAULT_TIME_BOUNDARY_S, 1),
+        )
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     plotted: dict[str, str] = {}
     every = 1 if tasks <= 60 else 4
     with zookeeper(heap_mb=512, name="b1") as zk:
         for r in range(reps):
-            order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+            order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
             for name, kw in order:
-                res, intervals = run_ours(bench, zk.address, name, base, kw, profile=(r == 0 and not quick and name.startswith("cooperative")))
+                res, intervals = run_ours(
+                    bench, zk.address, name, base, kw, profile=(r == 0 and not quick and name.startswith("cooperative"))
+                )
                 runs[name].append(res)
-                bench.log(f"rep {r + 1}/{reps} {name:<36} downtime {res['task_downtime_s']:9.1f} task-s  moved {res['moved_tasks']:4d}  "
-                          f"double {res['double_ownership']}  steps {res['step_convergence_median_s']}s")
+                bench.log(
+                    f"rep {r + 1}/{reps} {name:<36} downtime {res['task_downtime_s']:9.1f} task-s  moved {res['moved_tasks']:4d}  "
+                    f"double {res['double_ownership']}  steps {res['step_convergence_median_s']}s"
+                )
                 if r == 0 and not quick:
                     plotted[name] = _plot(bench, _key(name), f"B1 rolling bounce — {name}", intervals, every)
             for name, tb, n in peers:
@@ -192,11 +254,18 @@ def run(bench: Bench) -> dict[str, Any]:
                     continue
                 res, intervals = run_peer(bench, zk.address, name, brokers, tasks, gap, tb)
                 runs[name].append(res)
-                bench.log(f"rep {r + 1}/{n} {name:<36} downtime {res['task_downtime_s']:9.1f} task-s  moved {res['moved_tasks']:4d}  "
-                          f"double {res['double_ownership']}  steps {res['step_convergence_median_s']}s")
+                bench.log(
+                    f"rep {r + 1}/{n} {name:<36} downtime {res['task_downtime_s']:9.1f} task-s  moved {res['moved_tasks']:4d}  "
+                    f"double {res['double_ownership']}  steps {res['step_convergence_median_s']}s"
+                )
                 if r == 0 and not quick:
-                    plotted[name] = _plot(bench, _key(name.split(" (")[0] + "_tb" + f"{tb:g}"), f"B1 rolling bounce — {name}",
-                                          intervals, every)
+                    plotted[name] = _plot(
+                        bench,
+                        _key(name.split(" (")[0] + "_tb" + f"{tb:g}"),
+                        f"B1 rolling bounce — {name}",
+                        intervals,
+                        every,
+                    )
     # ---- table -----------------------------------------------------------------------------------------
     names = [n for n, _ in contenders] + [n for n, _, _ in peers]
     med = {n: median([x["task_downtime_s"] for x in runs[n]]) for n in names}
@@ -207,34 +276,107 @@ def run(bench: Bench) -> dict[str, Any]:
         rs = runs[n]
         dec = rs[0]["decomposition"]
         tot = max(1e-9, dec["stopping"] + dec["handoff"] + dec["starting"])
-        rows.append([n, len(rs), med[n], median([x["moved_tasks"] for x in rs]), max(x["double_ownership"] for x in rs),
-                     median([x["step_convergence_median_s"] for x in rs]),
-                     f"{dec['stopping'] / tot:.0%}/{dec['handoff'] / tot:.0%}/{dec['starting'] / tot:.0%}",
-                     ratio(med[n], med["eager"]), ratio(med[n], med[sp_default]) if sp_default else None, ratio(med[n], med[sp_tuned])])
-    headers = ["contender", "runs", "downtime task-s (median)", "moved", "double own.", "step conv. s (median)",
-               "stop/hand-off/start", "× eager", "× SetPartitioner default" if sp_default else "× SP default (n/a)", "× SetPartitioner tuned"]
+        rows.append(
+            [
+                n,
+                len(rs),
+                med[n],
+                median([x["moved_tasks"] for x in rs]),
+                max(x["double_ownership"] for x in rs),
+                median([x["step_convergence_median_s"] for x in rs]),
+                f"{dec['stopping'] / tot:.0%}/{dec['handoff'] / tot:.0%}/{dec['starting'] / tot:.0%}",
+                ratio(med[n], med["eager"]),
+                ratio(med[n], med[sp_default]) if sp_default else None,
+                ratio(med[n], med[sp_tuned]),
+            ]
+        )
+    headers = [
+        "contender",
+        "runs",
+        "downtime task-s (median)",
+        "moved",
+        "double own.",
+        "step conv. s (median)",
+        "stop/hand-off/start",
+        "× eager",
+        "× SetPartitioner default" if sp_default else "× SP default (n/a)",
+        "× SetPartitioner tuned",
+    ]
     print(table(headers, rows))
     coop, cs = med["cooperative"], med["cooperative + controlled shutdown"]
     sp_ref = med[sp_default] if sp_default else med[sp_tuned]
     sp_label = sp_default or sp_tuned
+    roll = med["planned roll"]
+    roll_moved = median([x["moved_tasks"] for x in runs["planned roll"]])
+    roll_most = max(x["max_moves_per_task"] for x in runs["planned roll"])
     double_total = sum(x["double_ownership"] for n in names for x in runs[n])
     targets = [
-        target("B1 cooperative downtime vs eager", f"1/{med['eager'] / coop:.1f}" if coop else "-", "≤ 1/20", bool(coop) and coop <= med["eager"] / 20, quick_size=quick),
-        target("B1 cooperative downtime vs SetPartitioner", f"1/{sp_ref / coop:.1f}" if coop else "-", "≤ 1/50", bool(coop) and coop <= sp_ref / 50,
-               f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / coop:.1f}" if coop else "", quick_size=quick),
-        target("B1 controlled-shutdown downtime vs SetPartitioner", f"1/{sp_ref / cs:.1f}" if cs else "-", "≤ 1/100", bool(cs) and cs <= sp_ref / 100,
-               f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / cs:.1f}" if cs else "", quick_size=quick),
-        target("B1 reconcile downtime vs eager", f"1/{med['eager'] / med['reconcile']:.1f}" if med["reconcile"] else "-",
-               "≤ 1/20", bool(med["reconcile"]) and med["reconcile"] <= med["eager"] / 20,
-               f"cooperative in the same run: 1/{med['eager'] / coop:.1f}" if coop else "", quick_size=quick),
+        target(
+            "B1 cooperative downtime vs eager",
+            f"1/{med['eager'] / coop:.1f}" if coop else "-",
+            "≤ 1/20",
+            bool(coop) and coop <= med["eager"] / 20,
+            quick_size=quick,
+        ),
+        target(
+            "B1 cooperative downtime vs SetPartitioner",
+            f"1/{sp_ref / coop:.1f}" if coop else "-",
+            "≤ 1/50",
+            bool(coop) and coop <= sp_ref / 50,
+            f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / coop:.1f}" if coop else "",
+            quick_size=quick,
+        ),
+        target(
+            "B1 controlled-shutdown downtime vs SetPartitioner",
+            f"1/{sp_ref / cs:.1f}" if cs else "-",
+            "≤ 1/100",
+            bool(cs) and cs <= sp_ref / 100,
+            f"against {sp_label}; against the tuned one 1/{med[sp_tuned] / cs:.1f}" if cs else "",
+            quick_size=quick,
+        ),
+        target(
+            "B1 reconcile downtime vs eager",
+            f"1/{med['eager'] / med['reconcile']:.1f}" if med["reconcile"] else "-",
+            "≤ 1/20",
+            bool(med["reconcile"]) and med["reconcile"] <= med["eager"] / 20,
+            f"cooperative in the same run: 1/{med['eager'] / coop:.1f}" if coop else "",
+            quick_size=quick,
+        ),
+        target(
+            "B1 planned roll downtime vs eager",
+            f"1/{med['eager'] / roll:.1f}" if roll else "-",
+            "≤ 1/25",
+            bool(roll) and roll <= med["eager"] / 25,
+            quick_size=quick,
+        ),
+        target(
+            "B1 planned roll moves",
+            roll_moved,
+            f"≤ {tasks} (tasks)",
+            roll_moved <= tasks,
+            f"the plan's bound without spare brokers: tasks + 2·tasks/brokers = {tasks + 2 * tasks // brokers}",
+            quick_size=quick,
+        ),
+        target("B1 planned roll: most moves of one task", roll_most, "≤ 2", roll_most <= 2),
         target("B1 double ownership (all contenders, all runs)", double_total, "0", double_total == 0),
     ]
     doc = {
-        "setup": {"brokers": brokers, "tasks": tasks, "gap_s": gap, "start_latency_s": START_LATENCY_S,
-                  "stop_latency_s": STOP_LATENCY_S, "worker_pool": POOL_SIZE, "static_scheduled_delay_s": delay,
-                  "setpartitioner_time_boundaries_s": [tb for _, tb, _ in peers], "reps": reps,
-                  "assignor": "cooperative-sticky (eager: sticky, the same algorithm)"},
-        "median_downtime_s": med, "runs": runs, "timelines": plotted, "table": {"headers": headers, "rows": rows},
+        "setup": {
+            "brokers": brokers,
+            "tasks": tasks,
+            "gap_s": gap,
+            "start_latency_s": START_LATENCY_S,
+            "stop_latency_s": STOP_LATENCY_S,
+            "worker_pool": POOL_SIZE,
+            "static_scheduled_delay_s": delay,
+            "setpartitioner_time_boundaries_s": [tb for _, tb, _ in peers],
+            "reps": reps,
+            "assignor": "cooperative-sticky (eager: sticky, the same algorithm)",
+        },
+        "median_downtime_s": med,
+        "runs": runs,
+        "timelines": plotted,
+        "table": {"headers": headers, "rows": rows},
         "targets": targets,
     }
     bench.write(NAME, doc)

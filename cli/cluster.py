@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
 from cli.common import Ctx, LazyCommand, LazyGroup, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
+from controller.protocol.codecs import to_jsonable
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
@@ -181,6 +183,43 @@ def broker_shutdown(ctx: Ctx, broker_id: str, wait: bool, timeout: float) -> Non
         else f"Controlled shutdown of {broker_id} {'already ' if req.already_pending else ''}requested"
     )
     ctx.emit(to_dict(req), "\n".join([human] + [f"note: {n}" for n in req.notes]))
+
+
+def _roll_line(st: Any) -> str:
+    if st is None:
+        return "No roll was asked for."
+    step = min(st.step + 1, len(st.order))
+    batch = ", ".join(st.batch_now())
+    where = f"step {step}/{len(st.order)}" + (f" ({batch})" if batch else "")
+    why = f": {st.reason}" if st.reason else ""
+    return f"Roll of group {st.group}: {st.phase}, {where}, {st.moves} task moves so far{why}"
+
+
+@broker.command("roll")
+@click.option("--group", "group_name", default="default", show_default=True, help="the group whose brokers roll")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="brokers down at a time")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="seconds a batch may take to come back before the roll pauses itself",
+)
+@click.option("--resume", is_flag=True, help="go on with a paused roll")
+@click.option("--status", "status_only", is_flag=True, help="where the roll stands")
+@pass_ctx
+def broker_roll(ctx: Ctx, group_name: str, batch: int, timeout: float, resume: bool, status_only: bool) -> None:
+    """Planned roll: the controller restarts the group's brokers a batch at a time, moving each batch's tasks
+    to brokers already rolled before it goes down and waiting until it is back (restarted by its supervisor,
+    same id, joined, the group Stable)."""
+    admin = ctx.admin()
+    if status_only:
+        st = admin.roll_status()
+    elif resume:
+        st = admin.resume_roll()
+    else:
+        st = admin.roll(group_name, batch=batch, timeout_s=timeout)
+    ctx.emit(to_jsonable(st) if st is not None else None, _roll_line(st))
 
 
 # ---- groups ---------------------------------------------------------------------------------------

@@ -123,6 +123,36 @@ def cluster_ps(ctx: Ctx, name: str | None) -> None:
     )
 
 
+@cluster.command("upgrade")
+@click.option("--image", required=True, help="the image every broker container moves to")
+@click.option("--name", default="zkc", show_default=True)
+@click.option("--group", "group_name", default="default", show_default=True)
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="brokers down at a time")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="seconds a broker may take to come back before the roll pauses itself",
+)
+@pass_ctx
+@_guard
+def cluster_upgrade(ctx: Ctx, image: str, name: str, group_name: str, batch: int, timeout: float) -> None:
+    """Roll the cluster's brokers to IMAGE with the controller's planned roll: each broker's tasks move to
+    brokers already rolled, then its container is replaced by one of IMAGE (same name and broker id)."""
+    out = _containers().upgrade(
+        name,
+        image,
+        ctx.hosts,
+        ctx.layout.root,
+        group=group_name,
+        batch=batch,
+        timeout=timeout,
+        echo=lambda line: None if ctx.json_out else click.echo(line),
+    )
+    ctx.emit(out, f"cluster {name}: {len(out['brokers'])} brokers on {image}, {out['moves']} task moves")
+
+
 @cluster.command("down")
 @click.option("--name", default="zkc", show_default=True)
 @click.option("--volumes", is_flag=True, help="also remove the cluster's volumes (checkpoints, state)")

@@ -112,6 +112,13 @@ BROKERS_PER_FARM = 25
     "in between: the broker added shut down, the broker killed or shut down started again, a new "
     "standby controller); the summary gives each figure and their median",
 )
+@click.option(
+    "--roll-batch",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="brokers down at a time in the roll scenario (the controller's planned roll)",
+)
 @click.pass_obj
 def sim_run(
     ctx: Ctx,
@@ -134,6 +141,7 @@ def sim_run(
     converge_timeout: float,
     settle: float | None,
     repeat: int,
+    roll_batch: int,
 ) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
@@ -177,6 +185,7 @@ def sim_run(
         metrics_interval_s=metrics_interval,
         settle_s=settle if settle is not None else (2.0 if n_farms else 0.0),
         repeat=repeat,
+        roll_batch=roll_batch,
     )
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:

@@ -303,6 +303,86 @@ def _registered(zk: str, root: str) -> list[str]:
         client.close()
 
 
+def _replace(client: Any, old: Any, image: str) -> Any:
+    """The same container (name, command, environment, mounts, labels) on another image."""
+    cfg, host = old.attrs.get("Config", {}), old.attrs.get("HostConfig", {})
+    old.remove(force=True)
+    return client.containers.run(
+        image,
+        command=cfg.get("Cmd"),
+        entrypoint=cfg.get("Entrypoint"),
+        name=old.name,
+        detach=True,
+        network_mode="host",
+        restart_policy={"Name": "always"},
+        labels=cfg.get("Labels") or {},
+        environment=cfg.get("Env") or [],
+        volumes=host.get("Binds") or [],
+        init=True,
+    )
+
+
+def upgrade(
+    name: str,
+    image: str,
+    zk: str,
+    root: str,
+    group: str = "default",
+    batch: int = 1,
+    timeout: float = 300.0,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Roll cluster ``name``'s brokers to ``image`` with the controller's planned roll: a broker's restart
+    policy is turned off when its turn comes, so that once its tasks have moved and it exits, its container
+    is replaced by one of the new image under the same name and broker id (which joins again; the roll goes
+    on). Returns the roll's last state (a paused roll raises, with its reason)."""
+    from controller.admin import AdminClient
+    from controller.protocol.roll import RollState
+
+    client = engine()
+    try:
+        client.images.get(image)
+    except Exception:
+        raise ContainersUnavailable(f"no image {image}: build it with `zkctl cluster build --tag {image}`") from None
+    brokers = {
+        c.name: c for c in client.containers.list(all=True, filters={"label": [f"{LABEL}={name}", f"{ROLE}=broker"]})
+    }
+    if not brokers:
+        raise ContainersUnavailable(f"cluster {name!r} has no broker containers")
+    zkc = make_client(ZkSettings(hosts=zk, root=root), timeout=10)
+    try:
+        admin = AdminClient(zkc, ZkLayout(root))
+        started = admin.roll(group, batch=batch, timeout_s=timeout)
+        st: RollState | None = started
+        replaced: set[str] = set()
+        deadline = time.monotonic() + timeout * (len(started.order) + 2)
+        while time.monotonic() < deadline:
+            st = admin.roll_status()
+            if st is None or st.phase in ("done", "paused"):
+                break
+            for bid in st.batch_now():
+                c = brokers.get(bid)
+                if c is None or bid in replaced:
+                    continue
+                c.reload()
+                if c.attrs.get("HostConfig", {}).get("RestartPolicy", {}).get("Name") != "no":
+                    c.update(restart_policy={"Name": "no"})  # its exit after the roll's shutdown is final
+                elif c.status == "exited":
+                    brokers[bid] = _replace(client, c, image)
+                    replaced.add(bid)
+                    echo(f"  {bid}: tasks moved, exited; replaced by a container of {image}")
+            time.sleep(0.5)
+        if st is None or st.phase != "done":
+            raise ContainersUnavailable(
+                f"the roll did not finish: {st.phase + ': ' + st.reason if st else 'no roll'}"
+                "; `zkctl broker roll --resume` goes on once the broker is back"
+            )
+        return {"image": image, "brokers": sorted(replaced), "moves": st.moves, "steps": len(st.order)}
+    finally:
+        zkc.stop()
+        zkc.close()
+
+
 def ps(name: str | None = None) -> list[dict[str, Any]]:
     """The containers of one cluster (or of every cluster): name, role, state, health, restarts."""
     client = engine()

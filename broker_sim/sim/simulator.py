@@ -56,6 +56,7 @@ SCENARIOS = (
     "partition-broker",
     "controlled-shutdown",
     "kill-controller",
+    "roll",
 )
 
 
@@ -94,6 +95,8 @@ class SimOptions:
     #: started (an unmeasured step between puts it back: the broker added shut down, the broker killed or
     #: shut down started again, a new standby controller), each after ``settle_s``
     repeat: int = 1
+    #: brokers down at a time in the ``roll`` scenario (the controller's planned roll)
+    roll_batch: int = 1
 
     def protocols(self) -> tuple[str, ...]:
         return protocols_for(self.protocol)
@@ -157,6 +160,7 @@ class Simulation:
         self.steps: list[StepResult] = []
         self.farms: _Farms | None = None
         self._last_start: float | None = None  # (of the last poll that found every task running)
+        self.roll_moves: int | None = None  # the roll scenario's planned moves, as the controller counted them
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline (and were restarted)
 
     # ---- setup ------------------------------------------------------------------------------------
@@ -541,6 +545,40 @@ class Simulation:
                 if self.opts.settle_s:
                     time.sleep(self.opts.settle_s)
             step(i)
+
+    def _scenario_roll(self) -> None:
+        """The controller's planned roll (``zkctl broker roll``); the harness is the brokers' supervisor: a
+        broker that exits (its controlled shutdown done) is started again under the same id after the gap."""
+        from controller.admin import AdminClient
+
+        o = self.opts
+        if self.farms is not None:
+            raise ValueError("the roll scenario runs its brokers in this process (no --farms)")
+        admin = AdminClient(self.admin, self.layout)
+        whole = StepResult("roll", "all", time.time(), measured=False)  # (starts the window: the first moves)
+        self.steps.append(whole)
+        admin.roll("default", batch=o.roll_batch, timeout_s=max(30.0, o.converge_timeout_s))
+        deadline = time.monotonic() + o.converge_timeout_s * (o.brokers + 2)
+        st = admin.roll_status()
+        while time.monotonic() < deadline and st is not None and st.phase not in ("done", "paused"):
+            for bid, w in list(self.workers.items()):
+                if w.exited.is_set():
+                    step = StepResult("roll", bid, time.time(), measured=False)
+                    self._retire(w, graceful=True)
+                    if o.restart_gap_s:
+                        time.sleep(o.restart_gap_s)
+                    self.start_worker(bid)
+                    self.steps.append(step)
+                    self.echo(f"  roll: {bid} exited after its tasks moved; started again")
+            time.sleep(0.05)
+            st = admin.roll_status()
+        if st is None or st.phase != "done":
+            raise NotConverged(f"the roll did not finish: {st.phase + ': ' + st.reason if st else 'no roll'}")
+        self.roll_moves = st.moves
+        took = self.wait_converged(balanced=True)
+        for step in self.steps:
+            step.converged_s = step.detected_s = None if took is None else round(time.time() - step.started, 3)
+        self.echo(f"  roll done: {st.moves} task moves planned")
 
     def _scenario_add_broker(self) -> None:
         def new(i: int) -> str:

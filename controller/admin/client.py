@@ -10,6 +10,7 @@ from controller.admin.cluster import ClusterAdmin
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
 from controller.admin.restarts import RestartAdmin
+from controller.admin.roll import RollAdmin
 from controller.admin.tasks import TaskAdmin
 from controller.protocol.layout import ZkLayout
 
@@ -30,6 +31,7 @@ class AdminClient:
         self.tasks = TaskAdmin(client, layout, self.reads, retries=retries)
         self.restarts = RestartAdmin(client, layout, self.reads, self.tasks.list_tasks, retries=retries)
         self.cluster = ClusterAdmin(client, layout, self.reads, self.settings_admin.maintenance)
+        self.rolls = RollAdmin(client, layout)
 
         # tasks
         self.create_tasks = self.tasks.create_tasks
@@ -51,6 +53,10 @@ class AdminClient:
         self.rebalance = self.cluster.rebalance
         self.shutdown_broker = self.cluster.shutdown_broker
         self.watch = self.cluster.watch
+        # planned roll
+        self.roll = self.rolls.roll
+        self.resume_roll = self.rolls.resume_roll
+        self.roll_status = self.rolls.roll_status
         # maintenance and settings
         self.maintenance = self.settings_admin.maintenance
         self.set_maintenance = self.settings_admin.set_maintenance

@@ -15,6 +15,14 @@ def to_dict(value: Any) -> Any:
     return jsonable(value) if hasattr(value, "model_dump") else codecs.to_jsonable(value)
 
 
+def json_object(value: Any) -> dict[str, Any]:
+    """``to_dict`` of a result that is one object (a view, a payload): what an API route answers."""
+    out = to_dict(value)
+    if not isinstance(out, dict):
+        raise TypeError(f"{type(value).__name__} is not a JSON object")
+    return out
+
+
 @dataclass(frozen=True)
 class CreateResult:
     dry_run: bool

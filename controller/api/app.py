@@ -11,7 +11,7 @@ from controller.api.context import API, LOOPBACK_HOSTS, ApiConfig, ApiContext
 from controller.api.errors import install_error_handlers
 from controller.api.guard import Guard, RequestPolicy
 from controller.api.hub import EventHub
-from controller.api.routes import brokers, cluster, console, events, groups, metrics, settings, tasks
+from controller.api.routes import brokers, cluster, console, events, groups, metrics, roll, settings, tasks
 
 __all__ = ["API", "ApiConfig", "LOOPBACK_HOSTS", "create_app"]
 
@@ -20,16 +20,28 @@ def create_app(config: ApiConfig) -> FastAPI:
     """Build the application; every request uses ``config.client`` (one session per server). The event hub
     is ``app.state.hub``: the server closes it when it shuts down, so open streams end instead of being
     cancelled mid-write."""
-    app = FastAPI(title="zkcontroller", version="1", docs_url=f"{API}/docs", openapi_url=f"{API}/openapi.json",
-                  description="Tasks, brokers, groups and the controller of one zkcontroller cluster (one root).")
+    app = FastAPI(
+        title="zkcontroller",
+        version="1",
+        docs_url=f"{API}/docs",
+        openapi_url=f"{API}/openapi.json",
+        description="Tasks, brokers, groups and the controller of one zkcontroller cluster (one root).",
+    )
     ctx = ApiContext(config)
-    hub = EventHub(lambda: ClusterWatch(config.client, config.layout), config.max_streams,
-                   config.stream_buffer)
+    hub = EventHub(lambda: ClusterWatch(config.client, config.layout), config.max_streams, config.stream_buffer)
     measured = metrics.RequestMetrics(hub)
     app.state.hub = hub
     install_error_handlers(app)
-    for part in (tasks.router(ctx), brokers.router(ctx), groups.router(ctx), cluster.router(ctx),
-                 settings.router(ctx), events.router(ctx, hub), metrics.router(ctx, measured)):
+    for part in (
+        tasks.router(ctx),
+        roll.router(ctx),
+        brokers.router(ctx),
+        groups.router(ctx),
+        cluster.router(ctx),
+        settings.router(ctx),
+        events.router(ctx, hub),
+        metrics.router(ctx, measured),
+    ):
         app.include_router(part)
     console.mount(app)
     policy = RequestPolicy(allowed_hosts=config.allowed_hosts, token=config.token, max_body_bytes=config.max_body_bytes)

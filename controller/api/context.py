@@ -27,11 +27,11 @@ class ApiConfig:
     layout: ZkLayout
     token: str | None = None
     allowed_hosts: frozenset[str] = field(default=LOOPBACK_HOSTS)  # "*": any (behind a proxy that checks)
-    sse_idle_s: float = 15.0         # keep-alive comment on a quiet event stream
-    max_wait_s: float = 600.0        # the longest ?timeout= a request may ask for
-    max_body_bytes: int = 1 << 20    # a request body past this is refused (413) before it is read whole
-    max_streams: int = 1000          # event streams open at once; one more is a 503 with the reason
-    stream_buffer: int = 1000        # events queued for one stream; a reader that far behind is dropped
+    sse_idle_s: float = 15.0  # keep-alive comment on a quiet event stream
+    max_wait_s: float = 600.0  # the longest ?timeout= a request may ask for
+    max_body_bytes: int = 1 << 20  # a request body past this is refused (413) before it is read whole
+    max_streams: int = 1000  # event streams open at once; one more is a 503 with the reason
+    stream_buffer: int = 1000  # events queued for one stream; a reader that far behind is dropped
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class ApiContext:
     def waited(self, wait: bool, timeout: float) -> float:
         """The seconds to wait for, from ``?wait=&timeout=`` (bounded by ``max_wait_s``)."""
         if not 0 <= timeout <= self.config.max_wait_s:
-            raise ApiError(422, "invalid_parameter", f"timeout must be between 0 and {self.config.max_wait_s:g} seconds")
+            raise ApiError(
+                422, "invalid_parameter", f"timeout must be between 0 and {self.config.max_wait_s:g} seconds"
+            )
         return timeout if wait else 0.0
 
     @staticmethod
@@ -57,4 +59,3 @@ class ApiContext:
         if wait and not getattr(result, "done", True):
             return error_response(504, "timeout", f"not done within the wait: {json.dumps(body, default=str)}")
         return body
-

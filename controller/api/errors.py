@@ -16,9 +16,19 @@ from controller.protocol.errors import ZkcError
 
 UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 # what the application turns into JSON errors (anything else is a bug: a 500 with a logged traceback)
-HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-              405: "method_not_allowed", 406: "not_acceptable", 413: "too_large", 415: "unsupported_media_type",
-              422: "invalid_parameter", 429: "too_many_requests", 503: "unavailable"}
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_parameter",
+    429: "too_many_requests",
+    503: "unavailable",
+}
 
 
 class ApiError(ZkcError):
@@ -72,8 +82,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_errors(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        return error_response(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), message,
-                              headers=dict(exc.headers or {}))
+        return error_response(
+            exc.status_code, HTTP_CODES.get(exc.status_code, "error"), message, headers=dict(exc.headers or {})
+        )
 
     app.add_exception_handler(RequestValidationError, bad_parameters)
     app.add_exception_handler(HTTPException, http_errors)

@@ -20,12 +20,18 @@ from controller.api.errors import error_response
 WRITE_METHODS = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 SAME_SITE = frozenset({"same-origin", "none"})  # Sec-Fetch-Site of a same-origin fetch or a typed-in request
 JSON_TYPES = frozenset({"application/json"})
-CONSOLE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-SECURITY_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"),
-                    (b"x-frame-options", b"DENY"), (b"cross-origin-resource-policy", b"same-origin"))
+CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+)
 Refusal = tuple[int, str, str]
-Observe = Callable[[str, str, int, float], None]   # method, route, status, seconds
+Observe = Callable[[str, str, int, float], None]  # method, route, status, seconds
 
 
 def host_name(host: str) -> str:
@@ -50,8 +56,14 @@ class RequestPolicy:
         if not host:
             return 400, "host_not_allowed", "a request must name this server in its Host header"
         if "*" not in self.allowed_hosts and host_name(host) not in self.allowed_hosts:
-            return 421, "host_not_allowed", (f"this server does not answer to the host name {host_name(host)[:100]!r}; "
-                                             "the operator adds it with --allowed-host")
+            return (
+                421,
+                "host_not_allowed",
+                (
+                    f"this server does not answer to the host name {host_name(host)[:100]!r}; "
+                    "the operator adds it with --allowed-host"
+                ),
+            )
         too_big = self._body_refusal(headers)
         if too_big is not None:
             return too_big

@@ -12,6 +12,7 @@ given what it needs and the controller only as a ``host.Host``:
   reassign);
 * ``groups.GroupDriver`` — the group coordinators' inputs and the fenced writes of their decisions;
 * ``grants.TaskGrants`` — handing a task's znodes to its assignee's identity;
+* ``roll.RollDriver`` — the planned roll (``/admin/roll``), advanced after every event;
 * ``operations.OperatorSettings`` — settings, maintenance mode, moves in flight, automatic maintenance;
 * ``context`` — the configuration and the in-memory context the parts share; ``watchers`` — the
   callbacks kazoo's thread runs (they only enqueue).

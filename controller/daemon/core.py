@@ -38,6 +38,7 @@ from controller.daemon.host import Watcher
 from controller.daemon.loading import FailoverLoad
 from controller.daemon.metrics import ControllerMetrics, MetricsServer
 from controller.daemon.operations import OperatorSettings
+from controller.daemon.roll import RollDriver
 from controller.daemon.summary import SummaryWriter
 from controller.daemon.tasks import TaskTracker
 from controller.protocol.clock import Clock, SystemClock
@@ -138,6 +139,7 @@ class Controller:
             self, zk, lay, self.metrics, self.id, config.load, self.brokers, self.tasks, self.groups, self.operations
         )
         self.election = Election(self, zk, lay, self.id, config.host)
+        self.roll = RollDriver(self, zk, lay, self.id)
         self.summary = SummaryWriter(self, lay, self.clock, self.id)
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -285,6 +287,8 @@ class Controller:
             if self.active and self.needs_reload and self.client.connected:
                 self.reload()  # an earlier event was cut short by ZooKeeper: start again from what it holds
             event.process(self)
+            if self.active and self.ctx is not None:
+                self.roll.advance()
         except Fenced as exc:
             self.fenced_writes += 1
             self.metrics.fenced.inc()
@@ -320,6 +324,9 @@ class Controller:
         if deletion is not None:
             deadlines.append(deletion)
         deadlines.append(self.summary.deadline())
+        roll_due = self.roll.deadline_wall()
+        if roll_due is not None:  # (a wall-clock bound, so that it survives a failover) on this clock
+            deadlines.append(self.clock.now() + max(0.0, roll_due - time.time()) + 0.01)
         self.timer.schedule(min(deadlines) if deadlines else None)
         self.metrics.queue_size.set(self.thread.queue_size())
 

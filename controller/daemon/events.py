@@ -239,6 +239,16 @@ class Reassign:
 
 
 @dataclass(frozen=True)
+class RollChange:
+    """``/admin/roll`` changed: a roll started, resumed or was cancelled."""
+
+    token: int
+
+    def process(self, c: Controller) -> None:
+        c.roll.on_change(self.token)
+
+
+@dataclass(frozen=True)
 class SettingsChange:
     """``/admin/settings`` changed: throttles, automatic maintenance, preferred placement checks."""
 
@@ -299,6 +309,7 @@ _REREADS = (
     Rebalance,
     ControlledShutdown,
     Reassign,
+    RollChange,
     Tick,
 )
 

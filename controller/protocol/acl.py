@@ -252,6 +252,7 @@ RULES: dict[str, dict[str, int]] = {
     "tally": _rule(admin=ALL),  # /admin/group_tasks/<g> (written by creates)
     "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
     "maintenance": _rule(admin=ALL, controller=R | W),  # /admin/maintenance (controller: automatic)
+    "roll": _rule(admin=ALL, controller=R | W),  # /admin/roll (the controller writes its progress)
     "security": _rule(admin=ALL),  # /security (the policy)
     "other": _rule(admin=ALL),  # anything else under the root
 }
@@ -307,7 +308,7 @@ def classify(layout: ZkLayout, path: str) -> str:
     if head == "intervals":
         return "interval" if n == 2 else "other"
     if head == "admin":
-        if n == 2 and parts[1] in ("settings", "maintenance"):
+        if n == 2 and parts[1] in ("settings", "maintenance", "roll"):
             return parts[1]
         if parts[1] == "group_tasks":
             return "tallies" if n == 2 else "tally" if n == 3 else "other"

@@ -130,9 +130,14 @@ class GroupCoordinator:
         """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's);
         a hold of maintenance mode has none."""
         now, wall = self.clock.now(), self.wall.now()
-        return tuple(HeldTasks(instance=k, tasks=tuple(sorted(h.tasks)),
-                               until=None if h.deadline == FOREVER else round(wall + h.deadline - now, 3))
-                     for k, h in sorted(self.held.items()))
+        return tuple(
+            HeldTasks(
+                instance=k,
+                tasks=tuple(sorted(h.tasks)),
+                until=None if h.deadline == FOREVER else round(wall + h.deadline - now, 3),
+            )
+            for k, h in sorted(self.held.items())
+        )
 
     def restore_held(self, info: GroupStateInfo) -> None:
         """The holds of the previous controller, minus members back already and tasks gone or placed."""
@@ -148,14 +153,25 @@ class GroupCoordinator:
 
     def note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
         """A hold made, ended or shrunk is written with the group state (ZooKeeper keeps it across failover)."""
-        if [(h.instance, h.tasks) for h in before] != [(h.instance, h.tasks) for h in self.held_info()] \
-                and self.state is not GroupState.DEAD and not any(isinstance(d, WriteGroupState) for d in decisions):
+        if (
+            [(h.instance, h.tasks) for h in before] != [(h.instance, h.tasks) for h in self.held_info()]
+            and self.state is not GroupState.DEAD
+            and not any(isinstance(d, WriteGroupState) for d in decisions)
+        ):
             decisions.append(WriteGroupState(self.info()))
         return decisions
 
     def next_deadline(self) -> float | None:
-        candidates = [d for d in (self.join.deadline, self.join.sync_deadline, self.operations.deadline(),
-                                  self.reconcile.retarget_due) if d is not None]
+        candidates = [
+            d
+            for d in (
+                self.join.deadline,
+                self.join.sync_deadline,
+                self.operations.deadline(),
+                self.reconcile.retarget_due,
+            )
+            if d is not None
+        ]
         candidates += [h.deadline for h in self.held.values() if h.deadline != FOREVER]
         return min(candidates) if candidates else None
 
@@ -301,8 +317,9 @@ class GroupCoordinator:
             self.machine.restore(GroupState.EMPTY)
             # no readable state: resume above every generation the members and assignments carry, or the
             # members would take the new generations for stale ones and ignore them
-            self.generation = max([a.generation for a in assignments.values()]
-                                  + [r.generation for r in members.values()] + [0])
+            self.generation = max(
+                [a.generation for a in assignments.values()] + [r.generation for r in members.values()] + [0]
+            )
             self.join_generation = self.generation
         if not self.members:
             if self.state is GroupState.STABLE:
@@ -316,13 +333,17 @@ class GroupCoordinator:
         """Failover of a group that ran reconcile: it goes on reconciling, or (a member that cannot reconcile,
         or no members) goes through a join round as for the other protocols."""
         # member epochs run ahead of the state znode (it is not rewritten for every step)
-        self.generation = max([info.generation, info.join_generation - 1, 0]
-                              + [a.generation for a in assignments.values()])
+        self.generation = max(
+            [info.generation, info.join_generation - 1, 0] + [a.generation for a in assignments.values()]
+        )
         self.join_generation = self.generation
         self.protocol, self.assignor, self.leader = info.protocol, info.assignor, None
         self.restore_held(info)
-        if (info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value) and self.members
-                and self.all_prefer_reconcile(self.members)):
+        if (
+            info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
+            and self.members
+            and self.all_prefer_reconcile(self.members)
+        ):
             self.generation_members = tuple(sorted(self.members))
             self.machine.restore(GroupState.RECONCILING)
             return self.reconcile.load(assignments)
@@ -344,7 +365,8 @@ class GroupCoordinator:
         self.protocol, self.assignor, self.leader = info.protocol, info.assignor, info.leader
         self.generation_members = tuple(m for m in info.members if m in self.members)
         self.assignment = {
-            m: a.assigned for m, a in assignments.items()
+            m: a.assigned
+            for m, a in assignments.items()
             if a.generation == info.generation and a.error is None and m in self.generation_members
         }
         self.restore_held(info)
@@ -352,8 +374,11 @@ class GroupCoordinator:
         # a request older than the member's assignment that asks for a later generation was answered
         # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
         self.join.static_returned = {
-            m: r for m, r in self.members.items()
-            if (a := assignments.get(m)) is not None and a.error is None and a.generation == info.generation
+            m: r
+            for m, r in self.members.items()
+            if (a := assignments.get(m)) is not None
+            and a.error is None
+            and a.generation == info.generation
             and r.generation < a.generation < r.join_generation
         }
         consistent = (
@@ -395,15 +420,30 @@ class GroupCoordinator:
                 kept = self.held[key].tasks if key in self.held else ()
                 self.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
                 log.info("group %s: %s left in maintenance mode; its %d tasks wait", self.group, m, len(tasks))
-            elif (was_member and tasks and self.state is GroupState.STABLE
-                    and self.config.scheduled_rebalance_delay_s > 0 and not old[m].leaving):
+            elif (
+                was_member
+                and tasks
+                and self.state is GroupState.STABLE
+                and self.config.scheduled_rebalance_delay_s > 0
+                and not old[m].leaving
+            ):
                 self.held[self.identity(m, old[m])] = Held(tasks, now + self.config.scheduled_rebalance_delay_s)
-                log.info("group %s: %s left; holding %d tasks for %.1fs", self.group, m, len(tasks),
-                         self.config.scheduled_rebalance_delay_s)
+                log.info(
+                    "group %s: %s left; holding %d tasks for %.1fs",
+                    self.group,
+                    m,
+                    len(tasks),
+                    self.config.scheduled_rebalance_delay_s,
+                )
             elif self.state is not GroupState.PREPARING_REBALANCE:
                 need = need or f"member {m} left"
-        if (not need and old.keys() - new.keys() and self.state is GroupState.STABLE and new
-                and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.held_tasks()):
+        if (
+            not need
+            and old.keys() - new.keys()
+            and self.state is GroupState.STABLE
+            and new
+            and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.held_tasks()
+        ):
             # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
             need = "unplaced tasks after a departure"
         for m in sorted(new.keys() - old.keys()):
@@ -490,6 +530,19 @@ class GroupCoordinator:
         self.reassign[task_id] = to
         return self.prepare_rebalance(f"reassign {task_id} to {to}")
 
+    def on_roll_placement(self, placement: Mapping[str, str], reason: str) -> list[Decision]:
+        """A planned roll's step: every task it names pinned to that member (``reassign``), so the round
+        moves exactly what the plan moves; a rebalance only when something is not where the plan puts it."""
+        self.reassign = {t: m for t, m in placement.items() if t in self.tasks and m in self.members}
+        current = {t: m for m, ts in self.assignment.items() for t in ts}
+        if all(current.get(t) == m for t, m in self.reassign.items()):
+            return []
+        return self.prepare_rebalance(reason)
+
+    def end_roll(self) -> None:
+        """The roll is over (or paused): no pins left; the assignor places as it always does."""
+        self.reassign.clear()
+
     def on_tick(self) -> list[Decision]:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
         now = self.clock.now()
@@ -508,9 +561,14 @@ class GroupCoordinator:
         if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
             decisions += join.complete(force=True)
         elif self.state is GroupState.AWAITING_SYNC and join.sync_deadline is not None and now >= join.sync_deadline:
-            decisions += self.prepare_rebalance(f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync")
-        elif expired and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.RECONCILING) \
-                and self.members:
+            decisions += self.prepare_rebalance(
+                f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync"
+            )
+        elif (
+            expired
+            and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.RECONCILING)
+            and self.members
+        ):
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self.prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:

@@ -254,6 +254,11 @@ class ZkLayout:
         return self._p("admin", "group_tasks", check_name("group", group))
 
     @property
+    def admin_roll(self) -> str:
+        """The planned roll (``RollState``): written by ``zkctl broker roll``, then by the controller, fenced."""
+        return self._p("admin", "roll")
+
+    @property
     def settings(self) -> str:
         """Operator settings (move throttles, automatic maintenance), honoured live by the controller."""
         return self._p("admin", "settings")

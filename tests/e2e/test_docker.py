@@ -307,3 +307,65 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
     assert summary["ok"] and summary["overlaps"] == [], summary
     assert all(v["missing"] == 0 and v["duplicates"] == 0 and v["held"] == 800 for v in summary["sinks"].values())
     assert summary["left_out"] == sorted(uninjectable.kinds), summary
+
+
+@pytest.mark.timeout(1800)
+def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, tmp_path):
+    """`zkctl cluster upgrade --image`: the controller's planned roll over three Spark broker containers,
+    each replaced by a container of the new image when its turn comes; every record in each sink exactly
+    once, no task ever run by two brokers at once, each task moved at most twice."""
+    from broker_sim.deploy import containers
+    from broker_sim.sim.checker import double_ownership
+
+    client = _engine()
+    name = f"r{uuid.uuid4().hex[:6]}"
+    new_image = f"zkcontroller:roll-{name}"
+    client.images.get(image).tag(new_image)
+    data = tmp_path / "shared"
+    data.mkdir()
+    data.chmod(0o777)
+    spec = containers.ClusterSpec(name=name, zk_nodes=1, controllers=1, brokers=3, runner="spark", image=image,
+                                  root="/roll", data_dir=str(data))
+    zk = None
+    try:
+        info = containers.up(spec, echo=lambda line: None)
+        zk = make_client(ZkSettings(hosts=info.zk, root="/roll", session_timeout_s=30))
+        admin = AdminClient(zk, ZkLayout("/roll"))
+        tasks = ["roll-1", "roll-2"]
+        records = 600
+        for t in tasks:
+            (data / "in" / t).mkdir(parents=True)
+            (data / "in" / t).chmod(0o777)
+        admin.create_tasks([pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t)
+                            for t in tasks])
+        for t in tasks:
+            generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
+        wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 600, "the pipelines writing their sinks")
+        p = zkctl_command("--json", "--zk", info.zk, "--zk-root", "/roll", "cluster", "upgrade", "--name", name,
+                          "--image", new_image, "--timeout", "240", timeout=1500)
+        assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+        out = json.loads(p.stdout)
+        assert out["brokers"] == sorted(info.brokers) and out["image"] == new_image, out
+        for b in info.brokers:
+            assert new_image in client.containers.get(b).image.tags
+        for t in tasks:
+            generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50,
+                                   start_id=records // 2))
+        wait_until(lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks), 400,
+                   "every record in every sink")
+        for t in tasks:
+            ids = _ids(data, t)
+            assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
+        assert double_ownership(admin.intervals()) == []
+        st = admin.roll_status()
+        assert st is not None and st.phase == "done" and st.moves <= len(tasks) + 2 * len(tasks), st
+    finally:
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        containers.down(name, volumes=True)
+        try:
+            client.images.remove(new_image)
+        except Exception:
+            pass
+    assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []

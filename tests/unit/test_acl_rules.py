@@ -110,6 +110,7 @@ def _layout_paths(layout: ZkLayout) -> dict[str, str]:
         "summary": layout.cluster_summary,
         "settings": layout.settings,
         "maintenance": layout.maintenance,
+        "roll": layout.admin_roll,
         "tallies": layout.group_tallies,
         "tally": layout.group_tally("g"),
         "other": layout.root + "/elsewhere",

@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from controller.admin import to_dict
 from controller.admin.interval_ends import close_ended_sessions
+from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.protocol import codecs
 
@@ -23,7 +23,7 @@ def router(ctx: ApiContext) -> APIRouter:
         "controller's summary unless full, or it is missing or stale: see source and fallback)",
     )
     def status(full: bool = False) -> dict[str, Any]:
-        return to_dict(ctx.admin().status(full=full))
+        return json_object(ctx.admin().status(full=full))
 
     @r.get("/controller", summary="The active controller and the controller epoch")
     def controller() -> dict[str, Any]:

@@ -17,14 +17,20 @@ class RequestMetrics:
 
     def __init__(self, hub: EventHub) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("zkc_api_requests", "HTTP requests by route and status", ["method", "route", "status"],
-                                registry=self.registry)
-        self.latency = Histogram("zkc_api_request_seconds", "HTTP request latency by route", ["method", "route"],
-                                 registry=self.registry)
+        self.requests = Counter(
+            "zkc_api_requests",
+            "HTTP requests by route and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "zkc_api_request_seconds", "HTTP request latency by route", ["method", "route"], registry=self.registry
+        )
         streams = Gauge("zkc_api_event_streams", "event streams open", registry=self.registry)
         streams.set_function(lambda: len(hub.streams))
-        dropped = Gauge("zkc_api_event_streams_dropped", "event streams dropped for falling behind",
-                        registry=self.registry)
+        dropped = Gauge(
+            "zkc_api_event_streams_dropped", "event streams dropped for falling behind", registry=self.registry
+        )
         dropped.set_function(lambda: hub.dropped)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -41,7 +47,9 @@ def router(ctx: ApiContext, metrics: RequestMetrics) -> APIRouter:
 
     @r.get("/healthz")
     async def healthz() -> dict[str, Any]:  # async: answers even when every worker thread is busy
-        return {"zookeeper": "connected" if ctx.config.client.connected else "unreachable",
-                "root": ctx.config.layout.root}
+        return {
+            "zookeeper": "connected" if ctx.config.client.connected else "unreachable",
+            "root": ctx.config.layout.root,
+        }
 
     return r

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from controller.admin import to_dict
+from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError
 
@@ -19,7 +20,7 @@ def router(ctx: ApiContext) -> APIRouter:
 
     @r.get("/maintenance", summary="Maintenance mode: on or off, since when, by whom, why")
     def get_maintenance() -> dict[str, Any]:
-        return to_dict(ctx.admin().maintenance())
+        return json_object(ctx.admin().maintenance())
 
     @r.put("/maintenance", summary='Turn maintenance mode on or off: {"on": true, "reason": "..."}')
     def put_maintenance(body: dict[str, Any] = Body(...)) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def router(ctx: ApiContext) -> APIRouter:
             raise ApiError(422, "invalid_parameter", 'expected {"on": true|false, "reason": "..."}')
         if len(reason) > MAX_REASON:
             raise ApiError(422, "invalid_parameter", f"the reason may be at most {MAX_REASON} characters")
-        return to_dict(ctx.admin().set_maintenance(on, reason))
+        return json_object(ctx.admin().set_maintenance(on, reason))
 
     @r.get(
         "/settings",
@@ -41,6 +42,6 @@ def router(ctx: ApiContext) -> APIRouter:
 
     @r.patch("/settings", summary='Change settings: {"max_moves": 10, ...}; with ?group=G, that group\'s throttle')
     def patch_settings(body: dict[str, Any] = Body(...), group: str | None = None) -> dict[str, Any]:
-        return to_dict(ctx.admin().update_settings(body, group=group))
+        return json_object(ctx.admin().update_settings(body, group=group))
 
     return r

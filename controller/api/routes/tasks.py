@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Response
 
 from controller.admin import to_dict
+from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError
 from controller.protocol.taskspec import SpecError, parse_spec
@@ -63,7 +64,7 @@ def router(ctx: ApiContext) -> APIRouter:
         specs = [parse_spec(o, f"spec {i + 1}" if len(objs) > 1 else "spec") for i, o in enumerate(objs)]
         result = ctx.admin().create_tasks(specs, dry_run=dry_run)
         response.status_code = 200 if dry_run else 201
-        return to_dict(result)
+        return json_object(result)
 
     @r.post(
         "/restart",
@@ -71,11 +72,11 @@ def router(ctx: ApiContext) -> APIRouter:
         "(only_failed, as Kafka Connect's KIP-745), of a group",
     )
     def restart_many(only_failed: bool = Query(True), group: str | None = None) -> dict[str, Any]:
-        return to_dict(ctx.admin().restart_tasks(group=group, only_failed=only_failed))
+        return json_object(ctx.admin().restart_tasks(group=group, only_failed=only_failed))
 
     @r.get("/{task_id}", summary="A task: spec, owner, status, last error")
     def describe_task(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().describe_task(task_id))
+        return json_object(ctx.admin().describe_task(task_id))
 
     @r.delete("/{task_id}", summary="Delete a task (the controller revokes it first)")
     def delete_task(task_id: str, wait: bool = False, timeout: float = 60.0) -> Any:
@@ -83,15 +84,15 @@ def router(ctx: ApiContext) -> APIRouter:
 
     @r.put("/{task_id}/pause", summary="Pause a task")
     def pause(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().pause(task_id))
+        return json_object(ctx.admin().pause(task_id))
 
     @r.put("/{task_id}/resume", summary="Resume a task")
     def resume(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().resume(task_id))
+        return json_object(ctx.admin().resume(task_id))
 
     @r.post("/{task_id}/restart", summary="Restart a task (its owner stops and starts it)")
     def restart(task_id: str) -> dict[str, Any]:
-        return to_dict(ctx.admin().restart(task_id))
+        return json_object(ctx.admin().restart(task_id))
 
     @r.post("/{task_id}/reassign", summary='Move a task to a broker: {"to": broker}')
     def reassign(task_id: str, body: dict[str, Any] = Body(...), wait: bool = False, timeout: float = 60.0) -> Any:

@@ -1,0 +1,91 @@
+"""The planned roll's requests: start one (``/admin/roll``, the group's brokers in order, ``batch`` at a
+time), resume a paused one, read where one stands. The controller carries it out
+(``controller.daemon.roll``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from controller.admin.common import AdminError
+from controller.protocol import codecs
+from controller.protocol.codecs import PayloadError
+from controller.protocol.layout import ZkLayout, check_name
+from controller.protocol.roll import RollState, roll_order
+
+
+class RollAdmin:
+    """``roll``, ``resume_roll``, ``roll_status``: one znode, written at the version read."""
+
+    def __init__(self, client: KazooClient, layout: ZkLayout) -> None:
+        self.client = client
+        self.layout = layout
+
+    def _read(self) -> tuple[RollState | None, int]:
+        path = self.layout.admin_roll
+        try:
+            data, stat = self.client.get(path)
+        except NoNodeError:
+            return None, -1
+        if not data:
+            return None, stat.version
+        try:
+            return codecs.decode(RollState, data, path), stat.version
+        except PayloadError as exc:
+            raise AdminError(f"{exc}; a new `zkctl broker roll` replaces it") from None
+
+    def roll_status(self) -> RollState | None:
+        """The roll in progress, paused or last done (None: none was ever asked for)."""
+        return self._read()[0]
+
+    def roll(self, group: str = "default", batch: int = 1, timeout_s: float = 300.0) -> RollState:
+        """Start rolling ``group``'s brokers (its members now), ``batch`` at a time; each batch must come back
+        within ``timeout_s`` (else the roll pauses itself)."""
+        check_name("group", group)
+        if batch < 1 or timeout_s <= 0:
+            raise AdminError("a roll needs --batch >= 1 and --timeout > 0")
+        current, version = self._read()
+        if current is not None and current.phase != "done":
+            raise AdminError(
+                f"a roll of group {current.group} is {current.phase}"
+                + (f" ({current.reason})" if current.reason else "")
+                + "; `zkctl broker roll --resume` goes on with it"
+            )
+        try:
+            members = self.client.get_children(self.layout.group_members(group))
+        except NoNodeError:
+            members = []
+        if not members:
+            raise AdminError(f"group {group} has no members to roll")
+        now = time.time()
+        state = RollState(
+            group=group, order=roll_order(members, batch), batch=batch, timeout_s=timeout_s, since=now, started=now
+        )
+        path = self.layout.admin_roll
+        try:
+            if version == -1:
+                self.client.create(path, codecs.encode(state), makepath=True)
+            else:
+                self.client.set(path, codecs.encode(state), version=version)
+        except (NodeExistsError, BadVersionError):
+            raise AdminError("another roll was asked for at the same time; see `zkctl broker roll --status`") from None
+        return state
+
+    def resume_roll(self) -> RollState:
+        """Go on with a paused roll from the phase it paused in (its bound counted afresh)."""
+        current, version = self._read()
+        if current is None:
+            raise AdminError("no roll to resume")
+        if current.phase != "paused":
+            raise AdminError(f"the roll of group {current.group} is {current.phase}, not paused")
+        state = dataclasses.replace(
+            current, phase=current.resume_phase or "drain", resume_phase="", reason="", since=time.time()
+        )
+        try:
+            self.client.set(self.layout.admin_roll, codecs.encode(state), version=version)
+        except (BadVersionError, NoNodeError):
+            raise AdminError("the roll changed under this request; try again") from None
+        return state

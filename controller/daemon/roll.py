@@ -1,0 +1,213 @@
+"""The planned roll (``/admin/roll``), carried out on the event thread: each step's plan
+(``controller.protocol.roll``) pinned on the group's coordinator, the batch asked to shut down once it owns
+nothing, its return under the same ids (a new registration, joined, the group Stable) awaited, then the
+next batch; the roll pauses itself, with the reason in the znode, when a phase outlasts its bound. Its
+state lives in ZooKeeper, so ``roll --resume`` and a new controller go on from where it stood."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from kazoo.exceptions import NoNodeError
+
+from controller.daemon import events as ev
+from controller.daemon.host import Host, context_of, writer_of
+from controller.protocol import codecs
+from controller.protocol.codecs import ControlledShutdownRequest, PayloadError
+from controller.protocol.group import GroupCoordinator
+from controller.protocol.group_state import GroupState
+from controller.protocol.layout import ZkLayout
+from controller.protocol.roll import Plan, RollState, balance_plan, drain_plan, hold_plan, placed
+from controller.zk.io import InterruptibleClient
+
+log = logging.getLogger(__name__)
+
+
+class RollDriver:
+    """One roll at a time, advanced after every event the controller processes."""
+
+    def __init__(self, host: Host, zk: InterruptibleClient, layout: ZkLayout, controller_id: str) -> None:
+        self._host = host
+        self._zk = zk
+        self._layout = layout
+        self._id = controller_id
+        self._state: RollState | None = None
+        self._read_token = -1
+        #: (token, step, phase) of the plan pinned last, and that plan
+        self._applied: tuple[int, int, str] | None = None
+        self._plan: Plan | None = None
+
+    @property
+    def state(self) -> RollState | None:
+        return self._state
+
+    # ---- reading ----------------------------------------------------------------------------------
+    def on_change(self, token: int) -> None:
+        if self._host.current(token):
+            self._read()
+
+    def _read(self) -> None:
+        path = self._layout.admin_roll
+        self._read_token = self._host.token
+        watch = self._host.watch(ev.RollChange)
+        try:
+            data, _ = self._zk.get(path, watch=watch)
+        except NoNodeError:
+            if self._zk.exists(path, watch=watch) is not None:
+                self._host.put(ev.RollChange(self._host.token))
+            self._set(None)
+            return
+        context_of(self._host).known_paths.add(path)
+        try:
+            self._set(codecs.decode(RollState, data, path) if data else None)
+        except PayloadError as exc:
+            log.error("ignoring the roll request: %s", exc)
+            self._set(None)
+
+    def _set(self, state: RollState | None) -> None:
+        before = self._state
+        self._state = state
+        if before is not None and (state is None or not state.active):
+            self._applied, self._plan = None, None  # (a resumed roll pins its phase afresh)
+            coord = context_of(self._host).groups.get(before.group)
+            if coord is not None:
+                coord.end_roll()
+
+    def _write(self, state: RollState) -> None:
+        path = self._layout.admin_roll
+        known = context_of(self._host).known_paths
+        self._host.write(lambda: writer_of(self._host).upsert([(path, codecs.encode(state))], known))
+        self._set(state)
+
+    # ---- advancing --------------------------------------------------------------------------------
+    def deadline_wall(self) -> float | None:
+        """Wall time the current phase's bound runs out (the timer's Tick then pauses the roll)."""
+        st = self._state
+        return st.since + st.timeout_s if st is not None and st.active else None
+
+    def advance(self) -> None:
+        ctx = self._host.ctx
+        if ctx is None:
+            return
+        if self._read_token != self._host.token:
+            self._read()
+        st = self._state
+        if st is None or not st.active:
+            return
+        coord = ctx.groups.get(st.group)
+        if coord is None:
+            return
+        now = time.time()
+        if st.phase == "drain":
+            self._drain(st, coord, now)
+        elif st.phase == "restart":
+            self._restart(st, coord, now)
+        elif st.phase == "balance":
+            self._balance(st, coord, now)
+        st = self._state
+        if st is not None and st.active and now > st.since + st.timeout_s:
+            self._pause(st, coord, now)
+
+    @staticmethod
+    def _settled(coord: GroupCoordinator) -> bool:
+        """Stable with every task placed: the assignment a plan may start from (mid-round, a cooperative
+        assignment leaves out the tasks on their way)."""
+        if coord.state is not GroupState.STABLE:
+            return False
+        placed_tasks = {t for ts in coord.assignment.values() for t in ts}
+        return placed_tasks >= set(coord.tasks)
+
+    def _pin(self, st: RollState, coord: GroupCoordinator, plan: Plan) -> bool:
+        """Pin the phase's plan once (per activation); True if it was pinned now."""
+        key = (self._host.token, st.step, st.phase)
+        if self._applied == key:
+            return False
+        self._applied, self._plan = key, plan
+        why = f"roll of {', '.join(st.batch_now()) or 'the group'}: {st.phase}"
+        self._host.apply(st.group, coord.on_roll_placement(plan.placement, why))
+        return True
+
+    def _drain(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
+        batch = st.batch_now()
+        if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
+            return
+        if self._pin(st, coord, drain_plan(coord.assignment, st.order, st.step)):
+            plan = self._plan
+            assert plan is not None
+            log.info(
+                "roll of group %s, step %d/%d: %s; %d tasks move",
+                st.group,
+                st.step + 1,
+                len(st.order),
+                ", ".join(batch),
+                len(plan.moved),
+            )
+            twice = plan.moved if st.step == 0 and len(st.order) > 1 else st.twice
+            st = dataclasses.replace(st, moves=st.moves + len(plan.moved), twice=twice)
+            self._write(st)
+            return
+        plan = self._plan
+        owns = any(coord.assignment.get(b) for b in batch)
+        if coord.state is not GroupState.STABLE or (owns and not (plan and plan.stranded)):
+            return
+        ctx = context_of(self._host)
+        epochs = {b: ctx.brokers[b].epoch for b in batch if b in ctx.brokers}
+        requests = [
+            (self._layout.admin_controlled_shutdown_of(b), codecs.encode(ControlledShutdownRequest(b, now)))
+            for b in batch
+            if b in ctx.brokers
+        ]
+        if requests:
+            self._host.write(lambda: writer_of(self._host).upsert(requests, ctx.known_paths))
+        log.info("roll of group %s: %s own nothing; asked to shut down", st.group, ", ".join(batch))
+        self._write(dataclasses.replace(st, phase="restart", since=now, epochs=epochs, reason=""))
+
+    def _restart(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
+        key = (self._host.token, st.step, "drain")
+        if self._applied == key:  # the drain's pins hold everything where it is: nothing goes to a broker back
+            self._applied = (self._host.token, st.step, st.phase)
+        elif self._applied != (self._host.token, st.step, st.phase):
+            if not self._settled(coord):
+                return
+            self._pin(st, coord, hold_plan(coord.assignment))  # (a new controller: where everything runs now)
+        ctx = context_of(self._host)
+        for b in st.batch_now():
+            rec = ctx.brokers.get(b)
+            if rec is None or rec.epoch == st.epochs.get(b) or b not in coord.generation_members:
+                return
+        if coord.state is not GroupState.STABLE:
+            return
+        step = st.step + 1
+        phase = "drain" if step < len(st.order) else "balance"
+        log.info("roll of group %s: %s back", st.group, ", ".join(st.batch_now()))
+        self._write(dataclasses.replace(st, step=step, phase=phase, since=now, epochs={}))
+        self.advance()
+
+    def _balance(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
+        if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
+            return
+        if self._pin(st, coord, balance_plan(coord.assignment, st.twice)):
+            plan = self._plan
+            assert plan is not None
+            self._write(dataclasses.replace(st, moves=st.moves + len(plan.moved)))
+            return
+        plan = self._plan
+        if coord.state is GroupState.STABLE and plan is not None and placed(coord.assignment, plan.placement):
+            log.info("roll of group %s done: %d task moves", st.group, st.moves)
+            self._write(dataclasses.replace(st, phase="done", since=now, reason="done"))
+
+    def _pause(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
+        if st.phase == "restart":
+            brokers = context_of(self._host).brokers
+            late = [
+                b
+                for b in st.batch_now()
+                if b not in brokers or brokers[b].epoch == st.epochs.get(b) or b not in coord.generation_members
+            ]
+            reason = f"{', '.join(late) or 'the batch'} did not return within {st.timeout_s:g}s"
+        else:
+            reason = f"the {st.phase} of step {st.step + 1} did not finish within {st.timeout_s:g}s"
+        log.warning("roll of group %s paused: %s", st.group, reason)
+        self._write(dataclasses.replace(st, phase="paused", resume_phase=st.phase, reason=reason, since=now))

@@ -1,0 +1,145 @@
+"""The planned roll, sans-IO: in which order a group's brokers go down, where their tasks go before each
+one does, and the state of a roll as ``/admin/roll`` keeps it (so a new controller, or ``roll --resume``,
+goes on from where it stood).
+
+A roll restarts every broker of a group once, ``batch`` at a time. Before a batch goes down its tasks move
+to brokers already rolled (least loaded first), never to one still to be rolled, and every other task of
+the group is pinned where it runs, so the coordinator moves nothing the plan does not. The first batch has
+no rolled broker to go to: its tasks go to the last batch, the brokers rolled last (so they move twice,
+once there and once off it). When the last batch is back (empty) a final step balances the group, moving
+tasks that moved once. Without spare brokers every task must leave its broker before that broker goes
+down, so a roll of ``T`` tasks over ``N`` equal brokers moves at least ``T + 2T/N`` task placements; this
+plan moves that many and, from a balanced group, no task more than twice.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: the phases of a roll: ``drain`` (the batch's tasks move away), ``restart`` (the batch was asked to shut
+#: down; waiting for it to come back under the same ids), ``balance`` (every batch is back: the final
+#: balancing moves), ``done``, ``paused`` (waiting for ``roll --resume``; ``resume_phase`` says where to)
+PHASES = ("drain", "restart", "balance", "done", "paused")
+
+
+@dataclass(frozen=True)
+class RollState:
+    """``/admin/roll``: one roll of one group, written by the CLI to start it and by the controller (fenced)
+    as it goes."""
+
+    group: str
+    order: tuple[tuple[str, ...], ...]
+    batch: int = 1
+    timeout_s: float = 300.0
+    step: int = 0
+    phase: str = "drain"
+    resume_phase: str = ""
+    reason: str = ""
+    #: wall time the phase began (a restart's bound counts from it)
+    since: float = 0.0
+    started: float = 0.0
+    #: broker epochs (registration czxid) of the batch when it was asked to shut down: back = a new epoch
+    epochs: dict[str, int] = field(default_factory=dict)
+    #: tasks moved twice (the first batch's), which the final balance leaves where they are
+    twice: tuple[str, ...] = ()
+    moves: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.phase not in ("done", "paused")
+
+    def batch_now(self) -> tuple[str, ...]:
+        return self.order[self.step] if self.step < len(self.order) else ()
+
+
+def roll_order(brokers: Collection[str], batch: int) -> tuple[tuple[str, ...], ...]:
+    """The brokers in name order, ``batch`` at a time."""
+    if batch < 1:
+        raise ValueError("a roll's batch is at least 1")
+    names = sorted(brokers)
+    return tuple(tuple(names[i : i + batch]) for i in range(0, len(names), batch))
+
+
+def owners(assignment: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """task -> member from member -> tasks."""
+    return {t: m for m, ts in assignment.items() for t in ts}
+
+
+def _fill(placement: dict[str, str], moving: Sequence[str], dests: Sequence[str]) -> None:
+    """Each task to the least loaded destination (then by name)."""
+    load = {d: 0 for d in dests}
+    for b in placement.values():
+        if b in load:
+            load[b] += 1
+    heap = [(n, d) for d, n in load.items()]
+    heapq.heapify(heap)
+    for t in sorted(moving):
+        n, d = heapq.heappop(heap)
+        placement[t] = d
+        heapq.heappush(heap, (n + 1, d))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where every task of the group is to run, and which tasks of the plan move."""
+
+    placement: dict[str, str]
+    moved: tuple[str, ...]
+    #: tasks with nowhere to go (a batch that is the whole group): down while their broker restarts
+    stranded: tuple[str, ...] = ()
+
+
+def drain_plan(assignment: Mapping[str, Sequence[str]], order: Sequence[Sequence[str]], step: int) -> Plan:
+    """Before batch ``step`` goes down: its tasks go to brokers already rolled, or, for the first batch, to
+    the last batch; every other task stays where it runs."""
+    batch = set(order[step])
+    current = owners(assignment)
+    present = set(assignment)
+    rolled = [b for bs in order[:step] for b in bs if b in present]
+    dests = rolled or ([b for b in order[-1] if b in present and b not in batch] if step < len(order) - 1 else [])
+    placement = {t: b for t, b in current.items() if b not in batch}
+    moving = sorted(t for t, b in current.items() if b in batch)
+    if not dests:
+        return Plan(placement, (), tuple(moving))
+    _fill(placement, moving, dests)
+    return Plan(placement, tuple(moving))
+
+
+def hold_plan(assignment: Mapping[str, Sequence[str]]) -> Plan:
+    """While a batch restarts: every task stays where it runs (a broker back is given nothing yet)."""
+    return Plan(owners(assignment), ())
+
+
+def balance_plan(assignment: Mapping[str, Sequence[str]], twice: Collection[str] = ()) -> Plan:
+    """Every batch is back: the fewest moves that leave the group balanced (member counts differ by at most
+    one), taking tasks that moved only once before those that moved twice."""
+    current = owners(assignment)
+    members = sorted(assignment)
+    if not members:
+        return Plan({}, ())
+    total = len(current)
+    base, extra = divmod(total, len(members))
+    counts = {m: len(assignment[m]) for m in members}
+    # the larger members keep the extra tasks (fewest moves)
+    by_size = sorted(members, key=lambda m: (-counts[m], m))
+    target = {m: base + (1 if i < extra else 0) for i, m in enumerate(by_size)}
+    placement = dict(current)
+    spare: list[str] = []
+    for m in members:
+        surplus = counts[m] - target[m]
+        if surplus > 0:
+            ts = sorted(assignment[m], key=lambda t: (t in twice, t))
+            spare += ts[:surplus]
+    short = [m for m in members for _ in range(target[m] - counts[m])]
+    for t, m in zip(sorted(spare, key=lambda t: (t in twice, t)), short):
+        placement[t] = m
+    moved = tuple(sorted(t for t in placement if placement[t] != current[t]))
+    return Plan(placement, moved)
+
+
+def placed(assignment: Mapping[str, Sequence[str]], placement: Mapping[str, str]) -> bool:
+    """Every task of the plan runs where the plan puts it (members the plan names only)."""
+    current = owners(assignment)
+    return all(current.get(t) == b for t, b in placement.items())
