@@ -461,7 +461,10 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
     assert g["protocol"] == "cooperative" and g["generation"] >= 1
     assert st["tasks"]["total"] == 4 and st["tasks"]["by_state"] == {"RUNNING": 4} and st["tasks"]["unowned"] == 0
 
+    # the controller's summary is at most a second behind
+    until(lambda: "Tasks: 4" in ok(cli_env, "status"), what="the summary counting the 4 tasks")
     human = ok(cli_env, "status")
+    assert "counts from the controller's summary" in human
     assert "Controller: ctl" in human and "Stable" in human and "Tasks: 4" in human
     assert any(line.split()[:1] == ["b0"] for line in human.splitlines())
 
