@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import admin_paths
 from benchmarks.common import Bench, median, table, target, zookeeper
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.admin.migration import migrate
@@ -41,7 +42,7 @@ from controller.protocol import codecs
 from controller.protocol.layout import BUCKETS, ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import multi_children
+from controller.zk.io import delete_tree, multi_children
 from controller.zk.layout_io import LayoutError, list_tasks
 from controller.zk.server import find_java, zookeeper_classpath
 
@@ -436,6 +437,11 @@ def run(bench: Bench) -> dict[str, Any]:
             if not mig.done:
                 raise RuntimeError(f"the migration did not finish: {mig.blocked[:3]}")
             bucketed = measure_bucketed(bench, zk, client, layout, n, rounds)
+            delete_tree(client, root)  # the admin paths are measured on roots of their own
+            admin_sizes = [int(x) for x in os.environ.get("B10_ADMIN_SIZES", "").split(",") if x] or (
+                [2000, n] if bench.quick else [20_000, n]
+            )
+            admin = admin_paths.measure(bench, client, "/b10-admin", sorted(set(admin_sizes)), hosts=zk.address)
         finally:
             client.stop()
             client.close()
@@ -491,6 +497,21 @@ def run(bench: Bench) -> dict[str, Any]:
     ]
     headers = ["metric", "flat (layout 1)", "bucketed (layout 2)"]
     print(table(headers, rows))
+    sizes = list(admin)
+    admin_headers = ["admin path", *(f"{int(k):,} tasks" if int(k) else "empty" for k in sizes)]
+    admin_rows = [
+        ["one-task create ms (median of 15)", *(round(admin[k]["create_s"] * 1000, 1) for k in sizes)],
+        ["first create into a group without a tally ms", *(round(admin[k]["first_create_s"] * 1000, 1) for k in sizes)],
+        ["first page of 50 ms (median of 15)", *(round(admin[k]["page_s"] * 1000, 1) for k in sizes)],
+        ["first page of a one-task group ms", *(round(admin[k]["group_page_s"] * 1000, 1) for k in sizes)],
+        [
+            "status ms, from the controller's summary (median of 15)",
+            *(round(admin[k]["status_s"] * 1000, 1) for k in sizes),
+        ],
+        ["the controller's count for the summary ms", *(round(admin[k]["summary_count_s"] * 1000, 1) for k in sizes)],
+        ["status --full s (every task read)", *(round(admin[k]["status_full_s"], 3) for k in sizes)],
+    ]
+    print(table(admin_headers, admin_rows))
     png = bench.png(NAME)
     try:
         plot(flat, bucketed, n, png)
@@ -543,12 +564,44 @@ def run(bench: Bench) -> dict[str, Any]:
             f"{migration['moved']:,} znodes in {migration['multis']:,} multis",
         ),
     ]
+    empty = admin["0"]
+    for k in sizes[1:]:
+        a, size_ok = admin[k], int(k) >= 100_000
+        targets += [
+            target(
+                f"B10 one-task create at {int(k):,} tasks",
+                f"{a['create_s'] * 1000:.1f} ms",
+                "≤ 1.5× empty",
+                a["create_s"] <= 1.5 * empty["create_s"],
+                f"empty root {empty['create_s'] * 1000:.1f} ms, same run",
+                quick_size=not size_ok,
+            ),
+            target(
+                f"B10 first page of 50 at {int(k):,} tasks",
+                f"{a['page_s'] * 1000:.1f} ms",
+                "≤ 1.5× empty",
+                a["page_s"] <= 1.5 * empty["page_s"],
+                f"empty root {empty['page_s'] * 1000:.1f} ms, same run",
+                quick_size=not size_ok,
+            ),
+            target(
+                f"B10 status at {int(k):,} tasks",
+                f"{a['status_s'] * 1000:.1f} ms",
+                "< 0.5 s",
+                a["status_s"] < 0.5 and a["status_source"] == "summary",
+                f"from the controller's summary (empty root {empty['status_s'] * 1000:.1f} ms); "
+                f"status --full {a['status_full_s']:.2f} s",
+                quick_size=not size_ok,
+            ),
+        ]
     doc = {
         "setup": setup,
         "flat": flat,
         "migration": migration,
         "bucketed": bucketed,
+        "admin_paths": admin,
         "table": {"headers": headers, "rows": rows},
+        "admin_table": {"headers": admin_headers, "rows": admin_rows},
         "plot": plot_name,
         "targets": targets,
     }

@@ -15,10 +15,14 @@ WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
 
 @click.command("status")
+@click.option("--full", is_flag=True, help="count every task's spec, owner and status (reads O(tasks) znodes)")
 @pass_ctx
-def status(ctx: Ctx) -> None:
-    """The controller, brokers, groups and tasks at a glance."""
-    st = ctx.admin().status()
+def status(ctx: Ctx, full: bool) -> None:
+    """The controller, brokers, groups and tasks at a glance.
+
+    Task counts come from the active controller's summary (seconds old at most) unless --full, or there is no
+    controller, or the summary is stale: then every task is read, and the output says so."""
+    st = ctx.admin().status(full=full)
     if ctx.json_out:
         ctx.emit(to_dict(st))
         return
@@ -94,7 +98,10 @@ def status(ctx: Ctx) -> None:
         )
     t = st.tasks
     states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
-    runs = ", ".join(f"{k} {v}" for k, v in t["by_status"].items()) or "none"
+    if t["by_status"] is None:
+        runs = "see --full"
+    else:
+        runs = ", ".join(f"{k} {v}" for k, v in t["by_status"].items()) or "none"
     longest = f", longest {max(0.0, time.time() - t['unassigned_oldest']):.0f}s" if t.get("unassigned_oldest") else ""
     click.echo(
         f"\nTasks: {t['total']} (spec: {states}; reported: {runs}; UNASSIGNED {t['unowned']}{longest}"
@@ -102,6 +109,12 @@ def status(ctx: Ctx) -> None:
         + (f"; deleting {t['deleting']}" if t["deleting"] else "")
         + ")"
     )
+    if st.source == "summary":
+        click.echo(
+            f"(counts from the controller's summary, {st.summary_age:.1f}s old; UNASSIGNED: not in an assignment)"
+        )
+    else:
+        click.echo(f"(counts from a full read of every task: {st.fallback or 'asked for'})")
     pending = {k: v for k, v in st.pending.items() if v}
     if pending:
         click.echo("Pending admin requests: " + ", ".join(f"{k} {v}" for k, v in pending.items()))

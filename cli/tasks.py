@@ -77,35 +77,62 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
 
 @task.command("list")
 @click.option("--group", default=None, shell_complete=complete_names("group"), help="only this group's tasks")
+@click.option("--state", default=None, help="only tasks whose spec state or shown status is this (e.g. FAILED)")
+@click.option("--broker", default=None, shell_complete=complete_names("broker"), help="only tasks this broker owns")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="one page of at most N tasks, read at the source (bucket order); prints the next cursor",
+)
+@click.option("--cursor", default=None, help="the page after this cursor (printed by the previous page)")
 @pass_ctx
-def task_list(ctx: Ctx, group: str | None) -> None:
-    """All tasks: spec state, owner, and what the owner reports."""
-    rows = ctx.admin().list_tasks(group=group)
-    if ctx.json_out:
-        ctx.emit(to_dict(rows))
-        return
+def task_list(
+    ctx: Ctx, group: str | None, state: str | None, broker: str | None, limit: int | None, cursor: str | None
+) -> None:
+    """Tasks: spec state, owner, and what the owner reports. All of them sorted by id, or with --limit one
+    page that reads only the tasks it shows (and, filtered, those it skips)."""
+    next_cursor = None
+    if limit is not None or cursor is not None:
+        page = ctx.admin().list_page(group=group, state=state, broker=broker, limit=limit or 50, cursor=cursor)
+        rows, next_cursor = list(page.rows), page.next_cursor
+        if ctx.json_out:
+            ctx.emit(to_dict(page))
+            return
+    else:
+        wanted = state.upper() if state else None
+        rows = [
+            r
+            for r in ctx.admin().list_tasks(group=group)
+            if (wanted is None or wanted in (r.state, r.status, r.shown)) and (broker is None or r.owner == broker)
+        ]
+        if ctx.json_out:
+            ctx.emit(to_dict(rows))
+            return
     if not rows:
         click.echo("No tasks.")
-        return
-    now = time.time()
-    click.echo(
-        table(
-            ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
-            [
+    else:
+        now = time.time()
+        click.echo(
+            table(
+                ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
                 [
-                    r.task_id,
-                    r.group,
-                    (r.state or "INVALID") + (" (deleting)" if r.deleting else ""),
-                    r.kind,
-                    r.owner,
-                    r.owner_generation,
-                    shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
-                    clip(r.error or r.invalid, 50),
-                ]
-                for r in rows
-            ],
+                    [
+                        r.task_id,
+                        r.group,
+                        (r.state or "INVALID") + (" (deleting)" if r.deleting else ""),
+                        r.kind,
+                        r.owner,
+                        r.owner_generation,
+                        shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
+                        clip(r.error or r.invalid, 50),
+                    ]
+                    for r in rows
+                ],
+            )
         )
-    )
+    if next_cursor is not None:
+        click.echo(f"next page: --cursor {next_cursor}")
 
 
 def _ago(t: float | None, now: float) -> str:

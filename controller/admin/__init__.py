@@ -43,6 +43,7 @@ from controller.admin.views import (
     SkippedRestart,
     TaskChange,
     TaskDescription,
+    TaskPage,
     TaskRow,
     to_dict,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "wait_for",
     "AdminClient",
     "CreateResult",
+    "TaskPage",
     "TaskRow",
     "TaskDescription",
     "TaskChange",

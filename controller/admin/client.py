@@ -36,6 +36,7 @@ class AdminClient:
         # tasks
         self.create_tasks = self.tasks.create_tasks
         self.list_tasks = self.tasks.list_tasks
+        self.list_page = self.tasks.list_page
         self.describe_task = self.tasks.describe_task
         self.delete_task = self.tasks.delete_task
         self.pause = self.tasks.pause

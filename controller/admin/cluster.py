@@ -27,6 +27,7 @@ from controller.admin.watch import ClusterWatch
 from controller.protocol import codecs
 from controller.protocol.codecs import MaintenanceInfo, PayloadError
 from controller.protocol.layout import ZkLayout
+from controller.protocol.summary import summary_age, trusted
 from controller.protocol.taskspec import decode_task
 
 
@@ -42,11 +43,15 @@ class ClusterAdmin:
         self.maintenance = maintenance  # the maintenance mode in force (a rebalance says it moves nothing)
 
     # ---- cluster ----------------------------------------------------------------------------------
-    def status(self) -> ClusterStatus:
+    def status(self, full: bool = False) -> ClusterStatus:
+        """The cluster at a glance. The task counts come from the active controller's summary
+        (``/cluster_summary``: O(brokers + groups) reads) unless ``full``, or there is no controller, or the
+        summary is of another epoch or older than ``summary.MAX_AGE_S``: then every task's spec, owner and
+        status are read (O(tasks)), and ``fallback`` says why."""
         lay = self.layout
-        (ctl_res, epoch_res, maint_res), (brokers, groups, deleting, shutdowns, reassigns, rebalances) = (
+        (ctl_res, epoch_res, maint_res, sum_res), (brokers, groups, deleting, shutdowns, reassigns, rebalances) = (
             self.reads.wave(
-                [lay.controller, lay.controller_epoch, lay.maintenance],
+                [lay.controller, lay.controller_epoch, lay.maintenance, lay.cluster_summary],
                 [
                     lay.broker_ids,
                     lay.groups,
@@ -57,7 +62,7 @@ class ClusterAdmin:
                 ],
             )
         )
-        brokers, groups, tasks = brokers or [], groups or [], self.reads.task_ids()
+        brokers, groups = brokers or [], groups or []
         controller, _ = decode_read(codecs.ControllerInfo, ctl_res, lay.controller)
         maintenance, _ = (
             decode_read(codecs.MaintenanceInfo, maint_res, lay.maintenance)
@@ -74,6 +79,14 @@ class ClusterAdmin:
             # a controller between winning /controller and bumping /controller_epoch (two writes): it runs
             # at the epoch it claimed, or gives /controller up if the bump fails
             epoch = controller.epoch
+        fallback = "asked for" if full else None
+        if not full:
+            summary, fallback = self._summary(sum_res, controller, epoch)
+            if summary is not None:
+                return self._from_summary(
+                    summary, controller, epoch, maintenance, brokers, groups, deleting, shutdowns, reassigns, rebalances
+                )
+        tasks = self.reads.task_ids()
         n = len(tasks)
         got, kids = self.reads.wave(
             [lay.task(t) for t in tasks]
@@ -141,6 +154,77 @@ class ClusterAdmin:
                 "reassign": len(reassigns or ()),
                 "rebalance": len(rebalances or ()),
             },
+            source="full",
+            fallback=fallback,
+        )
+
+    def _summary(
+        self, res: tuple[bytes, Any] | None, controller: codecs.ControllerInfo | None, epoch: int | None
+    ) -> tuple[codecs.ClusterSummary | None, str]:
+        """The controller's summary if it can stand for the full read, else why not."""
+        if controller is None:
+            return None, "no active controller"
+        if res is None or not res[0]:
+            return None, "the controller has written no summary yet"
+        try:
+            summary = codecs.decode(codecs.ClusterSummary, res[0], self.layout.cluster_summary)
+        except PayloadError as exc:
+            return None, f"the summary is unreadable ({exc})"
+        why = trusted(summary, epoch, time.time())
+        return (None, why) if why else (summary, "")
+
+    def _from_summary(
+        self,
+        summary: codecs.ClusterSummary,
+        controller: codecs.ControllerInfo | None,
+        epoch: int | None,
+        maintenance: MaintenanceInfo | None,
+        brokers: list[str] | None,
+        groups: list[str] | None,
+        deleting: list[str] | None,
+        shutdowns: list[str] | None,
+        reassigns: list[str] | None,
+        rebalances: list[str] | None,
+    ) -> ClusterStatus:
+        """``status`` from the summary: the brokers' and groups' znodes are read, no task's."""
+        lay = self.layout
+        brokers, groups = brokers or [], groups or []
+        got, kids = self.reads.wave(
+            [lay.broker(b) for b in brokers] + [lay.group_state(g) for g in groups],
+            [lay.group_members(g) for g in groups],
+        )
+        broker_res, state_res = got[: len(brokers)], got[len(brokers) :]
+        shutting = set(shutdowns or ())
+        views = tuple(
+            broker_view(lay, b, r, summary.by_broker.get(b, 0), b in shutting)
+            for b, r in zip(brokers, broker_res)
+            if r is not None
+        )
+        return ClusterStatus(
+            root=lay.root,
+            controller=codecs.to_jsonable(controller) if controller else None,
+            controller_epoch=epoch,
+            brokers=views,
+            groups=tuple(group_summary(lay, g, r, m) for g, r, m in zip(groups, state_res, kids)),
+            tasks={
+                "total": summary.total,
+                "by_state": dict(summary.by_state),
+                "by_status": None,  # the workers' reports: read by the full status only
+                "unowned": summary.unassigned,
+                "unassigned_oldest": None,
+                "invalid": summary.invalid,
+                "deleting": summary.deleting,
+                "by_group": {c.group: codecs.to_jsonable(c) for c in summary.groups},
+            },
+            maintenance=codecs.to_jsonable(maintenance) if maintenance else None,
+            pending={
+                "delete_tasks": len(deleting or ()),
+                "controlled_shutdown": len(shutting),
+                "reassign": len(reassigns or ()),
+                "rebalance": len(rebalances or ()),
+            },
+            source="summary",
+            summary_age=summary_age(summary, time.time()),
         )
 
     def brokers(self) -> list[BrokerView]:

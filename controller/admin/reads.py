@@ -133,11 +133,14 @@ class ClusterReads:
                 kids.append(None)
         return got, kids  # a container we may not list (NoAuth) raises: nothing could be read at all
 
-    def task_ids(self) -> list[str]:
-        """Every task id, sorted: the task buckets, in multiRead requests (never one listing of them all). A
-        flat root of an earlier release raises LayoutError rather than reading as empty."""
+    def check_layout(self) -> None:
+        """A flat root of an earlier release raises LayoutError rather than reading as empty (read once)."""
         if not self._laid_out:
             self._laid_out = check_root(self.client, self.layout)
+
+    def task_ids(self) -> list[str]:
+        """Every task id, sorted: the task buckets, in multiRead requests (never one listing of them all)."""
+        self.check_layout()
         return list_tasks(self.client, self.layout)
 
     def owners(self, task_ids: Sequence[str]) -> dict[str, tuple[codecs.OwnerInfo | None, ZnodeStat]]:

@@ -36,16 +36,26 @@ from controller.admin.views import (
     CreateResult,
     TaskChange,
     TaskDescription,
+    TaskPage,
     TaskRow,
     restart_progress,
     shown_status,
     stale_after,
     unassigned_since,
 )
-from controller.protocol import codecs
+from controller.protocol import codecs, tally
 from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
+from controller.protocol.layout import BUCKET_NAMES, BUCKETS, InvalidName, ZkLayout, bucket_of, check_name
 from controller.protocol.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
+from controller.zk.io import Op, SetData, multi_children
+
+
+def _in_bucket(name: str, bucket: str) -> bool:
+    """Whether a bucket's child ``name`` is a task of that bucket (a legal id that hashes to it)."""
+    try:
+        return bucket_of(check_name("task id", name)) == bucket
+    except InvalidName:
+        return False
 
 
 class TaskAdmin:
@@ -61,7 +71,7 @@ class TaskAdmin:
     def create_tasks(self, specs: Sequence[TaskSpec], dry_run: bool = False) -> CreateResult:
         """Validate every spec, refuse ids that exist (naming them), then create all in one ``multi``
         (several multis, each atomic, only for batches over 500 tasks or 512 KiB)."""
-        from controller.zk.io import Create, Delete, Op, chunk_ops, exists_many
+        from controller.zk.io import Create, Delete, chunk_ops, exists_many
 
         specs = list(specs)
         if not specs:
@@ -73,31 +83,63 @@ class TaskAdmin:
             seen.add(s.id)
         notes = list(self._validate_declarative(specs))
         payloads = [(s, s.encode()) for s in specs]  # SpecError for an oversized spec
-        self._check_group_payloads(specs)
-        lay = self.layout
-        ids = [s.id for s in specs]
-        stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
-        existing = [t for t, st in zip(ids, stats[: len(ids)]) if st is not None]
-        if existing:
-            raise Conflict(
-                f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
-                f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created"
-            )
-        stale = [t for t, st in zip(ids, stats[len(ids) :]) if st is not None]
-        ops = [Create(lay.task(s.id), data) for s, data in payloads] + [Delete(lay.status(t)) for t in stale]
-        batches = chunk_ops(ops)
-        if len(batches) > 1:
-            notes.append(f"{len(specs)} specs are written in {len(batches)} multis (each one atomic)")
-        as_json = tuple(s.model_dump(mode="json", by_alias=True) for s in specs)
-        if dry_run:
-            return CreateResult(True, tuple(ids), as_json, tuple(notes + ["dry run: nothing written"]), 0)
-        ensure_layout(self.client, lay)
+        use_tally = True
+        for _attempt in range(self.retries + 1):
+            tally_ops = self._tally_ops(specs) if use_tally else self._check_group_payloads(specs)
+            lay = self.layout
+            ids = [s.id for s in specs]
+            stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
+            existing = [t for t, st in zip(ids, stats[: len(ids)]) if st is not None]
+            if existing:
+                raise Conflict(
+                    f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
+                    f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created"
+                )
+            stale = [t for t, st in zip(ids, stats[len(ids) :]) if st is not None]
+            ops: list[Op] = list(tally_ops)
+            ops += [Create(lay.task(s.id), data) for s, data in payloads] + [Delete(lay.status(t)) for t in stale]
+            batches = chunk_ops(ops)
+            as_json = tuple(s.model_dump(mode="json", by_alias=True) for s in specs)
+            if dry_run:
+                return CreateResult(True, tuple(ids), as_json, tuple(notes + ["dry run: nothing written"]), 0)
+            ensure_layout(self.client, lay)
+            # the first batch carries the tallies' check-and-set: it commits alone, and a lost race retries
+            first = self._commit([batches[0]])
+            race = [r for op, r in first[1] + first[2] if op in tally_ops]
+            if any(isinstance(r, NoNodeError) for r in race):
+                use_tally = False  # a root laid out before tallies, whose container we may not create
+                continue
+            if any(isinstance(r, (BadVersionError, NodeExistsError)) for r in race):
+                continue  # another create wrote the tally since we read it: read it again
+            created, clashes, other = first
+            if len(batches) > 1:
+                notes.append(f"{len(specs)} specs are written in {len(batches)} multis (each one atomic)")
+                more = self._commit(batches[1:])
+                created, clashes, other = created + more[0], clashes + more[1], other + more[2]
+            if clashes or other:
+                what = (
+                    [f"already exist: {', '.join(op.path.rsplit('/', 1)[1] for op, _ in clashes)}"] if clashes else []
+                ) + [f"{type(r).__name__} on {op.path}" for op, r in other[:3]]
+                done = f"; created {', '.join(created)}" if created else "; nothing was created"
+                raise AdminError("; ".join(what) + done)
+            return CreateResult(False, tuple(ids), as_json, tuple(notes), len(batches))
+        raise AdminError(f"the group tallies changed under {self.retries + 1} attempts; nothing was created, retry")
+
+    def _commit(
+        self, batches: Sequence[Sequence[Op]]
+    ) -> tuple[list[str], list[tuple[Op, Exception]], list[tuple[Op, Exception]]]:
+        """Commit each batch as one multi, all at once: the tasks created, the ops that met an existing znode,
+        and the ops that failed otherwise."""
+        from controller.zk.io import Create
+
         pending = []
         for batch in batches:
             t = self.client.transaction()
             for op in batch:
                 if isinstance(op, Create):
                     t.create(op.path, op.data)
+                elif isinstance(op, SetData):
+                    t.set_data(op.path, op.data, version=op.version)
                 else:
                     t.delete(op.path)
             pending.append((batch, t.commit_async()))
@@ -112,24 +154,57 @@ class TaskAdmin:
                 if isinstance(r, Exception) and not isinstance(r, RolledBackError)
             ]
             if not failed:
-                created += [op.path.rsplit("/", 1)[1] for op in batch if isinstance(op, Create)]
+                created += [
+                    op.path.rsplit("/", 1)[1]
+                    for op in batch
+                    if isinstance(op, Create) and self.layout.task_of(op.path) is not None
+                ]
             for op, r in failed:
                 (clashes if isinstance(r, NodeExistsError) else other).append((op, r))
-        if clashes or other:
-            what = (
-                [f"already exist: {', '.join(op.path.rsplit('/', 1)[1] for op, _ in clashes)}"] if clashes else []
-            ) + [f"{type(r).__name__} on {op.path}" for op, r in other[:3]]
-            done = f"; created {', '.join(created)}" if created else "; nothing was created"
-            raise AdminError("; ".join(what) + done)
-        return CreateResult(False, tuple(ids), as_json, tuple(notes), len(batches))
+        return created, clashes, other
 
-    def _check_group_payloads(self, specs: Sequence[TaskSpec]) -> None:
+    def _tally_ops(self, specs: Sequence[TaskSpec]) -> list[Op]:
+        """The check-and-set of each group's tally with ``specs`` added: one read per group, not per task. A
+        group without a tally, or whose bound would pass the budget, is measured from its specs (once: the
+        measure is written). Raises SpecError when a group would not fit."""
+        from controller.zk.io import Create
+
+        lay = self.layout
+        groups = sorted({s.group for s in specs})
+        got, _ = self.reads.wave([lay.group_tally(g) for g in groups])
+        ops: list[Op] = []
+        unmeasured: list[str] = []
+        grown: dict[str, codecs.GroupTally] = {}
+        for g, res in zip(groups, got):
+            prior, _err = decode_read(codecs.GroupTally, res, lay.group_tally(g))
+            new = [s.descriptor() for s in specs if s.group == g]
+            after = tally.grow(prior, new) if prior is not None else None
+            if after is None:
+                unmeasured.append(g)
+            else:
+                grown[g] = after
+        measured = self._measure_groups(specs, unmeasured) if unmeasured else {}
+        for g, res in zip(groups, got):
+            after = grown.get(g) or measured[g]
+            data = codecs.encode(after)
+            ops.append(
+                Create(lay.group_tally(g), data) if res is None else SetData(lay.group_tally(g), data, res[1].version)
+            )
+        return ops
+
+    def _check_group_payloads(self, specs: Sequence[TaskSpec]) -> list[Op]:
+        """The exact check without a tally (a root whose tally container these credentials may not create):
+        every group of ``specs`` measured from the specs. No op to add."""
+        self._measure_groups(specs, sorted({s.group for s in specs}))
+        return []
+
+    def _measure_groups(self, specs: Sequence[TaskSpec], groups: Sequence[str]) -> dict[str, codecs.GroupTally]:
         """Refuse specs that would make a group's protocol payloads too large for ZooKeeper (a group whose
         join result cannot be written cannot be scheduled at all): the group's tasks as they are plus the
-        new ones, measured as the join result of a loaded rebalance, against ``GROUP_PAYLOAD_BUDGET``."""
+        new ones, measured as the join result of a loaded rebalance, against ``GROUP_PAYLOAD_BUDGET``. This
+        reads every spec of the cluster (no index of a group's tasks): the tally spares it to most creates."""
         from controller.zk.io import multi_read
 
-        groups = {s.group for s in specs}
         new_ids = {s.id for s in specs}
         lay = self.layout
         existing = [t for t in self.reads.task_ids() if t not in new_ids]
@@ -144,16 +219,19 @@ class TaskAdmin:
             if spec.group in by_group:
                 by_group[spec.group].append(spec.descriptor())
         for s in specs:
-            by_group[s.group].append(s.descriptor())
+            if s.group in by_group:
+                by_group[s.group].append(s.descriptor())
+        out = {}
         for g, tasks in sorted(by_group.items()):
-            size = codecs.group_payload_bytes(tasks)
-            if size > codecs.GROUP_PAYLOAD_BUDGET:
+            out[g] = tally.measure(tasks)
+            if out[g].payload_bytes > codecs.GROUP_PAYLOAD_BUDGET:
                 raise SpecError(
-                    f"group {g!r} would hold {len(tasks)} tasks whose rebalance payload is about {size:,} "
-                    f"bytes, over the {codecs.GROUP_PAYLOAD_BUDGET:,}-byte limit (ZooKeeper keeps each znode "
-                    "under 1 MiB); use shorter task ids or fewer pinned brokers, or put the tasks in "
-                    "several groups; nothing was created"
+                    f"group {g!r} would hold {len(tasks)} tasks whose rebalance payload is about "
+                    f"{out[g].payload_bytes:,} bytes, over the {codecs.GROUP_PAYLOAD_BUDGET:,}-byte limit (ZooKeeper "
+                    "keeps each znode under 1 MiB); use shorter task ids or fewer pinned brokers, or put the tasks "
+                    "in several groups; nothing was created"
                 )
+        return out
 
     def _validate_declarative(self, specs: Sequence[TaskSpec]) -> list[str]:
         decl = [(s.id, s.pipeline) for s in specs if isinstance(s.pipeline, DeclarativePipeline)]
@@ -170,10 +248,67 @@ class TaskAdmin:
         return [f"declarative pipelines checked: {names}"]
 
     def list_tasks(self, group: str | None = None) -> list[TaskRow]:
+        """Every task (of ``group``), sorted by id: reads the whole cluster; ``list_page`` reads a page."""
         lay = self.layout
         ids = self.reads.task_ids()
         _, (deleting,) = self.reads.wave(children=[lay.admin_delete_tasks])
+        rows = self._rows(ids, set(deleting or ()))
+        return [r for r in rows if group is None or r.invalid is not None or r.group == group]
+
+    def list_page(
+        self,
+        *,
+        group: str | None = None,
+        state: str | None = None,
+        broker: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """One page of tasks matching the filters, read at the source: the buckets are listed from the
+        cursor's on, a few at a time, and only the tasks examined are read (spec, owner, status). Unfiltered, a
+        first page of 50 at 100,000 tasks lists one bucket and reads 50 tasks; a filter that few tasks match
+        examines more of the cluster to fill its page (there is no index per group, state or broker)."""
+        if limit < 1:
+            raise AdminError("limit must be at least 1")
+        lay = self.layout
+        self.reads.check_layout()
+        start, after = (0, None) if not cursor else (int(bucket_of(check_name("cursor", cursor))[1:], 16), cursor)
+        filtered = group is not None or state is not None or broker is not None
+        wanted = state.upper() if state else None
+        _, (deleting,) = self.reads.wave(children=[lay.admin_delete_tasks])
         deleting_set = set(deleting or ())
+        rows: list[TaskRow] = []
+        queue: list[str] = []
+        nxt, width, examined = start, 1, 0
+        while len(rows) < limit:
+            if not queue:
+                if nxt >= BUCKETS:
+                    return TaskPage(tuple(rows), None, examined)
+                span = lay.task_buckets[nxt : nxt + width]
+                listings = multi_children(self.client, span)  # one request, however many buckets
+                for i, kids in enumerate(listings):
+                    names = sorted(k for k in kids or () if _in_bucket(k, BUCKET_NAMES[nxt + i]))
+                    queue += [k for k in names if after is None or nxt + i != start or k > after]
+                nxt, width = nxt + len(span), min(width * 4, 64)
+                continue
+            take = queue[: max(limit - len(rows), 64) if filtered else limit - len(rows)]
+            queue = queue[len(take) :]
+            for row in self._rows(take, deleting_set):
+                examined += 1
+                if (
+                    (group is None or row.group == group)
+                    and (wanted is None or wanted in (row.state, row.status, row.shown))
+                    and (broker is None or row.owner == broker)
+                ):
+                    rows.append(row)
+                    if len(rows) == limit:
+                        return TaskPage(tuple(rows), row.task_id, examined)
+        return TaskPage(tuple(rows), None, examined)
+
+    def _rows(self, ids: Sequence[str], deleting_set: set[str]) -> list[TaskRow]:
+        """The rows of ``ids``, in that order, from one wave of reads (spec, owner, status of each); a task
+        deleted meanwhile has none."""
+        lay = self.layout
         n = len(ids)
         got, _ = self.reads.wave(
             [lay.task(t) for t in ids] + [lay.task_owner(t) for t in ids] + [lay.status(t) for t in ids]
@@ -197,8 +332,6 @@ class TaskAdmin:
                     shown="INVALID",
                 )
             else:
-                if group is not None and spec.group != group:
-                    continue
                 stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
                 since = unassigned_since(
                     spec.state,

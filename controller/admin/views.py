@@ -57,6 +57,16 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
+class TaskPage:
+    """One page of a listing read at the source: its rows, and the cursor of the next page (None: the last).
+    The cursor is the last task id the page examined; tasks come in bucket order, then id order."""
+
+    rows: tuple[TaskRow, ...]
+    next_cursor: str | None
+    examined: int = 0  # tasks whose znodes the page read
+
+
+@dataclass(frozen=True)
 class RestartProgress:
     """A task's restart policy and how far its owner has gone through it (from the spec and the status)."""
 
@@ -191,6 +201,9 @@ class ClusterStatus:
     tasks: dict[str, Any]
     pending: dict[str, int]
     maintenance: dict[str, Any] | None = None  # MaintenanceInfo, when the znode holds one
+    source: str = "full"  # where the task counts come from: "summary" (the controller's) or "full" (every task)
+    summary_age: float | None = None  # seconds since the controller computed the summary
+    fallback: str | None = None  # why a full read was made instead of the summary
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ Threads: the kazoo threads only enqueue events (watch callbacks, connection list
 Watches carry the *activation token* current when they were armed; after a resign the token moves on,
 so callbacks armed by an earlier activation are dropped instead of double-arming watches. Each event
 names its handler (``events.py``) on one of the parts the controller owns: ``election``, ``loader``,
-``brokers``, ``tasks``, ``groups``, ``grants``, ``operations``. A part receives what it needs (the
+``brokers``, ``tasks``, ``groups``, ``grants``, ``operations`` (and ``summary``, on the timer). A part receives what it needs (the
 ZooKeeper client, the layout, a sibling part) and sees the controller only through ``host.Host`` (the
 current activation and the few operations it calls back; the election through ``election.Seat``).
 """
@@ -39,6 +39,7 @@ from controller.daemon.loading import FailoverLoad
 from controller.daemon.metrics import ControllerMetrics, MetricsServer
 from controller.daemon.operations import OperatorSettings
 from controller.daemon.roll import RollDriver
+from controller.daemon.summary import SummaryWriter
 from controller.daemon.tasks import TaskTracker
 from controller.protocol.clock import Clock, SystemClock
 from controller.protocol.layout import ZkLayout
@@ -139,6 +140,7 @@ class Controller:
         )
         self.election = Election(self, zk, lay, self.id, config.host)
         self.roll = RollDriver(self, zk, lay, self.id)
+        self.summary = SummaryWriter(self, lay, self.clock, self.id)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Controller:
@@ -220,6 +222,7 @@ class Controller:
         self.became_active_at = time.monotonic()
         log.info("controller %s is active at epoch %d", self.id, epoch)
         self.election.watch_seat()
+        self.summary.reset()
         self.loader.load()
 
     def reload(self) -> None:
@@ -228,6 +231,7 @@ class Controller:
             coord.shutdown()
         self.token += 1
         self.needs_reload = False
+        self.summary.reset()
         self.loader.load()
 
     def resign(self, reason: str) -> None:
@@ -254,11 +258,13 @@ class Controller:
         self.election.give_up_seat()
 
     def on_tick(self) -> None:
-        """A protocol deadline passed: the coordinators' timers, and deletions whose linger is over."""
+        """A protocol deadline passed: the coordinators' timers, deletions whose linger is over, and the
+        cluster summary's refresh."""
         if not self.active or self.ctx is None:
             return
         self.groups.on_tick()
         self.tasks.flush_deletions()
+        self.summary.refresh()
 
     # ---- event processing -------------------------------------------------------------------------
     def _listener(self, state: KazooState) -> None:
@@ -317,6 +323,7 @@ class Controller:
         deletion = self.tasks.deletion_deadline()
         if deletion is not None:
             deadlines.append(deletion)
+        deadlines.append(self.summary.deadline())
         roll_due = self.roll.deadline_wall()
         if roll_due is not None:  # (a wall-clock bound, so that it survives a failover) on this clock
             deadlines.append(self.clock.now() + max(0.0, roll_due - time.time()) + 0.01)

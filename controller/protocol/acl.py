@@ -216,6 +216,7 @@ def _rule(**perms: int) -> dict[str, int]:
 RULES: dict[str, dict[str, int]] = {
     "root": _rule(admin=R | C | A, controller=R | C | D),
     "controller": _rule(controller=ALL),  # /controller, /controller_epoch
+    "summary": _rule(controller=ALL),  # /cluster_summary (task counts, written under the epoch fence)
     "brokers": _rule(admin=R | C | A),  # /brokers
     "broker_ids": _rule(broker=R | C | D),  # /brokers/ids
     "broker": _rule(broker=RWCD),  # /brokers/ids/<b>
@@ -247,6 +248,8 @@ RULES: dict[str, dict[str, int]] = {
     "admin_request": _rule(admin=ALL),  # their children
     "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
     "shutdown_request": _rule(admin=ALL, broker=RWCD),  # /admin/controlled_shutdown/<b>
+    "tallies": _rule(admin=ALL),  # /admin/group_tasks
+    "tally": _rule(admin=ALL),  # /admin/group_tasks/<g> (written by creates)
     "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
     "maintenance": _rule(admin=ALL, controller=R | W),  # /admin/maintenance (controller: automatic)
     "roll": _rule(admin=ALL, controller=R | W),  # /admin/roll (the controller writes its progress)
@@ -268,6 +271,7 @@ def classify(layout: ZkLayout, path: str) -> str:
         return {
             "controller": "controller",
             "controller_epoch": "controller",
+            "cluster_summary": "summary",
             "brokers": "brokers",
             "tasks": "tasks",
             "groups": "groups",
@@ -306,6 +310,8 @@ def classify(layout: ZkLayout, path: str) -> str:
     if head == "admin":
         if n == 2 and parts[1] in ("settings", "maintenance", "roll"):
             return parts[1]
+        if parts[1] == "group_tasks":
+            return "tallies" if n == 2 else "tally" if n == 3 else "other"
         if parts[1] == "controlled_shutdown":
             return "shutdown_queue" if n == 2 else "shutdown_request" if n == 3 else "other"
         if parts[1] in ("rebalance", "reassign", "delete_tasks"):

@@ -275,12 +275,56 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class GroupTally:
+    """``/admin/group_tasks/<g>``: what a create needs to know of a group without reading its tasks. Both
+    figures are upper bounds: each create adds its tasks (check-and-set on the znode's version, so two creates
+    cannot both pass the budget on the same figure), deletions do not subtract, and a create that would cross
+    the budget on the bound measures the group exactly and writes the measure (``controller.protocol.tally``)."""
+
+    tasks: int = 0
+    payload_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class LayoutInfo:
     """``/layout``: the root's layout version and bucket count. Written last when a root is laid out or
     migrated, so a root without it is fresh (no entries) or flat (an earlier release's, to migrate)."""
 
     layout: int = 2
     buckets: int = 256
+
+
+@dataclass(frozen=True)
+class GroupTaskCount:
+    """One group's line of a :class:`ClusterSummary`: its specs by state, and how many of its RUNNING specs
+    the coordinator's current assignment places on a member."""
+
+    group: str
+    running: int = 0
+    paused: int = 0
+    assigned: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """``/cluster_summary``: task counts kept by the active controller from what it holds in memory, written
+    under its epoch fence at most once a second when they change (and rewritten unchanged every few seconds, so
+    its age says the controller is alive). ``status`` reads it instead of every task's three znodes.
+
+    ``assigned`` counts RUNNING specs placed by a group's current assignment (``by_broker``: per member, which
+    is the broker id); a reported status is the workers' and is not in the summary (``status --full`` reads
+    them)."""
+
+    epoch: int
+    computed_at: float
+    total: int = 0
+    by_state: dict[str, int] = field(default_factory=dict)
+    invalid: int = 0
+    deleting: int = 0
+    assigned: int = 0
+    unassigned: int = 0
+    by_broker: dict[str, int] = field(default_factory=dict)
+    groups: tuple[GroupTaskCount, ...] = ()
 
 
 @dataclass(frozen=True)

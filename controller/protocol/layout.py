@@ -95,6 +95,11 @@ class ZkLayout:
     def controller_epoch(self) -> str:
         return self._p("controller_epoch")
 
+    @property
+    def cluster_summary(self) -> str:
+        """Task counts kept by the active controller (``ClusterSummary``), read by ``status``."""
+        return self._p("cluster_summary")
+
     # brokers
     @property
     def broker_ids(self) -> str:
@@ -241,6 +246,14 @@ class ZkLayout:
         return self._p("admin", "delete_tasks", check_name("task id", task_id))
 
     @property
+    def group_tallies(self) -> str:
+        """Per group, the task count and payload size a create checks against the budget (``GroupTally``)."""
+        return self._p("admin", "group_tasks")
+
+    def group_tally(self, group: str) -> str:
+        return self._p("admin", "group_tasks", check_name("group", group))
+
+    @property
     def admin_roll(self) -> str:
         """The planned roll (``RollState``): written by ``zkctl broker roll``, then by the controller, fenced."""
         return self._p("admin", "roll")
@@ -273,6 +286,7 @@ class ZkLayout:
             self.admin_controlled_shutdown,
             self.admin_reassign,
             self.admin_delete_tasks,
+            self.group_tallies,
             self.settings,
             self.maintenance,
         )

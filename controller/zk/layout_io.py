@@ -184,7 +184,8 @@ def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
     an earlier release raises LayoutError (``zkctl layout migrate`` converts it) before anything is written."""
     laid_out = check_root(client, layout)
     client.ensure_path(layout.root)
-    optional = {layout.settings, layout.maintenance}  # absent: the defaults (no throttle, maintenance off)
+    # absent: the defaults (no throttle, maintenance off; creates measure their groups each time)
+    optional = {layout.settings, layout.maintenance, layout.group_tallies}
     for path in layout.persistent_roots():
         try:
             client.ensure_path(path)

@@ -321,6 +321,29 @@ def test_malformed_znodes_are_reported_not_raised(cli_env, zk, layout):
     assert got.exit_code == 1 and "malformed payload" in got.stderr and "Traceback" not in got.output
 
 
+def test_task_list_pages_with_a_cursor(cli_env, zk, layout):
+    from controller.admin import AdminClient
+    from controller.protocol.taskspec import NoopPipeline, TaskSpec
+
+    ids = [f"pg-{i}" for i in range(7)]
+    AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
+    seen: list[str] = []
+    args = ["task", "list", "--limit", "3"]
+    for _ in range(5):
+        result = invoke(args, env=cli_env)
+        assert result.exit_code == 0, result.output
+        seen += [t for t in ids if f"\n{t} " in "\n" + result.output]
+        nxt = [line for line in result.output.splitlines() if line.startswith("next page: --cursor ")]
+        if not nxt:
+            break
+        args = ["task", "list", "--limit", "3", "--cursor", nxt[0].rsplit(" ", 1)[1]]
+    assert sorted(seen) == ids
+    page = json.loads(invoke(["--json", "task", "list", "--limit", "2", "--group", "nope"], env=cli_env).output)
+    assert page["rows"] == [] and page["next_cursor"] is None
+    assert invoke(["task", "list", "--limit", "0"], env=cli_env).exit_code == 2  # click's usage error
+    assert_user_error(invoke(["task", "list", "--cursor", "no such/id"], env=cli_env), "invalid cursor")
+
+
 # ---- behaviour (subprocesses against the real ZooKeeper) -------------------------------------------
 def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp_path, zk, layout):
     out = ok(cli_env, "task", "create", "-f", str(write_specs(tmp_path / "s.yaml", "t1", "t2", "t3", "t4")))
@@ -427,7 +450,7 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
     cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
     placed = cluster.wait_running({f"t{i}" for i in range(4)})
     until(lambda: ok_json(cli_env, "status")["groups"][0]["state"] == "Stable", what="Stable")
-    st = ok_json(cli_env, "status")
+    st = ok_json(cli_env, "status", "--full")
     assert st["controller"]["controller_id"] == "ctl" and st["controller"]["epoch"] == cluster.controller.epoch
     assert st["controller_epoch"] == cluster.controller.epoch
     assert {b["broker_id"]: b["epoch"] for b in st["brokers"]} == {
@@ -438,7 +461,10 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
     assert g["protocol"] == "cooperative" and g["generation"] >= 1
     assert st["tasks"]["total"] == 4 and st["tasks"]["by_state"] == {"RUNNING": 4} and st["tasks"]["unowned"] == 0
 
+    # the controller's summary is at most a second behind
+    until(lambda: "Tasks: 4" in ok(cli_env, "status"), what="the summary counting the 4 tasks")
     human = ok(cli_env, "status")
+    assert "counts from the controller's summary" in human
     assert "Controller: ctl" in human and "Stable" in human and "Tasks: 4" in human
     assert any(line.split()[:1] == ["b0"] for line in human.splitlines())
 

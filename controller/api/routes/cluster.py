@@ -17,9 +17,13 @@ from controller.protocol import codecs
 def router(ctx: ApiContext) -> APIRouter:
     r = APIRouter(prefix=API, tags=["cluster"])
 
-    @r.get("/status", summary="The controller, brokers, groups and task counts at a glance")
-    def status() -> dict[str, Any]:
-        return json_object(ctx.admin().status())
+    @r.get(
+        "/status",
+        summary="The controller, brokers, groups and task counts at a glance (the task counts from the "
+        "controller's summary unless full, or it is missing or stale: see source and fallback)",
+    )
+    def status(full: bool = False) -> dict[str, Any]:
+        return json_object(ctx.admin().status(full=full))
 
     @r.get("/controller", summary="The active controller and the controller epoch")
     def controller() -> dict[str, Any]:

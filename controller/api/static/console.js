@@ -1,13 +1,15 @@
 // The zkcontroller console: reads /api/v1, redraws on every server-sent event from ZooKeeper watches.
-// Plain browser JavaScript, no build step. At 10,000 tasks the table shows one filtered page at a time.
+// Plain browser JavaScript, no build step. Tasks come a page at a time, read at the source (GET /tasks with a
+// cursor, filtered by group, state and broker on the server): the first paint reads the status (the
+// controller's summary) and one page, whatever the size of the cluster; "more" reads the next page.
 "use strict";
 
 const API = "/api/v1";
 const PAGE = 200;
 const COLOURS = ["#2b6cb0", "#2f855a", "#d69e2e", "#805ad5", "#dd6b20", "#319795", "#b83280", "#718096",
                  "#c05621", "#276749", "#553c9a", "#2c5282"];
-const state = { status: null, tasks: [], intervals: [], page: 0, owners: new Map(), colours: new Map(),
-                inflight: false, dirty: false, timer: null, painted: false };
+const state = { status: null, tasks: [], intervals: [], want: PAGE, cursor: null, owners: new Map(),
+                colours: new Map(), inflight: false, dirty: false, timer: null, painted: false };
 const $ = (id) => document.getElementById(id);
 
 function token() { return $("token").value.trim(); }
@@ -23,6 +25,27 @@ async function getJSON(path) {
   const r = await fetch(API + path, { cache: "no-store" });
   if (!r.ok) throw new Error(`${path}: ${r.status}`);
   return r.json();
+}
+
+// The first `state.want` tasks matching the server-side filters, in pages of at most 1,000 read at the source;
+// returns the rows and the cursor of the page after them (null after the last).
+async function getTasks() {
+  const q = new URLSearchParams();
+  for (const [param, id] of [["group", "filter-group"], ["state", "filter-state"], ["owner", "filter-broker"]]) {
+    if ($(id).value) q.set(param, $(id).value);
+  }
+  let rows = [], cursor = "";
+  while (cursor !== null && rows.length < state.want) {
+    q.set("cursor", cursor);
+    q.set("limit", String(Math.min(1000, state.want - rows.length)));
+    const r = await fetch(`${API}/tasks?${q}`, { cache: "no-store" });
+    if (!r.ok) throw new Error(`/tasks: ${r.status}`);
+    const page = await r.json();
+    if (!Array.isArray(page)) break;
+    rows = rows.concat(page);
+    cursor = r.headers.get("X-Next-Cursor");
+  }
+  return { rows, cursor };
 }
 
 async function act(method, path, body) {
@@ -100,10 +123,11 @@ async function refresh() {
   state.inflight = true;
   try {
     const since = Date.now() / 1000 - Number($("window").value);
-    const [status, tasks, intervals] = await Promise.all([getJSON("/status"), getJSON("/tasks"),
+    const [status, tasks, intervals] = await Promise.all([getJSON("/status"), getTasks(),
                                                           getJSON(`/intervals?since=${since}`)]);
     state.status = status && typeof status === "object" ? status : null;
-    state.tasks = Array.isArray(tasks) ? tasks.filter((t) => t && typeof t.task_id === "string") : [];
+    state.tasks = tasks.rows.filter((t) => t && typeof t.task_id === "string");
+    state.cursor = typeof tasks.cursor === "string" ? tasks.cursor : null;
     state.intervals = Array.isArray(intervals) ? intervals.filter((i) => i && typeof i.task_id === "string"
       && typeof i.broker === "string" && time(i.start) !== null) : [];
     render();
@@ -138,11 +162,9 @@ function stateTitle(t, s) {
   return "";
 }
 
-function filtered() {
-  const want = $("filter-text").value.trim(), group = $("filter-group").value,
-        st = $("filter-state").value, broker = $("filter-broker").value;
-  return state.tasks.filter((t) => (!want || t.task_id.includes(want)) && (!group || t.group === group)
-    && (!broker || t.owner === broker) && (!st || taskState(t) === st || t.state === st));
+function filtered() {  // group, state and broker are filtered by the server; the id among the rows read
+  const want = $("filter-text").value.trim();
+  return state.tasks.filter((t) => !want || t.task_id.includes(want));
 }
 
 function fillSelect(id, values, label) {
@@ -176,7 +198,9 @@ function renderStatus(st) {
     h("td", {}, (g.moving || g.deferred ? `${num(g.moving)} moving, ${num(g.deferred)} waiting` : "-")
       + (g.held ? `, ${num(g.held)} held` : "")))));
   fillSelect("filter-broker", brokers.map((b) => b.broker_id), "all brokers");
-  fillSelect("filter-group", [...new Set(state.tasks.map((t) => t.group).filter((g) => typeof g === "string" && g))].sort(), "all groups");
+  const tasks = st.tasks && typeof st.tasks === "object" ? st.tasks : {};
+  const counted = tasks.by_group && typeof tasks.by_group === "object" ? Object.keys(tasks.by_group) : [];
+  fillSelect("filter-group", [...new Set([...groups.map((g) => g.group), ...counted])].sort(), "all groups");
 }
 
 function taskRow(t, disabled) {
@@ -198,12 +222,12 @@ function taskRow(t, disabled) {
 
 function render() {
   if (state.status) renderStatus(state.status);
-  const rows = filtered();
-  const pages = Math.max(1, Math.ceil(rows.length / PAGE));
-  state.page = Math.min(state.page, pages - 1);
-  const page = rows.slice(state.page * PAGE, (state.page + 1) * PAGE);
-  $("page").textContent = `${state.page + 1} / ${pages}`;
-  $("task-count").textContent = `(${rows.length} of ${state.tasks.length})`;
+  const page = filtered();
+  const total = state.status && state.status.tasks && typeof state.status.tasks === "object"
+    ? state.status.tasks.total : null;
+  $("task-count").textContent = `(${page.length} shown, ${state.tasks.length} read${state.cursor === null ? "" : ", more"}`
+    + ` of ${num(total)})`;
+  $("more").disabled = state.cursor === null;
   const disabled = !token();
   $("tasks").tBodies[0].replaceChildren(...page.map((t) => taskRow(t, disabled)));
   const now = Date.now() / 1000;
@@ -305,12 +329,12 @@ $("tasks").addEventListener("click", async (ev) => {
     if (to) await act("POST", `/tasks/${id}/reassign`, { to });
   }
 });
-for (const id of ["filter-text", "filter-group", "filter-state", "filter-broker"]) {
-  $(id).addEventListener("input", () => { state.page = 0; render(); });
+$("filter-text").addEventListener("input", () => render());
+for (const id of ["filter-group", "filter-state", "filter-broker"]) {
+  $(id).addEventListener("input", () => { state.want = PAGE; scheduleRefresh(0); });
 }
 $("window").addEventListener("change", () => scheduleRefresh(0));
-$("prev").addEventListener("click", () => { state.page = Math.max(0, state.page - 1); render(); });
-$("next").addEventListener("click", () => { state.page += 1; render(); });
+$("more").addEventListener("click", () => { state.want += PAGE; scheduleRefresh(0); });
 
 function connect() {
   const es = new EventSource(API + "/events");
@@ -319,6 +343,7 @@ function connect() {
   es.onerror = () => { $("live").textContent = "reconnecting…"; $("live").className = "pill off"; };
 }
 
-connect();
-refresh();
+// The event stream opens once the first paint is done: subscribing starts the server's watch of the whole
+// cluster (a read of every task, the first time), which would otherwise compete with the first page.
+refresh().finally(connect);
 setInterval(() => scheduleRefresh(0), 15000);  // the clock moves on ("since last move") even when nothing happens
