@@ -172,17 +172,18 @@ class Demo:
         self.server = ZooKeeperServer(data_dir=self.state_dir / "zookeeper", port=free_port())
         self.server.start()
         self.say(f"embedded ZooKeeper on {self.server.address} (pid {self.server.read_pid()})")
-        port = _port_or_free(self.api_port)
-        self._zkctl("api", "api", "run", "--port", str(port))
-        self.say(
-            f"web console: http://127.0.0.1:{port}/  (API http://127.0.0.1:{port}/api/v1, live; open it to watch "
-            "the kills and the moves)"
-        )
-        settings = ZkSettings(hosts=self.server.address, root=self.root, session_timeout_s=SESSION_S)
         layout = ZkLayout(self.root)
-        client = make_client(settings)
+        client: Any = None
         datagen = None
-        try:
+        try:  # from here on, whatever fails, everything started is stopped (ZooKeeper included)
+            port = _port_or_free(self.api_port)
+            self._zkctl("api", "api", "run", "--port", str(port))
+            self.say(
+                f"web console: http://127.0.0.1:{port}/  (API http://127.0.0.1:{port}/api/v1, live; open it to "
+                "watch the kills and the moves)"
+            )
+            settings = ZkSettings(hosts=self.server.address, root=self.root, session_timeout_s=SESSION_S)
+            client = make_client(settings)
             ensure_layout(client, layout)
             for c in ("ctl-A", "ctl-B"):
                 self._zkctl(
@@ -264,11 +265,12 @@ class Demo:
             if datagen is not None:
                 for g in datagen:
                     g.stop()
-            try:
-                client.stop()
-                client.close()
-            except Exception:
-                pass
+            if client is not None:
+                try:
+                    client.stop()
+                    client.close()
+                except Exception:
+                    pass
             self.say("stopping everything this demo started")
             self.stop_all()
             self.say(f"done; logs and data in {self.state_dir}")
