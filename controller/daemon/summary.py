@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import time
 
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import ConnectionLoss, NoAuthError, OperationTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.daemon.host import Host, context_of, writer_of
 from controller.protocol import codecs
@@ -63,5 +64,13 @@ class SummaryWriter:
             self._host.write(lambda: writer_of(self._host).upsert([(path, codecs.encode(fresh))], ctx.known_paths))
         except (WriteFailed, NoAuthError) as exc:  # e.g. a secured root laid out before this znode existed
             log.error("controller %s: cannot write %s (%s)", self._id, path, exc)
+            return
+        except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError) as exc:
+            # The summary is advisory: a write cut short by the connection is written again at the next look.
+            # Letting it through would make the event thread reload the whole context (what a decision's
+            # failed write needs), here for one znode nobody depends on. A lost session still propagates.
+            log.info(
+                "controller %s: %s not written (%s); next look in %.0f s", self._id, path, type(exc).__name__, REFRESH_S
+            )
             return
         self._plan = SummaryPlan(written=fresh)
