@@ -1,5 +1,5 @@
 """The API and the CLI against a hostile client and a careless operator, on a real ZooKeeper with a real
-controller, brokers and ``zkctl api run`` (issue "Hostile input, round 3"): Host names and cross-site writes
+controller, brokers and ``zkctl api run``: Host names and cross-site writes
 refused, bodies bounded and JSON, every error in the ``{error, message}`` shape, event streams that cost no
 thread and are capped, settings bounded everywhere they enter, terminal escapes never printed, long id lists
 summarised, a held migration lock explained, a dead broker's runs ended when its session did."""
