@@ -91,6 +91,9 @@ def free_port() -> int:
         return port
 
 
+STATUS_TIMEOUT_S = 10.0  # how long `zk status` waits for a running server's answer
+
+
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
     """Send one of ZooKeeper's four-letter commands (ruok, srvr, mntr) and return the reply ('' on failure)."""
     try:
@@ -301,7 +304,9 @@ class ZooKeeperServer:
     def status(self) -> dict[str, object]:
         pid = self.read_pid()
         running = pid is not None and self._our_process(pid) is not None
-        srvr = four_letter_word(self.host, self.port, "srvr") if running else ""
+        # A server that runs answers; a young JVM on a busy machine (C1 only, the 4lw handler not yet loaded)
+        # can take seconds to, and a 1 s wait then reported a running server with no mode.
+        srvr = four_letter_word(self.host, self.port, "srvr", timeout=STATUS_TIMEOUT_S) if running else ""
         mode = next((line.split(":", 1)[1].strip() for line in srvr.splitlines() if line.startswith("Mode:")), None)
         version = next(
             (line.split(":", 1)[1].strip() for line in srvr.splitlines() if line.startswith("Zookeeper version:")), None
