@@ -5,10 +5,14 @@ their transitions live in ``group_state.py``."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinResult
+from controller.protocol.clock import Clock
+from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, TaskDescriptor
+from controller.protocol.group_state import GroupState
+from controller.protocol.throttle import Throttle
 
 FOREVER = float("inf")
 
@@ -77,3 +81,42 @@ class Held:
 
     tasks: tuple[str, ...]
     deadline: float
+
+
+class GroupCore(Protocol):
+    """What either protocol family's part needs of its group: the generation record, the tasks it places, the
+    throttle its moves go through, and the coordinator's moves between states. ``JoinCore`` and
+    ``ReconcileCore`` add what each family needs on top."""
+
+    generation: int
+    leader: str | None
+    protocol: str | None
+    assignor: str | None
+    generation_members: tuple[str, ...]
+    assignment: dict[str, tuple[str, ...]]
+    reason: str
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def controller_epoch(self) -> int: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def config(self) -> GroupConfig: ...
+    @property
+    def state(self) -> GroupState: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
+    @property
+    def held(self) -> dict[str, Held]: ...
+    @property
+    def operations(self) -> Throttle: ...
+
+    def info(self) -> GroupStateInfo: ...
+    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
+    def held_tasks(self) -> set[str]: ...
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
+    def transition(self, target: GroupState) -> None: ...
+    def to_empty(self, reason: str) -> list[Decision]: ...
+    def prepare_rebalance(self, reason: str) -> list[Decision]: ...

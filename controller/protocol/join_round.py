@@ -13,23 +13,19 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.protocol.clock import Clock
 from controller.protocol.codecs import (
     Assignment,
-    GroupStateInfo,
     JoinRequest,
     JoinResult,
     MemberMetadata,
     SyncProposal,
-    TaskDescriptor,
 )
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group_state import GroupState
 from controller.protocol.group_types import (
     Decision,
     DeleteGenerationsBelow,
-    GroupConfig,
-    Held,
+    GroupCore,
     WatchMoves,
     WatchSync,
     WriteAssignments,
@@ -37,53 +33,20 @@ from controller.protocol.group_types import (
     WriteJoinResult,
 )
 from controller.protocol.rules import RECONCILE, choose_assignor, choose_protocol, validate_proposal
-from controller.protocol.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
 
-class JoinCore(Protocol):
-    """What the join round needs of its group: the generation it completes, the members and tasks it places,
-    the throttle its proposal goes through, and the coordinator's moves between states and protocols."""
+class JoinCore(GroupCore, Protocol):
+    """What the join round needs of its group beyond ``GroupCore``: the generation it completes and the members
+    it waits for."""
 
-    generation: int
-    leader: str | None
-    protocol: str | None
-    assignor: str | None
-    generation_members: tuple[str, ...]
-    assignment: dict[str, tuple[str, ...]]
-    reason: str
-
-    @property
-    def group(self) -> str: ...
-    @property
-    def controller_epoch(self) -> int: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def config(self) -> GroupConfig: ...
-    @property
-    def state(self) -> GroupState: ...
     @property
     def join_generation(self) -> int: ...
     @property
     def members(self) -> Mapping[str, JoinRequest]: ...
     @property
-    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
-    @property
-    def held(self) -> dict[str, Held]: ...
-    @property
     def shutting_down(self) -> Collection[str]: ...
-    @property
-    def operations(self) -> Throttle: ...
-
-    def info(self) -> GroupStateInfo: ...
-    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
-    def held_tasks(self) -> set[str]: ...
-    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
-    def transition(self, target: GroupState) -> None: ...
-    def to_empty(self, reason: str) -> list[Decision]: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
     def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool: ...
     def enter_reconcile(self, reason: str) -> list[Decision]: ...
 

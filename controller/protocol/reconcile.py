@@ -24,26 +24,24 @@ group sends the group back through one cooperative rebalance (and a group whose 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.protocol.assignors import get_assignor
-from controller.protocol.clock import Clock
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, MemberMetadata, TaskDescriptor
+from controller.protocol.codecs import Assignment, JoinRequest, MemberMetadata
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group_state import GroupState
 from controller.protocol.group_types import (
     FOREVER,
     Decision,
-    GroupConfig,
+    GroupCore,
     Held,
     WatchMoves,
     WriteAssignments,
     WriteGroupState,
 )
 from controller.protocol.rules import RECONCILE, choose_assignor, choose_protocol, cooperative_adjust
-from controller.protocol.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -82,48 +80,16 @@ def step(
     return cooperative_adjust(target, held_by)
 
 
-class ReconcileCore(Protocol):
-    """What the reconcile part needs of its group: the generation record it keeps (member epochs come from
-    ``generation``), the members and tasks it places, the throttle its steps go through, and the coordinator's
-    moves between states and protocols."""
+class ReconcileCore(GroupCore, Protocol):
+    """What the reconcile part needs of its group beyond ``GroupCore``: the generation record it keeps (member
+    epochs come from ``generation``) and the members it places."""
 
-    generation: int
     join_generation: int
-    leader: str | None
-    protocol: str | None
-    assignor: str | None
-    generation_members: tuple[str, ...]
     members: dict[str, JoinRequest]
-    assignment: dict[str, tuple[str, ...]]
-    reason: str
     rebalances: int
 
     @property
-    def group(self) -> str: ...
-    @property
-    def controller_epoch(self) -> int: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def config(self) -> GroupConfig: ...
-    @property
-    def state(self) -> GroupState: ...
-    @property
-    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
-    @property
-    def held(self) -> dict[str, Held]: ...
-    @property
     def shutting_down(self) -> set[str]: ...
-    @property
-    def operations(self) -> Throttle: ...
-
-    def info(self) -> GroupStateInfo: ...
-    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
-    def held_tasks(self) -> set[str]: ...
-    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
-    def transition(self, target: GroupState) -> None: ...
-    def to_empty(self, reason: str) -> list[Decision]: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
     def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str: ...
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]: ...
 
