@@ -466,7 +466,16 @@ def test_a_killed_brokers_runs_end_when_its_session_did_and_real_overlaps_still_
         60,
         f"{mine} moved off {victim}",
     )
-    time.sleep(2)
+    wait_until(  # the new owners' runs are flushed: what the dead session's runs are ended against
+        lambda: all(
+            any(
+                iv["broker"] != victim and iv["task_id"] == t for iv in cluster.request("GET", "/api/v1/intervals").body
+            )
+            for t in mine
+        ),
+        30,
+        "the new owners' runs recorded",
+    )
     ivs = cluster.request("GET", "/api/v1/intervals").body
     dead = [iv for iv in ivs if iv["broker"] == victim and iv["task_id"] in mine]
     assert dead and all(iv["end"] is not None for iv in dead), dead
