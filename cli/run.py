@@ -328,6 +328,9 @@ def broker_run(
     reach while a task would not stop, the process paused past its session): its supervisor restarts it.
     """
     from broker_sim.worker import RegistrationConflict, Worker, WorkerConfig, install_signal_handlers
+    from broker_sim.worker.logsink import log_without_blocking
+
+    log_without_blocking(logging.getLogger().level)  # a full output pipe must not stall the fence's threads
 
     if runner == "noop":
         if spark_master or spark_conf or checkpoint_root:

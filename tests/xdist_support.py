@@ -20,6 +20,7 @@ EXCLUSIVE = "exclusive"
 EXCLUSIVE_PATHS = (
     "tests/e2e/",
     "tests/integration/test_hard_fence.py::",
+    "tests/integration/test_full_pipe.py::",
     "tests/integration/test_outage.py::",
     "tests/integration/test_cli_processes.py::",
     "tests/integration/test_group_protocol.py::test_kill_dash_nine_of_a_worker_process",

@@ -105,6 +105,7 @@ def read_journal(path: Path, broker: str, died_at: float | None) -> list[RunInte
 
 def broker_main(argv: list[str]) -> int:
     from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
+    from broker_sim.worker.logsink import log_without_blocking
     from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
     from controller.zk.client import settings_from_env
 
@@ -119,7 +120,7 @@ def broker_main(argv: list[str]) -> int:
     p.add_argument("--checkpoint-root", default=None)
     p.add_argument("--protocol", choices=PROTOCOLS, default=COOPERATIVE)
     a = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    log_without_blocking(logging.INFO)  # a full output pipe must not stall the fence's threads
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = settings_from_env(hosts=a.zk, root=a.root, session_timeout_s=a.session_timeout)
     config = WorkerConfig(
