@@ -393,7 +393,10 @@ class ProtocolSim:
         node = self.nodes.get(mid)
         if node is None or not node.alive or node.session != session:
             return
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing)))
+        self._member_do(
+            mid,
+            node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing), frozenset(node.holding)),
+        )
 
     def _acquire(self, mid: str, t: str, session: int) -> None:
         node = self.nodes.get(mid)
@@ -419,7 +422,10 @@ class ProtocolSim:
             self._at(node.frozen_until, lambda: self._started(mid, t, session))
             return
         node.running[t] = self.clock.now()
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing)))
+        self._member_do(
+            mid,
+            node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing), frozenset(node.holding)),
+        )
         if t not in node.member.desired:
             self._reconcile(mid)
 
@@ -453,7 +459,10 @@ class ProtocolSim:
         node.holding.discard(t)
         if self.locks.get(t) == mid:
             del self.locks[t]
-        self._member_do(mid, node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing)))
+        self._member_do(
+            mid,
+            node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing), frozenset(node.holding)),
+        )
         if t in node.member.desired:
             self._reconcile(mid)
 
@@ -467,7 +476,10 @@ class ProtocolSim:
             return
         node.releasing.discard(t)
         self._member_do(
-            mid, node.member.on_released(frozenset(node.holding | node.acquiring | node.releasing), request)
+            mid,
+            node.member.on_released(
+                frozenset(node.holding | node.acquiring | node.releasing), request, frozenset(node.holding)
+            ),
         )
         if t in node.member.desired:
             self._reconcile(mid)

@@ -420,7 +420,7 @@ class Worker:
                     self.session.generation = self.member.generation  # owner znodes record the new generation
                 self._do(actions)
         elif isinstance(event, Owned):
-            self._do(self.member.on_owned(self.table.held()))
+            self._do(self.member.on_owned(self.table.held(), self.table.holding()))
         elif isinstance(event, Stopped):
             self._on_stopped(event)
         elif isinstance(event, Released):
@@ -623,7 +623,7 @@ class Worker:
     def _on_released(self, event: Released) -> None:
         """The answer to the release multi: once the tasks are let go, the member knows its report is written."""
         if self.ownership.on_released(event):
-            self._do(self.member.on_released(self.table.held(), event.request))
+            self._do(self.member.on_released(self.table.held(), event.request, self.table.holding()))
             self.tasks.reconcile()
 
     # ---- the status thread --------------------------------------------------------------------------

@@ -32,6 +32,11 @@ class TaskTable:
         with self.lock:
             return frozenset(t for t, s in self.slots.items() if s.held or s.busy)
 
+    def holding(self) -> frozenset[str]:
+        """Tasks whose owner znode we hold now (an acquisition still waiting is not one of them)."""
+        with self.lock:
+            return frozenset(t for t, s in self.slots.items() if s.held)
+
     def running_or_starting(self) -> set[str]:
         """Tasks that run or start (a start cannot be aborted: it runs once it returns)."""
         with self.lock:

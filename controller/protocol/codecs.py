@@ -96,6 +96,15 @@ class HeldTasks:
 
 
 @dataclass(frozen=True)
+class IgnoredMember:
+    """A member znode the coordinator gives no work: no live broker of the same session behind it (a ghost),
+    or a request or report it refused (``reason`` says which)."""
+
+    member: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class GroupStateInfo:
     """``/groups/<g>/state``: the coordinator's view of a group, written only by the controller. ``held``
     keeps the scheduled rebalance delay's holds across a controller failover."""
@@ -116,6 +125,10 @@ class GroupStateInfo:
     deferred: int = 0
     imbalance: int | None = None
     maintenance: bool = False
+    #: member znodes set apart (ghosts, refused reports): shown, never given work
+    ignored: tuple[IgnoredMember, ...] = ()
+    #: reconcile: members that have not yet acknowledged (taken and reported) their current assignment
+    unacked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,6 +151,9 @@ class JoinRequest:
     leaving: bool = False
     #: this life of the member (new at every start): a reconcile assignment names the one it is for
     incarnation: str | None = None
+    #: reconcile: tasks of its assignment whose owner znode it does not hold yet (empty: it runs its
+    #: assignment of member epoch ``generation``, which is its acknowledgement)
+    pending: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,13 @@ class ProtocolError(Enum):
     INCONSISTENT_PROTOCOL = (False, True, True, False, "no protocol that every member supports")
     REBALANCE_TIMEOUT = (True, True, True, False, "the member did not rejoin within the rebalance timeout")
     INVALID_ASSIGNMENT = (True, True, False, False, "the leader's proposal was refused by the coordinator")
+    INVALID_REPORT = (
+        True,
+        True,
+        False,
+        False,
+        "the member's request or report was refused (out of bounds): rewrite it",
+    )
 
     def __init__(self, retriable: bool, rejoin: bool, reset_generation: bool, rediscover: bool, doc: str) -> None:
         self.retriable = retriable

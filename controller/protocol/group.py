@@ -23,6 +23,7 @@ from controller.protocol.codecs import (
     Assignment,
     GroupStateInfo,
     HeldTasks,
+    IgnoredMember,
     JoinRequest,
     JoinResult,
     MoveLimits,
@@ -81,6 +82,8 @@ class GroupCoordinator:
     shutting_down: set[str] = field(default_factory=set)
     reassign: dict[str, str] = field(default_factory=dict)
     rebalances: int = 0
+    #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
+    ignored: dict[str, str] = field(default_factory=dict)
     # ---- the parts it owns ----
     machine: GroupStateMachine = field(init=False)
     join: JoinRound = field(init=False)
@@ -124,7 +127,31 @@ class GroupCoordinator:
             deferred=len(ops.deferred),
             imbalance=ops.imbalance,
             maintenance=ops.maintenance,
+            ignored=self.ignored_info(),
+            unacked=self.reconcile.unacked() if self.reconciling() else (),
         )
+
+    def ignored_info(self) -> tuple[IgnoredMember, ...]:
+        """Every member znode given no work, and why: set apart by the IO layer, or a report refused."""
+        why = dict(self.ignored)
+        why.update({m: f"refused: {reason}" for m, (reason, _) in self.reconcile.refused.items()})
+        return tuple(IgnoredMember(m, r[:300]) for m, r in sorted(why.items())[:100])
+
+    def set_ignored(self, ignored: Mapping[str, str]) -> list[Decision]:
+        """The IO layer's member znodes set apart changed: shown with the group state (status, watch)."""
+        if dict(ignored) == self.ignored:
+            return []
+        self.ignored = dict(ignored)
+        if self.state is GroupState.DEAD:
+            return []
+        return [WriteGroupState(self.info())]
+
+    def refuse_report(self, member: str, reason: str, incarnation: str | None) -> list[Decision]:
+        """A member's request did not even decode (the IO layer keeps its last good one): under reconcile the
+        member is answered in its assignment and rewrites it; a join round's member is shown as ignored."""
+        if self.reconciling() and member in self.members:
+            return self.reconcile.refuse(member, reason, incarnation)
+        return []
 
     def held_info(self) -> tuple[HeldTasks, ...]:
         """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's);
@@ -169,6 +196,7 @@ class GroupCoordinator:
                 self.join.sync_deadline,
                 self.operations.deadline(),
                 self.reconcile.retarget_due,
+                self.reconcile.ack_due() if self.reconciling() else None,
             )
             if d is not None
         ]
@@ -557,6 +585,9 @@ class GroupCoordinator:
         due = self.reconcile.retarget_due
         if due is not None and now >= due and self.reconciling():
             decisions += self.prepare_rebalance(self.reconcile.retarget_reason or "target put off")
+        ack_due = self.reconcile.ack_due() if self.reconciling() else None
+        if ack_due is not None and now >= ack_due:
+            decisions += self.reconcile.fence_overdue(now)
         join = self.join
         if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
             decisions += join.complete(force=True)

@@ -32,6 +32,7 @@ from controller.protocol.group_types import (
     WriteGroupState,
     WriteJoinResult,
 )
+from controller.protocol.reports import narrow_owned
 from controller.protocol.rules import RECONCILE, choose_assignor, choose_protocol, validate_proposal
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,9 @@ class JoinRound:
             if key in core.held:
                 previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.held.pop(key).tasks)))
         descriptors = core.descriptors(joined)
+        # a member's join metadata narrows what it holds, never claims what the last generation gave another
+        # member (that member's owner znodes say whether it still runs it): a ghost or a stale claim moves nothing
+        owned = narrow_owned({m: joined[m].owned for m in members}, {m: core.assignment.get(m, ()) for m in members})
         return JoinResult(
             generation=core.generation,
             leader=leader,
@@ -171,7 +175,7 @@ class JoinRound:
             members=tuple(
                 MemberMetadata(
                     member_id=m,
-                    owned=tuple(sorted(joined[m].owned)),
+                    owned=tuple(sorted(owned[m])),
                     capacity=joined[m].capacity,
                     rack=joined[m].rack,
                     instance_id=joined[m].instance_id,

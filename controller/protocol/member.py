@@ -127,6 +127,8 @@ class Member:
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     #: what our request znode last listed as owned (the coordinator counts it as ours until we say otherwise)
     reported: frozenset[str] = frozenset()
+    #: tasks whose owner znode the worker holds now (``owned`` also counts those it may hold any moment)
+    holding: frozenset[str] = frozenset()
     #: the last report built to be written (``on_released`` tells whether a release's report is still the last)
     last_report: JoinRequest | None = None
     last_error: ProtocolError | None = None
@@ -178,6 +180,7 @@ class Member:
             instance_id=self.instance_id,
             leaving=self.leaving,
             incarnation=self.incarnation,
+            pending=tuple(sorted(self.desired - self.holding)) if self.reconcile_mode else (),
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -334,9 +337,11 @@ class Member:
         if self.proposed == generation:
             self.proposed = -1
 
-    def on_owned(self, owned: frozenset[str]) -> list[Action]:
-        """The worker reports which tasks it holds (owner znode held) after starts/stops complete."""
+    def on_owned(self, owned: frozenset[str], holding: frozenset[str] | None = None) -> list[Action]:
+        """The worker reports which tasks it holds or may hold any moment (``owned``) and of those, whose
+        owner znode it holds now (``holding``; by default all of them) after starts/stops complete."""
         self.owned = frozenset(owned)
+        self.holding = self.owned if holding is None else frozenset(holding)
         return self._after_owned_change()
 
     def release_report(self, releasing: frozenset[str], held: frozenset[str]) -> JoinRequest | None:
@@ -351,7 +356,9 @@ class Member:
         self.last_report = self._build_request(self.join_generation, (held - releasing) | self.desired)
         return self.last_report
 
-    def on_released(self, owned: frozenset[str], request: JoinRequest) -> list[Action]:
+    def on_released(
+        self, owned: frozenset[str], request: JoinRequest, holding: frozenset[str] | None = None
+    ) -> list[Action]:
         """The release multi carrying ``request`` (from ``release_report``) succeeded; ``owned`` is what the
         worker holds now. The request znode lists what it says, unless a later report was written since
         (requests from one session apply in order): then that one stands. A report of an older epoch than
@@ -359,7 +366,7 @@ class Member:
         if self.last_report is request and request.join_generation == self.join_generation:
             self.reported = frozenset(request.owned)
             self.pending_revocation = self.pending_revocation & self.reported
-        return self.on_owned(owned)
+        return self.on_owned(owned, holding)
 
     def on_coordinator(self, available: bool) -> list[Action]:
         """No active controller (COORDINATOR_NOT_AVAILABLE): keep running; rejoin when one writes state."""
@@ -384,7 +391,12 @@ class Member:
         """Reconcile: the coordinator published what we may run now (a member epoch newer than any we have).
         Tasks it no longer names are revoked: once they are let go we report, and only then may the
         coordinator hand them on."""
-        if a.generation <= self.generation or a.incarnation != self.incarnation or RECONCILE not in self.protocols:
+        refused = a.error == ProtocolError.INVALID_REPORT.name and a.incarnation is None  # (it could not read ours)
+        if (
+            a.generation <= self.generation
+            or (a.incarnation != self.incarnation and not refused)
+            or RECONCILE not in self.protocols
+        ):
             return []  # stale, for a previous life of ours (a restart), or not for a member like us
         if a.error is not None:
             err = ProtocolError.parse(a.error) or ProtocolError.UNKNOWN_MEMBER_ID
@@ -420,11 +432,23 @@ class Member:
         # report as releases happen, not once the last is done: a broker letting go of many tasks hands each
         # on as soon as it is free (a report names only what we still hold, so it confirms exactly those)
         released = self.pending_revocation - self.owned
+        reported = False
         if released or self.reported - self.owned - self.desired:
             self.pending_revocation = self.pending_revocation & self.owned
             actions.append(WriteJoin(self._request(self.join_generation)))
+            reported = True
         if self.state is WorkerState.RECONCILING and self.owned == self.desired and not self.pending_revocation:
             self._transition(WorkerState.STABLE)
+        last = self.last_report
+        if (
+            self.state is WorkerState.STABLE
+            and not reported
+            and self.desired <= self.holding
+            and (last is None or last.generation != self.generation or last.pending or self.reported != self.owned)
+        ):
+            # the acknowledgement: we hold every owner znode of our assignment of this member epoch; until it
+            # is written the coordinator does not count the group Stable
+            actions.append(WriteJoin(self._request(self.join_generation)))
         if self.leaving and not self.desired and not self.owned and not self.pending_revocation:
             actions.append(Exit())
         return actions

@@ -41,6 +41,7 @@ from controller.protocol.group_types import (
     WriteAssignments,
     WriteGroupState,
 )
+from controller.protocol.reports import report_problem
 from controller.protocol.rules import RECONCILE, choose_assignor, choose_protocol, cooperative_adjust
 
 log = logging.getLogger(__name__)
@@ -52,15 +53,24 @@ def holders(
     requests: Mapping[str, JoinRequest],
 ) -> dict[str, set[str]]:
     """Member -> every task it may still run: published to it, revoked from it but not confirmed released,
-    or reported by it as owned. A member that is gone holds nothing (its session, and with it every owner
-    znode it held, ended)."""
+    or reported by it as owned, unless the coordinator placed that task with another member: a report narrows
+    what a member holds, it never takes a task from another live owner (``reports.narrow_owned``; the owner
+    znodes fence a task that really runs elsewhere). A member that is gone holds nothing (its session, and
+    with it every owner znode it held, ended)."""
     out: dict[str, set[str]] = {}
+    claims: dict[str, tuple[str, ...]] = {}
     for m, r in requests.items():
         mine, pending = published.get(m, ()), unreleased.get(m)
         if not pending and r.owned == mine:  # (most members, most steps: one set, not three and two unions)
             out[m] = set(mine)
         else:
-            out[m] = set(mine) | set(pending or ()) | set(r.owned)
+            out[m] = set(mine) | set(pending or ())
+            if r.owned:
+                claims[m] = r.owned
+    if claims:
+        placed = {t: m for m, ts in out.items() for t in ts}
+        for m, owned in claims.items():
+            out[m].update(t for t in owned if placed.get(t, m) == m or t in out[m])
     return out
 
 
@@ -112,10 +122,135 @@ class ReconcileGroup:
     retarget_reason: str = ""
     #: while a new group forms (nothing runs yet), the latest its first target may wait until
     forming_until: float | None = None
+    #: member -> task -> when it was published to the member and not yet reported taken (owner znode held)
+    waiting: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: task -> the members fenced from it (published, not taken within the rebalance timeout)
+    barred: dict[str, set[str]] = field(default_factory=dict)
+    #: member -> (why, the request refused): answered with INVALID_REPORT once per request
+    refused: dict[str, tuple[str, JoinRequest]] = field(default_factory=dict)
+    #: members whose assignment is published again at the next step (a refused member that rewrote its request)
+    republish: set[str] = field(default_factory=set)
+    #: tasks fenced from a member since the coordinator started (the controller's metric)
+    fenced_total: int = 0
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
         return self.epochs.get(member, -1)
+
+    # ---- acknowledgements -------------------------------------------------------------------------
+    def acked(self, member: str) -> bool:
+        """Whether the member acknowledged its published assignment: a report at its member epoch (or later)
+        listing every task published to it, written once it holds their owner znodes."""
+        r = self.core.members.get(member)
+        if r is None:
+            return True
+        if r.generation < self.epochs.get(member, -1):
+            return False
+        mine = self.core.assignment.get(member, ())
+        return not mine or (not r.pending and (r.owned == mine or set(mine) <= set(r.owned)))
+
+    def unacked(self) -> tuple[str, ...]:
+        """The members that have not acknowledged their current assignment (shown with the group state)."""
+        return tuple(m for m in sorted(self.core.members) if not self.acked(m))
+
+    def ack_due(self) -> float | None:
+        """When the oldest task published and not yet taken overruns the rebalance timeout (None: none waits)."""
+        firsts = [min(w.values()) for w in self.waiting.values() if w]
+        return min(firsts) + self.core.config.rebalance_timeout_s if firsts else None
+
+    def fence_overdue(self, now: float) -> list[Decision]:
+        """Tasks published and not taken within the rebalance timeout: their member is fenced from them (it
+        may not be given them again while another member can take them) and the group is re-targeted. The
+        revocation needs no confirmation: the member never reported them, and should it hold an owner znode
+        after all, that znode keeps the next member waiting until it lets go."""
+        core = self.core
+        timeout = core.config.rebalance_timeout_s
+        fenced: dict[str, list[str]] = {}
+        for m, w in self.waiting.items():
+            late = sorted(t for t, since in w.items() if since + timeout <= now)
+            for t in late:
+                del w[t]
+                self.barred.setdefault(t, set()).add(m)
+            if late:
+                fenced[m] = late
+        self.waiting = {m: w for m, w in self.waiting.items() if w}
+        if not fenced:
+            return []
+        self.fenced_total += sum(len(ts) for ts in fenced.values())
+        why = "; ".join(
+            f"{m} fenced from {len(ts)} task(s) ({', '.join(ts[:5])}{', ...' if len(ts) > 5 else ''})"
+            for m, ts in sorted(fenced.items())
+        )
+        reason = f"{why}: not taken within the rebalance timeout ({timeout:g}s)"
+        log.warning("group %s: %s", core.group, reason)
+        return self.retarget(reason)
+
+    def apply_bars(self, target: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        """The target with every task moved off the members fenced from it, to the least loaded member that
+        is not (a task every member is fenced from is tried again where the assignor put it)."""
+        if not self.barred:
+            return target
+        core = self.core
+        out = {m: list(ts) for m, ts in target.items()}
+        where = {t: m for m, ts in target.items() for t in ts}
+        open_members = sorted(
+            m for m, r in core.members.items() if m in out and not r.leaving and m not in core.shutting_down
+        )
+        for t in sorted(self.barred):
+            bar = self.barred[t]
+            m = where.get(t)
+            if m is None or m not in bar:
+                continue
+            others = [x for x in open_members if x not in bar]
+            if not others:
+                del self.barred[t]  # fenced everywhere: every member gets another chance
+                continue
+            to = min(others, key=lambda x: (len(out[x]), x))
+            out[m].remove(t)
+            out[to].append(t)
+        return {m: tuple(sorted(ts)) for m, ts in out.items()}
+
+    def refuse(self, member: str, reason: str, incarnation: str | None) -> list[Decision]:
+        """A member's request or report is out of bounds: answer it in its own assignment (INVALID_REPORT, at
+        a new member epoch, so the member reads it), and it rewrites its request. What it was published
+        stands meanwhile: its tasks are neither dropped nor handed on."""
+        core = self.core
+        log.warning("group %s: refused the request of %s (%s): it rewrites it", core.group, member, reason)
+        core.generation += 1
+        core.join_generation = core.generation
+        answer = Assignment(
+            generation=core.generation,
+            controller_epoch=core.controller_epoch,
+            error=ProtocolError.INVALID_REPORT.name,
+            protocol=RECONCILE,
+            incarnation=incarnation,
+        )
+        return [WriteAssignments(((member, answer),))]
+
+    def screen(self, snapshot: Mapping[str, JoinRequest]) -> tuple[dict[str, JoinRequest], list[Decision]]:
+        """The members' requests as the coordinator takes them: a report out of bounds (``report_problem``) is
+        refused, once per request, and the member's last good request stands in for it (a new member with
+        none is not admitted until it writes one)."""
+        core = self.core
+        out, answers = dict(snapshot), []
+        for m in sorted(snapshot):
+            r = snapshot[m]
+            problem = report_problem(r, core.generation)
+            if not problem:
+                if m in self.refused:
+                    del self.refused[m]
+                    self.republish.add(m)
+                continue
+            if m in core.members:
+                out[m] = core.members[m]
+            else:
+                del out[m]
+            before = self.refused.get(m)
+            if before is None or before[1] != r:
+                incarnation = r.incarnation if m not in core.members else core.members[m].incarnation
+                answers += self.refuse(m, problem, incarnation)
+            self.refused[m] = (problem, r)
+        return out, answers
 
     # ---- mode -------------------------------------------------------------------------------------
     def active(self) -> bool:
@@ -166,6 +301,10 @@ class ReconcileGroup:
         (a deadline kept from them would come due forever in a group that no longer reconciles)."""
         self.target.clear()
         self.unreleased.clear()
+        self.waiting.clear()
+        self.barred.clear()
+        self.refused.clear()
+        self.republish.clear()
         self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
 
     def leave_notices(self) -> tuple[tuple[str, Assignment], ...]:
@@ -204,15 +343,24 @@ class ReconcileGroup:
             pending = confirm_releases({t: a.generation for t in a.revoked}, core.members[m])
             if pending:
                 self.unreleased[m] = pending
+            owned = set(core.members[m].owned).difference(core.members[m].pending)
+            waiting = {t: core.clock.now() for t in a.assigned if t not in owned}
+            if waiting:  # not reported taken yet: the rebalance timeout runs from this controller's start
+                self.waiting[m] = waiting
         core.join_generation = core.generation
         return self.retarget("controller failover")
 
     # ---- inputs -----------------------------------------------------------------------------------
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """Members joined, left, or reported releases (rewrote their requests)."""
+        screened, answers = self.screen(snapshot)
+        return answers + self.take_members(screened)
+
+    def take_members(self, new: dict[str, JoinRequest]) -> list[Decision]:
+        """The members as screened: who joined, who left, what each report confirms."""
         core, ops = self.core, self.core.operations
         now = core.clock.now()
-        old, new = core.members, dict(snapshot)
+        old = core.members
         core.members = new
         need = ""
         quiet_exit = False  # a member that was to run nothing and ran nothing left: no one's target changes
@@ -224,6 +372,11 @@ class ReconcileGroup:
             core.shutting_down.discard(m)
             tasks = core.assignment.pop(m, ())
             self.unreleased.pop(m, None)  # (its session ended, and with it every owner znode it held)
+            self.waiting.pop(m, None)
+            self.refused.pop(m, None)
+            self.republish.discard(m)
+            for bar in self.barred.values():
+                bar.discard(m)
             targeted = self.target.pop(m, ())
             self.epochs.pop(m, None)
             ops.drop_moves(dest=m)
@@ -265,12 +418,29 @@ class ReconcileGroup:
                 self.unreleased[m] = confirm_releases(self.unreleased[m], after)
                 if not self.unreleased[m]:
                     del self.unreleased[m]
+            self.taken(m, after)
         core.generation_members = tuple(sorted(core.members))
         if not core.members:
             return core.to_empty("all members left")
         if need:
             return core.prepare_rebalance(need)  # re-targets (or leaves reconcile for a cooperative round)
         return self.step(write_state=quiet_exit)  # (the state lists the members)
+
+    def taken(self, member: str, report: JoinRequest) -> None:
+        """The member's report lists what it holds now: those tasks wait for it no longer (and no member is
+        fenced from a task that runs)."""
+        w = self.waiting.get(member)
+        if not report.owned:
+            return
+        owned = set(report.owned).difference(report.pending)
+        if w:
+            for t in owned & w.keys():
+                del w[t]
+            if not w:
+                del self.waiting[member]
+        if self.barred:
+            for t in owned & self.barred.keys():
+                del self.barred[t]
 
     def retarget_soon(self, reason: str) -> list[Decision]:
         """A new target now, or, while the group is still reconciling towards one computed less than
@@ -329,7 +499,7 @@ class ReconcileGroup:
         except (KeyError, ValueError) as exc:
             log.warning("group %s: cannot compute a target (%s); keeping the last one", core.group, exc)
             target = dict(self.target)
-        self.target = {m: tuple(sorted(target.get(m, ()))) for m in core.members}
+        self.target = self.apply_bars({m: tuple(sorted(target.get(m, ()))) for m in core.members})
         return self.step(write_state=True, everyone=everyone)
 
     def step(self, write_state: bool, everyone: bool = False) -> list[Decision]:
@@ -337,6 +507,11 @@ class ReconcileGroup:
         (``everyone``: all of them, when the group has just entered the protocol)."""
         core, ops = self.core, self.core.operations
         held_by = holders(core.assignment, self.unreleased, core.members)
+        for t, bar in self.barred.items():  # fenced from a task it never took: it holds it no more (if it
+            for m in bar:  # does after all, its owner znode keeps the next member waiting until it lets go)
+                r = core.members.get(m)
+                if m in held_by and (r is None or t in r.pending or t not in r.owned):
+                    held_by[m].discard(t)
         assigned, revoked = step(self.target, held_by)  # (the pure step above, then the throttle's share of it)
         moving_before = dict(ops.moving)
         wave = ops.wave(
@@ -349,11 +524,15 @@ class ReconcileGroup:
         decisions: list[Decision] = []
         if changed:
             decisions.append(WriteAssignments(self.publish(changed)))
+        # Stable means running: every member runs its target (published, taken and acknowledged)
         settled = (
             not self.unreleased
             and not ops.deferred
             and self.retarget_due is None
+            and not self.waiting
+            and not self.refused
             and all(core.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members)
+            and all(self.acked(m) for m in core.members)
         )
         state = GroupState.STABLE if settled else GroupState.RECONCILING
         if state is not core.state:
@@ -389,7 +568,7 @@ class ReconcileGroup:
                 for t in pending.keys() & set(now_assigned):
                     del pending[t]
             to_revoke = tuple(sorted(t for t in revoked[m] if t not in pending)) if m in revoked else ()
-            if now_assigned != core.assignment.get(m) or to_revoke or everyone:
+            if now_assigned != core.assignment.get(m) or to_revoke or everyone or m in self.republish:
                 changed.append((m, now_assigned, to_revoke))
         return changed
 
@@ -402,11 +581,23 @@ class ReconcileGroup:
         core = self.core
         core.generation += 1
         core.join_generation = core.generation
+        now = core.clock.now()
         writes = []
         for m, now_assigned, to_revoke in changed:
+            self.republish.discard(m)
+            owned = set(core.members[m].owned).difference(core.members[m].pending)
             gone = (set(core.assignment.get(m, ())) - set(now_assigned)) | set(to_revoke)
+            # a task the member was fenced from and never reported needs no confirmation (its owner znode,
+            # should it hold one after all, keeps the next member waiting)
+            gone = {t for t in gone if t in owned or m not in self.barred.get(t, ())}
             pending = self.unreleased.setdefault(m, {})
             pending.update({t: core.generation for t in gone if t not in pending})
+            w = {t: since for t, since in self.waiting.get(m, {}).items() if t in now_assigned}
+            w.update({t: now for t in now_assigned if t not in owned and t not in w})
+            if w:
+                self.waiting[m] = w
+            else:
+                self.waiting.pop(m, None)
             if not pending:
                 del self.unreleased[m]
             core.assignment[m] = now_assigned

@@ -4,6 +4,8 @@ member while another may still run it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from controller.protocol.clock import FakeClock
 from controller.protocol.codecs import Assignment, JoinRequest, MoveLimits, TaskDescriptor
 from controller.protocol.group import (
@@ -78,6 +80,15 @@ def report(c: GroupCoordinator, m: str, owned: tuple[str, ...] | None = None, **
     return c.on_members(members)
 
 
+def ack(c: GroupCoordinator) -> list:
+    """Every member acknowledges its assignment: a report at its member epoch listing what it runs."""
+    members = {
+        m: req(m, generation=c.epoch_of(m), owned=c.assignment.get(m, ()), incarnation=r.incarnation)
+        for m, r in c.members.items()
+    }
+    return c.on_members(members)
+
+
 def one_member(n_tasks: int = 6) -> tuple[GroupCoordinator, list]:
     c = coordinator(n_tasks)
     c.on_members({"a": req("a")})
@@ -89,14 +100,19 @@ def test_a_group_whose_members_all_offer_reconcile_enters_it_without_a_sync_phas
     decisions = c.on_members({"a": req("a")})
     a = published(decisions)["a"]
     assert a.protocol == RECONCILE and a.assigned == tuple(sorted(tasks(6))) and a.incarnation == "a.1"
-    assert c.state is GroupState.STABLE and c.protocol == RECONCILE and c.leader is None and c.join_result is None
-    assert states(decisions)[-1] == "Stable"
+    assert c.protocol == RECONCILE and c.leader is None and c.join_result is None
+    # Stable means running: not before the member acknowledged its assignment
+    assert c.state is GroupState.RECONCILING and states(decisions)[-1] == "Reconciling"
+    assert c.info().unacked == ("a",)
+    decisions = ack(c)
+    assert c.state is GroupState.STABLE and states(decisions)[-1] == "Stable" and c.info().unacked == ()
 
 
 def test_a_member_added_gets_tasks_only_after_their_owner_reported_the_release():
     c = coordinator()
     c.on_members({"a": req("a")})
-    step1 = c.on_members({"a": req("a"), "b": req("b")})
+    ack(c)
+    step1 = c.on_members({"a": c.members["a"], "b": req("b")})
     out = published(step1)
     assert out["a"].revoked and not set(out["a"].assigned) & set(out["a"].revoked)
     assert out["b"].assigned == (), "nothing handed to b while a may still run it"
@@ -110,13 +126,16 @@ def test_a_member_added_gets_tasks_only_after_their_owner_reported_the_release()
     out2 = published(step2)
     assert set(out2) == {"b"} and set(out2["b"].assigned) == moving
     assert out2["b"].generation > out["b"].generation
+    assert c.state is GroupState.RECONCILING, "b has not taken them yet"
+    report(c, "b")
     assert c.state is GroupState.STABLE
 
 
 def test_a_report_that_still_lists_a_revoked_task_keeps_it_from_its_new_owner():
     c = coordinator()
     c.on_members({"a": req("a")})
-    out = published(c.on_members({"a": req("a"), "b": req("b")}))
+    ack(c)
+    out = published(c.on_members({"a": c.members["a"], "b": req("b")}))
     still = out["a"].revoked[0]
     step = report(c, "a", owned=out["a"].assigned + (still,))
     assert still not in published(step).get("b", Assignment(generation=0, controller_epoch=EPOCH)).assigned
@@ -126,7 +145,7 @@ def test_a_report_that_still_lists_a_revoked_task_keeps_it_from_its_new_owner():
 def test_member_epochs_only_grow_and_only_changed_members_are_written():
     c = coordinator(12)
     c.on_members({"a": req("a"), "b": req("b")})
-    c.on_members({"a": req("a"), "b": req("b")})
+    ack(c)
     epochs = {m: c.epoch_of(m) for m in "ab"}
     out = published(c.on_tasks(tasks(13)))  # one task more: one member gets it, the other is left alone
     assert len(out) == 1
@@ -137,8 +156,9 @@ def test_member_epochs_only_grow_and_only_changed_members_are_written():
 def test_the_throttle_lets_moves_go_in_waves():
     c = coordinator(8)
     c.on_members({"a": req("a")})
+    ack(c)
     c.on_settings(MoveLimits(max_moves=2), 0.0, 1)
-    decisions = c.on_members({"a": req("a"), "b": req("b")})
+    decisions = c.on_members({"a": c.members["a"], "b": req("b")})
     first = set(published(decisions)["a"].revoked)
     assert len(first) == 2 and len(c.deferred) == 2, "two moves in flight at most; two wait"
     assert c.state is GroupState.RECONCILING
@@ -154,6 +174,7 @@ def test_the_throttle_lets_moves_go_in_waves():
     report(c, "a")
     for t in sorted(second):
         c.on_move_done(t, "b")
+    ack(c)
     assert len(c.assignment["a"]) == len(c.assignment["b"]) == 4 and c.state is GroupState.STABLE
 
 
@@ -175,7 +196,8 @@ def test_maintenance_mode_holds_a_departed_members_tasks_and_moves_nothing():
 def test_a_controller_failover_keeps_unconfirmed_revocations():
     c = coordinator(6)
     c.on_members({"a": req("a")})
-    out = published(c.on_members({"a": req("a"), "b": req("b")}))
+    ack(c)
+    out = published(c.on_members({"a": c.members["a"], "b": req("b")}))
     members = dict(c.members)
     state = c.info()
     # the new controller: what ZooKeeper holds (the assignments as written, the members' requests)
@@ -348,7 +370,8 @@ def test_the_end_of_a_controlled_shutdown_needs_no_new_target():
     assert c.rebalances == retargets and c.reconcile.retarget_due is None
     given = published(out)
     assert set(given["a"].assigned) | set(given["b"].assigned) == set(tasks(6))
-    assert c.state is GroupState.STABLE and states(out) == ["Stable"]
+    assert c.state is GroupState.RECONCILING and states(out) == ["Reconciling"], "until a and b run them"
+    assert states(ack(c)) == ["Stable"] and c.rebalances == retargets
     assert [d.info.members for d in out if isinstance(d, WriteGroupState)] == [("a", "b")]
     # a member that still had a share leaving is another matter: a new target, at once (the group was Stable)
     out = c.on_members({"a": c.members["a"]})
@@ -372,6 +395,7 @@ def test_a_forming_group_waits_for_the_brokers_starting_with_it_then_places_them
     clock.advance(1.0)
     out = published(c.on_tick())
     assert sorted(len(a.assigned) for a in out.values()) == [2] * 10, "one target for all ten"
+    ack(c)
     assert not c.reconcile.unreleased and c.state is GroupState.STABLE
     assert c.rebalances == 2, "the join round that formed the group, then one target"
     # and the wait is bounded: a steady stream of joins cannot hold the first target back for ever
@@ -394,3 +418,92 @@ def test_the_pure_parts():
     pending = {"t1": 4, "t2": 6}
     assert confirm_releases(pending, req("a", generation=5, owned=())) == {"t2": 6}
     assert confirm_releases(pending, req("a", generation=6, owned=("t1",))) == {"t1": 4}
+
+
+# ---- the coordinator trusts ZooKeeper, not members' words ----------------------------------------------------
+def test_a_claim_in_a_report_never_takes_a_task_published_to_another_member():
+    """A report narrows what a member holds; it cannot claim a task the coordinator placed with another (a
+    ghost's or a stale report's ``owned``): the owner of record keeps it, nothing is revoked from it."""
+    c = coordinator(6)
+    c.on_members({"a": req("a"), "b": req("b")})
+    ack(c)
+    b_tasks = c.assignment["b"]
+    members = dict(c.members)
+    members["a"] = req("a", generation=c.epoch_of("a"), owned=c.assignment["a"] + b_tasks)
+    out = published(c.on_members(members))
+    assert "b" not in out and c.assignment["b"] == b_tasks
+    held = holders(c.assignment, {}, c.members)
+    assert held["a"] == set(c.assignment["a"]) and held["b"] == set(b_tasks)
+    # a claim of a task nobody was given still counts (it may really hold it: its owner znode says so)
+    lone = holders({"a": ("t0",)}, {}, {"a": req("a", owned=("t0", "t9"))})
+    assert lone["a"] == {"t0", "t9"}
+
+
+def test_a_report_out_of_bounds_is_answered_and_the_member_keeps_its_tasks():
+    c = coordinator(6)
+    c.on_members({"a": req("a"), "b": req("b")})
+    ack(c)
+    a_tasks, gen = c.assignment["a"], c.generation
+    members = dict(c.members)
+    members["a"] = req("a", generation=2**60, owned=a_tasks)  # a member epoch never published
+    decisions = c.on_members(members)
+    answer = published(decisions)["a"]
+    assert answer.error == "INVALID_REPORT" and answer.generation > gen and answer.incarnation == "a.1"
+    assert c.assignment["a"] == a_tasks and "b" not in published(decisions), "nothing handed on"
+    assert c.state is GroupState.RECONCILING and [i.member for i in c.info().ignored] == ["a"]
+    assert not published(c.on_members(dict(members))), "one answer per refused request"
+    # the member rewrites a good request: its assignment is published again, it acknowledges, Stable
+    members["a"] = req("a", generation=c.epoch_of("a"), owned=a_tasks)
+    again = published(c.on_members(members))
+    assert again["a"].error is None and again["a"].assigned == a_tasks
+    ack(c)
+    assert c.state is GroupState.STABLE and c.info().ignored == ()
+
+
+def test_a_task_not_taken_within_the_rebalance_timeout_is_fenced_and_retargeted():
+    c = coordinator(6, rebalance_timeout_s=10.0)
+    c.on_members({"a": req("a"), "b": req("b")})
+    ack(c)
+    stuck = c.assignment["b"][0]
+    c.on_tasks({**tasks(6), "t6": TaskDescriptor(task_id="t6")})
+    new_owner = next(m for m, ts in c.assignment.items() if "t6" in ts)
+    other = "a" if new_owner == "b" else "b"
+    # the member reports without the new task: its owner znode is not held yet (pending)
+    members = dict(c.members)
+    mine = c.assignment[new_owner]
+    members[new_owner] = req(new_owner, generation=c.epoch_of(new_owner), owned=mine, incarnation=f"{new_owner}.1")
+    members[new_owner] = dataclasses.replace(members[new_owner], pending=("t6",))
+    c.on_members(members)
+    assert c.state is GroupState.RECONCILING and c.info().unacked == (new_owner,), "Stable means running"
+    assert c.next_deadline() is not None and c.next_deadline() <= c.clock.now() + 10.0
+    c.clock.advance(10.5)
+    decisions = c.on_tick()
+    out = published(decisions)
+    assert "t6" not in c.assignment[new_owner] and "t6" in c.assignment[other]
+    assert "t6" not in c.reconcile.unreleased.get(new_owner, {}), "no confirmation waited for: it never took it"
+    assert "not taken within the rebalance timeout" in c.reason and new_owner in c.reason
+    assert any("not taken" in d.info.reason for d in decisions if isinstance(d, WriteGroupState))
+    assert "t6" in out[other].assigned and c.reconcile.fenced_total == 1
+    assert stuck in c.assignment["b"]
+    ack(c)
+    assert c.state is GroupState.STABLE and not c.reconcile.barred
+
+
+def test_a_member_acknowledges_only_once_it_holds_every_owner_znode_and_rejoins_when_refused():
+    from controller.protocol.member import Member, WorkerState, WriteJoin
+
+    m = Member(member_id="a", assign=lambda name, jr: {}, protocols=RECONCILING, incarnation="a.1")
+    m.start(None)
+    m.on_owned(frozenset())
+    a = Assignment(generation=3, controller_epoch=EPOCH, assigned=("t0", "t1"), protocol=RECONCILE, incarnation="a.1")
+    m.on_assignment(a)
+    # both acquisitions under way (may hold any moment), one owner znode held: no acknowledgement yet
+    assert not [x for x in m.on_owned(frozenset({"t0", "t1"}), frozenset({"t0"})) if isinstance(x, WriteJoin)]
+    acks = [x for x in m.on_owned(frozenset({"t0", "t1"}), frozenset({"t0", "t1"})) if isinstance(x, WriteJoin)]
+    assert len(acks) == 1 and acks[0].request.generation == 3 and acks[0].request.pending == ()
+    assert acks[0].request.owned == ("t0", "t1") and m.state is WorkerState.STABLE
+    assert not m.on_owned(frozenset({"t0", "t1"}), frozenset({"t0", "t1"})), "acknowledged once"
+    # refused (its report could not be read: no incarnation in the answer): it writes its request again
+    refused = Assignment(generation=4, controller_epoch=EPOCH, error="INVALID_REPORT", protocol=RECONCILE)
+    again = [x for x in m.on_assignment(refused) if isinstance(x, WriteJoin)]
+    assert len(again) == 1 and again[0].request.owned == ("t0", "t1") and m.desired == {"t0", "t1"}
