@@ -91,6 +91,14 @@ def api() -> None:
     help="the largest request body accepted, in bytes (413 past it)",
 )
 @click.option(
+    "--task-metrics",
+    "task_metrics",
+    type=click.IntRange(0, 10_000),
+    default=500,
+    show_default=True,
+    help="tasks whose figures /metrics exports (rows, rates, backlog; the first page of the listing; 0: none)",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="warning",
@@ -109,6 +117,7 @@ def api_run(
     stream_buffer: int,
     stall_s: float,
     max_body: int,
+    task_metrics: int,
     log_level: str,
 ) -> None:
     """Serve the API and the console until SIGINT/SIGTERM. Stateless: run as many as you like, each with
@@ -139,6 +148,7 @@ def api_run(
         max_streams=max_streams,
         stream_buffer=stream_buffer,
         max_body_bytes=max_body,
+        task_metrics_max=task_metrics,
         allowed_hosts=_allowed_hosts(host, allowed, LOOPBACK_HOSTS),
     )
     app = create_app(config)

@@ -13,9 +13,10 @@ import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
+from controller.protocol.pipeline_metrics import figures, rate_text
 
 if TYPE_CHECKING:  # the admin library and the spec models are imported by the commands that use them
-    from controller.admin import RestartProgress
+    from controller.admin import RestartProgress, TaskRow
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
@@ -115,7 +116,7 @@ def task_list(
         now = time.time()
         click.echo(
             table(
-                ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"],
+                ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "RATE", "BACKLOG", "ERROR"],
                 [
                     [
                         r.task_id,
@@ -125,6 +126,7 @@ def task_list(
                         r.owner,
                         r.owner_generation,
                         shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
+                        *_what_it_does(r),
                         clip(r.error or r.invalid, 50),
                     ]
                     for r in rows
@@ -133,6 +135,15 @@ def task_list(
         )
     if next_cursor is not None:
         click.echo(f"next page: --cursor {next_cursor}")
+
+
+def _what_it_does(r: TaskRow) -> list[str]:
+    """RATE and BACKLOG: the input rate with a sparkline of the last batches' rates, the files not yet read
+    (where the source can say it); empty for a task nobody runs (its last figures are not what it does)."""
+    if not r.owner or r.shown == "STALE":
+        return ["", ""]
+    f = figures(r.metrics)
+    return [rate_text(f), "" if f.backlog_files is None else f"{f.backlog_files} files"]
 
 
 def _ago(t: float | None, now: float) -> str:

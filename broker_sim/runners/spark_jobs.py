@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlparse
 
+from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
 from controller.protocol.errors import ZkcError
 from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
@@ -24,6 +25,7 @@ from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, Ra
 POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000
 MAX_TRACE_CHARS = 16000
+RATE_HISTORY = 20
 
 
 class PipelineStartError(ZkcError, RuntimeError):
@@ -40,15 +42,19 @@ class Progress:
     last_batch_at: str | None = None
     input_rows_per_s: float = 0.0
     processed_rows_per_s: float = 0.0
+    #: the input rate of the last ``RATE_HISTORY`` batches, oldest first (the console's sparkline)
+    rate_history: tuple[float, ...] = ()
 
     def add(self, p: Any) -> Progress:
+        rate = round(float(p.inputRowsPerSecond or 0.0), 3)
         return Progress(
             batches=self.batches + 1,
             rows=self.rows + int(p.numInputRows or 0),
             last_batch_id=p.batchId,
             last_batch_at=p.timestamp,
-            input_rows_per_s=round(float(p.inputRowsPerSecond or 0.0), 3),
+            input_rows_per_s=rate,
             processed_rows_per_s=round(float(p.processedRowsPerSecond or 0.0), 3),
+            rate_history=(*self.rate_history, rate)[-RATE_HISTORY:],
         )
 
     def metrics(self) -> dict[str, Any]:
@@ -59,6 +65,7 @@ class Progress:
             "last_batch_at": self.last_batch_at,
             "input_rows_per_s": self.input_rows_per_s,
             "processed_rows_per_s": self.processed_rows_per_s,
+            "rate_history": list(self.rate_history),
         }
 
 
@@ -165,6 +172,8 @@ class StreamingRun:
         self._query: Any = None
         self._session: Any = None
         self._listener: Any = None
+        source = pipeline.source
+        self._backlog = FileBacklog.of(source.path, checkpoint) if isinstance(source, FilesSource) else None
 
     def _on_progress(self, p: Any) -> None:
         if self._query is not None and str(p.id) != str(self._query.id):
@@ -229,6 +238,9 @@ class StreamingRun:
             pool=self.task_id,
             uptime_s=round(time.monotonic() - self.started, 3),
         )
+        backlog = self._backlog.files() if self._backlog is not None else None
+        if backlog is not None:
+            metrics["backlog_files"] = backlog
         if active:
             return RunStatus(RunState.RUNNING, metrics=metrics)
         exc = query.exception()

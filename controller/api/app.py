@@ -12,6 +12,7 @@ from controller.api.errors import install_error_handlers
 from controller.api.guard import Guard, RequestPolicy
 from controller.api.hub import EventHub
 from controller.api.routes import brokers, cluster, console, events, groups, metrics, roll, settings, tasks
+from controller.api.task_metrics import TaskMetricsCollector
 
 __all__ = ["API", "ApiConfig", "LOOPBACK_HOSTS", "create_app"]
 
@@ -29,7 +30,8 @@ def create_app(config: ApiConfig) -> FastAPI:
     )
     ctx = ApiContext(config)
     hub = EventHub(lambda: ClusterWatch(config.client, config.layout), config.max_streams, config.stream_buffer)
-    measured = metrics.RequestMetrics(hub)
+    per_task = TaskMetricsCollector(lambda n: ctx.admin().list_page(limit=max(1, n)), config.task_metrics_max)
+    measured = metrics.RequestMetrics(hub, per_task)
     app.state.hub = hub
     install_error_handlers(app)
     for part in (

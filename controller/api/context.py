@@ -32,6 +32,7 @@ class ApiConfig:
     max_body_bytes: int = 1 << 20  # a request body past this is refused (413) before it is read whole
     max_streams: int = 1000  # event streams open at once; one more is a 503 with the reason
     stream_buffer: int = 1000  # events queued for one stream; a reader that far behind is dropped
+    task_metrics_max: int = 500  # tasks whose figures /metrics exports (the first page; 0: none)
 
 
 @dataclass(frozen=True)

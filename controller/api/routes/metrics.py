@@ -1,4 +1,5 @@
-"""``/metrics`` (Prometheus: requests by route and status, their latency, open event streams) and
+"""``/metrics`` (Prometheus: requests by route and status, their latency, open event streams, each task's
+figures: ``task_metrics``) and
 ``/healthz``."""
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from controller.api.context import ApiContext
 from controller.api.hub import EventHub
+from controller.api.task_metrics import TaskMetricsCollector
 
 
 class RequestMetrics:
     """The API's own metrics, in a registry of their own (two servers in one process do not share them)."""
 
-    def __init__(self, hub: EventHub) -> None:
+    def __init__(self, hub: EventHub, tasks: TaskMetricsCollector | None = None) -> None:
         self.registry = CollectorRegistry()
+        if tasks is not None:
+            self.registry.register(tasks)
         self.requests = Counter(
             "zkc_api_requests",
             "HTTP requests by route and status",

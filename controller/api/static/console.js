@@ -82,6 +82,56 @@ function oneOf(set, v, fallback = "-") {
   return set.has(v) ? v : "invalid";
 }
 
+// A pipeline's figures, from the metrics its owner reports: counts and rates only if they are finite,
+// non-negative numbers (anything else is "invalid" or left out), the rate history at most 20 such numbers.
+function count(v) {
+  if (v === null || v === undefined) return "-";
+  return typeof v === "number" && Number.isInteger(v) && v >= 0 ? String(v) : "invalid";
+}
+function rate(v) {
+  if (v === null || v === undefined) return "-";
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0) return "invalid";
+  return v >= 100 ? v.toFixed(0) : v.toFixed(1);
+}
+function history(m) {
+  const h = Array.isArray(m.rate_history) ? m.rate_history.slice(-20) : [];
+  return h.filter((v) => typeof v === "number" && Number.isFinite(v) && v >= 0);
+}
+
+// The input rate of the last batches as a small SVG line, built element by element (no markup is parsed;
+// SVG presentation attributes, not style attributes, so the page's style-src policy holds).
+const SVG_NS = "http://www.w3.org/2000/svg";
+function sparkline(values) {
+  const w = 64, ht = 16, svg = document.createElementNS(SVG_NS, "svg");
+  for (const [k, v] of [["class", "spark"], ["width", w], ["height", ht], ["viewBox", `0 0 ${w} ${ht}`]]) {
+    svg.setAttribute(k, String(v));
+  }
+  const title = document.createElementNS(SVG_NS, "title");
+  title.textContent = values.length ? `input rows/s, last ${values.length} batches: ${values.map((v) => v.toFixed(1)).join(", ")}`
+    : "no batch yet";
+  svg.append(title);
+  if (values.length < 2) return svg;
+  const top = Math.max(...values) || 1;
+  const points = values.map((v, i) => `${(1 + i * (w - 2) / (values.length - 1)).toFixed(1)},`
+    + `${(ht - 1 - (v / top) * (ht - 2)).toFixed(1)}`).join(" ");
+  const line = document.createElementNS(SVG_NS, "polyline");
+  for (const [k, v] of [["points", points], ["fill", "none"], ["stroke", "#2b6cb0"], ["stroke-width", "1.5"]]) {
+    line.setAttribute(k, v);
+  }
+  svg.append(line);
+  return svg;
+}
+
+const SESSION_STATES = new Set(["starting", "ready", "lazy", "failed"]);
+function session(b) {  // a broker's compute session: "ready 9.8s", "starting 4s", "lazy", "failed"
+  const s = b.session && typeof b.session === "object" ? b.session : null;
+  if (!s) return "-";
+  const st = oneOf(SESSION_STATES, s.state);
+  if (st === "ready" && time(s.startup_s) !== null) return `ready ${s.startup_s.toFixed(1)}s`;
+  if (st === "starting" && time(s.since)) return `starting ${ago(s.since)}`;
+  return st;
+}
+
 // h("td", {className: "x", title: "..."}, "text", child, ...): properties set as properties, children as text
 function h(tag, props, ...children) {
   const el = document.createElement(tag);
@@ -190,6 +240,7 @@ function renderStatus(st) {
   $("brokers").tBodies[0].replaceChildren(...brokers.map((b) => h("tr", { dataset: { broker: b.broker_id } },
     h("td", {}, swatch(b.broker_id), " ", b.broker_id), h("td", {}, num(b.epoch)), h("td", {}, text(b.group)),
     h("td", {}, text(b.rack)), h("td", {}, num(b.capacity)), h("td", {}, num(b.tasks)),
+    h("td", { className: "session", title: b.session && typeof b.session.error === "string" ? b.session.error : "" }, session(b)),
     h("td", {}, b.shutting_down === true ? "shutting down" : ""))));
   $("group-count").textContent = `(${groups.length})`;
   $("groups").tBodies[0].replaceChildren(...groups.map((g) => h("tr", { dataset: { group: g.group } },
@@ -214,7 +265,8 @@ function taskRow(t, disabled) {
     h("td", { className: "spec" }, oneOf(SPEC_STATES, t.state)),
     h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s)),
     h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
-    h("td", {}, num(m.rows)), h("td", {}, num(m.processed_rows_per_s)), h("td", {}, ago(t.owner_since)),
+    h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
+    h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
     h("td", { className: "error", title: error }, error),
     h("td", { className: "actions" }, t.state === "PAUSED" ? button("resume", "resume") : button("pause", "pause"),
       button("restart", "restart"), button("reassign", "reassign")));
