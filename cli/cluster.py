@@ -14,6 +14,19 @@ from controller.protocol.codecs import to_jsonable
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
 
+def session_text(session: dict[str, Any] | None) -> str:
+    """A broker's session as one cell: ``ready 9.8s`` (its start took that), ``starting 4s`` (for that long),
+    ``lazy``, ``failed``; empty for a runner without one."""
+    if not session:
+        return ""
+    state = str(session.get("state", "?"))
+    if state == "ready" and isinstance(session.get("startup_s"), (int, float)):
+        return f"ready {session['startup_s']:.1f}s"
+    if state == "starting" and isinstance(session.get("since"), (int, float)):
+        return f"starting {max(0.0, time.time() - session['since']):.0f}s"
+    return state
+
+
 @click.command("status")
 @click.option("--full", is_flag=True, help="count every task's spec, owner and status (reads O(tasks) znodes)")
 @pass_ctx
@@ -43,7 +56,7 @@ def status(ctx: Ctx, full: bool) -> None:
     if st.brokers:
         click.echo(
             table(
-                ["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "TASKS", "SHUTDOWN"],
+                ["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "SESSION", "CAP", "RACK", "TASKS", "SHUTDOWN"],
                 [
                     [
                         b.broker_id,
@@ -52,6 +65,7 @@ def status(ctx: Ctx, full: bool) -> None:
                         b.host,
                         b.pid,
                         b.runner,
+                        session_text(b.session),
                         b.capacity,
                         b.rack,
                         b.tasks,
@@ -144,7 +158,21 @@ def broker_list(ctx: Ctx) -> None:
         return
     click.echo(
         table(
-            ["ID", "EPOCH", "GROUP", "HOST", "PID", "RUNNER", "CAP", "RACK", "INSTANCE", "TASKS", "SHUTDOWN", "SINCE"],
+            [
+                "ID",
+                "EPOCH",
+                "GROUP",
+                "HOST",
+                "PID",
+                "RUNNER",
+                "SESSION",
+                "CAP",
+                "RACK",
+                "INSTANCE",
+                "TASKS",
+                "SHUTDOWN",
+                "SINCE",
+            ],
             [
                 [
                     b.broker_id,
@@ -153,6 +181,7 @@ def broker_list(ctx: Ctx) -> None:
                     b.host,
                     b.pid,
                     b.runner,
+                    session_text(b.session),
                     b.capacity,
                     b.rack,
                     b.instance_id,

@@ -126,8 +126,50 @@ class Demo:
             state = st.state if st else "UNASSIGNED" if owner is None else "ASSIGNED"  # (no status written yet)
             if owner is not None and owner in self.killed:
                 state = "LOST"  # we killed it: its owner znode lasts until its session expires
-            by_task[t] = {"owner": owner, "state": state}
-        return {"controller": controller, "tasks": by_task}
+            batches = st.metrics.get("batches") if st and st.broker == owner else None
+            by_task[t] = {"owner": owner, "state": state, "batches": batches if isinstance(batches, int) else None}
+        return {"controller": controller, "tasks": by_task, "sessions": self.sessions(client, layout)}
+
+    def sessions(self, client: Any, layout: ZkLayout) -> dict[str, codecs.SessionInfo | None]:
+        """Each registered broker's compute session (None: none, or a registration that does not decode)."""
+        ids = sorted(client.get_children(layout.broker_ids))
+        out: dict[str, codecs.SessionInfo | None] = {}
+        for b, res in zip(ids, get_many(client, [layout.broker(b) for b in ids])):
+            if res is not None:
+                try:
+                    out[b] = codecs.decode(codecs.BrokerInfo, res[0]).session
+                except codecs.PayloadError:
+                    out[b] = None
+        return out
+
+    def running(self, d: dict[str, Any]) -> bool:
+        """A pipeline runs once its owner reports RUNNING and (spark) its first batch is committed."""
+        return bool(d["owner"]) and d["state"] == "RUNNING" and (self.runner != "spark" or bool(d["batches"]))
+
+    def waits(self, v: dict[str, Any]) -> str:
+        """What the pipelines and brokers wait for, one clause each: ``session starting broker-2 (6s)``,
+        ``first batch pipeline-3``, ``a broker pipeline-4``."""
+        starting = [
+            f"{b} ({time.time() - s.since:.0f}s)"
+            for b, s in sorted(v["sessions"].items())
+            if s is not None and s.state is codecs.SessionState.STARTING and b not in self.killed
+        ]
+        by_wait: dict[str, list[str]] = {}
+        for t, d in v["tasks"].items():
+            if self.running(d):
+                continue
+            if d["owner"] is None or d["state"] in ("UNASSIGNED", "LOST"):
+                wait = "a broker"
+            elif d["state"] in ("ASSIGNED", "STARTING"):
+                wait = "its start"
+            elif d["state"] == "RUNNING":
+                wait = "first batch"
+            else:
+                wait = d["state"].lower()
+            by_wait.setdefault(wait, []).append(t)
+        parts = [f"session starting {', '.join(starting)}"] if starting else []
+        parts += [f"{w} {', '.join(ts)}" for w, ts in by_wait.items()]
+        return "; ".join(parts)
 
     def sink_rows(self, task: str) -> int | None:
         """Rows the task's sink holds (committed files only): counted across moves, whoever wrote them
@@ -149,9 +191,12 @@ class Demo:
     def progress(self, client: Any, layout: ZkLayout, tasks: list[str], note: str = "") -> dict[str, Any]:
         """One status line; the tasks' table below it when an owner or a state changed (or every 10 s)."""
         v = self.view(client, layout, tasks)
-        running = sum(1 for d in v["tasks"].values() if d["owner"] and d["state"] == "RUNNING")
+        running = sum(1 for d in v["tasks"].values() if self.running(d))
+        waits = self.waits(v)
         self.say(
-            f"controller {v['controller']}: {running}/{len(tasks)} tasks running" + (f" -- {note}" if note else "")
+            f"controller {v['controller']}: {running}/{len(tasks)} tasks running"
+            + (f" -- {note}" if note else "")
+            + (f" (waiting for: {waits})" if waits else "")
         )
         shape = tuple((t, d["owner"], d["state"]) for t, d in v["tasks"].items())
         if shape != self._shape or time.monotonic() - self._shown_at >= 10.0:
@@ -210,14 +255,20 @@ class Demo:
                 "2 controller candidates and 3 brokers running as processes "
                 + " ".join(f"{n}:{p.pid}" for n, p in self.procs.items())
             )
+            self._wait_sessions(client, layout)
             tasks, expected, datagen = self._create_pipelines(client, layout)
+            created = time.monotonic()
             self.say(f"created {len(tasks)} {'streaming pipelines' if self.runner == 'spark' else 'no-op tasks'}")
 
             def all_running() -> bool:
                 v = self.view(client, layout, tasks)
-                return all(d["owner"] and d["state"] == "RUNNING" for d in v["tasks"].values())
+                return all(self.running(d) for d in v["tasks"].values())
 
             self._wait_showing(client, layout, tasks, all_running, 180, "starting")
+            self.say(
+                f"all {len(tasks)} pipelines running {time.monotonic() - created:.1f}s after their creation"
+                + (" (first batch committed)" if self.runner == "spark" else "")
+            )
             self._wait_showing(client, layout, tasks, lambda: False, 8 if self.runner == "spark" else 2, "")
             # kill -9 the broker running the most tasks
             v = self.view(client, layout, tasks)
@@ -274,6 +325,33 @@ class Demo:
             self.say("stopping everything this demo started")
             self.stop_all()
             self.say(f"done; logs and data in {self.state_dir}")
+
+    def _wait_sessions(self, client: Any, layout: ZkLayout, timeout: float = 180.0) -> None:
+        """Wait for every broker's session (Spark brokers start theirs before they join): the pipelines are
+        created on brokers that can run them at once. A session that failed ends the demo with its reason."""
+        deadline = time.monotonic() + timeout
+        last = 0.0
+        while time.monotonic() < deadline:
+            sessions = self.sessions(client, layout)
+            failed = {
+                b: s.error for b, s in sessions.items() if s is not None and s.state is codecs.SessionState.FAILED
+            }
+            if failed:
+                raise RuntimeError(f"a broker's session failed: {failed}")
+            starting = {b: s for b, s in sessions.items() if s is not None and s.state is codecs.SessionState.STARTING}
+            if not starting:
+                took = [f"{b} {s.startup_s:.1f}s" for b, s in sorted(sessions.items()) if s and s.startup_s is not None]
+                if took:
+                    self.say("brokers' Spark sessions ready: " + ", ".join(took))
+                return
+            if time.monotonic() - last >= 2.0:
+                self.say(
+                    "waiting for: session starting "
+                    + ", ".join(f"{b} ({time.time() - s.since:.0f}s)" for b, s in sorted(starting.items()))
+                )
+                last = time.monotonic()
+            time.sleep(0.2)
+        raise RuntimeError(f"the brokers' sessions did not start in {timeout:.0f}s")
 
     def _wait_showing(
         self, client: Any, layout: ZkLayout, tasks: list[str], cond: Callable[[], bool], timeout: float, note: str

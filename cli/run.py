@@ -172,6 +172,7 @@ _SPARK_OPTION_NAMES = {
     "master": ("master", "spark_master"),
     "conf": ("conf", "spark_conf", "config"),
     "checkpoint_root": ("checkpoint_root", "checkpoint_dir", "checkpoints_root", "checkpoint_location"),
+    "warm_session": ("warm_session",),
 }
 
 
@@ -259,6 +260,12 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     help="shared checkpoint storage for streaming tasks (spark runner)",
 )
 @click.option(
+    "--lazy-session",
+    is_flag=True,
+    default=False,
+    help="start the SparkSession with the first task instead of before joining the group (spark runner)",
+)
+@click.option(
     "--start-latency", type=click.FloatRange(min=0), default=None, help="seconds each start takes (noop runner)"
 )
 @click.option(
@@ -313,6 +320,7 @@ def broker_run(
     spark_master: str | None,
     spark_conf: dict[str, str],
     checkpoint_root: Path | None,
+    lazy_session: bool,
     start_latency: float | None,
     stop_latency: float | None,
     stop_hang: bool,
@@ -333,8 +341,10 @@ def broker_run(
     log_without_blocking(logging.getLogger().level)  # a full output pipe must not stall the fence's threads
 
     if runner == "noop":
-        if spark_master or spark_conf or checkpoint_root:
-            raise click.UsageError("--spark-master, --spark-conf and --checkpoint-root apply to --runner spark only")
+        if spark_master or spark_conf or checkpoint_root or lazy_session:
+            raise click.UsageError(
+                "--spark-master, --spark-conf, --checkpoint-root and --lazy-session apply to --runner spark only"
+            )
         options: dict[str, Any] = {
             k: v for k, v in (("start_latency_s", start_latency), ("stop_latency_s", stop_latency)) if v is not None
         }
@@ -343,7 +353,14 @@ def broker_run(
     else:
         if start_latency is not None or stop_latency is not None or stop_hang:
             raise click.UsageError("--start-latency, --stop-latency and --stop-hang apply to --runner noop only")
-        options = _spark_options({"master": spark_master, "conf": spark_conf, "checkpoint_root": checkpoint_root})
+        options = _spark_options(
+            {
+                "master": spark_master,
+                "conf": spark_conf,
+                "checkpoint_root": checkpoint_root,
+                "warm_session": False if lazy_session else None,
+            }
+        )
     settings = _settings(ctx, session_timeout)
     config = WorkerConfig(
         broker_id=broker_id,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from controller.protocol.codecs import SessionInfo
 from controller.protocol.taskspec import TaskSpec
 
 
@@ -53,6 +54,14 @@ class TaskRunner(abc.ABC):
     @abc.abstractmethod
     def status(self, task_id: str) -> RunStatus:
         """The task's current state; STOPPED for a task this runner does not run."""
+
+    def session_info(self) -> SessionInfo | None:
+        """The compute session its tasks share (a SparkSession), as the broker's registration reports it;
+        None: this runner has none (its broker is always ready for work)."""
+        return None
+
+    def warm_up(self) -> None:  # noqa: B027  (an optional hook: most runners have nothing to start)
+        """Start that session now, before the broker joins its group; raise with what to do if it cannot."""
 
     def running(self) -> set[str]:
         """Ids of the tasks this runner currently runs (started and not stopped)."""

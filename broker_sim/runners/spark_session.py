@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,40 @@ def spark_home() -> str:
     return home
 
 
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+
+def standalone_masters(master: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a ``spark://h1:p1,h2:p2`` master URL (none for local, yarn, k8s...)."""
+    if not master.startswith("spark://"):
+        return []
+    out = []
+    for part in master[len("spark://") :].split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise SparkSetupError(f"Spark master {master!r}: {part!r} is not host:port (spark://HOST:7077)")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def check_master_reachable(master: str, timeout: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a standalone master that answers on none of its addresses, at once and with what to do: Spark
+    itself retries for a minute and then leaves a SparkContext that never gets an executor."""
+    masters = standalone_masters(master)
+    errors = []
+    for host, port in masters:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc.strerror or exc}")
+    if masters:
+        raise SparkSetupError(
+            f"cannot reach the Spark master {master} ({'; '.join(errors)}): start it "
+            f"($SPARK_HOME/sbin/start-master.sh), fix --spark-master, or leave it out to run Spark locally"
+        )
+
+
 @dataclass
 class SessionHolder:
     """Creates the process's SparkSession on first use; ``stop`` also ends the JVM this holder launched.
@@ -89,6 +124,8 @@ class SessionHolder:
     _spark: Any = field(default=None, repr=False)
     _launched_jvm: bool = field(default=False, repr=False)
     startup_s: float | None = None
+    #: wall time the session's start began (None: not begun)
+    started_at: float | None = None
 
     def get(self) -> Any:
         with self._lock:
@@ -127,6 +164,8 @@ class SessionHolder:
         for var in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
             if var in os.environ:
                 raise SparkSetupError(f"{var} is set: the spark runner needs a classic (non-Connect) session")
+        self.started_at = time.time()
+        check_master_reachable(self.master)
         self._launched_jvm = SparkContext._gateway is None
         t0 = time.monotonic()
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
@@ -205,5 +244,6 @@ __all__ = [
     "is_local",
     "default_conf",
     "check_java",
+    "check_master_reachable",
     "spark_home",
 ]

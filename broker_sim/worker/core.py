@@ -65,6 +65,7 @@ from controller.protocol.codecs import (
     JoinResult,
     PayloadError,
     RunInterval,
+    SessionState,
 )
 from controller.protocol.layout import ZkLayout, check_name
 from controller.protocol.member import (
@@ -162,6 +163,7 @@ class Worker:
             rack=config.rack,
             instance_id=config.instance_id,
             runner=self.runner.name,
+            session=self.runner.session_info(),
         )
         self.registration = Registration(
             self.client, self.layout.broker(self.id), info, self.session, session_timeout_s
@@ -454,6 +456,8 @@ class Worker:
     def _on_connection(self, state: str) -> None:
         if state in ("STARTED",):
             self.registration.register()
+            if not self._warm_up():
+                return
             self._do(self.member.start(self._arm_watches()))
             self._enqueue(ShutdownRequested())
         elif state == str(KazooState.LOST):
@@ -480,6 +484,30 @@ class Worker:
                 self.fence.resume_if_alive("reconnected and our session is alive")
             self._enqueue(GroupStateEvent())
             self._enqueue(AssignmentEvent())
+
+    def _warm_up(self) -> bool:
+        """Before the first join: start the runner's session (a Spark broker's SparkSession), registered as
+        ``starting`` meanwhile, then report it ready. False: it cannot start; the registration says why and the
+        broker fails (the process exits with that message) rather than join a group it cannot serve."""
+        info = self.runner.session_info()
+        if info is not None and info.state is SessionState.STARTING:
+            log.info("worker %s: starting its %s session before joining", self.id, self.runner.name)
+            try:
+                self.runner.warm_up()
+            except Exception as exc:
+                self.failure = str(exc)
+                try:
+                    self.registration.report_session(self.runner.session_info())
+                except (KazooException, KazooTimeoutError, PayloadError):
+                    pass  # the failure is ours to report; the znode goes with the process
+                log.error("worker %s: %s", self.id, exc)
+                self.failed.set()
+                return False
+            info = self.runner.session_info()
+            log.info("worker %s: session ready in %.1fs", self.id, (info.startup_s or 0.0) if info else 0.0)
+        if self.registration.info.session != info:  # (also when a connection loss cut the last report short)
+            self.registration.report_session(info)
+        return True
 
     def _arm_watches(self) -> GroupStateInfo | None:
         """A new session (registered): arm every watch a member needs (the controller, a controlled-shutdown

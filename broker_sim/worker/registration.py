@@ -8,14 +8,14 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from controller.protocol import codecs
-from controller.protocol.codecs import BrokerInfo, PayloadError
+from controller.protocol.codecs import BrokerInfo, PayloadError, SessionInfo
 from controller.protocol.errors import ZkcError
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,13 @@ class Registration:
                         )
                 time.sleep(0.2)
         self.session.session_id = self.client.client_id[0]
+
+    def report_session(self, session: SessionInfo | None) -> None:
+        """Our compute session's readiness into our broker znode (the controller places no work on us until it
+        says ready); a later registration (a new session after LOST) carries it too."""
+        info = replace(self.info, session=session)
+        self.client.set(self.path, codecs.encode(info))
+        self.info = info
 
 
 def _process_alive(pid: int, broker_id: str) -> bool:

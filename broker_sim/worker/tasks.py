@@ -463,8 +463,11 @@ class TaskSupervisor:
             with table.lock:
                 slot = table.slots[t]
                 if st.metrics != slot.metrics:
+                    # a run's first batch is a milestone (what "running" means to a reader), written at once
+                    first_batch = not slot.metrics.get("batches") and bool(st.metrics.get("batches"))
                     slot.metrics = dict(st.metrics)
                     slot.metrics_dirty = True
+                    slot.dirty = slot.dirty or first_batch
             if st.state is RunState.FAILED:
                 self.stop_runner(t)
                 self.failed(t, st.error or "failed", st.trace)

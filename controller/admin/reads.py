@@ -66,6 +66,7 @@ def broker_view(
         tasks,
         shutting,
         stat.ctime / 1000.0,
+        session=None if info.session is None else codecs.to_jsonable(info.session),
     )
 
 

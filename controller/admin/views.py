@@ -152,6 +152,8 @@ class BrokerView:
     shutting_down: bool = False
     since: float = 0.0
     error: str | None = None
+    #: its compute session as registered: {"state": starting|ready|lazy|failed, "since", "startup_s", "error"}
+    session: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

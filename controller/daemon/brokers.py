@@ -4,6 +4,7 @@ changes, and controlled shutdown requests."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller.daemon import events as ev
@@ -42,7 +43,9 @@ class BrokerTracker:
         layout: ZkLayout,
         metrics: ControllerMetrics,
         operations: OperatorSettings,
+        on_readiness: Callable[[Sequence[str]], None],
     ) -> None:
+        self._on_readiness = on_readiness
         self._host = host
         self._zk = zk
         self._layout = layout
@@ -82,6 +85,7 @@ class BrokerTracker:
         left: list[str] = []
         bounced: list[str] = []
         gone = list(gone)
+        unready_before = ctx.unready_brokers()
         for b, res in zip(read, get_many(self._zk, [lay.broker(b) for b in read], watch=self.broker_watch)):
             old = ctx.brokers.get(b)
             if res is None:
@@ -98,6 +102,10 @@ class BrokerTracker:
                 left.append(b)
         delta = BrokerDelta(tuple(sorted(joined)), tuple(sorted(left)), tuple(sorted(bounced)))
         self._metrics.brokers.set(len(ctx.brokers))
+        flipped = sorted(unready_before ^ ctx.unready_brokers())
+        if flipped:  # a session became ready (its member may now be placed), or a broker stopped being ready
+            log.info("brokers whose session readiness changed: %s", flipped)
+            self._on_readiness(flipped)
         if not delta:
             return
         ctx.broker_changes.append(delta)

@@ -24,6 +24,7 @@ from controller.protocol.codecs import (
 )
 from controller.protocol.group import GroupCoordinator
 from controller.protocol.group_types import GroupConfig
+from controller.protocol.readiness import broker_ready
 from controller.protocol.taskspec import TaskSpec
 from controller.zk.client import ZkSettings
 
@@ -120,6 +121,10 @@ class ControllerContext:
     clean_exits: set[str] = field(default_factory=set)  # members that left by a controlled shutdown
     # ---- every part's writes: znodes known to exist (so a write needs no look-up first) ----
     known_paths: set[str] = field(default_factory=set)
+
+    def unready_brokers(self) -> set[str]:
+        """Brokers whose registration does not say their session is ready: no work for their members."""
+        return {b for b, r in self.brokers.items() if not broker_ready(r.info)}
 
     def group_tasks(self, group: str) -> dict[str, TaskDescriptor]:
         return {

@@ -131,7 +131,7 @@ class Controller:
         self.groups = GroupDriver(
             self, zk, lay, self.clock, self.metrics, self.id, config.group, self.grants, self.operations
         )
-        self.brokers = BrokerTracker(self, zk, lay, self.metrics, self.operations)
+        self.brokers = BrokerTracker(self, zk, lay, self.metrics, self.operations, self.groups.on_readiness)
         self.tasks = TaskTracker(
             self, zk, self.client, lay, self.clock, self.metrics, self.id, config.task_watch, self.groups
         )

@@ -5,6 +5,7 @@ fenced multis."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.exceptions import (
@@ -35,6 +36,7 @@ from controller.protocol.group_types import (
     WriteJoinResult,
 )
 from controller.protocol.layout import ZkLayout
+from controller.protocol.readiness import placeable
 from controller.zk import io as zkio
 from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many
 
@@ -280,7 +282,7 @@ class GroupDriver:
             ctx.member_sessions.pop((group, m), None)
         for key in [k for k in ctx.invalid_members if k[0] == group and k[1] not in children]:
             del ctx.invalid_members[key]
-        self.apply(group, coord.on_members(dict(current)))
+        self.apply(group, coord.on_members(self.placeable(group)))
 
     def on_member_changes(self, token: int, group: str, members: tuple[str, ...]) -> None:
         """Members rewrote their join requests or left: one pipelined re-read, one coordinator step."""
@@ -301,9 +303,22 @@ class GroupDriver:
                 bounced.append(m)
         coord = self.coordinator(group)
         if bounced:  # a restart the watches saw as one change: first the departure, then the new member
-            snapshot = {m: r for m, r in ctx.members.get(group, {}).items() if m not in bounced}
+            snapshot = {m: r for m, r in self.placeable(group).items() if m not in bounced}
             self.apply(group, coord.on_members(snapshot))
-        self.apply(group, coord.on_members(dict(ctx.members.get(group, {}))))
+        self.apply(group, coord.on_members(self.placeable(group)))
+
+    def placeable(self, group: str) -> dict[str, JoinRequest]:
+        """The group's members the coordinator sees: those whose broker's session is ready (``readiness``)."""
+        ctx = context_of(self._host)
+        return placeable(ctx.members.get(group, {}), ctx.unready_brokers())
+
+    def on_readiness(self, brokers: Sequence[str]) -> None:
+        """Brokers' sessions became ready (or stopped being): the groups they are members of see their members
+        again, so a member that waited for its session joins the next generation."""
+        ctx = context_of(self._host)
+        for g in sorted(ctx.members):
+            if any(b in ctx.members[g] for b in brokers) and g in ctx.groups:
+                self.apply(g, ctx.groups[g].on_members(self.placeable(g)))
 
     def on_sync_proposal(self, token: int, group: str, generation: int) -> None:
         if not self._host.current(token):

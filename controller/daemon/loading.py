@@ -37,6 +37,7 @@ from controller.protocol.codecs import (
     PayloadError,
 )
 from controller.protocol.layout import ZkLayout
+from controller.protocol.readiness import placeable
 from controller.zk.io import (
     InterruptibleClient,
     children_many,
@@ -390,7 +391,13 @@ class FailoverLoad:
             coord = self._groups.new_coordinator(g)
             try:
                 self._host.apply(
-                    g, coord.load(decoded.states[g], ctx.members[g], ctx.group_tasks(g), decoded.assignments[g])
+                    g,
+                    coord.load(
+                        decoded.states[g],
+                        placeable(ctx.members[g], ctx.unready_brokers()),
+                        ctx.group_tasks(g),
+                        decoded.assignments[g],
+                    ),
                 )
             except PayloadError as exc:  # one group that cannot be written must not stop the activation
                 log.error("group %s cannot be scheduled: %s", g, exc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import threading
 import types
 import typing
@@ -63,9 +64,48 @@ class ControllerInfo:
     since: float
 
 
+class SessionState(str, enum.Enum):
+    """Where a broker's compute session (a Spark broker's SparkSession) is: ``starting`` (not yet: no work for
+    it), ``ready``, ``lazy`` (started by the first task, as asked), ``failed`` (it cannot start: no work)."""
+
+    STARTING = "starting"
+    READY = "ready"
+    LAZY = "lazy"
+    FAILED = "failed"
+
+
+MAX_SESSION_ERROR_CHARS = 500
+MAX_SESSION_STARTUP_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A broker's compute session as its registration reports it: untrusted, so bounded here (a value out of
+    range is a PayloadError, and the controller then treats the broker as not ready)."""
+
+    state: SessionState
+    since: float  # wall time the session's start began (lazy: the registration's)
+    startup_s: float | None = None  # how long the start took, once ready
+    error: str | None = None  # why it failed
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.since) or self.since < 0:
+            raise ValueError(f"since {self.since!r} is not a wall time")
+        if self.startup_s is not None and not 0 <= self.startup_s <= MAX_SESSION_STARTUP_S:
+            raise ValueError(f"startup_s {self.startup_s!r} is not within 0..{MAX_SESSION_STARTUP_S:.0f}")
+        if self.error is not None and len(self.error) > MAX_SESSION_ERROR_CHARS:
+            raise ValueError(f"error is over {MAX_SESSION_ERROR_CHARS} characters")
+
+    @property
+    def ready(self) -> bool:
+        """Whether the broker may be given work: its session runs, or it asked to start it lazily."""
+        return self.state in (SessionState.READY, SessionState.LAZY)
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
-    """``/brokers/ids/<id>``: a live worker. Its broker epoch is the znode's czxid, not a field."""
+    """``/brokers/ids/<id>``: a live worker. Its broker epoch is the znode's czxid, not a field. ``session``:
+    its compute session (None: a runner without one, always ready)."""
 
     broker_id: str
     host: str
@@ -75,6 +115,7 @@ class BrokerInfo:
     rack: str | None = None
     instance_id: str | None = None
     runner: str = "noop"
+    session: SessionInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -684,7 +725,12 @@ def _dataclass_converter(tp: type) -> Converter:
                 kwargs[name] = conv(value[name], path, _sub(where, name))
             elif required:
                 raise PayloadError(path, f"missing field '{_sub(where, name)}'")
-        return tp(**kwargs)
+        try:
+            return tp(**kwargs)
+        except PayloadError:
+            raise
+        except ValueError as exc:  # a payload's own bounds (``__post_init__``)
+            raise PayloadError(path, f"{_label(where)}: {exc}") from None
 
     return conv_dataclass
 
