@@ -103,7 +103,7 @@ class Cluster:
         return AdminClient(self.zk, self.layout)
 
     # ---- processes --------------------------------------------------------------------------------------
-    def start_worker(self, bid: str, group: str = "default") -> subprocess.Popen:
+    def start_worker(self, bid: str, group: str = "default", lazy: bool = False) -> subprocess.Popen:
         cmd = [
             sys.executable,
             "-m",
@@ -121,6 +121,7 @@ class Cluster:
             "--checkpoint-root",
             str(self.workdir / "checkpoints"),
             *WORKER_SPARK,
+            *(["--lazy-session"] if lazy else []),
         ]
         with open(self.workdir / "logs" / f"{bid}.log", "ab") as log:  # the child keeps its own copy of the fd
             proc = subprocess.Popen(
@@ -282,7 +283,7 @@ def cluster(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     ctl = Controller(ControllerConfig("ctl", settings, GroupConfig(rebalance_timeout_s=20))).start()
     try:
         for bid, group in (("A", "default"), ("C", "sdp"), ("D", "sdp")):
-            c.start_worker(bid, group)
+            c.start_worker(bid, group, lazy=group == "sdp")  # C and D run Spark Connect servers, no session
         c.until(lambda: c.live_brokers() >= {"A", "C", "D"}, 90, "workers A, C and D to register")
         yield c
     finally:

@@ -71,6 +71,36 @@ def test_reads_docs_and_metrics(api):
     assert TOKEN not in cluster.log("api")
 
 
+def test_metrics_carry_each_task_s_figures_validated(api):
+    """A pipeline's figures as its owner reports them become per-task gauges on /metrics (task and group
+    labels only); a figure that is not a valid number is left out, and a task nobody runs has none."""
+    from controller.protocol import codecs
+    from controller.protocol.codecs import OwnerInfo, TaskStatus
+
+    cluster, zk, layout = api
+    specs = [{"id": t, "group": "figures", "pipeline": NOOP} for t in ("fig-1", "fig-2")]
+    assert cluster.request("POST", "/api/v1/tasks", specs).status == 201
+    # fig-1 is run by "broker x" (this test's session, as a broker's would hold it) and reports its figures
+    zk.create(layout.task_owner("fig-1"), codecs.encode(OwnerInfo("x", 1)), ephemeral=True, makepath=True)
+    metrics = {"rows": 1200, "batches": 8, "input_rows_per_s": 150.5, "backlog_files": 3, "processed_rows_per_s": "x"}
+    status = TaskStatus("x", "RUNNING", 1, time.time(), metrics=metrics, session=codecs.session_hex(zk.client_id[0]))
+    zk.create(layout.status("fig-1"), codecs.encode(status), makepath=True)
+
+    def scrape() -> str | None:
+        with urllib.request.urlopen(cluster.base + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return text if 'zkc_task_rows{group="figures",task="fig-1"} 1200.0' in text else None
+
+    text = wait_until(scrape, 20, "fig-1's figures on /metrics (cached at most 5 s)")
+    assert 'zkc_task_backlog_files{group="figures",task="fig-1"} 3.0' in text
+    assert 'zkc_task_input_rows_per_second{group="figures",task="fig-1"} 150.5' in text
+    assert 'zkc_task_running{group="figures",task="fig-1"} 1.0' in text
+    assert 'zkc_task_processed_rows_per_second{group="figures",task="fig-1"}' not in text  # not a number
+    assert 'zkc_task_running{group="figures",task="fig-2"} 0.0' in text
+    assert 'zkc_task_rows{group="figures",task="fig-2"}' not in text  # nobody runs it: no figures
+    assert "zkc_task_metrics_truncated 0.0" in text
+
+
 def test_writes_need_the_token_reads_do_not(api):
     cluster, zk, layout = api
     spec = {"id": "auth-1", "pipeline": NOOP}

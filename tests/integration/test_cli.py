@@ -354,7 +354,8 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
     until(lambda: all(r["status"] == "RUNNING" for r in ok_json(cli_env, "task", "list")), what="statuses")
     assert {t: r["owner"] for t, r in rows.items()} == placed
     table = ok(cli_env, "task", "list").splitlines()
-    assert table[0].split() == ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "ERROR"] and len(table) == 5
+    header = ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "RATE", "BACKLOG", "ERROR"]
+    assert table[0].split() == header and len(table) == 5
 
     assert "Task t1 paused" in ok(cli_env, "task", "pause", "t1")
     cluster.wait_running({"t2", "t3", "t4"})
