@@ -7,6 +7,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from controller.admin.cluster import ClusterAdmin
+from controller.admin.offsets import OffsetAdmin
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
 from controller.admin.restarts import RestartAdmin
@@ -22,13 +23,25 @@ class AdminClient:
     The parts are composed as kazoo attaches its recipes: each gets the client, the layout and the shared
     reads (and a callable where it needs another part's answer), and each of its requests is bound here."""
 
-    def __init__(self, client: KazooClient, layout: ZkLayout, *, retries: int = 5) -> None:
+    def __init__(
+        self, client: KazooClient, layout: ZkLayout, *, retries: int = 5, checkpoint_root: str | None = None
+    ) -> None:
         self.client = client
         self.layout = layout
         self.retries = retries
         self.reads = ClusterReads(client, layout)
         self.settings_admin = SettingsAdmin(client, layout, retries=retries)
-        self.tasks = TaskAdmin(client, layout, self.reads, retries=retries)
+        self.offsets_admin = OffsetAdmin(client, layout, self.reads, checkpoint_root)
+        self.tasks = TaskAdmin(
+            client,
+            layout,
+            self.reads,
+            retries=retries,
+            resume_guard=self.offsets_admin.check_resume,
+            record=self.offsets_admin.record,
+            checkpoint_size=self.offsets_admin.checkpoint_size,
+            purge=self.offsets_admin.purge_note,
+        )
         self.restarts = RestartAdmin(client, layout, self.reads, self.tasks.list_tasks, retries=retries)
         self.cluster = ClusterAdmin(client, layout, self.reads, self.settings_admin.maintenance)
         self.rolls = RollAdmin(client, layout)
@@ -44,6 +57,14 @@ class AdminClient:
         self.restart = self.tasks.restart
         self.reassign = self.tasks.reassign
         self.intervals = self.tasks.intervals
+        # run state and offsets
+        self.stop = self.offsets_admin.stop
+        self.stop_state = self.offsets_admin.stop_state
+        self.offsets = self.offsets_admin.offsets
+        self.reset_offsets = self.offsets_admin.reset_offsets
+        self.history = self.offsets_admin.history
+        self.checkpoint_size = self.offsets_admin.checkpoint_size
+        self.purge_checkpoint = self.offsets_admin.purge_checkpoint
         # restarts
         self.restart_tasks = self.restarts.restart_tasks
         # cluster

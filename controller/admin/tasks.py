@@ -45,8 +45,9 @@ from controller.admin.views import (
 )
 from controller.protocol import codecs, tally
 from controller.protocol.codecs import PayloadError
+from controller.protocol.errors import ZkcError
 from controller.protocol.layout import BUCKET_NAMES, BUCKETS, InvalidName, ZkLayout, bucket_of, check_name
-from controller.protocol.taskspec import DeclarativePipeline, SpecError, TaskSpec, decode_task
+from controller.protocol.taskspec import DeclarativePipeline, SparkPipeline, SpecError, TaskSpec, decode_task
 from controller.zk.io import Op, SetData, multi_children
 
 
@@ -61,11 +62,31 @@ def _in_bucket(name: str, bucket: str) -> bool:
 class TaskAdmin:
     """The task part of ``AdminClient``: writes through the client, reads through the shared reads."""
 
-    def __init__(self, client: KazooClient, layout: ZkLayout, reads: ClusterReads, *, retries: int = 5) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        layout: ZkLayout,
+        reads: ClusterReads,
+        *,
+        retries: int = 5,
+        resume_guard: Callable[[str], int | None] | None = None,
+        record: Callable[[str, str, str], None] | None = None,
+        checkpoint_size: Callable[[str], Any] | None = None,
+        purge: Callable[[str], str] | None = None,
+    ) -> None:
         self.client = client
         self.layout = layout
         self.reads = reads
         self.retries = retries
+        #: before a resume: refuses during a reset of the task's offsets, else the history znode's version that
+        #: the resume's write checks (None: no history)
+        self.resume_guard = resume_guard
+        #: appends an event to the task's history (task, action, detail)
+        self.record = record
+        #: the task's checkpoint size, for ``describe`` of a streaming spark task
+        self.checkpoint_size = checkpoint_size
+        #: removes a deleted task's checkpoint, saying what it removed
+        self.purge = purge
 
     # ---- tasks ------------------------------------------------------------------------------------
     def create_tasks(self, specs: Sequence[TaskSpec], dry_run: bool = False) -> CreateResult:
@@ -88,16 +109,21 @@ class TaskAdmin:
             tally_ops = self._tally_ops(specs) if use_tally else self._check_group_payloads(specs)
             lay = self.layout
             ids = [s.id for s in specs]
-            stats = exists_many(self.client, [lay.task(t) for t in ids] + [lay.status(t) for t in ids])
+            stats = exists_many(
+                self.client,
+                [lay.task(t) for t in ids] + [lay.status(t) for t in ids] + [lay.task_history(t) for t in ids],
+            )
             existing = [t for t, st in zip(ids, stats[: len(ids)]) if st is not None]
             if existing:
                 raise Conflict(
                     f"task{'s' if len(existing) > 1 else ''} already exist{'' if len(existing) > 1 else 's'}: "
                     f"{', '.join(existing[:20])}{' ...' if len(existing) > 20 else ''}; nothing was created"
                 )
-            stale = [t for t, st in zip(ids, stats[len(ids) :]) if st is not None]
+            stale = [t for t, st in zip(ids, stats[len(ids) : 2 * len(ids)]) if st is not None]
+            old_history = [t for t, st in zip(ids, stats[2 * len(ids) :]) if st is not None]  # a deleted namesake's
             ops: list[Op] = list(tally_ops)
             ops += [Create(lay.task(s.id), data) for s, data in payloads] + [Delete(lay.status(t)) for t in stale]
+            ops += [Delete(lay.task_history(t)) for t in old_history]
             batches = chunk_ops(ops)
             as_json = tuple(s.model_dump(mode="json", by_alias=True) for s in specs)
             if dry_run:
@@ -372,8 +398,9 @@ class TaskAdmin:
             lay.status(task_id),
             lay.admin_delete_task(task_id),
             lay.admin_reassign_of(task_id),
+            lay.task_history(task_id),
         ]
-        spec_res, owner_res, status_res, delete_res, reassign_res = self.reads.wave(paths)[0]
+        spec_res, owner_res, status_res, delete_res, reassign_res, history_res = self.reads.wave(paths)[0]
         if spec_res is None:
             raise NotFound(f"unknown task {task_id!r}")
         spec, spec_dict, invalid = None, None, None
@@ -385,6 +412,18 @@ class TaskAdmin:
         owner, owner_err = decode_read(codecs.OwnerInfo, owner_res, paths[1])
         status, status_err = decode_read(codecs.TaskStatus, status_res, paths[2])
         reassign, _ = decode_read(codecs.ReassignRequest, reassign_res, paths[4])
+        history, _ = decode_read(codecs.TaskHistory, history_res, paths[5])
+        checkpoint = None
+        if (
+            spec is not None
+            and self.checkpoint_size is not None
+            and isinstance(spec.pipeline, SparkPipeline)
+            and spec.pipeline.mode == "streaming"
+        ):
+            try:
+                checkpoint = self.checkpoint_size(task_id)
+            except ZkcError as exc:  # a root this process cannot read (another scheme)
+                checkpoint = {"error": str(exc)}
         stale = stale_after(status, owner, owner_res[1].ephemeralOwner if owner_res else None)
         since = None
         if spec_dict is not None:
@@ -416,11 +455,18 @@ class TaskAdmin:
             shown="INVALID" if invalid else shown_status(status, stale, since),
             unassigned_since=since,
             restart=restart_progress(spec.restart, status) if spec is not None else None,
+            checkpoint=checkpoint,
+            history=history.events if history else (),
         )
 
-    def delete_task(self, task_id: str, wait: float = 0.0, progress: Progress | None = None) -> AdminRequest:
-        """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it."""
+    def delete_task(
+        self, task_id: str, wait: float = 0.0, progress: Progress | None = None, purge_checkpoint: bool = False
+    ) -> AdminRequest:
+        """Ask the controller to delete the task: it revokes it, waits for the owner to let go, deletes it. The
+        checkpoint is kept, unless ``purge_checkpoint`` (which needs ``wait``): removed once the task is gone."""
         lay = self.layout
+        if purge_checkpoint and (wait <= 0 or self.purge is None):
+            raise AdminError("--purge-checkpoint needs --wait: the checkpoint is removed once the task is deleted")
         if self.client.exists(lay.task(task_id)) is None:
             raise NotFound(f"unknown task {task_id!r}")
         path = lay.admin_delete_task(task_id)
@@ -430,20 +476,45 @@ class TaskAdmin:
             done = wait_watched(
                 lambda w: self.client.exists(lay.task(task_id), watch=w) is None, wait, progress=progress
             )
-        return AdminRequest("delete", task_id, path, already, done, self.reads.controller_note())
+        notes = self.reads.controller_note()
+        if purge_checkpoint and done and self.purge is not None:
+            notes += (self.purge(task_id),)
+        return AdminRequest("delete", task_id, path, already, done, notes)
 
     def pause(self, task_id: str) -> TaskChange:
         return self._update(task_id, "pause", lambda s: s.with_state("PAUSED") if s.state != "PAUSED" else None)
 
     def resume(self, task_id: str) -> TaskChange:
-        return self._update(task_id, "resume", lambda s: s.with_state("RUNNING") if s.state != "RUNNING" else None)
+        """RUNNING again (from PAUSED or STOPPED); refused while a reset of its offsets is under way."""
+        before: list[str] = []
+
+        def change(s: TaskSpec) -> TaskSpec | None:
+            before[:] = [s.state]
+            return s.with_state("RUNNING") if s.state != "RUNNING" else None
+
+        guard = self.resume_guard
+
+        def stopped_guard(t: str) -> int | None:  # only a STOPPED task's offsets can be being reset
+            return guard(t) if guard is not None and before == ["STOPPED"] else None
+
+        done = self._update(task_id, "resume", change, guard=stopped_guard)
+        if done.changed and before == ["STOPPED"] and self.record is not None:
+            self.record(task_id, "resume", "was STOPPED")
+        return done
 
     def restart(self, task_id: str) -> TaskChange:
         """Bump ``restart_nonce``: the owner stops and starts the task again (failure count reset)."""
         return self._update(task_id, "restart", lambda s: s.model_copy(update={"restart_nonce": s.restart_nonce + 1}))
 
-    def _update(self, task_id: str, action: str, change: Callable[[TaskSpec], TaskSpec | None]) -> TaskChange:
-        """Read-modify-write of the spec, conditional on the znode version (retried on a concurrent change)."""
+    def _update(
+        self,
+        task_id: str,
+        action: str,
+        change: Callable[[TaskSpec], TaskSpec | None],
+        guard: Callable[[str], int | None] | None = None,
+    ) -> TaskChange:
+        """Read-modify-write of the spec, conditional on the znode version (retried on a concurrent change).
+        ``guard`` may refuse, or name the version of the task's history that the write also checks."""
         path = self.layout.task(task_id)
         for _ in range(self.retries):
             spec, stat, deleting = self.reads.spec(task_id)
@@ -452,8 +523,20 @@ class TaskAdmin:
             new = change(spec)
             if new is None:
                 return TaskChange(task_id, action, False, spec.state, spec.restart_nonce, stat.version)
+            history_version = guard(task_id) if guard is not None else None
             try:
-                new_stat = self.client.set(path, new.encode(), version=stat.version)
+                if history_version is None:
+                    new_stat = self.client.set(path, new.encode(), version=stat.version)
+                else:
+                    t = self.client.transaction()
+                    t.check(self.layout.task_history(task_id), history_version)
+                    t.set_data(path, new.encode(), version=stat.version)
+                    results = t.commit()
+                    if isinstance(results[1], NoNodeError):
+                        raise NoNodeError
+                    if isinstance(results[0], Exception) or isinstance(results[1], Exception):
+                        continue  # the spec or the history changed (a reset began): look again
+                    new_stat = results[1]
             except BadVersionError:
                 continue
             except NoNodeError:

@@ -36,7 +36,7 @@ class CreateResult:
 class TaskRow:
     task_id: str
     group: str | None = None
-    state: str | None = None  # the spec's state: RUNNING | PAUSED (None when the spec is invalid)
+    state: str | None = None  # the spec's state: RUNNING | PAUSED | STOPPED (None when the spec is invalid)
     kind: str | None = None  # pipeline kind
     weight: int | None = None
     owner: str | None = None  # broker holding /tasks/<id>/owner
@@ -95,12 +95,14 @@ class TaskDescription:
     shown: str | None = None
     unassigned_since: float | None = None
     restart: RestartProgress | None = None
+    checkpoint: Any = None  # a streaming spark task's checkpoint: path, exists, bytes, files (``CheckpointSize``)
+    history: tuple[codecs.HistoryEvent, ...] = ()  # its recorded stops, resumes from STOPPED and resets
 
 
 @dataclass(frozen=True)
 class TaskChange:
     task_id: str
-    action: str  # pause | resume | restart
+    action: str  # pause | resume | restart | stop
     changed: bool
     state: str
     restart_nonce: int
@@ -288,8 +290,8 @@ def restart_candidates(rows: Any, only_failed: bool) -> tuple[list[str], list[Sk
             skipped.append(SkippedRestart(r.task_id, f"invalid spec: {r.invalid}"))
         elif r.deleting:
             skipped.append(SkippedRestart(r.task_id, "being deleted"))
-        elif r.state == "PAUSED":
-            skipped.append(SkippedRestart(r.task_id, "PAUSED: resume it to run it again"))
+        elif r.state in ("PAUSED", "STOPPED"):
+            skipped.append(SkippedRestart(r.task_id, f"{r.state}: resume it to run it again"))
         else:
             chosen.append(r.task_id)
     return chosen, skipped

@@ -279,8 +279,9 @@ class TaskTracker:
         )
 
     def flush_deletions(self) -> None:
-        """Delete the tasks whose owner is gone, with their statuses and requests: a task, its status and
-        its request go in the same fenced multi, and the statuses to delete come from one listing."""
+        """Delete the tasks whose owner is gone, with their statuses, histories and requests: a task, its status,
+        its history and its request go in the same fenced multi; the statuses to delete come from one listing,
+        the histories from one pipelined ``exists``."""
         ctx, lay = context_of(self._host), self._layout
         now = self._clock.now()
         ready = {
@@ -295,7 +296,14 @@ class TaskTracker:
             return  # more releases are on their way: delete them together
         done = sorted(ready)
         statuses = set(list_buckets(self._zk, sorted({lay.status_bucket(t) for t in done}), "task id"))
-        groups = [[lay.task(t)] + ([lay.status(t)] if t in statuses else []) + [lay.admin_delete_task(t)] for t in done]
+        history = {t for t, st in zip(done, exists_many(self._zk, [lay.task_history(t) for t in done])) if st}
+        groups = [
+            [lay.task(t)]
+            + ([lay.status(t)] if t in statuses else [])
+            + ([lay.task_history(t)] if t in history else [])
+            + [lay.admin_delete_task(t)]
+            for t in done
+        ]
         present = {p for t, g in zip(done, groups) for p in g[1:]}  # the listings say so
         present |= {lay.task(t) for t in done if t in ctx.tasks or t in ctx.invalid_tasks}
         blocked = {done[i] for i in self._host.write(lambda: writer_of(self._host).delete_groups(groups, present))}

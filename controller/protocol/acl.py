@@ -244,7 +244,7 @@ RULES: dict[str, dict[str, int]] = {
     "intervals": _rule(broker=R | C | D),  # /intervals
     "interval": _rule(broker=RWCD),  # /intervals/<b>
     "admin": _rule(admin=ALL),  # /admin
-    "admin_queue": _rule(admin=ALL, controller=R | D),  # /admin/{rebalance,reassign,delete_tasks}
+    "admin_queue": _rule(admin=ALL, controller=R | D),  # /admin/{rebalance,reassign,delete_tasks,task_history}
     "admin_request": _rule(admin=ALL),  # their children
     "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
     "shutdown_request": _rule(admin=ALL, broker=RWCD),  # /admin/controlled_shutdown/<b>
@@ -314,7 +314,7 @@ def classify(layout: ZkLayout, path: str) -> str:
             return "tallies" if n == 2 else "tally" if n == 3 else "other"
         if parts[1] == "controlled_shutdown":
             return "shutdown_queue" if n == 2 else "shutdown_request" if n == 3 else "other"
-        if parts[1] in ("rebalance", "reassign", "delete_tasks"):
+        if parts[1] in ("rebalance", "reassign", "delete_tasks", "task_history"):
             return "admin_queue" if n == 2 else "admin_request" if n == 3 else "other"
     return "other"
 

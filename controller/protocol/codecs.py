@@ -343,6 +343,29 @@ class GroupTally:
 
 
 @dataclass(frozen=True)
+class HistoryEvent:
+    """One operator action on a task: when (the admin's clock), what, and what it did."""
+
+    at: float
+    action: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TaskHistory:
+    """``/admin/task_history/<id>``: the task's last operator actions on its run state and offsets (stop,
+    reset), newest last, at most ``HISTORY_EVENTS``. ``resetting``: when a reset of its checkpoint began and
+    has not finished; a resume waits for it (or for ``RESET_LEASE_S`` to pass, should the reset have died)."""
+
+    events: tuple[HistoryEvent, ...] = ()
+    resetting: float | None = None
+
+
+HISTORY_EVENTS = 50
+RESET_LEASE_S = 300.0
+
+
+@dataclass(frozen=True)
 class LayoutInfo:
     """``/layout``: the root's layout version and bucket count. Written last when a root is laid out or
     migrated, so a root without it is fresh (no entries) or flat (an earlier release's, to migrate)."""
@@ -360,6 +383,7 @@ class GroupTaskCount:
     running: int = 0
     paused: int = 0
     assigned: int = 0
+    stopped: int = 0
 
 
 @dataclass(frozen=True)

@@ -246,6 +246,14 @@ class ZkLayout:
         return self._p("admin", "delete_tasks", check_name("task id", task_id))
 
     @property
+    def admin_task_history(self) -> str:
+        """Per task, its operator actions on run state and offsets (``TaskHistory``)."""
+        return self._p("admin", "task_history")
+
+    def task_history(self, task_id: str) -> str:
+        return self._p("admin", "task_history", check_name("task id", task_id))
+
+    @property
     def group_tallies(self) -> str:
         """Per group, the task count and payload size a create checks against the budget (``GroupTally``)."""
         return self._p("admin", "group_tasks")
@@ -287,6 +295,7 @@ class ZkLayout:
             self.admin_reassign,
             self.admin_delete_tasks,
             self.group_tallies,
+            self.admin_task_history,
             self.settings,
             self.maintenance,
         )

@@ -32,9 +32,11 @@ def summarize(
     by_state: Counter[str] = Counter()
     running: Counter[str] = Counter()
     paused: Counter[str] = Counter()
+    stopped: Counter[str] = Counter()
+    per_state = {"RUNNING": running, "PAUSED": paused, "STOPPED": stopped}
     for spec in tasks.values():
         by_state[spec.state] += 1
-        (running if spec.state == "RUNNING" else paused)[spec.group] += 1
+        per_state[spec.state][spec.group] += 1
     by_broker: Counter[str] = Counter()
     assigned_in: Counter[str] = Counter()
     for group, members in assignments.items():
@@ -43,8 +45,8 @@ def summarize(
             by_broker[member] += len(live)
             assigned_in[group] += len(live)
     groups = tuple(
-        GroupTaskCount(group=g, running=running[g], paused=paused[g], assigned=assigned_in[g])
-        for g in sorted(set(running) | set(paused) | set(assigned_in))
+        GroupTaskCount(group=g, running=running[g], paused=paused[g], assigned=assigned_in[g], stopped=stopped[g])
+        for g in sorted(set(running) | set(paused) | set(stopped) | set(assigned_in))
     )
     assigned = sum(assigned_in.values())
     return ClusterSummary(

@@ -227,14 +227,17 @@ class RestartPolicy(_Model):
 
 
 class TaskSpec(_Model):
-    """A task: one pipeline, in one group, RUNNING or PAUSED."""
+    """A task: one pipeline, in one group, RUNNING, PAUSED or STOPPED."""
 
     version: int = Field(
         default=SPEC_VERSION, strict=True, description=f"the spec format; {SPEC_VERSION} (may be left out)"
     )
     id: str = Field(pattern=NAME_PATTERN, description="the task's name, unique in the cluster")
     group: str = Field(default="default", pattern=NAME_PATTERN, description="the group of brokers that runs it")
-    state: Literal["RUNNING", "PAUSED"] = Field(default="RUNNING", description="PAUSED: nobody runs it")
+    state: Literal["RUNNING", "PAUSED", "STOPPED"] = Field(
+        default="RUNNING",
+        description="PAUSED: nobody runs it; STOPPED: nobody runs it, confirmed, and its offsets may be reset",
+    )
     weight: int = Field(default=1, ge=1, le=1000, description="its share of a broker's capacity")
     placement: Placement = Field(default_factory=Placement, description="pins and rack preference")
     restart: RestartPolicy = Field(default_factory=RestartPolicy, description="automatic restarts after failures")

@@ -185,7 +185,7 @@ def ensure_layout(client: KazooClient, layout: ZkLayout) -> None:
     laid_out = check_root(client, layout)
     client.ensure_path(layout.root)
     # absent: the defaults (no throttle, maintenance off; creates measure their groups each time)
-    optional = {layout.settings, layout.maintenance, layout.group_tallies}
+    optional = {layout.settings, layout.maintenance, layout.group_tallies, layout.admin_task_history}
     for path in layout.persistent_roots():
         try:
             client.ensure_path(path)

@@ -25,6 +25,14 @@ def test_counts_by_state_group_and_assignment():
     assert codecs.decode(ClusterSummary, codecs.encode(s)) == s
 
 
+def test_stopped_tasks_count_apart_from_paused_and_are_never_assigned():
+    tasks = {t.id: t for t in (_spec("a"), _spec("p", state="PAUSED"), _spec("s", state="STOPPED"))}
+    s = summarize(3, 100.0, tasks, {}, set(), {"g": {"w1": ("a", "s")}})  # an assignment not yet revoked
+    assert s.by_state == {"PAUSED": 1, "RUNNING": 1, "STOPPED": 1}
+    assert s.assigned == 1 and s.unassigned == 0
+    assert s.groups == (GroupTaskCount("g", running=1, paused=1, assigned=1, stopped=1),)
+
+
 def test_written_when_changed_or_every_rewrite_period_and_trusted_while_fresh():
     first = summarize(3, 100.0, {"a": _spec("a")}, {}, set(), {})
     plan = SummaryPlan()

@@ -198,7 +198,7 @@ MALFORMED = [
     ),
     (spark(transform={"sql": "SELECT 1"}), "pipeline", ["transform.sql must read from the view named 'input'"], False),
     (spark(mode="batch"), "pipeline", ["the rate source is streaming-only"], False),
-    (spec(state="STOPPED"), "state", ['"STOPPED" is not one of RUNNING, PAUSED'], True),
+    (spec(state="SLEEPING"), "state", ['"SLEEPING" is not one of RUNNING, PAUSED, STOPPED'], True),
     (spec(weight=0), "weight", ["a whole number from 1 to 1000", "not 0"], True),
     (spec(weight="heavy"), "weight", ["a whole number from 1 to 1000", '"heavy"'], True),
     (spec(group="x/y"), "group", ["a name of 1-200 characters from A-Z a-z 0-9 . _ -"], True),

@@ -1,5 +1,5 @@
-"""``/api/v1/tasks``: list, create, restart many; one task's description, pause, resume, restart, reassign and
-delete."""
+"""``/api/v1/tasks``: list, create, restart many; one task's description, pause, resume, stop, restart, reassign,
+delete, its offsets and their reset."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 from fastapi import APIRouter, Body, Query, Response
 
 from controller.admin import to_dict
+from controller.admin.common import AdminError
+from controller.admin.offsets import ResetTarget
 from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
-from controller.api.errors import ApiError
+from controller.api.errors import ApiError, error_response
 from controller.protocol.taskspec import SpecError, parse_spec
 
 
@@ -78,9 +80,16 @@ def router(ctx: ApiContext) -> APIRouter:
     def describe_task(task_id: str) -> dict[str, Any]:
         return json_object(ctx.admin().describe_task(task_id))
 
-    @r.delete("/{task_id}", summary="Delete a task (the controller revokes it first)")
-    def delete_task(task_id: str, wait: bool = False, timeout: float = 60.0) -> Any:
-        return ctx.done_or_504(ctx.admin().delete_task(task_id, wait=ctx.waited(wait, timeout)), wait)
+    @r.delete(
+        "/{task_id}",
+        summary="Delete a task (the controller revokes it first); purge_checkpoint (with wait) also removes its "
+        "streaming checkpoint once it is deleted",
+    )
+    def delete_task(task_id: str, wait: bool = False, timeout: float = 60.0, purge_checkpoint: bool = False) -> Any:
+        if purge_checkpoint and not wait:
+            raise ApiError(422, "invalid_parameter", "purge_checkpoint needs wait=true")
+        waited = ctx.waited(wait, timeout)
+        return ctx.done_or_504(ctx.admin().delete_task(task_id, wait=waited, purge_checkpoint=purge_checkpoint), wait)
 
     @r.put("/{task_id}/pause", summary="Pause a task")
     def pause(task_id: str) -> dict[str, Any]:
@@ -89,6 +98,37 @@ def router(ctx: ApiContext) -> APIRouter:
     @r.put("/{task_id}/resume", summary="Resume a task")
     def resume(task_id: str) -> dict[str, Any]:
         return json_object(ctx.admin().resume(task_id))
+
+    @r.put(
+        "/{task_id}/stop",
+        summary="Stop a task: STOPPED, and with wait, confirmed from ZooKeeper not to run anywhere (504 if not "
+        "within the timeout)",
+    )
+    def stop(task_id: str, wait: bool = False, timeout: float = 60.0) -> Any:
+        res = ctx.admin().stop(task_id, wait=ctx.waited(wait, timeout))
+        if wait and not res.confirmed:
+            return error_response(504, "timeout", f"not confirmed stopped: waiting for {res.waiting_for}")
+        return json_object(res)
+
+    @r.get("/{task_id}/offsets", summary="A streaming task's offsets, read from its checkpoint")
+    def offsets(task_id: str) -> dict[str, Any]:
+        return json_object(ctx.admin().offsets(task_id))
+
+    @r.post(
+        "/{task_id}/reset-offsets",
+        summary='Reset a STOPPED task\'s offsets: {"to": "earliest"} | {"to": "latest"} | {"to_batch": N}',
+    )
+    def reset_offsets(task_id: str, body: Any = Body(...), dry_run: bool = False) -> dict[str, Any]:
+        if not isinstance(body, dict) or not set(body) <= {"to", "to_batch"}:
+            raise ApiError(422, "invalid_parameter", 'the body must be {"to": "earliest"|"latest"} or {"to_batch": N}')
+        to = body.get("to")
+        if to is not None and to not in ("earliest", "latest"):
+            raise ApiError(422, "invalid_parameter", '"to" must be "earliest" or "latest"')
+        try:
+            target = ResetTarget.parse(to == "earliest", to == "latest", body.get("to_batch"))
+        except AdminError as exc:
+            raise ApiError(422, "invalid_parameter", str(exc)) from None
+        return json_object(ctx.admin().reset_offsets(task_id, target, dry_run=dry_run))
 
     @r.post("/{task_id}/restart", summary="Restart a task (its owner stops and starts it)")
     def restart(task_id: str) -> dict[str, Any]:

@@ -65,7 +65,7 @@ async function act(method, path, body) {
 // forbids inline script, so a spot missed here still cannot run anything.
 const TASK_STATES = new Set(["RUNNING", "STARTING", "RESTARTING", "FAILED", "COMPLETED", "STOPPED", "PAUSED",
                              "UNASSIGNED", "STALE", "ASSIGNED", "INVALID"]);
-const SPEC_STATES = new Set(["RUNNING", "PAUSED"]);
+const SPEC_STATES = new Set(["RUNNING", "PAUSED", "STOPPED"]);
 const GROUP_STATES = new Set(["Empty", "PreparingRebalance", "AwaitingSync", "Stable", "Reconciling", "Dead"]);
 
 function text(v, fallback = "-") {
@@ -193,7 +193,7 @@ async function refresh() {
 function taskState(t) {
   let s;
   if (t.invalid) s = "INVALID";
-  else if (t.state === "PAUSED") s = "PAUSED";
+  else if (t.state === "PAUSED" || t.state === "STOPPED") s = t.state;
   else if (t.shown === "UNASSIGNED" || t.shown === "STALE") s = t.shown;
   else if (!t.owner) s = t.status || "UNASSIGNED";  // a finished task nobody needs to hold
   else s = t.status || "ASSIGNED";
@@ -268,7 +268,7 @@ function taskRow(t, disabled) {
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
     h("td", { className: "error", title: error }, error),
-    h("td", { className: "actions" }, t.state === "PAUSED" ? button("resume", "resume") : button("pause", "pause"),
+    h("td", { className: "actions" }, t.state === "PAUSED" || t.state === "STOPPED" ? button("resume", "resume") : button("pause", "pause"),
       button("restart", "restart"), button("reassign", "reassign")));
 }
 

@@ -1,0 +1,120 @@
+"""STOPPED, offsets and resets on real Spark: a controller and a worker on the spark runner in this process (the
+worker's runner shares the test session's SparkSession), a real ZooKeeper, real files. Each reset is followed by
+a resume and the sink is read back through its ``_spark_metadata`` log, as Spark's readers read it:
+
+* ``--to-batch 0``: the sink holds batch 0's rows alone; after the resume, every row once;
+* ``--to-earliest``: the sink is emptied with the checkpoint, and the replay writes every row once more, so
+  after it the sink holds every row exactly once (the replay's copy; the first run's files are gone);
+* ``--to-latest``: files that arrived while it was stopped are skipped; the next ones are read.
+
+Without the sink's log moving with the checkpoint, Spark's file sink would skip the replayed batch ids as
+already written (``tests/unit/test_checkpoints.py`` checks each plan's operations)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_sim.runners.spark import SparkRunner
+from broker_sim.sim.datagen import DatagenConfig, generate
+from broker_sim.worker import Worker, WorkerConfig
+from controller.admin import AdminClient
+from controller.admin.offsets import ResetTarget
+from controller.daemon import Controller, ControllerConfig
+from controller.protocol.group import GroupConfig
+from controller.protocol.taskspec import parse_spec
+from tests.spark_support import (  # noqa: F401 (fixtures)
+    TEST_CONF,
+    TEST_MASTER,
+    files_task,
+    sink_ids,
+    spark,
+    spark_runner,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iterator[AdminClient]:  # noqa: F811
+    """A controller and one spark worker; the worker's runner shares ``spark_runner``'s session (reference
+    counted: closing it keeps the session's JVM for the other tests)."""
+    ck = tmp_path / "ck"
+    runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(ck))
+    ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=10.0))).start()
+    worker = None
+    try:
+        assert ctl.wait_active(15)
+        worker = Worker(
+            WorkerConfig("sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark"), runner=runner
+        ).start()
+        yield AdminClient(zk, layout, checkpoint_root=str(ck))
+    finally:
+        if worker is not None:
+            worker.stop()
+        else:
+            runner.close()
+        ctl.stop()
+
+
+def counts(spark: Any, out: Path) -> Counter[int]:  # noqa: F811
+    """Each id's copies in the sink, through its log (none before its first batch is committed)."""
+    log = out / "_spark_metadata"
+    if not log.is_dir() or not any(p.name[0].isdigit() for p in log.iterdir()):
+        return Counter()
+    return Counter(sink_ids(spark, out))
+
+
+def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient, spark: Any, tmp_path: Path) -> None:  # noqa: F811
+    admin = cluster
+    src, out = tmp_path / "in", tmp_path / "out"
+    generate(DatagenConfig(str(src), records=300, batch=50))  # six files
+    everything = Counter(range(300))
+    admin.create_tasks([parse_spec(files_task("off", src, out, "SELECT id, key FROM input", max_files=2))])
+    wait_for(lambda: counts(spark, out) == everything, 180, "the first run to write every id once")
+
+    assert admin.stop("off", wait=60).confirmed
+    v = admin.offsets("off")
+    assert (v.last_committed, v.earliest, v.sink_last_batch) == (2, 0, 2), v  # two files per batch
+    (s,) = v.sources
+    assert (s.offset, s.files_in_batch, s.files_taken, s.files_pending) == ({"logOffset": 2}, 2, 6, 0)
+    assert v.rows_since_start == 300 and v.committed_at is not None
+
+    admin.reset_offsets("off", ResetTarget(batch=0))
+    kept = counts(spark, out)
+    assert len(kept) == 100 and set(kept.values()) == {1}, kept  # batch 0's two files, once
+    admin.resume("off")
+    wait_for(lambda: counts(spark, out) == everything, 180, "the replay from batch 1 to complete the sink")
+
+    assert admin.stop("off", wait=60).confirmed
+    r = admin.reset_offsets("off", ResetTarget(earliest=True))
+    assert r.position == -1 and r.sink_files_removed >= 3
+    assert counts(spark, out) == Counter()  # the sink's log went with the checkpoint: nothing visible
+    admin.resume("off")
+    wait_for(lambda: counts(spark, out) == everything, 180, "the replay from the earliest to write every id once")
+    assert admin.offsets("off").last_committed == 2  # the replay's batches 0-2, not skipped as already written
+
+    assert admin.stop("off", wait=60).confirmed
+    generate(DatagenConfig(str(src), records=100, batch=50, start_id=300))  # arrives while stopped
+    r = admin.reset_offsets("off", ResetTarget(latest=True))
+    assert r.position == 3
+    admin.resume("off")
+    generate(DatagenConfig(str(src), records=100, batch=50, start_id=400))
+    want = everything + Counter(range(400, 500))
+    wait_for(lambda: counts(spark, out) == want, 180, "the files after the reset to latest, and not the skipped ones")
+    assert [e.action for e in admin.history("off").events] == [
+        "stop",
+        "reset-offsets",
+        "resume",
+        "stop",
+        "reset-offsets",
+        "resume",
+        "stop",
+        "reset-offsets",
+        "resume",
+    ]
