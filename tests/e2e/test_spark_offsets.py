@@ -77,6 +77,7 @@ def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient
     everything = Counter(range(300))
     admin.create_tasks([parse_spec(files_task("off", src, out, "SELECT id, key FROM input", max_files=2))])
     wait_for(lambda: counts(spark, out) == everything, 180, "the first run to write every id once")
+    wait_for(lambda: admin.offsets("off").rows_since_start == 300, 30, "the owner to report its 300 rows")
 
     assert admin.stop("off", wait=60).confirmed
     v = admin.offsets("off")
