@@ -10,6 +10,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
 from tests.api_support import TOKEN, ApiCluster, os_environ_without_auth, start_cluster, wait_until
+from tests.offsets_support import fake_checkpoint, spark_spec
 
 NOOP = {"kind": "noop"}
 
@@ -182,6 +184,42 @@ def test_pause_resume_restart_reassign_delete(api):
     assert cluster.request("GET", "/api/v1/tasks/m-1").status == 404
     r = cluster.request("DELETE", "/api/v1/tasks/c-1?wait=true&timeout=-1")
     assert r.status == 422
+
+
+def test_stop_offsets_and_reset_offsets(api, tmp_path):
+    """PUT /stop?wait, GET /offsets, POST /reset-offsets and DELETE ?purge_checkpoint, over a checkpoint in
+    Spark's format where the server looks for it (its state dir's checkpoints)."""
+    cluster, zk, layout = api
+    spec = spark_spec("so-1", tmp_path).model_dump(mode="json")
+    assert cluster.request("POST", "/api/v1/tasks", spec).status == 201
+    wait_until(lambda: _owner(cluster, "so-1"), 30, "so-1 owned")
+    ck = Path(cluster.env["ZKC_STATE_DIR"]) / "checkpoints" / "so-1"
+    fake_checkpoint(ck, tmp_path)
+    r = cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets", {"to": "earliest"})
+    assert r.status == 409 and "must be STOPPED" in r.body["message"], r.body
+    r = cluster.request("GET", "/api/v1/tasks/so-1/offsets")
+    assert r.status == 200 and r.body["last_committed"] == 2 and r.body["sources"][0]["files_pending"] == 1, r.body
+
+    r = cluster.request("PUT", "/api/v1/tasks/so-1/stop?wait=true&timeout=30")
+    assert r.status == 200 and r.body["confirmed"] is True and r.body["state"] == "STOPPED", r.body
+    for body in ({}, {"to": "yesterday"}, {"to_batch": -1}, {"to_batch": True}, {"to": "earliest", "to_batch": 1}, [1]):
+        r = cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets", body)
+        assert r.status == 422 and r.body["error"] == "invalid_parameter", (body, r.body)
+    r = cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets", {"to_batch": 5})
+    assert r.status == 422 and r.body["error"] == "invalid_checkpoint" and "(kept: 0 to 2)" in r.body["message"]
+    r = cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets?dry_run=true", {"to_batch": 1})
+    assert r.status == 200 and r.body["dry_run"] is True and (ck / "offsets" / "2").exists()
+    r = cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets", {"to_batch": 1})
+    assert r.status == 200 and r.body["position"] == 1 and not (ck / "offsets" / "2").exists(), r.body
+    assert cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets", {"to_batch": 1}, token=None).status == 401
+    history = cluster.request("GET", "/api/v1/tasks/so-1").body["history"]
+    assert [e["action"] for e in history] == ["stop", "reset-offsets"], history
+
+    r = cluster.request("DELETE", "/api/v1/tasks/so-1?purge_checkpoint=true")
+    assert r.status == 422 and "needs wait" in r.body["message"]
+    r = cluster.request("DELETE", "/api/v1/tasks/so-1?wait=true&timeout=30&purge_checkpoint=true")
+    assert r.status == 200 and r.body["done"] is True and not ck.exists(), r.body
+    assert cluster.request("GET", "/api/v1/tasks/so-1/offsets").status == 404
 
 
 def shown_status(cluster: ApiCluster, task: str) -> str | None:

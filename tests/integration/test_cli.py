@@ -665,3 +665,54 @@ def test_maintenance_and_settings_commands(cli_env, zk, layout):
     assert json.loads(res.stdout)["max_offline_brokers"] is None
     res = invoke(["--json", "settings", "reset"], cli_env)
     assert json.loads(res.stdout)["throttle"] == {"max_moves": None, "max_moves_per_broker": None}
+
+
+def test_stop_offsets_and_reset_offsets_commands(cluster, cli_env, tmp_path, zk, layout):
+    """`task stop --wait`, `task offsets`, `task reset-offsets` and `task delete --purge-checkpoint` over a
+    checkpoint in Spark's format under the state dir (where the brokers keep theirs by default)."""
+    from tests.offsets_support import fake_checkpoint, spark_spec
+
+    cluster.admin.create_tasks([spark_spec("o1", tmp_path)])
+    cluster.wait_running({"o1"})
+    ck = Path(cli_env["ZKC_STATE_DIR"]) / "checkpoints" / "o1"
+    fake_checkpoint(ck, tmp_path)
+    run = lambda *a: invoke(list(a), env=cli_env)  # noqa: E731
+    assert_user_error(run("task", "reset-offsets", "o1", "--to-earliest"), "must be STOPPED", "RUNNING")
+
+    res = run("task", "stop", "o1", "--wait", "--timeout", "20")
+    assert res.exit_code == 0 and res.stdout.strip() == "Task o1 stopped; it runs nowhere", res.output
+    out = run("task", "offsets", "o1").stdout
+    assert "last committed batch 2 (planned " in out and "batches kept from 0" in out, out
+    assert "1 file(s) in that batch, 3 taken so far, 1 waiting" in out, out
+    assert run("--json", "task", "offsets", "o1").stdout.count('"last_committed": 2') == 1
+
+    for args, needle in [
+        ((), "give exactly one of --to-earliest, --to-latest, --to-batch N"),
+        (("--to-earliest", "--to-latest"), "give exactly one of"),
+        (("--to-batch", "-1"), "-1 is not in the range x>=0"),
+    ]:
+        res = run("task", "reset-offsets", "o1", *args)
+        assert res.exit_code == 2 and needle in res.stderr, (args, res.output)
+    assert_user_error(run("task", "reset-offsets", "o1", "--to-batch", "9"), "(kept: 0 to 2)")
+    dry = run("task", "reset-offsets", "o1", "--to-batch", "1", "--dry-run").stdout
+    assert dry.startswith("Dry run: task o1 reset to batch 1: the next start reads after batch 1") and (
+        "sink: would remove batches 2-2 (1 data file(s))" in dry
+    ), dry
+    assert (ck / "offsets" / "2").exists()
+    got = json.loads(run("--json", "task", "reset-offsets", "o1", "--to-earliest").stdout)
+    assert (got["position"], got["dry_run"], got["sink_files_removed"]) == (-1, False, 3) and not ck.exists()
+    human = run("task", "describe", "o1").stdout
+    assert re.search(
+        r"History: +[-0-9]+ [:0-9]+ \(\d+s ago\) stop \(was RUNNING\); .* reset-offsets \(to earliest: ", human
+    ), human
+    assert f"Checkpoint: {ck} (none there, as seen from here)" in human, human
+
+    res = run("task", "delete", "o1", "--purge-checkpoint")
+    assert res.exit_code == 2 and "--purge-checkpoint needs --wait" in res.stderr
+    assert "Task o1 resumed" in run("task", "resume", "o1").stdout
+    cluster.wait_running({"o1"})
+    ck.mkdir(parents=True)
+    (ck / "metadata").write_text("{}")
+    res = run("task", "delete", "o1", "--wait", "--timeout", "20", "--purge-checkpoint")
+    assert res.exit_code == 0 and f"note: checkpoint {ck} removed (2 bytes in 1 files)" in res.stdout, res.output
+    assert not ck.exists() and zk.exists(layout.task_history("o1")) is None
