@@ -110,6 +110,9 @@ def status(ctx: Ctx, full: bool) -> None:
                 ],
             )
         )
+    for g in st.groups:
+        for line in g.ignored:
+            click.echo(f"group {g.group}: ignoring member {clip(line, 160)}")
     t = st.tasks
     states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
     if t["by_status"] is None:

@@ -176,6 +176,8 @@ class GroupSummary:
     deferred: int = 0  # moves waiting for a later wave (throttle, maintenance)
     imbalance: int | None = None  # tasks the assignor would move from where they run
     held: int = 0  # tasks waiting for a departed member (delay, maintenance)
+    ignored: tuple[str, ...] = ()  # member znodes given no work ("member: why"): ghosts, refused requests
+    unacked: tuple[str, ...] = ()  # reconcile: members that have not acknowledged their assignment yet
 
 
 @dataclass(frozen=True)

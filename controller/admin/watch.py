@@ -251,7 +251,12 @@ class ClusterWatch:
             self.groups[g] = now
             if info is None:
                 continue
-            if old is not None and (old.state, old.generation, old.members) == (now.state, now.generation, now.members):
+            if old is not None and (old.state, old.generation, old.members, old.ignored) == (
+                now.state,
+                now.generation,
+                now.members,
+                now.ignored,
+            ):
                 continue
             was = f"{old.state} gen {old.generation}" if old is not None and old.state else "new"
             events.append(
@@ -261,7 +266,8 @@ class ClusterWatch:
                     f"group {g}: {was} -> {now.state} gen {now.generation}"
                     + (f" leader {now.leader} {now.protocol}" if now.leader else "")
                     + f" members [{','.join(now.members)}]"
-                    + (f" ({now.reason})" if now.reason else ""),
+                    + (f" ({now.reason})" if now.reason else "")
+                    + (f"; ignoring {'; '.join(now.ignored)}" if now.ignored else ""),
                     state=now.state,
                     generation=now.generation,
                     previous_state=old.state if old else None,
@@ -270,6 +276,8 @@ class ClusterWatch:
                     leader=now.leader,
                     members=list(now.members),
                     reason=now.reason,
+                    ignored=list(now.ignored),
+                    unacked=list(now.unacked),
                 )
             )
         return events

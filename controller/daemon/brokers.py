@@ -27,10 +27,10 @@ def broker_record(path: str, res: tuple[bytes, Any]) -> BrokerRecord:
     """A broker's registration as read; garbage is kept as an error, so the broker still counts as live."""
     data, stat = res
     try:
-        return BrokerRecord(stat.czxid, codecs.decode(BrokerInfo, data, path))
+        return BrokerRecord(stat.czxid, codecs.decode(BrokerInfo, data, path), session=stat.ephemeralOwner)
     except PayloadError as exc:
         log.warning("broker %s", exc)
-        return BrokerRecord(stat.czxid, None, str(exc))
+        return BrokerRecord(stat.czxid, None, str(exc), session=stat.ephemeralOwner)
 
 
 class BrokerTracker:
@@ -116,6 +116,9 @@ class BrokerTracker:
             self._finish_controlled_shutdown(b)  # that incarnation is gone; its request must not stop the next
         ctx.clean_exits.difference_update(delta.left)
         self._operations.note_brokers(delta.joined + delta.bounced, delta.left, clean)
+        arrived = set(delta.joined + delta.bounced)
+        for g, m in sorted(k for k in ctx.ghost_members if k[1] in arrived):
+            self._host.put(ev.MemberChange(self._host.token, g, m))  # its broker is here now: read it again
 
     def _finish_controlled_shutdown(self, broker_id: str) -> None:
         ctx = context_of(self._host)

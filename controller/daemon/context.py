@@ -69,6 +69,8 @@ class BrokerRecord:
     epoch: int  # the broker znode's czxid: a bounced broker is a new one
     info: BrokerInfo | None
     error: str | None = None
+    #: the session holding the registration: a member znode counts only when the same session holds it
+    session: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ class ControllerContext:
     members: dict[str, dict[str, JoinRequest]] = field(default_factory=dict)
     invalid_members: dict[tuple[str, str], str] = field(default_factory=dict)
     member_sessions: dict[tuple[str, str], int] = field(default_factory=dict)  # session owning each join request
+    # member znodes with no live broker of the same session behind them (ghosts): never handed to a coordinator
+    ghost_members: dict[tuple[str, str], str] = field(default_factory=dict)
     # per group, the join results this activation wrote and the proposals it watched (path -> generation),
     # deleted once a later generation is Stable; groups whose older generations were listed once (leftovers)
     generation_paths: dict[str, dict[str, int]] = field(default_factory=dict)

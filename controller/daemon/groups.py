@@ -37,6 +37,7 @@ from controller.protocol.group_types import (
 )
 from controller.protocol.layout import ZkLayout
 from controller.protocol.readiness import placeable
+from controller.protocol.reports import ghost_reason, request_problem
 from controller.zk import io as zkio
 from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many
 
@@ -46,9 +47,22 @@ log = logging.getLogger(__name__)
 def record_member(ctx: ControllerContext, g: str, m: str, data: bytes, stat: Any, path: str) -> bool:
     """Record a member's join request (``path``: its znode); True if it comes from a new session (the member
     restarted, even if its request is byte-identical to the old one: the coordinator must see it leave and
-    join). Garbage is set apart in ``invalid_members``, never handed to the coordinator."""
+    join). A znode not held by the session of the live broker of the same id is a ghost (``ghost_members``);
+    garbage or a request out of bounds is set apart in ``invalid_members``: neither is handed to the
+    coordinator, and a live member's last good request stands meanwhile (its tasks are not dropped)."""
     bounced = False
     if stat is not None:
+        broker = ctx.brokers.get(m)
+        ghost = ghost_reason(m, stat.ephemeralOwner, broker.session if broker else None, broker is not None)
+        if ghost:
+            if (g, m) not in ctx.ghost_members:
+                log.warning("group %s: ignoring member znode %s: %s", g, m, ghost)
+            ctx.ghost_members[(g, m)] = ghost
+            ctx.members.setdefault(g, {}).pop(m, None)
+            ctx.invalid_members.pop((g, m), None)
+            ctx.member_sessions.pop((g, m), None)
+            return False
+        ctx.ghost_members.pop((g, m), None)
         previous = ctx.member_sessions.get((g, m))
         bounced = previous is not None and previous != stat.ephemeralOwner
         ctx.member_sessions[(g, m)] = stat.ephemeralOwner
@@ -56,13 +70,24 @@ def record_member(ctx: ControllerContext, g: str, m: str, data: bytes, stat: Any
         req = codecs.decode(JoinRequest, data, path)
         if req.member_id != m:
             raise PayloadError(path, f"member_id {req.member_id!r} does not match the znode name")
+        problem = request_problem(req)
+        if problem:
+            raise PayloadError(path, problem)
         ctx.members.setdefault(g, {})[m] = req
         ctx.invalid_members.pop((g, m), None)
     except PayloadError as exc:
-        log.warning("ignoring member: %s", exc)
-        ctx.members.setdefault(g, {}).pop(m, None)
+        log.warning("refusing the request of member %s: %s", m, exc)
+        if bounced:
+            ctx.members.setdefault(g, {}).pop(m, None)  # a new life: the old one's request is not its
         ctx.invalid_members[(g, m)] = str(exc)
     return bounced
+
+
+def ignored_members(ctx: ControllerContext, g: str) -> dict[str, str]:
+    """The group's member znodes given no work, and why (ghosts, refused requests)."""
+    out = {m: f"ghost: {why}" for (gg, m), why in ctx.ghost_members.items() if gg == g}
+    out.update({m: f"refused: {why}" for (gg, m), why in ctx.invalid_members.items() if gg == g})
+    return out
 
 
 class GroupDriver:
@@ -160,6 +185,8 @@ class GroupDriver:
                 if d.info.state == "PreparingRebalance":
                     self._metrics.rebalances.labels(g).inc()
                 self._metrics.moving.labels(g).set(len(d.info.moving))
+                self._metrics.unacked.labels(g).set(len(d.info.unacked))
+                self._metrics.fenced_tasks.labels(g).set(ctx.groups[g].reconcile.fenced_total if g in ctx.groups else 0)
                 self._metrics.deferred.labels(g).set(d.info.deferred)
                 if d.info.imbalance is not None:
                     self._metrics.imbalance.labels(g).set(d.info.imbalance)
@@ -270,7 +297,7 @@ class GroupDriver:
         except NoNodeError:
             children = set()
         current = ctx.members.setdefault(group, {})
-        invalid = {m for (g, m) in ctx.invalid_members if g == group}
+        invalid = {m for (g, m) in ctx.invalid_members if g == group} | {m for (g, m) in ctx.ghost_members if g == group}
         new = sorted(children - current.keys() - invalid)
         for m, res in zip(new, get_many(self._zk, [lay.group_member(group, m) for m in new], watch=self.member_watch)):
             if res is not None:
@@ -282,7 +309,10 @@ class GroupDriver:
             ctx.member_sessions.pop((group, m), None)
         for key in [k for k in ctx.invalid_members if k[0] == group and k[1] not in children]:
             del ctx.invalid_members[key]
+        for key in [k for k in ctx.ghost_members if k[0] == group and k[1] not in children]:
+            del ctx.ghost_members[key]
         self.apply(group, coord.on_members(self.placeable(group)))
+        self._refuse_and_show(group, coord, new)
 
     def on_member_changes(self, token: int, group: str, members: tuple[str, ...]) -> None:
         """Members rewrote their join requests or left: one pipelined re-read, one coordinator step."""
@@ -298,6 +328,7 @@ class GroupDriver:
                     ctx.clean_exits.add(m)
                 current.pop(m, None)
                 ctx.invalid_members.pop((group, m), None)
+                ctx.ghost_members.pop((group, m), None)
                 ctx.member_sessions.pop((group, m), None)
             elif self._set_member(ctx, group, m, res[0], res[1]):
                 bounced.append(m)
@@ -306,6 +337,7 @@ class GroupDriver:
             snapshot = {m: r for m, r in self.placeable(group).items() if m not in bounced}
             self.apply(group, coord.on_members(snapshot))
         self.apply(group, coord.on_members(self.placeable(group)))
+        self._refuse_and_show(group, coord, ids)
 
     def placeable(self, group: str) -> dict[str, JoinRequest]:
         """The group's members the coordinator sees: those whose broker's session is ready (``readiness``)."""
@@ -319,6 +351,18 @@ class GroupDriver:
         for g in sorted(ctx.members):
             if any(b in ctx.members[g] for b in brokers) and g in ctx.groups:
                 self.apply(g, ctx.groups[g].on_members(self.placeable(g)))
+
+    def _refuse_and_show(self, group: str, coord: GroupCoordinator, read: list[str]) -> None:
+        """Members just read whose request was refused are answered (they rewrite it); the member znodes set
+        apart are shown with the group state (status, ``watch``) and counted (``zkc_controller_ignored_members``)."""
+        ctx = context_of(self._host)
+        for m in read:
+            why = ctx.invalid_members.get((group, m))
+            if why is not None and m in ctx.members.get(group, {}):
+                self.apply(group, coord.refuse_report(m, why, ctx.members[group][m].incarnation))
+        ignored = ignored_members(ctx, group)
+        self._metrics.ignored_members.labels(group).set(len(ignored))
+        self.apply(group, coord.set_ignored(ignored))
 
     def on_sync_proposal(self, token: int, group: str, generation: int) -> None:
         if not self._host.current(token):

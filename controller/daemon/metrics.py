@@ -46,6 +46,24 @@ class ControllerMetrics:
         self.zk_writes = Counter("zkc_controller_zk_write_requests", "ZooKeeper write requests (multis)", registry=r)
         self.fenced = Counter("zkc_controller_fenced_writes", "writes rejected by the epoch check", registry=r)
         self.rebalances = Counter("zkc_controller_rebalances", "rebalances started", ["group"], registry=r)
+        self.ignored_members = Gauge(
+            "zkc_controller_ignored_members",
+            "member znodes given no work: no live broker of the same session behind them, or a refused request",
+            ["group"],
+            registry=r,
+        )
+        self.unacked = Gauge(
+            "zkc_controller_unacked_members",
+            "reconcile: members that have not acknowledged their current assignment",
+            ["group"],
+            registry=r,
+        )
+        self.fenced_tasks = Gauge(
+            "zkc_controller_fenced_tasks",
+            "reconcile: tasks a member was fenced from (not taken within the rebalance timeout), this activation",
+            ["group"],
+            registry=r,
+        )
         self.maintenance = Gauge("zkc_controller_maintenance", "1 while the cluster is in maintenance mode", registry=r)
         self.moving = Gauge(
             "zkc_group_moves_in_flight", "moved tasks not yet running on their new owner", ["group"], registry=r

@@ -1,0 +1,221 @@
+"""The reconcile coordinator trusts ZooKeeper, not members' words: a controller and two no-op brokers as
+processes (``--protocol reconcile``) on a real ZooKeeper, and a hostile client beside them.
+
+1. a ghost member znode (no broker behind it) claiming a live broker's tasks stops nothing and is given
+   nothing; it is shown as ignored;
+2. a live broker's report rewritten out of bounds (generation 2^72) is answered, the broker rewrites it and
+   keeps its tasks, which are never published to another; a pause of one of them takes effect;
+3. a task whose owner znode another session squats is never counted running: the group is not Stable while
+   it waits, and after the rebalance timeout its member is fenced from it, with the reason in the state.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.admin import AdminClient, wait_for
+from controller.protocol import codecs
+from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest
+from controller.protocol.rules import COOPERATIVE, RECONCILE
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import make_client
+
+TASKS = [f"t{i}" for i in range(6)]
+GROUP = "default"
+
+
+def _broker(env: dict[str, str], bid: str, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:  # a file, not a pipe nobody reads
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "noop"]
+            + ["--protocol", RECONCILE, "--session-timeout", "4"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+class Cluster:
+    def __init__(
+        self, zk, layout, zk_settings, env, tmp_path: Path, rebalance_timeout: float, prepare: Callable[[], None]
+    ) -> None:
+        from controller.daemon import Controller, ControllerConfig
+        from controller.protocol.group import GroupConfig
+
+        self.zk, self.layout, self.tmp = zk, layout, tmp_path
+        tx = zk.transaction()
+        for t in TASKS:
+            tx.create(layout.task(t), TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode())
+        tx.commit()
+        prepare()
+        self.ctl = Controller(
+            ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=rebalance_timeout))
+        ).start()
+        self.procs = {b: _broker(env, b, tmp_path / f"{b}.log") for b in ("b1", "b2")}
+
+    def owners(self) -> dict[str, str]:
+        out = {}
+        for t in TASKS:
+            try:
+                data, _ = self.zk.get(self.layout.task_owner(t))
+                out[t] = codecs.decode(codecs.OwnerInfo, data).broker
+            except Exception:
+                pass
+        return out
+
+    def state(self) -> GroupStateInfo | None:
+        try:
+            return codecs.decode(GroupStateInfo, self.zk.get(self.layout.group_state(GROUP))[0])
+        except Exception:
+            return None
+
+    def assignment(self, m: str) -> Assignment | None:
+        try:
+            return codecs.decode(Assignment, self.zk.get(self.layout.group_assignment(GROUP, m))[0])
+        except Exception:
+            return None
+
+    def stable_with_all_owned(self) -> bool:
+        s = self.state()
+        return s is not None and s.state == "Stable" and set(s.members) == {"b1", "b2"} and len(self.owners()) == 6
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {b}.log\n" + (self.tmp / f"{b}.log").read_text()[-3000:] for b in self.procs)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        self.ctl.stop()
+
+
+@pytest.fixture
+def cluster_of(zk, layout, zk_settings, cli_env, tmp_path) -> Iterator:
+    made: list[Cluster] = []
+
+    def make(rebalance_timeout: float = 10.0, prepare: Callable[[], None] = lambda: None) -> Cluster:
+        made.append(Cluster(zk, layout, zk_settings, dict(cli_env), tmp_path, rebalance_timeout, prepare))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _request(member: str, **kw) -> bytes:
+    base = dict(member_id=member, join_generation=1, generation=-1, protocols=(RECONCILE, COOPERATIVE))
+    base.update(assignors=("sticky",), incarnation=f"{member}.ghost")
+    base.update(kw)
+    return codecs.encode(JoinRequest(**base))  # type: ignore[arg-type]
+
+
+def test_a_ghost_member_stops_nothing_and_is_given_nothing(cluster_of, zk_settings, layout):
+    c = cluster_of()
+    assert wait_for(c.stable_with_all_owned, 60, 0.1), c.logs()
+    b2_tasks = c.assignment("b2").assigned
+    b2_epoch = c.assignment("b2").generation
+    assert b2_tasks
+    ghost_client = make_client(zk_settings)  # any client of an open root
+    try:
+        # a ghost claiming b2's tasks with a huge member epoch, and one claiming nothing
+        ghost_client.create(
+            layout.group_member(GROUP, "ghost"), _request("ghost", owned=b2_tasks, generation=2**50), ephemeral=True
+        )
+        ghost_client.create(layout.group_member(GROUP, "ghost2"), _request("ghost2"), ephemeral=True)
+        assert wait_for(
+            lambda: (
+                {i.member for i in (c.state() or GroupStateInfo("", 0, 0, 0)).ignored}
+                == {
+                    "ghost",
+                    "ghost2",
+                }
+            ),
+            15,
+        ), c.state()
+        s = c.state()
+        assert s is not None and s.state == "Stable" and set(s.members) == {"b1", "b2"}
+        assert all("no registered broker" in i.reason for i in s.ignored)
+        # nothing was taken from b2, nothing published to the ghosts, every task runs where it ran
+        assert c.assignment("b2").assigned == b2_tasks and c.assignment("b2").generation == b2_epoch
+        assert c.assignment("ghost") is None and c.assignment("ghost2") is None
+        assert len(c.owners()) == 6 and {t for t, b in c.owners().items() if b == "b2"} == set(b2_tasks)
+        status = AdminClient(c.zk, layout).status()
+        g = next(g for g in status.groups if g.group == GROUP)
+        assert any(x.startswith("ghost: ") for x in g.ignored)
+    finally:
+        ghost_client.stop()
+        ghost_client.close()
+    assert wait_for(lambda: (s := c.state()) is not None and not s.ignored, 15), "a ghost gone is no longer shown"
+
+
+def test_a_report_out_of_bounds_is_answered_and_its_broker_keeps_its_tasks(cluster_of, layout):
+    c = cluster_of()
+    assert wait_for(c.stable_with_all_owned, 60, 0.1), c.logs()
+    b2_tasks = set(c.assignment("b2").assigned)
+    path = layout.group_member(GROUP, "b2")
+    body = json.loads(c.zk.get(path)[0])
+    body["generation"] = 2**72
+    c.zk.set(path, json.dumps(body).encode())  # any client may rewrite it
+    seen_b1: set[str] = set()
+
+    def rewritten_and_stable() -> bool:
+        seen_b1.update((c.assignment("b1") or Assignment(0, 0)).assigned)
+        try:
+            codecs.decode(JoinRequest, c.zk.get(path)[0])  # (the rewritten one does not decode)
+        except codecs.PayloadError:
+            return False
+        s = c.state()
+        return c.stable_with_all_owned() and s is not None and not s.ignored
+
+    assert wait_for(rewritten_and_stable, 30, 0.05), (c.state(), c.logs())
+    assert not seen_b1 & b2_tasks, "b2's tasks were published to b1 while b2 ran them"
+    assert {t for t, b in c.owners().items() if b == "b2"} == b2_tasks
+    # the broker is a member as before: an operator's pause of one of its tasks takes effect
+    victim = sorted(b2_tasks)[0]
+    AdminClient(c.zk, layout).pause(victim)
+    assert wait_for(lambda: victim not in c.owners(), 20), c.owners()
+
+
+def test_a_task_not_taken_is_never_counted_running_and_its_member_is_fenced_from_it(cluster_of, zk_settings, layout):
+    squatter = make_client(zk_settings)
+    try:
+        # another session holds t0's owner znode: whoever t0 is published to cannot take it
+        def squat() -> None:
+            owner = codecs.encode(codecs.OwnerInfo(broker="squatter", generation=0))
+            squatter.create(layout.task_owner("t0"), owner, ephemeral=True)
+
+        c = cluster_of(rebalance_timeout=4.0, prepare=squat)
+        fenced: list[GroupStateInfo] = []
+        stable_while_squatted: list[GroupStateInfo] = []
+
+        def fenced_seen() -> bool:
+            s = c.state()
+            if s is not None and s.state == "Stable" and set(s.members) == {"b1", "b2"}:
+                stable_while_squatted.append(s)
+            if s is not None and "not taken within the rebalance timeout" in s.reason:
+                fenced.append(s)
+            return bool(fenced) and len(c.owners()) == 6  # (t0's owner: the squatter's znode)
+
+        assert wait_for(fenced_seen, 60, 0.05), (c.state(), c.logs())
+        assert not stable_while_squatted, f"Stable while t0 ran nowhere: {stable_while_squatted[0]}"
+        assert fenced[0].state == "Reconciling" and "t0" in fenced[0].reason
+        assert c.owners().get("t0") not in ("b1", "b2")
+    finally:
+        squatter.stop()
+        squatter.close()
+    # the squatter's session ended: t0 is taken, and only now is the group Stable
+    assert wait_for(lambda: c.stable_with_all_owned() and c.owners()["t0"] in ("b1", "b2"), 60, 0.1), c.logs()
