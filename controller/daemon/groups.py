@@ -297,7 +297,9 @@ class GroupDriver:
         except NoNodeError:
             children = set()
         current = ctx.members.setdefault(group, {})
-        invalid = {m for (g, m) in ctx.invalid_members if g == group} | {m for (g, m) in ctx.ghost_members if g == group}
+        invalid = {m for (g, m) in ctx.invalid_members if g == group} | {
+            m for (g, m) in ctx.ghost_members if g == group
+        }
         new = sorted(children - current.keys() - invalid)
         for m, res in zip(new, get_many(self._zk, [lay.group_member(group, m) for m in new], watch=self.member_watch)):
             if res is not None:
