@@ -237,10 +237,20 @@ def _roll_line(st: Any) -> str:
     show_default=True,
     help="seconds a batch may take to come back before the roll pauses itself",
 )
+@click.option(
+    "--wave",
+    type=click.IntRange(0, 100_000),
+    default=0,
+    show_default=True,
+    help="at most this many tasks moving at once (0: a step's tasks all at once); a broker's start threads, "
+    "so that no task waits behind others to start",
+)
 @click.option("--resume", is_flag=True, help="go on with a paused roll")
 @click.option("--status", "status_only", is_flag=True, help="where the roll stands")
 @pass_ctx
-def broker_roll(ctx: Ctx, group_name: str, batch: int, timeout: float, resume: bool, status_only: bool) -> None:
+def broker_roll(
+    ctx: Ctx, group_name: str, batch: int, timeout: float, wave: int, resume: bool, status_only: bool
+) -> None:
     """Planned roll: the controller restarts the group's brokers a batch at a time, moving each batch's tasks
     to brokers already rolled before it goes down and waiting until it is back (restarted by its supervisor,
     same id, joined, the group Stable)."""
@@ -250,7 +260,7 @@ def broker_roll(ctx: Ctx, group_name: str, batch: int, timeout: float, resume: b
     elif resume:
         st = admin.resume_roll()
     else:
-        st = admin.roll(group_name, batch=batch, timeout_s=timeout)
+        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave)
     ctx.emit(to_jsonable(st) if st is not None else None, _roll_line(st))
 
 

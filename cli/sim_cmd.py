@@ -119,6 +119,14 @@ BROKERS_PER_FARM = 25
     show_default=True,
     help="brokers down at a time in the roll scenario (the controller's planned roll)",
 )
+@click.option(
+    "--roll-wave",
+    type=click.IntRange(0, 100_000),
+    default=0,
+    show_default=True,
+    help="tasks moving at once in the roll scenario (0: a step's tasks all at once; the pool's 8 threads: "
+    "no task waits behind others to start)",
+)
 @click.pass_obj
 def sim_run(
     ctx: Ctx,
@@ -142,6 +150,7 @@ def sim_run(
     settle: float | None,
     repeat: int,
     roll_batch: int,
+    roll_wave: int,
 ) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
@@ -186,6 +195,7 @@ def sim_run(
         settle_s=settle if settle is not None else (2.0 if n_farms else 0.0),
         repeat=repeat,
         roll_batch=roll_batch,
+        roll_wave=roll_wave,
     )
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:

@@ -97,6 +97,8 @@ class SimOptions:
     repeat: int = 1
     #: brokers down at a time in the ``roll`` scenario (the controller's planned roll)
     roll_batch: int = 1
+    #: tasks in flight at once in the roll scenario (0: a step's moves all at once)
+    roll_wave: int = 0
 
     def protocols(self) -> tuple[str, ...]:
         return protocols_for(self.protocol)
@@ -557,7 +559,7 @@ class Simulation:
         admin = AdminClient(self.admin, self.layout)
         whole = StepResult("roll", "all", time.time(), measured=False)  # (starts the window: the first moves)
         self.steps.append(whole)
-        admin.roll("default", batch=o.roll_batch, timeout_s=max(30.0, o.converge_timeout_s))
+        admin.roll("default", batch=o.roll_batch, timeout_s=max(30.0, o.converge_timeout_s), wave=o.roll_wave)
         deadline = time.monotonic() + o.converge_timeout_s * (o.brokers + 2)
         st = admin.roll_status()
         while time.monotonic() < deadline and st is not None and st.phase not in ("done", "paused"):

@@ -61,6 +61,7 @@ from controller.protocol import codecs
 from controller.protocol.codecs import (
     Assignment,
     BrokerInfo,
+    ControlledShutdownRequest,
     GroupStateInfo,
     JoinResult,
     PayloadError,
@@ -437,11 +438,7 @@ class Worker:
             present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
             self._do(self.member.on_coordinator(present))
         elif isinstance(event, ShutdownRequested):
-            if (
-                self.client.exists(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown)
-                is not None
-            ):
-                self._do(self.member.request_shutdown())
+            self._on_shutdown_request()
         if (
             not self.group_state_watched
             and not self.member.follows_assignment_alone
@@ -533,6 +530,22 @@ class Worker:
         except NoNodeError:
             return None
         return self._decoded(GroupStateInfo, data, state)
+
+    def _on_shutdown_request(self) -> None:
+        """The request's znode is the request (garbage in it: an ordinary controlled shutdown, logged); one
+        ``in_place`` (a planned roll's batch whose tasks wait for it) is carried out by exiting now."""
+        path = self.layout.admin_controlled_shutdown_of(self.id)
+        try:
+            data, _ = self.client.get(path, watch=self._watch_shutdown)
+        except NoNodeError:
+            self.client.exists(path, watch=self._watch_shutdown)
+            return
+        request = self._decoded(ControlledShutdownRequest, data, path)
+        if request is not None and request.in_place and self.member.state is not WorkerState.DOWN:
+            log.info("worker %s: asked to restart in place (its tasks wait for it); exiting", self.id)
+            self.exited.set()
+            return
+        self._do(self.member.request_shutdown())
 
     def _read_watched(self, cls: type[T], path: str, watch: Callable[[Any], None]) -> T | None:
         """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there

@@ -14,7 +14,7 @@ from controller.admin.common import AdminError
 from controller.protocol import codecs
 from controller.protocol.codecs import PayloadError
 from controller.protocol.layout import ZkLayout, check_name
-from controller.protocol.roll import RollState, roll_order
+from controller.protocol.roll import MAX_WAVE, RollState, roll_order
 
 
 class RollAdmin:
@@ -41,12 +41,13 @@ class RollAdmin:
         """The roll in progress, paused or last done (None: none was ever asked for)."""
         return self._read()[0]
 
-    def roll(self, group: str = "default", batch: int = 1, timeout_s: float = 300.0) -> RollState:
+    def roll(self, group: str = "default", batch: int = 1, timeout_s: float = 300.0, wave: int = 0) -> RollState:
         """Start rolling ``group``'s brokers (its members now), ``batch`` at a time; each batch must come back
-        within ``timeout_s`` (else the roll pauses itself)."""
+        within ``timeout_s`` (else the roll pauses itself); ``wave``: at most that many tasks in flight at once
+        (0: a step's moves all at once)."""
         check_name("group", group)
-        if batch < 1 or timeout_s <= 0:
-            raise AdminError("a roll needs --batch >= 1 and --timeout > 0")
+        if batch < 1 or timeout_s <= 0 or not 0 <= wave <= MAX_WAVE:
+            raise AdminError(f"a roll needs --batch >= 1, --timeout > 0 and 0 <= --wave <= {MAX_WAVE}")
         current, version = self._read()
         if current is not None and current.phase != "done":
             raise AdminError(
@@ -62,7 +63,13 @@ class RollAdmin:
             raise AdminError(f"group {group} has no members to roll")
         now = time.time()
         state = RollState(
-            group=group, order=roll_order(members, batch), batch=batch, timeout_s=timeout_s, since=now, started=now
+            group=group,
+            order=roll_order(members, batch),
+            batch=batch,
+            timeout_s=timeout_s,
+            since=now,
+            started=now,
+            wave=wave,
         )
         path = self.layout.admin_roll
         try:

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kazoo.exceptions import NoNodeError
+
 from controller.daemon import events as ev
 from controller.daemon.context import BrokerDelta, BrokerRecord
 from controller.daemon.host import Host, Watcher, context_of, writer_of
@@ -15,12 +17,16 @@ from controller.daemon.operations import OperatorSettings
 from controller.protocol import codecs
 from controller.protocol.codecs import (
     BrokerInfo,
+    ControlledShutdownRequest,
     PayloadError,
 )
 from controller.protocol.layout import ZkLayout
 from controller.zk.io import InterruptibleClient, exists_many, get_many
 
 log = logging.getLogger(__name__)
+
+#: the longest an in-place restart's tasks wait for their broker, whatever its request asks
+MAX_IN_PLACE_HOLD_S = 3600.0
 
 
 def broker_record(path: str, res: tuple[bytes, Any]) -> BrokerRecord:
@@ -127,6 +133,20 @@ class BrokerTracker:
             path = self._layout.admin_controlled_shutdown_of(broker_id)
             self._host.write(lambda: writer_of(self._host).delete_if_present([path]))
 
+    def _in_place_hold(self, broker_id: str) -> float | None:
+        """The seconds a request to restart in place asks its tasks to wait (None: an ordinary request, or
+        garbage, which is one too: the znode's existence is the request)."""
+        path = self._layout.admin_controlled_shutdown_of(broker_id)
+        try:
+            data, _ = self._zk.get(path)
+            request = codecs.decode(ControlledShutdownRequest, data, path)
+        except NoNodeError:
+            return None
+        except PayloadError as exc:
+            log.warning("controlled shutdown of %s: %s; moving its tasks away", broker_id, exc)
+            return None
+        return min(max(request.hold_s, 0.0), MAX_IN_PLACE_HOLD_S) if request.in_place else None
+
     def on_controlled_shutdown(self, token: int) -> None:
         if not self._host.current(token):
             return
@@ -135,8 +155,12 @@ class BrokerTracker:
         brokers = set(self._zk.get_children(lay.admin_controlled_shutdown, watch=watch))
         for b in sorted(brokers - ctx.shutdown_requests):
             ctx.shutdown_requests.add(b)
+            hold_s = self._in_place_hold(b)
             for g, coord in ctx.groups.items():
                 if b in ctx.members.get(g, {}):
+                    if hold_s is not None and coord.hold_on_leave(b, hold_s):
+                        log.info("%s restarts in place (group %s): its tasks wait up to %.0fs for it", b, g, hold_s)
+                        continue
                     log.info("controlled shutdown of %s (group %s)", b, g)
                     self._host.apply(g, coord.on_controlled_shutdown(b))
             if b not in ctx.brokers:

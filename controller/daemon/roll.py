@@ -19,7 +19,7 @@ from controller.protocol.codecs import ControlledShutdownRequest, PayloadError
 from controller.protocol.group import GroupCoordinator
 from controller.protocol.group_state import GroupState
 from controller.protocol.layout import ZkLayout
-from controller.protocol.roll import Plan, RollState, balance_plan, drain_plan, hold_plan, placed
+from controller.protocol.roll import Plan, RollState, balance_plan, drain_plan, hold_plan, next_wave, placed
 from controller.zk.io import InterruptibleClient
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class RollDriver:
         #: (token, step, phase) of the plan pinned last, and that plan
         self._applied: tuple[int, int, str] | None = None
         self._plan: Plan | None = None
+        #: the wave of that plan pinned last (None: the plan's first wave is still to pin)
+        self._wave: dict[str, str] | None = None
 
     @property
     def state(self) -> RollState | None:
@@ -70,7 +72,7 @@ class RollDriver:
         before = self._state
         self._state = state
         if before is not None and (state is None or not state.active):
-            self._applied, self._plan = None, None  # (a resumed roll pins its phase afresh)
+            self._applied, self._plan, self._wave = None, None, None  # (a resumed roll pins its phase afresh)
             coord = context_of(self._host).groups.get(before.group)
             if coord is not None:
                 coord.end_roll()
@@ -124,16 +126,32 @@ class RollDriver:
         key = (self._host.token, st.step, st.phase)
         if self._applied == key:
             return False
-        self._applied, self._plan = key, plan
-        why = f"roll of {', '.join(st.batch_now()) or 'the group'}: {st.phase}"
-        self._host.apply(st.group, coord.on_roll_placement(plan.placement, why))
+        self._applied, self._plan, self._wave = key, plan, None
+        self._next_wave(st, coord)
         return True
+
+    def _next_wave(self, st: RollState, coord: GroupCoordinator) -> bool:
+        """Pin the plan's next wave once the one before is placed; True when the whole plan is placed."""
+        plan = self._plan
+        if plan is None:
+            return False
+        if self._wave is not None and not (coord.state is GroupState.STABLE and placed(coord.assignment, self._wave)):
+            return False  # the wave pinned last is still on its way
+        wave = next_wave(coord.assignment, plan, st.wave)
+        first = self._wave is None
+        if wave is None and not first:
+            return True
+        self._wave = wave if wave is not None else dict(plan.placement)  # (first: every task pinned where it is)
+        why = f"roll of {', '.join(st.batch_now()) or 'the group'}: {st.phase}"
+        self._host.apply(st.group, coord.on_roll_placement(self._wave, why))
+        return wave is None
 
     def _drain(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
         batch = st.batch_now()
         if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
             return
-        if self._pin(st, coord, drain_plan(coord.assignment, st.order, st.step)):
+        in_place = not coord.reconciling()  # (a reconciling group has no holds for a member restarting)
+        if self._pin(st, coord, drain_plan(coord.assignment, st.order, st.step, in_place)):
             plan = self._plan
             assert plan is not None
             log.info(
@@ -145,23 +163,41 @@ class RollDriver:
                 len(plan.moved),
             )
             twice = plan.moved if st.step == 0 and len(st.order) > 1 else st.twice
-            st = dataclasses.replace(st, moves=st.moves + len(plan.moved), twice=twice)
+            kept = plan.stranded if st.step == 0 and len(st.order) > 1 else st.kept
+            st = dataclasses.replace(st, moves=st.moves + len(plan.moved), twice=twice, kept=kept)
             self._write(st)
             return
         plan = self._plan
+        if not self._next_wave(st, coord) and not (plan and plan.stranded):
+            return
         owns = any(coord.assignment.get(b) for b in batch)
         if coord.state is not GroupState.STABLE or (owns and not (plan and plan.stranded)):
             return
         ctx = context_of(self._host)
         epochs = {b: ctx.brokers[b].epoch for b in batch if b in ctx.brokers}
+        in_place = bool(plan and plan.stranded)  # its tasks wait for it (a reconciling group: they move)
+        if in_place:
+            # the hold is taken here, before the request is written: the broker may be gone before the
+            # request's own watch reaches the event thread
+            for b in batch:
+                if b in ctx.brokers and coord.hold_on_leave(b, st.timeout_s):
+                    ctx.shutdown_requests.add(b)
         requests = [
-            (self._layout.admin_controlled_shutdown_of(b), codecs.encode(ControlledShutdownRequest(b, now)))
+            (
+                self._layout.admin_controlled_shutdown_of(b),
+                codecs.encode(ControlledShutdownRequest(b, now, in_place=in_place, hold_s=st.timeout_s)),
+            )
             for b in batch
             if b in ctx.brokers
         ]
         if requests:
             self._host.write(lambda: writer_of(self._host).upsert(requests, ctx.known_paths))
-        log.info("roll of group %s: %s own nothing; asked to shut down", st.group, ", ".join(batch))
+        log.info(
+            "roll of group %s: %s %s; asked to shut down",
+            st.group,
+            ", ".join(batch),
+            "restart in place" if in_place else "own nothing",
+        )
         self._write(dataclasses.replace(st, phase="restart", since=now, epochs=epochs, reason=""))
 
     def _restart(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
@@ -188,12 +224,14 @@ class RollDriver:
     def _balance(self, st: RollState, coord: GroupCoordinator, now: float) -> None:
         if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
             return
-        if self._pin(st, coord, balance_plan(coord.assignment, st.twice)):
+        if self._pin(st, coord, balance_plan(coord.assignment, st.twice, st.kept)):
             plan = self._plan
             assert plan is not None
             self._write(dataclasses.replace(st, moves=st.moves + len(plan.moved)))
             return
         plan = self._plan
+        if not self._next_wave(st, coord):
+            return
         if coord.state is GroupState.STABLE and plan is not None and placed(coord.assignment, plan.placement):
             log.info("roll of group %s done: %d task moves", st.group, st.moves)
             self._write(dataclasses.replace(st, phase="done", since=now, reason="done"))

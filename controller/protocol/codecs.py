@@ -423,10 +423,15 @@ class MaintenanceInfo:
 
 @dataclass(frozen=True)
 class ControlledShutdownRequest:
-    """``/admin/controlled_shutdown/<broker>``: move this broker's tasks away before it leaves."""
+    """``/admin/controlled_shutdown/<broker>``: move this broker's tasks away before it leaves. ``in_place``
+    (a planned roll's batch with nowhere to move its tasks): the broker stops what it runs and exits now, and
+    the coordinator holds its tasks for it until it is back (its supervisor restarts it under the same id)."""
 
     broker: str
     requested: float = 0.0
+    in_place: bool = False
+    #: in place: the seconds its tasks wait for it (after that they are placed elsewhere)
+    hold_s: float = 0.0
 
 
 @dataclass(frozen=True)

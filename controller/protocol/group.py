@@ -81,6 +81,8 @@ class GroupCoordinator:
     held: dict[str, Held] = field(default_factory=dict)
     shutting_down: set[str] = field(default_factory=set)
     reassign: dict[str, str] = field(default_factory=dict)
+    #: members a planned roll restarts in place: when one leaves, its tasks wait for it until this deadline
+    leave_holds: dict[str, float] = field(default_factory=dict)
     rebalances: int = 0
     #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
     ignored: dict[str, str] = field(default_factory=dict)
@@ -443,7 +445,11 @@ class GroupCoordinator:
             if was_member:
                 self.generation_members = tuple(x for x in self.generation_members if x != m)
             ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
-            if was_member and tasks and self.state is GroupState.STABLE and ops.maintenance:
+            hold_until = self.leave_holds.pop(m, None)
+            if was_member and tasks and self.state is GroupState.STABLE and hold_until is not None and hold_until > now:
+                self.held[self.identity(m, old[m])] = Held(tasks, hold_until)
+                log.info("group %s: %s restarts in place; its %d tasks wait for it", self.group, m, len(tasks))
+            elif was_member and tasks and self.state is GroupState.STABLE and ops.maintenance:
                 key = self.identity(m, old[m])
                 kept = self.held[key].tasks if key in self.held else ()
                 self.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
@@ -566,6 +572,15 @@ class GroupCoordinator:
         if all(current.get(t) == m for t, m in self.reassign.items()):
             return []
         return self.prepare_rebalance(reason)
+
+    def hold_on_leave(self, member_id: str, seconds: float) -> bool:
+        """A planned roll restarts this member in place (its tasks have nowhere to go first): when it leaves,
+        its tasks wait up to ``seconds`` for it to come back, as a static member's do, instead of moving.
+        Join-round groups only: False when the group reconciles (its tasks then move when it leaves)."""
+        if self.reconciling() or member_id not in self.members:
+            return False
+        self.leave_holds[member_id] = self.clock.now() + max(0.0, seconds)
+        return True
 
     def end_roll(self) -> None:
         """The roll is over (or paused): no pins left; the assignor places as it always does."""

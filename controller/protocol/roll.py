@@ -5,11 +5,16 @@ goes on from where it stood).
 A roll restarts every broker of a group once, ``batch`` at a time. Before a batch goes down its tasks move
 to brokers already rolled (least loaded first), never to one still to be rolled, and every other task of
 the group is pinned where it runs, so the coordinator moves nothing the plan does not. The first batch has
-no rolled broker to go to: its tasks go to the last batch, the brokers rolled last (so they move twice,
-once there and once off it). When the last batch is back (empty) a final step balances the group, moving
-tasks that moved once. Without spare brokers every task must leave its broker before that broker goes
-down, so a roll of ``T`` tasks over ``N`` equal brokers moves at least ``T + 2T/N`` task placements; this
-plan moves that many and, from a balanced group, no task more than twice.
+no rolled broker to go to. Moving its tasks to a broker still to be rolled moves them twice, and the last
+batch, back empty, then needs a final balance: ``T + 2T/N`` moves for ``T`` tasks on ``N`` brokers, the
+floor for a roll in which every task leaves its broker before that broker goes down. So the first batch
+restarts *in place*: its tasks wait for it (held by the coordinator, as a static member's are) and are
+down for its restart; every later batch's tasks move once, to rolled brokers; and the final balance moves
+tasks of the first batch, which have not moved: ``T`` moves in all, no task moved twice. A group under the
+reconcile protocol has no holds: there the first batch's tasks go to the last batch (the ``T + 2T/N`` plan).
+
+Moves go out in waves of at most ``wave`` tasks (a step's moves all at once with 0): a broker starting
+twenty tasks on eight threads makes the last ones wait for two starts before their own.
 """
 
 from __future__ import annotations
@@ -42,9 +47,15 @@ class RollState:
     started: float = 0.0
     #: broker epochs (registration czxid) of the batch when it was asked to shut down: back = a new epoch
     epochs: dict[str, int] = field(default_factory=dict)
-    #: tasks moved twice (the first batch's), which the final balance leaves where they are
+    #: tasks moved twice (the first batch's, when it could not restart in place), which the final balance
+    #: leaves where they are
     twice: tuple[str, ...] = ()
+    #: tasks that waited for the first batch's restart in place (moved never): the final balance takes these
+    kept: tuple[str, ...] = ()
     moves: int = 0
+    #: at most this many tasks in flight at once within a step (0: a step's moves all at once): a broker
+    #: starting twenty tasks on eight threads makes the last of them wait for two starts before their own
+    wave: int = 0
 
     @property
     def active(self) -> bool:
@@ -52,6 +63,10 @@ class RollState:
 
     def batch_now(self) -> tuple[str, ...]:
         return self.order[self.step] if self.step < len(self.order) else ()
+
+
+#: the most tasks a roll's wave may hold in flight (a bound on what an operator or a znode may ask)
+MAX_WAVE = 100_000
 
 
 def roll_order(brokers: Collection[str], batch: int) -> tuple[tuple[str, ...], ...]:
@@ -91,14 +106,18 @@ class Plan:
     stranded: tuple[str, ...] = ()
 
 
-def drain_plan(assignment: Mapping[str, Sequence[str]], order: Sequence[Sequence[str]], step: int) -> Plan:
-    """Before batch ``step`` goes down: its tasks go to brokers already rolled, or, for the first batch, to
-    the last batch; every other task stays where it runs."""
+def drain_plan(
+    assignment: Mapping[str, Sequence[str]], order: Sequence[Sequence[str]], step: int, in_place: bool = True
+) -> Plan:
+    """Before batch ``step`` goes down: its tasks go to brokers already rolled; the first batch's stay where
+    they are (``stranded``: they wait for its restart in place), or, without ``in_place``, go to the last
+    batch; every other task stays where it runs."""
     batch = set(order[step])
     current = owners(assignment)
     present = set(assignment)
     rolled = [b for bs in order[:step] for b in bs if b in present]
-    dests = rolled or ([b for b in order[-1] if b in present and b not in batch] if step < len(order) - 1 else [])
+    last = [b for b in order[-1] if b in present and b not in batch] if step < len(order) - 1 else []
+    dests = rolled or ([] if in_place else last)
     placement = {t: b for t, b in current.items() if b not in batch}
     moving = sorted(t for t, b in current.items() if b in batch)
     if not dests:
@@ -112,9 +131,11 @@ def hold_plan(assignment: Mapping[str, Sequence[str]]) -> Plan:
     return Plan(owners(assignment), ())
 
 
-def balance_plan(assignment: Mapping[str, Sequence[str]], twice: Collection[str] = ()) -> Plan:
+def balance_plan(
+    assignment: Mapping[str, Sequence[str]], twice: Collection[str] = (), kept: Collection[str] = ()
+) -> Plan:
     """Every batch is back: the fewest moves that leave the group balanced (member counts differ by at most
-    one), taking tasks that moved only once before those that moved twice."""
+    one), taking tasks ``kept`` (never moved) first, then those that moved once, those moved ``twice`` last."""
     current = owners(assignment)
     members = sorted(assignment)
     if not members:
@@ -130,13 +151,31 @@ def balance_plan(assignment: Mapping[str, Sequence[str]], twice: Collection[str]
     for m in members:
         surplus = counts[m] - target[m]
         if surplus > 0:
-            ts = sorted(assignment[m], key=lambda t: (t in twice, t))
+            ts = sorted(assignment[m], key=lambda t: (t in twice, t not in kept, t))
             spare += ts[:surplus]
     short = [m for m in members for _ in range(target[m] - counts[m])]
-    for t, m in zip(sorted(spare, key=lambda t: (t in twice, t)), short):
+    for t, m in zip(sorted(spare, key=lambda t: (t in twice, t not in kept, t)), short):
         placement[t] = m
     moved = tuple(sorted(t for t in placement if placement[t] != current[t]))
     return Plan(placement, moved)
+
+
+def next_wave(assignment: Mapping[str, Sequence[str]], plan: Plan, wave: int) -> dict[str, str] | None:
+    """The placement to pin next on the way to ``plan``: at most ``wave`` of its moves not yet done (all of
+    them with ``wave`` 0) go where the plan puts them, every other task stays where it runs; None when the
+    whole plan is placed. Tasks on their way (in no assignment mid-round) are left to the round."""
+    current = owners(assignment)
+    pending = [t for t in plan.moved if current.get(t) != plan.placement.get(t)]
+    if not pending and all(current.get(t) == b for t, b in plan.placement.items()):
+        return None
+    now = set(pending[:wave] if wave > 0 else pending)
+    out = {t: b for t, b in current.items() if t in plan.placement}
+    for t in now:
+        out[t] = plan.placement[t]
+    for t, b in plan.placement.items():  # a task the plan keeps where it is but the round has not placed yet
+        if t not in out and t not in plan.moved:
+            out[t] = b
+    return out
 
 
 def placed(assignment: Mapping[str, Sequence[str]], placement: Mapping[str, str]) -> bool:

@@ -15,6 +15,7 @@ class RollBody(BaseModel):
     group: str = "default"
     batch: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300.0, gt=0)
+    wave: int = Field(default=0, ge=0, le=100_000)
     resume: bool = False
 
 
@@ -28,7 +29,11 @@ def router(ctx: ApiContext) -> APIRouter:
     @r.post("", summary="Start a planned roll of a group's brokers, or resume a paused one")
     def roll(body: RollBody) -> Any:
         admin = ctx.admin()
-        st = admin.resume_roll() if body.resume else admin.roll(body.group, batch=body.batch, timeout_s=body.timeout_s)
+        st = (
+            admin.resume_roll()
+            if body.resume
+            else admin.roll(body.group, batch=body.batch, timeout_s=body.timeout_s, wave=body.wave)
+        )
         return to_jsonable(st)
 
     return r
