@@ -370,7 +370,7 @@ def upgrade(
                 elif c.status == "exited":
                     brokers[bid] = _replace(client, c, image)
                     replaced.add(bid)
-                    echo(f"  {bid}: tasks moved, exited; replaced by a container of {image}")
+                    echo(f"  {bid}: exited at the roll's request; replaced by a container of {image}")
             time.sleep(0.5)
         if st is None or st.phase != "done":
             raise ContainersUnavailable(
