@@ -426,7 +426,8 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
 def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, tmp_path):
     """`zkctl cluster upgrade --image`: the controller's planned roll over three Spark broker containers,
     each replaced by a container of the new image when its turn comes; every record in each sink exactly
-    once, no task ever run by two brokers at once, each task moved at most twice."""
+    once, no task ever run by two brokers at once, no more moves than tasks (the first broker restarts in
+    place, its tasks held for it)."""
     from broker_sim.deploy import containers
     from broker_sim.sim.checker import double_ownership
 
@@ -489,7 +490,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
         assert double_ownership(admin.intervals()) == []
         st = admin.roll_status()
-        assert st is not None and st.phase == "done" and st.moves <= len(tasks) + 2 * len(tasks), st
+        assert st is not None and st.phase == "done" and st.moves <= len(tasks), st
     finally:
         if zk is not None:
             zk.stop()
