@@ -181,7 +181,13 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
                     updated=time.time(),
                     error=XSS,
                     session=session,
-                    metrics={"rows": XSS, "processed_rows_per_s": XSS},
+                    metrics={
+                        "rows": XSS,
+                        "processed_rows_per_s": XSS,
+                        "input_rows_per_s": XSS,
+                        "backlog_files": XSS,
+                        "rate_history": [XSS, 5, None, 10, -1, "20", {"x": 1}],
+                    },
                 )
             ),
             makepath=True,
@@ -220,6 +226,14 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
         )
         assert row[0] in ("invalid", "STALE", "UNASSIGNED"), row
         assert row[1] == XSS and row[2] == 0, row
+        # the figures: "invalid" where they are not numbers, a sparkline drawn from the two valid rates only
+        figures = browser.execute_script(
+            "const tr = document.querySelector('tr[data-task=\"x-1\"]'); const line = tr.querySelector('td.rate svg polyline');"
+            " return [tr.querySelector('td.rate').textContent, tr.querySelector('td.backlog').textContent,"
+            " line ? line.getAttribute('points').split(' ').length : 0]"
+        )
+        assert figures[0].startswith("invalid") and XSS not in figures[0], figures
+        assert figures[1] == "invalid" and figures[2] == 2, figures
         assert browser.execute_script("return document.querySelectorAll('img').length") == 0
         # the policy itself: markup the page would insert still cannot run inline script
         browser.execute_script(
