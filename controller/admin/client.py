@@ -31,7 +31,13 @@ class AdminClient:
         self.retries = retries
         self.reads = ClusterReads(client, layout)
         self.settings_admin = SettingsAdmin(client, layout, retries=retries)
-        self.offsets_admin = OffsetAdmin(client, layout, self.reads, checkpoint_root)
+        self.offsets_admin = OffsetAdmin(
+            client,
+            layout,
+            self.reads,
+            checkpoint_root,
+            request_rebalance=lambda group, reason: self.cluster.rebalance(group=group, reason=reason),
+        )
         self.tasks = TaskAdmin(
             client,
             layout,

@@ -192,17 +192,28 @@ def _write_file(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+_COORDINATOR = "group {group}'s coordinator to take the stop in"
+
+
 class OffsetAdmin:
     """The offsets part of ``AdminClient``. ``checkpoint_root`` is where the brokers keep checkpoints, as seen
     from this process."""
 
     def __init__(
-        self, client: KazooClient, layout: ZkLayout, reads: ClusterReads, checkpoint_root: str | None = None
+        self,
+        client: KazooClient,
+        layout: ZkLayout,
+        reads: ClusterReads,
+        checkpoint_root: str | None = None,
+        request_rebalance: Callable[[str, str], object] | None = None,
     ) -> None:
         self.client = client
         self.layout = layout
         self.reads = reads
         self.checkpoint_root = checkpoint_root or default_checkpoint_root()
+        #: files a rebalance request for a group (group, reason): the coordinator's state write that follows
+        #: confirms a stop that changed nothing it schedules
+        self.request_rebalance = request_rebalance
 
     # ---- history ----------------------------------------------------------------------------------
     def history(self, task_id: str) -> codecs.TaskHistory:
@@ -252,10 +263,12 @@ class OffsetAdmin:
         nowhere (``stop_state``)."""
         path = self.layout.task(task_id)
         changed = False
+        was = "STOPPED"
         for _ in range(10):
             spec, stat, deleting = self.reads.spec(task_id)
             if deleting:
                 raise Conflict(f"task {task_id!r} is being deleted")
+            was = spec.state
             if spec.state == "STOPPED":
                 break
             try:
@@ -270,6 +283,10 @@ class OffsetAdmin:
         else:
             raise AdminError(f"task {task_id!r}: its spec kept changing during the stop; try again")
         state = self.stop_state(task_id)
+        if was != "RUNNING" and state.waiting_for == _COORDINATOR.format(group=spec.group) and self.request_rebalance:
+            # PAUSED (or created STOPPED) to STOPPED: nothing its coordinator schedules changed, so it writes
+            # nothing; a rebalance request, seen after the spec change, makes it write the group's state
+            self.request_rebalance(spec.group, f"confirm the stop of {task_id}")
         if wait > 0 and not state.confirmed:
             wait_watched(lambda w: self._confirmed(task_id, w), wait, progress=progress)
             state = self.stop_state(task_id)
@@ -305,7 +322,7 @@ class OffsetAdmin:
         except NoNodeError:
             return StopState(task_id, spec.state, False, f"group {g}'s coordinator to write its state")
         if state_stat.mzxid < spec_stat.mzxid:
-            return StopState(task_id, spec.state, False, f"group {g}'s coordinator to take the stop in")
+            return StopState(task_id, spec.state, False, _COORDINATOR.format(group=g))
         group_state, err = decode_read(codecs.GroupStateInfo, (data, state_stat), lay.group_state(g))
         if group_state is None:
             return StopState(task_id, spec.state, False, f"group {g}'s state to be readable ({err})")

@@ -22,13 +22,15 @@ from controller.protocol.taskspec import parse_spec
 from tests.offsets_support import fake_checkpoint, spark_spec
 
 
-@pytest.fixture
-def cluster(zk, zk_settings, layout, tmp_path):
+@pytest.fixture(params=["cooperative"])
+def cluster(request, zk, zk_settings, layout, tmp_path):
+    """A controller and one no-op worker speaking ``request.param`` (cooperative, or reconcile where asked)."""
     ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=5.0))).start()
     worker = None
     try:
         assert ctl.wait_active(15)
-        worker = Worker(WorkerConfig("b0", zk_settings, status_interval_s=0.1, on_halt="kill")).start()
+        config = WorkerConfig("b0", zk_settings, status_interval_s=0.1, on_halt="kill", protocols=(request.param,))
+        worker = Worker(config).start()
         yield AdminClient(zk, layout, checkpoint_root=str(tmp_path / "ck")), worker, ctl
     finally:
         if worker is not None:
@@ -40,6 +42,7 @@ def owned(zk, layout, task_id: str) -> bool:
     return zk.exists(layout.task_owner(task_id)) is not None
 
 
+@pytest.mark.parametrize("cluster", ["cooperative", "reconcile"], indirect=True)
 def test_stop_is_confirmed_from_zookeeper_and_recorded(cluster, zk, layout, tmp_path):
     admin, worker, _ctl = cluster
     admin.create_tasks([spark_spec("s1", tmp_path)])
@@ -69,6 +72,7 @@ def test_stop_is_confirmed_from_zookeeper_and_recorded(cluster, zk, layout, tmp_
     assert [e.action for e in admin.history("s1").events] == ["stop", "resume"]
 
 
+@pytest.mark.parametrize("cluster", ["cooperative", "reconcile"], indirect=True)
 def test_no_confirmation_until_the_coordinator_has_seen_the_stop(cluster, zk, zk_settings, layout, tmp_path):
     admin, _worker, ctl = cluster
     # pinned to a broker that does not exist: never placed, never owned, yet its group has a member
@@ -182,3 +186,13 @@ def test_a_resume_waits_for_a_reset_in_flight_and_a_delete_takes_the_history(clu
     assert not (tmp_path / "ck" / "s5").exists()
     with pytest.raises(NoNodeError):
         zk.get(layout.task_history("s5"))  # deleted with the task, in the controller's multi
+
+
+def test_a_task_never_runnable_is_confirmed_through_its_coordinator(cluster, zk, layout, tmp_path):
+    """PAUSED (or created STOPPED) to STOPPED changes nothing the coordinator schedules, so it writes nothing of
+    its own: the stop asks it for a rebalance of the group, whose state write, after the stop, confirms it."""
+    admin, _worker, _ctl = cluster
+    admin.create_tasks([spark_spec("p1", tmp_path, state="PAUSED"), spark_spec("p2", tmp_path, state="STOPPED")])
+    assert wait_for(lambda: zk.exists(layout.group_state("default")) is not None, 30)
+    assert admin.stop("p1", wait=30).confirmed
+    assert admin.stop("p2", wait=30).confirmed
