@@ -243,7 +243,8 @@ def sim_run(
     "kinds",
     default=",".join(DEFAULT_FAULT_KINDS),
     show_default=True,
-    help=f"comma-separated fault kinds to draw from (also: {', '.join(sorted(set(FAULT_KINDS) - set(DEFAULT_FAULT_KINDS)))})",
+    help="comma-separated fault kinds to draw from, or 'all' "
+    f"(also: {', '.join(sorted(set(FAULT_KINDS) - set(DEFAULT_FAULT_KINDS)))})",
 )
 @click.option(
     "--pipelines",
@@ -309,16 +310,19 @@ def sim_chaos(
 
     Faults: broker kill / session expiry / freeze / partition, controller kill / freeze, ZooKeeper
     stop-start, rolling bounce, task create/delete storms; on request, wedged stops (a broker's stops hang
-    while it is cut off: it must halt, and is restarted). Verdicts: (1) no task had two running owners,
+    while it is cut off: it must halt, and is restarted), maintenance windows, ghost members and rewritten
+    member reports. Verdicts: (1) no task had two running owners,
     (2) every RUNNING task runs on exactly one live broker within a stated bound of the last fault,
     (3) controller epoch and generations only grow, (4) no group stays out of Stable longer than the
     rebalance timeout + delay once the faults stop; with --pipelines, (5) every sink holds every record
     exactly once; when a broker halted, (6) every halted broker is back in the group; with a throttle,
-    (7) never more moves in flight than it allows; with maintenance windows, (8) nothing moves inside them.
+    (7) never more moves in flight than it allows; with maintenance windows, (8) nothing moves inside them;
+    (9) no task placed longer than the rebalance timeout without a running owner while its group says
+    Stable; with ghost members, (10) a member with no broker behind it is never given work.
     Exits 1 on any violation."""
     if pipelines and not process_brokers:
         raise click.UsageError("--pipelines needs --process-brokers (each broker process runs its own Spark)")
-    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    chosen = FAULT_KINDS if kinds.strip() == "all" else tuple(k.strip() for k in kinds.split(",") if k.strip())
     unknown = [k for k in chosen if k not in FAULT_KINDS]
     if unknown or not chosen:
         raise click.BadParameter(

@@ -27,6 +27,11 @@ as ``zkctl broker run --runner noop``, whose runner also appends every start and
 (one line each, written before a start and after a stop), so that the run windows of a process that was
 killed -9 are known exactly. Process controllers are real ``zkctl controller run`` processes.
 
+Hostile members, on request: "ghost-member" (a member znode with no broker behind it, on a session of its own)
+and "rewritten-report" (a live member's report overwritten with absurd fields). A placement sampler adds
+invariant 9 (no task placed longer than the rebalance timeout without a running owner while its group says
+Stable), 10 (no ghost given work) and 11 (a member whose report was rewritten reports validly again).
+
 A harness that cannot inject a kind names it in ``ChaosOptions.leave_out``: the schedule never draws it,
 and the run prints it, with why, before the schedule (``left_out``).
 
@@ -52,7 +57,7 @@ from broker_sim.chaos.schedule import (
     task_id,
 )
 from broker_sim.chaos.sinks import committed_files, pipeline_spec, sink_ids
-from broker_sim.chaos.summary import ChaosSummary, Sample, Verdict, format_summary
+from broker_sim.chaos.summary import ChaosSummary, Placement, Sample, Verdict, format_summary
 
 __all__ = [
     "ChaosOptions",
@@ -64,6 +69,7 @@ __all__ = [
     "Fault",
     "GROUP",
     "JournalRunner",
+    "Placement",
     "Sample",
     "Verdict",
     "broker_id",

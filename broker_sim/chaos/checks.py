@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_sim.chaos.schedule import GROUP, ChaosOptions
 from broker_sim.chaos.sinks import sink_ids
-from broker_sim.chaos.summary import Sample, Verdict
+from broker_sim.chaos.summary import Placement, Sample, Verdict
 from controller.protocol import codecs
-from controller.protocol.codecs import GroupStateInfo, OwnerInfo, PayloadError, TaskStatus
+from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, OwnerInfo, PayloadError, TaskStatus
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import decode_task
 from controller.zk.client import ZkSettings, make_client
@@ -42,6 +42,10 @@ class CheckedRun(Protocol):
 
     def running_now(self) -> Counter[str]: ...
 
+    def broker_life(self, bid: str) -> float | None: ...
+
+    def known_broker(self, bid: str) -> bool: ...
+
 
 class Checks:
     """The sampler and the checks of the live cluster; ``samples`` is what the sampler saw."""
@@ -49,6 +53,7 @@ class Checks:
     def __init__(self, run: CheckedRun) -> None:
         self.run = run
         self.samples: list[Sample] = []
+        self.placements: list[Placement] = []
 
     # ---- the sampler ------------------------------------------------------------------------------
     def sample_loop(self, stop: threading.Event) -> None:
@@ -84,6 +89,73 @@ class Checks:
         finally:
             client.stop()
             client.close()
+
+    # ---- the placement sampler (invariants 9 and 10) ------------------------------------------------
+    def placement_loop(self, stop: threading.Event) -> None:
+        """Every ``placement_interval_s`` until ``stop``: which placed tasks have no running owner, and which
+        members that are no broker of the run hold tasks (read-only, on a client of its own)."""
+        run = self.run
+        client = make_client(run.settings(), connect=False)
+        try:
+            client.start(timeout=30)
+        except Exception:
+            log.exception("placement sampler could not connect")
+            return
+        try:
+            while not stop.wait(run.copts.placement_interval_s):
+                if not client.connected:
+                    continue
+                try:
+                    self.placements.append(self.placement(client))
+                except Exception as exc:  # ZooKeeper restarting, a znode gone between two reads: next look
+                    log.debug("placement sample: %s", exc)
+        finally:
+            client.stop()
+            client.close()
+
+    def placement(self, c: KazooClient) -> Placement:
+        """One look: the group's state, its assignments, its members, the brokers and the placed tasks' owners,
+        against what the brokers run (their journals, or the workers' runners)."""
+        run, lay = self.run, self.run.layout
+        t = time.time()
+        state = None
+        try:
+            state = codecs.decode(GroupStateInfo, c.get(lay.group_state(GROUP))[0], lay.group_state(GROUP)).state
+        except Exception:
+            pass  # unreadable or missing: the sample says no state
+        members = sorted(c.get_children(lay.group_assignments(GROUP)))
+        placed: dict[str, tuple[str, ...]] = {}
+        for m, res in zip(members, get_many(c, [lay.group_assignment(GROUP, m) for m in members])):
+            if res is None:
+                continue
+            try:
+                a = codecs.decode(Assignment, res[0], lay.group_assignment(GROUP, m))
+            except PayloadError:
+                continue
+            if a.assigned and a.error is None:
+                placed[m] = a.assigned
+        joined = dict(zip(placed, exists_many(c, [lay.group_member(GROUP, m) for m in placed])))
+        brokers = sorted(c.get_children(lay.broker_ids))
+        sessions = {st.ephemeralOwner for st in exists_many(c, [lay.broker(b) for b in brokers]) if st is not None}
+        tasks = sorted({task for ts in placed.values() for task in ts})
+        owners = dict(zip(tasks, get_many(c, [lay.task_owner(task) for task in tasks])))
+        running = run.running_now()
+        unowned: list[tuple[str, str]] = []
+        strangers: list[tuple[str, int]] = []
+        for m, ts in placed.items():
+            if not run.known_broker(m):
+                strangers.append((m, len(ts)))
+            else:
+                life = run.broker_life(m)
+                member = joined.get(m)
+                if life is None or (member is not None and member.ctime / 1000.0 < life - 0.5):
+                    continue  # killed, frozen, or a previous life: its session's expiry tells the controller
+            for task in ts:
+                res = owners.get(task)
+                if res is not None and res[1].ephemeralOwner in sessions and running[task] >= 1:
+                    continue
+                unowned.append((task, m))
+        return Placement(t, state, tuple(sorted(unowned)), tuple(sorted(strangers)))
 
     # ---- the ZooKeeper view of invariant 2 --------------------------------------------------------
     def zk_view(self) -> list[str]:
@@ -169,6 +241,40 @@ class Checks:
                 bad.append(f"{t}: {dup} duplicates, {missing} missing, {extra} unexpected of {len(expected[t])}")
         details = bad or [f"{t}: {f['held']} records, each once" for t, f in figures.items()]
         return figures, Verdict(5, "every sink holds every record exactly once", not bad, details)
+
+    def reports_rewritten_back(self, rewritten: dict[str, float]) -> Verdict:
+        """Invariant 11 (with rewritten reports): every member whose report was rewritten wrote a valid one of
+        its own again (it was told, and rejoined) within the convergence bound of the rewrite, and holds one at
+        the end (a member now gone, or a broker down now, is not held to it)."""
+        run, lay = self.run, self.run.layout
+        until = max(rewritten.values(), default=time.time()) + run.copts.convergence_bound_s
+
+        def wrong_now() -> dict[str, str]:
+            out: dict[str, str] = {}
+            for bid in sorted(rewritten):
+                path = lay.group_member(GROUP, bid)
+                try:
+                    data, _ = run.admin.get(path)
+                except Exception:
+                    continue  # not a member now (killed, left): nothing of ours to fix
+                try:
+                    req = codecs.decode(JoinRequest, data, path)
+                except PayloadError as exc:
+                    out[bid] = f"still the rewritten report ({exc})"
+                    continue
+                if req.member_id != bid:
+                    out[bid] = f"a report naming {req.member_id!r}"
+            return out
+
+        wrong = wrong_now()
+        while wrong and time.time() < until:
+            time.sleep(0.5)
+            wrong = wrong_now()
+        details = [
+            f"{b}: {why}, {time.time() - rewritten[b]:.0f}s after its report was last rewritten"
+            for b, why in wrong.items()
+        ] or [f"{len(rewritten)} member(s) rewrote their report"]
+        return Verdict(11, "a member whose report was rewritten reports again, validly", not wrong, details[:10])
 
     def halted_back(self) -> Verdict:
         """Invariant 6 (when a broker halted): every halted broker was restarted and is a member of the group

@@ -8,18 +8,26 @@ fault and returns what ends it (called ``duration`` later), or None when nothing
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from broker_sim.chaos.schedule import ChaosOptions, Fault, broker_id, task_id
+from broker_sim.chaos.schedule import GROUP, ChaosOptions, Fault, broker_id, task_id
 from controller.admin import AdminClient, AdminError
+from controller.protocol import codecs
+from controller.protocol.layout import ZkLayout
+from controller.protocol.rules import protocols_for
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import ZkSettings, make_client
 
 if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
     from broker_sim.chaos.processes import ChaosProcess
     from broker_sim.sim.netproxy import NetProxy
     from broker_sim.worker import Worker
@@ -44,6 +52,10 @@ class ChaosCluster(Protocol):
     ctl_proxies: dict[str, NetProxy]
     server: ZooKeeperServer | None
     maintenance_windows: list[list[float | None]]
+    admin: KazooClient
+    layout: ZkLayout
+    ghosts: list[str]
+    rewritten: dict[str, float]
 
     @property
     def admin_ops(self) -> AdminClient: ...
@@ -67,6 +79,8 @@ class ChaosCluster(Protocol):
         ...
 
     def wait_stable(self, timeout: float) -> bool: ...
+
+    def settings(self, hosts: str | None = None) -> ZkSettings: ...
 
 
 Injector = Callable[[ChaosCluster, Fault], "End | None"]
@@ -231,6 +245,104 @@ def task_storm(run: ChaosCluster, f: Fault) -> None:
             pass  # already gone
 
 
+# ---- hostile members -------------------------------------------------------------------------------------
+#: a generation (and epoch) no real group reaches: 2^72, past any 64-bit counter
+ABSURD = 2**72
+#: a ghost's generation: huge, yet within the bounds a report is held to, so only "no broker behind it" refuses it
+GHOST_GENERATION = 2**40
+
+
+def ghost_member(run: ChaosCluster, f: Fault) -> End:
+    """A member znode with no broker behind it, ephemeral on a session of its own (any client on an open
+    root, or a buggy broker), at a huge generation that still decodes (``GHOST_GENERATION``): it claims the
+    tasks the target broker was assigned ("claims") or nothing ("nothing"). Its session ends with the fault,
+    and the znode with it."""
+    member = f"ghost-{int(f.at * 1000)}"
+    claimed: tuple[str, ...] = ()
+    if f.variant == "claims":
+        try:
+            data, _ = run.admin.get(run.layout.group_assignment(GROUP, f.target))
+            claimed = codecs.decode(codecs.Assignment, data).assigned
+        except Exception:
+            claimed = ()  # the target has no assignment now: the ghost claims nothing
+    body = codecs.to_jsonable(
+        codecs.JoinRequest(
+            member_id=member,
+            join_generation=GHOST_GENERATION,
+            generation=GHOST_GENERATION,
+            protocols=protocols_for(run.copts.protocol),
+            assignors=("cooperative-sticky",),
+            owned=claimed,
+            incarnation=member,
+        )
+    )
+    body["version"] = codecs.SCHEMA_VERSION
+    client = make_client(run.settings())
+    try:
+        client.create(run.layout.group_member(GROUP, member), _raw(body), ephemeral=True)
+    except Exception:
+        client.stop()
+        client.close()
+        raise
+    run.ghosts.append(member)
+    log.warning("chaos: ghost member %s claims %s", member, list(claimed) or "nothing")
+
+    def vanish() -> None:
+        client.stop()  # the session ends: ZooKeeper removes the ghost's znode
+        client.close()
+
+    return vanish
+
+
+def rewrite_report(run: ChaosCluster, f: Fault) -> None:
+    """One write over a live member's report (its ephemeral znode, by another client), with absurd fields:
+    every generation and epoch 2^72 ("generation"), lists of 40,000 names ("huge-lists"), names that are not
+    names ("bad-names"). Nothing undoes it: the member must be told, and rejoin."""
+    path = run.layout.group_member(GROUP, f.target)
+    body = _report_of(run, f.target)
+    if body is None:
+        raise RuntimeError(f"{f.target} has no report to rewrite (not a member now)")
+    if f.variant == "generation":
+        body = _absurd_counters(body)
+    elif f.variant == "huge-lists":
+        body["owned"] = [f"task-{i:05d}" for i in range(40_000)]
+        body["assignors"] = [f"assignor-{i}" for i in range(5_000)]
+    else:  # bad-names
+        body["member_id"] = "../brokers/ids/" + f.target
+        body["owned"] = ["", "../../controller", "a/b", "x\u0000y", "é" * 300, *list(body.get("owned") or ())]
+        body["instance_id"] = " not a name "
+    run.admin.set(path, _raw(body))
+    run.rewritten[f.target] = time.time()
+    log.warning("chaos: %s's report rewritten (%s)", f.target, f.variant)
+
+
+def _report_of(run: ChaosCluster, member: str) -> dict[str, Any] | None:
+    """A member's report as plain JSON (None if it has none, or one that is not an object)."""
+    try:
+        data, _ = run.admin.get(run.layout.group_member(GROUP, member))
+    except Exception:
+        return None
+    try:
+        body = json.loads(zlib.decompress(data) if data[:1] != b"{" else data)
+    except (ValueError, zlib.error):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _absurd_counters(body: dict[str, Any]) -> dict[str, Any]:
+    """Every integer field that counts generations or epochs set to ``ABSURD``."""
+    return {
+        k: (ABSURD if ("generation" in k or "epoch" in k) and isinstance(v, int) and not isinstance(v, bool) else v)
+        for k, v in body.items()
+    }
+
+
+def _raw(body: dict[str, Any]) -> bytes:
+    """JSON as the codecs write it (compressed when large), without their checks: a hostile writer's bytes."""
+    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return zlib.compress(data, 6) if len(data) > codecs.COMPRESS_ABOVE else data
+
+
 def _reconnect(proxy: NetProxy) -> End:
     """What ends a silence: the connections cut (the client reconnects), then the proxy passing again."""
 
@@ -265,6 +377,8 @@ INJECTORS: Mapping[str, Injector] = {
     "zk-restart": restart_zookeeper,
     "maintenance": maintenance,
     "task-storm": task_storm,
+    "ghost-member": ghost_member,
+    "rewritten-report": rewrite_report,
 }
 
 

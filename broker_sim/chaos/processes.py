@@ -103,6 +103,37 @@ def read_journal(path: Path, broker: str, died_at: float | None) -> list[RunInte
     return out
 
 
+class JournalTail:
+    """What a journal says runs now, read incrementally (a long run's journals grow to megabytes: a checker
+    that samples every second reads only what was appended since it last looked). A line not yet complete
+    is left for the next look."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._running: set[str] = set()
+
+    def running(self) -> set[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return set(self._running)
+        end = chunk.rfind(b"\n") + 1
+        for line in chunk[:end].splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by kill -9 (the next start follows it)
+            if rec.get("e") == "start":
+                self._running.add(rec["t"])
+            elif rec.get("e") == "stop":
+                self._running.discard(rec["t"])
+        self._offset += end
+        return set(self._running)
+
+
 def broker_main(argv: list[str]) -> int:
     from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
     from broker_sim.worker.logsink import log_without_blocking
@@ -170,6 +201,7 @@ class ChaosProcess:
             self.popen = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
             )
+        self.started = time.time()
         self.frozen = False
         self.stopping = False  # the harness ends it (a kill or a bounce): its exit is the fault's, not a halt
 

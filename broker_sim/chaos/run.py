@@ -18,7 +18,7 @@ from typing import Any
 from broker_sim.chaos import faults, verdicts
 from broker_sim.chaos.checks import Checks
 from broker_sim.chaos.player import play
-from broker_sim.chaos.processes import ChaosProcess, read_journal, zkctl_command
+from broker_sim.chaos.processes import ChaosProcess, JournalTail, read_journal, zkctl_command
 from broker_sim.chaos.schedule import FAULT_KINDS, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
@@ -75,6 +75,11 @@ class ChaosRun(Simulation):
         self.last_restart: float | None = None
         self._procs_lock = threading.Lock()
         self.maintenance_windows: list[list[float | None]] = []  # [on, off] wall-clock times
+        self._tails: dict[Path, JournalTail] = {}
+        self._tails_lock = threading.Lock()
+        self._born: dict[str, float] = {}  # in-process broker -> when its current life began
+        self.ghosts: list[str] = []  # member ids of the ghost members injected (verdict 10)
+        self.rewritten: dict[str, float] = {}  # member -> when its report was last rewritten (verdict 11)
 
     @property
     def admin_ops(self) -> AdminClient:
@@ -141,6 +146,7 @@ class ChaosRun(Simulation):
 
     def new_broker(self, bid: str) -> None:
         if not self.copts.process_brokers:
+            self._born[bid] = time.time()
             self.start_worker(bid)
             return
         proxy = self._proxy(bid, self.proxies)
@@ -186,14 +192,30 @@ class ChaosRun(Simulation):
 
     def running_now(self) -> Counter[str]:
         """Task -> how many live brokers run it now: a process broker's from its journal (a start not yet
-        followed by a stop), an in-process worker's from its runner."""
+        followed by a stop, read incrementally), an in-process worker's from its runner."""
         if not self.copts.process_brokers:
             return Counter(t for w in self.workers.values() for t in w.running_tasks())
         with self._procs_lock:
-            journals = [(bid, self.journals[bid][-1]) for bid in self.broker_procs]
-        return Counter(
-            i.task_id for bid, journal in journals for i in read_journal(journal, bid, None) if i.end is None
-        )
+            journals = [self.journals[bid][-1] for bid in self.broker_procs]
+        with self._tails_lock:  # the checks and the placement sampler both ask
+            return Counter(t for j in journals for t in self._tails.setdefault(j, JournalTail(j)).running())
+
+    def broker_life(self, bid: str) -> float | None:
+        """When the current life of broker ``bid`` began, if it is up now as the harness knows it (its process
+        alive and not frozen, its in-process worker not frozen); None when it is killed, frozen or away."""
+        if self.copts.process_brokers:
+            proc = self.broker_procs.get(bid)
+            if proc is None or proc.frozen or proc.stopping or not proc.alive():
+                return None
+            return proc.started
+        w = self.workers.get(bid)
+        if w is None or w.frozen.is_set() or w.halted.is_set():
+            return None
+        return self._born.get(bid)
+
+    def known_broker(self, bid: str) -> bool:
+        """Whether ``bid`` is one of the run's brokers (a ghost member is not)."""
+        return bid in self.journals or bid in self._born or bid in self.workers
 
     def all_run_intervals(self) -> list[RunInterval]:
         """Every run interval of the run: the workers' own, or the process brokers' journals (those still
@@ -237,6 +259,7 @@ class ChaosRun(Simulation):
                         self.last_restart = time.monotonic()
                         self.echo(f"  {bid} halted at its fence deadline ({w.watchdog.reason}); restarting it")
                         self._retire(w, graceful=False)
+                        self._born[bid] = time.time()
                         self.start_worker(bid)
 
     def active_controller_id(self) -> str | None:
@@ -285,12 +308,22 @@ class ChaosRun(Simulation):
         if o.intervals_out:
             Path(o.intervals_out).write_text(json.dumps([codecs.to_jsonable(i) for i in intervals]))
         v4, longest = verdicts.stable_within_bound(samples, played.faults_end, o.stable_bound_s)
+        v9, ownerless, ownerless_stable = verdicts.placed_tasks_run_while_stable(
+            [p for p in self.checks.placements if p.t >= phase_wall0], o.ownerless_bound_s, phase_wall0
+        )
         found = [
             verdicts.no_two_running_owners(intervals),
             verdicts.converged(converge_s, last_problems, o.hold_s, o.convergence_bound_s),
             verdicts.epoch_and_generations_only_grow(samples),
             v4,
             *self._optional_verdicts(intervals, v5, phase_wall0),
+            *([v9] if o.placement_interval_s > 0 else []),
+            *(
+                [verdicts.no_work_for_strangers(self.checks.placements, self.ghosts, phase_wall0)]
+                if self.ghosts
+                else []
+            ),
+            *([self.checks.reports_rewritten_back(self.rewritten)] if self.rewritten else []),
         ]
         generations = [s.generation for s in samples if s.generation is not None]
         epochs = sorted({s.epoch for s in samples if s.epoch is not None})
@@ -316,6 +349,9 @@ class ChaosRun(Simulation):
             wall_s=round(time.monotonic() - wall0, 3),
             pipelines=pipeline_figures,
             halts=dict(sorted(self.halts.items())),
+            longest_ownerless_s=round(ownerless, 3),
+            longest_ownerless_stable_s=round(ownerless_stable, 3),
+            ownerless_bound_s=o.ownerless_bound_s,
         )
 
     def _start_cluster(self) -> dict[str, tuple[Path, Path]]:
@@ -334,6 +370,12 @@ class ChaosRun(Simulation):
             threading.Thread(target=self.checks.sample_loop, args=(self._sampling,), name="chaos-sampler", daemon=True),
             threading.Thread(target=self._supervise_loop, name="chaos-supervisor", daemon=True),
         ]
+        if self.copts.placement_interval_s > 0:
+            self._threads.append(
+                threading.Thread(
+                    target=self.checks.placement_loop, args=(self._sampling,), name="chaos-placement", daemon=True
+                )
+            )
         for t in self._threads:
             t.start()
         t0 = time.monotonic()

@@ -18,9 +18,14 @@ DEFAULT_FAULT_KINDS = (
     "task-storm",
 )
 #: every kind; "wedged-stop" (a broker's runner stops hanging, as a wedged driver's, while ZooKeeper is cut off:
-#: the broker must halt at its fence deadline and be restarted) and "maintenance" (maintenance mode on for a
-#: while: nothing may move meanwhile) are drawn only when asked for
-FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop", "maintenance")
+#: the broker must halt at its fence deadline and be restarted), "maintenance" (maintenance mode on for a
+#: while: nothing may move meanwhile), "ghost-member" (a member znode with no broker behind it, on a session of
+#: its own: it claims a live broker's tasks at a huge generation, or nothing) and "rewritten-report" (a live
+#: member's report rewritten with absurd fields) are drawn only when asked for
+FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop", "maintenance", "ghost-member", "rewritten-report")
+
+#: what a "rewritten-report" fault writes into a live member's report (``Fault.variant``)
+REWRITES = ("generation", "huge-lists", "bad-names")
 
 
 _WEIGHTS = {
@@ -35,6 +40,8 @@ _WEIGHTS = {
     "task-storm": 2,
     "wedged-stop": 3,
     "maintenance": 1,
+    "ghost-member": 2,
+    "rewritten-report": 2,
 }
 
 
@@ -61,6 +68,7 @@ class ChaosOptions:
     root: str | None = None
     hold_s: float = 3.0  # invariant 2 must hold for this long once reached
     sample_interval_s: float = 0.2
+    placement_interval_s: float = 0.5  # the placement sampler's (invariants 9 and 10)
     intervals_out: str | None = None
     pipelines: int = 0  # streaming file pipelines on the spark runner (process brokers only)
     records: int = 3000  # records the data generator writes per pipeline while faults run
@@ -82,6 +90,12 @@ class ChaosOptions:
         return self.session_timeout_s + 2 * self.rebalance_timeout_s + self.scheduled_delay_s + 10.0 + spark
 
     @property
+    def ownerless_bound_s(self) -> float:
+        """Invariant 9's bound: a placed task without a running owner while its group says Stable, at most the
+        rebalance timeout (in which a member must take what it was given) plus the delay and 2 s of slack."""
+        return self.rebalance_timeout_s + self.scheduled_delay_s + 2.0
+
+    @property
     def stable_bound_s(self) -> float:
         """Invariant 4's bound: one phase of a rebalance at one generation, plus the delay, plus slack for
         sampling and one round trip (2 s)."""
@@ -98,9 +112,13 @@ class Fault:
     delete: tuple[str, ...] = ()  # task-storm: tasks whose deletion is requested
     controlled: bool = False  # rolling-bounce: controlled shutdowns instead of plain stops
     prefix: str = ""  # task-storm: ids of the created tasks are <prefix>-00000...
+    #: ghost-member: "claims" (the target broker's tasks) or "nothing"; rewritten-report: one of REWRITES
+    variant: str = ""
 
     def describe(self) -> str:
         extra = ""
+        if self.variant:
+            extra = f" ({self.variant})"
         if self.kind == "task-storm":
             extra = f" create {self.create}, delete {len(self.delete)}"
         elif self.kind == "rolling-bounce":
@@ -171,6 +189,20 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
             if all(v <= t for v in busy.values()) and t + duration <= opts.duration_s + per:
                 fault = Fault(round(t, 3), kind, "all", round(duration, 3), controlled=rng.random() < 0.5)
                 exclusive_until = t + duration + 1.0
+        elif kind in ("ghost-member", "rewritten-report"):
+            # not a broker fault: the target broker runs on; the ghost's session lives for the fault's duration
+            # (a rewritten report is one write: the member must rejoin by itself)
+            key = f"{kind}:target"
+            if busy.get(key, 0.0) <= t:
+                target = rng.choice(brokers)
+                if kind == "ghost-member":
+                    variant = "claims" if rng.random() < 0.6 else "nothing"
+                    duration = rng.uniform(1.5, 4.0) * s
+                else:
+                    variant = rng.choice(REWRITES)
+                    duration = 0.0
+                fault = Fault(round(t, 3), kind, target, round(duration, 3), variant=variant)
+                busy[key] = t + duration + s
         elif kind == "maintenance":
             if busy.get("maintenance", 0.0) <= t:
                 duration = rng.uniform(1.5, 4.0) * s

@@ -14,6 +14,19 @@ class Sample:
     generation: int | None
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What the placement sampler saw at ``t``: the group's state, the placed tasks with no running owner
+    (task, member it is placed on) and members that are no broker of the run given tasks (member, count).
+    Only placements on a member that can run them count: a broker the harness killed or froze, or a previous
+    life whose session has not expired yet, is left to the session timeout."""
+
+    t: float
+    state: str | None
+    unowned: tuple[tuple[str, str], ...] = ()
+    strangers: tuple[tuple[str, int], ...] = ()
+
+
 @dataclass
 class Verdict:
     invariant: int
@@ -47,6 +60,10 @@ class ChaosSummary:
         default_factory=dict
     )  # per pipeline: expected, held, duplicates, missing
     halts: dict[str, int] = field(default_factory=dict)  # broker -> times it halted at its fence deadline
+    #: the longest a placed task had no running owner (any group state; while the group said Stable)
+    longest_ownerless_s: float = 0.0
+    longest_ownerless_stable_s: float = 0.0
+    ownerless_bound_s: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -70,6 +87,8 @@ def format_summary(s: ChaosSummary) -> str:
         f"  converged          {'-' if s.converge_s is None else f'{s.converge_s:.2f}s'} after the last fault "
         f"(bound {s.convergence_bound_s:.0f}s)",
         f"  longest unstable   {s.longest_unstable_s:.2f}s (bound {s.stable_bound_s:.0f}s)",
+        f"  longest ownerless  {s.longest_ownerless_s:.2f}s, {s.longest_ownerless_stable_s:.2f}s of it while Stable "
+        f"(bound {s.ownerless_bound_s:.0f}s)",
         f"  halted, restarted  {sum(s.halts.values())}"
         + (f" ({', '.join(f'{k} {v}' for k, v in s.halts.items())})" if s.halts else ""),
     ]

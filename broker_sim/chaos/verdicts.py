@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from broker_sim.chaos.summary import Sample, Verdict
+from broker_sim.chaos.summary import Placement, Sample, Verdict
 from broker_sim.sim.checker import concurrent_moves, double_ownership, move_runs
 from controller.protocol.codecs import RunInterval
 
@@ -74,7 +74,9 @@ def stable_within_bound(samples: Sequence[Sample], faults_end: float, bound_s: f
     if not after:
         bad.append("no samples after the faults stopped")
     elif after[-1].state != "Stable":
-        bad.append(f"ends {after[-1].state}")
+        last = after[-1]
+        since = next((s.t for s in reversed(after) if s.state == "Stable"), faults_end)
+        bad.append(f"ends {last.state} at generation {last.generation}, out of Stable for {last.t - since:.1f}s")
     return Verdict(
         4,
         "no group out of Stable longer than rebalance timeout + delay after the faults",
@@ -132,4 +134,68 @@ def nothing_moves_in_maintenance(
         "nothing moves while maintenance mode is on",
         not bad,
         bad[:10] or [f"{len(windows)} windows, no move inside"],
+    )
+
+
+def placed_tasks_run_while_stable(
+    placements: Sequence[Placement], bound_s: float, t0: float = 0.0
+) -> tuple[Verdict, float, float]:
+    """Invariant 9: no task is placed (in a member's assignment) for longer than ``bound_s`` without a running
+    owner while its group says Stable. A stretch runs from the first sample that shows it to the first that
+    does not (or the last sample); the placement may change within it. Also returns the longest time a placed
+    task had no running owner in any state, and the longest while Stable. Times are said as t+ from ``t0``
+    (the start of the fault phase, as the schedule says them)."""
+    bad: list[str] = []
+    longest_any = longest_stable = 0.0
+    since_any: dict[str, float] = {}
+    since_stable: dict[str, tuple[float, str]] = {}
+    last_t = placements[-1].t if placements else 0.0
+    for p in [*placements, None]:
+        now = p.t if p is not None else last_t
+        unowned = dict(p.unowned) if p is not None else {}
+        stable = p is not None and p.state == "Stable"
+        for task in [x for x in since_any if x not in unowned]:
+            longest_any = max(longest_any, now - since_any.pop(task))
+        for task in [x for x in since_stable if x not in unowned or not stable]:
+            start, member = since_stable.pop(task)
+            length = now - start
+            longest_stable = max(longest_stable, length)
+            if length > bound_s:
+                bad.append(
+                    f"{task}: placed on {member} with no running owner for {length:.1f}s while the group said "
+                    f"Stable (from t+{start - t0:.1f}s)"
+                )
+        for task, member in unowned.items():
+            since_any.setdefault(task, now)
+            if stable:
+                since_stable.setdefault(task, (now, member))
+    details = bad[:10] or [
+        f"{len(placements)} samples; longest without a running owner {longest_any:.2f}s, "
+        f"{longest_stable:.2f}s of it while Stable (bound {bound_s:.0f}s)"
+    ]
+    if len(bad) > 10:
+        details.append(f"... {len(bad) - 10} more")
+    return (
+        Verdict(
+            9, "no task placed longer than the rebalance timeout without a running owner while Stable", not bad, details
+        ),
+        longest_any,
+        longest_stable,
+    )
+
+
+def no_work_for_strangers(placements: Sequence[Placement], ghosts: Sequence[str], t0: float = 0.0) -> Verdict:
+    """Invariant 10 (with ghost members): a member that is no broker of the run (a ghost's znode) is never
+    given a task."""
+    given: dict[str, tuple[int, float]] = {}
+    for p in placements:
+        for member, n in p.strangers:
+            most, first = given.get(member, (0, p.t))
+            given[member] = (max(most, n), first)
+    bad = [f"{m}: given {n} task(s) (first seen at t+{first - t0:.1f}s)" for m, (n, first) in sorted(given.items())]
+    return Verdict(
+        10,
+        "a member with no broker behind it is never given work",
+        not bad,
+        bad[:10] or [f"{len(ghosts)} ghost member(s), none given a task"],
     )

@@ -137,7 +137,7 @@ def test_process_brokers_with_wedged_stops_halt_before_their_tasks_move_and_come
     assert summary.faults_injected.get("wedged-stop", 0) >= 2, summary.faults_injected
     assert summary.faults_failed == []
     assert sum(summary.halts.values()) >= summary.faults_injected["wedged-stop"], summary.halts
-    assert [v.invariant for v in summary.verdicts] == [1, 2, 3, 4, 6]
+    assert [v.invariant for v in summary.verdicts] == [1, 2, 3, 4, 6, 9]
     assert summary.ok, [v for v in summary.verdicts if not v.ok]
 
 
@@ -180,3 +180,25 @@ def test_a_worker_without_its_fence_is_caught(monkeypatch):
     assert summary.faults_injected == {"expire-broker": 1}
     v1 = summary.verdicts[0]
     assert not v1.ok and "overlaps" in v1.details[0], v1.details
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="until the reconcile trust changes are whole: a member whose report was rewritten is not told (11), "
+    "and the group then ends Reconciling (4); remove this mark when it passes",
+)
+def test_ghost_members_and_rewritten_reports_under_reconcile_change_nothing_that_runs():
+    """Hostile members against in-process brokers under reconcile: ghost member znodes (no broker behind
+    them; claiming a live broker's tasks at a huge generation, or nothing) and live members' reports rewritten
+    with absurd fields (seed 137 draws every variant of both), beside broker kills. No ghost is given work (10), no task placed on a member sits
+    without a running owner while the group says Stable longer than the rebalance timeout (9), every member
+    whose report was rewritten reports validly again (11), and every other invariant holds."""
+    kinds = ("ghost-member", "rewritten-report", "kill-broker")
+    summary = run_chaos(
+        ChaosOptions(seed=137, duration_s=30, brokers=3, tasks=12, mean_gap_s=2.5, kinds=kinds, protocol="reconcile")
+    )
+    assert summary.faults_injected.get("ghost-member", 0) >= 2, summary.faults_injected
+    assert summary.faults_injected.get("rewritten-report", 0) >= 2, summary.faults_injected
+    assert summary.faults_failed == []
+    assert {9, 10, 11} <= {v.invariant for v in summary.verdicts}
+    assert summary.ok, "\n".join(f"{v.invariant}: {v.details}" for v in summary.verdicts if not v.ok)

@@ -150,3 +150,60 @@ def test_a_kind_the_harness_cannot_inject_is_never_drawn_and_said_why():
     external = ChaosOptions(seed=1, duration_s=600, zk_hosts="127.0.0.1:2181")  # not the run's ZooKeeper to restart
     assert "zk-restart" in left_out(external) and "zk-restart" not in {f.kind for f in make_schedule(external)}
     assert left_out(ChaosOptions(seed=1)) == {}
+
+
+def test_the_ownerless_verdict_fails_on_a_task_placed_without_a_running_owner_while_stable():
+    """Invariant 9 on synthetic placement samples: a task placed on a member that never runs it, the group
+    Stable all along (a ghost given work, a member that never took what it was published) fails once past the
+    bound and says which task, where and for how long; the same stretch while the group is not Stable, or
+    shorter than the bound, passes; the longest ownerless times are measured either way."""
+    from broker_sim.chaos import Placement
+
+    bound = ChaosOptions(seed=0).ownerless_bound_s  # 10 s at the defaults
+    ghost_given = [Placement(100.0 + i, "Stable", (("t3", "ghost-1"),)) for i in range(13)]
+    ghost_given.append(Placement(113.0, "Stable"))
+    v, longest, longest_stable = verdicts.placed_tasks_run_while_stable(ghost_given, bound, t0=90.0)
+    assert not v.ok and v.details[0] == (
+        "t3: placed on ghost-1 with no running owner for 13.0s while the group said Stable (from t+10.0s)"
+    ), v.details
+    assert longest == longest_stable == 13.0
+    reconciling = [Placement(p.t, "Reconciling", p.unowned) for p in ghost_given]
+    v, longest, longest_stable = verdicts.placed_tasks_run_while_stable(reconciling, bound)
+    assert v.ok and longest == 13.0 and longest_stable == 0.0
+    # Stable and Reconciling in turn: each Stable stretch is short, so the verdict holds
+    flapping = [Placement(p.t, "Stable" if i % 4 else "Reconciling", p.unowned) for i, p in enumerate(ghost_given)]
+    assert verdicts.placed_tasks_run_while_stable(flapping, bound)[0].ok
+    # still ownerless at the last sample: the stretch ends there
+    open_end = [Placement(200.0 + i, "Stable", (("t1", "broker-000"),)) for i in range(12)]
+    v, _, longest_stable = verdicts.placed_tasks_run_while_stable(open_end, bound)
+    assert not v.ok and longest_stable == 11.0 and "t1: placed on broker-000" in v.details[0]
+    # moved from one member to another without ever running: one stretch
+    moved = [Placement(300.0 + i, "Stable", (("t2", "broker-000" if i < 6 else "broker-001"),)) for i in range(12)]
+    assert not verdicts.placed_tasks_run_while_stable(moved, bound)[0].ok
+    assert verdicts.placed_tasks_run_while_stable([], bound)[0].ok
+
+
+def test_the_stranger_verdict_names_a_ghost_given_work():
+    from broker_sim.chaos import Placement
+
+    samples = [Placement(1.0, "Stable"), Placement(2.0, "Stable", (("t1", "ghost-5"),), (("ghost-5", 2),))]
+    v = verdicts.no_work_for_strangers(samples, ["ghost-5"])
+    assert not v.ok and v.details == ["ghost-5: given 2 task(s) (first seen at t+2.0s)"]
+    assert verdicts.no_work_for_strangers(samples[:1], ["ghost-5"]).ok
+
+
+def test_ghost_members_and_rewritten_reports_are_drawn_only_when_asked_for_and_seeded():
+    from broker_sim.chaos.schedule import REWRITES
+
+    asked = ChaosOptions(seed=9, duration_s=600, kinds=FAULT_KINDS)
+    schedule = make_schedule(asked)
+    assert schedule == make_schedule(asked)
+    ghosts = [f for f in schedule if f.kind == "ghost-member"]
+    rewrites = [f for f in schedule if f.kind == "rewritten-report"]
+    assert ghosts and rewrites
+    assert {f.variant for f in ghosts} == {"claims", "nothing"} and {f.variant for f in rewrites} == set(REWRITES)
+    assert all(f.duration > 0 for f in ghosts) and all(f.duration == 0 for f in rewrites)
+    assert "(claims)" in ghosts[[f.variant for f in ghosts].index("claims")].describe()
+    # not asked for, never drawn
+    plain = make_schedule(ChaosOptions(seed=9, duration_s=600))
+    assert not {"ghost-member", "rewritten-report"} & {f.kind for f in plain}
