@@ -283,10 +283,12 @@ class OffsetAdmin:
         else:
             raise AdminError(f"task {task_id!r}: its spec kept changing during the stop; try again")
         state = self.stop_state(task_id)
-        if was != "RUNNING" and state.waiting_for == _COORDINATOR.format(group=spec.group) and self.request_rebalance:
-            # PAUSED (or created STOPPED) to STOPPED: nothing its coordinator schedules changed, so it writes
-            # nothing; a rebalance request, seen after the spec change, makes it write the group's state
-            self.request_rebalance(spec.group, f"confirm the stop of {task_id}")
+        if state.waiting_for == _COORDINATOR.format(group=spec.group) and self.request_rebalance:
+            # nothing the coordinator schedules may have changed (PAUSED or created STOPPED before; a task
+            # nobody could run; a controller that has since failed over and restored its groups as they were),
+            # so it may write nothing: a rebalance request, delivered after the spec change, makes it write the
+            # group's state
+            self.request_rebalance(spec.group, f"confirm the stop of {task_id} (was {was})")
         if wait > 0 and not state.confirmed:
             wait_watched(lambda w: self._confirmed(task_id, w), wait, progress=progress)
             state = self.stop_state(task_id)
@@ -479,16 +481,15 @@ class OffsetAdmin:
         meta = root / "metadata"
         query_id = None
         if meta.is_file():
-            got = ck._json(_read(meta).decode("utf-8", "replace"), str(meta))
-            query_id = got.get("id") if isinstance(got, dict) and isinstance(got.get("id"), str) else None
+            query_id = ck.parse_metadata(_read(meta), str(meta))
         last = logs.last_committed
+        if last is not None and not (root / "offsets" / str(last)).is_file():
+            raise CheckpointError(f"{root}: batch {last} is committed but its offsets are missing")
         entry = (
             ck.parse_offsets(last, _read(root / "offsets" / str(last)), f"{root}/offsets/{last}")
             if last is not None
             else None
         )
-        if last is not None and not (root / "offsets" / str(last)).is_file():
-            raise CheckpointError(f"{root}: batch {last} is committed but its offsets are missing")
         sources = []
         n_sources = len(entry.sources) if entry else (1 if src is not None else 0)
         for i in range(n_sources):

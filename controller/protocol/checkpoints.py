@@ -101,6 +101,15 @@ def _obj(line: str, where: str, fields: Mapping[str, type]) -> dict[str, Any]:
     return value
 
 
+def parse_metadata(data: bytes, where: str) -> str | None:
+    """The checkpoint's ``metadata`` (``{"id": <query id>}``, no version line): the query's id, if it has one."""
+    if len(data) > MAX_LOG_BYTES:
+        raise CheckpointError(f"{where}: {len(data):,} bytes, over the {MAX_LOG_BYTES:,} read")
+    value = _json(data.decode("utf-8", "replace"), where)
+    got = value.get("id") if isinstance(value, dict) else None
+    return got if isinstance(got, str) else None
+
+
 @dataclass(frozen=True)
 class OffsetEntry:
     """``offsets/<b>``: when the batch was planned and each source's end offset (None: the source had none)."""

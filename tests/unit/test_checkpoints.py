@@ -208,3 +208,13 @@ def test_reset_target_is_exactly_one_valid_choice(args, ok):
     else:
         with pytest.raises(AdminError):
             ResetTarget.parse(*args)
+
+
+def test_the_query_id_is_read_or_left_out():
+    assert (
+        ck.parse_metadata(b'{"id":"6f6c7cdd-f20a-4e0c-9354-73ab75187bc8"}', "m")
+        == "6f6c7cdd-f20a-4e0c-9354-73ab75187bc8"
+    )
+    assert ck.parse_metadata(b'{"id": 7}', "m") is None and ck.parse_metadata(b"[]", "m") is None
+    with pytest.raises(CheckpointError, match="^m: a line is not JSON"):
+        ck.parse_metadata(b'{"id": "trunc', "m")
