@@ -698,8 +698,10 @@ class OffsetAdmin:
 
     @staticmethod
     def _apply(root: Path, sink: Path | None, plan: ck.ResetPlan, sink_files: list[Path]) -> None:
-        """Carry a plan out: the sink's data files first (a reset cut short leaves its log naming fewer files,
-        which readers skip), then the sink's log entries, then the checkpoint's."""
+        """Carry a plan out, in the order that leaves readers a consistent sink if it is cut short: the sink's
+        log first (readers stop seeing the removed batches' files), then the checkpoint, the files written (a
+        batch's commit last), and the removed batches' data files at the end. Run again, a reset cut short
+        completes; data files it had not reached stay behind unlisted, which readers through the log skip."""
 
         def where(rel: str) -> Path:
             if rel.startswith("sink:"):
@@ -707,17 +709,20 @@ class OffsetAdmin:
                 return sink / rel[len("sink:") :]
             return root / rel if rel else root
 
-        for f in sink_files:
-            _remove_file(f)
-        sink_logs = sorted((r for r in plan.remove_logs if r.startswith("sink:")), reverse=True)
-        for rel in sink_logs + sorted((r for r in plan.remove_logs if not r.startswith("sink:")), reverse=True):
-            _remove_file(where(rel))
-        for rel in plan.remove_dirs:
-            d = where(rel)
-            if d.is_dir():
-                shutil.rmtree(d)
+        def remove(rels: list[str]) -> None:
+            for rel in sorted((r for r in rels if r in plan.remove_logs), reverse=True):
+                _remove_file(where(rel))
+            for rel in (r for r in rels if r in plan.remove_dirs):
+                if where(rel).is_dir():
+                    shutil.rmtree(where(rel))
+
+        every = list(plan.remove_logs) + list(plan.remove_dirs)
+        remove([r for r in every if r.startswith("sink:")])
+        remove([r for r in every if not r.startswith("sink:")])
         for rel, data in plan.write:
             _write_file(where(rel), data)
+        for f in sink_files:
+            _remove_file(f)
 
 
 def _append(action: str, detail: str, end_reset: bool) -> Callable[[codecs.TaskHistory], codecs.TaskHistory]:
