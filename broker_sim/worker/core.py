@@ -475,6 +475,8 @@ class Worker:
                 # a new session after LOST: register again and rejoin from scratch; every watch of the old
                 # session is gone, the controlled-shutdown one included (a request filed meanwhile counts)
                 self.registration.register()
+                if not self._warm_up():  # (ready already: only reports it, if a lost session cut that short)
+                    return
                 self._do(self.member.start(self._arm_watches()))
                 self._enqueue(ShutdownRequested())
             elif self.fence.up:  # (if this fails, the probe lifts it once an answer shows the session alive)
