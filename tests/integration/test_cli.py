@@ -179,7 +179,7 @@ BAD_SPECS = [
     ("oldfield.yaml", "id: a\nmax_failures: 3\npipeline: {kind: noop}\n", "restart.max_attempts"),
     ("badid.yaml", "id: 'has space'\n", "task 'has space': id"),
     ("badgroup.yaml", "id: a\npipeline: {kind: noop}\ngroup: 'x/y'\n", "group"),
-    ("state.yaml", "id: a\npipeline: {kind: noop}\nstate: STOPPED\n", "state"),
+    ("state.yaml", "id: a\npipeline: {kind: noop}\nstate: SLEEPING\n", "state"),
     ("weight.yaml", "id: a\npipeline: {kind: noop}\nweight: 0\n", "weight"),
     ("kind.yaml", "id: a\npipeline: {kind: flink}\n", 'pipeline.kind "flink" is not one of spark, declarative, noop'),
     ("nosink.yaml", "id: a\npipeline: {kind: spark, source: {type: rate}}\n", "sink"),
