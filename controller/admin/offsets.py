@@ -255,6 +255,11 @@ class OffsetAdmin:
                 return
             except (BadVersionError, NodeExistsError):
                 continue
+            except NoNodeError:
+                raise AdminError(
+                    f"task {task_id!r}: the {action} is done but not recorded: {self.layout.admin_task_history} is "
+                    "missing (a secured root laid out by an earlier release: run `zkctl security init`)"
+                ) from None
         raise AdminError(f"task {task_id!r}: its history kept changing; the {action} is done but not recorded")
 
     # ---- stop ---------------------------------------------------------------------------------------
@@ -375,6 +380,8 @@ class OffsetAdmin:
                     self.client.create(path, codecs.encode(codecs.TaskHistory()))
                 except NodeExistsError:
                     pass
+                except NoNodeError:
+                    return None  # no history container (an old secured root): no reset can have begun either
                 continue
             hist, _err = decode_read(codecs.TaskHistory, got[0], path)
             if hist is not None and hist.resetting is not None and time.time() - hist.resetting < codecs.RESET_LEASE_S:
@@ -692,6 +699,11 @@ class OffsetAdmin:
             failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
             if not failed:
                 return
+            if isinstance(results[1], NoNodeError):
+                raise AdminError(
+                    f"task {task_id!r}: nothing was reset: {self.layout.admin_task_history} is missing (a secured "
+                    "root laid out by an earlier release: run `zkctl security init`)"
+                )
             if isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
                 raise Conflict(f"task {task_id!r} changed during the reset (resumed?); nothing was reset")
         raise AdminError(f"task {task_id!r}: its history kept changing; nothing was reset")
