@@ -92,8 +92,9 @@ class Checks:
 
     # ---- the placement sampler (invariants 9 and 10) ------------------------------------------------
     def placement_loop(self, stop: threading.Event) -> None:
-        """Every ``placement_interval_s`` until ``stop``: which placed tasks have no running owner, and which
-        members that are no broker of the run hold tasks (read-only, on a client of its own)."""
+        """Every ``placement_interval_s`` (or twice as long as a look took, if longer) until ``stop``: which
+        placed tasks have no running owner, and which members that are no broker of the run hold tasks
+        (read-only, on a client of its own)."""
         run = self.run
         client = make_client(run.settings(), connect=False)
         try:
@@ -101,14 +102,18 @@ class Checks:
         except Exception:
             log.exception("placement sampler could not connect")
             return
+        pause = run.copts.placement_interval_s
         try:
-            while not stop.wait(run.copts.placement_interval_s):
+            while not stop.wait(pause):
                 if not client.connected:
                     continue
+                began = time.monotonic()
                 try:
                     self.placements.append(self.placement(client))
                 except Exception as exc:  # ZooKeeper restarting, a znode gone between two reads: next look
                     log.debug("placement sample: %s", exc)
+                # a look costs more as task storms add tasks: at most a third of the time goes to looking
+                pause = max(run.copts.placement_interval_s, 2 * (time.monotonic() - began))
         finally:
             client.stop()
             client.close()

@@ -37,6 +37,8 @@ class JournalRunner(TaskRunner):
         self.runs_processes = self.inner.runs_processes
         self._f = open(path, "a", buffering=1)
         self._lock = threading.Lock()
+        self._wedged = False
+        self._unwedged = threading.Event()
 
     def _note(self, event: str, task: str) -> None:
         with self._lock:
@@ -52,9 +54,26 @@ class JournalRunner(TaskRunner):
 
     def stop(self, task_id: str, timeout: float = 60.0) -> None:
         running = task_id in self.inner.running()
+        if self._wedged:  # a runner with no wedge of its own (spark): the stop hangs, the task runs on
+            self._unwedged.wait()  # bounded by kill/close
+            return  # killed: the process ends now, its journal's open runs end with it
         self.inner.stop(task_id, timeout)
         if running:
             self._note("stop", task_id)
+
+    def wedge(self, on: bool) -> None:
+        """The "wedged-stop" fault: every stop hangs from now on, as a wedged driver's would. The inner
+        runner's own wedge if it has one (the no-op runner's); else this runner's stops block until ``kill``
+        (a Spark query then runs on until the broker's watchdog kills its JVM and halts)."""
+        inner = getattr(self.inner, "wedge", None)
+        if inner is not None:
+            inner(on)
+            return
+        self._wedged = on
+        if on:
+            self._unwedged.clear()
+        else:
+            self._unwedged.set()
 
     def status(self, task_id: str) -> RunStatus:
         return self.inner.status(task_id)
@@ -66,9 +85,12 @@ class JournalRunner(TaskRunner):
         return self.inner.processes()
 
     def kill(self) -> None:
+        self._unwedged.set()
         self.inner.kill()
 
     def close(self) -> None:
+        self._unwedged.set()
+        self._wedged = False
         for t in sorted(self.inner.running()):
             self.stop(t)
         self.inner.close()
@@ -179,9 +201,9 @@ def broker_main(argv: list[str]) -> int:
     worker = Worker(config, runner=runner)
     stop_now = threading.Event()
     install_signal_handlers(worker, stop_now.set)
-    wedge = getattr(runner.inner, "wedge", None)
-    if wedge is not None:  # the chaos tool's "wedged-stop" fault: every stop hangs from now on
-        signal.signal(signal.SIGUSR2, lambda _s, _f: wedge(True))
+    # the chaos tool's "wedged-stop" fault: every stop hangs from now on (with any runner: a SIGUSR2 left to
+    # its default action would end the process, which is another fault)
+    signal.signal(signal.SIGUSR2, lambda _s, _f: runner.wedge(True))
     worker.start()
     try:
         while not (worker.exited.is_set() or stop_now.wait(0.1)):

@@ -72,6 +72,7 @@ class ChaosRun(Simulation):
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []  # the sampler and the supervisor
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
+        self.crashes: list[str] = []  # broker processes that exited with nothing asking them to, restarted by us
         self.last_restart: float | None = None
         self._procs_lock = threading.Lock()
         self.maintenance_windows: list[list[float | None]] = []  # [on, off] wall-clock times
@@ -230,15 +231,16 @@ class ChaosRun(Simulation):
 
     def _supervise_loop(self) -> None:
         """What systemd or docker's restart policy does for a deployed broker: a broker that halted at its fence
-        deadline (exit 75; an in-process one killed itself) is started again. Its run intervals end when its
-        exit is noticed here (at most 0.1 s late, which can only make the overlap check stricter)."""
+        deadline (exit 75; an in-process one killed itself) is started again, and so is a broker process that
+        exited with nothing asking it to (reported with the faults that went wrong). Its run intervals end when
+        its exit is noticed here (at most 0.1 s late, which can only make the overlap check stricter)."""
         from broker_sim.worker.deadline import EXIT_HALTED
 
         while not self._sampling.wait(0.1):
             if self.copts.process_brokers:
                 for bid, proc in list(self.broker_procs.items()):
                     code = proc.popen.poll()
-                    if code != EXIT_HALTED or proc.stopping:  # a fault that ends it restarts it itself
+                    if code is None or proc.stopping:  # a fault that ends it restarts it itself
                         continue
                     died_at = time.time()
                     with self._procs_lock:
@@ -248,9 +250,13 @@ class ChaosRun(Simulation):
                         journal = self.journals[bid][-1]
                     proc.reap_group()
                     self.process_intervals += read_journal(journal, bid, died_at)
-                    self.halts[bid] += 1
                     self.last_restart = time.monotonic()
-                    self.echo(f"  {bid} halted at its fence deadline (exit {code}); restarting it")
+                    if code == EXIT_HALTED:
+                        self.halts[bid] += 1
+                        self.echo(f"  {bid} halted at its fence deadline (exit {code}); restarting it")
+                    else:  # nothing asked it to end: a crash, reported with the faults that went wrong
+                        self.crashes.append(f"{bid} exited unasked (exit code {code}) at {died_at:.2f}")
+                        self.echo(f"  {bid} exited unasked (exit code {code}); restarting it")
                     self.new_broker(bid)
             else:
                 for bid, w in list(self.workers.items()):
@@ -336,7 +342,7 @@ class ChaosRun(Simulation):
             duration_s=o.duration_s,
             schedule=[f.describe().strip() for f in self.schedule],
             faults_injected=dict(sorted(played.injected.items())),
-            faults_failed=played.failed,
+            faults_failed=played.failed + self.crashes,
             rebalances=(max(generations) - gen0) if generations else 0,
             controller_epochs=[epochs[0], epochs[-1]] if epochs else [],
             converge_s=None if converge_s is None else round(converge_s, 3),

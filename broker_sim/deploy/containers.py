@@ -643,19 +643,27 @@ def container_sink_ids(data: Path, task: str) -> list[int]:
 
 
 def _wait_sinks(data: Path, ids: list[str], records: int, timeout: float) -> dict[str, dict[str, int]]:
+    """Each sink's figures once every record is there or at ``timeout``. A read that fails (a log file or
+    a part file read while Spark writes it) keeps the last good read and is counted in ``read_errors``:
+    it used to count as an empty sink, so one failed read at the deadline said "0 of N" of a full sink."""
     deadline = time.monotonic() + timeout
+    last: dict[str, list[int]] = {t: [] for t in ids}
+    errors: dict[str, int] = {t: 0 for t in ids}
     while True:
         out = {}
         for t in ids:
             try:
-                got = container_sink_ids(data, t)
+                last[t] = container_sink_ids(data, t)
+                errors[t] = 0
             except (OSError, ValueError):
-                got = []
+                errors[t] += 1
+            got = last[t]
             out[t] = {
                 "expected": records,
                 "held": len(set(got)),
                 "duplicates": len(got) - len(set(got)),
                 "missing": len(set(range(records)) - set(got)),
+                "read_errors": errors[t],
             }
         if all(v["missing"] == 0 for v in out.values()) or time.monotonic() > deadline:
             return out
