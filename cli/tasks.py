@@ -215,9 +215,9 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
         ("Last error", clip(d.last_error, 200)),
     ]
     if d.checkpoint is not None:
-        rows.append(("Checkpoint", checkpoint_line(to_dict(d.checkpoint))))
+        rows.append(("Checkpoint", clip(checkpoint_line(to_dict(d.checkpoint)), 300)))
     if d.history:
-        rows.append(("History", "; ".join(f"{when(e.at)} {e.action} ({e.detail})" for e in d.history[-5:])))
+        rows.append(("History", clip("; ".join(f"{when(e.at)} {e.action} ({e.detail})" for e in d.history[-5:]), 600)))
     if d.reassign_to:
         rows.append(("Reassign", f"pending, to {d.reassign_to}"))
     if d.invalid:
@@ -443,14 +443,14 @@ def task_offsets(ctx: Ctx, task_id: str, checkpoint_root: str | None) -> None:
         if v.last_planned is not None and (v.last_committed is None or v.last_planned > v.last_committed):
             lines.append(f"batch {v.last_planned} was begun and not committed: it runs again at the next start")
         for s in v.sources:
-            head = f"source {s.index} ({s.kind}{', ' + s.path if s.path else ''}): offset {json.dumps(s.offset)}"
+            head = f"source {s.index} ({s.kind}{', ' + s.path if s.path else ''}): offset {clip(json.dumps(s.offset), 200)}"
             lines.append(head)
             if s.kind == "files":
                 pending = "?" if s.files_pending is None else str(s.files_pending)
                 lines.append(
                     f"  {s.files_in_batch} file(s) in that batch, {s.files_taken} taken so far, {pending} waiting"
                 )
-                lines += [f"  {f}" for f in s.files]
+                lines += [f"  {clip(f, 300)}" for f in s.files]  # names from the checkpoint: one line each
         if v.sink:
             lines.append(f"sink {v.sink}: last batch in its log {v.sink_last_batch}")
         if v.stateful:

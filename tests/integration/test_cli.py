@@ -685,6 +685,12 @@ def test_stop_offsets_and_reset_offsets_commands(cluster, cli_env, tmp_path, zk,
     assert "last committed batch 2 (planned " in out and "batches kept from 0" in out, out
     assert "1 file(s) in that batch, 3 taken so far, 1 waiting" in out, out
     assert run("--json", "task", "offsets", "o1").stdout.count('"last_committed": 2') == 1
+    log = ck / "sources" / "0" / "2"
+    kept = log.read_bytes()
+    log.write_text('v1\n{"path":"file:///x\\u001b[2J\\nforged line","timestamp":1,"batchId":2}')
+    out = run("task", "offsets", "o1").stdout  # a name from the checkpoint cannot drive the terminal
+    assert "  file:///x\\x1b[2J forged line\n" in out and "\x1b" not in out, out
+    log.write_bytes(kept)
 
     for args, needle in [
         ((), "give exactly one of --to-earliest, --to-latest, --to-batch N"),
