@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from controller.admin import AdminClient
 from controller.protocol import codecs
 from controller.protocol.codecs import Assignment, BrokerInfo, SessionInfo, SessionState
 from controller.protocol.member import Member, WriteJoin
@@ -35,6 +36,8 @@ def test_a_member_whose_session_is_not_ready_gets_no_work_until_it_is(cluster, z
     assert st is not None and st.members == ("a",), st
     assert zk.exists(layout.group_assignment("default", "b")) is None, "b was given an assignment"
     generation = st.generation
+    shown = {v.broker_id: v.session for v in AdminClient(zk, layout).status().brokers}
+    assert shown["a"] is None and shown["b"] is not None and shown["b"]["state"] == "starting", shown
 
     # garbage in its registration is not a ready session either
     b.set(layout.broker("b"), b'{"version": 1, "broker_id": "b", "host": "h", "pid": 1, "session": {"state": 7}}')

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -70,6 +71,15 @@ def test_only_a_ready_or_lazy_session_or_none_may_be_given_work() -> None:
     members = {"a": 1, "b": 2, "c": 3}
     assert placeable(members, {"b", "x"}) == {"a": 1, "c": 3}
     assert placeable(members, set()) == members
+
+
+def test_status_shows_a_session_in_one_cell() -> None:
+    from cli.cluster import session_text
+
+    assert session_text(None) == "" and session_text({"state": "lazy", "since": 1.0}) == "lazy"
+    assert session_text({"state": "ready", "since": 1.0, "startup_s": 12.34}) == "ready 12.3s"
+    assert session_text({"state": "starting", "since": time.time() - 4.2}) == "starting 4s"
+    assert session_text({"state": "failed", "since": 1.0, "error": "no java"}) == "failed"
 
 
 # ---- a pipeline's figures ------------------------------------------------------------------------------
