@@ -5,7 +5,10 @@ delays), seeded faults, and invariant checks. One seed = one reproducible schedu
 Faults: member crash (session gone at once), member freeze longer or shorter than the session timeout,
 member partition (the worker fences itself before its session can expire), controller failover,
 task create/delete/pause churn, and optionally a faulty leader that skips the cooperative adjustment
-(which the coordinator's validation must refuse).
+(which the coordinator's validation must refuse). With ``hostile``: ghost member znodes (no broker of the
+same session behind them) claiming live members' tasks with a huge member epoch, and live members' reports
+rewritten (an epoch never published, or claims of every task), which the coordinator must neither obey nor
+drop the member for.
 
 Invariants checked (independent of the coordinator's own bookkeeping):
  1. no task ever runs on two members at once (from recorded run intervals);
@@ -13,11 +16,14 @@ Invariants checked (independent of the coordinator's own bookkeeping):
     holds it (the protocol's own safety, not just the owner-lock fence);
  3. generations and controller epochs seen by every member only grow;
  4. after the last fault, the group is Stable and every runnable task runs on exactly one live member
-    within the stated bound.
+    within the stated bound;
+ 5. reconcile: whenever the group state says Stable, every task placed with a live member is held by it (its
+    owner lock): Stable means running, never "published".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections.abc import Callable, Sequence
@@ -38,7 +44,8 @@ from controller.protocol.group_types import (
     WriteJoinResult,
 )
 from controller.protocol.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
-from controller.protocol.rules import COOPERATIVE, EAGER, run_assignor
+from controller.protocol.reports import ghost_reason
+from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE, run_assignor
 
 GROUP = "g"
 
@@ -61,6 +68,8 @@ class SimConfig:
     fault_window: float = 10.0
     settle_bound: float = 20.0
     faulty_leader_probability: float = 0.0
+    #: ghost members and rewritten reports among the faults (reconcile groups)
+    hostile: bool = False
 
 
 @dataclass
@@ -203,6 +212,7 @@ class ProtocolSim:
         for d in decisions:
             if isinstance(d, WriteGroupState):
                 self.state_zk = d.info
+                self._check_stable_means_running(d.info)
                 for mid, node in list(self.nodes.items()):
                     if node.state_watched:
                         self._to_member(mid, partial(self._group_state_to, mid, d.info))
@@ -255,9 +265,38 @@ class ProtocolSim:
 
     def _members_changed(self) -> None:
         # the snapshot as of this change: the controller sees every membership change in order (the real
-        # one tells a bounced member's new znode from the old by its czxid even when the data is equal)
-        snapshot = dict(self.members_zk)
+        # one tells a bounced member's new znode from the old by its czxid even when the data is equal);
+        # a member znode with no live broker of the same session behind it is a ghost, set apart as the
+        # controller's IO layer does (the same rule)
+        snapshot = self._live_members()
         self._to_controller(lambda: self._controller(lambda: self.coordinator.on_members(dict(snapshot))))
+
+    def _live_members(self) -> dict[str, JoinRequest]:
+        """The member znodes with a live broker of the same session behind them (no ghosts)."""
+        brokers = {m: n.session for m, n in self.nodes.items() if n.alive}
+        return {
+            m: r
+            for m, r in self.members_zk.items()
+            if not ghost_reason(m, self.member_session.get(m), brokers.get(m), m in brokers)
+        }
+
+    def _check_stable_means_running(self, info: GroupStateInfo) -> None:
+        """Invariant 5: a reconciling group says Stable only when every task placed with a live member is held
+        by that member (a member that crashed meanwhile is not the coordinator's to know yet)."""
+        if info.protocol != RECONCILE or info.state != GroupState.STABLE.value:
+            return
+        for m, ts in self.coordinator.assignment.items():
+            node = self.nodes.get(m)
+            r = self.coordinator.members.get(m)
+            if node is None or not node.alive or r is None or r.incarnation != node.member.incarnation:
+                continue  # (a member gone or restarted since: not the coordinator's to know yet)
+            for t in ts:
+                if self.locks.get(t) != m and t in self.tasks:
+                    self.violations.append(
+                        Violation(
+                            5, self.clock.now(), f"Stable while {t}, placed with {m}, is held by {self.locks.get(t)}"
+                        )
+                    )
 
     def _check_publish(self, d: WriteAssignments) -> None:
         """Invariant 2: nothing handed to X while a live generation member Y holds it."""
@@ -592,7 +631,7 @@ class ProtocolSim:
                 return
             self._controller(
                 lambda: self.coordinator.load(
-                    self.state_zk, dict(self.members_zk), self._runnable(), dict(self.assignments_zk)
+                    self.state_zk, self._live_members(), self._runnable(), dict(self.assignments_zk)
                 )
             )
 
@@ -621,6 +660,8 @@ class ProtocolSim:
             "tasks",
             "join",
         ]
+        if self.cfg.hostile:
+            kinds += ["ghost", "rewrite"]
         for _ in range(self.cfg.faults):
             when = self.rng.uniform(0.5, self.cfg.fault_window)
             kind = self.rng.choice(kinds)
@@ -649,6 +690,52 @@ class ProtocolSim:
             self._task_churn()
         elif kind == "join":
             self._spawn(f"m{len(self.nodes)}")
+        elif kind == "ghost":
+            self._ghost(alive)
+        elif kind == "rewrite" and alive:
+            # (a member letting tasks go, when there is one: what a false report would hand on too early)
+            releasing = [m for m in alive if self.nodes[m].member.pending_revocation or self.nodes[m].stopping]
+            self._rewrite(self.rng.choice(releasing or alive))
+
+    def _ghost(self, alive: list[str]) -> None:
+        """A member znode with no broker behind it (another session), claiming a live member's tasks with a huge
+        member epoch; gone again when its session ends."""
+        victim = self.rng.choice(alive) if alive else None
+        claimed = tuple(sorted(self.nodes[victim].member.desired)) if victim else ()
+        name = f"ghost{len(self.fault_log)}"
+        self.members_zk[name] = JoinRequest(
+            member_id=name,
+            join_generation=2**40,
+            generation=2**40,
+            protocols=(RECONCILE, COOPERATIVE),
+            assignors=(self.cfg.assignor,),
+            owned=claimed,
+            incarnation="ghost",
+        )
+        self.member_session[name] = 1_000_000 + len(self.fault_log)
+        self._members_changed()
+        session = self.member_session[name]
+
+        def gone() -> None:
+            if self.member_session.get(name) == session:
+                self.members_zk.pop(name, None)
+                self.member_session.pop(name, None)
+                self._members_changed()
+
+        self._at(self.clock.now() + self.rng.uniform(0.5, 3.0), gone)
+
+    def _rewrite(self, mid: str) -> None:
+        """Someone rewrites a live member's request: a member epoch never published, or claims of every task.
+        The member does not know; the coordinator must answer it (INVALID_REPORT) or narrow the claims."""
+        r = self.members_zk.get(mid)
+        if r is None:
+            return
+        if self.rng.random() < 0.5:  # releases it never made, at an epoch never published
+            bad = dataclasses.replace(r, generation=2**60, owned=(), pending=())
+        else:
+            bad = dataclasses.replace(r, owned=tuple(sorted(self.tasks)))
+        self.members_zk[mid] = bad
+        self._members_changed()
 
     # ---- run & check ------------------------------------------------------------------------------
     def run(self, max_events: int = 200_000) -> SimResult:

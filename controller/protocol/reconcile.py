@@ -132,6 +132,9 @@ class ReconcileGroup:
     republish: set[str] = field(default_factory=set)
     #: tasks fenced from a member since the coordinator started (the controller's metric)
     fenced_total: int = 0
+    #: member -> when its assignment was last published (or asked again): the rebalance timeout of what it
+    #: owes (an acknowledgement, a release) runs from there
+    published_at: dict[str, float] = field(default_factory=dict)
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
@@ -153,9 +156,20 @@ class ReconcileGroup:
         """The members that have not acknowledged their current assignment (shown with the group state)."""
         return tuple(m for m in sorted(self.core.members) if not self.acked(m))
 
+    def owing(self) -> list[str]:
+        """Members that owe a report: one at their member epoch, or one confirming a release."""
+        core = self.core
+        return [
+            m
+            for m, r in core.members.items()
+            if m in self.published_at and (m in self.unreleased or r.generation < self.epochs.get(m, -1))
+        ]
+
     def ack_due(self) -> float | None:
-        """When the oldest task published and not yet taken overruns the rebalance timeout (None: none waits)."""
+        """When the oldest task published and not yet taken, or the oldest report owed, overruns the rebalance
+        timeout (None: nothing is owed)."""
         firsts = [min(w.values()) for w in self.waiting.values() if w]
+        firsts += [self.published_at[m] for m in self.owing()]
         return min(firsts) + self.core.config.rebalance_timeout_s if firsts else None
 
     def fence_overdue(self, now: float) -> list[Decision]:
@@ -174,8 +188,17 @@ class ReconcileGroup:
             if late:
                 fenced[m] = late
         self.waiting = {m: w for m, w in self.waiting.items() if w}
+        # a report owed past the bound (a release never confirmed, an epoch never acknowledged: the member's
+        # request may have been rewritten behind its back): its assignment is published to it again, at a new
+        # epoch, and it reports afresh
+        asked = [m for m in self.owing() if self.published_at[m] + timeout <= now and m not in fenced]
+        if asked:
+            log.warning("group %s: no report from %s within %gs: publishing to them again", core.group, asked, timeout)
+            self.republish.update(asked)
+            for m in asked:
+                self.published_at[m] = now
         if not fenced:
-            return []
+            return self.step(write_state=False) if asked else []
         self.fenced_total += sum(len(ts) for ts in fenced.values())
         why = "; ".join(
             f"{m} fenced from {len(ts)} task(s) ({', '.join(ts[:5])}{', ...' if len(ts) > 5 else ''})"
@@ -227,7 +250,9 @@ class ReconcileGroup:
         )
         return [WriteAssignments(((member, answer),))]
 
-    def screen(self, snapshot: Mapping[str, JoinRequest]) -> tuple[dict[str, JoinRequest], list[Decision]]:
+    def screen(
+        self, snapshot: Mapping[str, JoinRequest], everyone: bool = False
+    ) -> tuple[dict[str, JoinRequest], list[Decision]]:
         """The members' requests as the coordinator takes them: a report out of bounds (``report_problem``) is
         refused, once per request, and the member's last good request stands in for it (a new member with
         none is not admitted until it writes one)."""
@@ -235,14 +260,18 @@ class ReconcileGroup:
         out, answers = dict(snapshot), []
         for m in sorted(snapshot):
             r = snapshot[m]
+            if not everyone and m not in self.refused and core.members.get(m) == r:
+                continue  # screened already
             problem = report_problem(r, core.generation)
             if not problem:
                 if m in self.refused:
                     del self.refused[m]
                     self.republish.add(m)
                 continue
-            if m in core.members:
+            if m in core.members and core.members[m] != r:
                 out[m] = core.members[m]
+            elif m in core.assignment:  # (a failover: no good request of it seen, but it was given tasks)
+                out[m] = self.stand_in(m, r)
             else:
                 del out[m]
             before = self.refused.get(m)
@@ -302,6 +331,7 @@ class ReconcileGroup:
         self.target.clear()
         self.unreleased.clear()
         self.waiting.clear()
+        self.published_at.clear()
         self.barred.clear()
         self.refused.clear()
         self.republish.clear()
@@ -332,6 +362,7 @@ class ReconcileGroup:
         has restored the group's state (Reconciling)."""
         core = self.core
         core.assignment, self.unreleased = {}, {}
+        newest = max([core.generation] + [a.generation for a in assignments.values()])
         for m, a in assignments.items():
             if m not in core.members or a.error is not None or a.protocol != RECONCILE:
                 continue
@@ -339,8 +370,11 @@ class ReconcileGroup:
                 continue  # published to an earlier life of the member: that session, and all it held, is gone
             core.assignment[m] = tuple(a.assigned)
             self.epochs[m] = a.generation
+            self.published_at[m] = core.clock.now()
             core.generation = max(core.generation, a.generation)
-            pending = confirm_releases({t: a.generation for t in a.revoked}, core.members[m])
+            revoked = {t: a.generation for t in a.revoked}
+            # a report refused below confirms nothing
+            pending = revoked if report_problem(core.members[m], newest) else confirm_releases(revoked, core.members[m])
             if pending:
                 self.unreleased[m] = pending
             owned = set(core.members[m].owned).difference(core.members[m].pending)
@@ -348,7 +382,27 @@ class ReconcileGroup:
             if waiting:  # not reported taken yet: the rebalance timeout runs from this controller's start
                 self.waiting[m] = waiting
         core.join_generation = core.generation
-        return self.retarget("controller failover")
+        # what the previous controller had not yet refused is screened now (a report rewritten meanwhile)
+        core.members, answers = self.screen(core.members, everyone=True)
+        for m in [m for m in core.assignment if m not in core.members]:
+            del core.assignment[m]
+            self.unreleased.pop(m, None)
+            self.epochs.pop(m, None)
+        return answers + self.retarget("controller failover")
+
+    def stand_in(self, member: str, refused: JoinRequest) -> JoinRequest:
+        """What the coordinator takes for a member whose only request it refused: it may hold what it was
+        published and what was revoked from it unconfirmed, and it acknowledged nothing."""
+        core = self.core
+        return JoinRequest(
+            member_id=member,
+            join_generation=-1,
+            generation=-1,
+            protocols=(RECONCILE,),
+            assignors=(),
+            owned=tuple(sorted(set(core.assignment.get(member, ())) | set(self.unreleased.get(member, {})))),
+            incarnation=refused.incarnation,
+        )
 
     # ---- inputs -----------------------------------------------------------------------------------
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
@@ -373,6 +427,7 @@ class ReconcileGroup:
             tasks = core.assignment.pop(m, ())
             self.unreleased.pop(m, None)  # (its session ended, and with it every owner znode it held)
             self.waiting.pop(m, None)
+            self.published_at.pop(m, None)
             self.refused.pop(m, None)
             self.republish.discard(m)
             for bar in self.barred.values():
@@ -585,6 +640,7 @@ class ReconcileGroup:
         writes = []
         for m, now_assigned, to_revoke in changed:
             self.republish.discard(m)
+            self.published_at[m] = now
             owned = set(core.members[m].owned).difference(core.members[m].pending)
             gone = (set(core.assignment.get(m, ())) - set(now_assigned)) | set(to_revoke)
             # a task the member was fenced from and never reported needs no confirmation (its owner znode,

@@ -80,7 +80,9 @@ CONFIGS: dict[str, Scenario] = {
         500,
         faulty=True,
     ),
-    "reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,)), 4000, reconcile=True),
+    "reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,)), 3000, reconcile=True),
+    # ghost members and rewritten reports among the faults: neither obeyed nor a reason to drop a member
+    "reconcile-hostile": Scenario(SimConfig(protocol_mix=(RECONCILING,), hostile=True, faults=6), 1000, reconcile=True),
     "reconcile-delay": Scenario(SimConfig(protocol_mix=(RECONCILING,), scheduled_delay=2.0), 2000, reconcile=True),
     "upgrade-cooperative-to-reconcile": Scenario(
         SimConfig(protocol_mix=(RECONCILING,), faults=6), 2000, sim=ReconcileUpgradeSim, reconcile=True
@@ -245,6 +247,42 @@ def test_without_waiting_for_releases_reconcile_breaks_invariant_2(monkeypatch, 
     config = CONFIGS["reconcile"].config
     broken = [seed for seed in range(20) if any(v.invariant == 2 for v in ProtocolSim(seed, config).run().violations)]
     assert broken, "the simulation did not notice a reconcile coordinator that hands tasks on before their release"
+    monkeypatch.undo()
+    for seed in broken[:3]:
+        assert ProtocolSim(seed, config).run().violations == []
+
+
+def test_a_coordinator_that_counts_published_as_running_breaks_invariant_5(monkeypatch, caplog):
+    """The planted bug of "Stable means running": a coordinator that takes every member's assignment for
+    acknowledged as soon as it is published says Stable while tasks are still being taken."""
+    publish = controller.protocol.reconcile.ReconcileGroup.publish
+
+    def publish_and_forget(self, changed):
+        out = publish(self, changed)
+        self.waiting.clear()
+        return out
+
+    monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "acked", lambda self, m: True)
+    monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "publish", publish_and_forget)
+    caplog.set_level(logging.ERROR, logger="controller")
+    config = CONFIGS["reconcile"].config
+    broken = [seed for seed in range(10) if any(v.invariant == 5 for v in ProtocolSim(seed, config).run().violations)]
+    assert broken, "the simulation did not notice a Stable group whose tasks were not yet taken"
+    monkeypatch.undo()
+    for seed in broken[:3]:
+        assert ProtocolSim(seed, config).run().violations == []
+
+
+def test_a_coordinator_that_believes_rewritten_reports_breaks_the_hostile_schedules(monkeypatch, caplog):
+    """The planted bug of hostile reports: a coordinator that takes every report as written (no bounds, no
+    check of claims) hands tasks on that are still running, or waits forever for a release it was told of."""
+    monkeypatch.setattr(
+        controller.protocol.reconcile.ReconcileGroup, "screen", lambda self, snap, everyone=False: (dict(snap), [])
+    )
+    caplog.set_level(logging.ERROR, logger="controller")
+    config = CONFIGS["reconcile-hostile"].config
+    broken = [seed for seed in range(80) if ProtocolSim(seed, config).run().violations]
+    assert broken, "the simulation did not notice a coordinator that believes rewritten reports"
     monkeypatch.undo()
     for seed in broken[:3]:
         assert ProtocolSim(seed, config).run().violations == []
