@@ -1,7 +1,8 @@
 """The ``spark`` runner: a worker's pipelines on one shared SparkSession (one streaming query per task).
 
 - ``SparkPipeline`` tasks run in this process's SparkSession (``spark_jobs``): streaming as one query with
-  its checkpoint at ``<checkpoint_root>/<task_id>``, batch once in a named thread.
+  its checkpoint at ``<checkpoint_root>/<task_id>``, batch once in a named thread. Those with
+  ``isolation: process`` run the same way in a driver process of their own (``spark_process``).
 - ``DeclarativePipeline`` tasks are run by Spark's own Declarative Pipelines engine in child processes
   (``declarative``), on the same master and settings.
 - ``NoopPipeline`` tasks are simulated (``noop``), so a Spark worker can take any task of its group.
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
 from broker_sim.runners.spark_jobs import BatchRun, PipelineStartError, StreamingRun
+from broker_sim.runners.spark_process import DriverProcesses
 from broker_sim.runners.spark_session import (
     SessionHolder,
     SparkSetupError,
@@ -141,6 +143,8 @@ class SparkRunner(TaskRunner):
         self._runs: dict[str, tuple[TaskSpec, _Run]] = {}
         self._task_locks: dict[str, threading.Lock] = {}
         self._closed = False
+        # pipelines with isolation "process": each in a driver process of its own (spark_process)
+        self._drivers = DriverProcesses(self.spark_master, self.spark_conf, stop_budget_s)
 
     # ---- session --------------------------------------------------------------------------------------
     def session(self) -> Any:
@@ -203,10 +207,13 @@ class SparkRunner(TaskRunner):
     def _start_run(self, task_id: str, spec: TaskSpec, generation: int) -> _Run:
         pipeline = spec.pipeline
         if isinstance(pipeline, SparkPipeline):
+            checkpoint = checkpoint_location(self.checkpoint_root, task_id)
+            if pipeline.isolation == "process":
+                return self._drivers.start(task_id, pipeline, checkpoint)
             spark = self.session()
             if pipeline.mode == "batch":
                 return BatchRun(task_id, pipeline).start(spark)
-            return StreamingRun(task_id, pipeline, checkpoint_location(self.checkpoint_root, task_id)).start(spark)
+            return StreamingRun(task_id, pipeline, checkpoint).start(spark)
         if isinstance(pipeline, DeclarativePipeline):
             from broker_sim.runners.declarative import DeclarativeRun
 
@@ -253,13 +260,14 @@ class SparkRunner(TaskRunner):
             runs = [run for _, run in self._runs.values()]
         for run in runs:
             pgids |= set(getattr(run, "process_groups", lambda: set())())
-        return pids, pgids
+        return pids, pgids | self._drivers.process_groups()  # isolated drivers, also while they start
 
     def close(self) -> None:
         """Stop every task (in parallel, each in a named thread), then the SparkSession and its JVM."""
         with self._lock:
             self._closed = True
             ids = list(self._runs)
+        self._drivers.close()
         errors: list[BaseException] = []
 
         def _stop(t: str) -> None:

@@ -17,7 +17,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from controller.protocol.codecs import MAX_PAYLOAD_BYTES, PayloadError, TaskDescriptor, Unreadable
 from controller.protocol.errors import ZkcError
@@ -110,6 +121,20 @@ class Trigger(_Model):
 
 
 # ---- pipelines ------------------------------------------------------------------------------------
+DRIVER_MEMORY_PATTERN = r"^[1-9][0-9]{0,6}[mMgG]$"
+#: Spark refuses a driver heap under 450 MiB ("Insufficient driver memory"); 512m is the least that starts.
+MIN_DRIVER_MEMORY_MB = 512
+MAX_DRIVER_MEMORY_MB = 256 * 1024
+#: Fields of a Spark pipeline left out of the stored spec while they hold their defaults, so a spec that
+#: does not use them stays byte for byte what earlier releases wrote and read.
+_OMITTED_AT_DEFAULT = {"isolation": "shared", "driver_memory": None}
+
+
+def memory_mb(size: str) -> int:
+    """MiB of a JVM size matched by ``DRIVER_MEMORY_PATTERN`` ('512m', '2g')."""
+    return int(size[:-1]) * (1024 if size[-1] in "gG" else 1)
+
+
 class SparkPipeline(_Model):
     """Our own source -> SQL -> sink pipeline, run as one Spark (streaming) query. A pipeline with a source
     and a sink and no ``kind`` is one of these."""
@@ -121,9 +146,27 @@ class SparkPipeline(_Model):
     mode: Literal["streaming", "batch"] = Field(default="streaming", description="streaming query or one batch run")
     trigger: Trigger = Field(default_factory=Trigger, description="streaming only: when micro-batches run")
     spark_options: dict[str, str] = Field(default_factory=dict, description="per-task Spark SQL settings")
+    isolation: Literal["shared", "process"] = Field(
+        default="shared",
+        description="shared: on the broker's one Spark driver; process: in a driver process of its own",
+    )
+    driver_memory: str | None = Field(
+        default=None,
+        pattern=DRIVER_MEMORY_PATTERN,
+        description="isolation process only: its driver's heap, e.g. '512m', '2g' (at least 512m; "
+        "default: the broker's spark.driver.memory)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SparkPipeline:
+        if self.driver_memory is not None:
+            if self.isolation != "process":
+                raise ValueError('driver_memory applies to isolation "process" only (a shared driver is the broker\'s)')
+            if not MIN_DRIVER_MEMORY_MB <= memory_mb(self.driver_memory) <= MAX_DRIVER_MEMORY_MB:
+                raise ValueError(
+                    f"driver_memory {self.driver_memory!r} is out of bounds: from {MIN_DRIVER_MEMORY_MB}m "
+                    f"(Spark's least) to {MAX_DRIVER_MEMORY_MB // 1024}g"
+                )
         if self.mode == "batch" and isinstance(self.source, RateSource):
             raise ValueError("the rate source is streaming-only; use mode: streaming")
         if self.mode == "batch" and (self.trigger.processing_time or self.trigger.available_now):
@@ -131,6 +174,14 @@ class SparkPipeline(_Model):
         if "input" not in self.transform.sql.lower():
             raise ValueError("transform.sql must read from the view named 'input'")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key, default in _OMITTED_AT_DEFAULT.items():
+            if out.get(key, default) == default:
+                out.pop(key, None)
+        return out
 
 
 class DeclarativePipeline(_Model):

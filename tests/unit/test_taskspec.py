@@ -239,6 +239,11 @@ MALFORMED = [
         True,
     ),
     (spec(restart_nonce=-1), "restart_nonce", ["a whole number at least 0"], True),
+    (spark(isolation="thread"), "pipeline.isolation", ['"thread" is not one of shared, process'], True),
+    (spark(driver_memory="1g"), "pipeline", ['driver_memory applies to isolation "process" only'], False),
+    (spark(isolation="process", driver_memory="256m"), "pipeline", ["driver_memory '256m' is out of bounds"], False),
+    (spark(isolation="process", driver_memory="1t"), "pipeline.driver_memory", ["must be text matching"], True),
+    (spark(isolation="process", driver_memory=512), "pipeline.driver_memory", ["must be text", "not 512"], True),
     (spec(version=1), "version", [f"unsupported version 1: this release writes version {SPEC_VERSION}"], True),
 ]
 
@@ -265,6 +270,28 @@ def test_a_spec_without_an_id_is_named_by_its_place_in_the_file(tmp_path):
 def test_several_problems_are_listed_together_and_bounded():
     message = refusal({"id": "x1", "weight": 0, "state": "X", "a": 1, "b": 2, "c": 3, "d": 4, "pipeline": NOOP})
     assert message.count("; ") == 4 and message.endswith("(and 1 more)"), message
+
+
+def test_a_spark_pipeline_may_run_in_a_driver_process_of_its_own():
+    default = parse_spec({"id": "s", "pipeline": RATE_TO_CONSOLE}).pipeline
+    assert isinstance(default, SparkPipeline) and default.isolation == "shared" and default.driver_memory is None
+    isolated = parse_spec(
+        {"id": "s", "pipeline": {**RATE_TO_CONSOLE, "isolation": "process", "driver_memory": "2G"}}
+    ).pipeline
+    assert isinstance(isolated, SparkPipeline) and (isolated.isolation, isolated.driver_memory) == ("process", "2G")
+    assert isinstance(
+        parse_spec({"id": "s", "pipeline": {**RATE_TO_CONSOLE, "isolation": "process"}}).pipeline, SparkPipeline
+    )
+
+
+def test_isolation_left_at_its_default_is_not_stored_so_earlier_releases_read_the_spec_unchanged():
+    shared = parse_spec({"id": "s", "pipeline": RATE_TO_CONSOLE})
+    assert b"isolation" not in shared.encode() and b"driver_memory" not in shared.encode()
+    isolated = parse_spec({"id": "s", "pipeline": {**RATE_TO_CONSOLE, "isolation": "process", "driver_memory": "1g"}})
+    data = isolated.encode()
+    assert b'"isolation":"process"' in data and b'"driver_memory":"1g"' in data
+    assert decode_task(data, "/zkc/tasks/s") == isolated
+    assert decode_task(shared.encode(), "/zkc/tasks/s") == shared
 
 
 # ---- stored specs: older versions decode as they meant -------------------------------------------------
