@@ -1,7 +1,8 @@
 """The cost of ``isolation: process`` (docs/pipelines.md): memory per driver and start time, beside the shared
 driver, on one Spark runner, same run.
 
-``python -m benchmarks.isolation_cost [--tasks N] [--driver-memory 1g]`` starts the shared SparkSession, then N
+``python -m benchmarks.isolation_cost [--tasks N] [--driver-memory 1g]`` starts the shared SparkSession (warmed
+up, as a broker's before it joins), then N
 streaming pipelines (rate source -> parquet, one micro-batch a second) on it, then the same N pipelines with
 ``isolation: process``; it reports each start, the resident memory (RSS) of the shared driver JVM with N
 pipelines on it, and of each isolated driver (its Python process and its JVM), after every pipeline has run
@@ -54,7 +55,7 @@ def measure(tasks: int, driver_memory: str, settle_s: float, master: str) -> dic
     out: dict[str, Any] = {"tasks": tasks, "driver_memory": driver_memory, "master": master, "cpus": os.cpu_count()}
     try:
         t0 = time.monotonic()
-        runner.session()
+        runner.warm_up()  # as a broker does before it joins: the session and a warm-up pipeline
         out["shared_session_start_s"] = round(time.monotonic() - t0, 2)
         shared_starts, isolated_starts = [], []
         for i in range(tasks):
@@ -76,7 +77,7 @@ def measure(tasks: int, driver_memory: str, settle_s: float, master: str) -> dic
             isolated_driver_rss_mb=sorted(_rss_mb(g, children=True) for g in groups),
             rows={t: runner.status(t).metrics.get("rows") for t in sorted(states)},
         )
-        out["isolated_driver_rss_median_mb"] = statistics.median(out["isolated_driver_rss_mb"])
+        out["isolated_driver_rss_median_mb"] = round(statistics.median(out["isolated_driver_rss_mb"]), 1)
     finally:
         runner.close()
     return out

@@ -128,7 +128,9 @@ class DriverProcess:
         self.stop_timeout_s = stop_timeout_s
         self.started = time.monotonic()
         self.start_s: float | None = None
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"zkc-driver-{task_id}-"))
+        drivers = Path(os.environ.get("ZKC_STATE_DIR", ".zkc")).resolve() / "drivers"
+        drivers.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"{task_id}-", dir=drivers))
         self.proc: subprocess.Popen[Any] | None = None
         self._lock = threading.Lock()
         self._rss: tuple[float, int | None] = (0.0, None)
@@ -235,8 +237,10 @@ class DriverProcess:
         return {proc.pid} if proc is not None and (proc.poll() is None or group_alive(proc.pid)) else set()
 
     def stop(self, timeout: float) -> None:
-        """SIGTERM the driver (it stops its query and session), SIGKILL its group after half the timeout;
-        return once every process of the group is gone, or raise TimeoutError."""
+        """SIGTERM the driver (it stops its query, bounded by the stop budget, and its session), SIGKILL its
+        group after the stop budget (at most half the timeout): a query killed mid-batch is replayed from its
+        checkpoint by the next start, so the kill costs no exactly-once. Return once every process of the group
+        is gone, or raise TimeoutError."""
         proc = self.proc
         deadline = time.monotonic() + timeout
         if proc is not None:
@@ -245,7 +249,7 @@ class DriverProcess:
                     os.kill(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-            grace_end = time.monotonic() + timeout / 2
+            grace_end = time.monotonic() + min(timeout / 2, self.stop_timeout_s)
             killed = False
             while proc.poll() is None or group_alive(proc.pid):
                 now = time.monotonic()

@@ -223,9 +223,12 @@ def test_a_paused_broker_cannot_run_its_isolated_driver_past_its_deadline_and_th
         ids = sink_ids(spark, out)
         assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated ids"
         assert set(ids) == expected
-        st = _status(zk, layout, "iso")
+        st = wait_for(  # sb's own driver read (at least) the last wave: its status says so (written in batches)
+            lambda: (st := _status(zk, layout, "iso")) and st.metrics.get("rows", 0) >= len(third.ids()) and st,
+            30,
+            "sb's status to count the last wave",
+        )
         assert st.broker == "sb" and st.state == "RUNNING" and st.metrics.get("isolation") == "process", st
-        assert st.metrics["rows"] >= len(third.ids()), st.metrics  # sb's own driver read (at least) the last wave
 
         os.kill(sa.proc.pid, signal.SIGCONT)  # it finds itself past its deadline: it halts
         wait_for(lambda: sa.exited_at is not None, 20, "the resumed broker to halt")
