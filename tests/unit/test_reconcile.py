@@ -507,3 +507,24 @@ def test_a_member_acknowledges_only_once_it_holds_every_owner_znode_and_rejoins_
     refused = Assignment(generation=4, controller_epoch=EPOCH, error="INVALID_REPORT", protocol=RECONCILE)
     again = [x for x in m.on_assignment(refused) if isinstance(x, WriteJoin)]
     assert len(again) == 1 and again[0].request.owned == ("t0", "t1") and m.desired == {"t0", "t1"}
+
+
+def test_a_join_rounds_owned_claims_of_another_members_tasks_are_left_out_of_the_join_result():
+    """The same rule in the cooperative join round: a member's join metadata narrows what it holds, it cannot
+    claim what the last generation gave another member (the leader would otherwise revoke it from its owner)."""
+    from controller.protocol.group import WriteJoinResult
+
+    c = GroupCoordinator(group="g", controller_epoch=EPOCH, clock=FakeClock(), config=GroupConfig())
+    c.on_tasks(tasks(4))
+    c.assignment = {"a": ("t0", "t1"), "b": ("t2", "t3")}
+    coop = (COOPERATIVE,)
+    decisions = c.on_members(
+        {
+            "a": req("a", owned=("t0", "t1", "t2"), protocols=coop),
+            "b": req("b", owned=("t2", "t3"), protocols=coop),
+        }
+    )
+    results = [d.result for d in decisions if isinstance(d, WriteJoinResult)]
+    assert results, decisions
+    owned = {mm.member_id: mm.owned for mm in results[-1].members}
+    assert owned == {"a": ("t0", "t1"), "b": ("t2", "t3")}
