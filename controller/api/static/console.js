@@ -268,7 +268,8 @@ function taskRow(t, disabled) {
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
     h("td", { className: "error", title: error }, error),
-    h("td", { className: "actions" }, t.state === "PAUSED" || t.state === "STOPPED" ? button("resume", "resume") : button("pause", "pause"),
+    h("td", { className: "actions" }, ...(t.state === "PAUSED" || t.state === "STOPPED" ? [button("resume", "resume")]
+        : [button("pause", "pause"), button("stop", "stop")]),
       button("restart", "restart"), button("reassign", "reassign")));
 }
 
@@ -375,6 +376,7 @@ $("tasks").addEventListener("click", async (ev) => {
   const id = encodeURIComponent(tr.dataset.task);
   if (button.classList.contains("pause")) await act("PUT", `/tasks/${id}/pause`);
   else if (button.classList.contains("resume")) await act("PUT", `/tasks/${id}/resume`);
+  else if (button.classList.contains("stop")) await act("PUT", `/tasks/${id}/stop`);
   else if (button.classList.contains("restart")) await act("POST", `/tasks/${id}/restart`);
   else if (button.classList.contains("reassign")) {
     const to = prompt(`Move ${tr.dataset.task} to which broker?`);
