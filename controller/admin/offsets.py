@@ -26,7 +26,7 @@ from controller.admin.reads import ClusterReads, decode_read
 from controller.protocol import checkpoints as ck
 from controller.protocol import codecs
 from controller.protocol.checkpoints import CheckpointError, CheckpointLogs, LogName
-from controller.protocol.layout import ZkLayout
+from controller.protocol.layout import ZkLayout, check_name
 from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec
 
 #: files counted by ``describe``'s checkpoint size at most (a bound on the walk)
@@ -395,7 +395,7 @@ class OffsetAdmin:
 
     # ---- the checkpoint ---------------------------------------------------------------------------
     def checkpoint_of(self, task_id: str) -> Path:
-        return local_path(self.checkpoint_root, "checkpoint root") / task_id
+        return local_path(self.checkpoint_root, "checkpoint root") / check_name("task id", task_id)  # one segment
 
     def checkpoint_size(self, task_id: str) -> CheckpointSize:
         """Bytes and files under the checkpoint (bounded walk); ``exists`` False where it is not seen from here."""

@@ -17,6 +17,7 @@ from controller.admin.offsets import ResetTarget
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol import codecs
 from controller.protocol.checkpoints import CheckpointError
+from controller.protocol.errors import ZkcError
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import parse_spec
 from tests.offsets_support import fake_checkpoint, spark_spec
@@ -161,6 +162,12 @@ def test_garbage_in_the_checkpoint_is_a_clear_error_and_changes_nothing(cluster,
     assert [e.action for e in admin.history("s4").events] == ["stop"]  # nothing recorded: nothing done
     with pytest.raises(CheckpointError, match="which zkctl does not read"):
         AdminClient(admin.client, admin.layout, checkpoint_root="hdfs://nn/ck").offsets("s4")
+    for bad in ("../s4", "..", "s4/../../etc", ""):  # an id is one path segment, checked before any read
+        for call in (admin.offsets, admin.purge_checkpoint, admin.checkpoint_size, admin.stop):
+            with pytest.raises(ZkcError, match="invalid task id"):
+                call(bad)
+        with pytest.raises(ZkcError, match="invalid task id"):
+            admin.reset_offsets(bad, ResetTarget(earliest=True))
     with pytest.raises(Conflict, match="not a streaming spark pipeline"):
         admin.create_tasks([parse_spec({"id": "n1", "pipeline": {"kind": "noop"}})])
         admin.offsets("n1")
