@@ -175,6 +175,7 @@ class DriverProcess:
             if body is not None or self.proc.poll() is not None:
                 self.proc.poll()
                 reason, _ = self._failure((body or {}).get("error"), self.proc.returncode)
+                reason = reason.removeprefix(f"task {self.task_id}: ")  # the child's PipelineStartError names it
                 raise PipelineStartError(f"task {self.task_id}: its driver process did not start: {reason}")
             if cancelled.is_set():
                 raise PipelineStartError(f"task {self.task_id}: stopped while its driver process was starting")
@@ -199,8 +200,8 @@ class DriverProcess:
         state = RunState(body["state"])
         if exited is None and state in (RunState.RUNNING, RunState.STARTING):
             return RunStatus(RunState.RUNNING, metrics=metrics)
-        if state is RunState.COMPLETED:
-            status = RunStatus(RunState.COMPLETED, metrics=metrics)
+        if state in (RunState.COMPLETED, RunState.STOPPED):  # finished, or stopped by our SIGTERM
+            status = RunStatus(state, metrics=metrics)
         else:  # it said FAILED, or it died without saying why
             error, trace = self._failure(body.get("error"), exited)
             status = RunStatus(RunState.FAILED, error=error, trace=body.get("trace") or trace, metrics=metrics)
