@@ -22,7 +22,7 @@ from broker_sim.chaos.processes import ChaosProcess, JournalTail, read_journal, 
 from broker_sim.chaos.schedule import FAULT_KINDS, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
-from broker_sim.sim.checker import close_open
+from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.sim.simulator import NotConverged, SimOptions, Simulation
 from controller.admin import AdminClient
@@ -355,6 +355,7 @@ class ChaosRun(Simulation):
             wall_s=round(time.monotonic() - wall0, 3),
             pipelines=pipeline_figures,
             halts=dict(sorted(self.halts.items())),
+            overlaps=len(double_ownership(intervals)),
             longest_ownerless_s=round(ownerless, 3),
             longest_ownerless_stable_s=round(ownerless_stable, 3),
             ownerless_bound_s=o.ownerless_bound_s,

@@ -61,6 +61,7 @@ class ChaosSummary:
     )  # per pipeline: expected, held, duplicates, missing
     halts: dict[str, int] = field(default_factory=dict)  # broker -> times it halted at its fence deadline
     #: the longest a placed task had no running owner (any group state; while the group said Stable)
+    overlaps: int = 0  # two running owners of one task at once (verdict 1)
     longest_ownerless_s: float = 0.0
     longest_ownerless_stable_s: float = 0.0
     ownerless_bound_s: float = 0.0
@@ -95,6 +96,13 @@ def format_summary(s: ChaosSummary) -> str:
     for v in s.verdicts:
         lines.append(f"  invariant {v.invariant} {'ok  ' if v.ok else 'FAIL'} {v.name}")
         lines += [f"      {d}" for d in v.details[:5]]
+    lost = sum(f["missing"] for f in s.pipelines.values())
+    twice = sum(f["duplicates"] for f in s.pipelines.values())
+    lines.insert(
+        3,
+        f"  overlaps           {s.overlaps} (of {s.intervals} run intervals)"
+        + (f" · records lost {lost}, duplicated {twice}" if s.pipelines else ""),
+    )
     for t, f in s.pipelines.items():
         lines.append(
             f"  pipeline {t}: {f['held']} records held of {f['expected']}, {f['duplicates']} duplicates, "

@@ -14,12 +14,10 @@ from controller.protocol.codecs import RunInterval
 def no_two_running_owners(intervals: Sequence[RunInterval]) -> Verdict:
     """Invariant 1: no task ever had two running owners (the run intervals never overlap)."""
     overlaps = double_ownership(intervals)
-    return Verdict(
-        1,
-        "no task ever had two running owners",
-        not overlaps,
-        [str(x) for x in overlaps[:10]] or [f"{len(intervals)} run intervals, no overlap"],
-    )
+    details = [str(x) for x in overlaps[:10]] or [f"{len(intervals)} run intervals, no overlap"]
+    if len(overlaps) > 10:
+        details.append(f"... {len(overlaps)} overlaps in all")
+    return Verdict(1, "no task ever had two running owners", not overlaps, details)
 
 
 def converged(converge_s: float | None, last_problems: Sequence[str], hold_s: float, bound_s: float) -> Verdict:

@@ -207,3 +207,21 @@ def test_ghost_members_and_rewritten_reports_are_drawn_only_when_asked_for_and_s
     # not asked for, never drawn
     plain = make_schedule(ChaosOptions(seed=9, duration_s=600))
     assert not {"ghost-member", "rewritten-report"} & {f.kind for f in plain}
+
+
+def test_a_journal_is_read_incrementally_and_a_line_cut_short_waits_for_its_end(tmp_path):
+    """The placement sampler reads the process brokers' journals every half second for hours: only what was
+    appended since, a start not yet followed by a stop runs, and a line still being written is left for the
+    next look."""
+    from broker_sim.chaos.processes import JournalTail, read_journal
+
+    path = tmp_path / "b.journal"
+    tail = JournalTail(path)
+    assert tail.running() == set()  # no journal yet
+    path.write_text('{"e": "start", "t": "a", "ts": 1.0}\n{"e": "start", "t": "b", "ts": 2.0}\n{"e": "sto')
+    assert tail.running() == {"a", "b"}
+    with open(path, "a") as f:
+        f.write('p", "t": "a", "ts": 3.0}\n{"e": "start", "t": "c", "ts": 4.0}\n')
+    assert tail.running() == {"b", "c"}
+    assert tail.running() == {"b", "c"}  # nothing new
+    assert {i.task_id for i in read_journal(path, "b", None) if i.end is None} == tail.running()
