@@ -182,11 +182,6 @@ def test_a_worker_without_its_fence_is_caught(monkeypatch):
     assert not v1.ok and "overlaps" in v1.details[0], v1.details
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until the reconcile trust changes are whole: a member whose report was rewritten is not told (11), "
-    "and the group then ends Reconciling (4); remove this mark when it passes",
-)
 def test_ghost_members_and_rewritten_reports_under_reconcile_change_nothing_that_runs():
     """Hostile members against in-process brokers under reconcile: ghost member znodes (no broker behind
     them; claiming a live broker's tasks at a huge generation, or nothing) and live members' reports rewritten
