@@ -26,8 +26,10 @@ from controller.admin.reads import ClusterReads, decode_read
 from controller.protocol import checkpoints as ck
 from controller.protocol import codecs
 from controller.protocol.checkpoints import CheckpointError, CheckpointLogs, LogName
-from controller.protocol.layout import ZkLayout, check_name
+from controller.protocol.layout import InvalidName, ZkLayout, check_name
+from controller.protocol.reports import ghost_reason
 from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec
+from controller.zk.io import exists_many
 
 #: files counted by ``describe``'s checkpoint size at most (a bound on the walk)
 MAX_SIZE_FILES = 200_000
@@ -195,6 +197,14 @@ def _write_file(path: Path, data: bytes) -> None:
 _COORDINATOR = "group {group}'s coordinator to take the stop in"
 
 
+def _legal(kind: str, name: str) -> bool:
+    try:
+        check_name(kind, name)
+        return True
+    except InvalidName:
+        return False
+
+
 class OffsetAdmin:
     """The offsets part of ``AdminClient``. ``checkpoint_root`` is where the brokers keep checkpoints, as seen
     from this process."""
@@ -321,8 +331,7 @@ class OffsetAdmin:
                 codecs.OwnerInfo, (data, owner) if data is not None else None, lay.task_owner(task_id)
             )
             return StopState(task_id, spec.state, False, f"its owner {info.broker if info else '?'} to let it go")
-        members = self._children(lay.group_members(g), watch)
-        if not members:
+        if not self._live_members(g, watch):
             return StopState(task_id, spec.state, True)
         try:
             data, state_stat = self.client.get(lay.group_state(g), watch=watch)
@@ -347,6 +356,22 @@ class OffsetAdmin:
             if task_id in a.assigned:
                 return StopState(task_id, spec.state, False, f"group {g} to revoke it from {m}")
         return StopState(task_id, spec.state, True)
+
+    def _live_members(self, group: str, watch: Watch | None) -> list[str]:
+        """The group's members with a broker behind them (the coordinator's rule, ``reports.ghost_reason``: one
+        session holds the member znode and the broker registration of the same id); a ghost is never given
+        work, so it cannot run the task."""
+        lay = self.layout
+        members = [m for m in self._children(lay.group_members(group), watch) if _legal("member id", m)]
+        stats = exists_many(
+            self.client, [lay.group_member(group, m) for m in members] + [lay.broker(m) for m in members]
+        )
+        live = []
+        for m, ms, bs in zip(members, stats[: len(members)], stats[len(members) :]):
+            owner = ms.ephemeralOwner if ms is not None else None
+            if ms is not None and not ghost_reason(m, owner, bs.ephemeralOwner if bs else None, bs is not None):
+                live.append(m)
+        return live
 
     def _get(self, path: str) -> bytes | None:
         try:

@@ -203,3 +203,21 @@ def test_a_task_never_runnable_is_confirmed_through_its_coordinator(cluster, zk,
     assert wait_for(lambda: zk.exists(layout.group_state("default")) is not None, 30)
     assert admin.stop("p1", wait=30).confirmed
     assert admin.stop("p2", wait=30).confirmed
+
+
+def test_a_ghost_member_does_not_hold_a_stop_up(cluster, zk, layout, tmp_path):
+    """A member znode with no broker behind it (anyone may write one) is never given work: a group whose only
+    members are such ghosts confirms a stop on the owner znode alone."""
+    admin, _worker, _ctl = cluster
+    admin.create_tasks([spark_spec("g1", tmp_path, group="lonely")])
+    zk.create(layout.group_member("lonely", "ghost-1"), b"{}", ephemeral=True, makepath=True)
+
+    def ghost_seen() -> bool:  # the coordinator has set it apart: nothing more for it to write
+        try:
+            return b'"member":"ghost-1"' in zk.get(layout.group_state("lonely"))[0]
+        except NoNodeError:
+            return False
+
+    assert wait_for(ghost_seen, 30)
+    res = admin.stop("g1", wait=10)
+    assert res.confirmed
