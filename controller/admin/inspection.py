@@ -62,6 +62,8 @@ def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str]
             return of(codecs.ReassignRequest)
         case ["admin", "delete_tasks", _]:
             return of(codecs.DeleteTaskRequest)
+        case ["admin", "task_history", _]:
+            return of(codecs.TaskHistory)
     return None
 
 

@@ -12,7 +12,7 @@ import pytest
 from kazoo.exceptions import NoNodeError
 
 from broker_sim.worker import Worker, WorkerConfig
-from controller.admin import AdminClient, AdminError, Conflict, wait_for
+from controller.admin import AdminClient, AdminError, Conflict, payload_decoder, wait_for
 from controller.admin.offsets import ResetTarget
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol import codecs
@@ -60,6 +60,8 @@ def test_stop_is_confirmed_from_zookeeper_and_recorded(cluster, zk, layout, tmp_
     assert admin.stop("s1").changed is False  # already STOPPED: nothing new recorded
     d = admin.describe_task("s1")
     assert [(e.action, e.detail) for e in d.history] == [("stop", "was RUNNING")]
+    path = layout.task_history("s1")
+    assert payload_decoder(layout, path)(zk.get(path)[0], path).events == d.history  # `zkctl zk get` decodes it
     assert d.checkpoint is not None and d.checkpoint.exists is False
 
     # the confirmation rests on the owner znode: one left behind (a worker that has not let go) holds it off
