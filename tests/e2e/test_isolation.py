@@ -8,6 +8,8 @@
    on committing micro-batches: the lease guard kills the driver's process group before the broker's
    session expires. The pipeline then moves to the other broker, resumes from its checkpoint in a new driver
    process, and the sink holds every generated record exactly once.
+3. The fence during a start: the runner knows an isolated driver from its spawn, so a kill at the fence
+   deadline while the driver is still starting ends it and its JVM.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 import psutil
 import pytest
 
+from broker_sim.runners.spark import SparkRunner
+from broker_sim.runners.spark_jobs import PipelineStartError
 from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.worker.deadline import EXIT_HALTED
 from controller.admin import AdminClient
@@ -27,7 +31,7 @@ from controller.protocol import codecs
 from controller.protocol.taskspec import parse_spec
 from tests.e2e.test_hard_fence_spark import _lease, _spark_args
 from tests.integration.test_hard_fence import _Broker, _owners, controller  # noqa: F401  (a fixture)
-from tests.spark_support import files_task, require_spark, sink_ids, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
+from tests.spark_support import TEST_CONF, files_task, require_spark, sink_ids, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -56,16 +60,21 @@ def _generation(zk, layout, group: str = "default") -> int:
     return codecs.decode(codecs.GroupStateInfo, data).generation
 
 
-def _group_runs(pgid: int) -> bool:
-    """Whether a process of the group ``pgid`` runs (a killed leader stays a zombie while its parent, the
-    paused broker, cannot reap it: that is not running)."""
+def _group_members(pgid: int) -> list[str]:
+    """Names of the processes of the group ``pgid`` that run (a killed leader stays a zombie while its parent,
+    a paused broker, cannot reap it: that is not running)."""
+    names = []
     for proc in psutil.process_iter():
         try:
             if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                return True
+                names.append(proc.name())
         except (ProcessLookupError, psutil.Error):
             continue
-    return False
+    return names
+
+
+def _group_runs(pgid: int) -> bool:
+    return bool(_group_members(pgid))
 
 
 def _intervals(zk, layout, t: str) -> list[codecs.RunInterval]:
@@ -247,3 +256,46 @@ def test_a_paused_broker_cannot_run_its_isolated_driver_past_its_deadline_and_th
         for b in (sa, sb):
             if b is not None:
                 b.stop()
+
+
+def test_the_fence_kills_an_isolated_driver_that_is_still_starting(tmp_path, monkeypatch):
+    """The runner knows an isolated driver from its spawn: a kill at the fence deadline during its start ends
+    the child and its JVM, and the start reports that it did not start."""
+    require_spark()
+    monkeypatch.setenv("ZKC_STATE_DIR", str(tmp_path / "state"))
+    runner = SparkRunner(
+        spark_master="local[1]", spark_conf=dict(TEST_CONF), checkpoint_root=str(tmp_path / "ckpt"), warm_session=False
+    )
+    spec = parse_spec(
+        {
+            "id": "slow-start",
+            "pipeline": {
+                "source": {"type": "rate"},
+                "sink": {"type": "files", "format": "parquet", "path": str(tmp_path / "out")},
+                "isolation": "process",
+            },
+        }
+    )
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            runner.start("slow-start", spec, 1)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    starter = threading.Thread(target=start, name="start-slow-start", daemon=True)
+    starter.start()
+    try:
+        (group,) = wait_for(lambda: runner.processes()[1], 30, "the driver process to be spawned", interval=0.05)
+        wait_for(lambda: "java" in _group_members(group), 60, "the driver's JVM to be launched", interval=0.05)
+        assert not outcome and "slow-start" not in runner.running(), "still starting"
+        runner.kill()  # what the deadline watchdog does at the fence deadline
+        starter.join(60)
+        assert len(outcome) == 1 and isinstance(outcome[0], PipelineStartError), outcome
+        assert not _group_runs(group), _group_members(group)
+        assert runner.processes() == (set(), set())
+        assert list((tmp_path / "state" / "drivers").iterdir()) == []
+    finally:
+        runner.close()
