@@ -199,6 +199,18 @@ CLI_GAPS = [  # malformed spec files tests/integration/test_cli.py does not cove
     ("digits.json", b'{"id": "d", "weight": ' + b"9" * 5000 + b"}", "not valid JSON"),
     ("deep.yaml", b"id: a\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid YAML"),
     ("version.yaml", b"id: a\nversion: 99\n", "unsupported version 99"),
+    (  # the good spec beside it is not written either
+        "isolation.yaml",
+        b"- id: good\n  pipeline: {kind: noop}\n"
+        b"- id: iso\n  pipeline: {source: {type: rate}, sink: {type: console}, isolation: thread}\n",
+        'pipeline.isolation "thread" is not one of shared, process',
+    ),
+    (
+        "driver-memory.yaml",
+        b"- id: good\n  pipeline: {kind: noop}\n"
+        b"- id: iso\n  pipeline: {source: {type: rate}, sink: {type: console}, driver_memory: 4g}\n",
+        'driver_memory applies to isolation "process" only',
+    ),
     (
         "huge.json",
         json.dumps(
