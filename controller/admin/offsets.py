@@ -445,7 +445,12 @@ class OffsetAdmin:
             raise Conflict(f"task {task_id!r} exists: its checkpoint is removed only once it is deleted")
         size = self.checkpoint_size(task_id)
         if size.exists:
-            shutil.rmtree(size.path)
+            try:
+                shutil.rmtree(size.path)  # refuses a symbolic link: what it points at is not the checkpoint's
+            except OSError as exc:
+                raise AdminError(
+                    f"task {task_id!r} is deleted; its checkpoint {size.path} was not removed: {exc}"
+                ) from None
         return size
 
     def purge_note(self, task_id: str) -> str:

@@ -223,3 +223,15 @@ def test_a_ghost_member_does_not_hold_a_stop_up(cluster, zk, layout, tmp_path):
     assert wait_for(ghost_seen, 30)
     res = admin.stop("g1", wait=10)
     assert res.confirmed
+
+
+def test_a_purge_does_not_follow_a_symbolic_link(cluster, tmp_path):
+    admin, _worker, _ctl = cluster
+    admin.create_tasks([spark_spec("s6", tmp_path)])
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "offsets").mkdir(parents=True)
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "s6").symlink_to(elsewhere)
+    with pytest.raises(AdminError, match="is deleted; its checkpoint .* was not removed"):
+        admin.delete_task("s6", wait=30, purge_checkpoint=True)
+    assert (elsewhere / "offsets").is_dir()
