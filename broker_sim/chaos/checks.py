@@ -46,6 +46,8 @@ class CheckedRun(Protocol):
 
     def known_broker(self, bid: str) -> bool: ...
 
+    def controller_up(self, cid: str) -> bool: ...
+
 
 class Checks:
     """The sampler and the checks of the live cluster; ``samples`` is what the sampler saw."""
@@ -128,6 +130,11 @@ class Checks:
             state = codecs.decode(GroupStateInfo, c.get(lay.group_state(GROUP))[0], lay.group_state(GROUP)).state
         except Exception:
             pass  # unreadable or missing: the sample says no state
+        active = None
+        try:
+            active = codecs.decode(codecs.ControllerInfo, c.get(lay.controller)[0], lay.controller).controller_id
+        except Exception:
+            pass  # no controller now
         members = sorted(c.get_children(lay.group_assignments(GROUP)))
         placed: dict[str, tuple[str, ...]] = {}
         for m, res in zip(members, get_many(c, [lay.group_assignment(GROUP, m) for m in members])):
@@ -160,7 +167,8 @@ class Checks:
                 if res is not None and res[1].ephemeralOwner in sessions and running[task] >= 1:
                     continue
                 unowned.append((task, m))
-        return Placement(t, state, tuple(sorted(unowned)), tuple(sorted(strangers)))
+        up = active is not None and run.controller_up(active)
+        return Placement(t, state, tuple(sorted(unowned)), tuple(sorted(strangers)), up)
 
     # ---- the ZooKeeper view of invariant 2 --------------------------------------------------------
     def zk_view(self) -> list[str]:

@@ -297,11 +297,15 @@ def ghost_member(run: ChaosCluster, f: Fault) -> End:
 def rewrite_report(run: ChaosCluster, f: Fault) -> None:
     """One write over a live member's report (its ephemeral znode, by another client), with absurd fields:
     every generation and epoch 2^72 ("generation"), lists of 40,000 names ("huge-lists"), names that are not
-    names ("bad-names"). Nothing undoes it: the member must be told, and rejoin."""
-    path = run.layout.group_member(GROUP, f.target)
-    body = _report_of(run, f.target)
-    if body is None:
-        raise RuntimeError(f"{f.target} has no report to rewrite (not a member now)")
+    names ("bad-names"). Nothing undoes it: the member must be told, and rejoin. A target that is not a member
+    now (killed, frozen past its session) is replaced by the first broker that is."""
+    # the target, or (killed or away now) the first other broker that is a member: the schedule cannot know
+    target = next((b for b in [f.target, *sorted(run.broker_procs or run.workers)] if _report_of(run, b)), None)
+    if target is None:
+        raise RuntimeError("no member has a report to rewrite")
+    path = run.layout.group_member(GROUP, target)
+    body = _report_of(run, target)
+    assert body is not None
     if f.variant == "generation":
         body = _absurd_counters(body)
     elif f.variant == "huge-lists":
@@ -312,8 +316,8 @@ def rewrite_report(run: ChaosCluster, f: Fault) -> None:
         body["owned"] = ["", "../../controller", "a/b", "x\u0000y", "é" * 300, *list(body.get("owned") or ())]
         body["instance_id"] = " not a name "
     run.admin.set(path, _raw(body))
-    run.rewritten[f.target] = time.time()
-    log.warning("chaos: %s's report rewritten (%s)", f.target, f.variant)
+    run.rewritten[target] = time.time()
+    log.warning("chaos: %s's report rewritten (%s)", target, f.variant)
 
 
 def _report_of(run: ChaosCluster, member: str) -> dict[str, Any] | None:

@@ -214,6 +214,15 @@ class ChaosRun(Simulation):
             return None
         return self._born.get(bid)
 
+    def controller_up(self, cid: str) -> bool:
+        """Whether controller ``cid`` can act, as the harness knows it: its process alive and not frozen, or
+        in process, running and not stalled by a freeze."""
+        if self.copts.process_brokers:
+            proc = self.ctl_procs.get(cid)
+            return proc is not None and proc.alive() and not proc.frozen
+        ctl = next((c for c in self.controllers if c.id == cid), None)
+        return ctl is not None and ctl.before_write is None
+
     def known_broker(self, bid: str) -> bool:
         """Whether ``bid`` is one of the run's brokers (a ghost member is not)."""
         return bid in self.journals or bid in self._born or bid in self.workers

@@ -25,6 +25,9 @@ class Placement:
     state: str | None
     unowned: tuple[tuple[str, str], ...] = ()
     strangers: tuple[tuple[str, int], ...] = ()
+    #: an active controller that can act (not one the harness killed or froze, whose /controller znode
+    #: stays until its session expires): a group's state is only as fresh as that
+    controller_up: bool = True
 
 
 @dataclass

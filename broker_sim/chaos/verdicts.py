@@ -140,7 +140,9 @@ def placed_tasks_run_while_stable(
 ) -> tuple[Verdict, float, float]:
     """Invariant 9: no task is placed (in a member's assignment) for longer than ``bound_s`` without a running
     owner while its group says Stable. A stretch runs from the first sample that shows it to the first that
-    does not (or the last sample); the placement may change within it. Also returns the longest time a placed
+    does not (or the last sample); the placement may change within it. While no controller can act (the
+    harness killed or froze the active one) the group's state is stale: such a sample ends a stretch, and the
+    clock starts again once a controller can act. Also returns the longest time a placed
     task had no running owner in any state, and the longest while Stable. Times are said as t+ from ``t0``
     (the start of the fault phase, as the schedule says them)."""
     bad: list[str] = []
@@ -151,7 +153,7 @@ def placed_tasks_run_while_stable(
     for p in [*placements, None]:
         now = p.t if p is not None else last_t
         unowned = dict(p.unowned) if p is not None else {}
-        stable = p is not None and p.state == "Stable"
+        stable = p is not None and p.state == "Stable" and p.controller_up
         for task in [x for x in since_any if x not in unowned]:
             longest_any = max(longest_any, now - since_any.pop(task))
         for task in [x for x in since_stable if x not in unowned or not stable]:

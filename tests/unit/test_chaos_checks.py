@@ -173,6 +173,10 @@ def test_the_ownerless_verdict_fails_on_a_task_placed_without_a_running_owner_wh
     # Stable and Reconciling in turn: each Stable stretch is short, so the verdict holds
     flapping = [Placement(p.t, "Stable" if i % 4 else "Reconciling", p.unowned) for i, p in enumerate(ghost_given)]
     assert verdicts.placed_tasks_run_while_stable(flapping, bound)[0].ok
+    # no controller could act for a while (killed or frozen by the harness): the clock starts again after it
+    outage = [Placement(p.t, p.state, p.unowned, controller_up=not 4 <= i <= 8) for i, p in enumerate(ghost_given)]
+    v, _, longest_stable = verdicts.placed_tasks_run_while_stable(outage, bound)
+    assert v.ok and longest_stable == 4.0, (v.details, longest_stable)
     # still ownerless at the last sample: the stretch ends there
     open_end = [Placement(200.0 + i, "Stable", (("t1", "broker-000"),)) for i in range(12)]
     v, _, longest_stable = verdicts.placed_tasks_run_while_stable(open_end, bound)
