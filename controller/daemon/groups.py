@@ -39,7 +39,7 @@ from controller.protocol.layout import ZkLayout
 from controller.protocol.readiness import placeable
 from controller.protocol.reports import ghost_reason, request_problem
 from controller.zk import io as zkio
-from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many
+from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, exists_many, get_many
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +335,8 @@ class GroupDriver:
             elif self._set_member(ctx, group, m, res[0], res[1]):
                 bounced.append(m)
         coord = self.coordinator(group)
+        if coord.reconciling():
+            self._check_taken(group, coord, [m for m in ids if m not in bounced])
         if bounced:  # a restart the watches saw as one change: first the departure, then the new member
             snapshot = {m: r for m, r in self.placeable(group).items() if m not in bounced}
             self.apply(group, coord.on_members(snapshot))
@@ -353,6 +355,29 @@ class GroupDriver:
         for g in sorted(ctx.members):
             if any(b in ctx.members[g] for b in brokers) and g in ctx.groups:
                 self.apply(g, ctx.groups[g].on_members(self.placeable(g)))
+
+    def _check_taken(self, group: str, coord: GroupCoordinator, read: list[str]) -> None:
+        """ZooKeeper's word on an acknowledgement: the tasks a member's report says it took (and the coordinator
+        waits for) must have an owner znode held by the member's session. One pipelined ``exists`` per task
+        newly taken, one round trip per report. A report that says otherwise is refused like one out of
+        bounds: the member's last good request stands, and it is answered (it writes its request again)."""
+        ctx, lay = context_of(self._host), self._layout
+        current = ctx.members.get(group, {})
+        checks = [(m, t) for m in read if m in current for t in coord.reconcile.newly_taken(m, current[m])]
+        if not checks:
+            return
+        wrong: dict[str, list[str]] = {}
+        for (m, t), st in zip(checks, exists_many(self._zk, [lay.task_owner(t) for _, t in checks])):
+            if st is None or st.ephemeralOwner != ctx.member_sessions.get((group, m)):
+                wrong.setdefault(m, []).append(t)
+        for m, ts in sorted(wrong.items()):
+            why = f"reports {len(ts)} task(s) taken whose owner znode it does not hold ({', '.join(ts[:3])})"
+            log.warning("group %s: refusing the report of %s: %s", group, m, why)
+            if m in coord.members:
+                current[m] = coord.members[m]
+            else:
+                current.pop(m, None)
+            ctx.invalid_members[(group, m)] = why
 
     def _refuse_and_show(self, group: str, coord: GroupCoordinator, read: list[str]) -> None:
         """Members just read whose request was refused are answered (they rewrite it); the member znodes set

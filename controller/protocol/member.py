@@ -180,7 +180,7 @@ class Member:
             instance_id=self.instance_id,
             leaving=self.leaving,
             incarnation=self.incarnation,
-            pending=tuple(sorted(self.desired - self.holding)) if self.reconcile_mode else (),
+            pending=tuple(sorted(self.desired - self.holding)),
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -440,14 +440,28 @@ class Member:
         if self.state is WorkerState.RECONCILING and self.owned == self.desired and not self.pending_revocation:
             self._transition(WorkerState.STABLE)
         last = self.last_report
+        taken = self.desired & self.holding
         if (
-            self.state is WorkerState.STABLE
-            and not reported
-            and self.desired <= self.holding
-            and (last is None or last.generation != self.generation or last.pending or self.reported != self.owned)
+            not reported
+            and self.reconcile_mode
+            and (
+                # the acknowledgement: we hold every owner znode of our assignment of this member epoch; until it is
+                # written the coordinator does not count the group Stable
+                (
+                    self.state is WorkerState.STABLE
+                    and self.desired <= self.holding
+                    and (
+                        last is None
+                        or last.generation != self.generation
+                        or last.pending
+                        or self.reported != self.owned
+                    )
+                )
+                # or progress: tasks taken since our last report (one stuck acquisition must not hide the others,
+                # which the coordinator would otherwise fence us from once the rebalance timeout is over)
+                or (last is not None and taken - (set(last.owned) - set(last.pending)))
+            )
         ):
-            # the acknowledgement: we hold every owner znode of our assignment of this member epoch; until it
-            # is written the coordinator does not count the group Stable
             actions.append(WriteJoin(self._request(self.join_generation)))
         if self.leaving and not self.desired and not self.owned and not self.pending_revocation:
             actions.append(Exit())

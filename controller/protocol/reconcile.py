@@ -152,6 +152,14 @@ class ReconcileGroup:
         mine = self.core.assignment.get(member, ())
         return not mine or (not r.pending and (r.owned == mine or set(mine) <= set(r.owned)))
 
+    def newly_taken(self, member: str, report: JoinRequest) -> tuple[str, ...]:
+        """The tasks a report says the member took that the coordinator waits for it to take: what the IO
+        layer checks against their owner znodes (ZooKeeper's word) before the report counts."""
+        w = self.waiting.get(member)
+        if not w or not report.owned:
+            return ()
+        return tuple(sorted(set(report.owned).difference(report.pending).intersection(w)))
+
     def unacked(self) -> tuple[str, ...]:
         """The members that have not acknowledged their current assignment (shown with the group state)."""
         return tuple(m for m in sorted(self.core.members) if not self.acked(m))

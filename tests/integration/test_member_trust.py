@@ -211,6 +211,21 @@ def test_a_task_not_taken_is_never_counted_running_and_its_member_is_fenced_from
         assert not stable_while_squatted, f"Stable while t0 ran nowhere: {stable_while_squatted[0]}"
         assert fenced[0].state == "Reconciling" and "t0" in fenced[0].reason
         assert c.owners().get("t0") not in ("b1", "b2")
+        # a report rewritten to say t0 was taken (a faked acknowledgement): ZooKeeper's owner znode says
+        # otherwise, the report is refused and the member writes its own again (t0 still pending)
+        holder = next(m for m in ("b1", "b2") if "t0" in (c.assignment(m) or Assignment(0, 0)).assigned)
+        path = layout.group_member(GROUP, holder)
+        body = json.loads(c.zk.get(path)[0])
+        body.update(owned=sorted(set(body["owned"]) | {"t0"}), pending=[], generation=c.assignment(holder).generation)
+        faked = c.zk.set(path, json.dumps(body).encode()).version
+
+        def rewritten_by_its_member() -> bool:
+            fenced_seen()
+            data, stat = c.zk.get(path)
+            return stat.version > faked and "t0" in json.loads(data).get("pending", [])
+
+        assert wait_for(rewritten_by_its_member, 20, 0.05), (c.state(), c.logs())
+        assert not stable_while_squatted, f"Stable on a faked acknowledgement: {stable_while_squatted[0]}"
     finally:
         squatter.stop()
         squatter.close()
