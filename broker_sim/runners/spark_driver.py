@@ -53,7 +53,6 @@ def main(argv: list[str]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
-    from broker_sim.runners.base import RunState
     from broker_sim.runners.spark_jobs import BatchRun, StreamingRun, spark_error
     from broker_sim.runners.spark_session import SessionHolder
     from controller.protocol.taskspec import SparkPipeline
@@ -64,51 +63,51 @@ def main(argv: list[str]) -> int:
     holder = SessionHolder(master=launch["master"], conf=dict(launch["conf"]), app_name=f"zkc-{task_id}")
     extra: dict[str, Any] = {"driver_pid": os.getpid()}
     try:
-        spark = holder.get()
-        extra["driver_start_s"] = holder.startup_s
-        run: StreamingRun | BatchRun
-        if pipeline.mode == "batch":
-            run = BatchRun(task_id, pipeline).start(spark)
-        else:
-            run = StreamingRun(task_id, pipeline, launch["checkpoint"]).start(spark)
-    except BaseException as exc:  # reported to the broker, which refuses the start with it
-        message, trace = spark_error(exc)
-        write_status(run_dir, {"state": "FAILED", "start_failed": True, "error": message, "trace": trace})
-        return 1
-    last: dict[str, Any] = {}
-    code = 0
-    try:
-        while True:
-            try:
-                st = run.status()
-                body = {
-                    "state": st.state.value,
-                    "error": st.error,
-                    "trace": st.trace,
-                    "metrics": {**st.metrics, **extra},
-                }
-            except Exception as exc:  # the JVM went away under us (an OutOfMemoryError ends a local driver)
-                jvm = _jvm_exit_code()
-                body = {
-                    "state": "FAILED",
-                    "error": f"the driver JVM is gone (exit code {jvm}): {type(exc).__name__}: {exc}"[:2000],
-                    "metrics": {**last.get("metrics", {}), **extra},
-                }
-            if body != last:
-                write_status(run_dir, body)
-                last = body
-            if body["state"] != RunState.RUNNING.value:
-                code = 0 if body["state"] == RunState.COMPLETED.value else 1
-                return code
-            if stop.wait(PERIOD_S):
-                run.stop(float(launch.get("stop_timeout_s", 30.0)))
-                write_status(run_dir, {**last, "state": RunState.STOPPED.value})
-                return 0
+        try:
+            spark = holder.get()
+            extra["driver_start_s"] = holder.startup_s
+            run: StreamingRun | BatchRun
+            if pipeline.mode == "batch":
+                run = BatchRun(task_id, pipeline).start(spark)
+            else:
+                run = StreamingRun(task_id, pipeline, launch["checkpoint"]).start(spark)
+        except BaseException as exc:  # reported to the broker, which refuses the start with it
+            message, trace = spark_error(exc)
+            write_status(run_dir, {"state": "FAILED", "start_failed": True, "error": message, "trace": trace})
+            return 1
+        return _supervise(run_dir, run, extra, stop, float(launch.get("stop_timeout_s", 30.0)))
     finally:
         try:
             holder.stop(10.0)
         except Exception:  # a JVM already gone: nothing left to stop
             pass
+
+
+def _supervise(run_dir: Path, run: Any, extra: dict[str, Any], stop: threading.Event, stop_timeout_s: float) -> int:
+    """Write the run's status when it changes until it ends (0: completed or stopped by SIGTERM; 1: failed).
+    Bounded by the run: it ends when the pipeline does, when its JVM dies, or at the broker's SIGTERM."""
+    from broker_sim.runners.base import RunState
+
+    last: dict[str, Any] = {}
+    while True:
+        try:
+            st = run.status()
+            body = {"state": st.state.value, "error": st.error, "trace": st.trace, "metrics": {**st.metrics, **extra}}
+        except Exception as exc:  # the JVM went away under us (an OutOfMemoryError ends a local driver)
+            body = {
+                "state": RunState.FAILED.value,
+                "error": f"the driver JVM is gone (exit code {_jvm_exit_code()}): {type(exc).__name__}: {exc}"[:2000],
+                "metrics": {**last.get("metrics", {}), **extra},
+            }
+        if body != last:
+            write_status(run_dir, body)
+            last = body
+        if body["state"] != RunState.RUNNING.value:
+            return 0 if body["state"] == RunState.COMPLETED.value else 1
+        if stop.wait(PERIOD_S):
+            run.stop(stop_timeout_s)
+            write_status(run_dir, {**last, "state": RunState.STOPPED.value})
+            return 0
 
 
 if __name__ == "__main__":
