@@ -22,6 +22,7 @@ import time
 import psutil
 import pytest
 
+from broker_sim.runners.procs import kill_processes
 from broker_sim.runners.spark import SparkRunner
 from broker_sim.runners.spark_jobs import PipelineStartError
 from broker_sim.sim.datagen import DatagenConfig, generate
@@ -31,7 +32,16 @@ from controller.protocol import codecs
 from controller.protocol.taskspec import parse_spec
 from tests.e2e.test_hard_fence_spark import _lease, _spark_args
 from tests.integration.test_hard_fence import _Broker, _owners, controller  # noqa: F401  (a fixture)
-from tests.spark_support import TEST_CONF, files_task, require_spark, sink_ids, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
+from tests.spark_support import (  # noqa: F401 (fixtures)
+    TEST_CONF,
+    TEST_MASTER,
+    files_task,
+    require_spark,
+    sink_ids,
+    spark,
+    spark_runner,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -263,8 +273,9 @@ def test_the_fence_kills_an_isolated_driver_that_is_still_starting(tmp_path, mon
     the child and its JVM, and the start reports that it did not start."""
     require_spark()
     monkeypatch.setenv("ZKC_STATE_DIR", str(tmp_path / "state"))
+    # the test process's master: its shared session (the ``spark`` fixture's, if started) is never touched here
     runner = SparkRunner(
-        spark_master="local[1]", spark_conf=dict(TEST_CONF), checkpoint_root=str(tmp_path / "ckpt"), warm_session=False
+        spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(tmp_path / "ckpt"), warm_session=False
     )
     spec = parse_spec(
         {
@@ -291,11 +302,13 @@ def test_the_fence_kills_an_isolated_driver_that_is_still_starting(tmp_path, mon
         (group,) = wait_for(lambda: runner.processes()[1], 30, "the driver process to be spawned", interval=0.05)
         wait_for(lambda: "java" in _group_members(group), 60, "the driver's JVM to be launched", interval=0.05)
         assert not outcome and "slow-start" not in runner.running(), "still starting"
-        runner.kill()  # what the deadline watchdog does at the fence deadline
+        # what the deadline watchdog's kill does to the runner's process groups (TaskRunner.kill also kills the
+        # shared driver JVM, which in this process is the other tests' session)
+        kill_processes((), runner.processes()[1])
         starter.join(60)
         assert len(outcome) == 1 and isinstance(outcome[0], PipelineStartError), outcome
         assert not _group_runs(group), _group_members(group)
-        assert runner.processes() == (set(), set())
+        assert runner.processes()[1] == set()
         assert list((tmp_path / "state" / "drivers").iterdir()) == []
     finally:
         runner.close()
