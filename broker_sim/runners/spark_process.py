@@ -48,7 +48,8 @@ _POLL_S = 0.1
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
-    """The child's last status, validated: a known state, bounded text, flat metrics; None if absent or bad."""
+    """The child's last status, validated: a known state, bounded text, flat metrics and short number series;
+    None if absent or bad."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_STATUS_BYTES + 1)
