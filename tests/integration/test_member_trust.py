@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from controller.admin import AdminClient, wait_for
+from controller.admin.watch import ClusterWatch
 from controller.protocol import codecs
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest
 from controller.protocol.rules import COOPERATIVE, RECONCILE
@@ -130,6 +131,8 @@ def test_a_ghost_member_stops_nothing_and_is_given_nothing(cluster_of, zk_settin
     b2_epoch = c.assignment("b2").generation
     assert b2_tasks
     ghost_client = make_client(zk_settings)  # any client of an open root
+    watch = ClusterWatch(c.zk, layout)
+    watch.start()
     try:
         # a ghost claiming b2's tasks with a huge member epoch, and one claiming nothing
         ghost_client.create(
@@ -153,7 +156,12 @@ def test_a_ghost_member_stops_nothing_and_is_given_nothing(cluster_of, zk_settin
         status = AdminClient(c.zk, layout).status()
         g = next(g for g in status.groups if g.group == GROUP)
         assert any(x.startswith("ghost: ") for x in g.ignored)
+        # ``zkctl watch`` tells of it: a group event naming the ghosts
+        events = [e for e in watch.refresh([("group", GROUP)]) if e.kind == "group"]
+        assert events and "ignoring ghost: ghost: no registered broker ghost" in events[-1].message, events
+        assert events[-1].detail["ignored"] and events[-1].detail["unacked"] == []
     finally:
+        watch.close()
         ghost_client.stop()
         ghost_client.close()
     assert wait_for(lambda: (s := c.state()) is not None and not s.ignored, 15), "a ghost gone is no longer shown"
