@@ -38,12 +38,13 @@ def test_the_summary_matches_the_full_read_and_status_reads_no_task(cluster, zk,
 
     for t in ("a0000", "a0001", "b0000"):
         admin.pause(t)
+    admin.stop("b0002")
     for t in ("a0002", "b0001"):
         admin.delete_task(t)
     counts = _until_summary_matches(admin)
-    assert counts["total"] == 298 and counts["by_state"] == {"PAUSED": 3, "RUNNING": 295}
+    assert counts["total"] == 298 and counts["by_state"] == {"PAUSED": 3, "RUNNING": 294, "STOPPED": 1}
     st = admin.status()
-    assert st.tasks["by_group"]["b"] == {"group": "b", "running": 98, "paused": 1, "assigned": 0}
+    assert st.tasks["by_group"]["b"] == {"group": "b", "running": 97, "paused": 1, "stopped": 1, "assigned": 0}
     assert 0 <= st.summary_age < 5 and st.fallback is None
     stored = codecs.decode(codecs.ClusterSummary, zk.get(layout.cluster_summary)[0])
     assert stored.epoch == ctl.epoch
