@@ -107,13 +107,16 @@ class Checks:
         pause = run.copts.placement_interval_s
         try:
             while not stop.wait(pause):
-                if not client.connected:
-                    continue
                 began = time.monotonic()
                 try:
+                    if not client.connected:
+                        raise ConnectionError("the placement sampler is not connected")
                     self.placements.append(self.placement(client))
                 except Exception as exc:  # ZooKeeper restarting, a znode gone between two reads: next look
                     log.debug("placement sample: %s", exc)
+                    # a blind look (no state): while ZooKeeper cannot be read nothing can act on a placement,
+                    # so a stretch of invariant 9 ends here and starts again once it can
+                    self.placements.append(Placement(time.time(), None, controller_up=False))
                 # a look costs more as task storms add tasks: at most a third of the time goes to looking
                 pause = max(run.copts.placement_interval_s, 2 * (time.monotonic() - began))
         finally:
