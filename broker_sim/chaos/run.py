@@ -203,7 +203,12 @@ class ChaosRun(Simulation):
 
     def broker_life(self, bid: str) -> float | None:
         """When the current life of broker ``bid`` began, if it is up now as the harness knows it (its process
-        alive and not frozen, its in-process worker not frozen); None when it is killed, frozen or away."""
+        alive and not frozen, its in-process worker not frozen, its network not cut); None when it is killed,
+        frozen, cut off or away. A broker cut off fences itself a margin before its session can expire, and
+        only that expiry tells the controller: until then nothing can act on what it was given."""
+        proxy = self.proxies.get(bid)
+        if proxy is not None and proxy.partitioned:
+            return None
         if self.copts.process_brokers:
             proc = self.broker_procs.get(bid)
             if proc is None or proc.frozen or proc.stopping or not proc.alive():

@@ -18,8 +18,8 @@ class Sample:
 class Placement:
     """What the placement sampler saw at ``t``: the group's state, the placed tasks with no running owner
     (task, member it is placed on) and members that are no broker of the run given tasks (member, count).
-    Only placements on a member that can run them count: a broker the harness killed or froze, or a previous
-    life whose session has not expired yet, is left to the session timeout."""
+    Only placements on a member that can run them count: a broker the harness killed, froze or cut off, or a
+    previous life whose session has not expired yet, is left to the session timeout."""
 
     t: float
     state: str | None
