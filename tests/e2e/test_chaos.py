@@ -1,7 +1,8 @@
 """Chaos runs in CI (bounded): a seeded schedule covering every fault kind against in-process brokers
 (through the CLI, ``--json``), one against process brokers running Spark streaming pipelines (kill -9,
 SIGSTOP/SIGCONT and controller processes for real; sinks hold every record exactly once), and the checker's
-teeth: a worker whose fence is disabled is caught double-owning. (The schedule's determinism and each verdict
+teeth: a worker whose fence is disabled is caught double-owning; hostile members (ghosts, rewritten reports)
+under reconcile. (The schedule's determinism and each verdict
 failing on data that breaks it, without a cluster: tests/unit/test_chaos_checks.py.)
 
 Longer runs and their figures: docs/reliability.md."""
