@@ -12,7 +12,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from controller.admin.common import AdminError
 from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
+from controller.protocol.codecs import BrokerInfo, PayloadError
 from controller.protocol.layout import ZkLayout, check_name
 from controller.protocol.roll import MAX_WAVE, RollState, roll_order
 
@@ -42,7 +42,8 @@ class RollAdmin:
         return self._read()[0]
 
     def roll(self, group: str = "default", batch: int = 1, timeout_s: float = 300.0, wave: int = 0) -> RollState:
-        """Start rolling ``group``'s brokers (its members now), ``batch`` at a time; each batch must come back
+        """Start rolling ``group``'s brokers (the live brokers registered in it now, members yet or not: a broker
+        still starting its session is one to roll), ``batch`` at a time; each batch must come back
         within ``timeout_s`` (else the roll pauses itself); ``wave``: at most that many tasks in flight at once
         (0: a step's moves all at once)."""
         check_name("group", group)
@@ -55,12 +56,9 @@ class RollAdmin:
                 + (f" ({current.reason})" if current.reason else "")
                 + "; `zkctl broker roll --resume` goes on with it"
             )
-        try:
-            members = self.client.get_children(self.layout.group_members(group))
-        except NoNodeError:
-            members = []
+        members = self._group_brokers(group)
         if not members:
-            raise AdminError(f"group {group} has no members to roll")
+            raise AdminError(f"group {group} has no live brokers to roll")
         now = time.time()
         state = RollState(
             group=group,
@@ -80,6 +78,26 @@ class RollAdmin:
         except (NodeExistsError, BadVersionError):
             raise AdminError("another roll was asked for at the same time; see `zkctl broker roll --status`") from None
         return state
+
+    def _group_brokers(self, group: str) -> list[str]:
+        """The live brokers whose registration names ``group`` (a member znode with no registration behind it
+        is no broker: it is not rolled). Reads pipelined, one per broker; a registration that does not decode
+        is left out (its broker is shown as such by ``broker list``)."""
+        try:
+            ids = self.client.get_children(self.layout.broker_ids)
+        except NoNodeError:
+            return []
+        pending = [(b, self.client.get_async(self.layout.broker(b))) for b in ids]
+        out = []
+        for b, res in pending:
+            try:
+                data, _ = res.get()
+                info = codecs.decode(BrokerInfo, data, self.layout.broker(b))
+            except (NoNodeError, PayloadError):
+                continue
+            if info.group == group:
+                out.append(b)
+        return out
 
     def resume_roll(self) -> RollState:
         """Go on with a paused roll from the phase it paused in (its bound counted afresh)."""

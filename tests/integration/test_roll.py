@@ -171,3 +171,21 @@ def _wait_port(server: object) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_roll_takes_the_registered_brokers_of_the_group_not_member_znodes(zk_hosts: str) -> None:
+    """A member znode with no registration behind it (a ghost) is no broker to roll: a roll that waited for it
+    to come back would pause; the brokers rolled are the live registrations that name the group."""
+    opts = SimOptions(brokers=2, tasks=2, zk_hosts=zk_hosts, converge_timeout_s=30)
+    with Simulation(opts) as sim:
+        sim.create_tasks(opts.tasks)
+        sim.start_controller("ctl-0")
+        sim.start_workers([sim.broker_id(i) for i in range(2)])
+        assert sim.wait_converged(balanced=True) is not None
+        sim.admin.create(sim.layout.group_members("default") + "/ghost", b"{}", ephemeral=True)
+        admin = AdminClient(sim.admin, sim.layout)
+        st = admin.roll("default", batch=1, timeout_s=30.0)
+        assert st.order == (("broker-000",), ("broker-001",))
+        assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
+        with pytest.raises(AdminError, match="no live brokers"):
+            admin.roll("nobody", batch=1)
