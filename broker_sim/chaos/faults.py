@@ -184,8 +184,13 @@ def freeze_controller(run: ChaosCluster, f: Fault) -> End:
     if cid is None:
         raise RuntimeError("no active controller to freeze")
     if run.copts.process_brokers:
-        return _stop_process(run.ctl_procs[cid])
-    ctl = next(c for c in run.controllers if c.id == cid)
+        proc = run.ctl_procs.get(cid)
+        if proc is None:  # /controller still names one we killed: its session has not expired yet
+            raise RuntimeError(f"the active controller {cid} is one this run killed (its session has not expired)")
+        return _stop_process(proc)
+    ctl = next((c for c in run.controllers if c.id == cid), None)
+    if ctl is None:
+        raise RuntimeError(f"the active controller {cid} is one this run stopped (its session has not expired)")
     proxy = run.ctl_proxies[cid]
     stall = threading.Event()
     limit = f.duration + 10.0
