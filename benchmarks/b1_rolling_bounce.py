@@ -48,7 +48,7 @@ def _contenders(delay_s: float) -> list[tuple[str, dict[str, Any]]]:
             "cooperative + static membership",
             dict(protocol=COOPERATIVE, static_membership=True, scheduled_delay_s=delay_s),
         ),
-        ("planned roll", dict(protocol=COOPERATIVE, scenario="roll", roll_wave=POOL_SIZE)),
+        ("planned roll", dict(protocol=RECONCILE, scenario="roll", roll_wave=POOL_SIZE)),
     ]
 
 

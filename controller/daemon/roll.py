@@ -150,7 +150,7 @@ class RollDriver:
         batch = st.batch_now()
         if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
             return
-        in_place = not coord.reconciling()  # (a reconciling group has no holds for a member restarting)
+        in_place = True  # the first batch restarts in place, its tasks held for it (either protocol family)
         if self._pin(st, coord, drain_plan(coord.assignment, st.order, st.step, in_place)):
             plan = self._plan
             assert plan is not None

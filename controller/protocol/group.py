@@ -576,8 +576,8 @@ class GroupCoordinator:
     def hold_on_leave(self, member_id: str, seconds: float) -> bool:
         """A planned roll restarts this member in place (its tasks have nowhere to go first): when it leaves,
         its tasks wait up to ``seconds`` for it to come back, as a static member's do, instead of moving.
-        Join-round groups only: False when the group reconciles (its tasks then move when it leaves)."""
-        if self.reconciling() or member_id not in self.members:
+        False for a member not in the group."""
+        if member_id not in self.members:
             return False
         self.leave_holds[member_id] = self.clock.now() + max(0.0, seconds)
         return True

@@ -97,6 +97,8 @@ class ReconcileCore(GroupCore, Protocol):
     join_generation: int
     members: dict[str, JoinRequest]
     rebalances: int
+    #: members a planned roll restarts in place: their tasks wait for them until the deadline
+    leave_holds: dict[str, float]
 
     @property
     def shutting_down(self) -> set[str]: ...
@@ -444,7 +446,11 @@ class ReconcileGroup:
             self.epochs.pop(m, None)
             ops.drop_moves(dest=m)
             key = core.identity(m, old[m])
-            if tasks and ops.maintenance:
+            hold_until = core.leave_holds.pop(m, None)
+            if tasks and hold_until is not None and hold_until > now:
+                core.held[key] = Held(tasks, hold_until)
+                log.info("group %s: %s restarts in place; its %d tasks wait for it", core.group, m, len(tasks))
+            elif tasks and ops.maintenance:
                 kept = core.held[key].tasks if key in core.held else ()
                 core.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
                 log.info("group %s: %s left in maintenance mode; its %d tasks wait", core.group, m, len(tasks))

@@ -10,8 +10,8 @@ batch, back empty, then needs a final balance: ``T + 2T/N`` moves for ``T`` task
 floor for a roll in which every task leaves its broker before that broker goes down. So the first batch
 restarts *in place*: its tasks wait for it (held by the coordinator, as a static member's are) and are
 down for its restart; every later batch's tasks move once, to rolled brokers; and the final balance moves
-tasks of the first batch, which have not moved: ``T`` moves in all, no task moved twice. A group under the
-reconcile protocol has no holds: there the first batch's tasks go to the last batch (the ``T + 2T/N`` plan).
+tasks of the first batch, which have not moved: ``T`` moves in all, no task moved twice. (``in_place``
+False gives the ``T + 2T/N`` plan: the first batch's tasks to the last batch.)
 
 Moves go out in waves of at most ``wave`` tasks (a step's moves all at once with 0): a broker starting
 twenty tasks on eight threads makes the last ones wait for two starts before their own.

@@ -40,9 +40,17 @@ def _supervise(
     return st.phase if st else "none"
 
 
-def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str) -> None:
+@pytest.mark.parametrize("protocol", ["cooperative", "reconcile"])
+def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, protocol: str) -> None:
     opts = SimOptions(
-        brokers=3, tasks=12, scenario="roll", restart_gap_s=0.3, zk_hosts=zk_hosts, converge_timeout_s=30, roll_wave=3
+        brokers=3,
+        tasks=12,
+        scenario="roll",
+        restart_gap_s=0.3,
+        zk_hosts=zk_hosts,
+        converge_timeout_s=30,
+        roll_wave=3,
+        protocol=protocol,
     )
     with Simulation(opts) as sim:
         s = sim.run()
