@@ -210,6 +210,7 @@ class Worker:
             enqueue=self._enqueue,
             reconcile=lambda: self.tasks.reconcile(),
             reconciling=lambda: self.member.follows_assignment_alone,
+            halting=self.watchdog.halted,
         )
         self.tasks = TaskSupervisor(
             self.client,

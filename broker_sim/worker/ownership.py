@@ -64,7 +64,12 @@ class Ownership:
         enqueue: Callable[[object], None],
         reconcile: Callable[[], None],
         reconciling: Callable[[], bool],
+        halting: threading.Event | None = None,
     ) -> None:
+        #: set once the deadline watchdog escalates: from then on nothing is let go (no owner znode deleted).
+        #: Killing the runners unblocks stops that hung, and a release after them would hand the tasks on
+        #: while this process still lives; the session's end (after the process) is what lets them go.
+        self.halting = halting or threading.Event()
         self.client = client
         self.layout = layout
         self.session = session
@@ -175,6 +180,8 @@ class Ownership:
         the event thread does not wait for it. False (nothing sent) if a status version is not known: the
         usual release reads it first."""
         book = self.statuses
+        if self.halting.is_set():
+            return True  # halting: nothing is let go (see ``halting``); the process ends
         if not book.status_lock.acquire(blocking=False):
             return False  # a status write is in flight: the usual release (on a pool thread) waits for it
         try:
@@ -245,6 +252,8 @@ class Ownership:
         ``exists``, one of deletes. A task whose release cannot be confirmed stays held: the next reconcile
         lets go of it again, and until then nobody else can start it (the owner znode is what a new owner
         waits for)."""
+        if self.halting.is_set():
+            return
         paths = {t: self.layout.task_owner(t) for t in tasks}
         gone: list[str] = []
         try:
@@ -284,7 +293,7 @@ class Ownership:
         is retried with the statuses read first, then task by task; a single task's that fails deletes the
         owner znode alone. The cached versions spare a release the read's round trip: most brokers let go
         of one task when another joins, and that read was a third of their path."""
-        if not tasks:
+        if not tasks or self.halting.is_set():
             return
         if len(tasks) > RELEASE_CHUNK:
             for i in range(0, len(tasks), RELEASE_CHUNK):
@@ -361,7 +370,7 @@ class Ownership:
     def drop(self, tasks: list[str]) -> None:
         """The worker stops: delete the owner znodes of these (stopped) tasks in one multi, best effort (the
         session's end deletes whatever is left)."""
-        if not tasks or not self.client.connected:
+        if not tasks or not self.client.connected or self.halting.is_set():
             return
         tx = self.client.transaction()
         for t in tasks:
