@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -427,7 +428,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
     """`zkctl cluster upgrade --image`: the controller's planned roll over three Spark broker containers,
     each replaced by a container of the new image when its turn comes; every record in each sink exactly
     once, no task ever run by two brokers at once, no more moves than tasks (the first broker restarts in
-    place, its tasks held for it)."""
+    place, its tasks held for it) and what balancing a group that was not balanced yet adds."""
     from broker_sim.deploy import containers
     from broker_sim.sim.checker import double_ownership
 
@@ -457,6 +458,14 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         for t in tasks:
             generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
         wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 600, "the pipelines writing their sinks")
+        # the roll moves each task once from a balanced group; the brokers' sessions start at different times,
+        # so the group may not be balanced yet: the final balance then moves that surplus once more
+        counts: Counter[str] = Counter()
+        for t in tasks:
+            if zk.exists(ZkLayout("/roll").task_owner(t)):
+                counts[codecs.decode(codecs.OwnerInfo, zk.get(ZkLayout("/roll").task_owner(t))[0]).broker] += 1
+        fair = -(-len(tasks) // len(info.brokers))
+        surplus = sum(max(0, counts[b] - fair) for b in info.brokers)
         p = zkctl_command(
             "--json",
             "--zk",
@@ -490,7 +499,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
         assert double_ownership(admin.intervals()) == []
         st = admin.roll_status()
-        assert st is not None and st.phase == "done" and st.moves <= len(tasks), st
+        assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
     finally:
         if zk is not None:
             zk.stop()
