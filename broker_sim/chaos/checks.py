@@ -28,6 +28,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def current_placements(info: GroupStateInfo | None, assignments: dict[str, Assignment]) -> dict[str, tuple[str, ...]]:
+    """What the group places where, as its protocol means it: the assignment znodes of the members of its
+    current generation (the group state's ``members``), and in a join round's Stable only those of that
+    generation. An assignment znode outlives its member's place in the group (a member that left, or whose
+    rejoin maintenance mode put off, keeps its last one until it is given another): it places nothing."""
+    if info is None:
+        return {m: a.assigned for m, a in assignments.items() if a.assigned and a.error is None}
+    in_generation = set(info.members)
+    join_round_stable = info.protocol != "reconcile" and info.state == "Stable"
+    return {
+        m: a.assigned
+        for m, a in assignments.items()
+        if a.assigned
+        and a.error is None
+        and m in in_generation
+        and not (join_round_stable and a.generation != info.generation)
+    }
+
+
 class CheckedRun(Protocol):
     """What the checks read of a chaos run: its options and ZooKeeper client, how to connect another, the
     brokers that halted, and what its brokers run right now (their own account, not ZooKeeper's)."""
@@ -128,27 +147,27 @@ class Checks:
         against what the brokers run (their journals, or the workers' runners)."""
         run, lay = self.run, self.run.layout
         t = time.time()
-        state = None
+        info: GroupStateInfo | None = None
         try:
-            state = codecs.decode(GroupStateInfo, c.get(lay.group_state(GROUP))[0], lay.group_state(GROUP)).state
+            info = codecs.decode(GroupStateInfo, c.get(lay.group_state(GROUP))[0], lay.group_state(GROUP))
         except Exception:
             pass  # unreadable or missing: the sample says no state
+        state = info.state if info is not None else None
         active = None
         try:
             active = codecs.decode(codecs.ControllerInfo, c.get(lay.controller)[0], lay.controller).controller_id
         except Exception:
             pass  # no controller now
         members = sorted(c.get_children(lay.group_assignments(GROUP)))
-        placed: dict[str, tuple[str, ...]] = {}
+        found: dict[str, Assignment] = {}
         for m, res in zip(members, get_many(c, [lay.group_assignment(GROUP, m) for m in members])):
             if res is None:
                 continue
             try:
-                a = codecs.decode(Assignment, res[0], lay.group_assignment(GROUP, m))
+                found[m] = codecs.decode(Assignment, res[0], lay.group_assignment(GROUP, m))
             except PayloadError:
                 continue
-            if a.assigned and a.error is None:
-                placed[m] = a.assigned
+        placed = current_placements(info, found)
         joined = dict(zip(placed, exists_many(c, [lay.group_member(GROUP, m) for m in placed])))
         brokers = sorted(c.get_children(lay.broker_ids))
         sessions = {st.ephemeralOwner for st in exists_many(c, [lay.broker(b) for b in brokers]) if st is not None}
@@ -156,11 +175,12 @@ class Checks:
         owners = dict(zip(tasks, get_many(c, [lay.task_owner(task) for task in tasks])))
         running = run.running_now()
         unowned: list[tuple[str, str]] = []
-        strangers: list[tuple[str, int]] = []
+        # no path of the coordinator's writes tasks to a member with no broker behind it, in any generation
+        strangers = [
+            (m, len(a.assigned)) for m, a in found.items() if a.assigned and a.error is None and not run.known_broker(m)
+        ]
         for m, ts in placed.items():
-            if not run.known_broker(m):
-                strangers.append((m, len(ts)))
-            else:
+            if run.known_broker(m):
                 life = run.broker_life(m)
                 member = joined.get(m)
                 if life is None or (member is not None and member.ctime / 1000.0 < life - 0.5):

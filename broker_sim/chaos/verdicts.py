@@ -52,7 +52,8 @@ def epoch_and_generations_only_grow(samples: Sequence[Sample]) -> Verdict:
 
 
 def stable_within_bound(samples: Sequence[Sample], faults_end: float, bound_s: float) -> tuple[Verdict, float]:
-    """Invariant 4: once the faults stopped (``faults_end``), the group is never out of Stable at one
+    """Invariant 4: once the faults stopped (``faults_end``: the end of the last fault, or the expiry of the
+    session of a broker that halted after it, whichever is later), the group is never out of Stable at one
     generation longer than ``bound_s``, and it ends Stable; also the longest time out of Stable."""
     after = [s for s in samples if s.t >= faults_end and s.state is not None]
     longest = 0.0

@@ -187,6 +187,37 @@ def test_the_ownerless_verdict_fails_on_a_task_placed_without_a_running_owner_wh
     assert verdicts.placed_tasks_run_while_stable([], bound)[0].ok
 
 
+def test_only_the_current_generations_assignments_place_tasks():
+    """The placement sampler reads placements as the protocol means them. An assignment znode outlives its
+    member's place in the group: a broker whose tasks were put off by maintenance mode, back with its rejoin
+    put off too, still has its last assignment, which places nothing (CI saw invariant 9 fail on such a
+    znode: six tasks 'placed' on broker-001 for a whole maintenance window)."""
+    from broker_sim.chaos.checks import current_placements
+    from controller.protocol.codecs import Assignment, GroupStateInfo
+
+    def state(st: str, gen: int, members: tuple[str, ...], protocol: str = "cooperative") -> GroupStateInfo:
+        return GroupStateInfo(
+            state=st, generation=gen, join_generation=gen, controller_epoch=1, protocol=protocol, members=members
+        )
+
+    found = {
+        "broker-000": Assignment(generation=7, controller_epoch=1, assigned=("t1", "t2")),
+        "broker-001": Assignment(generation=5, controller_epoch=1, assigned=("t3", "t4")),  # left at 5
+        "broker-002": Assignment(generation=7, controller_epoch=1, assigned=()),
+        "broker-003": Assignment(generation=7, controller_epoch=1, error="UNKNOWN_MEMBER_ID"),
+    }
+    both = ("broker-000", "broker-001", "broker-002", "broker-003")
+    assert current_placements(state("Stable", 7, ("broker-000", "broker-002")), found) == {"broker-000": ("t1", "t2")}
+    # a member of the generation whose znode is of an older one: not placed in a join round's Stable ...
+    assert current_placements(state("Stable", 7, both), found) == {"broker-000": ("t1", "t2")}
+    # ... while a sync is in flight its last one stands, and reconcile's member epochs are not generations
+    expected = {"broker-000": ("t1", "t2"), "broker-001": ("t3", "t4")}
+    assert current_placements(state("AwaitingSync", 7, both), found) == expected
+    assert current_placements(state("Stable", 9, both, "reconcile"), found) == expected
+    # no group state readable: every znode counts (the verdict errs towards failing)
+    assert current_placements(None, found) == expected
+
+
 def test_the_stranger_verdict_names_a_ghost_given_work():
     from broker_sim.chaos import Placement
 
