@@ -386,7 +386,7 @@ class GroupDriver:
         for m in read:
             why = ctx.invalid_members.get((group, m))
             if why is not None and m in ctx.members.get(group, {}):
-                self.apply(group, coord.refuse_report(m, why, ctx.members[group][m].incarnation))
+                self.apply(group, coord.refuse_report(m, why, ctx.members[group][m]))
         ignored = ignored_members(ctx, group)
         self._metrics.ignored_members.labels(group).set(len(ignored))
         self.apply(group, coord.set_ignored(ignored))

@@ -141,6 +141,8 @@ class GroupCoordinator:
 
     def set_ignored(self, ignored: Mapping[str, str]) -> list[Decision]:
         """The IO layer's member znodes set apart changed: shown with the group state (status, watch)."""
+        for m in [m for m in self.join.refusals if m not in ignored]:
+            del self.join.refusals[m]  # its request was taken since: a new refusal is answered again
         if dict(ignored) == self.ignored:
             return []
         self.ignored = dict(ignored)
@@ -148,12 +150,15 @@ class GroupCoordinator:
             return []
         return [WriteGroupState(self.info())]
 
-    def refuse_report(self, member: str, reason: str, incarnation: str | None) -> list[Decision]:
-        """A member's request did not even decode (the IO layer keeps its last good one): under reconcile the
-        member is answered in its assignment and rewrites it; a join round's member is shown as ignored."""
-        if self.reconciling() and member in self.members:
-            return self.reconcile.refuse(member, reason, incarnation)
-        return []
+    def refuse_report(self, member: str, reason: str, last_good: JoinRequest) -> list[Decision]:
+        """A member's request was refused by the IO layer (garbage, out of bounds, an acknowledgement ZooKeeper
+        contradicts), which keeps ``last_good``, its last good one: the member is answered INVALID_REPORT in its
+        assignment and writes its request again; meanwhile it is shown as ignored."""
+        if member not in self.members or self.state is GroupState.DEAD:
+            return []
+        if self.reconciling():
+            return self.reconcile.refuse(member, reason, last_good.incarnation)
+        return self.join.refuse(member, reason, last_good.join_generation)
 
     def held_info(self) -> tuple[HeldTasks, ...]:
         """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's);

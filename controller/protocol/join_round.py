@@ -67,6 +67,9 @@ class JoinRound:
     #: join requests answered by a static rejoin: they predate the tasks given back, so they do not
     #: count as joining the next generation until the member rewrites them
     static_returned: dict[str, JoinRequest] = field(default_factory=dict)
+    #: members answered INVALID_REPORT, with why: the same refusal is answered once (a member whose code
+    #: writes the same bad request again is not answered in a loop); forgotten once its request is taken
+    refusals: dict[str, str] = field(default_factory=dict)
 
     # ---- the round's life -------------------------------------------------------------------------
     def begin(self) -> None:
@@ -90,6 +93,17 @@ class JoinRound:
         """A member left: what the rounds knew of it goes too."""
         self.excluded.pop(member_id, None)
         self.static_returned.pop(member_id, None)
+        self.refusals.pop(member_id, None)
+
+    def refuse(self, member_id: str, reason: str, generation: int) -> list[Decision]:
+        """A member's request is out of bounds: answer it INVALID_REPORT in its assignment, at the generation
+        its last good request asked to join (the one it reads answers at), and it writes its request again
+        (a rejoin). Its last good request stands meanwhile, so nothing it runs is handed on."""
+        if self.refusals.get(member_id) == reason:
+            return []
+        self.refusals[member_id] = reason
+        log.warning("group %s: refused the request of %s (%s): it rejoins", self.core.group, member_id, reason)
+        return [WriteAssignments(self.error_assignments({member_id: ProtocolError.INVALID_REPORT}, generation))]
 
     def answered(self, member_id: str, request: JoinRequest) -> bool:
         """The same incompatible request again: answered already, no rebalance storm."""

@@ -32,11 +32,11 @@ TASKS = [f"t{i}" for i in range(6)]
 GROUP = "default"
 
 
-def _broker(env: dict[str, str], bid: str, log: Path) -> subprocess.Popen:
+def _broker(env: dict[str, str], bid: str, log: Path, protocol: str) -> subprocess.Popen:
     with open(log, "ab") as out:  # a file, not a pipe nobody reads
         return subprocess.Popen(
             [sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "noop"]
-            + ["--protocol", RECONCILE, "--session-timeout", "4"],
+            + ["--protocol", protocol, "--session-timeout", "4"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -46,7 +46,15 @@ def _broker(env: dict[str, str], bid: str, log: Path) -> subprocess.Popen:
 
 class Cluster:
     def __init__(
-        self, zk, layout, zk_settings, env, tmp_path: Path, rebalance_timeout: float, prepare: Callable[[], None]
+        self,
+        zk,
+        layout,
+        zk_settings,
+        env,
+        tmp_path: Path,
+        rebalance_timeout: float,
+        prepare: Callable[[], None],
+        protocol: str = RECONCILE,
     ) -> None:
         from controller.daemon import Controller, ControllerConfig
         from controller.protocol.group import GroupConfig
@@ -60,7 +68,7 @@ class Cluster:
         self.ctl = Controller(
             ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=rebalance_timeout))
         ).start()
-        self.procs = {b: _broker(env, b, tmp_path / f"{b}.log") for b in ("b1", "b2")}
+        self.procs = {b: _broker(env, b, tmp_path / f"{b}.log", protocol) for b in ("b1", "b2")}
 
     def owners(self) -> dict[str, str]:
         out = {}
@@ -108,8 +116,10 @@ class Cluster:
 def cluster_of(zk, layout, zk_settings, cli_env, tmp_path) -> Iterator:
     made: list[Cluster] = []
 
-    def make(rebalance_timeout: float = 10.0, prepare: Callable[[], None] = lambda: None) -> Cluster:
-        made.append(Cluster(zk, layout, zk_settings, dict(cli_env), tmp_path, rebalance_timeout, prepare))
+    def make(
+        rebalance_timeout: float = 10.0, prepare: Callable[[], None] = lambda: None, protocol: str = RECONCILE
+    ) -> Cluster:
+        made.append(Cluster(zk, layout, zk_settings, dict(cli_env), tmp_path, rebalance_timeout, prepare, protocol))
         return made[-1]
 
     yield make
@@ -193,6 +203,38 @@ def test_a_report_out_of_bounds_is_answered_and_its_broker_keeps_its_tasks(clust
     victim = sorted(b2_tasks)[0]
     AdminClient(c.zk, layout).pause(victim)
     assert wait_for(lambda: victim not in c.owners(), 20), c.owners()
+
+
+def test_a_join_round_members_request_out_of_bounds_is_answered_and_it_rejoins_keeping_its_tasks(
+    cluster_of, layout, caplog
+):
+    """The same rewrite under the cooperative join rounds: the broker is answered INVALID_REPORT at the
+    generation it joined, writes its request again (a rejoin, which keeps its tasks under cooperative) and the
+    group is Stable with it; its tasks are never published to the other broker meanwhile."""
+    c = cluster_of(protocol=COOPERATIVE)
+    assert wait_for(c.stable_with_all_owned, 60, 0.1), c.logs()
+    generation = c.state().generation
+    b2_tasks = set(c.assignment("b2").assigned)
+    assert b2_tasks
+    path = layout.group_member(GROUP, "b2")
+    body = json.loads(c.zk.get(path)[0])
+    body["capacity"] = 0  # out of bounds, decodes
+    c.zk.set(path, json.dumps(body).encode())
+    seen_b1: set[str] = set()
+
+    def rewritten_and_stable() -> bool:
+        a1 = c.assignment("b1")
+        seen_b1.update(a1.assigned if a1 else ())
+        req = codecs.decode(JoinRequest, c.zk.get(path)[0])
+        s = c.state()
+        return req.capacity >= 1 and c.stable_with_all_owned() and s is not None and not s.ignored
+
+    assert wait_for(rewritten_and_stable, 30, 0.02), (c.state(), c.logs())
+    # answered (its answer is overwritten by the next generation's assignment within milliseconds: the log says)
+    assert any("refused the request of b2" in r.getMessage() and "it rejoins" in r.getMessage() for r in caplog.records)
+    assert not seen_b1 & b2_tasks, "b2's tasks were published to b1 while b2 ran them"
+    assert {t for t, b in c.owners().items() if b == "b2"} == b2_tasks
+    assert c.state().generation > generation  # the rejoin made a new generation
 
 
 def test_a_task_not_taken_is_never_counted_running_and_its_member_is_fenced_from_it(cluster_of, zk_settings, layout):

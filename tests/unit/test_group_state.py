@@ -669,3 +669,21 @@ def test_load_keeps_the_generation_of_an_unfinished_round():
     new = fresh_controller()
     new.load(c.info(), dict(snap), dict(c.tasks), zk_view(c)[1])
     assert new.join_generation == 3  # never reuses generation 2
+
+
+def test_a_refused_request_in_a_join_round_is_answered_once_at_the_generation_its_member_joined():
+    """The IO layer refused b's request (out of bounds) and kept its last good one: b is answered
+    INVALID_REPORT at the generation it joined, the group is not disturbed (its assignment stands), the same
+    refusal is not answered again, and once b's request is taken again a new refusal is answered."""
+    c, _, snapshot = stable_group()
+    before = dict(c.assignment)
+    decisions = c.refuse_report("b", "capacity 0 is not within 1-1000000", snapshot["b"])
+    answer = published(decisions)
+    assert list(answer) == ["b"] and answer["b"].error == "INVALID_REPORT" and answer["b"].generation == 1
+    assert not answer["b"].assigned and c.assignment == before and c.state is S.STABLE
+    assert not [d for d in decisions if isinstance(d, WriteGroupState)]
+    c.set_ignored({"b": "refused: capacity 0 is not within 1-1000000"})
+    assert c.refuse_report("b", "capacity 0 is not within 1-1000000", snapshot["b"]) == []
+    c.set_ignored({})  # b wrote a good request
+    assert published(c.refuse_report("b", "capacity 0 is not within 1-1000000", snapshot["b"]))["b"].error
+    assert c.refuse_report("ghost", "garbage", snapshot["b"]) == []  # no member the coordinator knows
