@@ -5,7 +5,8 @@ fenced multis."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kazoo.exceptions import (
@@ -22,6 +23,8 @@ from controller.daemon.operations import OperatorSettings
 from controller.protocol import codecs
 from controller.protocol.clock import Clock
 from controller.protocol.codecs import (
+    Assignment,
+    GroupStateInfo,
     JoinRequest,
     PayloadError,
 )
@@ -38,6 +41,7 @@ from controller.protocol.group_types import (
 from controller.protocol.layout import ZkLayout
 from controller.protocol.readiness import placeable
 from controller.protocol.reports import ghost_reason, request_problem
+from controller.protocol.rules import RECONCILE
 from controller.zk import io as zkio
 from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many, multi_read
 
@@ -378,6 +382,45 @@ class GroupDriver:
             else:
                 current.pop(m, None)
             ctx.invalid_members[(group, m)] = why
+
+    def check_loaded_reports(
+        self, states: Mapping[str, GroupStateInfo | None], assignments: Mapping[str, Mapping[str, Assignment]]
+    ) -> dict[str, list[str]]:
+        """A failover loads the members' reports as it finds them, acknowledgements included, and no live
+        check (``_check_taken``) saw one rewritten while no controller was active. So ZooKeeper is asked here
+        too, in one multiRead for every reconciling group: a task that a report says taken (owned, not
+        pending) and that its published assignment places with the member must have an owner znode held by
+        the member's session. Each one that has not is counted pending (not running: the group is not Stable
+        on it, and after the rebalance timeout the member is fenced from it), and the member is to be
+        answered (``answer_refused``): it writes its report again. Returns the members to answer, by group."""
+        ctx, lay = context_of(self._host), self._layout
+        checks: list[tuple[str, str, str]] = []
+        for g, st in sorted(states.items()):
+            if st is None or st.protocol != RECONCILE:
+                continue
+            for m, req in sorted(ctx.members.get(g, {}).items()):
+                a = assignments.get(g, {}).get(m)
+                placed = set(a.assigned) if a is not None and a.error is None else set()
+                checks += [(g, m, t) for t in sorted((set(req.owned) - set(req.pending)) & placed)]
+        if not checks:
+            return {}
+        wrong: dict[tuple[str, str], list[str]] = {}
+        for (g, m, t), res in zip(checks, multi_read(self._zk, [lay.task_owner(t) for _, _, t in checks])):
+            if res is None or res[1].ephemeralOwner != ctx.member_sessions.get((g, m)):
+                wrong.setdefault((g, m), []).append(t)
+        out: dict[str, list[str]] = {}
+        for (g, m), ts in sorted(wrong.items()):
+            req = ctx.members[g][m]
+            ctx.members[g][m] = replace(req, pending=tuple(sorted(set(req.pending) | set(ts))))
+            why = f"reports {len(ts)} task(s) taken whose owner znode it does not hold ({', '.join(ts[:3])})"
+            log.warning("group %s: the report of %s loaded at failover is wrong: %s", g, m, why)
+            ctx.invalid_members[(g, m)] = why
+            out.setdefault(g, []).append(m)
+        return out
+
+    def answer_refused(self, group: str, members: list[str]) -> None:
+        """Members whose loaded report was found wrong are answered, as on the live path."""
+        self._refuse_and_show(group, self.coordinator(group), members)
 
     def _refuse_and_show(self, group: str, coord: GroupCoordinator, read: list[str]) -> None:
         """Members just read whose request was refused are answered (they rewrite it); the member znodes set

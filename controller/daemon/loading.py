@@ -271,8 +271,11 @@ class FailoverLoad:
         groups = self._read_groups(reads, ctx)
         decoded = self._decode_groups(ctx, groups)
         self._install(ctx)
+        to_answer = self._groups.check_loaded_reports(decoded.states, decoded.assignments)
         load_s = time.monotonic() - started
         self._start_groups(ctx, groups.names, decoded)
+        for g, members in sorted(to_answer.items()):
+            self._groups.answer_refused(g, members)
         self._tasks.write_invalid_statuses(ctx.invalid_tasks)
         log.info(
             "controller %s loaded %d brokers, %d tasks, %d groups in %.3fs",

@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -65,10 +66,19 @@ class Cluster:
             tx.create(layout.task(t), TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")).encode())
         tx.commit()
         prepare()
-        self.ctl = Controller(
-            ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=rebalance_timeout))
-        ).start()
+        self.ctl_config = ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=rebalance_timeout))
+        self.ctl = Controller(self.ctl_config).start()
         self.procs = {b: _broker(env, b, tmp_path / f"{b}.log", protocol) for b in ("b1", "b2")}
+
+    def stop_controller(self) -> None:
+        self.ctl.stop()
+
+    def start_controller(self, cid: str) -> None:
+        from dataclasses import replace
+
+        from controller.daemon import Controller
+
+        self.ctl = Controller(replace(self.ctl_config, controller_id=cid)).start()
 
     def owners(self) -> dict[str, str]:
         out = {}
@@ -281,3 +291,61 @@ def test_a_task_not_taken_is_never_counted_running_and_its_member_is_fenced_from
         squatter.close()
     # the squatter's session ended: t0 is taken, and only now is the group Stable
     assert wait_for(lambda: c.stable_with_all_owned() and c.owners()["t0"] in ("b1", "b2"), 60, 0.1), c.logs()
+
+
+def test_a_failover_checks_the_acknowledgements_it_loads_against_the_owner_znodes(cluster_of, zk_settings, layout):
+    """A report rewritten to acknowledge a task while no controller is active (a failover in between): the new
+    controller loads the members' reports as it finds them, so it must ask ZooKeeper as the live path does. The
+    task whose owner znode another session holds is not counted running: the group is not Stable, and the
+    member is answered and writes its own report again (t0 pending)."""
+    squatter = make_client(zk_settings)
+    try:
+
+        def squat() -> None:
+            owner = codecs.encode(codecs.OwnerInfo(broker="squatter", generation=0))
+            squatter.create(layout.task_owner("t0"), owner, ephemeral=True)
+
+        c = cluster_of(rebalance_timeout=60.0, prepare=squat)
+
+        def holder_waits() -> str | None:
+            for m in ("b1", "b2"):
+                a = c.assignment(m)
+                if a is None or "t0" not in a.assigned:
+                    continue
+                try:
+                    req = codecs.decode(JoinRequest, c.zk.get(layout.group_member(GROUP, m))[0])
+                except Exception:
+                    return None
+                s = c.state()
+                if "t0" in req.pending and len(c.owners()) == 6 and s is not None and s.unacked:
+                    return m
+            return None
+
+        assert wait_for(lambda: holder_waits() is not None, 60, 0.1), (c.state(), c.logs())
+        holder = holder_waits()
+        assert holder is not None
+        c.stop_controller()
+        path = layout.group_member(GROUP, holder)
+        body = json.loads(c.zk.get(path)[0])
+        body.update(pending=[], generation=c.assignment(holder).generation)
+        faked = c.zk.set(path, json.dumps(body).encode()).version
+        c.start_controller("c1")
+        stable_on_the_fake: list[GroupStateInfo] = []
+
+        def rewritten_by_its_member() -> bool:
+            s = c.state()
+            if s is not None and s.state == "Stable" and s.controller_epoch > 1:
+                stable_on_the_fake.append(s)
+            data, stat = c.zk.get(path)
+            return stat.version > faked and "t0" in json.loads(data).get("pending", [])
+
+        assert wait_for(rewritten_by_its_member, 20, 0.05), (c.state(), c.logs())
+        assert not stable_on_the_fake, f"Stable on a faked acknowledgement loaded: {stable_on_the_fake[0]}"
+        for _ in range(40):  # and it stays out of Stable while the squatter holds t0
+            s = c.state()
+            assert s is None or s.state != "Stable", s
+            time.sleep(0.05)
+        assert c.owners().get("t0") not in ("b1", "b2")
+    finally:
+        squatter.stop()
+        squatter.close()
