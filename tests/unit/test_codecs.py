@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.protocol import codecs
+from controller.protocol import codecs, payload_validation
 from controller.protocol.codecs import PayloadError
 
 PAYLOADS = [
@@ -148,7 +148,7 @@ def _reference_coerce(tp, value, path, where):
         return value
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise PayloadError(path, f"{label}: expected an object, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected an object, got {payload_validation.type_name(value)}")
         hints = typing.get_type_hints(tp)
         kwargs = {}
         for f in dataclasses.fields(tp):
@@ -177,12 +177,12 @@ def _reference_coerce(tp, value, path, where):
     if origin is tuple:
         (item, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise PayloadError(path, f"{label}: expected an array, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected an array, got {payload_validation.type_name(value)}")
         return tuple(_reference_coerce(item, v, path, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         (_key, item) = typing.get_args(tp)
         if not isinstance(value, dict):
-            raise PayloadError(path, f"{label}: expected an object, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected an object, got {payload_validation.type_name(value)}")
         return {k: _reference_coerce(item, v, path, f"{where}.{k}") for k, v in value.items()}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
@@ -191,21 +191,21 @@ def _reference_coerce(tp, value, path, where):
             raise PayloadError(path, f"{label}: {value!r} is not one of {[m.value for m in tp]}") from None
     if tp is bool:
         if not isinstance(value, bool):
-            raise PayloadError(path, f"{label}: expected boolean, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected boolean, got {payload_validation.type_name(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise PayloadError(path, f"{label}: expected integer, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected integer, got {payload_validation.type_name(value)}")
         if abs(value) > 2**63:
             raise PayloadError(path, f"{label}: integer out of range")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PayloadError(path, f"{label}: expected number, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected number, got {payload_validation.type_name(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise PayloadError(path, f"{label}: expected string, got {codecs._tname(value)}")
+            raise PayloadError(path, f"{label}: expected string, got {payload_validation.type_name(value)}")
         return value
     raise TypeError(f"codec cannot handle type {tp!r}")
 
@@ -253,7 +253,7 @@ def test_compiled_converters_match_the_reference_walk(payload, data):
         else:
             target[key] = data.draw(JSON if action == "replace" else ITEM)
     cls = type(payload)
-    assert _outcome(lambda: codecs._coerce(cls, body, "/p", "")) == _outcome(
+    assert _outcome(lambda: payload_validation.coerce(cls, body, "/p", "")) == _outcome(
         lambda: _reference_coerce(cls, body, "/p", "")
     )
 
@@ -291,19 +291,19 @@ def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch
     import threading
     import time
 
-    build = codecs._build_converter
+    build = payload_validation._build_converter
 
     def slow_build(tp):  # type: ignore[no-untyped-def]
         time.sleep(0.002)
         return build(tp)
 
-    monkeypatch.setattr(codecs, "_build_converter", slow_build)
+    monkeypatch.setattr(payload_validation, "_build_converter", slow_build)
 
     data = codecs.encode(
         codecs.TaskStatus(broker="b1", state="STOPPED", generation=3, updated=1.0, error="x", failures=2)
     )
     for _ in range(5):
-        codecs._CONVERTERS.clear()
+        payload_validation._CONVERTERS.clear()
         barrier = threading.Barrier(8)
         results: list[object] = []
 
