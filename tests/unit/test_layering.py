@@ -32,6 +32,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 SANS_IO_PACKAGES = (
     "controller.protocol",
     "broker_sim.sim.protosim",
+    "broker_sim.sim.protosim_types",
+    "broker_sim.sim.protosim_faults",
+    "broker_sim.sim.protosim_checks",
     "broker_sim.sim.checker",
     "broker_sim.chaos.schedule",
 )

@@ -1,6 +1,6 @@
 """The deterministic simulation in CI: the real coordinator and members, a simulated ZooKeeper, seeded
-faults, four invariants (see broker_sim/sim/protosim.py). Over ten thousand seeded schedules across the
-configurations below, spread over the machine's cores; every one must finish without a violation.
+faults, the invariants (see broker_sim/sim/protosim.py and protosim_checks.py). Over ten thousand seeded
+schedules across the configurations below, spread over the machine's cores; every one must finish without a violation.
 
 A failure names the configuration, the seed and the fault schedule, and how to replay it:
 
@@ -26,7 +26,8 @@ import pytest
 import controller.protocol.group
 import controller.protocol.join_round
 import controller.protocol.reconcile
-from broker_sim.sim.protosim import ProtocolSim, SimConfig, SimResult
+from broker_sim.sim.protosim import ProtocolSim
+from broker_sim.sim.protosim_types import SimConfig, SimResult
 from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE, validate_proposal
 
 MIN_SCHEDULES = 10_000

@@ -1,0 +1,252 @@
+"""The deterministic simulation's faults, seeded: when each strikes and what it does to the simulated world.
+
+Faults: member crash (session gone at once), member freeze longer or shorter than the session timeout,
+member partition (the worker fences itself before its session can expire), controller failover,
+task create/delete/pause churn, a new member joining, and optionally a faulty leader that skips the
+cooperative adjustment (which the coordinator's validation must refuse). With ``hostile``: ghost member znodes (no broker of the same session behind them)
+claiming live members' tasks with a huge member epoch, and live members' reports rewritten (an epoch never
+published, or claims of every task), which the coordinator must neither obey nor drop the member for.
+
+A part of ``ProtocolSim``, given the few operations on the world it needs (``FaultHost``); the schedule
+draws from the simulation's one random generator, so a seed replays the same faults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Protocol
+
+from broker_sim.sim.protosim_types import SimConfig, SimNode
+from controller.protocol.clock import FakeClock
+from controller.protocol.codecs import JoinRequest, JoinResult, SyncProposal, TaskDescriptor
+from controller.protocol.rules import COOPERATIVE, RECONCILE
+
+FAULT_KINDS = (
+    "crash",
+    "restart",
+    "freeze_short",
+    "freeze_long",
+    "partition_short",
+    "partition_long",
+    "failover",
+    "tasks",
+    "join",
+)
+HOSTILE_KINDS = ("ghost", "rewrite")
+
+
+class FaultHost(Protocol):
+    """What the faults see of the simulation: its seeded state and the world's own mechanics."""
+
+    @property
+    def cfg(self) -> SimConfig: ...
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def clock(self) -> FakeClock: ...
+    @property
+    def nodes(self) -> dict[str, SimNode]: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
+    @property
+    def members_zk(self) -> dict[str, JoinRequest]: ...
+    @property
+    def member_session(self) -> dict[str, int]: ...
+    @property
+    def fault_log(self) -> list[str]: ...
+
+    def at(self, when: float, fn: Callable[[], None]) -> None: ...
+    def spawn(self, mid: str) -> None: ...
+    def respawn(self, mid: str, dead: SimNode) -> None: ...
+    def crash(self, mid: str) -> None: ...
+    def lose_session(self, mid: str, node: SimNode) -> None: ...
+    def end_run(self, node: SimNode, mid: str, t: str) -> None: ...
+    def members_changed(self) -> None: ...
+    def failover(self) -> None: ...
+    def add_task(self) -> None: ...
+    def remove_task(self, tid: str) -> None: ...
+
+
+class FaultInjector:
+    """Schedules the run's faults and carries each out on the host."""
+
+    def __init__(self, host: FaultHost) -> None:
+        self.host = host
+        self.last_fault_at = 0.0
+
+    def schedule(self) -> None:
+        """Draw the run's faults (``cfg.faults`` of them within ``cfg.fault_window``) and queue them."""
+        h = self.host
+        kinds = list(FAULT_KINDS)
+        if h.cfg.hostile:
+            kinds += HOSTILE_KINDS
+        for _ in range(h.cfg.faults):
+            when = h.rng.uniform(0.5, h.cfg.fault_window)
+            kind = h.rng.choice(kinds)
+            self.last_fault_at = max(self.last_fault_at, when)
+            h.at(when, partial(self.inject, kind))
+
+    def inject(self, kind: str) -> None:
+        h = self.host
+        alive = sorted(m for m, n in h.nodes.items() if n.alive)
+        dead = sorted(m for m, n in h.nodes.items() if not n.alive)
+        h.fault_log.append(f"{h.clock.now():.3f} {kind}")
+        if kind == "crash" and alive:
+            h.crash(h.rng.choice(alive))
+        elif kind == "restart" and dead:
+            h.spawn(h.rng.choice(dead))
+        elif kind == "freeze_short" and alive:
+            self.freeze(h.rng.choice(alive), h.cfg.session_timeout * 0.4)
+        elif kind == "freeze_long" and alive:
+            self.freeze(h.rng.choice(alive), h.cfg.session_timeout * 1.5)
+        elif kind == "partition_short" and alive:
+            self.partition(h.rng.choice(alive), h.cfg.session_timeout * 0.8)
+        elif kind == "partition_long" and alive:
+            self.partition(h.rng.choice(alive), h.cfg.session_timeout * 1.5)
+        elif kind == "failover":
+            h.failover()
+        elif kind == "tasks":
+            self.task_churn()
+        elif kind == "join":
+            h.spawn(f"m{len(h.nodes)}")
+        elif kind == "ghost":
+            self.ghost(alive)
+        elif kind == "rewrite" and alive:
+            # (a member letting tasks go, when there is one: what a false report would hand on too early)
+            releasing = [m for m in alive if h.nodes[m].member.pending_revocation or h.nodes[m].stopping]
+            self.rewrite(h.rng.choice(releasing or alive))
+
+    def freeze(self, mid: str, duration: float) -> None:
+        h = self.host
+        node = h.nodes[mid]
+        if not node.alive:
+            return
+        node.frozen_until = h.clock.now() + duration
+        if duration >= h.cfg.session_timeout:
+            # the session expires while frozen; a frozen process runs nothing, so its intervals end now
+            for t in list(node.running):
+                h.end_run(node, mid, t)
+            h.at(h.clock.now() + h.cfg.session_timeout, lambda: self._expire_frozen(mid, node.session))
+
+    def _expire_frozen(self, mid: str, session: int) -> None:
+        h = self.host
+        node = h.nodes.get(mid)
+        if node is None or node.session != session or not node.alive:
+            return
+        h.lose_session(mid, node)
+        h.at(node.frozen_until, lambda: h.respawn(mid, node))  # it wakes up, sees LOST, starts over
+
+    def partition(self, mid: str, duration: float) -> None:
+        """Cut off from ZooKeeper: the worker fences (stops its tasks) after fence_after < session timeout."""
+        h = self.host
+        node = h.nodes[mid]
+        if not node.alive:
+            return
+        node.partitioned_until = h.clock.now() + duration
+        session = node.session
+
+        def fence() -> None:
+            n = h.nodes.get(mid)
+            if n is None or n.session != session or not n.alive or n.partitioned_until <= h.clock.now():
+                return
+            for t in list(n.running):
+                h.end_run(n, mid, t)
+
+        h.at(h.clock.now() + h.cfg.fence_after, fence)
+        if duration >= h.cfg.session_timeout:
+
+            def expire() -> None:
+                n = h.nodes.get(mid)
+                if n is None or n.session != session or not n.alive:
+                    return
+                h.lose_session(mid, n)  # fenced already; its runs end here to make sure
+                h.at(n.partitioned_until, lambda: h.respawn(mid, n))
+
+            h.at(h.clock.now() + h.cfg.session_timeout, expire)
+        else:
+
+            def heal() -> None:
+                n = h.nodes.get(mid)
+                if n is None or n.session != session or not n.alive:
+                    return
+                if n.frozen_until > h.clock.now():
+                    h.at(n.frozen_until, heal)
+                    return
+                # reconnected inside the session: tasks it fenced start again (it still holds their locks)
+                for t in sorted(n.holding):
+                    if t not in n.running and t not in n.stopping:
+                        n.running[t] = h.clock.now()
+
+            h.at(node.partitioned_until + 0.0005, heal)
+
+    def task_churn(self) -> None:
+        h = self.host
+        if h.rng.random() < 0.5 or len(h.tasks) < 2:
+            h.add_task()
+        else:
+            h.remove_task(h.rng.choice(sorted(h.tasks)))
+
+    def ghost(self, alive: list[str]) -> None:
+        """A member znode with no broker behind it (another session), claiming a live member's tasks with a huge
+        member epoch; gone again when its session ends."""
+        h = self.host
+        victim = h.rng.choice(alive) if alive else None
+        claimed = tuple(sorted(h.nodes[victim].member.desired)) if victim else ()
+        name = f"ghost{len(h.fault_log)}"
+        h.members_zk[name] = JoinRequest(
+            member_id=name,
+            join_generation=2**40,
+            generation=2**40,
+            protocols=(RECONCILE, COOPERATIVE),
+            assignors=(h.cfg.assignor,),
+            owned=claimed,
+            incarnation="ghost",
+        )
+        h.member_session[name] = 1_000_000 + len(h.fault_log)
+        h.members_changed()
+        session = h.member_session[name]
+
+        def gone() -> None:
+            if h.member_session.get(name) == session:
+                h.members_zk.pop(name, None)
+                h.member_session.pop(name, None)
+                h.members_changed()
+
+        h.at(h.clock.now() + h.rng.uniform(0.5, 3.0), gone)
+
+    def rewrite(self, mid: str) -> None:
+        """Someone rewrites a live member's request: a member epoch never published, or claims of every task.
+        The member does not know; the coordinator must answer it (INVALID_REPORT) or narrow the claims."""
+        h = self.host
+        r = h.members_zk.get(mid)
+        if r is None:
+            return
+        if h.rng.random() < 0.5:  # releases it never made, at an epoch never published
+            bad = dataclasses.replace(r, generation=2**60, owned=(), pending=())
+        else:
+            bad = dataclasses.replace(r, owned=tuple(sorted(h.tasks)))
+        h.members_zk[mid] = bad
+        h.members_changed()
+
+    def leader_proposal(self, p: SyncProposal, joins: Mapping[int, JoinResult]) -> SyncProposal:
+        """The leader's proposal as written: with ``cfg.faulty_leader_probability``, a buggy leader's shuffle
+        that ignores who still owns what (the coordinator's validation must refuse it)."""
+        h = self.host
+        if h.cfg.faulty_leader_probability and h.rng.random() < h.cfg.faulty_leader_probability:
+            jr = joins.get(p.generation)
+            if jr is not None:
+                return SyncProposal(generation=p.generation, leader=p.leader, assigned=self._faulty_assign(jr))
+        return p
+
+    def _faulty_assign(self, jr: JoinResult) -> dict[str, tuple[str, ...]]:
+        """A buggy leader: shuffles every task to a random member, ignoring who owns what."""
+        members = sorted(m.member_id for m in jr.members if not m.leaving) or [jr.leader]
+        out: dict[str, list[str]] = {m.member_id: [] for m in jr.members}
+        held = set(jr.held)
+        for t in jr.tasks:
+            if t.task_id not in held:
+                out[self.host.rng.choice(members)].append(t.task_id)
+        return {m: tuple(ts) for m, ts in out.items()}
