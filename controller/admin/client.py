@@ -1,6 +1,6 @@
 """``AdminClient``: every operator request over one kazoo client, usable from Python, the CLI and the HTTP
-API. It owns its parts (tasks, restarts, cluster, settings), which share one ``ClusterReads``; its methods are
-theirs, so callers name the request, not the part that carries it out."""
+API. It owns its parts (tasks, restarts, cluster, settings, stop, history, offsets), which share one
+``ClusterReads``; its methods are theirs, so callers name the request, not the part that carries it out."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
 from controller.admin.restarts import RestartAdmin
 from controller.admin.roll import RollAdmin
+from controller.admin.task_history import HistoryAdmin
+from controller.admin.task_stop import StopAdmin
 from controller.admin.tasks import TaskAdmin
 from controller.protocol.layout import ZkLayout
 
@@ -31,20 +33,30 @@ class AdminClient:
         self.retries = retries
         self.reads = ClusterReads(client, layout)
         self.settings_admin = SettingsAdmin(client, layout, retries=retries)
+        self.history_admin = HistoryAdmin(client, layout, self.reads)
+        self.stop_admin = StopAdmin(
+            client,
+            layout,
+            self.reads,
+            self.history_admin.record,
+            request_rebalance=lambda group, reason: self.cluster.rebalance(group=group, reason=reason),
+        )
         self.offsets_admin = OffsetAdmin(
             client,
             layout,
             self.reads,
             checkpoint_root,
-            request_rebalance=lambda group, reason: self.cluster.rebalance(group=group, reason=reason),
+            require_stopped=self.stop_admin.require_stopped,
+            record=self.history_admin.record,
+            begin_reset=self.history_admin.begin_reset,
         )
         self.tasks = TaskAdmin(
             client,
             layout,
             self.reads,
             retries=retries,
-            resume_guard=self.offsets_admin.check_resume,
-            record=self.offsets_admin.record,
+            resume_guard=self.history_admin.check_resume,
+            record=self.history_admin.record,
             checkpoint_size=self.offsets_admin.checkpoint_size,
             purge=self.offsets_admin.purge_note,
         )
@@ -64,11 +76,11 @@ class AdminClient:
         self.reassign = self.tasks.reassign
         self.intervals = self.tasks.intervals
         # run state and offsets
-        self.stop = self.offsets_admin.stop
-        self.stop_state = self.offsets_admin.stop_state
+        self.stop = self.stop_admin.stop
+        self.stop_state = self.stop_admin.stop_state
         self.offsets = self.offsets_admin.offsets
         self.reset_offsets = self.offsets_admin.reset_offsets
-        self.history = self.offsets_admin.history
+        self.history = self.history_admin.history
         self.checkpoint_size = self.offsets_admin.checkpoint_size
         self.purge_checkpoint = self.offsets_admin.purge_checkpoint
         # restarts
