@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from broker_sim.chaos.sinks import pipeline_spec
-from broker_sim.deploy.containers import CONTAINER_FAULTS, container_sink_ids, crash
+from broker_sim.deploy.container_chaos import CONTAINER_FAULTS, container_sink_ids, crash
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
 from controller.protocol import codecs

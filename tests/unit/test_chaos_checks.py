@@ -126,7 +126,7 @@ def test_the_throttle_and_maintenance_verdicts_fail_on_data_that_breaks_them():
 def test_a_container_life_ends_where_the_next_begins(tmp_path):
     """A broker that halted (exit 75) is restarted by its restart policy, not by the harness: its open runs
     end at the next life's birth, so a task it ran and someone else took meanwhile is no overlap."""
-    from broker_sim.deploy.containers import _journal_intervals
+    from broker_sim.deploy.container_chaos import _journal_intervals
     from broker_sim.sim.checker import double_ownership
 
     def life(broker: str, born: float, *records: str) -> None:

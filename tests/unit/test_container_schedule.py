@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker_sim.deploy.containers import CONTAINER_FAULTS, ClusterSpec, container_schedule
+from broker_sim.deploy.container_chaos import CONTAINER_FAULTS, container_schedule
+from broker_sim.deploy.containers import ClusterSpec
 
 SPEC = ClusterSpec(name="s", zk_nodes=3, controllers=2, brokers=3)
 PAUSES = frozenset(k for k in CONTAINER_FAULTS if k.startswith("pause"))
