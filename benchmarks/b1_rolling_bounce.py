@@ -24,7 +24,8 @@ from typing import Any
 from benchmarks.common import Bench, StackSampler, median, ratio, table, target, zookeeper
 from benchmarks.partitioner import DEFAULT_TIME_BOUNDARY_S, PartitionerCluster
 from broker_sim.sim.checker import double_ownership, downtime, moved_tasks
-from broker_sim.sim.simulator import SimOptions, Simulation
+from broker_sim.sim.simulation_types import SimOptions
+from broker_sim.sim.simulator import Simulation
 from broker_sim.sim.timeline import plot_timeline
 from controller.admin import wait_for
 from controller.protocol.codecs import RunInterval

@@ -28,7 +28,8 @@ from dataclasses import replace
 from typing import Any
 
 from benchmarks.common import Bench, table, target
-from broker_sim.sim.simulator import NotConverged, SimOptions, Simulation
+from broker_sim.sim.simulation_types import NotConverged, SimOptions
+from broker_sim.sim.simulator import Simulation
 from controller.protocol.rules import COOPERATIVE, RECONCILE
 from controller.zk.server import four_letter_word
 

@@ -10,7 +10,9 @@ import click
 from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
 from broker_sim.sim.farm import FarmError
-from broker_sim.sim.simulator import SCENARIOS, NotConverged, SimOptions, format_summary, run_simulation
+from broker_sim.sim.scenarios import format_summary
+from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
+from broker_sim.sim.simulator import run_simulation
 from cli.common import Ctx, UserError
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS
 

@@ -24,7 +24,8 @@ from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.netproxy import NetProxy
-from broker_sim.sim.simulator import NotConverged, SimOptions, Simulation
+from broker_sim.sim.simulation_types import NotConverged, SimOptions
+from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol import codecs
@@ -282,7 +283,7 @@ class ChaosRun(Simulation):
                         self.last_halt = time.time()
                         self.last_restart = time.monotonic()
                         self.echo(f"  {bid} halted at its fence deadline ({w.watchdog.reason}); restarting it")
-                        self._retire(w, graceful=False)
+                        self.retire(w, graceful=False)
                         self._born[bid] = time.time()
                         self.start_worker(bid)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from broker_sim.sim.checker import close_open, double_ownership
-from broker_sim.sim.simulator import SimOptions, Simulation
+from broker_sim.sim.simulation_types import SimOptions
+from broker_sim.sim.simulator import Simulation
 from controller.admin import wait_for
 from controller.protocol import codecs
 from controller.protocol.codecs import IntervalLog, RunInterval

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from broker_sim.sim.checker import double_ownership
-from broker_sim.sim.simulator import SimOptions, Simulation
+from broker_sim.sim.simulation_types import SimOptions
+from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from controller.admin.common import AdminError
 from tests.cli_support import invoke
@@ -30,7 +31,7 @@ def _supervise(
         if restart:
             for bid, w in list(sim.workers.items()):
                 if w.exited.is_set():
-                    sim._retire(w, graceful=True)
+                    sim.retire(w, graceful=True)
                     sim.start_worker(bid)
         st = admin.roll_status()
         if st is not None and (st.phase in until or (step is not None and st.step >= step)):
@@ -89,7 +90,7 @@ def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) ->
         cli = ["--zk", zk_hosts, "--zk-root", sim.layout.root, "broker", "roll"]
         out = invoke([*cli, "--status"])
         assert out.exit_code == 0 and "paused" in out.output and "broker-000 did not return" in out.output, out.output
-        sim._retire(sim.workers["broker-000"], graceful=True)
+        sim.retire(sim.workers["broker-000"], graceful=True)
         sim.start_worker("broker-000")
         out = invoke([*cli, "--resume"])
         assert out.exit_code == 0 and "Roll of group default: restart" in out.output, out.output
