@@ -12,8 +12,9 @@ owner waits (watch, bounded re-checks) until it is gone.
 The worker owns its parts, one module each, and gives each the few values and callables it needs (never
 itself): ``registration`` (our broker znode, the session check), ``fence`` (margin, SUSPENDED timer, liveness
 probe, pulse), ``deadline`` (the hard fence deadline's watchdog), ``ownership`` (acquire and release owner
-znodes), ``tasks`` (``TaskSupervisor``: start, restart, stop runners) and ``reporting`` (statuses and run
-intervals). They share the task table (``slots``: one lock, the slots, what the member wants run) and the
+znodes), ``tasks`` (``TaskSupervisor``: start, restart, stop runners), ``reporting`` (statuses and run
+intervals), ``group_io`` (the group's znodes read, watched and written), ``actions`` (the Member's decisions
+carried out) and ``connection`` (what each connection state does). They share the task table (``slots``: one lock, the slots, what the member wants run) and the
 ``BrokerSession`` (id, session, generation, closing), both written only where documented.
 """
 
@@ -23,21 +24,21 @@ import collections
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from broker_sim.runners import TaskRunner, make_runner
+from broker_sim.worker.actions import ActionExecutor
+from broker_sim.worker.config import WorkerConfig
+from broker_sim.worker.connection import ConnectionHandler
 from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
 from broker_sim.worker.events import (
     AssignmentEvent,
@@ -52,6 +53,7 @@ from broker_sim.worker.events import (
     Stopped,
 )
 from broker_sim.worker.fence import Fence, fence_margin
+from broker_sim.worker.group_io import GroupIO
 from broker_sim.worker.ownership import RELEASE_CHUNK, Ownership
 from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Registration, RegistrationConflict
 from broker_sim.worker.reporting import Reporter
@@ -59,72 +61,23 @@ from broker_sim.worker.slots import TaskTable
 from broker_sim.worker.tasks import TaskSupervisor
 from controller.protocol import codecs
 from controller.protocol.codecs import (
-    Assignment,
     BrokerInfo,
-    ControlledShutdownRequest,
-    GroupStateInfo,
-    JoinResult,
-    PayloadError,
     RunInterval,
-    SessionState,
 )
-from controller.protocol.layout import ZkLayout, check_name
+from controller.protocol.layout import ZkLayout
 from controller.protocol.member import (
-    Exit,
     Member,
-    ReadJoinResult,
-    SetDesired,
     WorkerState,
-    WriteJoin,
-    WriteProposal,
 )
-from controller.protocol.rules import COOPERATIVE, EAGER, run_assignor
-from controller.zk.client import ZkSettings, make_client
+from controller.protocol.rules import run_assignor
+from controller.zk.client import make_client
 from controller.zk.layout_io import ensure_layout
 
-__all__ = ["IdentityMismatch", "RegistrationConflict", "Worker", "WorkerConfig", "install_signal_handlers"]
+__all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    broker_id: str
-    settings: ZkSettings
-    group: str = "default"
-    instance_id: str | None = None
-    capacity: int = 1
-    rack: str | None = None
-    protocols: tuple[str, ...] = (COOPERATIVE, EAGER)
-    assignors: tuple[str, ...] = ("cooperative-sticky",)
-    runner: str = "noop"
-    runner_options: dict[str, Any] = field(default_factory=dict)
-    fence_fraction: float = 1 / 6
-    status_interval_s: float = 0.5
-    #: a status whose metrics alone changed is rewritten at most this often (state changes: every status tick)
-    metrics_interval_s: float = 5.0
-    owner_wait_s: float = 120.0
-    pool_size: int = 16
-    intervals_flush_s: float = 2.0
-    #: each stop's own budget (default: ``deadline.stop_timeout`` of the runner's stop budget)
-    stop_timeout_s: float | None = None
-    #: how a broker halts at its fence deadline: "exit" the process with ``EXIT_HALTED`` (a broker process,
-    #: restarted by its supervisor) or "kill" this worker in-process (embedded workers: simulator, tests)
-    on_halt: str = "exit"
-
-    def __post_init__(self) -> None:
-        check_name("broker id", self.broker_id)  # refused before anything starts, not on the event thread
-        check_name("group", self.group)
-        if self.instance_id is not None:
-            check_name("instance id", self.instance_id)
-        if self.on_halt not in ("exit", "kill"):
-            raise ValueError(f"on_halt must be 'exit' or 'kill', not {self.on_halt!r}")
-        if self.metrics_interval_s < 0:
-            raise ValueError("metrics_interval_s must not be negative")
-        if self.stop_timeout_s is not None and self.stop_timeout_s <= 0:
-            raise ValueError("stop_timeout_s must be positive")
 
 
 class Worker:
@@ -148,9 +101,6 @@ class Worker:
         self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit
         self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
-        #: whether our watch on the group state is armed: not while the member follows its assignment alone
-        self.group_state_watched = False
-        self._member_written = False  # whether this session created our request znode (else the first write creates it)
         self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
         # ---- the parts, and what they share ----
         self.session = BrokerSession(self.id)
@@ -226,6 +176,32 @@ class Worker:
             enqueue=self._enqueue,
             stopped=self.stopped,
         )
+        self.group_io = GroupIO(self.client, self.layout, self.id, config.group, self._enqueue)
+        self.actions = ActionExecutor(
+            self.id,
+            self.group_io,
+            self.table,
+            member=lambda: self.member,
+            reconcile=lambda: self.tasks.reconcile(),
+            enqueue=self._enqueue,
+            exited=self.exited,
+        )
+        self.connection = ConnectionHandler(
+            self.id,
+            self.client,
+            self.runner,
+            self.registration,
+            self.session,
+            self.table,
+            self.fence,
+            self.tasks,
+            self.group_io,
+            member=lambda: self.member,
+            new_member=self._renew_member,
+            do=self.actions.do,
+            enqueue=self._enqueue,
+            fail=self._fail,
+        )
         # ---- the threads ----
         self.thread = threading.Thread(target=self._loop, name=f"worker-{self.id}-events", daemon=True)
         self.status_thread = threading.Thread(target=self._status_loop, name=f"worker-{self.id}-status", daemon=True)
@@ -245,6 +221,15 @@ class Worker:
             rack=c.rack,
             instance_id=c.instance_id,
         )
+
+    def _renew_member(self) -> None:
+        """A lost session: the next one starts over with a fresh Member."""
+        self.member = self._new_member()
+
+    def _fail(self, reason: str) -> None:
+        """The broker cannot run at all: ``failure`` says why, and the process must exit."""
+        self.failure = reason
+        self.failed.set()
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def start(self) -> Worker:
@@ -367,18 +352,6 @@ class Worker:
             self.fence.disarm()  # before the event: its handler must see any fence the timer raised
         self._enqueue(ConnectionEvent(str(state)))
 
-    def _watch_group_state(self, _event: Any = None) -> None:
-        self._enqueue(GroupStateEvent())
-
-    def _watch_assignment(self, _event: Any = None) -> None:
-        self._enqueue(AssignmentEvent())
-
-    def _watch_controller(self, _event: Any = None) -> None:
-        self._enqueue(CoordinatorEvent())
-
-    def _watch_shutdown(self, _event: Any = None) -> None:
-        self._enqueue(ShutdownRequested())
-
     # ---- the event loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
@@ -408,23 +381,23 @@ class Worker:
 
     def _handle(self, event: Any) -> None:
         if isinstance(event, ConnectionEvent):
-            self._on_connection(event.state)
+            self.connection.on_state(event.state)
         elif isinstance(event, GroupStateEvent):
             if self.member.follows_assignment_alone:
-                self.group_state_watched = False  # its watch fired; not armed again while we follow our assignment
+                self.group_io.group_state_watched = False  # its watch fired; not armed again while we follow it
                 return
-            info = self._read_group_state()
+            info = self.group_io.read_group_state()
             if info is not None:
-                self._do(self.member.on_group_state(info))
+                self.actions.do(self.member.on_group_state(info))
         elif isinstance(event, AssignmentEvent):
-            a = self._read_assignment()
+            a = self.group_io.read_assignment()
             if a is not None:
                 actions = self.member.on_assignment(a)
                 if self.member.generation >= 0:
                     self.session.generation = self.member.generation  # owner znodes record the new generation
-                self._do(actions)
+                self.actions.do(actions)
         elif isinstance(event, Owned):
-            self._do(self.member.on_owned(self.table.held(), self.table.holding()))
+            self.actions.do(self.member.on_owned(self.table.held(), self.table.holding()))
         elif isinstance(event, Stopped):
             self._on_stopped(event)
         elif isinstance(event, Released):
@@ -432,226 +405,35 @@ class Worker:
         elif isinstance(event, JoinResultEvent):
             # still waiting for that generation's result (else the state got there first, or it is over)
             if self.member.state is WorkerState.JOINING and self.member.join_generation == event.generation:
-                result = self._read_join_result(event.generation, missing_ok=True)
+                result = self.group_io.read_join_result(event.generation, missing_ok=True)
                 if result is not None:
-                    self._do(self.member.on_join_result(result))
+                    self.actions.do(self.member.on_join_result(result))
         elif isinstance(event, CoordinatorEvent):
-            present = self.client.exists(self.layout.controller, watch=self._watch_controller) is not None
-            self._do(self.member.on_coordinator(present))
+            self.actions.do(self.member.on_coordinator(self.group_io.controller_present()))
         elif isinstance(event, ShutdownRequested):
             self._on_shutdown_request()
         if (
-            not self.group_state_watched
+            not self.group_io.group_state_watched
             and not self.member.follows_assignment_alone
             and self.member.state is not WorkerState.DOWN
             and not self.session.closing
         ):
             # we left reconcile (a notice in our assignment): read the group state again, arming its watch
-            info = self._read_group_state()
+            info = self.group_io.read_group_state()
             if info is not None:
-                self._do(self.member.on_group_state(info))
-
-    def _on_connection(self, state: str) -> None:
-        if state in ("STARTED",):
-            self.registration.register()
-            if not self._warm_up():
-                return
-            self._do(self.member.start(self._arm_watches()))
-            self._enqueue(ShutdownRequested())
-        elif state == str(KazooState.LOST):
-            log.warning("worker %s: session lost; everything it held is gone", self.id)
-            self.tasks.stop_all(release=False)
-            with self.table.lock:
-                for slot in self.table.slots.values():
-                    slot.held = False
-                    slot.state = "STOPPED"
-                self.fence.clear()  # nothing runs and nothing is held: the next session starts clean
-            self._do(self.member.stop())
-            self.member = self._new_member()
-        elif state == str(KazooState.CONNECTED):
-            if self.session.closing:
-                return
-            session_id = self.session.session_id
-            if self.client.client_id and session_id is not None and self.client.client_id[0] != session_id:
-                # a new session after LOST: register again and rejoin from scratch; every watch of the old
-                # session is gone, the controlled-shutdown one included (a request filed meanwhile counts)
-                self.registration.register()
-                if not self._warm_up():  # (ready already: only reports it, if a lost session cut that short)
-                    return
-                self._do(self.member.start(self._arm_watches()))
-                self._enqueue(ShutdownRequested())
-            elif self.fence.up:  # (if this fails, the probe lifts it once an answer shows the session alive)
-                self.fence.resume_if_alive("reconnected and our session is alive")
-            self._enqueue(GroupStateEvent())
-            self._enqueue(AssignmentEvent())
-
-    def _warm_up(self) -> bool:
-        """Before the first join: start the runner's session (a Spark broker's SparkSession), registered as
-        ``starting`` meanwhile, then report it ready. False: it cannot start; the registration says why and the
-        broker fails (the process exits with that message) rather than join a group it cannot serve."""
-        info = self.runner.session_info()
-        if info is not None and info.state is SessionState.STARTING:
-            log.info("worker %s: starting its %s session before joining", self.id, self.runner.name)
-            try:
-                self.runner.warm_up()
-            except Exception as exc:
-                self.failure = str(exc)
-                try:
-                    self.registration.report_session(self.runner.session_info())
-                except (KazooException, KazooTimeoutError, PayloadError):
-                    pass  # the failure is ours to report; the znode goes with the process
-                log.error("worker %s: %s", self.id, exc)
-                self.failed.set()
-                return False
-            info = self.runner.session_info()
-            log.info("worker %s: session ready in %.1fs", self.id, (info.startup_s or 0.0) if info else 0.0)
-        if self.registration.info.session != info:  # (also when a connection loss cut the last report short)
-            self.registration.report_session(info)
-        return True
-
-    def _arm_watches(self) -> GroupStateInfo | None:
-        """A new session (registered): arm every watch a member needs (the controller, a controlled-shutdown
-        request, our assignment, the group state) and read the group state, in one pipelined round instead
-        of five round trips one after the other before the join (a broker's start is on the path of every
-        rebalance it triggers). A znode that may be missing gets an ``exists`` with its read: a ``get`` of a
-        missing znode leaves no watch. An assignment from a previous life is ignored by its generation."""
-        assignment = self.layout.group_assignment(self.config.group, self.id)
-        state = self.layout.group_state(self.config.group)
-        arms = [
-            self.client.exists_async(self.layout.controller, watch=self._watch_controller),
-            self.client.exists_async(self.layout.admin_controlled_shutdown_of(self.id), watch=self._watch_shutdown),
-            self.client.exists_async(assignment, watch=self._watch_assignment),
-            self.client.exists_async(state, watch=self._watch_group_state),
-        ]
-        read = self.client.get_async(state, watch=self._watch_group_state)
-        for pending in arms:
-            pending.get()  # (raises on a connection loss, as the reads one by one did)
-        self.group_state_watched = True
-        self._member_written = False  # this session has no request znode yet: the first write creates it
-        try:
-            data, _ = read.get()
-        except NoNodeError:
-            return None
-        return self._decoded(GroupStateInfo, data, state)
+                self.actions.do(self.member.on_group_state(info))
 
     def _on_shutdown_request(self) -> None:
         """The request's znode is the request (garbage in it: an ordinary controlled shutdown, logged); one
         ``in_place`` (a planned roll's batch whose tasks wait for it) is carried out by exiting now."""
-        path = self.layout.admin_controlled_shutdown_of(self.id)
-        try:
-            data, _ = self.client.get(path, watch=self._watch_shutdown)
-        except NoNodeError:
-            self.client.exists(path, watch=self._watch_shutdown)
+        present, request = self.group_io.read_shutdown_request()
+        if not present:
             return
-        request = self._decoded(ControlledShutdownRequest, data, path)
         if request is not None and request.in_place and self.member.state is not WorkerState.DOWN:
             log.info("worker %s: asked to restart in place (its tasks wait for it); exiting", self.id)
             self.exited.set()
             return
-        self._do(self.member.request_shutdown())
-
-    def _read_watched(self, cls: type[T], path: str, watch: Callable[[Any], None]) -> T | None:
-        """Read and decode one znode, leaving a watch on it whether or not it exists yet; garbage there
-        is logged and ignored (None), never a crash of the worker."""
-        try:
-            data, _ = self.client.get(path, watch=watch)
-        except NoNodeError:
-            self.client.exists(path, watch=watch)
-            return None
-        return self._decoded(cls, data, path)
-
-    def _decoded(self, cls: type[T], data: bytes, path: str) -> T | None:
-        """``data`` decoded as ``cls``; garbage is logged and ignored (None), never a crash of the worker."""
-        try:
-            return codecs.decode(cls, data, path)
-        except PayloadError as exc:
-            log.warning("worker %s: ignoring %s", self.id, exc)
-            return None
-
-    def _read_group_state(self) -> GroupStateInfo | None:
-        info = self._read_watched(GroupStateInfo, self.layout.group_state(self.config.group), self._watch_group_state)
-        self.group_state_watched = True  # (armed by the read, whether or not the znode exists)
-        return info
-
-    def _read_assignment(self) -> Assignment | None:
-        return self._read_watched(
-            Assignment, self.layout.group_assignment(self.config.group, self.id), self._watch_assignment
-        )
-
-    def _do(self, actions: list[Any]) -> None:
-        for act in actions:
-            if isinstance(act, WriteJoin):
-                path = self.layout.group_member(self.config.group, self.id)
-                data = codecs.encode(act.request)
-                if self._member_written:
-                    try:
-                        self.client.set(path, data)
-                    except NoNodeError:
-                        self.client.create(path, data, ephemeral=True, makepath=True)
-                else:  # a new session's first request: create it (one round trip, not a failed set first)
-                    try:
-                        self.client.create(path, data, ephemeral=True, makepath=True)
-                    except NodeExistsError:  # an earlier session's, not expired yet
-                        self.client.set(path, data)
-                    self._member_written = True
-                group = self.member.group
-                if group is not None and group.leader == self.id:
-                    self._watch_join_result(act.request.join_generation)
-            elif isinstance(act, ReadJoinResult):
-                result = self._read_join_result(act.generation)
-                if result is not None:
-                    self._do(self.member.on_join_result(result))
-            elif isinstance(act, WriteProposal):
-                path = self.layout.group_sync(self.config.group, act.proposal.generation)
-                data = codecs.encode(act.proposal)
-                try:
-                    try:
-                        self.client.create(path, data, makepath=True)
-                    except NodeExistsError:
-                        self.client.set(path, data)
-                except Exception:
-                    self.member.proposal_not_written(act.proposal.generation)
-                    raise
-            elif isinstance(act, SetDesired):
-                with self.table.lock:
-                    self.table.desired = act.tasks
-                self.tasks.reconcile()
-                if self.member.reconcile_mode:
-                    self._enqueue(Owned())  # what we hold now that the stops and starts are under way
-            elif isinstance(act, Exit):
-                log.info("worker %s: controlled shutdown complete", self.id)
-                self.exited.set()
-
-    def _watch_join_result(self, generation: int) -> None:
-        """We led the last generation, and the coordinator keeps a leader that rejoins: watch the join result
-        of the generation we just joined, so that we read it as soon as it is written rather than after the
-        group state announcing it (AwaitingSync, written with it) has been read first: one round trip less
-        between the join and the proposal. Only this member watches it (everyone reading a join result of
-        thousands of tasks would cost more than it saves); a new leader learns it from the state."""
-        path = self.layout.group_join(self.config.group, generation)
-        pending = self.client.exists_async(path, watch=lambda _e: self._enqueue(JoinResultEvent(generation)))
-
-        def already_there(result: Any) -> None:  # kazoo's thread: enqueue only
-            try:
-                if result.get(block=False) is not None:
-                    self._enqueue(JoinResultEvent(generation))
-            except Exception:
-                pass
-
-        pending.rawlink(already_there)
-
-    def _read_join_result(self, generation: int, missing_ok: bool = False) -> JoinResult | None:
-        path = self.layout.group_join(self.config.group, generation)
-        try:
-            data, _ = self.client.get(path)
-            return codecs.decode(JoinResult, data, path)
-        except NoNodeError as exc:
-            if not missing_ok:
-                log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
-            return None
-        except PayloadError as exc:
-            log.warning("worker %s: cannot read join result %s: %s", self.id, path, exc)
-            return None
+        self.actions.do(self.member.request_shutdown())
 
     # ---- the release of a reconciling member (event thread) -------------------------------------------
     def _on_stopped(self, event: Stopped) -> None:
@@ -667,7 +449,7 @@ class Worker:
     def _on_released(self, event: Released) -> None:
         """The answer to the release multi: once the tasks are let go, the member knows its report is written."""
         if self.ownership.on_released(event):
-            self._do(self.member.on_released(self.table.held(), event.request, self.table.holding()))
+            self.actions.do(self.member.on_released(self.table.held(), event.request, self.table.holding()))
             self.tasks.reconcile()
 
     # ---- the status thread --------------------------------------------------------------------------
@@ -726,23 +508,3 @@ class Worker:
 
     def state(self) -> str:
         return self.member.state.value
-
-
-def install_signal_handlers(worker: Worker, on_exit: Callable[[], None]) -> None:
-    """SIGTERM = controlled shutdown; SIGINT once = controlled shutdown, twice = immediate stop."""
-    presses = {"int": 0}
-
-    def term(_sig: int, _frame: Any) -> None:
-        log.info("SIGTERM: controlled shutdown of %s", worker.id)
-        threading.Thread(target=worker.request_shutdown, name=f"worker-{worker.id}-sigterm", daemon=True).start()
-
-    def intr(_sig: int, _frame: Any) -> None:
-        presses["int"] += 1
-        if presses["int"] >= 2:
-            log.warning("second SIGINT: stopping %s now", worker.id)
-            on_exit()
-        else:
-            term(_sig, _frame)
-
-    signal.signal(signal.SIGTERM, term)
-    signal.signal(signal.SIGINT, intr)
