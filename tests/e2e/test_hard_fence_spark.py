@@ -18,7 +18,7 @@ from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
 from controller.protocol.taskspec import parse_spec
-from tests.integration.test_cli import until
+from tests.cli_support import until
 from tests.integration.test_hard_fence import _Broker, _first_owner_after, controller  # noqa: F401  (a fixture)
 from tests.spark_support import TEST_CONF, require_spark
 

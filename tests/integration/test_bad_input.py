@@ -194,7 +194,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
             c.stop()
 
 
-CLI_GAPS = [  # malformed spec files tests/integration/test_cli.py does not cover
+CLI_GAPS = [  # malformed spec files tests/integration/test_cli_errors.py does not cover
     ("nonutf8.yaml", b"\xff\xfeid: a\n", "not UTF-8"),
     ("digits.json", b'{"id": "d", "weight": ' + b"9" * 5000 + b"}", "not valid JSON"),
     ("deep.yaml", b"id: a\nx: " + b"[" * 5000 + b"]" * 5000 + b"\n", "not valid YAML"),

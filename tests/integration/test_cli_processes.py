@@ -15,7 +15,7 @@ import pytest
 
 from controller.admin import AdminClient
 from controller.protocol.taskspec import parse_spec
-from tests.integration.test_cli import ZKCTL, assert_user_error, invoke, stop_process, until
+from tests.cli_support import ZKCTL, assert_user_error, invoke, stop_process, until
 
 
 def test_sigterm_ends_a_simulation_with_every_process_it_started(tmp_path):

@@ -26,7 +26,7 @@ from controller.daemon import Controller, ControllerConfig
 from controller.protocol import codecs
 from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
-from tests.integration.test_cli import until
+from tests.cli_support import until
 
 
 @pytest.fixture

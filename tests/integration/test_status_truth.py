@@ -10,7 +10,7 @@ from controller.admin import AdminClient, to_dict
 from controller.protocol import codecs
 from controller.protocol.codecs import OwnerInfo, TaskStatus
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
-from tests.integration.test_cli import cluster, ok, ok_json, until  # noqa: F401  (a fixture)
+from tests.cli_support import ok, ok_json, until
 
 
 # ---- against a real ZooKeeper ----------------------------------------------------------------------------------
