@@ -12,36 +12,24 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.protocol.assignors import get_assignor
-from controller.protocol.clock import Clock
 from controller.protocol.codecs import (
     GroupStateInfo,
     HeldTasks,
     JoinRequest,
     MemberMetadata,
     MoveLimits,
-    TaskDescriptor,
 )
 from controller.protocol.group_state import GroupState
-from controller.protocol.group_types import FOREVER, Decision, GroupConfig, Held, WriteGroupState
+from controller.protocol.group_types import FOREVER, Decision, GroupView, WriteGroupState
 from controller.protocol.throttle import Move, Wave, plan_wave
 
 log = logging.getLogger(__name__)
 
 
-class OperationsCore(Protocol):
-    """What the operations part needs of its group: the group's state and members, its holds, and a
-    rebalance (or, under reconcile, a step) when a wave may go."""
+class OperationsCore(GroupView, Protocol):
+    """What the operations part needs of its group beyond ``GroupView``: its members and their assignment,
+    and a rebalance (or, under reconcile, a step) when a wave may go."""
 
-    reason: str
-
-    @property
-    def group(self) -> str: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
-    def config(self) -> GroupConfig: ...
-    @property
-    def state(self) -> GroupState: ...
     @property
     def assignor(self) -> str | None: ...
     @property
@@ -49,11 +37,7 @@ class OperationsCore(Protocol):
     @property
     def generation_members(self) -> tuple[str, ...]: ...
     @property
-    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
-    @property
     def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
-    @property
-    def held(self) -> dict[str, Held]: ...
     @property
     def shutting_down(self) -> Collection[str]: ...
 

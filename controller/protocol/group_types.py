@@ -83,23 +83,15 @@ class Held:
     deadline: float
 
 
-class GroupCore(Protocol):
-    """What either protocol family's part needs of its group: the generation record, the tasks it places, the
-    throttle its moves go through, and the coordinator's moves between states. ``JoinCore`` and
-    ``ReconcileCore`` add what each family needs on top."""
+class GroupView(Protocol):
+    """What every part of the coordinator sees of its group: its name, clock, configuration and state, the tasks
+    it places, the holds it keeps, and the reason of its last rebalance. ``GroupCore`` (the protocol families)
+    and ``OperationsCore`` (the operations part) add what each needs on top."""
 
-    generation: int
-    leader: str | None
-    protocol: str | None
-    assignor: str | None
-    generation_members: tuple[str, ...]
-    assignment: dict[str, tuple[str, ...]]
     reason: str
 
     @property
     def group(self) -> str: ...
-    @property
-    def controller_epoch(self) -> int: ...
     @property
     def clock(self) -> Clock: ...
     @property
@@ -110,6 +102,22 @@ class GroupCore(Protocol):
     def tasks(self) -> Mapping[str, TaskDescriptor]: ...
     @property
     def held(self) -> dict[str, Held]: ...
+
+
+class GroupCore(GroupView, Protocol):
+    """What either protocol family's part needs of its group: the generation record, the tasks it places, the
+    throttle its moves go through, and the coordinator's moves between states. ``JoinCore`` and
+    ``ReconcileCore`` add what each family needs on top."""
+
+    generation: int
+    leader: str | None
+    protocol: str | None
+    assignor: str | None
+    generation_members: tuple[str, ...]
+    assignment: dict[str, tuple[str, ...]]
+
+    @property
+    def controller_epoch(self) -> int: ...
     @property
     def operations(self) -> Throttle: ...
 
