@@ -18,8 +18,8 @@ from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
 from controller.protocol.taskspec import parse_spec
+from tests.broker_processes import BrokerProcess, controller, first_owner_after  # noqa: F401  (a fixture)
 from tests.cli_support import until
-from tests.integration.test_hard_fence import _Broker, _first_owner_after, controller  # noqa: F401  (a fixture)
 from tests.spark_support import TEST_CONF, require_spark
 
 SESSION_S = 8.0
@@ -84,7 +84,7 @@ def spark_env(cli_env):
 
 def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk, zk_hosts, layout, spark_env, tmp_path):
     AdminClient(zk, layout).create_tasks([_rate_task("s1", tmp_path / "out")])
-    broker = _Broker(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
+    broker = BrokerProcess.zkctl(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
     try:
         until(lambda: len(_commits(tmp_path, "s1")) >= 2, 180, "two committed micro-batches")
         lease = _lease(spark_env, "sb", broker.proc.pid)
@@ -127,7 +127,7 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
     proxy = NetProxy(host, int(port), name="proxy-spark")
     broker = other = None
     try:
-        broker = _Broker(spark_env, proxy.address, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
+        broker = BrokerProcess.zkctl(spark_env, proxy.address, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
         until(lambda: len(_commits(tmp_path, "s2")) >= 1, 180, "a committed micro-batch")
         lease = _lease(spark_env, "sb", broker.proc.pid)
         assert lease is not None and lease.pids, lease
@@ -135,7 +135,7 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
         os.kill(jvm, signal.SIGSTOP)  # a wedged driver: the query's stop cannot return
         proxy.partition()
         cut = time.time()
-        other = _Broker(
+        other = BrokerProcess.zkctl(
             spark_env,
             zk_hosts,
             "other",
@@ -145,7 +145,7 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
             str(SESSION_S),
             log=tmp_path / "other.log",
         )
-        taken = _first_owner_after(zk, layout, ["s2"], "other", 60)
+        taken = first_owner_after(zk, layout, ["s2"], "other", 60)
         until(lambda: broker.exited_at is not None, 10, "the wedged broker to exit")
         log = (tmp_path / "sb.log").read_text()
         assert broker.proc.returncode == EXIT_HALTED, log[-3000:]

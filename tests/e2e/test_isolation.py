@@ -30,8 +30,9 @@ from broker_sim.worker.deadline import EXIT_HALTED
 from controller.admin import AdminClient
 from controller.protocol import codecs
 from controller.protocol.taskspec import parse_spec
+from tests.broker_processes import BrokerProcess, controller  # noqa: F401  (a fixture)
+from tests.broker_processes import owners as read_owners
 from tests.e2e.test_hard_fence_spark import _lease, _spark_args
-from tests.integration.test_hard_fence import _Broker, _owners, controller  # noqa: F401  (a fixture)
 from tests.spark_support import (  # noqa: F401 (fixtures)
     TEST_CONF,
     TEST_MASTER,
@@ -120,7 +121,7 @@ def test_an_oom_in_an_isolated_pipeline_leaves_its_neighbour_running(
     )
     admin = AdminClient(zk, layout)
     admin.create_tasks([steady])
-    broker = _Broker(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
+    broker = BrokerProcess.zkctl(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
     try:
         before = wait_for(
             lambda: (st := _status(zk, layout, "steady")) and st.state == "RUNNING" and st.metrics.get("rows") and st,
@@ -130,8 +131,8 @@ def test_an_oom_in_an_isolated_pipeline_leaves_its_neighbour_running(
         lease = wait_for(lambda: (ls := _lease(spark_env, "sb", broker.proc.pid)) and ls.pids and ls, 10, "the lease")
         shared_jvm = lease.pids[0]
         admin.create_tasks([hog])
-        wait_for(lambda: "hog" in _owners(zk, layout, ["hog"]), 30, "the hog to be taken")
-        owners = _owners(zk, layout, ["steady", "hog"])  # broker, session, creation time of each owner znode
+        wait_for(lambda: "hog" in read_owners(zk, layout, ["hog"]), 30, "the hog to be taken")
+        owners = read_owners(zk, layout, ["steady", "hog"])  # broker, session, creation time of each owner znode
         generation = _generation(zk, layout)  # the hog's creation's rebalance done: it owns the hog
         failed = wait_for(
             lambda: (st := _status(zk, layout, "hog")) and st.state == "FAILED" and st,
@@ -157,7 +158,7 @@ def test_an_oom_in_an_isolated_pipeline_leaves_its_neighbour_running(
         assert after.metrics["run_id"] == before.metrics["run_id"], (before.metrics, after.metrics)
         assert os.path.exists(f"/proc/{shared_jvm}")
         assert _lease(spark_env, "sb", broker.proc.pid).pids == (shared_jvm,)
-        assert _owners(zk, layout, ["steady", "hog"]) == owners, "an owner znode was let go or taken anew"
+        assert read_owners(zk, layout, ["steady", "hog"]) == owners, "an owner znode was let go or taken anew"
         assert _generation(zk, layout) == generation, "the group rebalanced"
         steady_runs = _intervals(zk, layout, "steady")
         assert len(steady_runs) == 1 and steady_runs[0].end is None, steady_runs
@@ -193,7 +194,9 @@ def test_a_paused_broker_cannot_run_its_isolated_driver_past_its_deadline_and_th
     spec["placement"] = {"pinned": ["sa"]}  # starts on sa (the other broker joins later): a preference
     first = generate(DatagenConfig(out_dir=str(src), records=200, batch=20))
     AdminClient(zk, layout).create_tasks([parse_spec(spec)])
-    sa = _Broker(spark_env, zk_hosts, "sa", *_spark_args(tmp_path), "--lazy-session", log=tmp_path / "sa.log")
+    sa = BrokerProcess.zkctl(
+        spark_env, zk_hosts, "sa", *_spark_args(tmp_path), "--lazy-session", log=tmp_path / "sa.log"
+    )
     sb = None
     try:
         wait_for(
@@ -204,7 +207,9 @@ def test_a_paused_broker_cannot_run_its_isolated_driver_past_its_deadline_and_th
         lease = wait_for(lambda: (ls := _lease(spark_env, "sa", sa.proc.pid)) and ls.pgids and ls, 10, "sa's lease")
         assert not lease.pids, "no task of sa runs on a shared driver: its JVM never started"
         (driver,) = lease.pgids
-        sb = _Broker(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), "--lazy-session", log=tmp_path / "sb.log")
+        sb = BrokerProcess.zkctl(
+            spark_env, zk_hosts, "sb", *_spark_args(tmp_path), "--lazy-session", log=tmp_path / "sb.log"
+        )
         wait_for(lambda: "sb" in zk.get_children(layout.broker_ids), 30, "sb to register")
 
         gone: dict[str, float] = {}
@@ -226,7 +231,7 @@ def test_a_paused_broker_cannot_run_its_isolated_driver_past_its_deadline_and_th
         wait_for(lambda: "session" in gone, SESSION_S + 10, "the paused broker's session to expire")
         assert gone["driver"] < gone["session"], (gone["driver"] - paused, gone["session"] - paused)
         taken = wait_for(
-            lambda: (o := _owners(zk, layout, ["iso"]).get("iso")) and o[0] == "sb" and o, 60, "sb to take it"
+            lambda: (o := read_owners(zk, layout, ["iso"]).get("iso")) and o[0] == "sb" and o, 60, "sb to take it"
         )
         assert taken[2] > gone["driver_wall"], "sb took the task only after sa's driver was dead"
 

@@ -8,93 +8,32 @@ so a blocked output stalls the writer only."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
-
-import pytest
 
 from broker_sim.chaos.processes import read_journal
 from broker_sim.sim.netproxy import NetProxy
 from controller.admin import AdminClient
-from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from tests.broker_processes import BrokerProcess, controller, owners  # noqa: F401  (a fixture)
 from tests.cli_support import until
 
 
-@pytest.fixture
-def controller(zk, zk_settings, layout):
-    c = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=4.0))).start()
+def fill_pipe(broker: BrokerProcess) -> int:
+    """Fill a piped broker's pipe to the brim through the process's own write end (/proc/PID/fd/2): its next
+    write blocks. Returns the bytes written."""
+    fd = os.open(f"/proc/{broker.proc.pid}/fd/2", os.O_WRONLY | os.O_NONBLOCK)
+    written = 0
     try:
-        assert c.wait_active(15)
-        yield c
+        for _ in range(10_000):  # bounded: a 4 KiB pipe (or 1 MiB at most) fills long before
+            try:
+                written += os.write(fd, b"x" * 512)
+            except BlockingIOError:
+                break
     finally:
-        c.stop()
-
-
-class _PipedBroker:
-    """A journaling broker process (``python -m broker_sim.chaos broker``) whose stdout and stderr are one
-    pipe that nobody reads; its exit is noticed within 10 ms by a named thread."""
-
-    def __init__(self, env: dict[str, str], zk: str, root: str, bid: str, journal: Path) -> None:
-        cmd = [sys.executable, "-m", "broker_sim.chaos", "broker", "--id", bid, "--zk", zk, "--root", root]
-        cmd += ["--session-timeout", "6", "--journal", str(journal)]
-        self.proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        assert self.proc.stdout is not None
-        fcntl.fcntl(self.proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: quick to fill
-        self.exited_at: float | None = None
-        self._thread = threading.Thread(target=self._watch, name=f"watch-{bid}", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        deadline = time.monotonic() + 300
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if self.proc.poll() is not None:
-            self.exited_at = time.time()
-
-    def fill_pipe(self) -> int:
-        """Fill the pipe to the brim through the process's own write end (/proc/PID/fd/2): its next write
-        blocks. Returns the bytes written."""
-        fd = os.open(f"/proc/{self.proc.pid}/fd/2", os.O_WRONLY | os.O_NONBLOCK)
-        written = 0
-        try:
-            for _ in range(10_000):  # bounded: a 4 KiB pipe (or 1 MiB at most) fills long before
-                try:
-                    written += os.write(fd, b"x" * 512)
-                except BlockingIOError:
-                    break
-        finally:
-            os.close(fd)
-        return written
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-
-def _owner_ctimes(zk, layout, tasks):
-    """task -> (broker, ctime in seconds) of its owner znode, for the tasks that have one."""
-    out = {}
-    for t in tasks:
-        try:
-            data, stat = zk.get(layout.task_owner(t))
-        except Exception:
-            continue
-        out[t] = (codecs.decode(codecs.OwnerInfo, data).broker, stat.ctime / 1000.0)
-    return out
+        os.close(fd)
+    return written
 
 
 def test_a_broker_blocked_on_a_full_output_pipe_stops_its_tasks_before_they_move(
@@ -107,22 +46,21 @@ def test_a_broker_blocked_on_a_full_output_pipe_stops_its_tasks_before_they_move
     journal = tmp_path / "piped.journal"
     piped = other = None
     try:
-        piped = _PipedBroker(cli_env, proxy.address, zk_root, "piped", journal)
-        until(lambda: len(_owner_ctimes(zk, layout, tasks)) == 4, 30, "the piped broker to own every task")
-        assert piped.fill_pipe() > 0
+        piped = BrokerProcess.piped_chaos_broker(cli_env, proxy.address, zk_root, "piped", journal)
+        until(lambda: len(owners(zk, layout, tasks)) == 4, 30, "the piped broker to own every task")
+        assert fill_pipe(piped) > 0
         proxy.partition()
         cut = time.time()
-        other = _PipedBroker(cli_env, zk_hosts, zk_root, "other", tmp_path / "other.journal")
+        other = BrokerProcess.piped_chaos_broker(cli_env, zk_hosts, zk_root, "other", tmp_path / "other.journal")
         threading.Thread(target=other.proc.stdout.read, name="drain-other", daemon=True).start()  # read: never full
         until(
             lambda: (
-                {o[0] for o in _owner_ctimes(zk, layout, tasks).values()} == {"other"}
-                and len(_owner_ctimes(zk, layout, tasks)) == 4
+                {o[0] for o in owners(zk, layout, tasks).values()} == {"other"} and len(owners(zk, layout, tasks)) == 4
             ),
             60,
             "every task owned by the other broker",
         )
-        taken = min(o[1] for o in _owner_ctimes(zk, layout, tasks).values())
+        taken = min(o[2] for o in owners(zk, layout, tasks).values())
         runs = read_journal(journal, "piped", piped.exited_at)
         assert {r.task_id for r in runs} == set(tasks), runs
         late = [

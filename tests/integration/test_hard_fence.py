@@ -7,87 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import threading
 import time
-from pathlib import Path
-
-import pytest
 
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED
 from controller.admin import AdminClient
-from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
-from tests.cli_support import ZKCTL, until
-
-
-# ---- real processes ----------------------------------------------------------------------------------------
-class _Broker:
-    """A ``zkctl broker run`` process; its exit is noticed within 10 ms by a named thread."""
-
-    def __init__(self, env: dict[str, str], zk: str, bid: str, *args: str, log: Path) -> None:
-        self.log = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [ZKCTL, "--zk", zk, "broker", "run", "--id", bid, "--runner", "noop", *args],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        self.exited_at: float | None = None
-        self._thread = threading.Thread(target=self._watch, name=f"watch-{bid}", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        deadline = time.monotonic() + 300
-        while self.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if self.proc.poll() is not None:
-            self.exited_at = time.time()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def controller(zk, zk_settings, layout):
-    c = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=4.0))).start()
-    try:
-        assert c.wait_active(15)
-        yield c
-    finally:
-        c.stop()
-
-
-def _owners(zk, layout, tasks):
-    """task -> (broker, session, ctime in seconds) of its owner znode, for the tasks that have one."""
-    out = {}
-    for t in tasks:
-        try:
-            data, stat = zk.get(layout.task_owner(t))
-        except Exception:
-            continue
-        out[t] = (codecs.decode(codecs.OwnerInfo, data).broker, stat.ephemeralOwner, stat.ctime / 1000.0)
-    return out
-
-
-def _first_owner_after(zk, layout, tasks, broker, timeout):
-    """Wait until every task is owned by ``broker``; return the earliest creation time of those owner znodes."""
-    until(
-        lambda: (
-            {o[0] for o in _owners(zk, layout, tasks).values()} == {broker}
-            and len(_owners(zk, layout, tasks)) == len(tasks)
-        ),
-        timeout,
-        f"all tasks owned by {broker}",
-    )
-    return min(o[2] for o in _owners(zk, layout, tasks).values())
+from tests.broker_processes import BrokerProcess, controller, first_owner_after, owners  # noqa: F401  (a fixture)
+from tests.cli_support import until
 
 
 def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_elsewhere(
@@ -99,14 +26,14 @@ def test_a_partitioned_broker_whose_stop_hangs_halts_before_its_tasks_start_else
     proxy = NetProxy(host, int(port), name="proxy-wedged")
     wedged = other = None
     try:
-        wedged = _Broker(
+        wedged = BrokerProcess.zkctl(
             cli_env, proxy.address, "wedged", "--stop-hang", "--session-timeout", "6", log=tmp_path / "wedged.log"
         )
-        until(lambda: len(_owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
+        until(lambda: len(owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
         proxy.partition()
         cut = time.time()
-        other = _Broker(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
-        taken = _first_owner_after(zk, layout, tasks, "other", 60)
+        other = BrokerProcess.zkctl(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
+        taken = first_owner_after(zk, layout, tasks, "other", 60)
         until(lambda: wedged.exited_at is not None, 10, "the wedged broker to exit")
         log = (tmp_path / "wedged.log").read_text()
         assert wedged.proc.returncode == EXIT_HALTED, log[-3000:]
@@ -129,7 +56,7 @@ def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_st
     AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     wedged = other = None
     try:
-        wedged = _Broker(
+        wedged = BrokerProcess.zkctl(
             cli_env,
             zk_hosts,
             "wedged",
@@ -140,14 +67,14 @@ def test_a_connected_broker_whose_revoked_task_will_not_stop_halts_within_the_st
             "6",
             log=tmp_path / "wedged.log",
         )
-        until(lambda: len(_owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
+        until(lambda: len(owners(zk, layout, tasks)) == 4, 30, "the wedged broker to own every task")
         joined = time.time()
-        other = _Broker(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
+        other = BrokerProcess.zkctl(cli_env, zk_hosts, "other", "--session-timeout", "6", log=tmp_path / "other.log")
         until(lambda: wedged.exited_at is not None, 30, "the wedged broker to halt")
         log = (tmp_path / "wedged.log").read_text()
         assert wedged.proc.returncode == EXIT_HALTED, log[-3000:]
         assert "did not return within its 2.0s budget" in log, log[-3000:]
-        taken = _first_owner_after(zk, layout, tasks, "other", 60)
+        taken = first_owner_after(zk, layout, tasks, "other", 60)
         assert wedged.exited_at < taken
         assert wedged.exited_at - joined < 20
     finally:
@@ -165,7 +92,7 @@ def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(
     AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
     wedged = None
     try:
-        wedged = _Broker(
+        wedged = BrokerProcess.zkctl(
             cli_env,
             zk_hosts,
             "wedged",
@@ -178,7 +105,7 @@ def test_a_controlled_shutdown_that_overruns_with_a_stop_that_hangs_halts(
             "6",
             log=tmp_path / "wedged.log",
         )
-        until(lambda: len(_owners(zk, layout, tasks)) == 3, 30, "the wedged broker to own every task")
+        until(lambda: len(owners(zk, layout, tasks)) == 3, 30, "the wedged broker to own every task")
         controller.stop()
         asked = time.time()
         os.kill(wedged.proc.pid, signal.SIGTERM)
