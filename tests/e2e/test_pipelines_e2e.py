@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,18 +34,16 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker_sim.runners.procs import stop_process
-from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.datagen import Datagen, DatagenConfig, generate
-from controller.admin import AdminClient, ensure_layout
+from controller.admin import AdminClient
 from controller.protocol import codecs
 from controller.protocol.codecs import RunInterval, TaskStatus
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import DeclarativePipeline, TaskSpec, parse_spec
-from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
+from tests.spark_brokers import SESSION_S, WORKER_SPARK, controlled_root, start_spark_broker, stop_brokers
 from tests.spark_support import (  # noqa: F401 (fixtures)
     REPO,
     TEST_JVM_OPTS,
@@ -59,18 +56,6 @@ from tests.spark_support import (  # noqa: F401 (fixtures)
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # what the spark runner asks for (broker_sim.worker.fence_margin)
-WORKER_SPARK = [
-    "--spark-master",
-    "local[1]",
-    "--spark-conf",
-    "spark.driver.memory=512m",
-    "--spark-conf",
-    "spark.sql.shuffle.partitions=1",
-    "--spark-conf",
-    f"spark.driver.extraJavaOptions={TEST_JVM_OPTS}",
-]
 
 
 def _alive(pid: int) -> bool:
@@ -104,35 +89,8 @@ class Cluster:
 
     # ---- processes --------------------------------------------------------------------------------------
     def start_worker(self, bid: str, group: str = "default", lazy: bool = False) -> subprocess.Popen:
-        cmd = [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "broker",
-            "run",
-            "--id",
-            bid,
-            "--group",
-            group,
-            "--runner",
-            "spark",
-            "--session-timeout",
-            str(SESSION_S),
-            "--checkpoint-root",
-            str(self.workdir / "checkpoints"),
-            *WORKER_SPARK,
-            *(["--lazy-session"] if lazy else []),
-        ]
-        with open(self.workdir / "logs" / f"{bid}.log", "ab") as log:  # the child keeps its own copy of the fd
-            proc = subprocess.Popen(
-                cmd,
-                cwd=REPO,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        args = ["--group", group, *WORKER_SPARK, *(["--lazy-session"] if lazy else [])]
+        proc = start_spark_broker(bid, self.env, self.workdir, self.workdir / "logs" / f"{bid}.log", *args)
         self.procs[bid] = proc
         return proc
 
@@ -148,18 +106,7 @@ class Cluster:
     def stop_all(self) -> None:
         """SIGTERM (controlled shutdown) to every live worker at once, then each is waited for by its id and
         SIGKILLed (its whole group) if it is still there after the grace."""
-        live = [p for p in self.procs.values() if p.poll() is None]
-        for p in live:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 20
-        for p in self.procs.values():
-            try:
-                stop_process(p, grace_s=max(0.5, deadline - time.monotonic()), timeout_s=40)
-            except TimeoutError:
-                pass
+        stop_brokers(self.procs.values())
         for pid in self.sdp_pids:  # a Spark Connect server must not outlive its worker; make sure of it
             if _alive(pid) and b"SparkConnectServer" in _cmdline(pid):
                 try:
@@ -262,39 +209,17 @@ def _cmdline(pid: int) -> bytes:
 def cluster(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """ZooKeeper root, controller (in this process), worker A (group default), workers C and D (group sdp)."""
     require_spark()
-    from controller.daemon import Controller, ControllerConfig
-    from controller.protocol.group import GroupConfig
-
     workdir = tmp_path_factory.mktemp("e2e")
     (workdir / "logs").mkdir()
-    root = f"/e2e-{uuid.uuid4().hex[:12]}"
-    settings = ZkSettings(hosts=zk_hosts, root=root, session_timeout_s=SESSION_S)
-    env = {
-        **os.environ,
-        "ZKC_ZK": zk_hosts,
-        "ZKC_ROOT": root,
-        "ZKC_STATE_DIR": str(workdir / "state"),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(REPO),
-    }
-    zk = make_client(settings)
-    c = Cluster(root=root, settings=settings, env=env, workdir=workdir, zk=zk)
-    ensure_layout(zk, c.layout)
-    ctl = Controller(ControllerConfig("ctl", settings, GroupConfig(rebalance_timeout_s=20))).start()
-    try:
-        for bid, group in (("A", "default"), ("C", "sdp"), ("D", "sdp")):
-            c.start_worker(bid, group, lazy=group == "sdp")  # C and D run Spark Connect servers, no session
-        c.until(lambda: c.live_brokers() >= {"A", "C", "D"}, 90, "workers A, C and D to register")
-        yield c
-    finally:
-        c.stop_all()
-        ctl.stop()
+    with controlled_root(zk_hosts, workdir, "e2e") as r:
+        c = Cluster(root=r.root, settings=r.settings, env=r.env, workdir=workdir, zk=r.zk)
         try:
-            delete_tree(zk, root)
-        except Exception:
-            pass
-        zk.stop()
-        zk.close()
+            for bid, group in (("A", "default"), ("C", "sdp"), ("D", "sdp")):
+                c.start_worker(bid, group, lazy=group == "sdp")  # C and D run Spark Connect servers, no session
+            c.until(lambda: c.live_brokers() >= {"A", "C", "D"}, 90, "workers A, C and D to register")
+            yield c
+        finally:
+            c.stop_all()
 
 
 # ---- 1. streaming, moved twice, exactly once ---------------------------------------------------------------

@@ -16,12 +16,9 @@ Every process is stopped by its id (its process group), also on failure.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,31 +27,16 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker_sim.runners.procs import stop_process
-from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from broker_sim.sim.datagen import DatagenConfig, generate
-from controller.admin import AdminClient, ensure_layout
+from controller.admin import AdminClient
 from controller.protocol import codecs
 from controller.protocol.codecs import BrokerInfo, SessionState, TaskStatus
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import parse_spec
-from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
-from tests.spark_support import REPO, TEST_JVM_OPTS, files_task, free_port, require_spark, wait_for
+from tests.spark_brokers import WORKER_SPARK, controlled_root, start_spark_broker, stop_brokers
+from tests.spark_support import REPO, files_task, free_port, require_spark, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-SESSION_S = 2 * DEFAULT_STOP_BUDGET_S
-WORKER_SPARK = [
-    "--spark-master",
-    "local[1]",
-    "--spark-conf",
-    "spark.driver.memory=512m",
-    "--spark-conf",
-    "spark.sql.shuffle.partitions=1",
-    "--spark-conf",
-    f"spark.driver.extraJavaOptions={TEST_JVM_OPTS}",
-]
 
 
 @dataclass
@@ -66,13 +48,7 @@ class Brokers:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, bid: str, *args: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "spark"]
-        cmd += ["--session-timeout", str(SESSION_S), "--checkpoint-root", str(self.workdir / "checkpoints"), *args]
-        with open(self.workdir / f"{bid}.log", "ab") as log:
-            proc = subprocess.Popen(
-                cmd, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+        proc = start_spark_broker(bid, self.env, self.workdir, self.workdir / f"{bid}.log", *args)
         self.procs[bid] = proc
         return proc
 
@@ -95,52 +71,19 @@ class Brokers:
             return None
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for p in self.procs.values():
-            try:
-                stop_process(p, grace_s=20, timeout_s=40)
-            except TimeoutError:
-                pass
+        stop_brokers(self.procs.values())
 
 
 @pytest.fixture(scope="module")
 def brokers(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Brokers]:
     require_spark()
-    from controller.daemon import Controller, ControllerConfig
-    from controller.protocol.group import GroupConfig
-
     workdir = tmp_path_factory.mktemp("warm")
-    root = f"/warm-{uuid.uuid4().hex[:12]}"
-    settings = ZkSettings(hosts=zk_hosts, root=root, session_timeout_s=SESSION_S)
-    env = {
-        **os.environ,
-        "ZKC_ZK": zk_hosts,
-        "ZKC_ROOT": root,
-        "ZKC_STATE_DIR": str(workdir / "state"),
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(REPO),
-    }
-    zk = make_client(settings)
-    layout = ZkLayout(root)
-    ensure_layout(zk, layout)
-    ctl = Controller(ControllerConfig("ctl", settings, GroupConfig(rebalance_timeout_s=20))).start()
-    b = Brokers(zk, layout, env, workdir)
-    try:
-        yield b
-    finally:
-        b.stop_all()
-        ctl.stop()
+    with controlled_root(zk_hosts, workdir, "warm") as r:
+        b = Brokers(r.zk, r.layout, r.env, workdir)
         try:
-            delete_tree(zk, root)
-        except Exception:
-            pass
-        zk.stop()
-        zk.close()
+            yield b
+        finally:
+            b.stop_all()
 
 
 def test_a_warm_broker_joins_once_its_session_is_up_and_runs_a_pipeline_at_once(brokers: Brokers) -> None:
