@@ -8,6 +8,8 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -76,17 +78,29 @@ class Checks:
         self.samples: list[Sample] = []
         self.placements: list[Placement] = []
 
+    @contextmanager
+    def _own_client(self, who: str) -> Iterator[KazooClient | None]:
+        """A sampler's own client, connected (None: it could not connect, which is logged), closed after."""
+        client = make_client(self.run.settings(), connect=False)
+        try:
+            client.start(timeout=30)
+        except Exception:
+            log.exception("%s could not connect", who)
+            yield None
+            return
+        try:
+            yield client
+        finally:
+            client.stop()
+            client.close()
+
     # ---- the sampler ------------------------------------------------------------------------------
     def sample_loop(self, stop: threading.Event) -> None:
         """Sample ``/controller_epoch`` and the group state every ``sample_interval_s`` until ``stop``."""
         run = self.run
-        client = make_client(run.settings(), connect=False)
-        try:
-            client.start(timeout=30)
-        except Exception:
-            log.exception("sampler could not connect")
-            return
-        try:
+        with self._own_client("sampler") as client:
+            if client is None:
+                return
             while not stop.wait(run.copts.sample_interval_s):
                 try:
                     if not client.connected:
@@ -107,9 +121,6 @@ class Checks:
                         self.samples.append(Sample(time.time(), epoch, state, gen))
                 except Exception:
                     continue
-        finally:
-            client.stop()
-            client.close()
 
     # ---- the placement sampler (invariants 9 and 10) ------------------------------------------------
     def placement_loop(self, stop: threading.Event) -> None:
@@ -117,14 +128,10 @@ class Checks:
         placed tasks have no running owner, and which members that are no broker of the run hold tasks
         (read-only, on a client of its own)."""
         run = self.run
-        client = make_client(run.settings(), connect=False)
-        try:
-            client.start(timeout=30)
-        except Exception:
-            log.exception("placement sampler could not connect")
-            return
-        pause = run.copts.placement_interval_s
-        try:
+        with self._own_client("placement sampler") as client:
+            if client is None:
+                return
+            pause = run.copts.placement_interval_s
             while not stop.wait(pause):
                 began = time.monotonic()
                 try:
@@ -138,9 +145,6 @@ class Checks:
                     self.placements.append(Placement(time.time(), None, controller_up=False))
                 # a look costs more as task storms add tasks: at most a third of the time goes to looking
                 pause = max(run.copts.placement_interval_s, 2 * (time.monotonic() - began))
-        finally:
-            client.stop()
-            client.close()
 
     def placement(self, c: KazooClient) -> Placement:
         """One look: the group's state, its assignments, its members, the brokers and the placed tasks' owners,
