@@ -5,6 +5,8 @@ tests/unit/test_roll_plan.py."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,6 +16,20 @@ from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from controller.admin.common import AdminError
 from tests.cli_support import invoke
+
+
+@contextmanager
+def _converged_cluster(zk_hosts: str, brokers: int, tasks: int, controllers: int = 1) -> Iterator[Simulation]:
+    """A simulated cluster in this process: ``tasks`` no-op tasks, ``controllers`` controllers (ctl-0 first, the
+    others standing by) and ``brokers`` workers, converged and balanced."""
+    opts = SimOptions(brokers=brokers, tasks=tasks, zk_hosts=zk_hosts, converge_timeout_s=30)
+    with Simulation(opts) as sim:
+        sim.create_tasks(opts.tasks)
+        for i in range(controllers):
+            sim.start_controller(f"ctl-{i}")
+        sim.start_workers([sim.broker_id(i) for i in range(brokers)])
+        assert sim.wait_converged(balanced=True) is not None
+        yield sim
 
 
 def _supervise(
@@ -72,12 +88,7 @@ def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, prot
 
 
 def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) -> None:
-    opts = SimOptions(brokers=2, tasks=6, zk_hosts=zk_hosts, converge_timeout_s=30)
-    with Simulation(opts) as sim:
-        sim.create_tasks(opts.tasks)
-        sim.start_controller("ctl-0")
-        sim.start_workers([sim.broker_id(i) for i in range(2)])
-        assert sim.wait_converged(balanced=True) is not None
+    with _converged_cluster(zk_hosts, brokers=2, tasks=6) as sim:
         admin = AdminClient(sim.admin, sim.layout)
         admin.roll("default", batch=1, timeout_s=2.0)
         with pytest.raises(AdminError, match="--resume"):
@@ -99,13 +110,7 @@ def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) ->
 
 
 def test_roll_goes_on_under_a_new_controller(zk_hosts: str) -> None:
-    opts = SimOptions(brokers=3, tasks=9, zk_hosts=zk_hosts, converge_timeout_s=30)
-    with Simulation(opts) as sim:
-        sim.create_tasks(opts.tasks)
-        sim.start_controller("ctl-0")
-        sim.start_controller("ctl-1")
-        sim.start_workers([sim.broker_id(i) for i in range(3)])
-        assert sim.wait_converged(balanced=True) is not None
+    with _converged_cluster(zk_hosts, brokers=3, tasks=9, controllers=2) as sim:
         admin = AdminClient(sim.admin, sim.layout)
         admin.roll("default", batch=1, timeout_s=30.0)
         # the first broker rolled, the second on its way out
@@ -129,12 +134,7 @@ def test_roll_through_the_api(zk_hosts: str) -> None:
     from controller.api.context import ApiConfig
     from controller.zk.server import free_port
 
-    opts = SimOptions(brokers=2, tasks=4, zk_hosts=zk_hosts, converge_timeout_s=30)
-    with Simulation(opts) as sim:
-        sim.create_tasks(opts.tasks)
-        sim.start_controller("ctl-0")
-        sim.start_workers([sim.broker_id(i) for i in range(2)])
-        assert sim.wait_converged(balanced=True) is not None
+    with _converged_cluster(zk_hosts, brokers=2, tasks=4) as sim:
         port = free_port()
         server = uvicorn.Server(
             uvicorn.Config(create_app(ApiConfig(sim.admin, sim.layout)), port=port, log_level="warning")
@@ -185,12 +185,7 @@ def _wait_port(server: object) -> bool:
 def test_roll_takes_the_registered_brokers_of_the_group_not_member_znodes(zk_hosts: str) -> None:
     """A member znode with no registration behind it (a ghost) is no broker to roll: a roll that waited for it
     to come back would pause; the brokers rolled are the live registrations that name the group."""
-    opts = SimOptions(brokers=2, tasks=2, zk_hosts=zk_hosts, converge_timeout_s=30)
-    with Simulation(opts) as sim:
-        sim.create_tasks(opts.tasks)
-        sim.start_controller("ctl-0")
-        sim.start_workers([sim.broker_id(i) for i in range(2)])
-        assert sim.wait_converged(balanced=True) is not None
+    with _converged_cluster(zk_hosts, brokers=2, tasks=2) as sim:
         sim.admin.create(sim.layout.group_members("default") + "/ghost", b"{}", ephemeral=True)
         admin = AdminClient(sim.admin, sim.layout)
         st = admin.roll("default", batch=1, timeout_s=30.0)
