@@ -56,6 +56,9 @@ class ChaosCluster(Protocol):
     layout: ZkLayout
     ghosts: list[str]
     rewritten: dict[str, float]
+    #: wedged-stop faults whose broker ran a task as it was cut off: each must end in a halt (a broker with
+    #: nothing to stop has no stop to hang in, and fences without one)
+    wedged_busy: int
 
     @property
     def admin_ops(self) -> AdminClient: ...
@@ -73,6 +76,8 @@ class ChaosCluster(Protocol):
     def new_controller(self) -> str: ...
 
     def active_controller_id(self) -> str | None: ...
+
+    def runs_tasks(self, bid: str) -> bool: ...
 
     def sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; True if the run is stopping meanwhile."""
@@ -127,7 +132,10 @@ def wedge_stops(run: ChaosCluster, f: Fault) -> End:
         run.broker_procs[f.target].signal(signal.SIGUSR2, group=False)
     else:
         run.workers[f.target].runner.wedge(True)  # type: ignore[attr-defined]  # the no-op runner's hook
-    return cut_off_broker(run, f)
+    end = cut_off_broker(run, f)
+    if run.runs_tasks(f.target):
+        run.wedged_busy += 1
+    return end
 
 
 def rolling_bounce(run: ChaosCluster, f: Fault) -> None:

@@ -73,6 +73,7 @@ class ChaosRun(Simulation):
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []  # the sampler and the supervisor
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
+        self.wedged_busy = 0  # wedged-stop faults whose broker ran a task when it was cut off
         #: when the last halt was noticed (wall clock): the halted life's session lives until it expires
         self.last_halt: float | None = None
         self.crashes: list[str] = []  # broker processes that exited with nothing asking them to, restarted by us
@@ -203,6 +204,18 @@ class ChaosRun(Simulation):
             journals = [self.journals[bid][-1] for bid in self.broker_procs]
         with self._tails_lock:  # the checks and the placement sampler both ask
             return Counter(t for j in journals for t in self._tails.setdefault(j, JournalTail(j)).running())
+
+    def runs_tasks(self, bid: str) -> bool:
+        """Whether broker ``bid`` runs a task now, by its own account (journal or runner)."""
+        if not self.copts.process_brokers:
+            w = self.workers.get(bid)
+            return w is not None and bool(w.running_tasks())
+        with self._procs_lock:
+            if bid not in self.broker_procs:
+                return False
+            journal = self.journals[bid][-1]
+        with self._tails_lock:
+            return bool(self._tails.setdefault(journal, JournalTail(journal)).running())
 
     def broker_life(self, bid: str) -> float | None:
         """When the current life of broker ``bid`` began, if it is up now as the harness knows it (its process
@@ -377,6 +390,7 @@ class ChaosRun(Simulation):
             wall_s=round(time.monotonic() - wall0, 3),
             pipelines=pipeline_figures,
             halts=dict(sorted(self.halts.items())),
+            wedged_busy=self.wedged_busy,
             overlaps=len(double_ownership(intervals)),
             longest_ownerless_s=round(ownerless, 3),
             longest_ownerless_stable_s=round(ownerless_stable, 3),

@@ -63,6 +63,7 @@ class ChaosSummary:
         default_factory=dict
     )  # per pipeline: expected, held, duplicates, missing
     halts: dict[str, int] = field(default_factory=dict)  # broker -> times it halted at its fence deadline
+    wedged_busy: int = 0  # wedged-stop faults whose broker ran a task when cut off: each must end in a halt
     #: the longest a placed task had no running owner (any group state; while the group said Stable)
     overlaps: int = 0  # two running owners of one task at once (verdict 1)
     longest_ownerless_s: float = 0.0
