@@ -77,6 +77,10 @@ class JoinRequest:
     #: reconcile: tasks of its assignment whose owner znode it does not hold yet (empty: it runs its
     #: assignment of member epoch ``generation``, which is its acknowledgement)
     pending: tuple[str, ...] = ()
+    #: the member reports what it took and acknowledges its member epoch (``pending``). A broker of a release
+    #: before acknowledgements writes no such field: its published assignment counts as taken, as it did
+    #: then, so controllers and brokers can be upgraded in either order
+    acknowledges: bool = False
 
 
 @dataclass(frozen=True)

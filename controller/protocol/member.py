@@ -181,6 +181,7 @@ class Member:
             leaving=self.leaving,
             incarnation=self.incarnation,
             pending=tuple(sorted(self.desired - self.holding)),
+            acknowledges=True,
         )
 
     # ---- inputs -----------------------------------------------------------------------------------

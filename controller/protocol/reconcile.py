@@ -147,8 +147,8 @@ class ReconcileGroup:
         """Whether the member acknowledged its published assignment: a report at its member epoch (or later)
         listing every task published to it, written once it holds their owner znodes."""
         r = self.core.members.get(member)
-        if r is None:
-            return True
+        if r is None or not r.acknowledges:
+            return True  # (a broker of a release before acknowledgements: what it was published counts)
         if r.generation < self.epochs.get(member, -1):
             return False
         mine = self.core.assignment.get(member, ())
@@ -172,7 +172,8 @@ class ReconcileGroup:
         return [
             m
             for m, r in core.members.items()
-            if m in self.published_at and (m in self.unreleased or r.generation < self.epochs.get(m, -1))
+            if m in self.published_at
+            and (m in self.unreleased or (r.acknowledges and r.generation < self.epochs.get(m, -1)))
         ]
 
     def ack_due(self) -> float | None:
@@ -273,6 +274,10 @@ class ReconcileGroup:
             if not everyone and m not in self.refused and core.members.get(m) == r:
                 continue  # screened already
             problem = report_problem(r, core.generation)
+            last = core.members.get(m)
+            if not problem and last is not None and last.acknowledges and not r.acknowledges:
+                if last.incarnation == r.incarnation:  # a life does not change its release: a rewrite would
+                    problem = "stopped acknowledging within one life"  # have its assignments trusted unchecked
             if not problem:
                 if m in self.refused:
                     del self.refused[m]
@@ -389,8 +394,8 @@ class ReconcileGroup:
                 self.unreleased[m] = pending
             owned = set(core.members[m].owned).difference(core.members[m].pending)
             waiting = {t: core.clock.now() for t in a.assigned if t not in owned}
-            if waiting:  # not reported taken yet: the rebalance timeout runs from this controller's start
-                self.waiting[m] = waiting
+            if waiting and core.members[m].acknowledges:
+                self.waiting[m] = waiting  # not reported taken yet: the rebalance timeout runs from now
         core.join_generation = core.generation
         # what the previous controller had not yet refused is screened now (a report rewritten meanwhile)
         core.members, answers = self.screen(core.members, everyone=True)
@@ -412,6 +417,7 @@ class ReconcileGroup:
             assignors=(),
             owned=tuple(sorted(set(core.assignment.get(member, ())) | set(self.unreleased.get(member, {})))),
             incarnation=refused.incarnation,
+            acknowledges=True,  # (owed, not trusted: nothing it says was read)
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -428,6 +434,14 @@ class ReconcileGroup:
         core.members = new
         need = ""
         quiet_exit = False  # a member that was to run nothing and ran nothing left: no one's target changes
+        for m in sorted(new.keys() - old.keys()):
+            if not new[m].acknowledges:
+                log.warning(
+                    "group %s: member %s does not acknowledge (a broker of an earlier release): what it is "
+                    "published counts as taken, unchecked; upgrade it",
+                    core.group,
+                    m,
+                )
         for m in sorted(old.keys() & new.keys()):
             if old[m].incarnation != new[m].incarnation:  # a restart seen as one change: it left, then joined
                 core.members = old
@@ -663,7 +677,8 @@ class ReconcileGroup:
             pending = self.unreleased.setdefault(m, {})
             pending.update({t: core.generation for t in gone if t not in pending})
             w = {t: since for t, since in self.waiting.get(m, {}).items() if t in now_assigned}
-            w.update({t: now for t in now_assigned if t not in owned and t not in w})
+            if core.members[m].acknowledges:  # (an older broker's taking is not reported: not waited for)
+                w.update({t: now for t in now_assigned if t not in owned and t not in w})
             if w:
                 self.waiting[m] = w
             else:

@@ -33,6 +33,7 @@ def req(
     leaving: bool = False,
     incarnation: str | None = None,
     instance_id: str | None = None,
+    acknowledges: bool = True,
 ) -> JoinRequest:
     return JoinRequest(
         member_id=m,
@@ -44,6 +45,7 @@ def req(
         leaving=leaving,
         incarnation=incarnation or f"{m}.1",
         instance_id=instance_id,
+        acknowledges=acknowledges,
     )
 
 
@@ -530,3 +532,25 @@ def test_a_join_rounds_owned_claims_of_another_members_tasks_are_left_out_of_the
     assert results, decisions
     owned = {mm.member_id: mm.owned for mm in results[-1].members}
     assert owned == {"a": ("t0", "t1"), "b": ("t2", "t3")}
+
+
+def test_a_broker_of_a_release_before_acknowledgements_is_trusted_as_then_and_a_downgrade_is_refused():
+    """Controllers upgraded before brokers: an older broker writes no ``acknowledges`` and never reports what it
+    took. What it is published counts as taken (the behaviour of its release): the group is Stable without its
+    report and it is never fenced from its tasks. A newer broker's request rewritten to stop acknowledging within
+    the same life (to have its assignments trusted unchecked) is refused, and its last good request stands."""
+    c = coordinator(6, rebalance_timeout_s=10.0)
+    c.on_members({"old": req("old", acknowledges=False), "new": req("new")})
+    members = dict(c.members)
+    members["new"] = req("new", generation=c.epoch_of("new"), owned=c.assignment["new"], incarnation="new.1")
+    c.on_members(members)  # only the newer broker reports
+    assert c.assignment["old"] and c.state is GroupState.STABLE and c.info().unacked == ()
+    c.clock.advance(30.0)
+    assert not published(c.on_tick()) and c.reconcile.fenced_total == 0 and c.state is GroupState.STABLE
+    # the newer broker's request rewritten: acknowledges dropped, same life, its tasks "taken"
+    good = c.members["new"]
+    members = dict(c.members)
+    members["new"] = dataclasses.replace(good, acknowledges=False)
+    answer = published(c.on_members(members))
+    assert answer["new"].error == "INVALID_REPORT" and c.members["new"] == good
+    assert "new" in {m for m, _ in c.reconcile.refused.items()}
