@@ -19,7 +19,7 @@ from broker_sim.chaos import faults, verdicts
 from broker_sim.chaos.checks import Checks
 from broker_sim.chaos.player import play
 from broker_sim.chaos.processes import ChaosProcess, JournalTail, read_journal, zkctl_command
-from broker_sim.chaos.schedule import FAULT_KINDS, ChaosOptions, broker_id, left_out, make_schedule
+from broker_sim.chaos.schedule import FAULT_KINDS, GROUP, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
 from broker_sim.sim.checker import close_open, double_ownership
@@ -205,17 +205,41 @@ class ChaosRun(Simulation):
         with self._tails_lock:  # the checks and the placement sampler both ask
             return Counter(t for j in journals for t in self._tails.setdefault(j, JournalTail(j)).running())
 
-    def runs_tasks(self, bid: str) -> bool:
-        """Whether broker ``bid`` runs a task now, by its own account (journal or runner)."""
+    def _post_mortem(self, lines: int = 25) -> str:
+        """What a failure to converge says of the cluster: the group's state, the registered brokers, what
+        each runs by its own account, and the tail of each broker process's log (bounded)."""
+        lay, out = self.layout, []
+        try:
+            out.append(f"group state: {self.admin.get(lay.group_state(GROUP))[0][:1500]!r}")
+            out.append(f"registered: {sorted(self.admin.get_children(lay.broker_ids))}")
+            out.append(f"members: {sorted(self.admin.get_children(lay.group_members(GROUP)))}")
+        except Exception as exc:  # ZooKeeper unreadable: say so, the logs may still tell
+            out.append(f"ZooKeeper unreadable: {exc}")
+        for bid in sorted(set(self.broker_procs) | set(self.workers)):
+            out.append(f"{bid} runs {len(self.running_by(bid))} tasks")
+        for _bid, proc in sorted(self.broker_procs.items()):
+            try:
+                tail = proc.log_path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as exc:
+                tail = [f"(log unreadable: {exc})"]
+            out.append(f"--- {proc.log_path.name} (exit {proc.popen.poll()})\n" + "\n".join(t[:300] for t in tail))
+        return "\n".join(out)
+
+    def running_by(self, bid: str) -> set[str]:
+        """What broker ``bid`` runs now, by its own account (journal or runner)."""
         if not self.copts.process_brokers:
             w = self.workers.get(bid)
-            return w is not None and bool(w.running_tasks())
+            return set(w.running_tasks()) if w is not None else set()
         with self._procs_lock:
             if bid not in self.broker_procs:
-                return False
+                return set()
             journal = self.journals[bid][-1]
         with self._tails_lock:
-            return bool(self._tails.setdefault(journal, JournalTail(journal)).running())
+            return set(self._tails.setdefault(journal, JournalTail(journal)).running())
+
+    def runs_tasks(self, bid: str) -> bool:
+        """Whether broker ``bid`` runs a task now, by its own account (journal or runner)."""
+        return bool(self.running_by(bid))
 
     def broker_life(self, bid: str) -> float | None:
         """When the current life of broker ``bid`` began, if it is up now as the harness knows it (its process
@@ -426,7 +450,7 @@ class ChaosRun(Simulation):
             time.sleep(0.2)
         problems = self.checks.zk_view()
         if problems:
-            raise NotConverged(f"the cluster did not converge at start: {problems[:5]}")
+            raise NotConverged(f"the cluster did not converge at start: {problems[:5]}\n{self._post_mortem()}")
         self.echo(f"{o.brokers} brokers, {o.tasks} tasks running after {time.monotonic() - t0:.1f}s; faults begin")
         return pipes
 

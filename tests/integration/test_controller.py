@@ -21,7 +21,7 @@ from kazoo.retry import KazooRetry
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker_sim.worker import Worker
-from controller.admin import ensure_layout
+from controller.admin import ensure_layout, wait_for
 from controller.daemon import Controller
 from controller.daemon import events as ev
 from controller.protocol import codecs
@@ -428,8 +428,15 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
     assert time.monotonic() - t0 < 1.0
 
     # CONNECTED again (same session): it verifies /controller, then resumes with the held events, in order
+    restart = time.monotonic()
     server.start(timeout=90)
-    wait_until(lambda: processed == [1, 2], 20, "held events processed after reconnect")
+    restarted_s = time.monotonic() - restart
+    if not wait_for(lambda: processed == [1, 2], 20, 0.01):
+        pytest.fail(  # what the controller was doing, so a failure under load says which part was slow
+            f"held events not processed 20s after reconnect (ZooKeeper took {restarted_s:.1f}s to start): "
+            f"processed {processed}, checks {checks}, connected {ctl.connected}, active {ctl.active}, "
+            f"held {len(ctl.held)}, client {ctl.client.state}, session {ctl.client.client_id[0] == session}"
+        )
     assert checks[:2] == ["cut short", True]
     assert ctl.active and ctl.epoch == epoch and ctl.client.client_id[0] == session
     # watches work again: a new task is seen
