@@ -83,6 +83,9 @@ class GroupCoordinator:
     reassign: dict[str, str] = field(default_factory=dict)
     #: members a planned roll restarts in place: when one leaves, its tasks wait for it until this deadline
     leave_holds: dict[str, float] = field(default_factory=dict)
+    #: identity -> tasks of members that left during the join round now under way, neither held nor placed
+    #: again yet: should maintenance mode begin before the round ends, they wait for their member
+    departed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rebalances: int = 0
     #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
     ignored: dict[str, str] = field(default_factory=dict)
@@ -111,6 +114,8 @@ class GroupCoordinator:
     def transition(self, target: GroupState) -> None:
         log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
         self.machine.transition(target)
+        if target in (GroupState.STABLE, GroupState.EMPTY, GroupState.DEAD):
+            self.departed.clear()  # the round is over: what they had is placed (or deferred) by now
 
     def info(self) -> GroupStateInfo:
         ops = self.operations
@@ -255,8 +260,40 @@ class GroupCoordinator:
         return self.operations.on_settings(limits, preferred_check_s, max_imbalance)
 
     def on_maintenance(self, on: bool) -> list[Decision]:
-        """Maintenance mode on or off (nothing moves while on; what waited goes when it ends)."""
-        return self.operations.on_maintenance(on)
+        """Maintenance mode on or off (nothing moves while on; what waited goes when it ends). Turned on during a
+        join round, the tasks of the members that left in it wait for them too (``hold_departed``), as if they
+        had left a moment later: a broker lost as maintenance begins gets its tasks back when it returns, rather
+        than its tasks deferred to the window's end with its rejoin."""
+        if not on or self.operations.maintenance or self.reconciling():
+            return self.operations.on_maintenance(on)
+        held_before = self.held_info()
+        rerun = self.hold_departed()
+        decisions = self.operations.on_maintenance(on)
+        if rerun:
+            decisions += self.prepare_rebalance("maintenance mode: the tasks of members lost in this rebalance wait")
+        return self.note_held(held_before, decisions)
+
+    def hold_departed(self) -> bool:
+        """The tasks of the members that left during the join round under way, not placed again, are held for
+        them without a deadline (maintenance mode's hold). True when the round's join result is out already
+        (AwaitingSync), so the round must run again without those tasks."""
+        if self.state not in (GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC):
+            self.departed.clear()
+            return False
+        present = {self.identity(m, r) for m, r in self.members.items()}
+        placed = {t for ts in self.assignment.values() for t in ts} | self.held_tasks()
+        added = False
+        for key, tasks in sorted(self.departed.items()):
+            keep = tuple(sorted(t for t in tasks if t in self.tasks and t not in placed))
+            if key in present or not keep:
+                continue  # back already (it rejoins this round), or nothing of it left to wait
+            self.held[key] = Held(keep, FOREVER)
+            added = True
+            log.info(
+                "group %s: maintenance mode: %d tasks of %s, lost in this rebalance, wait", self.group, len(keep), key
+            )
+        self.departed.clear()
+        return added and self.state is GroupState.AWAITING_SYNC
 
     def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
         """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
@@ -474,8 +511,11 @@ class GroupCoordinator:
                     len(tasks),
                     self.config.scheduled_rebalance_delay_s,
                 )
-            elif self.state is not GroupState.PREPARING_REBALANCE:
-                need = need or f"member {m} left"
+            else:
+                if was_member and tasks:
+                    self.departed[self.identity(m, old[m])] = tasks
+                if self.state is not GroupState.PREPARING_REBALANCE:
+                    need = need or f"member {m} left"
         if (
             not need
             and old.keys() - new.keys()

@@ -687,3 +687,31 @@ def test_a_refused_request_in_a_join_round_is_answered_once_at_the_generation_it
     c.set_ignored({})  # b wrote a good request
     assert published(c.refuse_report("b", "capacity 0 is not within 1-1000000", snapshot["b"]))["b"].error
     assert c.refuse_report("ghost", "garbage", snapshot["b"]) == []  # no member the coordinator knows
+
+
+@pytest.mark.parametrize("when", ["preparing", "awaiting sync"])
+def test_maintenance_begun_during_a_round_holds_the_tasks_of_a_member_lost_in_it(when):
+    """b leaves, and maintenance mode begins before the round its departure started is over: b's tasks wait
+    for b (held without a deadline) instead of being deferred to the window's end, and when b comes back it gets
+    them at once, nobody else disturbed. Begun once the join result is out (AwaitingSync), the round runs again
+    without them."""
+    c, _, snapshot = stable_group()
+    b_tasks = c.assignment["b"]
+    del snapshot["b"]
+    c.on_members(dict(snapshot))
+    assert c.state is S.PREPARING_REBALANCE
+    if when == "awaiting sync":
+        rejoin_all(c, snapshot)
+        assert c.state is S.AWAITING_SYNC
+    decisions = c.on_maintenance(True)
+    assert [h.tasks for h in c.held_info() if h.until is None] == [b_tasks]
+    assert any(isinstance(d, WriteGroupState) and d.info.held for d in decisions)
+    if when == "awaiting sync":
+        assert c.state is S.PREPARING_REBALANCE, "the round runs again without b's tasks"
+    rejoin_all(c, snapshot)
+    assert c.join_result is not None and set(b_tasks) <= set(c.join_result.held)
+    sync(c)
+    assert c.state is S.STABLE and c.assignment == {"a": ("t1", "t3")} and not c.deferred
+    snapshot["b"] = req("b", c.generation + 1)
+    back = published(c.on_members(dict(snapshot)))
+    assert back["b"].assigned == b_tasks and back["b"].generation == c.generation and not c.held
