@@ -17,6 +17,7 @@ read bounded and validated: what another process wrote is a claim, not a value t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -36,6 +37,8 @@ from broker_sim.runners.spark_driver import LAUNCH_FILE, STATUS_FILE
 from broker_sim.runners.spark_jobs import MAX_ERROR_CHARS, MAX_TRACE_CHARS, PipelineStartError
 from broker_sim.runners.spark_session import check_java
 from controller.protocol.taskspec import SparkPipeline
+
+log = logging.getLogger(__name__)
 
 #: How long an isolated pipeline may take to start: a JVM and a SparkSession, then the query.
 START_TIMEOUT_S = 180.0
@@ -129,9 +132,7 @@ class DriverProcess:
         self.stop_timeout_s = stop_timeout_s
         self.started = time.monotonic()
         self.start_s: float | None = None
-        drivers = Path(os.environ.get("ZKC_STATE_DIR", ".zkc")).resolve() / "drivers"
-        drivers.mkdir(parents=True, exist_ok=True)
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"{task_id}-", dir=drivers))
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"{task_id}-", dir=drivers_dir()))
         self.proc: subprocess.Popen[Any] | None = None
         self._lock = threading.Lock()
         self._rss: tuple[float, int | None] = (0.0, None)
@@ -152,6 +153,7 @@ class DriverProcess:
             "master": self.master,
             "conf": self.conf,
             "stop_timeout_s": self.stop_timeout_s,
+            "broker_pid": os.getpid(),  # (whose run this is: a later broker removes it once that one is gone)
         }
         (self.run_dir / LAUNCH_FILE).write_text(json.dumps(launch))
         env = {
@@ -281,10 +283,49 @@ def _code_root() -> str:
     return str(Path(__file__).resolve().parent.parent.parent)
 
 
+def drivers_dir() -> Path:
+    """Where isolated drivers' run directories live (one per run: its launch file, status file and log)."""
+    drivers = Path(os.environ.get("ZKC_STATE_DIR", ".zkc")).resolve() / "drivers"
+    drivers.mkdir(parents=True, exist_ok=True)
+    return drivers
+
+
+def sweep_stale_runs(drivers: Path) -> list[Path]:
+    """Remove the run directories whose broker is gone: a broker killed with ``kill -9`` cannot clean up after
+    itself (its drivers die with it). A run names its broker's pid in its launch file; a directory whose
+    launch file is unreadable, or whose broker lives, is left (at most 10,000 looked at)."""
+    removed: list[Path] = []
+    for i, run in enumerate(sorted(drivers.iterdir()) if drivers.is_dir() else []):
+        if i >= 10_000:
+            break
+        try:
+            pid = json.loads((run / LAUNCH_FILE).read_text()).get("broker_pid")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if not isinstance(pid, int) or pid <= 0 or pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(run, ignore_errors=True)
+        removed.append(run)
+    if removed:
+        log.info("removed %d isolated drivers' run directories left by brokers gone", len(removed))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
+
+
 class DriverProcesses:
     """The isolated drivers of one runner, known from spawn to stop: what the hard fence kills."""
 
     def __init__(self, master: str, conf: Mapping[str, str], stop_timeout_s: float) -> None:
+        sweep_stale_runs(drivers_dir())
         self.master = master
         self.conf = dict(conf)
         self.stop_timeout_s = stop_timeout_s
