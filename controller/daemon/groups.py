@@ -399,6 +399,8 @@ class GroupDriver:
             if st is None or st.protocol != RECONCILE:
                 continue
             for m, req in sorted(ctx.members.get(g, {}).items()):
+                if not req.acknowledges:
+                    continue  # a broker of an earlier release: its report is no acknowledgement
                 a = assignments.get(g, {}).get(m)
                 placed = set(a.assigned) if a is not None and a.error is None else set()
                 checks += [(g, m, t) for t in sorted((set(req.owned) - set(req.pending)) & placed)]
