@@ -94,6 +94,10 @@ def ignored_members(ctx: ControllerContext, g: str) -> dict[str, str]:
     return out
 
 
+def not_held_reason(tasks: Sequence[str]) -> str:
+    return f"reports {len(tasks)} task(s) taken whose owner znode it does not hold ({', '.join(tasks[:3])})"
+
+
 class GroupDriver:
     """Member and proposal handlers, and carrying out the coordinators' decisions."""
 
@@ -365,17 +369,13 @@ class GroupDriver:
         waits for) must have an owner znode held by the member's session. One multiRead of their owner znodes
         per report (a request per 1,000 tasks, not one per task). A report that says otherwise is refused like one out of
         bounds: the member's last good request stands, and it is answered (it writes its request again)."""
-        ctx, lay = context_of(self._host), self._layout
+        ctx = context_of(self._host)
         current = ctx.members.get(group, {})
         checks = [(m, t) for m in read if m in current for t in coord.reconcile.newly_taken(m, current[m])]
         if not checks:
             return
-        wrong: dict[str, list[str]] = {}
-        for (m, t), res in zip(checks, multi_read(self._zk, [lay.task_owner(t) for _, t in checks])):
-            if res is None or res[1].ephemeralOwner != ctx.member_sessions.get((group, m)):
-                wrong.setdefault(m, []).append(t)
-        for m, ts in sorted(wrong.items()):
-            why = f"reports {len(ts)} task(s) taken whose owner znode it does not hold ({', '.join(ts[:3])})"
+        for (_g, m), ts in sorted(self._not_held([(group, m, t) for m, t in checks]).items()):
+            why = not_held_reason(ts)
             log.warning("group %s: refusing the report of %s: %s", group, m, why)
             if m in coord.members:
                 current[m] = coord.members[m]
@@ -393,7 +393,7 @@ class GroupDriver:
         the member's session. Each one that has not is counted pending (not running: the group is not Stable
         on it, and after the rebalance timeout the member is fenced from it), and the member is to be
         answered (``answer_refused``): it writes its report again. Returns the members to answer, by group."""
-        ctx, lay = context_of(self._host), self._layout
+        ctx = context_of(self._host)
         checks: list[tuple[str, str, str]] = []
         for g, st in sorted(states.items()):
             if st is None or st.protocol != RECONCILE:
@@ -406,19 +406,25 @@ class GroupDriver:
                 checks += [(g, m, t) for t in sorted((set(req.owned) - set(req.pending)) & placed)]
         if not checks:
             return {}
-        wrong: dict[tuple[str, str], list[str]] = {}
-        for (g, m, t), res in zip(checks, multi_read(self._zk, [lay.task_owner(t) for _, _, t in checks])):
-            if res is None or res[1].ephemeralOwner != ctx.member_sessions.get((g, m)):
-                wrong.setdefault((g, m), []).append(t)
         out: dict[str, list[str]] = {}
-        for (g, m), ts in sorted(wrong.items()):
+        for (g, m), ts in sorted(self._not_held(checks).items()):
             req = ctx.members[g][m]
             ctx.members[g][m] = replace(req, pending=tuple(sorted(set(req.pending) | set(ts))))
-            why = f"reports {len(ts)} task(s) taken whose owner znode it does not hold ({', '.join(ts[:3])})"
+            why = not_held_reason(ts)
             log.warning("group %s: the report of %s loaded at failover is wrong: %s", g, m, why)
             ctx.invalid_members[(g, m)] = why
             out.setdefault(g, []).append(m)
         return out
+
+    def _not_held(self, checks: list[tuple[str, str, str]]) -> dict[tuple[str, str], list[str]]:
+        """(group, member) -> the tasks of ``checks`` (group, member, task) whose owner znode the member's
+        session does not hold: ZooKeeper's word on what reports say was taken, in one multiRead."""
+        ctx, lay = context_of(self._host), self._layout
+        wrong: dict[tuple[str, str], list[str]] = {}
+        for (g, m, t), res in zip(checks, multi_read(self._zk, [lay.task_owner(t) for _, _, t in checks])):
+            if res is None or res[1].ephemeralOwner != ctx.member_sessions.get((g, m)):
+                wrong.setdefault((g, m), []).append(t)
+        return wrong
 
     def answer_refused(self, group: str, members: list[str]) -> None:
         """Members whose loaded report was found wrong are answered, as on the live path."""
