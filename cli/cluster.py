@@ -113,6 +113,8 @@ def status(ctx: Ctx, full: bool) -> None:
     for g in st.groups:
         for line in g.ignored:
             click.echo(f"group {g.group}: ignoring member {clip(line, 160)}")
+        if g.starting:
+            click.echo(f"group {g.group}: tasks still starting on {clip(', '.join(g.starting), 160)}")
     t = st.tasks
     states = ", ".join(f"{k} {v}" for k, v in t["by_state"].items()) or "none"
     if t["by_status"] is None:

@@ -397,7 +397,7 @@ class Worker:
                     self.session.generation = self.member.generation  # owner znodes record the new generation
                 self.actions.do(actions)
         elif isinstance(event, Owned):
-            self.actions.do(self.member.on_owned(self.table.held(), self.table.holding()))
+            self.actions.do(self.member.on_owned(self.table.held(), self.table.holding(), self.table.starting()))
         elif isinstance(event, Stopped):
             self._on_stopped(event)
         elif isinstance(event, Released):
@@ -449,7 +449,9 @@ class Worker:
     def _on_released(self, event: Released) -> None:
         """The answer to the release multi: once the tasks are let go, the member knows its report is written."""
         if self.ownership.on_released(event):
-            self.actions.do(self.member.on_released(self.table.held(), event.request, self.table.holding()))
+            self.actions.do(
+                self.member.on_released(self.table.held(), event.request, self.table.holding(), self.table.starting())
+            )
             self.tasks.reconcile()
 
     # ---- the status thread --------------------------------------------------------------------------

@@ -37,6 +37,14 @@ class TaskTable:
         with self.lock:
             return frozenset(t for t, s in self.slots.items() if s.held)
 
+    def starting(self) -> frozenset[str]:
+        """Tasks whose owner znode we hold and whose start has not finished (it has not begun, or is under
+        way): placed, not running yet. A task whose start failed is not one (it is FAILED, and retried)."""
+        with self.lock:
+            return frozenset(
+                t for t, s in self.slots.items() if s.held and not s.running and s.state in ("STOPPED", "STARTING")
+            )
+
     def running_or_starting(self) -> set[str]:
         """Tasks that run or start (a start cannot be aborted: it runs once it returns)."""
         with self.lock:

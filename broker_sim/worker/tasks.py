@@ -255,6 +255,7 @@ class TaskSupervisor:
             self.runner.start(t, spec, self.session.generation)
         except Exception as exc:
             self.failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self.enqueue(Owned())  # no longer starting: the member's report says so
             return
         with self.table.lock:
             slot.running = True
@@ -263,6 +264,7 @@ class TaskSupervisor:
             slot.error = None
             slot.dirty = True
             fenced = self.fenced() or self.session.closing
+        self.enqueue(Owned())  # it runs: the member's report says so once every start is over (Stable means running)
         if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
             log.warning("worker %s: %s finished starting after the fence; stopping it", self.who, t)
             self.stop_runner(t)

@@ -94,6 +94,7 @@ def group_summary(layout: ZkLayout, group: str, res: Read, live: list[str] | Non
         held=sum(len(h.tasks) for h in info.held),
         ignored=tuple(f"{i.member}: {i.reason}" for i in info.ignored),
         unacked=tuple(info.unacked),
+        starting=tuple(info.starting),
     )
 
 

@@ -178,6 +178,7 @@ class GroupSummary:
     held: int = 0  # tasks waiting for a departed member (delay, maintenance)
     ignored: tuple[str, ...] = ()  # member znodes given no work ("member: why"): ghosts, refused requests
     unacked: tuple[str, ...] = ()  # reconcile: members that have not acknowledged their assignment yet
+    starting: tuple[str, ...] = ()  # reconcile: members whose tasks placed are still starting (not running yet)
 
 
 @dataclass(frozen=True)

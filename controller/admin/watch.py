@@ -251,11 +251,12 @@ class ClusterWatch:
             self.groups[g] = now
             if info is None:
                 continue
-            if old is not None and (old.state, old.generation, old.members, old.ignored) == (
+            if old is not None and (old.state, old.generation, old.members, old.ignored, old.starting) == (
                 now.state,
                 now.generation,
                 now.members,
                 now.ignored,
+                now.starting,
             ):
                 continue
             was = f"{old.state} gen {old.generation}" if old is not None and old.state else "new"
@@ -267,7 +268,8 @@ class ClusterWatch:
                     + (f" leader {now.leader} {now.protocol}" if now.leader else "")
                     + f" members [{','.join(now.members)}]"
                     + (f" ({now.reason})" if now.reason else "")
-                    + (f"; ignoring {'; '.join(now.ignored)}" if now.ignored else ""),
+                    + (f"; ignoring {'; '.join(now.ignored)}" if now.ignored else "")
+                    + (f"; tasks still starting on {','.join(now.starting)}" if now.starting else ""),
                     state=now.state,
                     generation=now.generation,
                     previous_state=old.state if old else None,
@@ -278,6 +280,7 @@ class ClusterWatch:
                     reason=now.reason,
                     ignored=list(now.ignored),
                     unacked=list(now.unacked),
+                    starting=list(now.starting),
                 )
             )
         return events

@@ -416,6 +416,53 @@ class GroupDriver:
             out.setdefault(g, []).append(m)
         return out
 
+    def stand_in_refused(
+        self, states: Mapping[str, GroupStateInfo | None], assignments: Mapping[str, Mapping[str, Assignment]]
+    ) -> dict[str, list[str]]:
+        """A failover finds a live member of a reconciling group whose request it refuses (garbage, or out of
+        bounds): the live path would keep its last good request, but a new controller has none. Left out, the
+        member's tasks would be placed elsewhere while it still runs them (their owner znodes keep the next
+        member waiting: no overlap, but tasks down until the member is stopped). So it is stood in for: what
+        its published assignment gives or revokes and whose owner znode its session holds (ZooKeeper's word,
+        one multiRead) counts as held, it acknowledged nothing (the group is not Stable on it), and it is to
+        be answered (``answer_refused``). Returns the members stood in for, by group."""
+        ctx = context_of(self._host)
+        candidates: list[tuple[str, str, Assignment]] = []
+        for (g, m), _why in sorted(ctx.invalid_members.items()):
+            st, a = states.get(g), assignments.get(g, {}).get(m)
+            if st is None or st.protocol != RECONCILE or m in ctx.members.get(g, {}) or (g, m) in ctx.ghost_members:
+                continue
+            if a is None or a.error is not None or a.protocol != RECONCILE or not (a.assigned or a.revoked):
+                continue
+            candidates.append((g, m, a))
+        checks = [(g, m, t) for g, m, a in candidates for t in sorted(set(a.assigned) | set(a.revoked))]
+        if not checks:
+            return {}
+        not_held = self._not_held(checks)
+        out: dict[str, list[str]] = {}
+        for g, m, a in candidates:
+            held = sorted((set(a.assigned) | set(a.revoked)) - set(not_held.get((g, m), ())))
+            if not held:
+                continue  # it runs nothing of what it was given: nothing to keep from anyone
+            ctx.members.setdefault(g, {})[m] = JoinRequest(
+                member_id=m,
+                join_generation=-1,
+                generation=-1,
+                protocols=(RECONCILE,),
+                assignors=(),
+                owned=tuple(held),
+                incarnation=a.incarnation,
+                acknowledges=True,  # (owed, not trusted: nothing it says was read)
+            )
+            log.warning(
+                "group %s: the request of %s is refused at failover; it stands for the %d task(s) its session holds",
+                g,
+                m,
+                len(held),
+            )
+            out.setdefault(g, []).append(m)
+        return out
+
     def _not_held(self, checks: list[tuple[str, str, str]]) -> dict[tuple[str, str], list[str]]:
         """(group, member) -> the tasks of ``checks`` (group, member, task) whose owner znode the member's
         session does not hold: ZooKeeper's word on what reports say was taken, in one multiRead."""

@@ -272,6 +272,8 @@ class FailoverLoad:
         decoded = self._decode_groups(ctx, groups)
         self._install(ctx)
         to_answer = self._groups.check_loaded_reports(decoded.states, decoded.assignments)
+        for g, members in self._groups.stand_in_refused(decoded.states, decoded.assignments).items():
+            to_answer.setdefault(g, []).extend(members)
         load_s = time.monotonic() - started
         self._start_groups(ctx, groups.names, decoded)
         for g, members in sorted(to_answer.items()):

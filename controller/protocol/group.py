@@ -136,6 +136,7 @@ class GroupCoordinator:
             maintenance=ops.maintenance,
             ignored=self.ignored_info(),
             unacked=self.reconcile.unacked() if self.reconciling() else (),
+            starting=self.reconcile.starting() if self.reconciling() else (),
         )
 
     def ignored_info(self) -> tuple[IgnoredMember, ...]:
@@ -189,6 +190,28 @@ class GroupCoordinator:
                 continue  # held for a maintenance that has ended since: the tasks move now
             if tasks and h.instance not in present:
                 self.held[h.instance] = Held(tasks, FOREVER if h.until is None else now + max(0.0, h.until - wall))
+
+    def hold_lost(self, info: GroupStateInfo, assignments: Mapping[str, Assignment], generation: int | None) -> None:
+        """Maintenance mode at failover: the members of the last-written group that are gone now (their sessions
+        ended while no controller was active) have the tasks they were published held for them, as the live
+        path holds those of a member that leaves in maintenance mode. Without it the failover's rebalance would
+        move them, in the very window where nothing may move. ``generation``: the join round's generation whose
+        assignments count (None: reconcile, where each member has its own epoch)."""
+        if not self.operations.maintenance:
+            return
+        present = {self.identity(m, r) for m, r in self.members.items()}
+        placed = {t for ts in self.assignment.values() for t in ts} | self.held_tasks()
+        for m in sorted(set(info.members) - set(self.members)):
+            a = assignments.get(m)
+            if a is None or a.error is not None or (generation is not None and a.generation != generation):
+                continue
+            if m in present:
+                continue  # (a static member back under another member id)
+            keep = tuple(sorted(t for t in a.assigned if t in self.tasks and t not in placed))
+            if keep:
+                kept = self.held[m].tasks if m in self.held else ()
+                self.held[m] = Held(tuple(sorted(set(kept) | set(keep))), FOREVER)
+                log.info("group %s: maintenance mode: %d tasks of %s, lost at failover, wait", self.group, len(keep), m)
 
     def note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
         """A hold made, ended or shrunk is written with the group state (ZooKeeper keeps it across failover)."""
@@ -411,6 +434,7 @@ class GroupCoordinator:
         self.join_generation = self.generation
         self.protocol, self.assignor, self.leader = info.protocol, info.assignor, None
         self.restore_held(info)
+        self.hold_lost(info, assignments, None)
         if (
             info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
             and self.members
@@ -442,6 +466,7 @@ class GroupCoordinator:
             if a.generation == info.generation and a.error is None and m in self.generation_members
         }
         self.restore_held(info)
+        self.hold_lost(info, assignments, info.generation)
         self.operations.resume_moves(info.moving, {t: m for m, ts in self.assignment.items() for t in ts})
         # a request older than the member's assignment that asks for a later generation was answered
         # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count

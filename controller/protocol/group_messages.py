@@ -52,6 +52,8 @@ class GroupStateInfo:
     ignored: tuple[IgnoredMember, ...] = ()
     #: reconcile: members that have not yet acknowledged (taken and reported) their current assignment
     unacked: tuple[str, ...] = ()
+    #: reconcile: members that hold tasks placed with them whose start has not finished (not running yet)
+    starting: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class JoinRequest:
     #: before acknowledgements writes no such field: its published assignment counts as taken, as it did
     #: then, so controllers and brokers can be upgraded in either order
     acknowledges: bool = False
+    #: reconcile: tasks it holds (owner znode taken) whose start has not finished: placed, not yet running
+    starting: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

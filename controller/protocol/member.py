@@ -129,6 +129,9 @@ class Member:
     reported: frozenset[str] = frozenset()
     #: tasks whose owner znode the worker holds now (``owned`` also counts those it may hold any moment)
     holding: frozenset[str] = frozenset()
+    #: of those, the tasks whose start has not finished (held, not running yet): reported, so the coordinator
+    #: does not call the group Stable before they run
+    starting: frozenset[str] = frozenset()
     #: the last report built to be written (``on_released`` tells whether a release's report is still the last)
     last_report: JoinRequest | None = None
     last_error: ProtocolError | None = None
@@ -182,6 +185,7 @@ class Member:
             incarnation=self.incarnation,
             pending=tuple(sorted(self.desired - self.holding)),
             acknowledges=True,
+            starting=tuple(sorted(self.starting & self.holding & owned)),
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -338,11 +342,15 @@ class Member:
         if self.proposed == generation:
             self.proposed = -1
 
-    def on_owned(self, owned: frozenset[str], holding: frozenset[str] | None = None) -> list[Action]:
-        """The worker reports which tasks it holds or may hold any moment (``owned``) and of those, whose
-        owner znode it holds now (``holding``; by default all of them) after starts/stops complete."""
+    def on_owned(
+        self, owned: frozenset[str], holding: frozenset[str] | None = None, starting: frozenset[str] | None = None
+    ) -> list[Action]:
+        """The worker reports which tasks it holds or may hold any moment (``owned``), of those whose owner
+        znode it holds now (``holding``; by default all of them), and of those whose start has not finished
+        (``starting``; by default none), after starts/stops complete."""
         self.owned = frozenset(owned)
         self.holding = self.owned if holding is None else frozenset(holding)
+        self.starting = frozenset(starting or ()) & self.holding
         return self._after_owned_change()
 
     def release_report(self, releasing: frozenset[str], held: frozenset[str]) -> JoinRequest | None:
@@ -358,7 +366,11 @@ class Member:
         return self.last_report
 
     def on_released(
-        self, owned: frozenset[str], request: JoinRequest, holding: frozenset[str] | None = None
+        self,
+        owned: frozenset[str],
+        request: JoinRequest,
+        holding: frozenset[str] | None = None,
+        starting: frozenset[str] | None = None,
     ) -> list[Action]:
         """The release multi carrying ``request`` (from ``release_report``) succeeded; ``owned`` is what the
         worker holds now. The request znode lists what it says, unless a later report was written since
@@ -367,7 +379,7 @@ class Member:
         if self.last_report is request and request.join_generation == self.join_generation:
             self.reported = frozenset(request.owned)
             self.pending_revocation = self.pending_revocation & self.reported
-        return self.on_owned(owned, holding)
+        return self.on_owned(owned, holding, starting)
 
     def on_coordinator(self, available: bool) -> list[Action]:
         """No active controller (COORDINATOR_NOT_AVAILABLE): keep running; rejoin when one writes state."""
@@ -456,6 +468,8 @@ class Member:
                         or last.generation != self.generation
                         or last.pending
                         or self.reported != self.owned
+                        # every start reported as under way has finished: the report that says so
+                        or (bool(last.starting) and not self.starting & self.desired)
                     )
                 )
                 # or progress: tasks taken since our last report (one stuck acquisition must not hide the others,

@@ -137,6 +137,8 @@ class ReconcileGroup:
     #: member -> when its assignment was last published (or asked again): the rebalance timeout of what it
     #: owes (an acknowledgement, a release) runs from there
     published_at: dict[str, float] = field(default_factory=dict)
+    #: the members last shown as starting: the group state is written again when that changes
+    shown_starting: tuple[str, ...] = ()
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
@@ -165,6 +167,15 @@ class ReconcileGroup:
     def unacked(self) -> tuple[str, ...]:
         """The members that have not acknowledged their current assignment (shown with the group state)."""
         return tuple(m for m in sorted(self.core.members) if not self.acked(m))
+
+    def starting(self) -> tuple[str, ...]:
+        """The members whose report says tasks placed with them are still starting (held, not running yet):
+        the group is not Stable until they run (shown with the group state)."""
+        return tuple(
+            m
+            for m, r in sorted(self.core.members.items())
+            if r.starting and not set(r.starting).isdisjoint(self.core.assignment.get(m, ()))
+        )
 
     def owing(self) -> list[str]:
         """Members that owe a report: one at their member epoch, or one confirming a release."""
@@ -350,6 +361,7 @@ class ReconcileGroup:
         self.barred.clear()
         self.refused.clear()
         self.republish.clear()
+        self.shown_starting = ()
         self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
 
     def leave_notices(self) -> tuple[tuple[str, Assignment], ...]:
@@ -607,7 +619,11 @@ class ReconcileGroup:
         decisions: list[Decision] = []
         if changed:
             decisions.append(WriteAssignments(self.publish(changed)))
-        # Stable means running: every member runs its target (published, taken and acknowledged)
+        # Stable means running: every member runs its target (published, taken, acknowledged and started)
+        starting = self.starting()
+        if starting != self.shown_starting:
+            self.shown_starting = starting
+            write_state = True
         settled = (
             not self.unreleased
             and not ops.deferred
@@ -616,6 +632,7 @@ class ReconcileGroup:
             and not self.refused
             and all(core.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members)
             and all(self.acked(m) for m in core.members)
+            and not starting
         )
         state = GroupState.STABLE if settled else GroupState.RECONCILING
         if state is not core.state:

@@ -57,6 +57,8 @@ def request_problem(req: JoinRequest) -> str:
             check_name("task id", t)
         if not set(req.pending) <= set(req.owned):
             return "pending lists a task that owned does not"
+        if not set(req.starting) <= set(req.owned) - set(req.pending):
+            return "starting lists a task that is not owned, or is pending"
     except ValueError as exc:
         return str(exc)
     if len(set(req.owned)) != len(req.owned):

@@ -33,11 +33,11 @@ TASKS = [f"t{i}" for i in range(6)]
 GROUP = "default"
 
 
-def _broker(env: dict[str, str], bid: str, log: Path, protocol: str) -> subprocess.Popen:
+def _broker(env: dict[str, str], bid: str, log: Path, protocol: str, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     with open(log, "ab") as out:  # a file, not a pipe nobody reads
         return subprocess.Popen(
             [sys.executable, "-m", "cli.main", "broker", "run", "--id", bid, "--runner", "noop"]
-            + ["--protocol", protocol, "--session-timeout", "4"],
+            + ["--protocol", protocol, "--session-timeout", "4", *extra],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -56,6 +56,7 @@ class Cluster:
         rebalance_timeout: float,
         prepare: Callable[[], None],
         protocol: str = RECONCILE,
+        broker_args: tuple[str, ...] = (),
     ) -> None:
         from controller.daemon import Controller, ControllerConfig
         from controller.protocol.group import GroupConfig
@@ -68,7 +69,7 @@ class Cluster:
         prepare()
         self.ctl_config = ControllerConfig("c0", zk_settings, GroupConfig(rebalance_timeout_s=rebalance_timeout))
         self.ctl = Controller(self.ctl_config).start()
-        self.procs = {b: _broker(env, b, tmp_path / f"{b}.log", protocol) for b in ("b1", "b2")}
+        self.procs = {b: _broker(env, b, tmp_path / f"{b}.log", protocol, broker_args) for b in ("b1", "b2")}
 
     def stop_controller(self) -> None:
         self.ctl.stop()
@@ -127,9 +128,14 @@ def cluster_of(zk, layout, zk_settings, cli_env, tmp_path) -> Iterator:
     made: list[Cluster] = []
 
     def make(
-        rebalance_timeout: float = 10.0, prepare: Callable[[], None] = lambda: None, protocol: str = RECONCILE
+        rebalance_timeout: float = 10.0,
+        prepare: Callable[[], None] = lambda: None,
+        protocol: str = RECONCILE,
+        broker_args: tuple[str, ...] = (),
     ) -> Cluster:
-        made.append(Cluster(zk, layout, zk_settings, dict(cli_env), tmp_path, rebalance_timeout, prepare, protocol))
+        made.append(
+            Cluster(zk, layout, zk_settings, dict(cli_env), tmp_path, rebalance_timeout, prepare, protocol, broker_args)
+        )
         return made[-1]
 
     yield make
@@ -349,3 +355,57 @@ def test_a_failover_checks_the_acknowledgements_it_loads_against_the_owner_znode
     finally:
         squatter.stop()
         squatter.close()
+
+
+def test_a_failover_stands_in_for_a_live_member_whose_request_it_refuses(cluster_of, layout):
+    """b2's request rewritten out of bounds while no controller is active: the new controller has no last good
+    request of b2 to keep, as the live path does. b2 still runs its tasks (it holds their owner znodes): they
+    must not be published to b1 meanwhile (they would stay down behind b2's owner znodes), b2 is answered and
+    writes its request again, and the group is Stable with every task where it ran."""
+    c = cluster_of()
+    assert wait_for(c.stable_with_all_owned, 60, 0.1), c.logs()
+    b2_tasks = set(c.assignment("b2").assigned)
+    assert b2_tasks
+    c.stop_controller()
+    path = layout.group_member(GROUP, "b2")
+    body = json.loads(c.zk.get(path)[0])
+    body["generation"] = 2**72
+    c.zk.set(path, json.dumps(body).encode())
+    c.start_controller("c1")
+    seen_b1: set[str] = set()
+
+    def rewritten_and_stable() -> bool:
+        seen_b1.update((c.assignment("b1") or Assignment(0, 0)).assigned)
+        try:
+            codecs.decode(JoinRequest, c.zk.get(path)[0])
+        except codecs.PayloadError:
+            return False
+        s = c.state()
+        return c.stable_with_all_owned() and s is not None and s.controller_epoch > 1 and not s.ignored
+
+    assert wait_for(rewritten_and_stable, 30, 0.05), (c.state(), c.logs())
+    assert not seen_b1 & b2_tasks, "b2's tasks were published to b1 while b2 ran them"
+    assert {t for t, b in c.owners().items() if b == "b2"} == b2_tasks
+
+
+def test_stable_means_running_not_only_taken(cluster_of, layout):
+    """Brokers whose every start takes 3 s: a member holds the owner znodes of its tasks (it acknowledged)
+    long before they run. The group must not say Stable until every task placed runs, 3 s after its owner
+    znode was taken, and the state says which members are still starting meanwhile."""
+    c = cluster_of(broker_args=("--start-latency", "3"))
+    starting_seen: list[tuple[str, ...]] = []
+    stable_at: list[float] = []
+
+    def stable() -> bool:
+        s = c.state()
+        if s is not None and s.starting:
+            starting_seen.append(s.starting)
+        if c.stable_with_all_owned():
+            stable_at.append(time.time())
+            return True
+        return False
+
+    assert wait_for(stable, 60, 0.05), (c.state(), c.logs())
+    taken = max(c.zk.exists(layout.task_owner(t)).ctime / 1000 for t in TASKS)
+    assert stable_at[0] >= taken + 3.0 - 0.1, f"Stable {stable_at[0] - taken:.2f}s after the last task was taken"
+    assert starting_seen, "the state never named a member still starting"

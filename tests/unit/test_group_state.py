@@ -15,6 +15,7 @@ import pytest
 from controller.protocol.clock import FakeClock
 from controller.protocol.codecs import Assignment, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 from controller.protocol.group import (
+    FOREVER,
     VALID_PREVIOUS,
     DeleteGenerationsBelow,
     GroupConfig,
@@ -715,3 +716,30 @@ def test_maintenance_begun_during_a_round_holds_the_tasks_of_a_member_lost_in_it
     snapshot["b"] = req("b", c.generation + 1)
     back = published(c.on_members(dict(snapshot)))
     assert back["b"].assigned == b_tasks and back["b"].generation == c.generation and not c.held
+
+
+@pytest.mark.parametrize("maintenance", [True, False])
+def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhile(maintenance):
+    """b's session ended while no controller was active. In maintenance mode the new controller holds b's tasks
+    for it, as the live path does for a member that leaves in the window: the group resumes Stable with no
+    round (nothing moves), and b's tasks move once the window ends. Out of it they move at once."""
+    c, _, snap = stable_group()
+    snap = {m: req(m, 1, gen=1, owned=c.assignment[m]) for m in snap}
+    info, assignments = zk_view(c)
+    b_tasks = c.assignment["b"]
+    del snap["b"]
+    new = fresh_controller()
+    new.maintenance = maintenance
+    decisions = new.load(info, dict(snap), dict(c.tasks), assignments)
+    if not maintenance:
+        assert states(decisions) == ["PreparingRebalance"] and not new.held
+        rejoin_all(new, snap)
+        sync(new)
+        assert set(new.assignment["a"]) == set(c.tasks)
+        return
+    assert states(decisions) == ["Stable"], "resumed: nothing moves in maintenance mode"
+    assert new.held["b"].tasks == b_tasks and new.held["b"].deadline == FOREVER
+    assert [h.until for h in decisions[0].info.held] == [None], "the hold is written with the state"
+    assert new.assignment == {"a": c.assignment["a"]}
+    after = new.on_maintenance(False)
+    assert states(after)[0] == "PreparingRebalance" and not new.held

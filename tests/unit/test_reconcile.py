@@ -34,6 +34,7 @@ def req(
     incarnation: str | None = None,
     instance_id: str | None = None,
     acknowledges: bool = True,
+    starting: tuple[str, ...] = (),
 ) -> JoinRequest:
     return JoinRequest(
         member_id=m,
@@ -46,6 +47,7 @@ def req(
         incarnation=incarnation or f"{m}.1",
         instance_id=instance_id,
         acknowledges=acknowledges,
+        starting=starting,
     )
 
 
@@ -554,3 +556,70 @@ def test_a_broker_of_a_release_before_acknowledgements_is_trusted_as_then_and_a_
     answer = published(c.on_members(members))
     assert answer["new"].error == "INVALID_REPORT" and c.members["new"] == good
     assert "new" in {m for m, _ in c.reconcile.refused.items()}
+
+
+def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhile():
+    """b's session ended while no controller was active, in maintenance mode: the new controller holds b's
+    tasks for it instead of moving them to a (nothing moves in the window), and they move once it ends."""
+    c = coordinator(6)
+    c.on_members({"a": req("a"), "b": req("b")})
+    report(c, "a")
+    report(c, "b")
+    assert c.state is GroupState.STABLE
+    state, members = c.info(), dict(c.members)
+    assignments = {
+        m: Assignment(c.epoch_of(m), EPOCH, assigned=ts, protocol=RECONCILE, incarnation=f"{m}.1")
+        for m, ts in c.assignment.items()
+    }
+    b_tasks = c.assignment["b"]
+    del members["b"]
+    n = GroupCoordinator(group="g", controller_epoch=EPOCH + 1, clock=FakeClock(), config=GroupConfig())
+    n.maintenance = True
+    after = n.load(state, members, tasks(6), assignments)
+    assert "a" not in published(after) or set(published(after)["a"].assigned) == set(c.assignment["a"])
+    assert n.held["b"].tasks == b_tasks and n.held["b"].deadline == FOREVER
+    assert n.reconcile.target["a"] == c.assignment["a"], "nothing moves in maintenance mode"
+    assert set(published(n.on_maintenance(False))["a"].assigned) == set(tasks(6))
+
+
+def test_stable_means_running_a_group_is_not_stable_while_a_members_tasks_are_starting():
+    """a acknowledged its assignment (it holds every owner znode) but reports two tasks still starting: the
+    group stays Reconciling, the state names a as starting (written when that changes), and the report that
+    says the starts are over makes it Stable."""
+    c, _ = one_member(4)
+    a = c.assignment["a"]
+    decisions = report(c, "a", starting=a[:2])
+    assert c.state is GroupState.RECONCILING and c.info().unacked == () and c.info().starting == ("a",)
+    assert [d.info.starting for d in decisions if isinstance(d, WriteGroupState)] == [("a",)]
+    decisions = report(c, "a", starting=a[:1])
+    assert c.state is GroupState.RECONCILING and not [d for d in decisions if isinstance(d, WriteGroupState)]
+    decisions = report(c, "a")
+    assert c.state is GroupState.STABLE and states(decisions) == ["Stable"] and c.info().starting == ()
+
+
+def test_a_report_of_starting_tasks_it_does_not_own_is_out_of_bounds():
+    from controller.protocol.reports import request_problem
+
+    assert request_problem(dataclasses.replace(req("a", owned=("t1",)), starting=("t1",))) == ""
+    assert "starting" in request_problem(dataclasses.replace(req("a", owned=("t1",)), starting=("t2",)))
+    pending = dataclasses.replace(req("a", owned=("t1",)), pending=("t1",), starting=("t1",))
+    assert "starting" in request_problem(pending)
+
+
+def test_a_member_reports_once_more_when_its_last_start_is_over():
+    from controller.protocol.member import Member, WorkerState, WriteJoin
+
+    m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
+    m.start(None)
+    given = Assignment(
+        generation=4, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE, incarnation="a.1"
+    )
+    m.on_assignment(given)
+    both = frozenset({"t1", "t2"})
+    writes = [x for x in m.on_owned(both, both, both) if isinstance(x, WriteJoin)]
+    assert m.state is WorkerState.STABLE and len(writes) == 1
+    assert writes[0].request.starting == ("t1", "t2") and not writes[0].request.pending
+    assert not [x for x in m.on_owned(both, both, frozenset({"t2"})) if isinstance(x, WriteJoin)], "one left"
+    writes = [x for x in m.on_owned(both, both, frozenset()) if isinstance(x, WriteJoin)]
+    assert len(writes) == 1 and writes[0].request.starting == () and writes[0].request.generation == 4
+    assert not [x for x in m.on_owned(both, both, frozenset()) if isinstance(x, WriteJoin)], "said once"
