@@ -149,7 +149,7 @@ def rolling_bounce(run: ChaosCluster, f: Fault) -> None:
             if proc is not None:
                 if f.controlled:
                     proc.terminate(o.rebalance_timeout_s + o.session_timeout_s + 5)
-                    run.broker_gone(bid, time.time())
+                    run.broker_gone(bid, proc.reap_group())
                 else:
                     run.broker_gone(bid, proc.kill9())
         elif bid in run.workers:

@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from broker_sim.runners.base import RunStatus, TaskRunner
 from broker_sim.runners.noop import NoopRunner
 from controller.protocol.codecs import RunInterval
@@ -213,23 +215,79 @@ def broker_main(argv: list[str]) -> int:
     return 0
 
 
+#: How long the exit waiter of a process watches what is left of its process group (a JVM it started) after it
+#: exited: the supervisor SIGKILLs the group when it notices the exit, well within this
+GROUP_WATCH_S = 30.0
+
+
+def group_has_live_members(pgid: int) -> bool:
+    """Whether a process group has a member that is not a zombie. ``killpg(pgid, 0)`` also finds a member that
+    died and was not yet reaped by whoever inherited it (an init that never reaps keeps it forever), which runs
+    nothing: only when it finds one are the members looked at."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process leads a group of that id: not ours to judge, say alive
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return False
+
+
 class ChaosProcess:
-    """A child process we started (stopped by its pid only)."""
+    """A child process we started (stopped by its pid only). A named thread blocks in ``wait`` and stamps the
+    moment it exits: the supervisor that notices the exit a poll later (most of a second under load) must
+    not stretch the run windows of a process that was gone by then into its successor's."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         self.name = name  # the child leads its own process group: signals reach it and what it started (a JVM)
         self.log_path = log_path
         with open(log_path, "ab") as out:
             self.popen = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
             )
         self.started = time.time()
         self.frozen = False
         self.stopping = False  # the harness ends it (a kill or a bounce): its exit is the fault's, not a halt
+        self._exit_at: float | None = None
+        self._group_gone_at: float | None = None
+        self._group_watched = threading.Event()
+        threading.Thread(target=self._wait, name=f"chaos-wait-{name}", daemon=True).start()
 
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def _wait(self) -> None:
+        """Stamp the exit, then watch the process group until nothing of it runs (bounded): a task the broker
+        ran in a process it started (a Spark query in its JVM) may outlive it."""
+        self.popen.wait()  # not a loop: it returns when the process exits, which the run's end makes sure of
+        self._exit_at = time.time()
+        deadline = time.monotonic() + GROUP_WATCH_S
+        while time.monotonic() < deadline:
+            if not group_has_live_members(self.pid):
+                self._group_gone_at = time.time()  # the first look follows the exit by microseconds
+                break
+            time.sleep(0.02)
+        self._group_watched.set()
+
+    def exit_time(self) -> float | None:
+        """When the process exited (wall clock), as its waiter saw it; None while it runs."""
+        return self._exit_at
+
+    def group_gone(self) -> bool:
+        """Whether nothing of its process group runs any more (it, and what it started)."""
+        return self._group_gone_at is not None or (self._exit_at is not None and not group_has_live_members(self.pid))
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -244,20 +302,31 @@ class ChaosProcess:
                 pass
 
     def kill9(self) -> float:
+        """SIGKILL of its group; returns when the group was gone (the end of its run windows)."""
         self.stopping = True
         if self.frozen:
             self.signal(signal.SIGCONT)
             self.frozen = False
         self.signal(signal.SIGKILL)
         self.popen.wait(10)
-        return time.time()
+        return self.reap_group()
 
-    def reap_group(self) -> None:
-        """After the leader exited: SIGKILL whatever is left of its process group (a JVM it started)."""
+    def reap_group(self, timeout: float = 5.0) -> float:
+        """After the leader exited: SIGKILL whatever is left of its process group (a JVM it started), and
+        return when the group was gone, which is when the run windows of its tasks end.
+
+        A task runs in the process or in one it started, in its group: no run outlives the group. So the end
+        is the leader's exit when nothing of the group survived it (the common case, stamped precisely), else
+        when the survivors were gone: on their own, or at this SIGKILL when they still ran (the notice time,
+        then the right end: they could run a task until then). Should the group's end not be seen within
+        ``timeout``, the time now, after the SIGKILL: later than any real end, it can only make the overlap
+        check stricter."""
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        self._group_watched.wait(timeout)
+        return self._group_gone_at if self._group_gone_at is not None else time.time()
 
     def terminate(self, timeout: float) -> bool:
         """SIGTERM (a broker's controlled shutdown, a controller's stop); SIGKILL if not gone in time."""

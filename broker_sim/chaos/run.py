@@ -74,7 +74,7 @@ class ChaosRun(Simulation):
         self._threads: list[threading.Thread] = []  # the sampler and the supervisor
         self.halts: Counter[str] = Counter()  # brokers that halted at their fence deadline, restarted by us
         self.wedged_busy = 0  # wedged-stop faults whose broker ran a task when it was cut off
-        #: when the last halt was noticed (wall clock): the halted life's session lives until it expires
+        #: when the last halted broker exited (wall clock): the halted life's session lives until it expires
         self.last_halt: float | None = None
         self.crashes: list[str] = []  # broker processes that exited with nothing asking them to, restarted by us
         self.last_restart: float | None = None
@@ -185,7 +185,8 @@ class ChaosRun(Simulation):
                 "--checkpoint-root",
                 str(Path(self.tmp.name) / "checkpoints"),
             ]
-        self.broker_procs[bid] = ChaosProcess(bid, cmd, Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log")
+        log_path = Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log"
+        self.broker_procs[bid] = ChaosProcess(bid, cmd, log_path)
 
     def broker_gone(self, bid: str, died_at: float | None) -> None:
         """A process broker exited (or was killed): its journal is complete; collect its intervals."""
@@ -279,15 +280,17 @@ class ChaosRun(Simulation):
             return self.all_intervals()
         now = time.time()
         out = list(self.process_intervals)
-        for bid in self.broker_procs:
-            out += read_journal(self.journals[bid][-1], bid, None)
+        for bid, proc in self.broker_procs.items():  # one that exited unnoticed: its windows end with its group
+            out += read_journal(self.journals[bid][-1], bid, None if proc.alive() else proc.reap_group())
         return close_open(out, now)
 
     def _supervise_loop(self) -> None:
         """What systemd or docker's restart policy does for a deployed broker: a broker that halted at its fence
         deadline (exit 75; an in-process one killed itself) is started again, and so is a broker process that
         exited with nothing asking it to (reported with the faults that went wrong). Its run intervals end when
-        its exit is noticed here (at most 0.1 s late, which can only make the overlap check stricter)."""
+        it exited, as its waiter thread stamped it, not when this loop looked (0.1 s later at best, most of a
+        second under load: the successor that took its tasks meanwhile would seem to overlap it); when a
+        process it started outlived it, when that was gone (``ChaosProcess.reap_group``)."""
         from broker_sim.worker.deadline import EXIT_HALTED
 
         while not self._sampling.wait(0.1):
@@ -296,13 +299,12 @@ class ChaosRun(Simulation):
                     code = proc.popen.poll()
                     if code is None or proc.stopping:  # a fault that ends it restarts it itself
                         continue
-                    died_at = time.time()
                     with self._procs_lock:
                         if self.broker_procs.get(bid) is not proc:
                             continue
                         del self.broker_procs[bid]
                         journal = self.journals[bid][-1]
-                    proc.reap_group()
+                    died_at = proc.reap_group()  # when it exited, or what it started after it (not this look)
                     self.process_intervals += read_journal(journal, bid, died_at)
                     self.last_restart = time.monotonic()
                     if code == EXIT_HALTED:

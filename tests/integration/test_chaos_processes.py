@@ -1,0 +1,76 @@
+"""The chaos harness's processes, real ones: an exit is dated when it happened, not when the supervisor
+looked (a halted broker's run windows end there)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from broker_sim.chaos.processes import ChaosProcess, read_journal
+from tests.cli_support import until
+
+#: A broker's life in brief: it journals a start, notes when it exits, and exits as a halt does (75).
+HALTING_CHILD = """
+import json, os, sys, time
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps({"e": "start", "t": "t1", "ts": time.time(), "pid": os.getpid()}) + "\\n")
+time.sleep(0.2)
+with open(sys.argv[2], "w") as f:
+    f.write(repr(time.time()))
+os._exit(75)
+"""
+
+#: A leader that starts a process of its own (in its group, as a broker's Spark JVM) and exits without it.
+LEAVES_A_CHILD = """
+import os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+with open(sys.argv[1], "w") as f:
+    f.write(str(child.pid))
+os._exit(75)
+"""
+
+
+def stop(proc: ChaosProcess) -> None:
+    """SIGKILL of its group by its pid if it still runs, and of whatever it left in its group."""
+    if proc.alive():
+        proc.kill9()
+    else:
+        proc.reap_group()
+
+
+def test_an_exit_ends_the_run_windows_when_it_happened_not_when_the_supervisor_looked(tmp_path):
+    journal, exited = tmp_path / "b.journal", tmp_path / "exited"
+    proc = ChaosProcess("b", [sys.executable, "-c", HALTING_CHILD, str(journal), str(exited)], tmp_path / "b.log")
+    try:
+        until(lambda: exited.exists() and exited.read_text() != "", 30, "the process to exit")
+        until(lambda: not proc.alive(), 10, "its exit to be seen")
+        time.sleep(2.0)  # a supervisor slow to poll, as under load
+        looked = time.time()
+        assert proc.popen.returncode == 75
+        ended = proc.reap_group()
+        really = float(exited.read_text())
+        exit_time = proc.exit_time()
+        assert exit_time is not None and 0 <= exit_time - really < 0.5, (exit_time, really)
+        assert 0 <= ended - exit_time < 0.1 and proc.group_gone()  # nothing it started outlived it
+        (run,) = read_journal(journal, "b", ended)
+        assert run.end is not None and run.end - really < 0.5 and looked - run.end > 1.5, (run, really, looked)
+    finally:
+        stop(proc)
+
+
+def test_what_a_process_started_and_left_running_ends_its_windows_when_it_is_gone(tmp_path):
+    child_pid = tmp_path / "child.pid"
+    proc = ChaosProcess("b", [sys.executable, "-c", LEAVES_A_CHILD, str(child_pid)], tmp_path / "b.log")
+    try:
+        until(lambda: not proc.alive(), 30, "the leader to exit")
+        exit_time = proc.exit_time()
+        assert exit_time is not None
+        time.sleep(1.0)
+        # the child it left may run a task still: its group is not gone, the windows do not end at the exit
+        assert not proc.group_gone()
+        looked = time.time()
+        ended = proc.reap_group()  # SIGKILL of what is left; the windows end once that is gone
+        assert looked <= ended < looked + 1.0 and ended - exit_time >= 1.0, (exit_time, looked, ended)
+        assert proc.group_gone()
+    finally:
+        stop(proc)
