@@ -239,12 +239,21 @@ def group_has_live_members(pgid: int) -> bool:
     return False
 
 
+def _ignore_broker_signals() -> None:
+    """Run in the child between fork and exec: SIGUSR2 (the wedged-stop fault) ignored until ``broker_main``
+    installs its handler. Left to its default action it ends a broker that is still importing (exit -12), and
+    an ignored disposition survives exec (a handler would not: exec resets it to the default)."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 class ChaosProcess:
     """A child process we started (stopped by its pid only). A named thread blocks in ``wait`` and stamps the
     moment it exits: the supervisor that notices the exit a poll later (most of a second under load) must
     not stretch the run windows of a process that was gone by then into its successor's."""
 
-    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None, broker: bool = False
+    ) -> None:
         self.name = name  # the child leads its own process group: signals reach it and what it started (a JVM)
         self.log_path = log_path
         with open(log_path, "ab") as out:
@@ -255,6 +264,7 @@ class ChaosProcess:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=env,
+                preexec_fn=_ignore_broker_signals if broker else None,
             )
         self.started = time.time()
         self.frozen = False

@@ -186,7 +186,7 @@ class ChaosRun(Simulation):
                 str(Path(self.tmp.name) / "checkpoints"),
             ]
         log_path = Path(self.tmp.name) / f"{bid}.{self._incarnation[bid]}.log"
-        self.broker_procs[bid] = ChaosProcess(bid, cmd, log_path)
+        self.broker_procs[bid] = ChaosProcess(bid, cmd, log_path, broker=True)
 
     def broker_gone(self, bid: str, died_at: float | None) -> None:
         """A process broker exited (or was killed): its journal is complete; collect its intervals."""

@@ -1,10 +1,14 @@
 """The chaos harness's processes, real ones: an exit is dated when it happened, not when the supervisor
-looked (a halted broker's run windows end there)."""
+looked (a halted broker's run windows end there); a broker process just spawned survives the wedged-stop
+fault's SIGUSR2."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
+from pathlib import Path
 
 from broker_sim.chaos.processes import ChaosProcess, read_journal
 from tests.cli_support import until
@@ -72,5 +76,27 @@ def test_what_a_process_started_and_left_running_ends_its_windows_when_it_is_gon
         ended = proc.reap_group()  # SIGKILL of what is left; the windows end once that is gone
         assert looked <= ended < looked + 1.0 and ended - exit_time >= 1.0, (exit_time, looked, ended)
         assert proc.group_gone()
+    finally:
+        stop(proc)
+
+
+def broker_command(bid: str, zk_hosts: str, root: str, journal: Path) -> list[str]:
+    """A chaos broker process on the no-op runner, as the chaos run starts one."""
+    cmd = [sys.executable, "-m", "broker_sim.chaos", "broker", "--id", bid, "--zk", zk_hosts, "--root", root]
+    return cmd + ["--journal", str(journal)]
+
+
+def test_a_broker_process_just_spawned_survives_the_wedged_stop_signal(zk, zk_hosts, zk_root, cli_env, tmp_path):
+    cmd = broker_command("b0", zk_hosts, zk_root, tmp_path / "b0.journal")
+    proc = ChaosProcess("b0", cmd, tmp_path / "b0.log", env=cli_env, broker=True)
+    try:
+        # from the first instant on, through its imports, until its own handler wedges its runner
+        sent, deadline = 0, time.monotonic() + 4.0
+        while time.monotonic() < deadline and proc.alive():
+            os.kill(proc.pid, signal.SIGUSR2)
+            sent += 1
+            time.sleep(0.005)
+        assert proc.alive(), f"exit {proc.popen.returncode} after {sent} SIGUSR2:\n{proc.log_path.read_text()[-2000:]}"
+        assert sent > 100
     finally:
         stop(proc)
