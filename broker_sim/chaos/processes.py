@@ -6,6 +6,7 @@ was killed -9 are known exactly."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -158,6 +160,19 @@ class JournalTail:
         return set(self._running)
 
 
+def install_thread_dump() -> None:
+    """SIGQUIT writes every thread's stack to stderr (the log) and the process runs on: what a broker was doing
+    when a chaos run failed (its post-mortem sends it). faulthandler writes from the signal handler itself,
+    so a process whose Python threads are all stuck still answers; the dump names threads by id only, so the
+    main thread then logs each id's name (when it next runs Python code)."""
+
+    def names(_sig: int, _frame: Any) -> None:
+        log.warning("thread names:\n%s", "\n".join(f"  0x{t.ident or 0:016x} {t.name}" for t in threading.enumerate()))
+
+    signal.signal(signal.SIGQUIT, names)
+    faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True, chain=True)
+
+
 def broker_main(argv: list[str]) -> int:
     from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
     from broker_sim.worker.logsink import log_without_blocking
@@ -176,6 +191,7 @@ def broker_main(argv: list[str]) -> int:
     p.add_argument("--protocol", choices=PROTOCOLS, default=COOPERATIVE)
     a = p.parse_args(argv)
     log_without_blocking(logging.INFO)  # a full output pipe must not stall the fence's threads
+    install_thread_dump()
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = settings_from_env(hosts=a.zk, root=a.root, session_timeout_s=a.session_timeout)
     config = WorkerConfig(
@@ -240,10 +256,12 @@ def group_has_live_members(pgid: int) -> bool:
 
 
 def _ignore_broker_signals() -> None:
-    """Run in the child between fork and exec: SIGUSR2 (the wedged-stop fault) ignored until ``broker_main``
-    installs its handler. Left to its default action it ends a broker that is still importing (exit -12), and
-    an ignored disposition survives exec (a handler would not: exec resets it to the default)."""
+    """Run in the child between fork and exec: SIGUSR2 (the wedged-stop fault) and SIGQUIT (a thread dump)
+    ignored until ``broker_main`` installs its handlers. Left to their default actions they end a broker that
+    is still importing, and an ignored disposition survives exec (a blocked mask or a handler would not help:
+    the mask is a per-thread state Python resets, a handler is reset to the default by exec)."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
 
 class ChaosProcess:
@@ -354,6 +372,73 @@ class ChaosProcess:
             return False
         finally:
             self.reap_group()
+
+
+#: A line of a post-mortem is cut to this many characters; only the part of a log that can hold the lines wanted
+#: is read (a log is bounded by nothing)
+LINE_CHARS = 300
+
+
+def _read_lines(path: Path, start: int, end: int | None) -> list[str]:
+    """The lines of a log between two byte offsets (``end`` None: its end), each cut to ``LINE_CHARS``."""
+    try:
+        with open(path, "rb") as f:
+            stop = f.seek(0, os.SEEK_END) if end is None else end
+            f.seek(max(0, start))
+            text = f.read(max(0, stop - f.tell())).decode(errors="replace")
+    except OSError as exc:
+        return [f"(log unreadable: {exc})"]
+    return [t[:LINE_CHARS] for t in text.splitlines()]
+
+
+def log_tail(path: Path, lines: int, end: int | None = None) -> list[str]:
+    """The last ``lines`` lines of a log (before byte ``end`` if given)."""
+    if end is None:
+        try:
+            end = path.stat().st_size
+        except OSError as exc:
+            return [f"(log unreadable: {exc})"]
+    return _read_lines(path, end - lines * (LINE_CHARS + 1), end)[-lines:]
+
+
+def log_head(path: Path, since: int, lines: int) -> list[str]:
+    """Up to ``lines`` lines of a log from byte ``since`` on."""
+    return _read_lines(path, since, since + lines * (LINE_CHARS + 1))[:lines]
+
+
+#: Lines of a thread dump a post-mortem shows (a broker's dozen or so threads take ~10 lines each)
+DUMP_LINES = 300
+
+
+def dump_and_tail(
+    brokers: dict[str, ChaosProcess], controllers: dict[str, ChaosProcess], lines: int = 25, wait_s: float = 1.0
+) -> list[str]:
+    """The processes' side of a post-mortem: each live broker process is sent SIGQUIT (its threads' stacks
+    into its log, ``install_thread_dump``) and, ``wait_s`` later, each log's tail before the dump and the
+    dump itself (up to ``DUMP_LINES`` lines), and each controller process's log tail. A frozen process would
+    dump only once thawed: it is said to be frozen instead."""
+    sizes: dict[str, int] = {}
+    for bid, proc in sorted(brokers.items()):
+        if proc.alive() and not proc.frozen:
+            try:
+                sizes[bid] = proc.log_path.stat().st_size
+            except OSError:
+                continue
+            proc.signal(signal.SIGQUIT, group=False)  # the broker alone: a JVM it started would dump too
+    if sizes:
+        time.sleep(wait_s)
+    out: list[str] = []
+    for bid, proc in sorted(brokers.items()):
+        state = "frozen" if proc.frozen else f"exit {proc.popen.poll()}"
+        since = sizes.get(bid)
+        out.append(f"--- {proc.log_path.name} ({state})\n" + "\n".join(log_tail(proc.log_path, lines, since)))
+        if since is not None:
+            dump = log_head(proc.log_path, since, DUMP_LINES)
+            out.append(f"--- {proc.log_path.name}: its threads on SIGQUIT\n" + "\n".join(dump))
+    for _cid, proc in sorted(controllers.items()):
+        state = "frozen" if proc.frozen else f"exit {proc.popen.poll()}"
+        out.append(f"--- {proc.log_path.name} ({state})\n" + "\n".join(log_tail(proc.log_path, lines)))
+    return out
 
 
 def zkctl_command() -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 from broker_sim.chaos import faults, verdicts
 from broker_sim.chaos.checks import Checks
 from broker_sim.chaos.player import play
-from broker_sim.chaos.processes import ChaosProcess, JournalTail, read_journal, zkctl_command
+from broker_sim.chaos.processes import ChaosProcess, JournalTail, dump_and_tail, read_journal, zkctl_command
 from broker_sim.chaos.schedule import FAULT_KINDS, GROUP, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
@@ -208,7 +208,8 @@ class ChaosRun(Simulation):
 
     def _post_mortem(self, lines: int = 25) -> str:
         """What a failure to converge says of the cluster: the group's state, the registered brokers, what
-        each runs by its own account, and the tail of each broker process's log (bounded)."""
+        each runs by its own account, and of the processes: each broker's log tail and what its threads were
+        doing (a thread dump on SIGQUIT), each controller's log tail (bounded)."""
         lay, out = self.layout, []
         try:
             out.append(f"group state: {self.admin.get(lay.group_state(GROUP))[0][:1500]!r}")
@@ -218,12 +219,7 @@ class ChaosRun(Simulation):
             out.append(f"ZooKeeper unreadable: {exc}")
         for bid in sorted(set(self.broker_procs) | set(self.workers)):
             out.append(f"{bid} runs {len(self.running_by(bid))} tasks")
-        for _bid, proc in sorted(self.broker_procs.items()):
-            try:
-                tail = proc.log_path.read_text(errors="replace").splitlines()[-lines:]
-            except OSError as exc:
-                tail = [f"(log unreadable: {exc})"]
-            out.append(f"--- {proc.log_path.name} (exit {proc.popen.poll()})\n" + "\n".join(t[:300] for t in tail))
+        out += dump_and_tail(dict(self.broker_procs), dict(self.ctl_procs), lines)
         return "\n".join(out)
 
     def running_by(self, bid: str) -> set[str]:
@@ -363,6 +359,8 @@ class ChaosRun(Simulation):
         phase_wall0 = time.time()
         played = play(self.schedule, lambda f: faults.begin(self, f), self.sleep, self.echo)
         converge_s, last_problems = self._await_convergence()
+        if converge_s is None:  # what each broker was doing then: the verdict alone does not say
+            self.echo(f"did not converge after the faults: {last_problems[:5]}\n{self._post_mortem()}")
         pipeline_figures, v5 = self.checks.sinks(pipes, gens) if pipes else ({}, None)
         time.sleep(2 * o.sample_interval_s)
         self._sampling.set()

@@ -1,6 +1,6 @@
 """The chaos harness's processes, real ones: an exit is dated when it happened, not when the supervisor
 looked (a halted broker's run windows end there); a broker process just spawned survives the wedged-stop
-fault's SIGUSR2."""
+fault's SIGUSR2; a broker process dumps its threads into its log on SIGQUIT and runs on (a post-mortem)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from broker_sim.chaos.processes import ChaosProcess, read_journal
+from broker_sim.chaos.processes import ChaosProcess, dump_and_tail, read_journal, zkctl_command
 from tests.cli_support import until
 
 #: A broker's life in brief: it journals a start, notes when it exits, and exits as a halt does (75).
@@ -100,3 +100,25 @@ def test_a_broker_process_just_spawned_survives_the_wedged_stop_signal(zk, zk_ho
         assert sent > 100
     finally:
         stop(proc)
+
+
+def test_a_broker_process_dumps_its_threads_on_sigquit_and_runs_on(zk, layout, zk_hosts, zk_root, cli_env, tmp_path):
+    cmd = broker_command("b0", zk_hosts, zk_root, tmp_path / "b0.journal")
+    broker = ChaosProcess("b0", cmd, tmp_path / "b0.log", env=cli_env, broker=True)
+    ctl_cmd = zkctl_command() + ["--zk", zk_hosts, "--zk-root", zk_root, "controller", "run", "--id", "ctl-0"]
+    controller = ChaosProcess("ctl-0", ctl_cmd, tmp_path / "ctl-0.log", env=cli_env)
+    try:
+        until(lambda: "b0" in zk.get_children(layout.broker_ids), 60, "the broker to register")
+        until(lambda: zk.exists(layout.controller) is not None, 60, "the controller to be elected")
+        text = "\n".join(dump_and_tail({"b0": broker}, {"ctl-0": controller}, lines=25))
+        assert "b0.log: its threads on SIGQUIT" in text, text
+        assert "most recent call first" in text and "broker_main" in text, text  # the main thread's stack
+        assert text.count("Thread 0x") >= 3, text  # all threads: the worker's own beside the main one
+        assert "--- ctl-0.log (exit None)" in text, text
+        until(lambda: "thread names:" in broker.log_path.read_text(), 10, "the threads' names in the log")
+        assert "worker-b0-deadline" in broker.log_path.read_text()  # its names, by the ids of the dump
+        time.sleep(1.0)
+        assert broker.alive() and controller.alive()
+    finally:
+        stop(broker)
+        controller.terminate(10)
