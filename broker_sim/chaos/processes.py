@@ -258,8 +258,8 @@ def group_has_live_members(pgid: int) -> bool:
 def _ignore_broker_signals() -> None:
     """Run in the child between fork and exec: SIGUSR2 (the wedged-stop fault) and SIGQUIT (a thread dump)
     ignored until ``broker_main`` installs its handlers. Left to their default actions they end a broker that
-    is still importing, and an ignored disposition survives exec (a blocked mask or a handler would not help:
-    the mask is a per-thread state Python resets, a handler is reset to the default by exec)."""
+    is still importing. An ignored disposition survives exec and the broker's handler replaces it; a handler
+    would not survive exec, and a blocked signal would stay blocked past the handler, never delivered."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 
