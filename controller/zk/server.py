@@ -205,7 +205,10 @@ class ZooKeeperServer:
         return pid is not None and self._our_process(pid) is not None
 
     def is_serving(self) -> bool:
-        return four_letter_word(self.host, self.port, "ruok") == "imok"
+        """Whether it serves clients: ``srvr`` shows its mode. ``ruok`` proves less: it answers ``imok`` from the
+        moment the port is open, before the server has loaded its data (a client's requests then fail), and
+        an ensemble member without a quorum answers it too."""
+        return "Mode:" in four_letter_word(self.host, self.port, "srvr")
 
     def command(self) -> list[str]:
         """The java command line of this server (its config written first)."""
@@ -247,6 +250,8 @@ class ZooKeeperServer:
         return proc.pid
 
     def wait_until_serving(self, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+        """Until it serves clients (``is_serving``; a standalone server as an ensemble member), at most
+        ``timeout``: a caller's first request must not meet a server still loading its data."""
         if proc is None and self._proc is not None and self._proc.pid == self.read_pid():
             proc = self._proc
         deadline = time.monotonic() + timeout
@@ -256,11 +261,11 @@ class ZooKeeperServer:
                 raise ZooKeeperSetupError(
                     f"ZooKeeper exited with code {code}; see {self.log_file}:\n{self._log_tail()}"
                 )
-            if self.is_serving() and (not self.peers or "Mode:" in four_letter_word(self.host, self.port, "srvr")):
+            if self.is_serving():
                 return
             time.sleep(0.1)
         raise ZooKeeperSetupError(
-            f"ZooKeeper on {self.address} did not answer within {timeout:.0f}s; see {self.log_file}"
+            f"ZooKeeper on {self.address} did not serve within {timeout:.0f}s; see {self.log_file}"
         )
 
     def _log_tail(self, lines: int = 15) -> str:
