@@ -130,7 +130,7 @@ def test_process_brokers_under_reconcile_keep_every_invariant(monkeypatch, tmp_p
 def test_process_brokers_with_wedged_stops_halt_before_their_tasks_move_and_come_back():
     """Broker processes whose stops hang (SIGUSR2 wedges a no-op runner) while they are cut off from ZooKeeper:
     each must halt (exit 75) at its fence deadline, before its session expires, so no task ever has two running
-    owners (the halted process's run windows end when its exit is noticed); the harness restarts it, as a
+    owners (the halted process's run windows end when it exited); the harness restarts it, as a
     supervisor would, and it is back in the group at the end."""
     summary = run_chaos(
         ChaosOptions(seed=5, duration_s=30, brokers=3, tasks=20, kinds=WEDGED_KINDS, process_brokers=True)
