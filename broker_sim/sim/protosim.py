@@ -305,7 +305,7 @@ class ProtocolSim:
             return
         self._member_do(
             mid,
-            node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing), frozenset(node.holding)),
+            node.member.on_owned(*self.owned_view(node)),
         )
 
     def _acquire(self, mid: str, t: str, session: int) -> None:
@@ -334,7 +334,7 @@ class ProtocolSim:
         node.running[t] = self.clock.now()
         self._member_do(
             mid,
-            node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing), frozenset(node.holding)),
+            node.member.on_owned(*self.owned_view(node)),
         )
         if t not in node.member.desired:
             self._reconcile(mid)
@@ -371,7 +371,7 @@ class ProtocolSim:
             del self.locks[t]
         self._member_do(
             mid,
-            node.member.on_owned(frozenset(node.holding | node.acquiring | node.releasing), frozenset(node.holding)),
+            node.member.on_owned(*self.owned_view(node)),
         )
         if t in node.member.desired:
             self._reconcile(mid)
@@ -387,12 +387,25 @@ class ProtocolSim:
         node.releasing.discard(t)
         self._member_do(
             mid,
-            node.member.on_released(
-                frozenset(node.holding | node.acquiring | node.releasing), request, frozenset(node.holding)
-            ),
+            node.member.on_released(*self._released_view(node, request)),
         )
         if t in node.member.desired:
             self._reconcile(mid)
+
+    @staticmethod
+    def owned_view(node: SimNode) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        """What the worker tells its member: what it holds or may hold any moment, whose owner lock it holds,
+        and of those whose start is not over (held, not running, or being stopped: the group is not Stable on
+        them; a task given back while its stop is under way stops, is let go and is taken again)."""
+        holding = frozenset(node.holding)
+        settled = node.running.keys() - node.stopping
+        return frozenset(node.holding | node.acquiring | node.releasing), holding, holding - settled
+
+    def _released_view(
+        self, node: SimNode, request: JoinRequest
+    ) -> tuple[frozenset[str], JoinRequest, frozenset[str], frozenset[str]]:
+        owned, holding, starting = self.owned_view(node)
+        return owned, request, holding, starting
 
     def end_run(self, node: SimNode, mid: str, t: str) -> None:
         start = node.running.pop(t, None)

@@ -8,7 +8,7 @@
  4. after the last fault, the group is Stable and every runnable task runs on exactly one live member
     within the stated bound (``converged``);
  5. reconcile: whenever the group state says Stable, every task placed with a live member is held by it (its
-    owner lock): Stable means running, never "published".
+    owner lock) and has started there: Stable means running, never "published" nor "taken".
 
 Pure functions over what the simulation holds: they return the violations they find, the simulation records
 them.
@@ -35,7 +35,8 @@ def stable_means_running(
     now: float,
 ) -> list[Violation]:
     """Invariant 5: a reconciling group says Stable only when every task placed with a live member is held
-    by that member (a member that crashed meanwhile is not the coordinator's to know yet)."""
+    by that member and runs there (a member that crashed meanwhile is not the coordinator's to know yet, nor
+    what a member frozen or cut off has fenced)."""
     found: list[Violation] = []
     if info.protocol != RECONCILE or info.state != GroupState.STABLE.value:
         return found
@@ -44,9 +45,12 @@ def stable_means_running(
         r = coordinator.members.get(m)
         if node is None or not node.alive or r is None or r.incarnation != node.member.incarnation:
             continue  # (a member gone or restarted since: not the coordinator's to know yet)
+        cut_off = node.frozen_until > now or node.partitioned_until > now  # (its fence is not the coordinator's to see)
         for t in ts:
             if locks.get(t) != m and t in tasks:
                 found.append(Violation(5, now, f"Stable while {t}, placed with {m}, is held by {locks.get(t)}"))
+            elif t in tasks and not cut_off and t not in node.running:
+                found.append(Violation(5, now, f"Stable while {t}, held by {m}, has not started there"))
     return found
 
 

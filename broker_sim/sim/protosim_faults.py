@@ -124,7 +124,8 @@ class FaultInjector:
         node = h.nodes[mid]
         if not node.alive:
             return
-        node.frozen_until = h.clock.now() + duration
+        # (a process frozen already stays frozen until the later of the two ends: a second freeze cannot thaw it)
+        node.frozen_until = max(node.frozen_until, h.clock.now() + duration)
         if duration >= h.cfg.session_timeout:
             # the session expires while frozen; a frozen process runs nothing, so its intervals end now
             for t in list(node.running):

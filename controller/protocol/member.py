@@ -170,7 +170,12 @@ class Member:
         self.last_report = self._build_request(join_generation, self.reported)
         return self.last_report
 
-    def _build_request(self, join_generation: int, owned: frozenset[str]) -> JoinRequest:
+    def _build_request(
+        self, join_generation: int, owned: frozenset[str], releasing: frozenset[str] = frozenset()
+    ) -> JoinRequest:
+        """``releasing``: owner znodes let go by the very write that carries this request (a task revoked, then
+        given back before its stop was over, is not held once that write lands: it is pending again)."""
+        holding = self.holding - releasing
         return JoinRequest(
             member_id=self.member_id,
             join_generation=join_generation,
@@ -183,9 +188,9 @@ class Member:
             instance_id=self.instance_id,
             leaving=self.leaving,
             incarnation=self.incarnation,
-            pending=tuple(sorted(self.desired - self.holding)),
+            pending=tuple(sorted(self.desired - holding)),
             acknowledges=True,
-            starting=tuple(sorted(self.starting & self.holding & owned)),
+            starting=tuple(sorted(self.starting & holding & owned)),
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
@@ -362,7 +367,7 @@ class Member:
         written the usual way once the release is done."""
         if not self.follows_assignment_alone:
             return None
-        self.last_report = self._build_request(self.join_generation, (held - releasing) | self.desired)
+        self.last_report = self._build_request(self.join_generation, (held - releasing) | self.desired, releasing)
         return self.last_report
 
     def on_released(
@@ -430,6 +435,9 @@ class Member:
         self.reconcile_mode = True
         before = self.desired
         self.desired = frozenset(a.assigned)
+        # a task given back that we still hold from its revocation may be stopping (it then stops, is let go and
+        # is taken again): not running for good until the worker says so (it tells us after every SetDesired)
+        self.starting = self.starting | ((self.owned - before) & self.desired)
         # what we were told to run may be held already (an acquisition in flight) until the worker says not
         self.owned = self.owned | (before - self.desired)
         self.pending_revocation = (
