@@ -142,9 +142,17 @@ def cluster_ps(ctx: Ctx, name: str | None) -> None:
     show_default=True,
     help="seconds a broker may take to come back before the roll pauses itself",
 )
+@click.option(
+    "--logs-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="keep each replaced container's log here (removing a container removes its log)",
+)
 @pass_ctx
 @_guard
-def cluster_upgrade(ctx: Ctx, image: str, name: str, group_name: str, batch: int, timeout: float) -> None:
+def cluster_upgrade(
+    ctx: Ctx, image: str, name: str, group_name: str, batch: int, timeout: float, logs_dir: str | None
+) -> None:
     """Roll the cluster's brokers to IMAGE with the controller's planned roll: each broker's tasks move to
     brokers already rolled, then its container is replaced by one of IMAGE (same name and broker id)."""
     out = _containers().upgrade(
@@ -156,6 +164,7 @@ def cluster_upgrade(ctx: Ctx, image: str, name: str, group_name: str, batch: int
         batch=batch,
         timeout=timeout,
         echo=lambda line: None if ctx.json_out else click.echo(line),
+        logs_dir=logs_dir,
     )
     ctx.emit(out, f"cluster {name}: {len(out['brokers'])} brokers on {image}, {out['moves']} task moves")
 

@@ -291,6 +291,32 @@ def registered_brokers(zk: str, root: str) -> list[str]:
         client.close()
 
 
+#: the most lines of a replaced container's log that ``upgrade`` keeps
+LOG_TAIL_LINES = 20_000
+
+
+def _ended(old: Any, logs_dir: str | None) -> dict[str, Any]:
+    """How a container's last life ended, as Docker recorded it (exit code, start and finish times), and, with
+    ``logs_dir``, its log saved there: both go with the container when it is removed, and they are what tells
+    a broker that exited at the roll's request from one that halted at its fence deadline, and when it did."""
+    old.reload()
+    state = old.attrs.get("State", {})
+    out: dict[str, Any] = {
+        "broker": old.name,
+        "container": old.short_id,
+        "exit_code": state.get("ExitCode"),
+        "started_at": state.get("StartedAt"),
+        "finished_at": state.get("FinishedAt"),
+        "log": None,
+    }
+    if logs_dir is not None:
+        path = Path(logs_dir) / f"{old.name}.{old.short_id}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(old.logs(timestamps=True, tail=LOG_TAIL_LINES))
+        out["log"] = str(path)
+    return out
+
+
 def _replace(client: Any, old: Any, image: str) -> Any:
     """The same container (name, command, environment, mounts, labels) on another image."""
     cfg, host = old.attrs.get("Config", {}), old.attrs.get("HostConfig", {})
@@ -319,11 +345,13 @@ def upgrade(
     batch: int = 1,
     timeout: float = 300.0,
     echo: Callable[[str], None] = print,
+    logs_dir: str | None = None,
 ) -> dict[str, Any]:
     """Roll cluster ``name``'s brokers to ``image`` with the controller's planned roll: a broker's restart
     policy is turned off when its turn comes, so that once its tasks have moved and it exits, its container
     is replaced by one of the new image under the same name and broker id (which joins again; the roll goes
-    on). Returns the roll's last state (a paused roll raises, with its reason)."""
+    on). Returns the roll's last state and how each replaced container ended (``replaced``; with
+    ``logs_dir``, its log saved there first); a paused roll raises, with its reason."""
     from controller.admin import AdminClient
     from controller.protocol.roll import RollState
 
@@ -343,6 +371,7 @@ def upgrade(
         started = admin.roll(group, batch=batch, timeout_s=timeout)
         st: RollState | None = started
         replaced: set[str] = set()
+        ended: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout * (len(started.order) + 2)
         while time.monotonic() < deadline:
             st = admin.roll_status()
@@ -356,16 +385,26 @@ def upgrade(
                 if c.attrs.get("HostConfig", {}).get("RestartPolicy", {}).get("Name") != "no":
                     c.update(restart_policy={"Name": "no"})  # its exit after the roll's shutdown is final
                 elif c.status == "exited":
+                    ended.append(_ended(c, logs_dir))
                     brokers[bid] = _replace(client, c, image)
                     replaced.add(bid)
-                    echo(f"  {bid}: exited at the roll's request; replaced by a container of {image}")
+                    echo(
+                        f"  {bid}: exited (code {ended[-1]['exit_code']}) at the roll's request; "
+                        f"replaced by a container of {image}"
+                    )
             time.sleep(0.5)
         if st is None or st.phase != "done":
             raise ContainersUnavailable(
                 f"the roll did not finish: {st.phase + ': ' + st.reason if st else 'no roll'}"
                 "; `zkctl broker roll --resume` goes on once the broker is back"
             )
-        return {"image": image, "brokers": sorted(replaced), "moves": st.moves, "steps": len(st.order)}
+        return {
+            "image": image,
+            "brokers": sorted(replaced),
+            "moves": st.moves,
+            "steps": len(st.order),
+            "replaced": ended,
+        }
     finally:
         zkc.stop()
         zkc.close()

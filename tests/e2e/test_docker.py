@@ -140,6 +140,54 @@ def _owners(admin: AdminClient) -> dict[str, str | None]:
     return {r.task_id: r.owner for r in admin.list_tasks()}
 
 
+LOG_TAIL = 150  # lines of each container's log a failing container test prints
+
+
+def _utc(t: float | None) -> str:
+    """An interval's epoch time as Docker prints its timestamps (UTC, RFC 3339), to read the two side by side."""
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+def _cluster_report(client: Any, name: str, admin: AdminClient | None, logs_dir: Path | None) -> str:
+    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers (each
+    life's start, finish and exit code) with the tail of their logs, and the logs the upgrade kept of the
+    containers it replaced. Each part is best effort: a report must not hide the failure it explains."""
+    out: list[str] = []
+    if admin is not None:
+        try:
+            out.append("run intervals (task broker generation: acquired start end released, UTC):")
+            for i in admin.intervals():
+                out.append(
+                    f"  {i.task_id} {i.broker} g{i.generation}: {_utc(i.acquired)} {_utc(i.start)} "
+                    f"{_utc(i.end)} {_utc(i.released)}"
+                )
+            out.append(f"roll: {admin.roll_status()}")
+        except Exception as exc:
+            out.append(f"  (not read: {type(exc).__name__}: {exc})")
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"})
+    except Exception as exc:
+        containers = []
+        out.append(f"containers not listed: {type(exc).__name__}: {exc}")
+    for c in sorted(containers, key=lambda c: c.name):
+        st = c.attrs.get("State", {})
+        out.append(
+            f"--- container {c.name} {c.short_id} ({c.status}, started {st.get('StartedAt')}, finished "
+            f"{st.get('FinishedAt')}, exit {st.get('ExitCode')}, restarts {c.attrs.get('RestartCount')}):"
+        )
+        if c.labels.get("zkc.role") in ("broker", "controller"):
+            try:
+                out.append(c.logs(timestamps=True, tail=LOG_TAIL).decode(errors="replace"))
+            except Exception as exc:
+                out.append(f"  (no log: {type(exc).__name__})")
+    for f in sorted(logs_dir.glob("*.log")) if logs_dir is not None and logs_dir.is_dir() else []:
+        out.append(f"--- replaced container {f.stem} (its last {LOG_TAIL} lines):")
+        out.append("\n".join(f.read_text(errors="replace").splitlines()[-LOG_TAIL:]))
+    return "\n".join(out)
+
+
 def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
     client = _engine()
     name = f"t{uuid.uuid4().hex[:6]}"
@@ -443,6 +491,8 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         name=name, zk_nodes=1, controllers=1, brokers=3, runner="spark", image=image, root="/roll", data_dir=str(data)
     )
     zk = None
+    admin: AdminClient | None = None
+    replaced_logs = tmp_path / "replaced"
     try:
         info = containers.up(spec, echo=lambda line: None)
         zk = make_client(ZkSettings(hosts=info.zk, root="/roll", session_timeout_s=30))
@@ -480,6 +530,8 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
             new_image,
             "--timeout",
             "240",
+            "--logs-dir",
+            str(replaced_logs),
             timeout=1500,
         )
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
@@ -500,6 +552,9 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         assert double_ownership(admin.intervals()) == []
         st = admin.roll_status()
         assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
+    except BaseException:
+        print(_cluster_report(client, name, admin, replaced_logs))
+        raise
     finally:
         if zk is not None:
             zk.stop()
