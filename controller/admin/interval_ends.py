@@ -4,7 +4,12 @@ at once on every task that moved, growing by the second, while nothing of the ki
 session's run ended at the latest when the session did, and ZooKeeper says when that was: its owner znode
 went before the next owner's was created, and its registration before the broker's next one. An open
 interval of a live session is left open (it is running); a real overlap (two runs recorded as overlapping)
-is never touched."""
+is never touched.
+
+A live broker's log trails its runs too: it rewrites it at most every ``intervals_flush_s`` (2 s), and only
+after it let go of the task, so for that long its log still shows a run it has ended while the next owner's
+log may already show its start: two owners at once, in ZooKeeper, where none ran. ``unflushed_ends`` names
+such runs; a checker of overlaps reads again until there are none (``settled_intervals``)."""
 
 from __future__ import annotations
 
@@ -55,11 +60,35 @@ def session_ends(
     return out
 
 
-def close_ended_sessions(client: KazooClient, layout: ZkLayout, intervals: list[RunInterval]) -> list[RunInterval]:
-    """``intervals`` with every open run of an ended session closed when that session ended at the latest."""
-    open_intervals = [iv for iv in intervals if iv.end is None]
-    if not open_intervals:
-        return intervals
+def unflushed_ends(
+    open_intervals: Sequence[RunInterval],
+    registered: dict[str, float | None],
+    owners: dict[str, tuple[str, float] | None],
+) -> list[int]:
+    """Pure: the open intervals (by index) of live sessions whose end is not in their broker's log yet. A live
+    session's run is current while its task's owner znode names its broker and was created no later than the
+    run took it (``acquired``, else ``start``; the owner znode is created before either); any other open run of
+    a live session was let go (the task has another owner, none, or a newer owner znode of its own) and its
+    end is on its way. (Were it never to come, the broker would be running a task it does not own: a reader
+    that waits for these ends and then checks for overlaps finds that too.) An ended session's runs are
+    ``session_ends``'s. ``registered`` and ``owners`` as there."""
+    out: list[int] = []
+    for k, iv in enumerate(open_intervals):
+        since = registered.get(iv.broker)
+        if since is None or since > iv.start:
+            continue  # the session that started this run has ended
+        owner = owners.get(iv.task_id)
+        took = iv.acquired if iv.acquired is not None else iv.start
+        if owner is None or owner[0] != iv.broker or owner[1] > took:
+            out.append(k)
+    return out
+
+
+def _session_facts(
+    client: KazooClient, layout: ZkLayout, open_intervals: Sequence[RunInterval]
+) -> tuple[dict[str, float | None], dict[str, tuple[str, float] | None], dict[str, float | None]]:
+    """What ZooKeeper says of the sessions of these runs, in one pipelined round: each broker's registration
+    and interval log (when created, when last written) and each task's owner znode (whose, since when)."""
     brokers = sorted({iv.broker for iv in open_intervals})
     tasks = sorted({iv.task_id for iv in open_intervals})
     reg_async = {b: client.exists_async(layout.broker(b)) for b in brokers}
@@ -77,13 +106,31 @@ def close_ended_sessions(client: KazooClient, layout: ZkLayout, intervals: list[
                 owners[t] = (codecs.decode(OwnerInfo, data, layout.task_owner(t)).broker, stat.ctime / 1000)
             except PayloadError:
                 owners[t] = ("", stat.ctime / 1000)
+    return registered, owners, flushed
+
+
+def close_ended_sessions(client: KazooClient, layout: ZkLayout, intervals: list[RunInterval]) -> list[RunInterval]:
+    """``intervals`` with every open run of an ended session closed when that session ended at the latest."""
+    return settled_intervals(client, layout, intervals)[0]
+
+
+def settled_intervals(
+    client: KazooClient, layout: ZkLayout, intervals: list[RunInterval]
+) -> tuple[list[RunInterval], list[RunInterval]]:
+    """``close_ended_sessions``'s intervals, and the open runs of live sessions whose end is still on its way
+    (``unflushed_ends``): until there are none of those, an overlap in the first is not yet a verdict."""
+    open_intervals = [iv for iv in intervals if iv.end is None]
+    if not open_intervals:
+        return intervals, []
+    registered, owners, flushed = _session_facts(client, layout, open_intervals)
+    pending = [open_intervals[k] for k in unflushed_ends(open_intervals, registered, owners)]
     ends = session_ends(open_intervals, registered, owners, flushed)
     if not ends:
-        return intervals
+        return intervals, pending
     closed = {id(open_intervals[k]): end for k, end in ends.items()}
     return [
         dataclasses.replace(iv, end=closed[id(iv)], released=iv.released if iv.released is not None else closed[id(iv)])
         if id(iv) in closed
         else iv
         for iv in intervals
-    ]
+    ], pending

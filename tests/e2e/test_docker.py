@@ -479,6 +479,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
     place, its tasks held for it) and what balancing a group that was not balanced yet adds."""
     from broker_sim.deploy import containers
     from broker_sim.sim.checker import double_ownership
+    from controller.admin.interval_ends import settled_intervals
 
     client = _engine()
     name = f"r{uuid.uuid4().hex[:6]}"
@@ -549,7 +550,16 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         for t in tasks:
             ids = _ids(data, t)
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
-        assert double_ownership(admin.intervals()) == []
+        # a broker writes the end of a run to its log after it let go of the task (at most every 2 s): until
+        # every such end is there, the logs can show the next owner's start beside a run already over
+        deadline = time.monotonic() + 60
+        while True:
+            intervals, pending = settled_intervals(zk, ZkLayout("/roll"), admin.intervals())
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert pending == [], f"runs let go whose end no broker's log shows after 60 s: {pending}"
+        assert double_ownership(intervals) == []
         st = admin.roll_status()
         assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
     except BaseException:
