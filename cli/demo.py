@@ -27,6 +27,7 @@ from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from broker_sim.sim.checker import close_open, double_ownership
 from cli.common import table
 from controller.admin import AdminClient, ensure_layout, wait_for
+from controller.admin.interval_ends import settled_intervals
 from controller.protocol import codecs
 from controller.protocol.layout import ZkLayout
 from controller.protocol.taskspec import NoopPipeline, TaskSpec, parse_spec
@@ -428,22 +429,28 @@ class Demo:
         datagen: list[Datagen] | None,
     ) -> bool:
         if self.runner != "spark":
-            time.sleep(1.0)
             admin = AdminClient(client, layout)
-            # a killed broker's last flushed intervals are still open: its tasks died with it
-            recorded = [
-                codecs.RunInterval(
-                    task_id=i.task_id,
-                    broker=i.broker,
-                    start=i.start,
-                    end=self.killed[i.broker],
-                    acquired=i.acquired,
-                    released=self.killed[i.broker],
-                )
-                if i.end is None and i.broker in self.killed
-                else i
-                for i in admin.intervals()
-            ]
+            # a killed broker's last flushed intervals are still open: its tasks died with it; a live broker
+            # writes the end of a run it let go within its flush interval: read again until those are there
+            deadline = time.monotonic() + 10
+            while True:
+                recorded = [
+                    codecs.RunInterval(
+                        task_id=i.task_id,
+                        broker=i.broker,
+                        start=i.start,
+                        end=self.killed[i.broker],
+                        acquired=i.acquired,
+                        released=self.killed[i.broker],
+                    )
+                    if i.end is None and i.broker in self.killed
+                    else i
+                    for i in admin.intervals()
+                ]
+                recorded, pending = settled_intervals(client, layout, recorded)
+                if not pending or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
             intervals = close_open(recorded, time.time())
             overlaps = double_ownership(intervals)
             self.say(
