@@ -388,10 +388,7 @@ def upgrade(
                     ended.append(_ended(c, logs_dir))
                     brokers[bid] = _replace(client, c, image)
                     replaced.add(bid)
-                    echo(
-                        f"  {bid}: exited (code {ended[-1]['exit_code']}) at the roll's request; "
-                        f"replaced by a container of {image}"
-                    )
+                    echo(f"  {bid}: exited (code {ended[-1]['exit_code']}); replaced by a container of {image}")
             time.sleep(0.5)
         if st is None or st.phase != "done":
             raise ContainersUnavailable(
