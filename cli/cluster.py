@@ -10,6 +10,7 @@ import click
 from cli.common import Ctx, LazyCommand, LazyGroup, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
 from controller.protocol.codecs import to_jsonable
+from controller.protocol.roll import DEFAULT_WARMUP_S, MAX_WARMUP_S
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 
@@ -247,11 +248,26 @@ def _roll_line(st: Any) -> str:
     help="at most this many tasks moving at once (0: a step's tasks all at once); a broker's start threads, "
     "so that no task waits behind others to start",
 )
+@click.option(
+    "--warmup",
+    type=click.FloatRange(0, MAX_WARMUP_S),
+    default=DEFAULT_WARMUP_S,
+    show_default=True,
+    help="seconds each step's first wave waits for the brokers receiving its tasks to prepare their starts "
+    "(the tasks run where they are meanwhile; 0: no wait)",
+)
 @click.option("--resume", is_flag=True, help="go on with a paused roll")
 @click.option("--status", "status_only", is_flag=True, help="where the roll stands")
 @pass_ctx
 def broker_roll(
-    ctx: Ctx, group_name: str, batch: int, timeout: float, wave: int, resume: bool, status_only: bool
+    ctx: Ctx,
+    group_name: str,
+    batch: int,
+    timeout: float,
+    wave: int,
+    warmup: float,
+    resume: bool,
+    status_only: bool,
 ) -> None:
     """Planned roll: the controller restarts the group's brokers a batch at a time, moving each batch's tasks
     to brokers already rolled before it goes down and waiting until it is back (restarted by its supervisor,
@@ -262,7 +278,7 @@ def broker_roll(
     elif resume:
         st = admin.resume_roll()
     else:
-        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave)
+        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave, warmup_s=warmup)
     ctx.emit(to_jsonable(st) if st is not None else None, _roll_line(st))
 
 

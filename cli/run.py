@@ -272,6 +272,13 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--stop-latency", type=click.FloatRange(min=0), default=None, help="seconds each stop takes (noop runner)"
 )
 @click.option(
+    "--prepare-share",
+    type=click.FloatRange(0, 1),
+    default=None,
+    help="share of --start-latency a task's prepare pays before it arrives (a planned roll's warm-up; noop "
+    "runner) [default: 0.7]",
+)
+@click.option(
     "--stop-hang",
     is_flag=True,
     default=False,
@@ -323,6 +330,7 @@ def broker_run(
     lazy_session: bool,
     start_latency: float | None,
     stop_latency: float | None,
+    prepare_share: float | None,
     stop_hang: bool,
     stop_timeout: float | None,
     session_timeout: float,
@@ -346,13 +354,21 @@ def broker_run(
                 "--spark-master, --spark-conf, --checkpoint-root and --lazy-session apply to --runner spark only"
             )
         options: dict[str, Any] = {
-            k: v for k, v in (("start_latency_s", start_latency), ("stop_latency_s", stop_latency)) if v is not None
+            k: v
+            for k, v in (
+                ("start_latency_s", start_latency),
+                ("stop_latency_s", stop_latency),
+                ("prepare_share", prepare_share),
+            )
+            if v is not None
         }
         if stop_hang:
             options["stop_hang"] = True
     else:
-        if start_latency is not None or stop_latency is not None or stop_hang:
-            raise click.UsageError("--start-latency, --stop-latency and --stop-hang apply to --runner noop only")
+        if start_latency is not None or stop_latency is not None or prepare_share is not None or stop_hang:
+            raise click.UsageError(
+                "--start-latency, --stop-latency, --prepare-share and --stop-hang apply to --runner noop only"
+            )
         options = _spark_options(
             {
                 "master": spark_master,

@@ -9,11 +9,13 @@ import click
 
 from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
+from broker_sim.runners.noop import DEFAULT_PREPARE_SHARE
 from broker_sim.sim.farm import FarmError
 from broker_sim.sim.scenarios import format_summary
 from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
 from broker_sim.sim.simulator import run_simulation
 from cli.common import Ctx, UserError
+from controller.protocol.roll import DEFAULT_WARMUP_S
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS
 
 
@@ -129,6 +131,21 @@ BROKERS_PER_FARM = 25
     help="tasks moving at once in the roll scenario (0: a step's tasks all at once; the pool's 8 threads: "
     "no task waits behind others to start)",
 )
+@click.option(
+    "--roll-warmup",
+    type=click.FloatRange(0, 600),
+    default=DEFAULT_WARMUP_S,
+    show_default=True,
+    help="seconds each roll step's first wave waits for the brokers receiving its tasks to prepare them",
+)
+@click.option(
+    "--prepare-share",
+    type=click.FloatRange(0, 1),
+    default=DEFAULT_PREPARE_SHARE,
+    show_default=True,
+    help="share of --start-latency a no-op task's prepare pays before the task arrives (a planned roll's "
+    "warm-up; 0: no prepare)",
+)
 @click.pass_obj
 def sim_run(
     ctx: Ctx,
@@ -153,6 +170,8 @@ def sim_run(
     repeat: int,
     roll_batch: int,
     roll_wave: int,
+    roll_warmup: float,
+    prepare_share: float,
 ) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
@@ -198,6 +217,8 @@ def sim_run(
         repeat=repeat,
         roll_batch=roll_batch,
         roll_wave=roll_wave,
+        roll_warmup_s=roll_warmup,
+        prepare_share=prepare_share,
     )
     echo = (lambda s: None) if ctx.json_out else click.echo
     try:

@@ -14,7 +14,7 @@ from controller.admin.common import AdminError
 from controller.protocol import codecs
 from controller.protocol.codecs import BrokerInfo, PayloadError
 from controller.protocol.layout import ZkLayout, check_name
-from controller.protocol.roll import MAX_WAVE, RollState, roll_order
+from controller.protocol.roll import DEFAULT_WARMUP_S, MAX_WARMUP_S, MAX_WAVE, RollState, roll_order
 
 
 class RollAdmin:
@@ -41,14 +41,25 @@ class RollAdmin:
         """The roll in progress, paused or last done (None: none was ever asked for)."""
         return self._read()[0]
 
-    def roll(self, group: str = "default", batch: int = 1, timeout_s: float = 300.0, wave: int = 0) -> RollState:
+    def roll(
+        self,
+        group: str = "default",
+        batch: int = 1,
+        timeout_s: float = 300.0,
+        wave: int = 0,
+        warmup_s: float = DEFAULT_WARMUP_S,
+    ) -> RollState:
         """Start rolling ``group``'s brokers (the live brokers registered in it now, members yet or not: a broker
         still starting its session is one to roll), ``batch`` at a time; each batch must come back
         within ``timeout_s`` (else the roll pauses itself); ``wave``: at most that many tasks in flight at once
-        (0: a step's moves all at once)."""
+        (0: a step's moves all at once); ``warmup_s``: how long each step's first wave waits for the brokers
+        receiving its tasks to prepare their starts (0: no wait)."""
         check_name("group", group)
-        if batch < 1 or timeout_s <= 0 or not 0 <= wave <= MAX_WAVE:
-            raise AdminError(f"a roll needs --batch >= 1, --timeout > 0 and 0 <= --wave <= {MAX_WAVE}")
+        if batch < 1 or timeout_s <= 0 or not 0 <= wave <= MAX_WAVE or not 0 <= warmup_s <= MAX_WARMUP_S:
+            raise AdminError(
+                f"a roll needs --batch >= 1, --timeout > 0, 0 <= --wave <= {MAX_WAVE} "
+                f"and 0 <= --warmup <= {MAX_WARMUP_S:g}"
+            )
         current, version = self._read()
         if current is not None and current.phase != "done":
             raise AdminError(
@@ -68,6 +79,7 @@ class RollAdmin:
             since=now,
             started=now,
             wave=wave,
+            warmup_s=warmup_s,
         )
         path = self.layout.admin_roll
         try:

@@ -19,7 +19,16 @@ from controller.protocol.codecs import ControlledShutdownRequest, PayloadError
 from controller.protocol.group import GroupCoordinator
 from controller.protocol.group_state import GroupState
 from controller.protocol.layout import ZkLayout
-from controller.protocol.roll import Plan, RollState, balance_plan, drain_plan, hold_plan, next_wave, placed
+from controller.protocol.roll import (
+    Plan,
+    RollState,
+    balance_plan,
+    drain_plan,
+    hold_plan,
+    incoming_of,
+    next_wave,
+    placed,
+)
 from controller.zk.io import InterruptibleClient
 
 log = logging.getLogger(__name__)
@@ -40,6 +49,8 @@ class RollDriver:
         self._plan: Plan | None = None
         #: the wave of that plan pinned last (None: the plan's first wave is still to pin)
         self._wave: dict[str, str] | None = None
+        #: wall time the plan's first wave may go (its moves announced, their receivers preparing); None: now
+        self._lead_until: float | None = None
 
     @property
     def state(self) -> RollState | None:
@@ -73,9 +84,10 @@ class RollDriver:
         self._state = state
         if before is not None and (state is None or not state.active):
             self._applied, self._plan, self._wave = None, None, None  # (a resumed roll pins its phase afresh)
+            self._lead_until = None
             coord = context_of(self._host).groups.get(before.group)
             if coord is not None:
-                coord.end_roll()
+                self._host.apply(before.group, coord.end_roll())
 
     def _write(self, state: RollState) -> None:
         path = self._layout.admin_roll
@@ -85,9 +97,13 @@ class RollDriver:
 
     # ---- advancing --------------------------------------------------------------------------------
     def deadline_wall(self) -> float | None:
-        """Wall time the current phase's bound runs out (the timer's Tick then pauses the roll)."""
+        """Wall time the current phase's bound runs out (the timer's Tick then pauses the roll), or the plan's
+        first wave may go, whichever is first."""
         st = self._state
-        return st.since + st.timeout_s if st is not None and st.active else None
+        if st is None or not st.active:
+            return None
+        bound = st.since + st.timeout_s
+        return bound if self._lead_until is None else min(bound, self._lead_until)
 
     def advance(self) -> None:
         ctx = self._host.ctx
@@ -127,6 +143,15 @@ class RollDriver:
         if self._applied == key:
             return False
         self._applied, self._plan, self._wave = key, plan, None
+        incoming = incoming_of(plan)
+        self._host.apply(st.group, coord.on_roll_incoming(incoming))
+        self._lead_until = None
+        if incoming and st.warmup_s > 0:
+            # the moves are announced; the first wave waits for their receivers to prepare, every task pinned
+            # where it runs meanwhile (a new controller's coordinator has no pins of the phase before)
+            self._lead_until = time.time() + st.warmup_s
+            why = f"roll of {', '.join(st.batch_now()) or 'the group'}: {st.phase} (warm-up)"
+            self._host.apply(st.group, coord.on_roll_placement(hold_plan(coord.assignment).placement, why))
         self._next_wave(st, coord)
         return True
 
@@ -135,6 +160,10 @@ class RollDriver:
         plan = self._plan
         if plan is None:
             return False
+        if self._lead_until is not None:
+            if time.time() < self._lead_until:
+                return False  # its receivers are preparing the first wave
+            self._lead_until = None
         if self._wave is not None and not (coord.state is GroupState.STABLE and placed(coord.assignment, self._wave)):
             return False  # the wave pinned last is still on its way
         wave = next_wave(coord.assignment, plan, st.wave)

@@ -15,7 +15,7 @@ the join round of the eager and cooperative protocols (``join_round.py``), the r
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.protocol.clock import Clock, WallClock
@@ -31,6 +31,7 @@ from controller.protocol.codecs import (
     TaskDescriptor,
 )
 from controller.protocol.errors import ProtocolError
+from controller.protocol.group_messages import MAX_INCOMING
 from controller.protocol.group_operations import GroupOperations
 from controller.protocol.group_state import (  # noqa: F401 (the states, imported from here too)
     VALID_PREVIOUS,
@@ -83,6 +84,9 @@ class GroupCoordinator:
     reassign: dict[str, str] = field(default_factory=dict)
     #: members a planned roll restarts in place: when one leaves, its tasks wait for it until this deadline
     leave_holds: dict[str, float] = field(default_factory=dict)
+    #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
+    #: so that it prepares their start before they arrive
+    incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: identity -> tasks of members that left during the join round now under way, neither held nor placed
     #: again yet: should maintenance mode begin before the round ends, they wait for their member
     departed: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -643,6 +647,24 @@ class GroupCoordinator:
             return []
         return self.prepare_rebalance(reason)
 
+    def on_roll_incoming(self, incoming: Mapping[str, Sequence[str]]) -> list[Decision]:
+        """A planned roll's next moves, announced to the members that receive them before any of them moves:
+        under reconcile each member whose announcement changes is published its assignment again with it (its
+        tasks unchanged); a join round's members learn it with their next assignment."""
+        self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.members}
+        if not self.reconcile.active():
+            return []
+        return self.reconcile.step(write_state=False)
+
+    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
+        """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
+        assigned already and tasks gone, at most ``MAX_INCOMING``."""
+        ts = self.incoming.get(member_id)
+        if not ts:
+            return ()
+        mine = set(assigned)
+        return tuple(t for t in ts if t not in mine and t in self.tasks)[:MAX_INCOMING]
+
     def hold_on_leave(self, member_id: str, seconds: float) -> bool:
         """A planned roll restarts this member in place (its tasks have nowhere to go first): when it leaves,
         its tasks wait up to ``seconds`` for it to come back, as a static member's do, instead of moving.
@@ -652,9 +674,16 @@ class GroupCoordinator:
         self.leave_holds[member_id] = self.clock.now() + max(0.0, seconds)
         return True
 
-    def end_roll(self) -> None:
-        """The roll is over (or paused): no pins left; the assignor places as it always does."""
+    def end_roll(self) -> list[Decision]:
+        """The roll is over (or paused): no pins left, nothing announced (under reconcile the members told of
+        moves are published their assignment again without them, so they discard what they prepared); the
+        assignor places as it always does."""
         self.reassign.clear()
+        announced = bool(self.incoming)
+        self.incoming.clear()
+        if announced and self.reconcile.active():
+            return self.reconcile.step(write_state=False)
+        return []
 
     def on_tick(self) -> list[Decision]:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""

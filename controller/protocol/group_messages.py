@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: the most tasks an assignment may announce as ``incoming`` (a roll moves at most a few brokers' share at once)
+MAX_INCOMING = 10_000
+#: the longest task id (``layout.check_name`` allows 200 characters)
+MAX_TASK_ID_CHARS = 200
+
 
 @dataclass(frozen=True)
 class HeldTasks:
@@ -160,3 +165,17 @@ class Assignment:
     follow_up: bool | None = None
     #: reconcile: the member's life (its request's ``incarnation``) this assignment is for
     incarnation: str | None = None
+    #: tasks a planned roll moves to this member next (none of them assigned yet): it may prepare their start
+    #: (``broker_sim.worker.warmup``) but runs none of them; a broker of an earlier release ignores the field
+    incoming: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.incoming:
+            if len(self.incoming) > MAX_INCOMING:
+                raise ValueError(f"incoming names {len(self.incoming)} tasks, over {MAX_INCOMING}")
+            if len(set(self.incoming)) != len(self.incoming):
+                raise ValueError("incoming names a task twice")
+            if any(not t or len(t) > MAX_TASK_ID_CHARS for t in self.incoming):
+                raise ValueError(f"incoming names a task id that is empty or over {MAX_TASK_ID_CHARS} characters")
+            if not set(self.incoming).isdisjoint(self.assigned):
+                raise ValueError("incoming names a task already assigned")

@@ -281,6 +281,7 @@ class JoinRound:
                         protocol=core.protocol or "eager",
                         leader=core.leader,
                         follow_up=second_round and m == core.leader,
+                        incoming=core.incoming_for(m, assigned),
                     ),
                 )
             )

@@ -139,6 +139,8 @@ class ReconcileGroup:
     published_at: dict[str, float] = field(default_factory=dict)
     #: the members last shown as starting: the group state is written again when that changes
     shown_starting: tuple[str, ...] = ()
+    #: member -> the tasks its last published assignment announced as incoming (a planned roll's next moves)
+    announced: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
@@ -358,6 +360,7 @@ class ReconcileGroup:
         self.unreleased.clear()
         self.waiting.clear()
         self.published_at.clear()
+        self.announced.clear()
         self.barred.clear()
         self.refused.clear()
         self.republish.clear()
@@ -464,6 +467,7 @@ class ReconcileGroup:
             self.unreleased.pop(m, None)  # (its session ended, and with it every owner znode it held)
             self.waiting.pop(m, None)
             self.published_at.pop(m, None)
+            self.announced.pop(m, None)
             self.refused.pop(m, None)
             self.republish.discard(m)
             for bar in self.barred.values():
@@ -668,7 +672,8 @@ class ReconcileGroup:
                 for t in pending.keys() & set(now_assigned):
                     del pending[t]
             to_revoke = tuple(sorted(t for t in revoked[m] if t not in pending)) if m in revoked else ()
-            if now_assigned != core.assignment.get(m) or to_revoke or everyone or m in self.republish:
+            news = core.incoming_for(m, now_assigned) != self.announced.get(m, ())
+            if now_assigned != core.assignment.get(m) or to_revoke or everyone or m in self.republish or news:
                 changed.append((m, now_assigned, to_revoke))
         return changed
 
@@ -704,6 +709,11 @@ class ReconcileGroup:
                 del self.unreleased[m]
             core.assignment[m] = now_assigned
             self.epochs[m] = core.generation
+            incoming = core.incoming_for(m, now_assigned)
+            if incoming:
+                self.announced[m] = incoming
+            else:
+                self.announced.pop(m, None)
             writes.append(
                 (
                     m,
@@ -714,6 +724,7 @@ class ReconcileGroup:
                         revoked=tuple(sorted(pending)),
                         protocol=RECONCILE,
                         incarnation=core.members[m].incarnation,
+                        incoming=incoming,
                     ),
                 )
             )

@@ -15,6 +15,11 @@ False gives the ``T + 2T/N`` plan: the first batch's tasks to the last batch.)
 
 Moves go out in waves of at most ``wave`` tasks (a step's moves all at once with 0): a broker starting
 twenty tasks on eight threads makes the last ones wait for two starts before their own.
+
+Warm-up: every plan's moves are announced to the brokers that receive them (``incoming``) before the first
+wave goes, and its first wave waits ``warmup_s`` for them to prepare those starts; the tasks run where they
+are meanwhile, so the wait lengthens the roll, not any task's downtime. Later waves are prepared while the
+waves before them move.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+
+#: the default wait of a plan's first wave for its receivers to prepare (a no-op task prepares in 0.35 s, a
+#: Spark pipeline in well under a second on a warm session: docs/benchmarks.md § "The planned roll")
+DEFAULT_WARMUP_S = 1.0
+#: the longest wait an operator or a znode may ask
+MAX_WARMUP_S = 600.0
 
 #: the phases of a roll: ``drain`` (the batch's tasks move away), ``restart`` (the batch was asked to shut
 #: down; waiting for it to come back under the same ids), ``balance`` (every batch is back: the final
@@ -56,6 +67,9 @@ class RollState:
     #: at most this many tasks in flight at once within a step (0: a step's moves all at once): a broker
     #: starting twenty tasks on eight threads makes the last of them wait for two starts before their own
     wave: int = 0
+    #: how long a plan's first wave waits after its moves are announced to their receivers (0: no wait), for
+    #: them to prepare those tasks' starts
+    warmup_s: float = DEFAULT_WARMUP_S
 
     @property
     def active(self) -> bool:
@@ -176,6 +190,14 @@ def next_wave(assignment: Mapping[str, Sequence[str]], plan: Plan, wave: int) ->
         if t not in out and t not in plan.moved:
             out[t] = b
     return out
+
+
+def incoming_of(plan: Plan) -> dict[str, tuple[str, ...]]:
+    """Member -> the tasks the plan moves to it (what the member is told is coming)."""
+    out: dict[str, list[str]] = {}
+    for t in plan.moved:
+        out.setdefault(plan.placement[t], []).append(t)
+    return {m: tuple(sorted(ts)) for m, ts in out.items()}
 
 
 def placed(assignment: Mapping[str, Sequence[str]], placement: Mapping[str, str]) -> bool:

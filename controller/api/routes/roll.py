@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from controller.api.context import API, ApiContext
 from controller.protocol.codecs import to_jsonable
+from controller.protocol.roll import DEFAULT_WARMUP_S, MAX_WARMUP_S
 
 
 class RollBody(BaseModel):
@@ -16,6 +17,7 @@ class RollBody(BaseModel):
     batch: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300.0, gt=0)
     wave: int = Field(default=0, ge=0, le=100_000)
+    warmup_s: float = Field(default=DEFAULT_WARMUP_S, ge=0, le=MAX_WARMUP_S)
     resume: bool = False
 
 
@@ -32,7 +34,9 @@ def router(ctx: ApiContext) -> APIRouter:
         st = (
             admin.resume_roll()
             if body.resume
-            else admin.roll(body.group, batch=body.batch, timeout_s=body.timeout_s, wave=body.wave)
+            else admin.roll(
+                body.group, batch=body.batch, timeout_s=body.timeout_s, wave=body.wave, warmup_s=body.warmup_s
+            )
         )
         return to_jsonable(st)
 
