@@ -3,6 +3,8 @@
 ``start`` and ``stop`` block until done; the worker calls them concurrently (one named pool thread per
 call) so runners must be thread-safe. ``stop`` returns only once the task has fully stopped: the worker
 releases ``/tasks/<bucket>/<id>/owner`` right after, so a runner that returned early would let two owners overlap.
+``prepare`` and ``discard`` (optional) let a runner do part of a start before the task is its own: a prepared
+task is not running, and ``start`` uses what was prepared only for the same spec.
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ class TaskRunner(abc.ABC):
     @abc.abstractmethod
     def status(self, task_id: str) -> RunStatus:
         """The task's current state; STOPPED for a task this runner does not run."""
+
+    def prepare(self, task_id: str, spec: TaskSpec) -> bool:
+        """Do now the part of the task's start that needs no ownership (a planned roll announced the task: it
+        arrives soon), so that its ``start`` with this very spec is shorter. Nothing outside this process may
+        see it: no output, no owner, no query or job started. False: this runner prepares nothing (the
+        default: a runner that cannot prepare starts its tasks as it always did)."""
+        return False
+
+    def discard(self, task_id: str) -> None:  # noqa: B027  (an optional hook: nothing prepared by default)
+        """Drop what ``prepare`` kept for the task (it did not arrive, or its spec changed); idempotent.
+        ``kill`` and ``close`` drop everything prepared too."""
 
     def session_info(self) -> SessionInfo | None:
         """The compute session its tasks share (a SparkSession), as the broker's registration reports it;

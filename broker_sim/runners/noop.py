@@ -2,10 +2,15 @@
 
 A NoopPipeline spec may make the task fail (``fail_after_s``) or complete (``complete_after_s``) after a
 while, measured from its start, which is how restart-with-backoff and COMPLETED are tested.
+
+``prepare`` pays ``prepare_share`` of the start latency in advance (a planned roll's warm-up): a start of the
+same spec then sleeps the rest. The default share is the part of a Spark pipeline's start its own ``prepare``
+takes off (docs/benchmarks.md § "The planned roll").
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass
@@ -13,6 +18,10 @@ from dataclasses import dataclass
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
 from controller.protocol.clock import Clock, SystemClock
 from controller.protocol.taskspec import NoopPipeline, TaskSpec
+
+#: the share of ``start_latency_s`` a prepare pays in advance by default (what a Spark pipeline's prepare saves
+#: of its start, measured in docs/benchmarks.md § "The planned roll")
+DEFAULT_PREPARE_SHARE = 0.7
 
 
 @dataclass
@@ -32,8 +41,16 @@ class NoopRunner(TaskRunner):
         stop_latency_s: float = 0.0,
         clock: Clock | None = None,
         stop_hang: bool = False,
+        prepare_share: float = DEFAULT_PREPARE_SHARE,
     ) -> None:
+        if not 0.0 <= prepare_share <= 1.0:
+            raise ValueError(f"prepare_share {prepare_share!r} is not within 0..1")
         self.start_latency_s = start_latency_s
+        self.prepare_share = prepare_share
+        #: task -> the spec prepared for it (its start then sleeps only the rest of the latency)
+        self._prepared: dict[str, TaskSpec] = {}
+        #: the latest tasks started from what was prepared (what a test or a benchmark reads)
+        self.warm_starts: collections.deque[str] = collections.deque(maxlen=10_000)
         self.stop_latency_s = stop_latency_s
         self.stop_budget_s = stop_latency_s  # the worker stops its tasks in parallel: one latency
         #: a wedged runner, for failure injection: every stop blocks until ``kill``/``close`` (or ``wedge``
@@ -44,9 +61,33 @@ class NoopRunner(TaskRunner):
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
 
-    def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
+    def prepare(self, task_id: str, spec: TaskSpec) -> bool:
+        if self.prepare_share <= 0:
+            return False
         if self.start_latency_s:
-            time.sleep(self.start_latency_s)
+            time.sleep(self.start_latency_s * self.prepare_share)
+        with self._lock:
+            if task_id in self._runs:
+                return False  # it started meanwhile (cold): nothing to keep
+            self._prepared[task_id] = spec
+        return True
+
+    def discard(self, task_id: str) -> None:
+        with self._lock:
+            self._prepared.pop(task_id, None)
+
+    def prepared(self) -> set[str]:
+        """Tasks prepared and not started (nor discarded)."""
+        with self._lock:
+            return set(self._prepared)
+
+    def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
+        with self._lock:
+            warm = self._prepared.pop(task_id, None) == spec
+            if warm:
+                self.warm_starts.append(task_id)
+        if self.start_latency_s:
+            time.sleep(self.start_latency_s * ((1.0 - self.prepare_share) if warm else 1.0))
         with self._lock:
             self._runs[task_id] = _Run(spec=spec, started=self.clock.now(), generation=generation)
 
@@ -98,8 +139,10 @@ class NoopRunner(TaskRunner):
         self._unwedged.set()  # a hung stop's thread returns (the broker is halting)
         with self._lock:
             self._runs.clear()
+            self._prepared.clear()
 
     def close(self) -> None:
         self._unwedged.set()
         with self._lock:
             self._runs.clear()
+            self._prepared.clear()

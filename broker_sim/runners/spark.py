@@ -7,6 +7,10 @@
   (``declarative``), on the same master and settings.
 - ``NoopPipeline`` tasks are simulated (``noop``), so a Spark worker can take any task of its group.
 
+``prepare`` (a planned roll's warm-up) does a streaming ``SparkPipeline``'s start up to the query itself (its
+session, the analysed frame, the configured writer: ``spark_jobs.PreparedQuery``) on the broker's running
+session; a ``start`` of the same spec then only starts the query. Other pipelines prepare nothing.
+
 Thread-safe: the worker calls ``start``/``stop`` for different tasks concurrently; calls for one task are
 serialised by a per-task lock. ``stop`` returns only once the task's Spark work has terminated, or raises.
 """
@@ -21,7 +25,7 @@ import time
 from typing import Any, Protocol
 
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
-from broker_sim.runners.spark_jobs import BatchRun, PipelineStartError, StreamingRun
+from broker_sim.runners.spark_jobs import BatchRun, PipelineStartError, PreparedQuery, StreamingRun
 from broker_sim.runners.spark_process import DriverProcesses
 from broker_sim.runners.spark_session import (
     SessionHolder,
@@ -142,6 +146,8 @@ class SparkRunner(TaskRunner):
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[TaskSpec, _Run]] = {}
         self._task_locks: dict[str, threading.Lock] = {}
+        #: task -> (the spec it was prepared for, what was prepared): taken by its start, dropped by ``discard``
+        self._prepared: dict[str, tuple[TaskSpec, PreparedQuery]] = {}
         self._closed = False
         # pipelines with isolation "process": each in a driver process of its own (spark_process)
         self._drivers = DriverProcesses(self.spark_master, self.spark_conf, stop_budget_s)
@@ -187,6 +193,37 @@ class SparkRunner(TaskRunner):
             return self._task_locks.setdefault(task_id, threading.Lock())
 
     # ---- TaskRunner -----------------------------------------------------------------------------------
+    def prepare(self, task_id: str, spec: TaskSpec) -> bool:
+        """A streaming pipeline run in this driver, on a session already started (a prepare never starts a
+        JVM for a task that may not come): its session, frame and writer now, its query at ``start``."""
+        pipeline = spec.pipeline
+        if not isinstance(pipeline, SparkPipeline) or pipeline.mode == "batch" or pipeline.isolation == "process":
+            return False
+        holder = self._holder
+        if holder is None or not holder.started:
+            return False
+        with self._task_lock(task_id):
+            with self._lock:
+                if self._closed or task_id in self._runs:
+                    return False
+            checkpoint = checkpoint_location(self.checkpoint_root, task_id)
+            prepared = StreamingRun.prepare(holder.get(), task_id, pipeline, checkpoint)
+            with self._lock:
+                if self._closed:
+                    return False
+                self._prepared[task_id] = (spec, prepared)
+        return True
+
+    def discard(self, task_id: str) -> None:
+        """Drop the references only (the JVM frees the session and plan with them): no call into Spark."""
+        with self._lock:
+            self._prepared.pop(task_id, None)
+
+    def prepared(self) -> set[str]:
+        """Tasks prepared and not started (nor discarded)."""
+        with self._lock:
+            return set(self._prepared)
+
     def start(self, task_id: str, spec: TaskSpec, generation: int) -> None:
         with self._task_lock(task_id):
             with self._lock:
@@ -200,11 +237,13 @@ class SparkRunner(TaskRunner):
                 old_run.stop(60.0)
                 with self._lock:
                     self._runs.pop(task_id, None)
-            run = self._start_run(task_id, spec, generation)
+            with self._lock:
+                kept = self._prepared.pop(task_id, None)
+            run = self._start_run(task_id, spec, generation, kept[1] if kept is not None and kept[0] == spec else None)
             with self._lock:
                 self._runs[task_id] = (spec, run)
 
-    def _start_run(self, task_id: str, spec: TaskSpec, generation: int) -> _Run:
+    def _start_run(self, task_id: str, spec: TaskSpec, generation: int, prepared: PreparedQuery | None = None) -> _Run:
         pipeline = spec.pipeline
         if isinstance(pipeline, SparkPipeline):
             checkpoint = checkpoint_location(self.checkpoint_root, task_id)
@@ -213,7 +252,7 @@ class SparkRunner(TaskRunner):
             spark = self.session()
             if pipeline.mode == "batch":
                 return BatchRun(task_id, pipeline).start(spark)
-            return StreamingRun(task_id, pipeline, checkpoint).start(spark)
+            return StreamingRun(task_id, pipeline, checkpoint).start(spark, prepared)
         if isinstance(pipeline, DeclarativePipeline):
             from broker_sim.runners.declarative import DeclarativeRun
 
@@ -262,11 +301,18 @@ class SparkRunner(TaskRunner):
             pgids |= set(getattr(run, "process_groups", lambda: set())())
         return pids, pgids | self._drivers.process_groups()  # isolated drivers, also while they start
 
+    def kill(self) -> None:
+        """The broker halts: what was prepared goes with the driver JVM the lease guard kills."""
+        with self._lock:
+            self._prepared.clear()
+        super().kill()
+
     def close(self) -> None:
         """Stop every task (in parallel, each in a named thread), then the SparkSession and its JVM."""
         with self._lock:
             self._closed = True
             ids = list(self._runs)
+            self._prepared.clear()
         self._drivers.close()
         errors: list[BaseException] = []
 

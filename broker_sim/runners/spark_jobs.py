@@ -157,6 +157,26 @@ class _Listener:
         return Listener()
 
 
+def _local_missing(path: str) -> bool:
+    """A local input directory that does not exist yet (its frame cannot be resolved without creating it)."""
+    parsed = urlparse(path)
+    if parsed.scheme not in ("", "file"):
+        return False
+    return not os.path.exists(parsed.path if parsed.scheme else path)
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    """A streaming task's start done up to the query itself: its session (the task's settings), the analysed
+    frame and the configured writer. Nothing of it is visible outside the driver: no query, no output, no
+    checkpoint written. ``writer`` None: the input directory did not exist yet (creating it is the start's)."""
+
+    pipeline: SparkPipeline
+    checkpoint: str
+    session: Any
+    writer: Any
+
+
 class StreamingRun:
     """A task's streaming query. ``stop`` returns only when the query has terminated."""
 
@@ -188,11 +208,21 @@ class StreamingRun:
         for p in self._query.recentProgress:
             self._on_progress(p)
 
-    def start(self, spark: Any) -> StreamingRun:
-        session = task_session(spark, self.task_id, self.pipeline)
-        frame = build_frame(session, self.task_id, self.pipeline, streaming=True)
-        writer = frame.writeStream.queryName(self.task_id).option("checkpointLocation", self.checkpoint)
-        sink = self.pipeline.sink
+    @staticmethod
+    def prepare(spark: Any, task_id: str, pipeline: SparkPipeline, checkpoint: str) -> PreparedQuery:
+        """The part of ``start`` that needs no ownership (a planned roll's warm-up): the task's session, its
+        source resolved and its SQL analysed, the writer configured with the sink and checkpoint paths."""
+        session = task_session(spark, task_id, pipeline)
+        source = pipeline.source
+        if isinstance(source, FilesSource) and _local_missing(source.path):
+            return PreparedQuery(pipeline, checkpoint, session, None)
+        frame = build_frame(session, task_id, pipeline, streaming=True)
+        return PreparedQuery(pipeline, checkpoint, session, StreamingRun._writer(frame, task_id, pipeline, checkpoint))
+
+    @staticmethod
+    def _writer(frame: Any, task_id: str, pipeline: SparkPipeline, checkpoint: str) -> Any:
+        writer = frame.writeStream.queryName(task_id).option("checkpointLocation", checkpoint)
+        sink = pipeline.sink
         if isinstance(sink, FilesSink):
             writer = writer.format(sink.format).outputMode("append").options(**sink.options).option("path", sink.path)
         else:
@@ -203,11 +233,24 @@ class StreamingRun:
                 .option("numRows", sink.num_rows)
                 .option("truncate", "false")
             )
-        trigger = self.pipeline.trigger
+        trigger = pipeline.trigger
         if trigger.processing_time:
             writer = writer.trigger(processingTime=trigger.processing_time)
         elif trigger.available_now:
             writer = writer.trigger(availableNow=True)
+        return writer
+
+    def start(self, spark: Any, prepared: PreparedQuery | None = None) -> StreamingRun:
+        """Start the query, from ``prepared`` when it was prepared for this very pipeline and checkpoint."""
+        if prepared is not None and (prepared.pipeline != self.pipeline or prepared.checkpoint != self.checkpoint):
+            prepared = None
+        if prepared is not None:
+            session, writer = prepared.session, prepared.writer
+        else:
+            session, writer = task_session(spark, self.task_id, self.pipeline), None
+        if writer is None:
+            frame = build_frame(session, self.task_id, self.pipeline, streaming=True)
+            writer = self._writer(frame, self.task_id, self.pipeline, self.checkpoint)
         self._listener = _Listener.make(self)
         session.streams.addListener(self._listener)
         sc = spark.sparkContext
@@ -354,4 +397,13 @@ class BatchRun:
             raise TimeoutError(f"task {self.task_id}: batch job still running {timeout:.0f}s after cancel")
 
 
-__all__ = ["PipelineStartError", "Progress", "StreamingRun", "BatchRun", "spark_error", "task_session", "build_frame"]
+__all__ = [
+    "PipelineStartError",
+    "PreparedQuery",
+    "Progress",
+    "StreamingRun",
+    "BatchRun",
+    "spark_error",
+    "task_session",
+    "build_frame",
+]

@@ -157,7 +157,13 @@ class Scenarios:
         admin = AdminClient(self.sim.admin, self.sim.layout)
         whole = StepResult("roll", "all", time.time(), measured=False)  # (starts the window: the first moves)
         self.sim.steps.append(whole)
-        admin.roll("default", batch=o.roll_batch, timeout_s=max(30.0, o.converge_timeout_s), wave=o.roll_wave)
+        admin.roll(
+            "default",
+            batch=o.roll_batch,
+            timeout_s=max(30.0, o.converge_timeout_s),
+            wave=o.roll_wave,
+            warmup_s=o.roll_warmup_s,
+        )
         deadline = time.monotonic() + o.converge_timeout_s * (o.brokers + 2)
         st = admin.roll_status()
         while time.monotonic() < deadline and st is not None and st.phase not in ("done", "paused"):

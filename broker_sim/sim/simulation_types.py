@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from broker_sim.runners.noop import DEFAULT_PREPARE_SHARE
 from controller.protocol.errors import ZkcError
+from controller.protocol.roll import DEFAULT_WARMUP_S
 from controller.protocol.rules import COOPERATIVE, protocols_for
 
 SCENARIOS = (
@@ -65,6 +67,11 @@ class SimOptions:
     roll_batch: int = 1
     #: tasks in flight at once in the roll scenario (0: a step's moves all at once)
     roll_wave: int = 0
+    #: seconds each roll step's first wave waits for its receivers to prepare (``zkctl broker roll --warmup``)
+    roll_warmup_s: float = DEFAULT_WARMUP_S
+    #: the share of the start latency a no-op task's prepare pays in advance (brokers in this process; a
+    #: farm's brokers keep the runner's default)
+    prepare_share: float = DEFAULT_PREPARE_SHARE
 
     def protocols(self) -> tuple[str, ...]:
         return protocols_for(self.protocol)

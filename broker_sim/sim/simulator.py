@@ -154,7 +154,11 @@ class Simulation:
             intervals_flush_s=3600.0,
             on_halt="kill",
         )
-        runner = NoopRunner(start_latency_s=self.opts.start_latency_s, stop_latency_s=self.opts.stop_latency_s)
+        runner = NoopRunner(
+            start_latency_s=self.opts.start_latency_s,
+            stop_latency_s=self.opts.stop_latency_s,
+            prepare_share=self.opts.prepare_share,
+        )
         w = Worker(cfg, runner=runner).start()
         self.workers[bid] = w
         return w

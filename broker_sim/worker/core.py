@@ -14,7 +14,7 @@ itself): ``registration`` (our broker znode, the session check), ``fence`` (marg
 probe, pulse), ``deadline`` (the hard fence deadline's watchdog), ``ownership`` (acquire and release owner
 znodes), ``tasks`` (``TaskSupervisor``: start, restart, stop runners), ``reporting`` (statuses and run
 intervals), ``group_io`` (the group's znodes read, watched and written), ``actions`` (the Member's decisions
-carried out) and ``connection`` (what each connection state does). They share the task table (``slots``: one lock, the slots, what the member wants run) and the
+carried out), ``warmup`` (the tasks a planned roll announces, prepared before they arrive) and ``connection`` (what each connection state does). They share the task table (``slots``: one lock, the slots, what the member wants run) and the
 ``BrokerSession`` (id, session, generation, closing), both written only where documented.
 """
 
@@ -59,6 +59,7 @@ from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Regi
 from broker_sim.worker.reporting import Reporter
 from broker_sim.worker.slots import TaskTable
 from broker_sim.worker.tasks import TaskSupervisor
+from broker_sim.worker.warmup import WarmUp, announced
 from controller.protocol import codecs
 from controller.protocol.codecs import (
     BrokerInfo,
@@ -130,7 +131,7 @@ class Worker:
             self.table.lock,
             self.registration,
             running=self.table.running,
-            stop_runners=lambda ts, why: self.tasks.stop_runners(ts, why),
+            stop_runners=self._fence_stop,
             resume=lambda: self.tasks.reconcile(),
             closing=lambda: self.session.closing,
             stopped=self.stopped,
@@ -177,6 +178,15 @@ class Worker:
             stopped=self.stopped,
         )
         self.group_io = GroupIO(self.client, self.layout, self.id, config.group, self._enqueue)
+        self.warmup = WarmUp(
+            self.id,
+            self.client,
+            self.layout,
+            self.runner,
+            desired=lambda: self.table.desired,
+            running=self.table.running,
+            fenced=lambda: self.fence.up or self.session.closing,
+        )
         self.actions = ActionExecutor(
             self.id,
             self.group_io,
@@ -223,8 +233,17 @@ class Worker:
         )
 
     def _renew_member(self) -> None:
-        """A lost session: the next one starts over with a fresh Member."""
+        """A lost session: the next one starts over with a fresh Member (and nothing prepared)."""
+        self.warmup.drop_all("session lost")
         self.member = self._new_member()
+
+    def _fence_stop(self, tasks: list[str], why: str) -> None:
+        """The fence: every runner stops, then what is prepared is dropped (never waiting for a prepare under
+        way: it sees the fence and discards its own result)."""
+        try:
+            self.tasks.stop_runners(tasks, why)
+        finally:
+            self.warmup.drop_all(why)
 
     def _fail(self, reason: str) -> None:
         """The broker cannot run at all: ``failure`` says why, and the process must exit."""
@@ -303,6 +322,7 @@ class Worker:
             return
         self.session.closing = True
         self._enqueue(StopEvent())
+        self.warmup.close()
         self.tasks.stop_all(release=True)
         self.stopped.set()
         if self.client.connected:
@@ -332,6 +352,7 @@ class Worker:
                 slot.running = False
         self.stopped.set()
         self._enqueue(StopEvent())
+        self.warmup.close()
         self.runner.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         try:
@@ -396,6 +417,9 @@ class Worker:
                 if self.member.generation >= 0:
                     self.session.generation = self.member.generation  # owner znodes record the new generation
                 self.actions.do(actions)
+                incoming = announced(a, self.member.generation, self.member.incarnation)
+                if incoming is not None:
+                    self.warmup.announce(incoming)
         elif isinstance(event, Owned):
             self.actions.do(self.member.on_owned(self.table.held(), self.table.holding(), self.table.starting()))
         elif isinstance(event, Stopped):
@@ -463,6 +487,7 @@ class Worker:
                 continue
             try:
                 self.tasks.poll()
+                self.warmup.review()
                 self.reporting.write_statuses()
                 self.reporting.flush_intervals()
             except (KazooException, KazooTimeoutError):
