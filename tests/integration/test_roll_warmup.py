@@ -93,3 +93,31 @@ def test_what_was_prepared_and_did_not_arrive_is_discarded(zk_hosts: str) -> Non
         ran_there = [i for i in sim.all_intervals() if i.task_id in leaving and i.broker == "broker-000"]
         assert not [i for i in ran_there if i.start >= rolled_at], ran_there
         assert double_ownership(sim.all_intervals()) == []
+
+
+def test_the_fence_drops_what_was_prepared(zk_hosts: str) -> None:
+    """A broker fenced (ZooKeeper out of reach) while it holds prepared tasks: the fence stops what runs and
+    drops what was prepared too; nothing is prepared while it is up."""
+    opts = SimOptions(
+        brokers=2, tasks=4, zk_hosts=zk_hosts, converge_timeout_s=30, start_latency_s=0.2, protocol="reconcile"
+    )
+    with Simulation(opts) as sim:
+        sim.create_tasks(opts.tasks)
+        sim.start_controller("ctl-0")
+        sim.start_workers([sim.broker_id(i) for i in range(2)])
+        assert sim.wait_converged(balanced=True) is not None
+        admin = AdminClient(sim.admin, sim.layout)
+        admin.roll("default", batch=1, timeout_s=60.0, warmup_s=60.0)
+        assert _supervise(sim, admin, (), 30, step=1) == "drain"
+        receiver = sim.workers["broker-000"]
+        leaving = set(sim.workers["broker-001"].running_tasks())
+        deadline = time.monotonic() + 10
+        while receiver.runner.prepared() != leaving and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.05)
+        assert receiver.runner.prepared() == leaving  # type: ignore[attr-defined]
+        receiver.fence.fence()  # what the SUSPENDED timer and the pause detector call
+        assert receiver.runner.prepared() == set() and receiver.warmup.prepared() == set()  # type: ignore[attr-defined]
+        assert receiver.runner.running() == set()
+        receiver.warmup.review()  # (the status thread's pass while fenced: nothing prepared again)
+        time.sleep(0.3)
+        assert receiver.runner.prepared() == set()  # type: ignore[attr-defined]
