@@ -146,9 +146,10 @@ class RollDriver:
         incoming = incoming_of(plan)
         self._host.apply(st.group, coord.on_roll_incoming(incoming))
         self._lead_until = None
-        if incoming and st.warmup_s > 0:
+        if incoming and st.warmup_s > 0 and coord.reconcile.active():
             # the moves are announced; the first wave waits for their receivers to prepare, every task pinned
-            # where it runs meanwhile (a new controller's coordinator has no pins of the phase before)
+            # where it runs meanwhile (a new controller's coordinator has no pins of the phase before). A join
+            # round announces only with the assignments it publishes (its next waves): nothing to wait for
             self._lead_until = time.time() + st.warmup_s
             why = f"roll of {', '.join(st.batch_now()) or 'the group'}: {st.phase} (warm-up)"
             self._host.apply(st.group, coord.on_roll_placement(hold_plan(coord.assignment).placement, why))
