@@ -5,6 +5,7 @@ announcement per receiver and the coordinator publishing it, and the no-op runne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -95,6 +96,20 @@ def test_an_assignment_without_incoming_decodes():
     old = {"version": 1, "generation": 4, "controller_epoch": 2, "assigned": ["t1"], "revoked": []}
     a = codecs.decode(Assignment, json.dumps(old).encode())
     assert a.incoming == () and a.assigned == ("t1",)
+
+
+def test_a_broker_of_an_earlier_release_reads_an_assignment_with_incoming():
+    """Its codec knows no such field: the rest decodes, the field is ignored."""
+
+    @dataclasses.dataclass(frozen=True)
+    class EarlierAssignment:
+        generation: int
+        controller_epoch: int
+        assigned: tuple[str, ...] = ()
+        revoked: tuple[str, ...] = ()
+
+    data = codecs.encode(Assignment(generation=4, controller_epoch=2, assigned=("t1",), incoming=("t2",)))
+    assert codecs.decode(EarlierAssignment, data) == EarlierAssignment(4, 2, ("t1",))
 
 
 def test_incoming_round_trips():
