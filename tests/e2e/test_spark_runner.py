@@ -131,3 +131,33 @@ def test_a_streaming_stop_is_bounded_by_the_stop_budget_and_the_jvm_is_known(
     assert pids == {jvm}
     with open(f"/proc/{jvm}/cmdline", "rb") as f:
         assert b"java" in f.read()
+
+
+def test_a_prepared_streaming_task_writes_nothing_until_its_start_which_uses_it(
+    spark_runner: SparkRunner, spark: Any, tmp_path: Path
+) -> None:
+    """A planned roll's warm-up: ``prepare`` builds the task's session, frame and writer and starts no query
+    (no sink, no checkpoint, not running); the start of the same spec takes what was prepared and runs as
+    a cold one would; a batch pipeline prepares nothing."""
+    from broker_sim.runners.spark import checkpoint_location
+    from tests.spark_support import sink_ids
+
+    src, out, tid = tmp_path / "in", tmp_path / "out", "prepared-stream"
+    generate(DatagenConfig(out_dir=str(src), records=200, batch=50))
+    spec = parse_spec(files_task(tid, src, out, "SELECT id, key FROM input"))
+    assert spark_runner.prepare(tid, spec)
+    assert tid in spark_runner.prepared() and tid not in spark_runner.running()
+    assert spark_runner.status(tid).state is RunState.STOPPED
+    assert not out.exists() and not Path(checkpoint_location(spark_runner.checkpoint_root, tid)).exists()
+    assert all(q.name != tid for q in spark.streams.active)
+    spark_runner.start(tid, spec, 1)
+    try:
+        assert tid not in spark_runner.prepared()  # taken by the start
+        wait_for(lambda: sorted(sink_ids(spark, out)) == list(range(200)), 120, "every record in the sink")
+    finally:
+        spark_runner.stop(tid)
+    batch = parse_spec(files_task("prepared-batch", src, tmp_path / "b-out", "SELECT id FROM input", mode="batch"))
+    assert not spark_runner.prepare("prepared-batch", batch)
+    assert spark_runner.prepare("gone", parse_spec(files_task("gone", src, tmp_path / "g-out", "SELECT id FROM input")))
+    spark_runner.discard("gone")
+    assert "gone" not in spark_runner.prepared()
