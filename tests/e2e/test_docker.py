@@ -150,10 +150,11 @@ def _utc(t: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
-def _cluster_report(client: Any, name: str, admin: AdminClient | None, logs_dir: Path | None) -> str:
-    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers (each
-    life's start, finish and exit code) with the tail of their logs, and the logs the upgrade kept of the
-    containers it replaced. Each part is best effort: a report must not hide the failure it explains."""
+def _cluster_report(client: Any, label: str, admin: AdminClient | None = None, logs_dir: Path | None = None) -> str:
+    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers labelled
+    ``label`` (each life's start, finish and exit code) with the tail of their logs (a ZooKeeper node's only
+    when it is not a zkc cluster's), and the logs the upgrade kept of the containers it replaced. Each part is
+    best effort: a report must not hide the failure it explains."""
     out: list[str] = []
     if admin is not None:
         try:
@@ -167,7 +168,7 @@ def _cluster_report(client: Any, name: str, admin: AdminClient | None, logs_dir:
         except Exception as exc:
             out.append(f"  (not read: {type(exc).__name__}: {exc})")
     try:
-        containers = client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"})
+        containers = client.containers.list(all=True, filters={"label": label})
     except Exception as exc:
         containers = []
         out.append(f"containers not listed: {type(exc).__name__}: {exc}")
@@ -177,7 +178,7 @@ def _cluster_report(client: Any, name: str, admin: AdminClient | None, logs_dir:
             f"--- container {c.name} {c.short_id} ({c.status}, started {st.get('StartedAt')}, finished "
             f"{st.get('FinishedAt')}, exit {st.get('ExitCode')}, restarts {c.attrs.get('RestartCount')}):"
         )
-        if c.labels.get("zkc.role") in ("broker", "controller"):
+        if c.labels.get("zkc.role") != "zk":
             try:
                 out.append(c.logs(timestamps=True, tail=LOG_TAIL).decode(errors="replace"))
             except Exception as exc:
@@ -269,6 +270,9 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
         finally:
             zk.stop()
             zk.close()
+    except BaseException:
+        print(_cluster_report(client, f"zkc.cluster={name}"))
+        raise
     finally:
         down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
         assert down.returncode == 0, down.stdout + down.stderr
@@ -349,6 +353,9 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
         new_ctl = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
         assert new_ctl.epoch > ctl.epoch
+    except BaseException:
+        print(_cluster_report(client, f"com.docker.compose.project={project}"))
+        raise
     finally:
         if zk is not None:
             zk.stop()
@@ -563,7 +570,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         st = admin.roll_status()
         assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
     except BaseException:
-        print(_cluster_report(client, name, admin, replaced_logs))
+        print(_cluster_report(client, f"zkc.cluster={name}", admin, replaced_logs))
         raise
     finally:
         if zk is not None:
