@@ -133,13 +133,19 @@ class ProtocolSim:
             ),
         )
 
+    def check_stable(self) -> None:
+        """Invariant 5 against the group state as it stands (also between writes of it: a state written Stable
+        stays so while a member's tasks stop and start again under it)."""
+        if self.state_zk is not None:
+            self.violations += checks.stable_means_running(
+                self.state_zk, self.coordinator, self.nodes, self.tasks, self.locks, self.clock.now(), self.members_zk
+            )
+
     def _apply(self, decisions: Sequence[Decision]) -> None:
         for d in decisions:
             if isinstance(d, WriteGroupState):
                 self.state_zk = d.info
-                self.violations += checks.stable_means_running(
-                    d.info, self.coordinator, self.nodes, self.tasks, self.locks, self.clock.now()
-                )
+                self.check_stable()
                 for mid, node in list(self.nodes.items()):
                     if node.state_watched:
                         self._to_member(mid, partial(self._group_state_to, mid, d.info))
@@ -262,7 +268,7 @@ class ProtocolSim:
                 self._reconcile(mid)
                 if m.reconcile_mode:  # the worker reports what it holds once its stops and starts are under way
                     session = node.session
-                    self.at(self.clock.now() + 0.0001, partial(self._report_owned, mid, session))
+                    self.at(self.clock.now() + 0.0001, partial(self.report_owned, mid, session))
             elif isinstance(act, Exit):
                 self.crash(mid, clean=True)
         if not node.state_watched and not m.follows_assignment_alone and node.alive and self.nodes.get(mid) is node:
@@ -299,7 +305,7 @@ class ProtocolSim:
             node.acquiring.add(t)
             self._acquire(mid, t, node.session)
 
-    def _report_owned(self, mid: str, session: int) -> None:
+    def report_owned(self, mid: str, session: int) -> None:
         node = self.nodes.get(mid)
         if node is None or not node.alive or node.session != session:
             return
@@ -314,7 +320,7 @@ class ProtocolSim:
             return
         if t not in node.member.desired or node.partitioned_until > self.clock.now() or t not in self.tasks:
             node.acquiring.discard(t)  # given up: no longer "may hold any moment"
-            self._report_owned(mid, session)
+            self.report_owned(mid, session)
             return
         if t in self.locks:
             self.at(self.clock.now() + 0.02, lambda: self._acquire(mid, t, session))  # watch on the owner znode
@@ -322,14 +328,14 @@ class ProtocolSim:
         self.locks[t] = mid
         node.acquiring.discard(t)
         node.holding.add(t)
-        self.at(self.clock.now() + self.cfg.start_latency, lambda: self._started(mid, t, session))
+        self.at(self.clock.now() + self.cfg.start_latency, lambda: self.started(mid, t, session))
 
-    def _started(self, mid: str, t: str, session: int) -> None:
+    def started(self, mid: str, t: str, session: int) -> None:
         node = self.nodes.get(mid)
         if node is None or node.session != session or not node.alive or t not in node.holding:
             return
         if node.frozen_until > self.clock.now():
-            self.at(node.frozen_until, lambda: self._started(mid, t, session))
+            self.at(node.frozen_until, lambda: self.started(mid, t, session))
             return
         node.running[t] = self.clock.now()
         self._member_do(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from broker_sim.sim.protosim_types import SimNode, Violation
-from controller.protocol.codecs import GroupStateInfo, TaskDescriptor
+from controller.protocol.codecs import GroupStateInfo, JoinRequest, TaskDescriptor
 from controller.protocol.group import GroupCoordinator
 from controller.protocol.group_state import GroupState
 from controller.protocol.group_types import WriteAssignments
@@ -33,13 +33,21 @@ def stable_means_running(
     tasks: Mapping[str, TaskDescriptor],
     locks: Mapping[str, str],
     now: float,
+    written: Mapping[str, JoinRequest],
 ) -> list[Violation]:
     """Invariant 5: a reconciling group says Stable only when every task placed with a live member is held
     by that member and runs there (a member that crashed meanwhile is not the coordinator's to know yet, nor
-    what a member frozen or cut off has fenced)."""
+    what a member frozen or cut off has fenced, nor a start its member's report (``written``: the member
+    znodes as they are now) says is under way while that report is on its way to the coordinator)."""
     found: list[Violation] = []
     if info.protocol != RECONCILE or info.state != GroupState.STABLE.value:
         return found
+
+    def told(m: str, t: str) -> bool:
+        """m's report says t is starting and the coordinator has not read that report yet."""
+        w, r = written.get(m), coordinator.members.get(m)
+        return w is not None and t in w.starting and (r is None or t not in r.starting)
+
     for m, ts in coordinator.assignment.items():
         node = nodes.get(m)
         r = coordinator.members.get(m)
@@ -49,7 +57,7 @@ def stable_means_running(
         for t in ts:
             if locks.get(t) != m and t in tasks:
                 found.append(Violation(5, now, f"Stable while {t}, placed with {m}, is held by {locks.get(t)}"))
-            elif t in tasks and not cut_off and t not in node.running:
+            elif t in tasks and not cut_off and t not in node.running and not told(m, t):
                 found.append(Violation(5, now, f"Stable while {t}, held by {m}, has not started there"))
     return found
 

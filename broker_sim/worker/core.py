@@ -132,7 +132,7 @@ class Worker:
             self.registration,
             running=self.table.running,
             stop_runners=self._fence_stop,
-            resume=lambda: self.tasks.reconcile(),
+            resume=self._fence_lifted,
             closing=lambda: self.session.closing,
             stopped=self.stopped,
         )
@@ -244,6 +244,12 @@ class Worker:
             self.tasks.stop_runners(tasks, why)
         finally:
             self.warmup.drop_all(why)
+
+    def _fence_lifted(self) -> None:
+        """The fence lifted: what it stopped starts again, and the member hears of it (it reports those tasks
+        starting, so the group is not Stable until they run again)."""
+        self.tasks.reconcile()
+        self._enqueue(Owned())
 
     def _fail(self, reason: str) -> None:
         """The broker cannot run at all: ``failure`` says why, and the process must exit."""

@@ -285,6 +285,16 @@ class Member:
             and self.group.state == "Stable"
             and a.generation == self.group.generation == self.join_generation - 1
         )
+        if (
+            a.error == ProtocolError.INVALID_REPORT.name
+            and self.generation <= a.generation < self.join_generation
+            and self.state in (WorkerState.JOINING, WorkerState.SYNCING)
+        ):
+            # our request was refused as the coordinator read it, answered at the generation of the last good
+            # one it took: the request we wrote since (a rejoin) may never have reached it (overwritten in our
+            # znode before it was read), so we write it again; a stale answer costs one identical rewrite
+            self.last_error = ProtocolError.INVALID_REPORT
+            return [WriteJoin(self._request(self.join_generation))]
         if a.generation < self.generation or (a.generation != self.join_generation and not static_return):
             return []  # stale (ILLEGAL_GENERATION) or not ours yet
         if a.error is not None:
@@ -483,6 +493,9 @@ class Member:
                 # or progress: tasks taken since our last report (one stuck acquisition must not hide the others,
                 # which the coordinator would otherwise fence us from once the rebalance timeout is over)
                 or (last is not None and taken - (set(last.owned) - set(last.pending)))
+                # or tasks we reported running that start over (our fence stopped them and lifted): until they
+                # run again the coordinator must not count the group Stable
+                or (last is not None and (self.starting & self.desired & taken & self.owned) - set(last.starting))
             )
         ):
             actions.append(WriteJoin(self._request(self.join_generation)))

@@ -409,3 +409,27 @@ def test_stable_means_running_not_only_taken(cluster_of, layout):
     taken = max(c.zk.exists(layout.task_owner(t)).ctime / 1000 for t in TASKS)
     assert stable_at[0] >= taken + 3.0 - 0.1, f"Stable {stable_at[0] - taken:.2f}s after the last task was taken"
     assert starting_seen, "the state never named a member still starting"
+
+
+def test_tasks_the_fence_stopped_are_not_counted_running_until_they_start_again(cluster_of, layout):
+    """b1 is paused (SIGSTOP) long enough for its pause detector to fence it on waking, not long enough to lose
+    its session: its fence stops every task, then lifts, and they start again, each taking 3 s. Its owner
+    znodes never changed hands, but for those 3 s nothing of b1's runs: the group must not say Stable then,
+    and its state names b1 as starting; then it is Stable again with every task where it was."""
+    c = cluster_of(broker_args=("--start-latency", "3"))
+    assert wait_for(c.stable_with_all_owned, 60, 0.05), (c.state(), c.logs())
+    owners = c.owners()
+    b1 = c.procs["b1"]
+    b1.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(1.8)  # past a third of its 4 s session (the pause detector fences), well inside the session
+    finally:
+        b1.send_signal(signal.SIGCONT)
+
+    def b1_starting() -> bool:
+        s = c.state()
+        return s is not None and "b1" in s.starting and s.state != "Stable"
+
+    assert wait_for(b1_starting, 10, 0.02), (c.state(), c.logs())
+    assert wait_for(c.stable_with_all_owned, 30, 0.05), (c.state(), c.logs())
+    assert c.owners() == owners, "b1's session survived: its tasks stayed where they were"

@@ -525,3 +525,18 @@ def test_a_leader_whose_proposal_moves_nothing_stays_stable():
     m.on_group_state(info("AwaitingSync", 2, leader=ME, members=(ME, "m2", "m3")))
     assert m.on_assignment(assignment(2, ["t1", "t2"])) == [SetDesired(frozenset({"t1", "t2"}))]
     assert m.on_owned(frozenset({"t1", "t2"})) == [] and m.state is W.STABLE
+
+
+def test_a_refusal_answered_at_the_generation_before_our_rejoin_makes_us_write_the_rejoin_again():
+    """Our rejoin (for generation 3) was overwritten in our znode before the coordinator read it, by a request
+    out of bounds: the coordinator answers INVALID_REPORT at the generation of the last good request it took
+    (2). We write our rejoin again, else we would wait for a round the coordinator never heard of."""
+    m = syncing_member()
+    m.on_assignment(assignment(2, ["t1"], revoked=["t2"]))
+    [rejoin] = joins(m.on_owned(frozenset({"t1"})))
+    assert m.state is W.JOINING and rejoin.join_generation == 3
+    [again] = joins(m.on_assignment(assignment(2, error=ProtocolError.INVALID_REPORT.name)))
+    assert again.join_generation == 3 and again.owned == ("t1",) and m.state is W.JOINING
+    assert m.last_error is ProtocolError.INVALID_REPORT
+    # any other answer at that generation is stale
+    assert m.on_assignment(assignment(2, error=ProtocolError.ILLEGAL_GENERATION.name)) == []

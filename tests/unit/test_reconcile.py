@@ -623,3 +623,26 @@ def test_a_member_reports_once_more_when_its_last_start_is_over():
     writes = [x for x in m.on_owned(both, both, frozenset()) if isinstance(x, WriteJoin)]
     assert len(writes) == 1 and writes[0].request.starting == () and writes[0].request.generation == 4
     assert not [x for x in m.on_owned(both, both, frozenset()) if isinstance(x, WriteJoin)], "said once"
+
+
+def test_a_member_reports_tasks_starting_over_after_its_fence_and_once_more_when_they_run():
+    """Its fence stopped tasks it had reported running; the fence lifted and they start again (the worker tells
+    the member): it reports them starting, so the coordinator does not count the group Stable until they run
+    again, then once more when they do. A task restarting while the others run is reported alone."""
+    from controller.protocol.member import Member, WriteJoin
+
+    m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
+    m.start(None)
+    m.on_assignment(
+        Assignment(generation=4, controller_epoch=EPOCH, assigned=("t1", "t2"), protocol=RECONCILE, incarnation="a.1")
+    )
+    both = frozenset({"t1", "t2"})
+    m.on_owned(both, both, both)
+    assert [x for x in m.on_owned(both, both, frozenset()) if isinstance(x, WriteJoin)], "running: reported"
+    writes = [x for x in m.on_owned(both, both, both) if isinstance(x, WriteJoin)]  # the fence lifted
+    assert len(writes) == 1 and writes[0].request.starting == ("t1", "t2") and writes[0].request.generation == 4
+    assert not [x for x in m.on_owned(both, both, both) if isinstance(x, WriteJoin)], "said once"
+    writes = [x for x in m.on_owned(both, both, frozenset()) if isinstance(x, WriteJoin)]
+    assert len(writes) == 1 and writes[0].request.starting == ()
+    writes = [x for x in m.on_owned(both, both, frozenset({"t2"})) if isinstance(x, WriteJoin)]
+    assert len(writes) == 1 and writes[0].request.starting == ("t2",)
