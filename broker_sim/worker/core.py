@@ -97,6 +97,8 @@ class Worker:
         self.fence_margin_s = fence_margin(session_timeout_s, config.fence_fraction, stop_budget_s, config.broker_id)
         self.member = self._new_member()
         self.events: queue.Queue[Any] = queue.Queue()
+        self._owned_lock = threading.Lock()
+        self._owned_queued = False  # an Owned event is queued and not handled yet
         self.stopped = threading.Event()
         self.exited = threading.Event()  # controlled shutdown finished
         self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit

@@ -428,7 +428,7 @@ class GroupDriver:
         be answered (``answer_refused``). Returns the members stood in for, by group."""
         ctx = context_of(self._host)
         candidates: list[tuple[str, str, Assignment]] = []
-        for (g, m), _why in sorted(ctx.invalid_members.items()):
+        for g, m in sorted(ctx.invalid_members):
             st, a = states.get(g), assignments.get(g, {}).get(m)
             if st is None or st.protocol != RECONCILE or m in ctx.members.get(g, {}) or (g, m) in ctx.ghost_members:
                 continue
