@@ -193,6 +193,7 @@ class Fence:
         self.stopped = stopped
         self.up = False
         self.raised_at = float("-inf")  # (monotonic) when the fence last went up: older answers cannot lift it
+        self.lifts = 0  # fences lifted so far (``lift``): a fence whose stops outlast a lift reconciles after them
         self.timer: threading.Timer | None = None
         # (the probe looks ``lift`` and ``fence`` up at each call: whatever this fence's are then)
         self.probe = LivenessProbe(
@@ -228,17 +229,29 @@ class Fence:
         """ZooKeeper has not come back in time: stop every task before our session can expire.
 
         A SUSPENDED timer still pending is cancelled, whoever fences: left to fire, it would fence again
-        later, possibly after the fence was lifted, with the connection healthy and nothing left to lift it."""
+        later, possibly after the fence was lifted, with the connection healthy and nothing left to lift it.
+
+        The fence may be lifted while its stops are still under way: the lift's reconcile saw those tasks
+        still running and left them alone, and nothing else would start them again once stopped. So if a
+        lift came while the stops ran, reconcile once they have ended (a stop that could not confirm leaves
+        its task running, so it is not started twice: the deadline watchdog deals with it)."""
         with self.lock:
             timer, self.timer = self.timer, None
             self.up = True
             self.raised_at = time.monotonic()
             running = self.running()
+            lifts = self.lifts
         if timer is not None:
             timer.cancel()  # (harmless from the timer's own thread: it has fired)
         log.warning("worker %s: fencing, stopping %d tasks (ZooKeeper unreachable)", self.who, len(running))
         # fresh threads: the task pool may be stuck in ZooKeeper calls, and stopping must not wait for it
-        self.stop_runners(running, "fence")
+        try:
+            self.stop_runners(running, "fence")
+        finally:
+            with self.lock:
+                lifted = self.lifts != lifts and not self.up and not self.closing()
+            if lifted:
+                self.resume()
 
     def lift(self, sent: float, why: str) -> bool:
         """An answer to a request sent at ``sent`` (monotonic) showed our session alive: lift the fence if
@@ -248,6 +261,7 @@ class Fence:
             if not self.up or sent < self.raised_at or self.closing():
                 return False
             self.up = False
+            self.lifts += 1
         self.probe.last_ok = max(self.probe.last_ok, sent)
         log.info("worker %s: %s; resuming", self.who, why)
         self.resume()

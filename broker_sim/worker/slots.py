@@ -102,6 +102,8 @@ class TaskSlot:
     held: bool = False  # our owner znode exists
     running: bool = False  # runner started (and not stopped)
     busy: bool = False  # a start/stop is in progress on a pool thread
+    stopping: int = 0  # runner stops under way (``stop_runner``; the fence's run on threads of their own)
+    stops: int = 0  # runner stops begun: a poll's reading of the run from before one of them is stale
     failures: int = 0
     restart_at: float | None = None
     state: str = "STOPPED"

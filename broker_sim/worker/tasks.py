@@ -387,6 +387,8 @@ class TaskSupervisor:
             slot = self.table.slots.get(t)
             if slot is None or not slot.running:
                 return
+            slot.stopping += 1
+            slot.stops += 1
         end = time.time()
         self.deadlines.stop_begins(t)
         try:
@@ -396,6 +398,8 @@ class TaskSupervisor:
             raise
         finally:
             self.deadlines.stop_ends(t)
+            with self.table.lock:
+                slot.stopping -= 1
         with self.table.lock:
             slot.running = False
             if slot.state == "RUNNING":  # (a fenced broker still connected writes it: its status must not lie)
@@ -456,27 +460,35 @@ class TaskSupervisor:
 
     # ---- the status thread's poll -------------------------------------------------------------------
     def poll(self) -> None:
-        """Poll the runner: metrics, failures (restarted with backoff), completions; start what is due."""
+        """Poll the runner: metrics, failures (restarted with backoff), completions; start what is due.
+
+        The runner is read outside the table's lock, so a stop (the fence's, a restart's) can begin or end
+        meanwhile: a run being stopped looks ended (a stopped streaming query is inactive with no error, i.e.
+        COMPLETED). A FAILED or COMPLETED read counts only if no stop began since the run was picked and
+        none is under way: else the stop's own bookkeeping holds (a task the fence stopped and marked
+        COMPLETED was never started again after the lift)."""
         table = self.table
         with table.lock:
-            running = [t for t, s in table.slots.items() if s.running and not s.busy]
-        for t in running:
+            running = [(t, s.stops) for t, s in table.slots.items() if s.running and not s.busy and not s.stopping]
+        for t, stops in running:
             st = self.runner.status(t)
             with table.lock:
                 slot = table.slots[t]
+                ended = slot.running and not slot.stopping and slot.stops == stops
                 if st.metrics != slot.metrics:
                     # a run's first batch is a milestone (what "running" means to a reader), written at once
                     first_batch = not slot.metrics.get("batches") and bool(st.metrics.get("batches"))
                     slot.metrics = dict(st.metrics)
                     slot.metrics_dirty = True
                     slot.dirty = slot.dirty or first_batch
-            if st.state is RunState.FAILED:
+            if st.state is RunState.FAILED and ended:
                 self.stop_runner(t)
                 self.failed(t, st.error or "failed", st.trace)
             elif st.state is RunState.COMPLETED:
                 with table.lock:
-                    slot.state = "COMPLETED"
-                    slot.dirty = True
+                    if slot.running and not slot.stopping and slot.stops == stops:
+                        slot.state = "COMPLETED"
+                        slot.dirty = True
         with table.lock:
             due = [t for t, s in table.slots.items() if s.restart_at is not None and s.restart_at <= time.monotonic()]
         if due:
