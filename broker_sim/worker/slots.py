@@ -40,13 +40,14 @@ class TaskTable:
     def starting(self) -> frozenset[str]:
         """Tasks whose owner znode we hold and whose start has not finished (it has not begun, or is under
         way), or that are being stopped (a task given back while its stop is under way stops, is let go and is
-        taken again): placed, not running for good yet. A task whose start failed is not one (it is FAILED, and
-        retried)."""
+        taken again; a task the fence is stopping starts again once it lifts): placed, not running for good
+        yet. A task whose start failed is not one (it is FAILED, and retried)."""
         with self.lock:
             return frozenset(
                 t
                 for t, s in self.slots.items()
-                if s.held and ((not s.running and s.state in ("STOPPED", "STARTING")) or (s.running and s.busy))
+                if s.held
+                and ((not s.running and s.state in ("STOPPED", "STARTING")) or (s.running and (s.busy or s.stopping)))
             )
 
     def running_or_starting(self) -> set[str]:
