@@ -412,17 +412,17 @@ def test_stable_means_running_not_only_taken(cluster_of, layout):
 
 
 def test_tasks_the_fence_stopped_are_not_counted_running_until_they_start_again(cluster_of, layout):
-    """b1 is paused (SIGSTOP) long enough for its pause detector to fence it on waking, not long enough to lose
-    its session: its fence stops every task, then lifts, and they start again, each taking 3 s. Its owner
+    """b1 is paused (SIGSTOP, 4 s) long enough for its pause detector to fence it on waking, not long enough to
+    lose its 9 s session: its fence stops every task, then lifts, and they start again, each taking 3 s. Its owner
     znodes never changed hands, but for those 3 s nothing of b1's runs: the group must not say Stable then,
     and its state names b1 as starting; then it is Stable again with every task where it was."""
-    c = cluster_of(broker_args=("--start-latency", "3"))
+    c = cluster_of(broker_args=("--start-latency", "3", "--session-timeout", "9"))
     assert wait_for(c.stable_with_all_owned, 60, 0.05), (c.state(), c.logs())
     owners = c.owners()
     b1 = c.procs["b1"]
     b1.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(1.8)  # past a third of its 4 s session (the pause detector fences), well inside the session
+        time.sleep(4.0)  # past a third of its 9 s session (the pause detector fences), well inside the session
     finally:
         b1.send_signal(signal.SIGCONT)
 
