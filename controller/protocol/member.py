@@ -493,15 +493,18 @@ class Member:
                 # or progress: tasks taken since our last report (one stuck acquisition must not hide the others,
                 # which the coordinator would otherwise fence us from once the rebalance timeout is over)
                 or (last is not None and taken - (set(last.owned) - set(last.pending)))
-                # or tasks we reported running that start over (our fence stopped them and lifted): until they
-                # run again the coordinator must not count the group Stable
-                or (last is not None and (self.starting & self.desired & taken & self.owned) - set(last.starting))
+                or (last is not None and self._starting_again(last, taken))
             )
         ):
             actions.append(WriteJoin(self._request(self.join_generation)))
         if self.leaving and not self.desired and not self.owned and not self.pending_revocation:
             actions.append(Exit())
         return actions
+
+    def _starting_again(self, last: JoinRequest, taken: frozenset[str]) -> frozenset[str]:
+        """Tasks we hold that start over although our last report did not say so (our fence stopped them and
+        lifted, the session alive): until they run again the coordinator must not count the group Stable."""
+        return (self.starting & taken & self.owned) - set(last.starting)
 
     def _on_error(self, err: ProtocolError) -> list[Action]:
         self.last_error = err

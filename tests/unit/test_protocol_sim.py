@@ -25,6 +25,7 @@ import pytest
 
 import controller.protocol.group
 import controller.protocol.join_round
+import controller.protocol.member
 import controller.protocol.reconcile
 from broker_sim.sim.protosim import ProtocolSim
 from broker_sim.sim.protosim_types import SimConfig, SimResult
@@ -360,3 +361,16 @@ def test_upgrade_scenario_really_mixes_protocols():
         if sim.coordinator.protocol == COOPERATIVE:
             seen.add("went cooperative")
     assert {(EAGER,), (COOPERATIVE, EAGER), "went cooperative"} <= seen
+
+
+def test_a_member_that_does_not_report_its_tasks_starting_again_breaks_invariant_5(monkeypatch, caplog):
+    """The planted bug of a fence that lifts: a member that does not report the tasks its fence stopped as
+    starting again leaves the group Stable while they start (the partitions that heal inside the session)."""
+    monkeypatch.setattr(controller.protocol.member.Member, "_starting_again", lambda self, last, taken: frozenset())
+    caplog.set_level(logging.ERROR, logger="controller")
+    config = CONFIGS["reconcile"].config
+    broken = [seed for seed in range(40) if any(v.invariant == 5 for v in ProtocolSim(seed, config).run().violations)]
+    assert broken, "the simulation did not notice a member silent about tasks starting again after its fence"
+    monkeypatch.undo()
+    for seed in broken[:3]:
+        assert ProtocolSim(seed, config).run().violations == []
