@@ -158,7 +158,7 @@ class BrokerTracker:
             hold_s = self._in_place_hold(b)
             for g, coord in ctx.groups.items():
                 if b in ctx.members.get(g, {}):
-                    if hold_s is not None and coord.hold_on_leave(b, hold_s):
+                    if hold_s is not None and coord.holds.hold_on_leave(b, hold_s):
                         log.info("%s restarts in place (group %s): its tasks wait up to %.0fs for it", b, g, hold_s)
                         continue
                     log.info("controlled shutdown of %s (group %s)", b, g)

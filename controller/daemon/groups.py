@@ -194,7 +194,7 @@ class GroupDriver:
                     self._metrics.rebalances.labels(g).inc()
                 self._metrics.moving.labels(g).set(len(d.info.moving))
                 self._metrics.unacked.labels(g).set(len(d.info.unacked))
-                self._metrics.fenced_tasks.labels(g).set(ctx.groups[g].reconcile.fenced_total if g in ctx.groups else 0)
+                self._metrics.fenced_tasks.labels(g).set(ctx.groups[g].reconcile.acks.fenced_total if g in ctx.groups else 0)
                 self._metrics.deferred.labels(g).set(d.info.deferred)
                 if d.info.imbalance is not None:
                     self._metrics.imbalance.labels(g).set(d.info.imbalance)
@@ -371,7 +371,7 @@ class GroupDriver:
         bounds: the member's last good request stands, and it is answered (it writes its request again)."""
         ctx = context_of(self._host)
         current = ctx.members.get(group, {})
-        checks = [(m, t) for m in read if m in current for t in coord.reconcile.newly_taken(m, current[m])]
+        checks = [(m, t) for m in read if m in current for t in coord.reconcile.acks.newly_taken(m, current[m])]
         if not checks:
             return
         for (_g, m), ts in sorted(self._not_held([(group, m, t) for m, t in checks]).items()):

@@ -210,7 +210,7 @@ class RollDriver:
             # the hold is taken here, before the request is written: the broker may be gone before the
             # request's own watch reaches the event thread
             for b in batch:
-                if b in ctx.brokers and coord.hold_on_leave(b, st.timeout_s):
+                if b in ctx.brokers and coord.holds.hold_on_leave(b, st.timeout_s):
                     ctx.shutdown_requests.add(b)
         requests = [
             (

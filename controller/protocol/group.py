@@ -18,11 +18,11 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from controller.protocol import group_load
 from controller.protocol.clock import Clock, WallClock
 from controller.protocol.codecs import (
     Assignment,
     GroupStateInfo,
-    HeldTasks,
     IgnoredMember,
     JoinRequest,
     JoinResult,
@@ -45,16 +45,15 @@ from controller.protocol.group_types import (  # noqa: F401 (the coordinator's v
     Decision,
     DeleteGenerationsBelow,
     GroupConfig,
-    Held,
     WatchMoves,
     WatchSync,
     WriteAssignments,
     WriteGroupState,
     WriteJoinResult,
 )
+from controller.protocol.holds import Holds
 from controller.protocol.join_round import JoinRound
 from controller.protocol.reconcile import ReconcileGroup
-from controller.protocol.rules import RECONCILE
 from controller.protocol.throttle import Move
 
 log = logging.getLogger(__name__)
@@ -79,17 +78,11 @@ class GroupCoordinator:
     members: dict[str, JoinRequest] = field(default_factory=dict)
     tasks: dict[str, TaskDescriptor] = field(default_factory=dict)
     assignment: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    held: dict[str, Held] = field(default_factory=dict)
     shutting_down: set[str] = field(default_factory=set)
     reassign: dict[str, str] = field(default_factory=dict)
-    #: members a planned roll restarts in place: when one leaves, its tasks wait for it until this deadline
-    leave_holds: dict[str, float] = field(default_factory=dict)
     #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
     #: so that it prepares their start before they arrive
     incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: identity -> tasks of members that left during the join round now under way, neither held nor placed
-    #: again yet: should maintenance mode begin before the round ends, they wait for their member
-    departed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rebalances: int = 0
     #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
     ignored: dict[str, str] = field(default_factory=dict)
@@ -98,12 +91,14 @@ class GroupCoordinator:
     join: JoinRound = field(init=False)
     reconcile: ReconcileGroup = field(init=False)
     operations: GroupOperations = field(init=False)
+    holds: Holds = field(init=False)
 
     def __post_init__(self) -> None:
         self.machine = GroupStateMachine(self.wall)
         self.join = JoinRound(self)
         self.reconcile = ReconcileGroup(self)
         self.operations = GroupOperations(self)
+        self.holds = Holds(self)
 
     # ---- state ------------------------------------------------------------------------------------
     @property
@@ -119,7 +114,7 @@ class GroupCoordinator:
         log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
         self.machine.transition(target)
         if target in (GroupState.STABLE, GroupState.EMPTY, GroupState.DEAD):
-            self.departed.clear()  # the round is over: what they had is placed (or deferred) by now
+            self.holds.departed.clear()  # the round is over: what they had is placed (or deferred) by now
 
     def info(self) -> GroupStateInfo:
         ops = self.operations
@@ -133,14 +128,14 @@ class GroupCoordinator:
             leader=self.leader,
             members=self.generation_members,
             reason=self.reason,
-            held=self.held_info(),
+            held=self.holds.info(),
             moving=tuple(sorted(ops.moving)),
             deferred=len(ops.deferred),
             imbalance=ops.imbalance,
             maintenance=ops.maintenance,
             ignored=self.ignored_info(),
-            unacked=self.reconcile.unacked() if self.reconciling() else (),
-            starting=self.reconcile.starting() if self.reconciling() else (),
+            unacked=self.reconcile.acks.unacked() if self.reconciling() else (),
+            starting=self.reconcile.acks.starting() if self.reconciling() else (),
         )
 
     def ignored_info(self) -> tuple[IgnoredMember, ...]:
@@ -170,63 +165,6 @@ class GroupCoordinator:
             return self.reconcile.refuse(member, reason, last_good.incarnation)
         return self.join.refuse(member, reason, last_good.join_generation)
 
-    def held_info(self) -> tuple[HeldTasks, ...]:
-        """The holds with wall-clock deadlines (a remaining delay carried from this clock to the wall's);
-        a hold of maintenance mode has none."""
-        now, wall = self.clock.now(), self.wall.now()
-        return tuple(
-            HeldTasks(
-                instance=k,
-                tasks=tuple(sorted(h.tasks)),
-                until=None if h.deadline == FOREVER else round(wall + h.deadline - now, 3),
-            )
-            for k, h in sorted(self.held.items())
-        )
-
-    def restore_held(self, info: GroupStateInfo) -> None:
-        """The holds of the previous controller, minus members back already and tasks gone or placed."""
-        now, wall = self.clock.now(), self.wall.now()
-        present = {self.identity(m, r) for m, r in self.members.items()}
-        placed = {t for ts in self.assignment.values() for t in ts}
-        for h in info.held:
-            tasks = tuple(t for t in h.tasks if t in self.tasks and t not in placed)
-            if h.until is None and not self.operations.maintenance:
-                continue  # held for a maintenance that has ended since: the tasks move now
-            if tasks and h.instance not in present:
-                self.held[h.instance] = Held(tasks, FOREVER if h.until is None else now + max(0.0, h.until - wall))
-
-    def hold_lost(self, info: GroupStateInfo, assignments: Mapping[str, Assignment], generation: int | None) -> None:
-        """Maintenance mode at failover: the members of the last-written group that are gone now (their sessions
-        ended while no controller was active) have the tasks they were published held for them, as the live
-        path holds those of a member that leaves in maintenance mode. Without it the failover's rebalance would
-        move them, in the very window where nothing may move. ``generation``: the join round's generation whose
-        assignments count (None: reconcile, where each member has its own epoch)."""
-        if not self.operations.maintenance:
-            return
-        present = {self.identity(m, r) for m, r in self.members.items()}
-        placed = {t for ts in self.assignment.values() for t in ts} | self.held_tasks()
-        for m in sorted(set(info.members) - set(self.members)):
-            a = assignments.get(m)
-            if a is None or a.error is not None or (generation is not None and a.generation != generation):
-                continue
-            if m in present:
-                continue  # (a static member back under another member id)
-            keep = tuple(sorted(t for t in a.assigned if t in self.tasks and t not in placed))
-            if keep:
-                kept = self.held[m].tasks if m in self.held else ()
-                self.held[m] = Held(tuple(sorted(set(kept) | set(keep))), FOREVER)
-                log.info("group %s: maintenance mode: %d tasks of %s, lost at failover, wait", self.group, len(keep), m)
-
-    def note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]:
-        """A hold made, ended or shrunk is written with the group state (ZooKeeper keeps it across failover)."""
-        if (
-            [(h.instance, h.tasks) for h in before] != [(h.instance, h.tasks) for h in self.held_info()]
-            and self.state is not GroupState.DEAD
-            and not any(isinstance(d, WriteGroupState) for d in decisions)
-        ):
-            decisions.append(WriteGroupState(self.info()))
-        return decisions
-
     def next_deadline(self) -> float | None:
         candidates = [
             d
@@ -236,14 +174,11 @@ class GroupCoordinator:
                 self.operations.deadline(),
                 self.reconcile.retarget_due,
                 self.reconcile.ack_due() if self.reconciling() else None,
+                self.holds.deadline(),
             )
             if d is not None
         ]
-        candidates += [h.deadline for h in self.held.values() if h.deadline != FOREVER]
         return min(candidates) if candidates else None
-
-    def held_tasks(self) -> set[str]:
-        return {t for h in self.held.values() for t in h.tasks}
 
     @staticmethod
     def identity(member_id: str, request: JoinRequest | None) -> str:
@@ -270,7 +205,7 @@ class GroupCoordinator:
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
-        return self.reconcile.epoch_of(member)
+        return self.reconcile.acks.epoch_of(member)
 
     @property
     def join_result(self) -> JoinResult | None:
@@ -293,34 +228,12 @@ class GroupCoordinator:
         than its tasks deferred to the window's end with its rejoin."""
         if not on or self.operations.maintenance or self.reconciling():
             return self.operations.on_maintenance(on)
-        held_before = self.held_info()
-        rerun = self.hold_departed()
+        held_before = self.holds.info()
+        rerun = self.holds.hold_departed()
         decisions = self.operations.on_maintenance(on)
         if rerun:
             decisions += self.prepare_rebalance("maintenance mode: the tasks of members lost in this rebalance wait")
-        return self.note_held(held_before, decisions)
-
-    def hold_departed(self) -> bool:
-        """The tasks of the members that left during the join round under way, not placed again, are held for
-        them without a deadline (maintenance mode's hold). True when the round's join result is out already
-        (AwaitingSync), so the round must run again without those tasks."""
-        if self.state not in (GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC):
-            self.departed.clear()
-            return False
-        present = {self.identity(m, r) for m, r in self.members.items()}
-        placed = {t for ts in self.assignment.values() for t in ts} | self.held_tasks()
-        added = False
-        for key, tasks in sorted(self.departed.items()):
-            keep = tuple(sorted(t for t in tasks if t in self.tasks and t not in placed))
-            if key in present or not keep:
-                continue  # back already (it rejoins this round), or nothing of it left to wait
-            self.held[key] = Held(keep, FOREVER)
-            added = True
-            log.info(
-                "group %s: maintenance mode: %d tasks of %s, lost in this rebalance, wait", self.group, len(keep), key
-            )
-        self.departed.clear()
-        return added and self.state is GroupState.AWAITING_SYNC
+        return self.holds.note(held_before, decisions)
 
     def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
         """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
@@ -399,111 +312,16 @@ class GroupCoordinator:
         tasks: Mapping[str, TaskDescriptor],
         assignments: Mapping[str, Assignment],
     ) -> list[Decision]:
-        """Resume a group after controller failover from what ZooKeeper holds.
-
-        A group that was Stable and still matches (same members, every task placed, no pending join)
-        stays Stable with no rebalance; anything else rebalances (reason: controller failover).
-        """
-        self.members = dict(members)
-        self.tasks = dict(tasks)
-        if info is not None and info.protocol == RECONCILE:
-            return self._load_reconcile(info, assignments)
-        if info is not None:
-            resumed = self._load_join_round(info, assignments)
-            if resumed is not None:
-                return resumed
-        else:
-            self.machine.restore(GroupState.EMPTY)
-            # no readable state: resume above every generation the members and assignments carry, or the
-            # members would take the new generations for stale ones and ignore them
-            self.generation = max(
-                [a.generation for a in assignments.values()] + [r.generation for r in members.values()] + [0]
-            )
-            self.join_generation = self.generation
-        if not self.members:
-            if self.state is GroupState.STABLE:
-                self.transition(GroupState.PREPARING_REBALANCE)
-                self.transition(GroupState.EMPTY)
-                self.generation_members, self.leader = (), None
-            return [WriteGroupState(self.info())]
-        return self.prepare_rebalance("controller failover")
-
-    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision]:
-        """Failover of a group that ran reconcile: it goes on reconciling, or (a member that cannot reconcile,
-        or no members) goes through a join round as for the other protocols."""
-        # member epochs run ahead of the state znode (it is not rewritten for every step)
-        self.generation = max(
-            [info.generation, info.join_generation - 1, 0] + [a.generation for a in assignments.values()]
-        )
-        self.join_generation = self.generation
-        self.protocol, self.assignor, self.leader = info.protocol, info.assignor, None
-        self.restore_held(info)
-        self.hold_lost(info, assignments, None)
-        if (
-            info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
-            and self.members
-            and self.all_prefer_reconcile(self.members)
-        ):
-            self.generation_members = tuple(sorted(self.members))
-            self.machine.restore(GroupState.RECONCILING)
-            return self.reconcile.load(assignments)
-        self.assignment = {m: a.assigned for m, a in assignments.items() if m in self.members and a.error is None}
-        self.generation_members = tuple(m for m in info.members if m in self.members)
-        self.machine.restore(GroupState.STABLE)
-        if not self.members:
-            self.transition(GroupState.PREPARING_REBALANCE)
-            self.transition(GroupState.EMPTY)
-            self.generation_members = ()
-            return [WriteGroupState(self.info())]
-        return self.prepare_rebalance("controller failover")
-
-    def _load_join_round(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
-        """Failover of a group of the join-round protocols: the decisions of a Stable group that still matches
-        what ZooKeeper holds (it goes on with no rebalance), else None (Stable restored, to rebalance from)."""
-        self.generation = max(info.generation, info.join_generation - 1, 0)
-        self.join_generation = self.generation
-        self.protocol, self.assignor, self.leader = info.protocol, info.assignor, info.leader
-        self.generation_members = tuple(m for m in info.members if m in self.members)
-        self.assignment = {
-            m: a.assigned
-            for m, a in assignments.items()
-            if a.generation == info.generation and a.error is None and m in self.generation_members
-        }
-        self.restore_held(info)
-        self.hold_lost(info, assignments, info.generation)
-        self.operations.resume_moves(info.moving, {t: m for m, ts in self.assignment.items() for t in ts})
-        # a request older than the member's assignment that asks for a later generation was answered
-        # by a static rejoin: it does not list the tasks given back, so it must be rewritten to count
-        self.join.static_returned = {
-            m: r
-            for m, r in self.members.items()
-            if (a := assignments.get(m)) is not None
-            and a.error is None
-            and a.generation == info.generation
-            and r.generation < a.generation < r.join_generation
-        }
-        consistent = (
-            info.state == GroupState.STABLE.value
-            and set(self.generation_members) == set(self.members)
-            and all(r.join_generation <= info.generation and not r.leaving for r in self.members.values())
-            and {t for ts in self.assignment.values() for t in ts} | self.held_tasks() == set(self.tasks)
-            and not info.deferred  # moves waiting for a wave: the next generation computes them again
-        )
-        self.machine.restore(GroupState.STABLE, resumed=True)
-        if not consistent:
-            return None
-        self.reason = "controller failover: resumed"
-        decisions: list[Decision] = [WriteGroupState(self.info())]
-        if self.operations.moving:
-            decisions.append(WatchMoves(tuple(sorted(self.operations.moving))))
-        return decisions
+        """Resume a group after controller failover from what ZooKeeper holds (``group_load.py``): a Stable
+        group that still matches stays Stable with no rebalance; anything else rebalances."""
+        return group_load.load(self, info, members, tasks, assignments)
 
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
-        now, ops = self.clock.now(), self.operations
-        held_before = self.held_info()
+        ops = self.operations
+        held_before = self.holds.info()
         if self.reconciling():
-            return self.note_held(held_before, self.reconcile.on_members(snapshot))
+            return self.holds.note(held_before, self.reconcile.on_members(snapshot))
         old, new = self.members, dict(snapshot)
         self.members = new
         decisions: list[Decision] = []
@@ -516,33 +334,11 @@ class GroupCoordinator:
             if was_member:
                 self.generation_members = tuple(x for x in self.generation_members if x != m)
             ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
-            hold_until = self.leave_holds.pop(m, None)
-            if was_member and tasks and self.state is GroupState.STABLE and hold_until is not None and hold_until > now:
-                self.held[self.identity(m, old[m])] = Held(tasks, hold_until)
-                log.info("group %s: %s restarts in place; its %d tasks wait for it", self.group, m, len(tasks))
-            elif was_member and tasks and self.state is GroupState.STABLE and ops.maintenance:
-                key = self.identity(m, old[m])
-                kept = self.held[key].tasks if key in self.held else ()
-                self.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
-                log.info("group %s: %s left in maintenance mode; its %d tasks wait", self.group, m, len(tasks))
-            elif (
-                was_member
-                and tasks
-                and self.state is GroupState.STABLE
-                and self.config.scheduled_rebalance_delay_s > 0
-                and not old[m].leaving
-            ):
-                self.held[self.identity(m, old[m])] = Held(tasks, now + self.config.scheduled_rebalance_delay_s)
-                log.info(
-                    "group %s: %s left; holding %d tasks for %.1fs",
-                    self.group,
-                    m,
-                    len(tasks),
-                    self.config.scheduled_rebalance_delay_s,
-                )
-            else:
+            key = self.identity(m, old[m])
+            stable = was_member and self.state is GroupState.STABLE
+            if not self.holds.on_leave(m, key, tasks if stable else (), old[m].leaving):
                 if was_member and tasks:
-                    self.departed[self.identity(m, old[m])] = tasks
+                    self.holds.departed[key] = tasks
                 if self.state is not GroupState.PREPARING_REBALANCE:
                     need = need or f"member {m} left"
         if (
@@ -550,14 +346,14 @@ class GroupCoordinator:
             and old.keys() - new.keys()
             and self.state is GroupState.STABLE
             and new
-            and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.held_tasks()
+            and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.holds.tasks()
         ):
             # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
             need = "unplaced tasks after a departure"
         for m in sorted(new.keys() - old.keys()):
             request = new[m]
             key = self.identity(m, request)
-            if key in self.held and self.state is GroupState.STABLE and not request.leaving:
+            if key in self.holds.held and self.state is GroupState.STABLE and not request.leaving:
                 decisions += self.join.static_rejoin(m, key)
             elif ops.maintenance and self.state is GroupState.STABLE:
                 ops.postpone(f"member {m} joined")  # it gets tasks after maintenance
@@ -582,7 +378,7 @@ class GroupCoordinator:
             decisions += self.join.complete(force=False)
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self.to_empty("all members left")
-        return self.note_held(held_before, decisions)
+        return self.holds.note(held_before, decisions)
 
     def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
         """A member whose request now says it is leaving starts its controlled shutdown (once): the reason
@@ -598,20 +394,15 @@ class GroupCoordinator:
         if tasks == self.tasks:
             return []
         self.tasks = tasks
-        held_before = self.held_info()
-        for key, h in list(self.held.items()):
-            kept = tuple(t for t in h.tasks if t in tasks)
-            if kept:
-                h.tasks = kept
-            else:
-                del self.held[key]
+        held_before = self.holds.info()
+        self.holds.keep_only(tasks)
         for t in list(self.reassign):
             if t not in tasks:
                 del self.reassign[t]
         self.operations.drop_moves(runnable=tasks)
         if not self.members:
-            return self.note_held(held_before, [])
-        return self.note_held(held_before, self.prepare_rebalance("tasks changed"))
+            return self.holds.note(held_before, [])
+        return self.holds.note(held_before, self.prepare_rebalance("tasks changed"))
 
     def on_rebalance_request(self, reason: str = "manual", preferred: bool = False) -> list[Decision]:
         """An operator's rebalance; ``preferred``: towards the assignor's layout from scratch (Kafka's
@@ -665,15 +456,6 @@ class GroupCoordinator:
         mine = set(assigned)
         return tuple(t for t in ts if t not in mine and t in self.tasks)[:MAX_INCOMING]
 
-    def hold_on_leave(self, member_id: str, seconds: float) -> bool:
-        """A planned roll restarts this member in place (its tasks have nowhere to go first): when it leaves,
-        its tasks wait up to ``seconds`` for it to come back, as a static member's do, instead of moving.
-        False for a member not in the group."""
-        if member_id not in self.members:
-            return False
-        self.leave_holds[member_id] = self.clock.now() + max(0.0, seconds)
-        return True
-
     def end_roll(self) -> list[Decision]:
         """The roll is over (or paused): no pins left, nothing announced (under reconcile the members told of
         moves are published their assignment again without them, so they discard what they prepared); the
@@ -689,11 +471,8 @@ class GroupCoordinator:
         """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
         now = self.clock.now()
         decisions: list[Decision] = []
-        held_before = self.held_info()
-        expired = [k for k, h in self.held.items() if h.deadline <= now]
-        for k in expired:
-            log.info("group %s: %s did not return within the delay; its tasks move", self.group, k)
-            del self.held[k]
+        held_before = self.holds.info()
+        expired = self.holds.expire(now)
         stale = self.operations.expire_moves(now)
         decisions += self.operations.check_imbalance(now)
         due = self.reconcile.retarget_due
@@ -718,7 +497,7 @@ class GroupCoordinator:
             decisions += self.prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:
             decisions += self.operations.next_wave()
-        return self.note_held(held_before, decisions)
+        return self.holds.note(held_before, decisions)
 
     def shutdown(self) -> None:
         """The group is gone (controller resigning): Dead, no more decisions."""

@@ -14,13 +14,12 @@ from typing import Protocol
 from controller.protocol.assignors import get_assignor
 from controller.protocol.codecs import (
     GroupStateInfo,
-    HeldTasks,
     JoinRequest,
     MemberMetadata,
     MoveLimits,
 )
 from controller.protocol.group_state import GroupState
-from controller.protocol.group_types import FOREVER, Decision, GroupView, WriteGroupState
+from controller.protocol.group_types import Decision, GroupView, WriteGroupState
 from controller.protocol.throttle import Move, Wave, plan_wave
 
 log = logging.getLogger(__name__)
@@ -42,9 +41,6 @@ class OperationsCore(GroupView, Protocol):
     def shutting_down(self) -> Collection[str]: ...
 
     def info(self) -> GroupStateInfo: ...
-    def held_tasks(self) -> set[str]: ...
-    def held_info(self) -> tuple[HeldTasks, ...]: ...
-    def note_held(self, before: tuple[HeldTasks, ...], decisions: list[Decision]) -> list[Decision]: ...
     def prepare_rebalance(self, reason: str) -> list[Decision]: ...
     def reconciling(self) -> bool: ...
     def reconcile_step(self) -> list[Decision]: ...
@@ -90,15 +86,13 @@ class GroupOperations:
         if on:
             core.reason = "maintenance mode: placement frozen"
             return [WriteGroupState(core.info())] if core.state is not GroupState.DEAD else []
-        held_before = core.held_info()
-        released = [k for k, h in core.held.items() if h.deadline == FOREVER]
-        for k in released:
-            del core.held[k]
+        held_before = core.holds.info()
+        released = core.holds.end_maintenance()
         placed = {t for ts in core.assignment.values() for t in ts}
         why = self.postponed or ("maintenance ended: held tasks move" if released else "")
         if not why and (
             self.deferred
-            or set(core.tasks) - placed - core.held_tasks()
+            or set(core.tasks) - placed - core.holds.tasks()
             or set(core.members) - set(core.generation_members)
         ):
             why = "maintenance ended"
@@ -111,7 +105,7 @@ class GroupOperations:
         elif core.state is not GroupState.DEAD:
             core.reason = "maintenance ended"
             decisions = [WriteGroupState(core.info())]
-        return core.note_held(held_before, decisions)
+        return core.holds.note(held_before, decisions)
 
     def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
         """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
@@ -269,7 +263,7 @@ class GroupOperations:
         ]
         if not members:
             return {}
-        held = core.held_tasks()
+        held = core.holds.tasks()
         tasks = [d for t, d in sorted(core.tasks.items()) if t not in held]
         try:
             target = get_assignor(core.assignor or core.config.default_assignor).assign(members, tasks, previous)

@@ -1,18 +1,21 @@
 """The group coordinator's vocabulary, sans-IO: the decisions it returns for the IO layer to carry out, its
-configuration and its holds. Apart from the coordinator itself (``group.py``) and its parts (``join_round.py``,
-``reconcile.py``, ``group_operations.py``), so that every one of them imports it at the top. The states and
-their transitions live in ``group_state.py``."""
+configuration, and what its parts see of it. Apart from the coordinator itself (``group.py``) and its parts
+(``join_round.py``, ``reconcile.py``, ``group_operations.py``, ``holds.py``), so that every one of them imports
+it at the top. The states and their transitions live in ``group_state.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from controller.protocol.clock import Clock
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, TaskDescriptor
 from controller.protocol.group_state import GroupState
 from controller.protocol.throttle import Throttle
+
+if TYPE_CHECKING:  # (holds.py imports this module: the part is named here for its type alone)
+    from controller.protocol.holds import Holds
 
 FOREVER = float("inf")
 
@@ -75,14 +78,6 @@ class GroupConfig:
     initial_delay_s: float = 1.0
 
 
-@dataclass
-class Held:
-    """Tasks of a departed member, waiting up to the delay for it (same instance id) to return."""
-
-    tasks: tuple[str, ...]
-    deadline: float
-
-
 class GroupView(Protocol):
     """What every part of the coordinator sees of its group: its name, clock, configuration and state, the tasks
     it places, the holds it keeps, and the reason of its last rebalance. ``GroupCore`` (the protocol families)
@@ -101,7 +96,7 @@ class GroupView(Protocol):
     @property
     def tasks(self) -> Mapping[str, TaskDescriptor]: ...
     @property
-    def held(self) -> dict[str, Held]: ...
+    def holds(self) -> Holds: ...
 
 
 class GroupCore(GroupView, Protocol):
@@ -124,7 +119,6 @@ class GroupCore(GroupView, Protocol):
     def info(self) -> GroupStateInfo: ...
     def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]: ...
     def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
-    def held_tasks(self) -> set[str]: ...
     def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
     def transition(self, target: GroupState) -> None: ...
     def to_empty(self, reason: str) -> list[Decision]: ...

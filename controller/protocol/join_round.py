@@ -174,8 +174,8 @@ class JoinRound:
         previous = {m: core.assignment[m] for m in members if m in core.assignment}
         for m in members:
             key = core.identity(m, joined[m])
-            if key in core.held:
-                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.held.pop(key).tasks)))
+            if key in core.holds.held:
+                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.holds.take(key))))
         descriptors = core.descriptors(joined)
         # a member's join metadata narrows what it holds, never claims what the last generation gave another
         # member (that member's owner znodes say whether it still runs it): a ghost or a stale claim moves nothing
@@ -198,7 +198,7 @@ class JoinRound:
                 for m in members
             ),
             tasks=tuple(descriptors),
-            held=tuple(sorted(core.held_tasks() & set(core.tasks))),
+            held=tuple(sorted(core.holds.tasks() & set(core.tasks))),
             previous={m: tuple(sorted(ts)) for m, ts in previous.items()},
         )
 
@@ -306,7 +306,7 @@ class JoinRound:
     def static_rejoin(self, member_id: str, key: str) -> list[Decision]:
         """A static member came back within the delay: its held tasks again, nobody else disturbed."""
         core = self.core
-        tasks = tuple(t for t in core.held.pop(key).tasks if t in core.tasks)
+        tasks = tuple(t for t in core.holds.take(key) if t in core.tasks)
         core.generation_members = tuple(sorted(set(core.generation_members) | {member_id}))
         core.assignment[member_id] = tasks
         self.static_returned[member_id] = core.members[member_id]

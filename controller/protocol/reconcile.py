@@ -19,6 +19,9 @@ The group is Stable when every member's published assignment is its target and n
 unconfirmed; otherwise Reconciling. A member that does not support ``reconcile`` joining a reconciling
 group sends the group back through one cooperative rebalance (and a group whose members all prefer
 ``reconcile`` enters it at the end of a join round): the rolling upgrade path, both ways.
+
+What the members owe of each assignment published (an acknowledgement, the tasks taken, in time) is kept by
+the part ``acks.py``; the tasks held for a member that left, by the coordinator's ``holds.py``.
 """
 
 from __future__ import annotations
@@ -28,15 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from controller.protocol.acks import Acks
 from controller.protocol.assignors import get_assignor
 from controller.protocol.codecs import Assignment, JoinRequest, MemberMetadata
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group_state import GroupState
 from controller.protocol.group_types import (
-    FOREVER,
     Decision,
     GroupCore,
-    Held,
     WatchMoves,
     WriteAssignments,
     WriteGroupState,
@@ -97,8 +99,6 @@ class ReconcileCore(GroupCore, Protocol):
     join_generation: int
     members: dict[str, JoinRequest]
     rebalances: int
-    #: members a planned roll restarts in place: their tasks wait for them until the deadline
-    leave_holds: dict[str, float]
 
     @property
     def shutting_down(self) -> set[str]: ...
@@ -109,153 +109,53 @@ class ReconcileCore(GroupCore, Protocol):
 @dataclass(eq=False)
 class ReconcileGroup:
     """The reconcile protocol of one group (Kafka's ``ConsumerGroup`` beside the join round's ``ClassicGroup``):
-    its targets, the revocations not yet confirmed, the member epochs, and when the next target is due."""
+    its targets, the revocations not yet confirmed, and when the next target is due; what the members owe of
+    what it publishes (acknowledgements, tasks taken, the fences of the late) is its part ``acks``."""
 
     core: ReconcileCore = field(repr=False)
     #: member -> the tasks the assignor gives it
     target: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: member -> task -> the member epoch of a revocation not yet confirmed released
     unreleased: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: member -> the member epoch of its last published assignment
-    epochs: dict[str, int] = field(default_factory=dict)
     last_retarget: float = float("-inf")
     #: a new target put off by ``retarget_interval_s`` (when, and why)
     retarget_due: float | None = None
     retarget_reason: str = ""
     #: while a new group forms (nothing runs yet), the latest its first target may wait until
     forming_until: float | None = None
-    #: member -> task -> when it was published to the member and not yet reported taken (owner znode held)
-    waiting: dict[str, dict[str, float]] = field(default_factory=dict)
-    #: task -> the members fenced from it (published, not taken within the rebalance timeout)
-    barred: dict[str, set[str]] = field(default_factory=dict)
     #: member -> (why, the request refused): answered with INVALID_REPORT once per request
     refused: dict[str, tuple[str, JoinRequest]] = field(default_factory=dict)
-    #: members whose assignment is published again at the next step (a refused member that rewrote its request)
-    republish: set[str] = field(default_factory=set)
-    #: tasks fenced from a member since the coordinator started (the controller's metric)
-    fenced_total: int = 0
-    #: member -> when its assignment was last published (or asked again): the rebalance timeout of what it
-    #: owes (an acknowledgement, a release) runs from there
-    published_at: dict[str, float] = field(default_factory=dict)
     #: the members last shown as starting: the group state is written again when that changes
     shown_starting: tuple[str, ...] = ()
     #: member -> the tasks its last published assignment announced as incoming (a planned roll's next moves)
     announced: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # ---- the part it owns ----
+    acks: Acks = field(init=False)
 
-    def epoch_of(self, member: str) -> int:
-        """The member epoch of the member's last published assignment (-1: none yet)."""
-        return self.epochs.get(member, -1)
+    def __post_init__(self) -> None:
+        self.acks = Acks(self.core)
 
-    # ---- acknowledgements -------------------------------------------------------------------------
-    def acked(self, member: str) -> bool:
-        """Whether the member acknowledged its published assignment: a report at its member epoch (or later)
-        listing every task published to it, written once it holds their owner znodes."""
-        r = self.core.members.get(member)
-        if r is None or not r.acknowledges:
-            return True  # (a broker of a release before acknowledgements: what it was published counts)
-        if r.generation < self.epochs.get(member, -1):
-            return False
-        mine = self.core.assignment.get(member, ())
-        return not mine or (not r.pending and (r.owned == mine or set(mine) <= set(r.owned)))
-
-    def newly_taken(self, member: str, report: JoinRequest) -> tuple[str, ...]:
-        """The tasks a report says the member took that the coordinator waits for it to take: what the IO
-        layer checks against their owner znodes (ZooKeeper's word) before the report counts."""
-        w = self.waiting.get(member)
-        if not w or not report.owned:
-            return ()
-        return tuple(sorted(set(report.owned).difference(report.pending).intersection(w)))
-
-    def unacked(self) -> tuple[str, ...]:
-        """The members that have not acknowledged their current assignment (shown with the group state)."""
-        return tuple(m for m in sorted(self.core.members) if not self.acked(m))
-
-    def starting(self) -> tuple[str, ...]:
-        """The members whose report says tasks placed with them are still starting (held, not running yet):
-        the group is not Stable until they run (shown with the group state)."""
-        return tuple(
-            m
-            for m, r in sorted(self.core.members.items())
-            if r.starting and not set(r.starting).isdisjoint(self.core.assignment.get(m, ()))
-        )
-
-    def owing(self) -> list[str]:
-        """Members that owe a report: one at their member epoch, or one confirming a release."""
-        core = self.core
-        return [
-            m
-            for m, r in core.members.items()
-            if m in self.published_at
-            and (m in self.unreleased or (r.acknowledges and r.generation < self.epochs.get(m, -1)))
-        ]
-
+    # ---- acknowledgements (kept by the acks part) -----------------------------------------------------
     def ack_due(self) -> float | None:
-        """When the oldest task published and not yet taken, or the oldest report owed, overruns the rebalance
-        timeout (None: nothing is owed)."""
-        firsts = [min(w.values()) for w in self.waiting.values() if w]
-        firsts += [self.published_at[m] for m in self.owing()]
-        return min(firsts) + self.core.config.rebalance_timeout_s if firsts else None
+        """When the oldest task published and not yet taken, or the oldest report owed (an acknowledgement, a
+        release), overruns the rebalance timeout (None: nothing is owed)."""
+        return self.acks.due(self.unreleased)
 
     def fence_overdue(self, now: float) -> list[Decision]:
-        """Tasks published and not taken within the rebalance timeout: their member is fenced from them (it
-        may not be given them again while another member can take them) and the group is re-targeted. The
+        """Tasks published and not taken within the rebalance timeout: their member is fenced from them and
+        the group is re-targeted; a member that owes a report that long is published its assignment again. The
         revocation needs no confirmation: the member never reported them, and should it hold an owner znode
         after all, that znode keeps the next member waiting until it lets go."""
-        core = self.core
-        timeout = core.config.rebalance_timeout_s
-        fenced: dict[str, list[str]] = {}
-        for m, w in self.waiting.items():
-            late = sorted(t for t, since in w.items() if since + timeout <= now)
-            for t in late:
-                del w[t]
-                self.barred.setdefault(t, set()).add(m)
-            if late:
-                fenced[m] = late
-        self.waiting = {m: w for m, w in self.waiting.items() if w}
-        # a report owed past the bound (a release never confirmed, an epoch never acknowledged: the member's
-        # request may have been rewritten behind its back): its assignment is published to it again, at a new
-        # epoch, and it reports afresh
-        asked = [m for m in self.owing() if self.published_at[m] + timeout <= now and m not in fenced]
-        if asked:
-            log.warning("group %s: no report from %s within %gs: publishing to them again", core.group, asked, timeout)
-            self.republish.update(asked)
-            for m in asked:
-                self.published_at[m] = now
+        fenced, asked = self.acks.overdue(now, self.unreleased)
         if not fenced:
             return self.step(write_state=False) if asked else []
-        self.fenced_total += sum(len(ts) for ts in fenced.values())
         why = "; ".join(
             f"{m} fenced from {len(ts)} task(s) ({', '.join(ts[:5])}{', ...' if len(ts) > 5 else ''})"
             for m, ts in sorted(fenced.items())
         )
-        reason = f"{why}: not taken within the rebalance timeout ({timeout:g}s)"
-        log.warning("group %s: %s", core.group, reason)
+        reason = f"{why}: not taken within the rebalance timeout ({self.core.config.rebalance_timeout_s:g}s)"
+        log.warning("group %s: %s", self.core.group, reason)
         return self.retarget(reason)
-
-    def apply_bars(self, target: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        """The target with every task moved off the members fenced from it, to the least loaded member that
-        is not (a task every member is fenced from is tried again where the assignor put it)."""
-        if not self.barred:
-            return target
-        core = self.core
-        out = {m: list(ts) for m, ts in target.items()}
-        where = {t: m for m, ts in target.items() for t in ts}
-        open_members = sorted(
-            m for m, r in core.members.items() if m in out and not r.leaving and m not in core.shutting_down
-        )
-        for t in sorted(self.barred):
-            bar = self.barred[t]
-            m = where.get(t)
-            if m is None or m not in bar:
-                continue
-            others = [x for x in open_members if x not in bar]
-            if not others:
-                del self.barred[t]  # fenced everywhere: every member gets another chance
-                continue
-            to = min(others, key=lambda x: (len(out[x]), x))
-            out[m].remove(t)
-            out[to].append(t)
-        return {m: tuple(sorted(ts)) for m, ts in out.items()}
 
     def refuse(self, member: str, reason: str, incarnation: str | None) -> list[Decision]:
         """A member's request or report is out of bounds: answer it in its own assignment (INVALID_REPORT, at
@@ -294,7 +194,7 @@ class ReconcileGroup:
             if not problem:
                 if m in self.refused:
                     del self.refused[m]
-                    self.republish.add(m)
+                    self.acks.republish.add(m)
                 continue
             if m in core.members and core.members[m] != r:
                 out[m] = core.members[m]
@@ -351,19 +251,16 @@ class ReconcileGroup:
     def reset(self) -> None:
         """The group emptied: no target, nothing to confirm, no epochs, nothing due."""
         self.abandon()
-        self.epochs.clear()
+        self.acks.epochs.clear()
 
     def abandon(self) -> None:
         """The group leaves reconcile for a join round (or empties): its target and what it waited for are void
         (a deadline kept from them would come due forever in a group that no longer reconciles)."""
         self.target.clear()
         self.unreleased.clear()
-        self.waiting.clear()
-        self.published_at.clear()
+        self.acks.abandon()
         self.announced.clear()
-        self.barred.clear()
         self.refused.clear()
-        self.republish.clear()
         self.shown_starting = ()
         self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
 
@@ -399,8 +296,6 @@ class ReconcileGroup:
             if a.incarnation != core.members[m].incarnation:
                 continue  # published to an earlier life of the member: that session, and all it held, is gone
             core.assignment[m] = tuple(a.assigned)
-            self.epochs[m] = a.generation
-            self.published_at[m] = core.clock.now()
             core.generation = max(core.generation, a.generation)
             revoked = {t: a.generation for t in a.revoked}
             # a report refused below confirms nothing
@@ -408,16 +303,16 @@ class ReconcileGroup:
             if pending:
                 self.unreleased[m] = pending
             owned = set(core.members[m].owned).difference(core.members[m].pending)
-            waiting = {t: core.clock.now() for t in a.assigned if t not in owned}
-            if waiting and core.members[m].acknowledges:
-                self.waiting[m] = waiting  # not reported taken yet: the rebalance timeout runs from now
+            # not reported taken yet: the rebalance timeout runs from now
+            waiting = [t for t in a.assigned if t not in owned] if core.members[m].acknowledges else []
+            self.acks.resumed(m, a.generation, core.clock.now(), waiting)
         core.join_generation = core.generation
         # what the previous controller had not yet refused is screened now (a report rewritten meanwhile)
         core.members, answers = self.screen(core.members, everyone=True)
         for m in [m for m in core.assignment if m not in core.members]:
             del core.assignment[m]
             self.unreleased.pop(m, None)
-            self.epochs.pop(m, None)
+            self.acks.epochs.pop(m, None)
         return answers + self.retarget("controller failover")
 
     def stand_in(self, member: str, refused: JoinRequest) -> JoinRequest:
@@ -444,7 +339,6 @@ class ReconcileGroup:
     def take_members(self, new: dict[str, JoinRequest]) -> list[Decision]:
         """The members as screened: who joined, who left, what each report confirms."""
         core, ops = self.core, self.core.operations
-        now = core.clock.now()
         old = core.members
         core.members = new
         need = ""
@@ -465,34 +359,12 @@ class ReconcileGroup:
             core.shutting_down.discard(m)
             tasks = core.assignment.pop(m, ())
             self.unreleased.pop(m, None)  # (its session ended, and with it every owner znode it held)
-            self.waiting.pop(m, None)
-            self.published_at.pop(m, None)
+            self.acks.forget(m)
             self.announced.pop(m, None)
             self.refused.pop(m, None)
-            self.republish.discard(m)
-            for bar in self.barred.values():
-                bar.discard(m)
             targeted = self.target.pop(m, ())
-            self.epochs.pop(m, None)
             ops.drop_moves(dest=m)
-            key = core.identity(m, old[m])
-            hold_until = core.leave_holds.pop(m, None)
-            if tasks and hold_until is not None and hold_until > now:
-                core.held[key] = Held(tasks, hold_until)
-                log.info("group %s: %s restarts in place; its %d tasks wait for it", core.group, m, len(tasks))
-            elif tasks and ops.maintenance:
-                kept = core.held[key].tasks if key in core.held else ()
-                core.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
-                log.info("group %s: %s left in maintenance mode; its %d tasks wait", core.group, m, len(tasks))
-            elif tasks and core.config.scheduled_rebalance_delay_s > 0 and not old[m].leaving:
-                core.held[key] = Held(tasks, now + core.config.scheduled_rebalance_delay_s)
-                log.info(
-                    "group %s: %s left; holding %d tasks for %.1fs",
-                    core.group,
-                    m,
-                    len(tasks),
-                    core.config.scheduled_rebalance_delay_s,
-                )
+            core.holds.on_leave(m, core.identity(m, old[m]), tasks, old[m].leaving)
             if not tasks and not targeted:
                 # the end of a controlled shutdown (its tasks already re-targeted away): a new target would be
                 # the one there is, and asking for one while tasks still move would hold the group Reconciling
@@ -517,29 +389,13 @@ class ReconcileGroup:
                 self.unreleased[m] = confirm_releases(self.unreleased[m], after)
                 if not self.unreleased[m]:
                     del self.unreleased[m]
-            self.taken(m, after)
+            self.acks.taken(m, after)
         core.generation_members = tuple(sorted(core.members))
         if not core.members:
             return core.to_empty("all members left")
         if need:
             return core.prepare_rebalance(need)  # re-targets (or leaves reconcile for a cooperative round)
         return self.step(write_state=quiet_exit)  # (the state lists the members)
-
-    def taken(self, member: str, report: JoinRequest) -> None:
-        """The member's report lists what it holds now: those tasks wait for it no longer (and no member is
-        fenced from a task that runs)."""
-        w = self.waiting.get(member)
-        if not report.owned:
-            return
-        owned = set(report.owned).difference(report.pending)
-        if w:
-            for t in owned & w.keys():
-                del w[t]
-            if not w:
-                del self.waiting[member]
-        if self.barred:
-            for t in owned & self.barred.keys():
-                del self.barred[t]
 
     def retarget_soon(self, reason: str) -> list[Decision]:
         """A new target now, or, while the group is still reconciling towards one computed less than
@@ -578,8 +434,8 @@ class ReconcileGroup:
         }
         for m, r in sorted(core.members.items()):
             key = core.identity(m, r)
-            if key in core.held and not r.leaving:  # a static member back within the delay: its tasks again
-                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.held.pop(key).tasks)))
+            if key in core.holds.held and not r.leaving:  # a static member back within the delay: its tasks again
+                previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.holds.take(key))))
                 log.info("group %s: %s returned as %s within the delay", core.group, key, m)
         members = [
             MemberMetadata(
@@ -592,13 +448,13 @@ class ReconcileGroup:
             )
             for m, r in sorted(core.members.items())
         ]
-        descriptors = core.descriptors(core.members, skip=core.held_tasks())
+        descriptors = core.descriptors(core.members, skip=core.holds.tasks())
         try:
             target = get_assignor(core.assignor or core.config.default_assignor).assign(members, descriptors, previous)
         except (KeyError, ValueError) as exc:
             log.warning("group %s: cannot compute a target (%s); keeping the last one", core.group, exc)
             target = dict(self.target)
-        self.target = self.apply_bars({m: tuple(sorted(target.get(m, ()))) for m in core.members})
+        self.target = self.acks.apply_bars({m: tuple(sorted(target.get(m, ()))) for m in core.members})
         return self.step(write_state=True, everyone=everyone)
 
     def step(self, write_state: bool, everyone: bool = False) -> list[Decision]:
@@ -606,11 +462,7 @@ class ReconcileGroup:
         (``everyone``: all of them, when the group has just entered the protocol)."""
         core, ops = self.core, self.core.operations
         held_by = holders(core.assignment, self.unreleased, core.members)
-        for t, bar in self.barred.items():  # fenced from a task it never took: it holds it no more (if it
-            for m in bar:  # does after all, its owner znode keeps the next member waiting until it lets go)
-                r = core.members.get(m)
-                if m in held_by and (r is None or t in r.pending or t not in r.owned):
-                    held_by[m].discard(t)
+        self.acks.let_go(held_by)  # (fenced from a task it never took: it holds it no more)
         assigned, revoked = step(self.target, held_by)  # (the pure step above, then the throttle's share of it)
         moving_before = dict(ops.moving)
         wave = ops.wave(
@@ -624,7 +476,7 @@ class ReconcileGroup:
         if changed:
             decisions.append(WriteAssignments(self.publish(changed)))
         # Stable means running: every member runs its target (published, taken, acknowledged and started)
-        starting = self.starting()
+        starting = self.acks.starting()
         if starting != self.shown_starting:
             self.shown_starting = starting
             write_state = True
@@ -632,10 +484,10 @@ class ReconcileGroup:
             not self.unreleased
             and not ops.deferred
             and self.retarget_due is None
-            and not self.waiting
+            and not self.acks.waiting
             and not self.refused
             and all(core.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members)
-            and all(self.acked(m) for m in core.members)
+            and all(self.acks.acked(m) for m in core.members)
             and not starting
         )
         state = GroupState.STABLE if settled else GroupState.RECONCILING
@@ -673,7 +525,7 @@ class ReconcileGroup:
                     del pending[t]
             to_revoke = tuple(sorted(t for t in revoked[m] if t not in pending)) if m in revoked else ()
             news = core.incoming_for(m, now_assigned) != self.announced.get(m, ())
-            if now_assigned != core.assignment.get(m) or to_revoke or everyone or m in self.republish or news:
+            if now_assigned != core.assignment.get(m) or to_revoke or everyone or m in self.acks.republish or news:
                 changed.append((m, now_assigned, to_revoke))
         return changed
 
@@ -689,26 +541,17 @@ class ReconcileGroup:
         now = core.clock.now()
         writes = []
         for m, now_assigned, to_revoke in changed:
-            self.republish.discard(m)
-            self.published_at[m] = now
             owned = set(core.members[m].owned).difference(core.members[m].pending)
             gone = (set(core.assignment.get(m, ())) - set(now_assigned)) | set(to_revoke)
             # a task the member was fenced from and never reported needs no confirmation (its owner znode,
             # should it hold one after all, keeps the next member waiting)
-            gone = {t for t in gone if t in owned or m not in self.barred.get(t, ())}
+            gone = {t for t in gone if t in owned or not self.acks.fenced_from(m, t)}
             pending = self.unreleased.setdefault(m, {})
             pending.update({t: core.generation for t in gone if t not in pending})
-            w = {t: since for t, since in self.waiting.get(m, {}).items() if t in now_assigned}
-            if core.members[m].acknowledges:  # (an older broker's taking is not reported: not waited for)
-                w.update({t: now for t in now_assigned if t not in owned and t not in w})
-            if w:
-                self.waiting[m] = w
-            else:
-                self.waiting.pop(m, None)
+            self.acks.published(m, core.generation, now, now_assigned, owned, core.members[m].acknowledges)
             if not pending:
                 del self.unreleased[m]
             core.assignment[m] = now_assigned
-            self.epochs[m] = core.generation
             incoming = core.incoming_for(m, now_assigned)
             if incoming:
                 self.announced[m] = incoming

@@ -37,7 +37,7 @@ def test_delay_holds_a_departed_members_tasks_until_the_deadline():
     assert states(decisions) == ["Stable"]
     (written,) = [d.info for d in decisions if isinstance(d, WriteGroupState)]
     assert [(h.instance, h.tasks) for h in written.held] == [("b", ("t2", "t4"))]
-    assert c.state is S.STABLE and c.held_tasks() == {"t2", "t4"}
+    assert c.state is S.STABLE and c.holds.tasks() == {"t2", "t4"}
     assert c.next_deadline() == pytest.approx(clock.now() + 20)
     clock.advance(19.9)
     assert c.on_tick() == []
@@ -93,7 +93,7 @@ def test_a_member_leaving_with_revocations_pending_is_not_held_silently():
     del snap["b"]  # b dies before it lets go of t4 and rejoins
     decisions = c.on_members(dict(snap))
     assert states(decisions) == ["PreparingRebalance"] and c.reason == "unplaced tasks after a departure"
-    assert c.held_tasks() == {"t2"}  # b's kept task still waits for it
+    assert c.holds.tasks() == {"t2"}  # b's kept task still waits for it
     join = only(WriteJoinResult, rejoin_all(c, snap)).result
     assert join.held == ("t2",)
     assert published(sync(c, target={"a": ("t1", "t3"), "c": ("t4",)}))["c"].assigned == ("t4",)
@@ -107,7 +107,7 @@ def test_a_member_that_finished_its_controlled_shutdown_leaves_nothing_held():
     assert published(sync(c))["b"].assigned == ()
     del snap["b"]
     c.on_members(dict(snap))
-    assert c.held_tasks() == set()
+    assert c.holds.tasks() == set()
 
 
 def test_static_member_returns_inside_the_delay_without_a_rebalance():
@@ -128,7 +128,7 @@ def test_static_member_returns_inside_the_delay_without_a_rebalance():
     }
     assert c.rebalances == rebalances and c.generation == 1
     assert c.assignment["a"] == before["a"] and c.assignment["c"] == before["c"]
-    assert set(c.generation_members) == {"a", "b-2", "c"} and c.held == {}
+    assert set(c.generation_members) == {"a", "b-2", "c"} and c.holds.held == {}
     clock.advance(20)
     assert c.on_tick() == []  # nothing expires: the hold is gone
 
@@ -195,7 +195,7 @@ def test_holds_survive_a_controller_failover_with_their_deadlines():
     c.wall = wall
     del snap["b"]
     written = [d.info for d in c.on_members(dict(snap)) if isinstance(d, WriteGroupState)][-1]
-    held = c.held_tasks()
+    held = c.holds.tasks()
     assert held and [(h.instance, set(h.tasks), h.until) for h in written.held] == [("i-b", held, 1_020.0)]
     zk_assignments = {
         m: Assignment(generation=c.generation, controller_epoch=EPOCH, assigned=ts) for m, ts in c.assignment.items()
@@ -206,7 +206,7 @@ def test_holds_survive_a_controller_failover_with_their_deadlines():
     new.controller_epoch, new.wall = EPOCH + 1, wall
     decisions = new.load(written, dict(snap), dict(c.tasks), zk_assignments)
     assert states(decisions) == ["Stable"] and new.reason == "controller failover: resumed"  # no rebalance
-    assert new.held_tasks() == held and new.next_deadline() == pytest.approx(new_clock.now() + 15)
+    assert new.holds.tasks() == held and new.next_deadline() == pytest.approx(new_clock.now() + 15)
     new_clock.advance(14.9)
     assert new.on_tick() == []
     new_clock.advance(0.1)
@@ -219,7 +219,7 @@ def test_holds_survive_a_controller_failover_with_their_deadlines():
     again.controller_epoch, again.wall = EPOCH + 1, wall
     assert states(again.load(written, dict(at_failover), dict(c.tasks), zk_assignments)) == ["Stable"]
     decisions = again.on_members({**at_failover, "b-2": req("b-2", 2, instance_id="i-b")})
-    assert set(published(decisions)["b-2"].assigned) == held and again.held == {}
+    assert set(published(decisions)["b-2"].assigned) == held and again.holds.held == {}
 
 
 def test_a_restored_hold_drops_members_back_and_tasks_gone():
@@ -228,13 +228,13 @@ def test_a_restored_hold_drops_members_back_and_tasks_gone():
     del snap["b"]
     written = [d.info for d in c.on_members(dict(snap)) if isinstance(d, WriteGroupState)][-1]
     tasks = dict(c.tasks)
-    gone = sorted(c.held_tasks())[0]
+    gone = sorted(c.holds.tasks())[0]
     del tasks[gone]
     new, _ = coordinator(delay=20)
     new.wall = c.wall
     new.load(written, dict(snap), tasks, {})
-    assert new.held_tasks() == c.held_tasks() - {gone}
+    assert new.holds.tasks() == c.holds.tasks() - {gone}
     back, _ = coordinator(delay=20)
     back.wall = c.wall
     back.load(written, {**snap, "b-2": req("b-2", 1, instance_id="i-b")}, dict(c.tasks), {})
-    assert back.held == {}  # its member is back: nothing to hold for
+    assert back.holds.held == {}  # its member is back: nothing to hold for

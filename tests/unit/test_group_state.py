@@ -705,7 +705,7 @@ def test_maintenance_begun_during_a_round_holds_the_tasks_of_a_member_lost_in_it
         rejoin_all(c, snapshot)
         assert c.state is S.AWAITING_SYNC
     decisions = c.on_maintenance(True)
-    assert [h.tasks for h in c.held_info() if h.until is None] == [b_tasks]
+    assert [h.tasks for h in c.holds.info() if h.until is None] == [b_tasks]
     assert any(isinstance(d, WriteGroupState) and d.info.held for d in decisions)
     if when == "awaiting sync":
         assert c.state is S.PREPARING_REBALANCE, "the round runs again without b's tasks"
@@ -715,7 +715,7 @@ def test_maintenance_begun_during_a_round_holds_the_tasks_of_a_member_lost_in_it
     assert c.state is S.STABLE and c.assignment == {"a": ("t1", "t3")} and not c.deferred
     snapshot["b"] = req("b", c.generation + 1)
     back = published(c.on_members(dict(snapshot)))
-    assert back["b"].assigned == b_tasks and back["b"].generation == c.generation and not c.held
+    assert back["b"].assigned == b_tasks and back["b"].generation == c.generation and not c.holds.held
 
 
 @pytest.mark.parametrize("maintenance", [True, False])
@@ -732,14 +732,14 @@ def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhi
     new.maintenance = maintenance
     decisions = new.load(info, dict(snap), dict(c.tasks), assignments)
     if not maintenance:
-        assert states(decisions) == ["PreparingRebalance"] and not new.held
+        assert states(decisions) == ["PreparingRebalance"] and not new.holds.held
         rejoin_all(new, snap)
         sync(new)
         assert set(new.assignment["a"]) == set(c.tasks)
         return
     assert states(decisions) == ["Stable"], "resumed: nothing moves in maintenance mode"
-    assert new.held["b"].tasks == b_tasks and new.held["b"].deadline == FOREVER
+    assert new.holds.held["b"].tasks == b_tasks and new.holds.held["b"].deadline == FOREVER
     assert [h.until for h in decisions[0].info.held] == [None], "the hold is written with the state"
     assert new.assignment == {"a": c.assignment["a"]}
     after = new.on_maintenance(False)
-    assert states(after)[0] == "PreparingRebalance" and not new.held
+    assert states(after)[0] == "PreparingRebalance" and not new.holds.held

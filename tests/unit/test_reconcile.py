@@ -192,7 +192,7 @@ def test_maintenance_mode_holds_a_departed_members_tasks_and_moves_nothing():
     c.on_maintenance(True)
     decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"])})
     assert "a" not in published(decisions), "nothing moves in maintenance mode"
-    assert c.held["b"].tasks == b_tasks and c.held["b"].deadline == FOREVER
+    assert c.holds.held["b"].tasks == b_tasks and c.holds.held["b"].deadline == FOREVER
     decisions = c.on_maintenance(False)
     assert set(published(decisions)["a"].assigned) == set(tasks(6))
 
@@ -487,10 +487,10 @@ def test_a_task_not_taken_within_the_rebalance_timeout_is_fenced_and_retargeted(
     assert "t6" not in c.reconcile.unreleased.get(new_owner, {}), "no confirmation waited for: it never took it"
     assert "not taken within the rebalance timeout" in c.reason and new_owner in c.reason
     assert any("not taken" in d.info.reason for d in decisions if isinstance(d, WriteGroupState))
-    assert "t6" in out[other].assigned and c.reconcile.fenced_total == 1
+    assert "t6" in out[other].assigned and c.reconcile.acks.fenced_total == 1
     assert stuck in c.assignment["b"]
     ack(c)
-    assert c.state is GroupState.STABLE and not c.reconcile.barred
+    assert c.state is GroupState.STABLE and not c.reconcile.acks.barred
 
 
 def test_a_member_acknowledges_only_once_it_holds_every_owner_znode_and_rejoins_when_refused():
@@ -548,7 +548,7 @@ def test_a_broker_of_a_release_before_acknowledgements_is_trusted_as_then_and_a_
     c.on_members(members)  # only the newer broker reports
     assert c.assignment["old"] and c.state is GroupState.STABLE and c.info().unacked == ()
     c.clock.advance(30.0)
-    assert not published(c.on_tick()) and c.reconcile.fenced_total == 0 and c.state is GroupState.STABLE
+    assert not published(c.on_tick()) and c.reconcile.acks.fenced_total == 0 and c.state is GroupState.STABLE
     # the newer broker's request rewritten: acknowledges dropped, same life, its tasks "taken"
     good = c.members["new"]
     members = dict(c.members)
@@ -577,7 +577,7 @@ def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhi
     n.maintenance = True
     after = n.load(state, members, tasks(6), assignments)
     assert "a" not in published(after) or set(published(after)["a"].assigned) == set(c.assignment["a"])
-    assert n.held["b"].tasks == b_tasks and n.held["b"].deadline == FOREVER
+    assert n.holds.held["b"].tasks == b_tasks and n.holds.held["b"].deadline == FOREVER
     assert n.reconcile.target["a"] == c.assignment["a"], "nothing moves in maintenance mode"
     assert set(published(n.on_maintenance(False))["a"].assigned) == set(tasks(6))
 

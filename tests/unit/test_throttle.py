@@ -192,12 +192,12 @@ def test_maintenance_holds_a_lost_members_tasks_and_postpones_joins():
     _sync(c, {"a": ("t0", "t1"), "b": ("t2", "t3")})
     c.on_maintenance(True)
     c.on_members({"a": _req("a", 1, 1)})  # b lost
-    assert c.state is GroupState.STABLE and c.held["b"].deadline == FOREVER
+    assert c.state is GroupState.STABLE and c.holds.held["b"].deadline == FOREVER
     assert c.info().held[0].until is None
     c.on_members({"a": _req("a", 1, 1), "z": _req("z", 2, 0)})  # a new broker waits too
     assert c.state is GroupState.STABLE and c.operations.postponed
     c.on_members({"a": _req("a", 1, 1), "z": _req("z", 2, 0), "b": _req("b", 2, 0)})  # b is back: its tasks too
-    assert c.assignment["b"] == ("t2", "t3") and not c.held
+    assert c.assignment["b"] == ("t2", "t3") and not c.holds.held
     d = c.on_maintenance(False)
     assert c.state is GroupState.PREPARING_REBALANCE and "member z joined" in c.reason, d
 
