@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
+import controller.protocol.acks
 import controller.protocol.group
 import controller.protocol.join_round
 import controller.protocol.member
@@ -261,10 +262,10 @@ def test_a_coordinator_that_counts_published_as_running_breaks_invariant_5(monke
 
     def publish_and_forget(self, changed):
         out = publish(self, changed)
-        self.waiting.clear()
+        self.acks.waiting.clear()
         return out
 
-    monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "acked", lambda self, m: True)
+    monkeypatch.setattr(controller.protocol.acks.Acks, "acked", lambda self, m: True)
     monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "publish", publish_and_forget)
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile"].config
