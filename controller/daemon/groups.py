@@ -194,7 +194,9 @@ class GroupDriver:
                     self._metrics.rebalances.labels(g).inc()
                 self._metrics.moving.labels(g).set(len(d.info.moving))
                 self._metrics.unacked.labels(g).set(len(d.info.unacked))
-                self._metrics.fenced_tasks.labels(g).set(ctx.groups[g].reconcile.acks.fenced_total if g in ctx.groups else 0)
+                self._metrics.fenced_tasks.labels(g).set(
+                    ctx.groups[g].reconcile.acks.fenced_total if g in ctx.groups else 0
+                )
                 self._metrics.deferred.labels(g).set(d.info.deferred)
                 if d.info.imbalance is not None:
                     self._metrics.imbalance.labels(g).set(d.info.imbalance)

@@ -4,11 +4,12 @@ It never touches ZooKeeper. The controller's event thread feeds it snapshots (me
 the group's tasks), leader proposals, operator requests and clock ticks, and carries out the decisions
 it returns (fenced writes). That is what lets the deterministic simulation drive it directly.
 
-The coordinator keeps what every protocol shares (the generation, the members, the tasks, their placement,
-the holds) and owns one part per job, each given the coordinator through the small interface it declares:
-the join round of the eager and cooperative protocols (``join_round.py``), the reconcile protocol
-(``reconcile.py``; Kafka keeps ``ClassicGroup`` and ``ConsumerGroup`` apart likewise) and the operations
-(``group_operations.py``: throttle, maintenance, settings, imbalance). Its state changes only through its
+The coordinator keeps what every protocol shares (the generation, the members, the tasks, their placement)
+and owns one part per job, each given the coordinator through the small interface it declares: the join
+round of the eager and cooperative protocols (``join_round.py``), the reconcile protocol (``reconcile.py``;
+Kafka keeps ``ClassicGroup`` and ``ConsumerGroup`` apart likewise), the operations (``group_operations.py``:
+throttle, maintenance, settings, imbalance) and the tasks held for departed members (``holds.py``). A
+failover's load is ``group_load.py``. Its state changes only through its
 :class:`~controller.protocol.group_state.GroupStateMachine`, which refuses a move its table does not allow.
 """
 

@@ -80,7 +80,7 @@ class GroupConfig:
 
 class GroupView(Protocol):
     """What every part of the coordinator sees of its group: its name, clock, configuration and state, the tasks
-    it places, the holds it keeps, and the reason of its last rebalance. ``GroupCore`` (the protocol families)
+    it places, its holds (the tasks held for departed members), and the reason of its last rebalance. ``GroupCore`` (the protocol families)
     and ``OperationsCore`` (the operations part) add what each needs on top."""
 
     reason: str
