@@ -14,18 +14,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.protocol.codecs import JoinRequest
-from controller.protocol.group_types import GroupConfig
+from controller.protocol.group_types import GroupView
 
 log = logging.getLogger(__name__)
 
 
-class AcksCore(Protocol):
-    """What the acknowledgements need of their group: the members' reports and what each was published."""
+class AcksCore(GroupView, Protocol):
+    """What the acknowledgements need of their group beyond ``GroupView``: the members' reports, what each
+    was published, and who is leaving (given no task a fence moves)."""
 
-    @property
-    def group(self) -> str: ...
-    @property
-    def config(self) -> GroupConfig: ...
     @property
     def members(self) -> Mapping[str, JoinRequest]: ...
     @property

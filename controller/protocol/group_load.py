@@ -13,34 +13,23 @@ from typing import Protocol
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, TaskDescriptor
 from controller.protocol.group_operations import GroupOperations
 from controller.protocol.group_state import GroupState, GroupStateMachine
-from controller.protocol.group_types import Decision, WatchMoves, WriteGroupState
-from controller.protocol.holds import Holds
+from controller.protocol.group_types import Decision, GroupCore, WatchMoves, WriteGroupState
 from controller.protocol.join_round import JoinRound
 from controller.protocol.reconcile import ReconcileGroup
 from controller.protocol.rules import RECONCILE
 
 
-class LoadCore(Protocol):
-    """What a failover load sets of the coordinator (its generation record, members, tasks and placement) and
-    the parts it restores (the state machine, the holds, the protocol family's part, the moves under way)."""
+class LoadCore(GroupCore, Protocol):
+    """What a failover load needs of the coordinator beyond ``GroupCore``: the rest of its generation record,
+    its members and tasks (set from ZooKeeper), and the parts it restores (the state machine, the join round,
+    the reconcile protocol, the moves under way)."""
 
-    generation: int
     join_generation: int
-    protocol: str | None
-    assignor: str | None
-    leader: str | None
-    generation_members: tuple[str, ...]
-    reason: str
     members: dict[str, JoinRequest]
     tasks: dict[str, TaskDescriptor]
-    assignment: dict[str, tuple[str, ...]]
 
     @property
-    def state(self) -> GroupState: ...
-    @property
     def machine(self) -> GroupStateMachine: ...
-    @property
-    def holds(self) -> Holds: ...
     @property
     def join(self) -> JoinRound: ...
     @property
@@ -48,9 +37,6 @@ class LoadCore(Protocol):
     @property
     def operations(self) -> GroupOperations: ...
 
-    def info(self) -> GroupStateInfo: ...
-    def transition(self, target: GroupState) -> None: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
     def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool: ...
 
 

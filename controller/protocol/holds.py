@@ -16,7 +16,7 @@ from typing import Protocol
 from controller.protocol.clock import Clock
 from controller.protocol.codecs import Assignment, GroupStateInfo, HeldTasks, JoinRequest, TaskDescriptor
 from controller.protocol.group_state import GroupState
-from controller.protocol.group_types import FOREVER, Decision, GroupConfig, WriteGroupState
+from controller.protocol.group_types import FOREVER, Decision, GroupView, WriteGroupState
 
 log = logging.getLogger(__name__)
 
@@ -29,26 +29,17 @@ class Held:
     deadline: float
 
 
-class HoldsCore(Protocol):
-    """What the holds need of their group: its clocks and settings, its members, tasks and their placement,
-    and its state (written when a hold changes)."""
+class HoldsCore(GroupView, Protocol):
+    """What the holds need of their group beyond ``GroupView``: the wall clock their deadlines are written in,
+    whether maintenance mode is on, its members and their placement, and its state (written when a hold
+    changes)."""
 
     @property
-    def group(self) -> str: ...
-    @property
-    def clock(self) -> Clock: ...
-    @property
     def wall(self) -> Clock: ...
-    @property
-    def config(self) -> GroupConfig: ...
-    @property
-    def state(self) -> GroupState: ...
     @property
     def maintenance(self) -> bool: ...
     @property
     def members(self) -> Mapping[str, JoinRequest]: ...
-    @property
-    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
     @property
     def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
 
