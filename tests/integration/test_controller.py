@@ -428,6 +428,10 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
         # SUSPENDED: events are held, nothing is processed or written
         server.kill()
         proxy.partition()
+        # and the controller's connection drops now: had the partition come before the proxy relayed the killed
+        # server's close, the controller would hear only silence, SUSPENDED after its read timeout (2/3 of the
+        # 30 s session: longer than the wait below; 1 run in 4 under load)
+        proxy.reset()
         wait_until(lambda: not ctl.connected, 10, "suspended")
         processed: list[int] = []
         ctl.put(Probe(1, processed))
