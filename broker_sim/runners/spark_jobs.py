@@ -192,6 +192,8 @@ class StreamingRun:
         self._query: Any = None
         self._session: Any = None
         self._listener: Any = None
+        #: set once ``stop`` begins: a query it stopped is inactive with no error, which is not a completion
+        self._stopping = threading.Event()
         source = pipeline.source
         self._backlog = FileBacklog.of(source.path, checkpoint) if isinstance(source, FilesSource) else None
 
@@ -286,6 +288,8 @@ class StreamingRun:
             metrics["backlog_files"] = backlog
         if active:
             return RunStatus(RunState.RUNNING, metrics=metrics)
+        if self._stopping.is_set():
+            return RunStatus(RunState.STOPPED, metrics=metrics)  # (a stopped query looks like one that ran out)
         exc = query.exception()
         if exc is not None:
             message, trace = spark_error(exc)
@@ -293,6 +297,7 @@ class StreamingRun:
         return RunStatus(RunState.COMPLETED, metrics=metrics)  # e.g. trigger available_now ran out of data
 
     def stop(self, timeout: float) -> None:
+        self._stopping.set()
         query = self._query
         errors: list[BaseException] = []
 

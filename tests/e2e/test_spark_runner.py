@@ -168,3 +168,28 @@ def test_a_prepared_streaming_task_writes_nothing_until_its_start_which_uses_it(
     assert spark_runner.prepare("gone", parse_spec(files_task("gone", src, tmp_path / "g-out", "SELECT id FROM input")))
     spark_runner.discard("gone")
     assert "gone" not in spark_runner.prepared()
+
+
+def test_a_streaming_run_stopped_reads_stopped_not_completed(spark_runner: SparkRunner, tmp_path: Path) -> None:
+    """A streaming query that was stopped is inactive with no error, as is one whose data ran out: its run
+    says STOPPED once a stop began, never COMPLETED (a status read while the stop was under way took the
+    task for completed, and a completed task is not started again)."""
+    spec = parse_spec(
+        {
+            "id": "rate-stop",
+            "pipeline": {
+                "kind": "spark",
+                "source": {"type": "rate", "rows_per_second": 10},
+                "transform": {"sql": "SELECT value AS id, timestamp FROM input"},
+                "sink": {"type": "files", "format": "parquet", "path": str(tmp_path / "out")},
+                "trigger": {"processing_time": "1 second"},
+            },
+        }
+    )
+    spark_runner.start("rate-stop", spec, 1)
+    try:
+        run = spark_runner._runs["rate-stop"][1]  # the run itself: the runner forgets it once stopped
+        wait_for(lambda: run.status().state == RunState.RUNNING, 60, "the query running")
+    finally:
+        spark_runner.stop("rate-stop")
+    assert run.status().state == RunState.STOPPED
