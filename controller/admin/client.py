@@ -7,13 +7,15 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from controller.admin.cluster import ClusterAdmin
-from controller.admin.offsets import OffsetAdmin
+from controller.admin.offsets import OffsetAdmin, ResetTarget
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
 from controller.admin.restarts import RestartAdmin
 from controller.admin.roll import RollAdmin
+from controller.admin.task_apply import ApplyAdmin
 from controller.admin.task_history import HistoryAdmin
 from controller.admin.task_stop import StopAdmin
+from controller.admin.task_wait import WaitAdmin
 from controller.admin.tasks import TaskAdmin
 from controller.protocol.layout import ZkLayout
 
@@ -60,6 +62,16 @@ class AdminClient:
             checkpoint_size=self.offsets_admin.checkpoint_size,
             purge=self.offsets_admin.purge_note,
         )
+        self.apply_admin = ApplyAdmin(
+            client,
+            layout,
+            self.reads,
+            create=self.tasks.create_tasks,
+            reset_guard=self.history_admin.check_resume,
+            reset=self._reset_for_apply,
+            retries=retries,
+        )
+        self.wait_admin = WaitAdmin(client, layout, self.stop_admin.stop_state)
         self.restarts = RestartAdmin(client, layout, self.reads, self.tasks.list_tasks, retries=retries)
         self.cluster = ClusterAdmin(client, layout, self.reads, self.settings_admin.maintenance)
         self.rolls = RollAdmin(client, layout)
@@ -75,6 +87,9 @@ class AdminClient:
         self.restart = self.tasks.restart
         self.reassign = self.tasks.reassign
         self.intervals = self.tasks.intervals
+        self.apply = self.apply_admin.apply
+        self.rollback = self.apply_admin.rollback
+        self.wait = self.wait_admin.wait
         # run state and offsets
         self.stop = self.stop_admin.stop
         self.stop_state = self.stop_admin.stop_state
@@ -103,6 +118,18 @@ class AdminClient:
         self.stored_settings = self.settings_admin.stored_settings
         self.update_settings = self.settings_admin.update_settings
         self.reset_settings = self.settings_admin.reset_settings
+
+    def _reset_for_apply(self, task_id: str) -> str:
+        """A STOPPED task's checkpoint reset to the earliest offsets once its new spec is written, as a note."""
+        spec, _stat, _deleting = self.reads.spec(task_id)
+        if getattr(spec.pipeline, "mode", None) != "streaming":
+            return "no checkpoint to reset: the pipeline is not a streaming one"
+        done = self.offsets_admin.reset_offsets(task_id, ResetTarget.parse(True, False, None))
+        return f"checkpoint reset to {done.target}" + (
+            f" (sink batches {done.sink_batches_removed[0]}-{done.sink_batches_removed[-1]} removed)"
+            if done.sink_batches_removed
+            else ""
+        )
 
     @property
     def unreadable(self) -> set[str]:

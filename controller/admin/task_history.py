@@ -137,6 +137,6 @@ class HistoryAdmin:
 def _append(action: str, detail: str, end_reset: bool) -> Callable[[codecs.TaskHistory], codecs.TaskHistory]:
     def change(h: codecs.TaskHistory) -> codecs.TaskHistory:
         events = (*h.events, codecs.HistoryEvent(time.time(), action, detail[:500]))[-codecs.HISTORY_EVENTS :]
-        return codecs.TaskHistory(events, None if end_reset else h.resetting)
+        return replace(h, events=events, resetting=None if end_reset else h.resetting)
 
     return change

@@ -64,19 +64,38 @@ class HistoryEvent:
     at: float
     action: str
     detail: str = ""
+    #: who asked: the ZooKeeper identity of the admin client, or the API's (absent: not recorded)
+    who: str | None = None
+    #: a change of the spec: its version before and after (absent: not a change of the spec)
+    from_revision: int | None = None
+    to_revision: int | None = None
+
+
+@dataclass(frozen=True)
+class SpecRevision:
+    """One applied spec, kept so that ``task rollback`` can apply it again: its version and its stored JSON."""
+
+    revision: int
+    spec: str
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
 class TaskHistory:
-    """``/admin/task_history/<id>``: the task's last operator actions on its run state and offsets (stop,
-    reset), newest last, at most ``HISTORY_EVENTS``. ``resetting``: when a reset of its checkpoint began and
-    has not finished; a resume waits for it (or for ``RESET_LEASE_S`` to pass, should the reset have died)."""
+    """``/admin/task_history/<id>``: the task's last operator actions on its spec, run state and offsets (apply,
+    rollback, stop, reset), newest last, at most ``HISTORY_EVENTS``; its last applied specs, at most
+    ``HISTORY_SPECS``. ``resetting``: when a reset of its checkpoint began and has not finished; a resume waits
+    for it (or for ``RESET_LEASE_S`` to pass, should the reset have died)."""
 
     events: tuple[HistoryEvent, ...] = ()
     resetting: float | None = None
+    specs: tuple[SpecRevision, ...] = ()
 
 
 HISTORY_EVENTS = 50
+#: applied specs kept for rollback (fewer when they are large: the history stays under ``HISTORY_SPEC_BYTES``)
+HISTORY_SPECS = 10
+HISTORY_SPEC_BYTES = 256 * 1024
 RESET_LEASE_S = 300.0
 
 

@@ -26,6 +26,8 @@ from typing import Any, TypeVar, cast
 
 from controller.protocol.admin_records import (
     HISTORY_EVENTS,
+    HISTORY_SPEC_BYTES,
+    HISTORY_SPECS,
     RESET_LEASE_S,
     ClusterSettings,
     ClusterSummary,
@@ -39,6 +41,7 @@ from controller.protocol.admin_records import (
     MoveLimits,
     ReassignRequest,
     RebalanceRequest,
+    SpecRevision,
     TaskHistory,
 )
 from controller.protocol.group_messages import (
@@ -265,6 +268,8 @@ __all__ = [
     "GroupTally",
     "GroupTaskCount",
     "HISTORY_EVENTS",
+    "HISTORY_SPEC_BYTES",
+    "HISTORY_SPECS",
     "HeldTasks",
     "HistoryEvent",
     "IgnoredMember",
@@ -286,6 +291,7 @@ __all__ = [
     "SessionState",
     "SyncProposal",
     "TaskDescriptor",
+    "SpecRevision",
     "TaskHistory",
     "TaskStatus",
     "session_hex",

@@ -32,6 +32,8 @@ class TaskStatus:
     metrics: dict[str, Any] = field(default_factory=dict)
     #: the ZooKeeper session that wrote it (``0x...``): a status is only as live as that session
     session: str | None = None
+    #: the spec version (``revision``) the owner runs (absent: a release that did not say)
+    revision: int | None = None
 
 
 def session_hex(session_id: int | None) -> str | None:

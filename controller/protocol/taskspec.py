@@ -293,6 +293,12 @@ class TaskSpec(_Model):
     placement: Placement = Field(default_factory=Placement, description="pins and rack preference")
     restart: RestartPolicy = Field(default_factory=RestartPolicy, description="automatic restarts after failures")
     restart_nonce: int = Field(default=0, ge=0, description="bumped by `task restart`: the owner restarts it")
+    revision: int = Field(
+        default=1,
+        ge=1,
+        description="the spec version, counted by the cluster: 1 at create, one more at each applied change "
+        "(a value in a file is ignored)",
+    )
     pipeline: Pipeline
 
     @field_validator("version")
@@ -313,6 +319,14 @@ class TaskSpec(_Model):
             pin_mode=self.placement.pin_mode,
             rack=self.placement.rack,
         )
+
+    @model_serializer(mode="wrap")
+    def _omit_first_revision(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A spec never changed stays byte for byte what earlier releases wrote (they know no revision)."""
+        out: dict[str, Any] = handler(self)
+        if out.get("revision") == 1:
+            out.pop("revision")
+        return out
 
     def encode(self) -> bytes:
         data = json.dumps(self.model_dump(mode="json", by_alias=True), separators=(",", ":"), sort_keys=True).encode()
