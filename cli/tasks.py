@@ -51,8 +51,12 @@ def id_summary(ids: Sequence[str], limit: int = SCREENFUL_IDS) -> str:
     help="YAML or JSON file with one task spec or a list of them",
 )
 @click.option("--dry-run", is_flag=True, help="validate everything, write nothing")
+@click.option(
+    "--wait", is_flag=True, help="wait until the RUNNING tasks created run (bounded by --timeout); exit 1 if not"
+)
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
 @pass_ctx
-def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
+def task_create(ctx: Ctx, spec_file: Path, dry_run: bool, wait: bool, timeout: float) -> None:
     """Validate every spec in SPEC, then create them all at once (one ZooKeeper multi).
 
     Nothing is written if any spec is malformed or any id exists already.
@@ -78,6 +82,10 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
         )
     lines += [f"note: {n}" for n in result.notes if not n.startswith("dry run")]
     ctx.emit(to_dict(result), "\n".join(lines))
+    if wait and not dry_run:
+        from cli.task_changes import wait_for
+
+        wait_for(ctx, [s.id for s in specs if s.state == "RUNNING"], "running", timeout)
 
 
 @task.command("list")
@@ -187,7 +195,7 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
         ("Group", spec.get("group", "-")),
         (
             "State",
-            f"{spec.get('state', 'INVALID')}  (spec version {d.spec_version}, restart nonce {spec.get('restart_nonce', '-')})"
+            f"{spec.get('state', 'INVALID')}  (spec version {d.spec_version if d.spec_version is not None else '-'}, restart nonce {spec.get('restart_nonce', '-')})"
             + ("  DELETING" if d.deleting else ""),
         ),
         ("Pipeline", (spec.get("pipeline") or {}).get("kind", "-")),
@@ -203,7 +211,9 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
             "Status",
             (f"{d.shown}: " if d.shown in ("STALE", "UNASSIGNED") else "")
             + (
-                f"last reported {status['state']} by {status['broker']} (session {status.get('session') or '?'}, "
+                f"last reported {status['state']} by {status['broker']}"
+                + (f" on spec version {status['revision']}" if status.get("revision") is not None else "")
+                + f" (session {status.get('session') or '?'}, "
                 f"failures {status['failures']}, updated {when(status['updated'])})"
                 if status
                 else "nothing reported"
@@ -330,10 +340,16 @@ def task_pause(ctx: Ctx, task_id: str) -> None:
 
 @task.command("resume")
 @click.argument("task_id", shell_complete=complete_names("task"))
+@click.option("--wait", is_flag=True, help="wait until it runs (bounded by --timeout); exit 1 if not")
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
 @pass_ctx
-def task_resume(ctx: Ctx, task_id: str) -> None:
+def task_resume(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
     """Resume a paused or stopped task (refused while a reset of its offsets runs)."""
     _change(ctx, task_id, "resume")
+    if wait:
+        from cli.task_changes import wait_for
+
+        wait_for(ctx, [task_id], "running", timeout)
 
 
 @task.command("restart")
@@ -503,3 +519,6 @@ def task_reset_offsets(
         )
     lines += [f"note: {n}" for n in r.notes]
     ctx.emit(to_dict(r), "\n".join(lines))
+
+
+from cli import task_changes  # noqa: E402, F401  (attaches apply, history, rollback and wait to the group)

@@ -44,6 +44,8 @@ class ApplyItem:
     changes: tuple[FieldChange, ...] = ()
     notes: tuple[str, ...] = ()
     reset: bool = False
+    #: the task's run state (RUNNING, PAUSED, STOPPED): what a wait after the apply waits for
+    state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class ApplyAdmin:
         items: list[ApplyItem] = []
         if new:
             created = self.create([s.model_copy(update={"revision": 1}) for s in new], dry_run=dry_run)
-            items += [ApplyItem(t, "create", None, 1, notes=created.notes) for t in created.tasks]
+            items += [ApplyItem(s.id, "create", None, 1, notes=created.notes, state=s.state) for s in new]
         for spec, plan in zip(specs, plans):
             if plan is None:
                 continue
@@ -169,7 +171,7 @@ class ApplyAdmin:
         diff = diff_specs(old, new)
         if not diff.changed:
             note = "unchanged" + (": nothing reset (`task reset-offsets` resets alone)" if reset else "")
-            return ApplyItem(t, "unchanged", old.revision, old.revision, notes=(note,))
+            return ApplyItem(t, "unchanged", old.revision, old.revision, notes=(note,), state=old.state)
         if reset and old.state != "STOPPED":
             raise Conflict(f"task {t!r} is {old.state}: a reset needs it STOPPED (`task stop --wait`); nothing changed")
         refusal = diff.refusal(stopped=old.state == "STOPPED", reset=reset)
@@ -178,7 +180,7 @@ class ApplyAdmin:
         notes = list(diff.notes)
         if spec.state != old.state and "state" in spec.model_fields_set:
             notes.append(f"state is kept {old.state}: pause, resume and stop change it")
-        return ApplyItem(t, "update", old.revision, new.revision, diff.changes, tuple(notes), reset)
+        return ApplyItem(t, "update", old.revision, new.revision, diff.changes, tuple(notes), reset, old.state)
 
     @staticmethod
     def _next(old: TaskSpec, spec: TaskSpec) -> TaskSpec:

@@ -386,6 +386,8 @@ class TaskAdmin:
                     metrics=dict(status.metrics)
                     if status and status.broker == (owner.broker if owner else None)
                     else {},
+                    revision=spec.revision,
+                    status_revision=status.revision if status else None,
                 )
             rows.append(row)
         return rows
@@ -443,7 +445,8 @@ class TaskAdmin:
         return TaskDescription(
             task_id=task_id,
             spec=spec_dict,
-            spec_version=spec_res[1].version,
+            spec_version=spec.revision if spec is not None else None,
+            zk_version=spec_res[1].version,
             created=spec_res[1].ctime / 1000.0,
             owner=owner_dict,
             status=codecs.to_jsonable(status) if status else None,

@@ -54,6 +54,8 @@ class TaskRow:
     shown: str | None = None
     status_updated: float | None = None  # when the status was written (its writer's clock)
     unassigned_since: float | None = None  # a task to run with no owner: since when (see ``unassigned_since``)
+    revision: int | None = None  # the spec's version
+    status_revision: int | None = None  # the spec version the reporting owner runs (None: not said)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class RestartProgress:
 class TaskDescription:
     task_id: str
     spec: dict[str, Any] | None
-    spec_version: int
+    spec_version: int | None  # the spec's revision (None: the spec is invalid)
     created: float
     owner: dict[str, Any] | None  # {"broker", "generation", "since"}
     status: dict[str, Any] | None
@@ -96,7 +98,8 @@ class TaskDescription:
     unassigned_since: float | None = None
     restart: RestartProgress | None = None
     checkpoint: Any = None  # a streaming spark task's checkpoint: path, exists, bytes, files (``CheckpointSize``)
-    history: tuple[codecs.HistoryEvent, ...] = ()  # its recorded stops, resumes from STOPPED and resets
+    history: tuple[codecs.HistoryEvent, ...] = ()  # its recorded changes, stops, resumes from STOPPED and resets
+    zk_version: int | None = None  # the spec znode's version (any write of the spec bumps it)
 
 
 @dataclass(frozen=True)

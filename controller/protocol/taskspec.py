@@ -365,12 +365,21 @@ def load_specs(path: str | Path) -> list[TaskSpec]:
         raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_specs_text(text, str(path), as_json=p.suffix == ".json")
+
+
+#: the largest spec file read from standard input
+MAX_SPEC_TEXT = 16 * 1024 * 1024
+
+
+def parse_specs_text(text: str, path: str, *, as_json: bool = False) -> list[TaskSpec]:
+    """``load_specs`` of text already read (``path`` names it in errors: a file, or ``-`` for stdin)."""
+    if len(text) > MAX_SPEC_TEXT:
+        raise SpecError(f"{path}: {len(text):,} characters, over the {MAX_SPEC_TEXT:,} a spec file may hold")
     try:
-        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        doc = json.loads(text) if as_json else yaml.safe_load(text)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:  # ValueError: JSON errors, huge integers
-        raise SpecError(
-            f"{path}: not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}"
-        ) from None
+        raise SpecError(f"{path}: not valid {'JSON' if as_json else 'YAML'}: {str(exc).splitlines()[0]}") from None
     if doc is None:
         raise SpecError(f"{path}: empty file, expected a task spec or a list of them")
     items = doc if isinstance(doc, list) else [doc]
@@ -484,6 +493,7 @@ __all__ = [
     "RestartPolicy",
     "parse_spec",
     "load_specs",
+    "parse_specs_text",
     "decode_task",
     "upgrade_stored",
     "task_schema",

@@ -63,7 +63,24 @@ def test_help_lists_every_command():
     for name in ("task", "status", "broker", "group", "rebalance", "watch", "controller", "timeline", "zk", "demo"):
         assert f"  {name} " in result.output
     for sub, names in (
-        ("task", ("create", "list", "describe", "delete", "pause", "resume", "restart", "reassign", "schema")),
+        (
+            "task",
+            (
+                "create",
+                "list",
+                "describe",
+                "delete",
+                "pause",
+                "resume",
+                "restart",
+                "reassign",
+                "schema",
+                "apply",
+                "history",
+                "rollback",
+                "wait",
+            ),
+        ),
         ("broker", ("list", "shutdown", "run")),
         ("group", ("describe",)),
         ("controller", ("run",)),

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from controller.admin import to_dict
 from controller.admin.common import AdminError
 from controller.admin.offsets import ResetTarget
+from controller.admin.task_apply import StaleVersion, identity_of
 from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError, error_response
@@ -76,9 +77,72 @@ def router(ctx: ApiContext) -> APIRouter:
     def restart_many(only_failed: bool = Query(True), group: str | None = None) -> dict[str, Any]:
         return json_object(ctx.admin().restart_tasks(group=group, only_failed=only_failed))
 
-    @r.get("/{task_id}", summary="A task: spec, owner, status, last error")
-    def describe_task(task_id: str) -> dict[str, Any]:
-        return json_object(ctx.admin().describe_task(task_id))
+    @r.get("/{task_id}", summary="A task: spec, owner, status, last error; ETag: its spec version")
+    def describe_task(task_id: str, response: Response) -> dict[str, Any]:
+        d = ctx.admin().describe_task(task_id)
+        if d.spec_version is not None:
+            response.headers["ETag"] = f'"{d.spec_version}"'
+        return json_object(d)
+
+    @r.put(
+        "/{task_id}",
+        summary="Create or change one task (as `zkctl task apply`); If-Match: the spec version (ETag) the change "
+        "was made against (412 when the task is at another); reset (a STOPPED task) also resets its checkpoint",
+    )
+    def put_task(
+        task_id: str,
+        response: Response,
+        body: Any = Body(...),
+        if_match: str | None = Header(None, max_length=40),
+        dry_run: bool = False,
+        reset: bool = False,
+        wait: bool = False,
+        timeout: float = 60.0,
+    ) -> Any:
+        if not isinstance(body, dict):
+            raise SpecError("the body must be one task spec (a JSON object)")
+        if body.get("id", task_id) != task_id:
+            raise ApiError(422, "invalid_parameter", f"the spec's id {body.get('id')!r} is not the path's {task_id!r}")
+        spec = parse_spec({**body, "id": task_id})
+        waited = ctx.waited(wait, timeout)
+        admin = ctx.admin()
+        who = f"api ({'admin token' if ctx.config.token else 'no token'}; {identity_of(ctx.config.client)})"
+        res = admin.apply([spec], dry_run=dry_run, if_version=if_match_version(if_match), reset=reset, who=who)
+        item = res.items[0]
+        if item.to_revision is not None:
+            response.headers["ETag"] = f'"{item.to_revision}"'
+        response.status_code = 201 if item.action == "create" and not dry_run else 200
+        body_out = json_object(item)
+        if waited > 0 and not dry_run and item.action != "unchanged" and item.state in ("RUNNING", "STOPPED"):
+            done = admin.wait([task_id], "running" if item.state == "RUNNING" else "stopped", waited)
+            if not done.reached:
+                return error_response(504, "timeout", f"applied, not yet running it: waiting for {done.waiting[0][1]}")
+        return body_out
+
+    @r.get("/{task_id}/history", summary="A task's recorded changes, stops and resets, and its kept spec versions")
+    def history(task_id: str) -> dict[str, Any]:
+        admin = ctx.admin()
+        admin.describe_task(task_id)  # 404 for an unknown task
+        return json_object(admin.history(task_id))
+
+    @r.post("/{task_id}/rollback", summary='Apply again a kept spec version: {"to_version": N}')
+    def rollback(task_id: str, body: Any = Body(...), dry_run: bool = False, reset: bool = False) -> dict[str, Any]:
+        to = body.get("to_version") if isinstance(body, dict) else None
+        if type(to) is not int or to < 1:
+            raise ApiError(422, "invalid_parameter", 'the body must be {"to_version": N} with N a spec version')
+        who = f"api ({'admin token' if ctx.config.token else 'no token'}; {identity_of(ctx.config.client)})"
+        return json_object(ctx.admin().rollback(task_id, to, dry_run=dry_run, reset=reset, who=who))
+
+    @r.get(
+        "/{task_id}/wait",
+        summary="Wait (bounded by timeout) until the task is running, stopped or deleted; 504 with what it waits "
+        "for when not",
+    )
+    def wait_task(task_id: str, condition: str = Query(..., alias="for"), timeout: float = 30.0) -> Any:
+        res = ctx.admin().wait([task_id], condition, ctx.waited(True, timeout))
+        if not res.reached:
+            return error_response(504, "timeout", f"not {condition}: waiting for {res.waiting[0][1]}")
+        return json_object(res)
 
     @r.delete(
         "/{task_id}",
@@ -142,3 +206,13 @@ def router(ctx: ApiContext) -> APIRouter:
         return ctx.done_or_504(ctx.admin().reassign(task_id, to, wait=ctx.waited(wait, timeout)), wait)
 
     return r
+
+
+def if_match_version(header: str | None) -> int | None:
+    """The spec version an ``If-Match`` header names (``"3"``, ``3``, ``W/"3"``; ``*``: any), or a 412 error."""
+    if header is None or header.strip() == "*":
+        return None
+    value = header.strip().removeprefix("W/").strip('"')
+    if not value.isdigit() or len(value) > 15 or int(value) < 1:
+        raise StaleVersion(f'If-Match must name one spec version (an ETag such as "3"), not {header[:40]!r}')
+    return int(value)

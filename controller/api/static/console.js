@@ -205,6 +205,11 @@ function stateNote(t, s) {  // what STALE and UNASSIGNED stand for, as a tooltip
   return "";
 }
 
+function runsNote(t) {  // the spec version the owner runs, when it is not the spec's current one
+  if (!Number.isSafeInteger(t.status_revision) || t.status_revision === t.revision) return "";
+  return ` (runs v${t.status_revision})`;
+}
+
 function stateTitle(t, s) {
   if (s === "STALE") return `last reported ${oneOf(TASK_STATES, t.status)} by ${text(t.status_broker)} ${ago(t.status_updated)} ago; that broker's session no longer holds the task`;
   if (s === "UNASSIGNED") return "no broker holds this task";
@@ -262,8 +267,8 @@ function taskRow(t, disabled) {
   const error = typeof t.error === "string" ? t.error : "";
   return h("tr", { dataset: { task: t.task_id }, className: moved ? "moved" : "" },
     h("td", {}, t.task_id), h("td", {}, text(t.group)),
-    h("td", { className: "spec" }, oneOf(SPEC_STATES, t.state)),
-    h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s)),
+    h("td", { className: "spec" }, oneOf(SPEC_STATES, t.state), Number.isSafeInteger(t.revision) ? ` v${t.revision}` : ""),
+    h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s) + runsNote(t)),
     h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
