@@ -7,6 +7,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from controller.admin.cluster import ClusterAdmin
+from controller.admin.common import WAIT_S
 from controller.admin.offsets import OffsetAdmin, ResetTarget
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
@@ -124,6 +125,11 @@ class AdminClient:
         spec, _stat, _deleting = self.reads.spec(task_id)
         if getattr(spec.pipeline, "mode", None) != "streaming":
             return "no checkpoint to reset: the pipeline is not a streaming one"
+        # the spec's write is newer than the group state that confirmed the stop: confirmed again first (as a
+        # `task stop --wait` of a STOPPED task: its coordinator is asked to write its state if it writes nothing)
+        stopped = self.stop_admin.stop(task_id, wait=WAIT_S)
+        if not stopped.confirmed:
+            return f"checkpoint NOT reset: the stop is not confirmed ({stopped.waiting_for}); run reset-offsets"
         done = self.offsets_admin.reset_offsets(task_id, ResetTarget.parse(True, False, None))
         return f"checkpoint reset to {done.target}" + (
             f" (sink batches {done.sink_batches_removed[0]}-{done.sink_batches_removed[-1]} removed)"
