@@ -235,6 +235,10 @@ def test_put_with_if_match(cluster, zk, layout, tmp_path):
         assert status == 200 and out["to_revision"] == 2 and headers["etag"] == '"2"'
         status, out, _ = _http(base, "PUT", "/p1", {**changed, "weight": 3}, {"If-Match": '"1"'})
         assert status == 412 and "at spec version 2, not 1" in out["message"]
+        status, out, _ = _http(base, "PUT", "/p1", {**changed, "weight": 3}, {"If-Match": "v2; drop"})
+        assert status == 412 and "If-Match must name one spec version" in out["message"]
+        status, out, headers = _http(base, "PUT", "/p1", {**changed, "weight": 3}, {"If-Match": 'W/"2"'})
+        assert status == 200 and headers["etag"] == '"3"' and "rebalance may move" in out["notes"][0]
         status, out, _ = _http(base, "PUT", "/p1", {**body, "id": "other"})
         assert status == 422
         status, out, _ = _http(
@@ -244,7 +248,9 @@ def test_put_with_if_match(cluster, zk, layout, tmp_path):
         status, out, _ = _http(base, "GET", "/p1/history")
         assert status == 200 and out["events"][0]["who"].startswith("api (no token")
         status, out, _ = _http(base, "POST", "/p1/rollback", {"to_version": 1})
-        assert status == 200 and out["to_revision"] == 3
+        assert status == 200 and out["to_revision"] == 4
+        status, out, _ = _http(base, "POST", "/p1/rollback", {"to_version": "1"})
+        assert status == 422
         status, out, _ = _http(base, "GET", "/p1/wait?for=running&timeout=30")
         assert status == 200 and out["reached"] is True
         status, out, _ = _http(base, "GET", "/p1/wait?for=deleted&timeout=0.2")
