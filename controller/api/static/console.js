@@ -205,9 +205,10 @@ function stateNote(t, s) {  // what STALE and UNASSIGNED stand for, as a tooltip
   return "";
 }
 
-function runsNote(t) {  // the spec version the owner runs, when it is not the spec's current one
-  if (!Number.isSafeInteger(t.status_revision) || t.status_revision === t.revision) return "";
-  return ` (runs v${t.status_revision})`;
+function versionText(t) {  // the spec's version, and the one its owner runs while that is another
+  if (!Number.isSafeInteger(t.revision)) return "-";
+  const runs = Number.isSafeInteger(t.status_revision) && t.status_revision !== t.revision;
+  return `v${t.revision}` + (runs ? ` (runs v${t.status_revision})` : "");
 }
 
 function stateTitle(t, s) {
@@ -267,8 +268,9 @@ function taskRow(t, disabled) {
   const error = typeof t.error === "string" ? t.error : "";
   return h("tr", { dataset: { task: t.task_id }, className: moved ? "moved" : "" },
     h("td", {}, t.task_id), h("td", {}, text(t.group)),
-    h("td", { className: "spec" }, oneOf(SPEC_STATES, t.state), Number.isSafeInteger(t.revision) ? ` v${t.revision}` : ""),
-    h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s) + runsNote(t)),
+    h("td", { className: "spec" }, oneOf(SPEC_STATES, t.state)),
+    h("td", { className: "version" }, versionText(t)),
+    h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s)),
     h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
