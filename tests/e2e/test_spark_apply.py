@@ -107,10 +107,12 @@ def test_apply_a_new_column_in_place_exactly_once(cluster, zk, layout, spark: An
         admin.apply([parse_spec(files_task("ap", src, tmp_path / "elsewhere", NEW_SQL, max_files=2))])
     assert zk.get(layout.task("ap"))[1].version == zk_version
 
-    applied_at = time.time()
+    applied_at, t0 = time.time(), time.monotonic()
     item = admin.apply([spec_v2], if_version=1).items[0]
     assert (item.action, item.to_revision) == ("update", 2)
     assert admin.wait(["ap"], "running", 60).reached
+    print(f"apply to RUNNING on spec version 2 (the owner's status): {time.monotonic() - t0:.2f}s")
+    assert admin.describe_task("ap").status["revision"] == 2
     restarted = wait_for(
         lambda: [i for i in worker.open_intervals() if i.task_id == "ap" and i.start >= applied_at],
         60,
