@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from broker_sim.worker import Worker, WorkerConfig
-from controller.admin import AdminClient, Conflict, NotFound, wait_for
+from controller.admin import AdminClient, AdminError, Conflict, NotFound, wait_for
 from controller.admin.task_apply import StaleVersion
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol import codecs
@@ -150,6 +150,15 @@ def test_incompatible_changes_need_a_stopped_task_and_a_reset(cluster, zk, layou
     assert not (tmp_path / "ck" / "a2").exists()
     assert stored(zk, layout, "a2")[0].state == "STOPPED"  # apply keeps the run state
     assert [e.action for e in admin.history("a2").events] == ["stop", "apply", "reset-offsets"]
+
+    # garbage kept in the history is refused by a rollback, named, and changes nothing
+    hist = admin.history("a2")
+    bad = codecs.SpecRevision(9, '{"id": "a2", "pipeline": {"kind": "sprak"}}')
+    zk.set(layout.task_history("a2"), codecs.encode(codecs.TaskHistory(hist.events, None, (*hist.specs, bad))))
+    _, zk_version = stored(zk, layout, "a2")
+    with pytest.raises(AdminError, match="kept spec version 9 is unreadable"):
+        admin.rollback("a2", 9)
+    assert stored(zk, layout, "a2")[1] == zk_version
 
     # while a reset is under way, apply is refused
     hist = admin.history("a2")
