@@ -120,8 +120,14 @@ class ApplyAdmin:
                 continue
             if dry_run or plan.action == "unchanged":
                 items.append(plan)
-            else:
+                continue
+            try:
                 items.append(self._update(spec, if_version, reset, who, "apply"))
+            except AdminError as exc:
+                done = [i.task_id for i in items if i.action != "unchanged"]
+                if not done:
+                    raise
+                raise type(exc)(f"{exc} (applied before it: {', '.join(done[:20])})") from None
         order = {s.id: i for i, s in enumerate(specs)}
         return ApplyResult(dry_run, tuple(sorted(items, key=lambda i: order[i.task_id])))
 
