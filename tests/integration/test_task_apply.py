@@ -245,6 +245,8 @@ def test_put_with_if_match(cluster, zk, layout, tmp_path):
         body = spec("p1", tmp_path).model_dump(mode="json", by_alias=True)
         status, out, headers = _http(base, "PUT", "/p1", body, {"If-Match": '"1"'})
         assert status == 412 and out["error"] == "stale_version"  # If-Match on a task that does not exist
+        status, out, headers = _http(base, "PUT", "/p1", body, {"If-Match": "*"})
+        assert status == 412 and "does not" in out["message"]
         status, out, headers = _http(base, "PUT", "/p1?wait=true&timeout=30", body)
         assert status == 201 and out["action"] == "create" and headers["etag"] == '"1"'
         status, out, headers = _http(base, "GET", "/p1")

@@ -106,6 +106,12 @@ def router(ctx: ApiContext) -> APIRouter:
         spec = parse_spec({**body, "id": task_id})
         waited = ctx.waited(wait, timeout)
         admin = ctx.admin()
+        if (
+            if_match is not None
+            and if_match.strip() == "*"
+            and not admin.reads.wave([ctx.config.layout.task(task_id)])[0][0]
+        ):
+            raise StaleVersion(f"If-Match: * names a task that exists; {task_id!r} does not")
         who = f"api ({'admin token' if ctx.config.token else 'no token'}; {identity_of(ctx.config.client)})"
         res = admin.apply([spec], dry_run=dry_run, if_version=if_match_version(if_match), reset=reset, who=who)
         item = res.items[0]
