@@ -113,7 +113,7 @@ class ApplyAdmin:
         new = [s for s, p in zip(specs, plans) if p is None]
         items: list[ApplyItem] = []
         if new:
-            created = self.create([s.model_copy(update={"revision": 1}) for s in new], dry_run=dry_run)
+            created = self.create(new, dry_run=dry_run)
             items += [ApplyItem(s.id, "create", None, 1, notes=created.notes, state=s.state) for s in new]
         for spec, plan in zip(specs, plans):
             if plan is None:

@@ -94,7 +94,7 @@ class TaskAdmin:
         (several multis, each atomic, only for batches over 500 tasks or 512 KiB)."""
         from controller.zk.io import Create, Delete, chunk_ops, exists_many
 
-        specs = list(specs)
+        specs = [s if s.revision == 1 else s.model_copy(update={"revision": 1}) for s in specs]  # the cluster counts
         if not specs:
             raise SpecError("no task specs given")
         seen: set[str] = set()

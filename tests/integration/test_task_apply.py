@@ -69,9 +69,10 @@ def stored(zk, layout, task_id: str) -> tuple[TaskSpec, int]:
 
 def test_apply_changes_in_place_records_and_rolls_back(cluster, zk, layout, tmp_path):
     admin, worker = cluster
-    first = admin.apply([spec("a1", tmp_path)])
+    first = admin.apply([spec("a1", tmp_path, revision=5)])  # a revision in a file is the cluster's to count
     assert [(i.task_id, i.action, i.to_revision) for i in first.items] == [("a1", "create", 1)]
     assert admin.wait(["a1"], "running", 30).reached
+    assert stored(zk, layout, "a1")[0].revision == 1
     again = admin.apply([spec("a1", tmp_path)])
     assert not again.changed and again.items[0].action == "unchanged"  # idempotent
     before = owner_and_generation(zk, layout, "a1")
