@@ -137,7 +137,6 @@ class Reporter:
                             failures=s.failures,
                             metrics=s.metrics,
                             session=codecs.session_hex(session.session_id),
-                            revision=s.spec.revision if s.spec is not None else None,
                         )
                     ),
                 )
@@ -176,7 +175,6 @@ class Reporter:
                         failures=slot.failures,
                         metrics=slot.metrics,
                         session=codecs.session_hex(session.session_id),
-                        revision=slot.spec.revision if slot.spec is not None else None,
                     )
                 )
         return finals

@@ -284,9 +284,8 @@ class TaskSupervisor:
             self.failed(t, str(exc), None, permanent=True)
             return None
 
-    def _spec_changed(self, t: str, rearm: bool = True) -> None:
-        """Our task's spec changed: a `task restart` (nonce) or new pipeline settings (`task apply`) restart it in
-        place. ``rearm`` False: a look again while a start or stop was under way (the watch is armed already)."""
+    def _spec_changed(self, t: str) -> None:
+        """Our task's spec changed: a `task restart` (nonce) or new pipeline settings restart it."""
 
         def check() -> None:
             with self.table.lock:
@@ -294,9 +293,7 @@ class TaskSupervisor:
                 if slot is None or not slot.held:
                     return
             try:
-                data, _ = self.client.get(
-                    self.layout.task(t), watch=(lambda _e: self._spec_changed(t)) if rearm else None
-                )
+                data, _ = self.client.get(self.layout.task(t), watch=lambda _e: self._spec_changed(t))
                 spec = decode_task(data, self.layout.task(t))
             except PayloadError as exc:
                 # the spec became garbage: the controller marks it FAILED and revokes it; say the same
@@ -330,15 +327,8 @@ class TaskSupervisor:
                 # its spec was garbage (FAILED for good) and is valid again while we still hold the task
                 # (the controller's revocation had not reached us): run it again, or it stays FAILED forever
                 restart = restart or (slot.state == "FAILED" and (slot.error or "").startswith("invalid task spec"))
-                if not restart:
-                    slot.dirty = slot.dirty or spec.revision != slot.spec.revision  # the status names the version
+                if not restart or slot.busy:
                     slot.spec = spec
-                    return
-                if slot.busy:  # a start or stop is under way: its spec stays the one it runs; look again after it
-                    retry = threading.Timer(SPEC_RETRY_S, self._spec_changed, args=(t, False))
-                    retry.name = f"worker-{self.who}-spec-again"
-                    retry.daemon = True
-                    retry.start()
                     return
                 slot.busy = True
                 slot.failures = 0
