@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 import pytest
 
+from cli.common import LazyGroup
 from cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,7 +131,12 @@ def _find_option(commands: list[click.Command], ctx: click.Context, name: str) -
 
 
 def _subcommand(group: click.Group, ctx: click.Context, name: str) -> click.Command | None:
-    command = group.get_command(ctx, name)
+    """The subcommand, loaded without changing the group: a lazy command stays lazy for the tests after this
+    one (``get_command`` would import it into the group for good)."""
+    if isinstance(group, LazyGroup) and name not in group.commands and name in group.lazy:
+        command = group.lazy[name].load(name)
+    else:
+        command = group.get_command(ctx, name)
     if command is not None and (command.help or "").startswith("(unavailable:"):
         raise AssertionError(f"zkctl {name} cannot be imported: {command.help}")
     return command
