@@ -280,8 +280,13 @@ def test_a_missing_command_or_option_is_found():
     assert check_zkctl_args(" frobnicate") == ["zkctl: no command frobnicate"]
     assert check_zkctl_args(" task list --no-such-flag") == ["zkctl task list: no option --no-such-flag"]
     assert check_zkctl_args(" maintenance on|of") == ["zkctl maintenance: no command of"]
-    # a global option is known only before the command
-    assert check_zkctl_args(" task list --zk-root /x") == ["zkctl task list: no option --zk-root"]
+    # an option belongs to the command it is given after
+    root = click.Group("zkctl", params=[click.Option(["--zk"])])
+    sub = click.Group("task")
+    sub.add_command(click.Command("list", params=[click.Option(["--limit"], type=int)]))
+    root.add_command(sub)
+    assert check_zkctl_args(" --zk h:1 task list --limit 5", root) == []
+    assert check_zkctl_args(" task list --zk h:1", root) == ["zkctl task list: no option --zk"]
     doc = REPO / "docs" / "example.md"
     text = (
         "```sh\nzkctl status\nZKC_ZK=h:1 zkctl brokr list && zkctl task list  # a comment --bogus\n```\n"
