@@ -79,9 +79,7 @@ class ConnectionHandler:
             log.warning("worker %s: session lost; everything it held is gone", self.id)
             self.tasks.stop_all(release=False)
             with self.table.lock:
-                for slot in self.table.slots.values():
-                    slot.held = False
-                    slot.state = "STOPPED"
+                self.table.session_lost()
                 self.fence.clear()  # nothing runs and nothing is held: the next session starts clean
             self.do(self.member().stop())
             self.new_member()

@@ -357,7 +357,7 @@ class Worker:
             for t, slot in self.table.slots.items():
                 if slot.running:
                     self.reporting.record(t, slot, now, released=now)
-                slot.running = False
+                self.table.killed(t, slot)
         self.stopped.set()
         self._enqueue(StopEvent())
         self.warmup.close()

@@ -20,6 +20,7 @@ from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNod
 
 from broker_sim.runners import RunState, TaskRunner
 from broker_sim.worker.events import Owned
+from broker_sim.worker.phases import STARTABLE, TaskPhase
 from broker_sim.worker.registration import BrokerSession
 from broker_sim.worker.slots import StopBatch, TaskSlot, TaskTable
 from controller.protocol import codecs
@@ -108,7 +109,7 @@ class TaskSupervisor:
                 if t not in desired:
                     slot.busy = True
                     stop.append(t)
-                elif not slot.running and not fenced and slot.state not in ("FAILED", "COMPLETED"):
+                elif slot.phase in STARTABLE and not fenced:
                     if slot.restart_at is None or slot.restart_at <= time.monotonic():
                         slot.busy = True
                         self.pool.submit(self._start_task, t, False)
@@ -247,10 +248,7 @@ class TaskSupervisor:
 
     def _run(self, t: str, spec: TaskSpec) -> None:
         """Start the runner of a task whose owner znode we hold (the caller holds its busy flag)."""
-        with self.table.lock:
-            slot = self.table.slots[t]
-            slot.spec = spec
-            slot.state = "STARTING"
+        slot = self.table.begin_start(t, spec)
         try:
             self.runner.start(t, spec, self.session.generation)
         except Exception as exc:
@@ -258,11 +256,7 @@ class TaskSupervisor:
             self.enqueue(Owned())  # no longer starting: the member's report says so
             return
         with self.table.lock:
-            slot.running = True
-            slot.started = time.time()
-            slot.state = "RUNNING"
-            slot.error = None
-            slot.dirty = True
+            self.table.start_done(t, slot)
             fenced = self.fenced() or self.session.closing
         self.enqueue(Owned())  # it runs: the member's report says so once every start is over (Stable means running)
         if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
@@ -326,7 +320,9 @@ class TaskSupervisor:
                 restart = spec.restart_nonce != slot.spec.restart_nonce or spec.pipeline != slot.spec.pipeline
                 # its spec was garbage (FAILED for good) and is valid again while we still hold the task
                 # (the controller's revocation had not reached us): run it again, or it stays FAILED forever
-                restart = restart or (slot.state == "FAILED" and (slot.error or "").startswith("invalid task spec"))
+                restart = restart or (
+                    slot.phase is TaskPhase.FAILED and (slot.error or "").startswith("invalid task spec")
+                )
                 if not restart or slot.busy:
                     slot.spec = spec
                     return
@@ -345,10 +341,7 @@ class TaskSupervisor:
     def _restart(self, t: str, spec: TaskSpec) -> None:
         try:
             self.stop_runner(t)
-            with self.table.lock:
-                slot = self.table.slots[t]
-                slot.state = "STOPPED"
-                slot.spec = spec
+            self.table.restarted(t, spec)
         finally:
             with self.table.lock:
                 self.table.slots[t].busy = False
@@ -357,55 +350,35 @@ class TaskSupervisor:
     def failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
         """Count a failure: restart after the backoff of the spec's restart policy, or, once its attempts are
         spent (or the failure is permanent), stay FAILED with this last error until `task restart`."""
-        with self.table.lock:
-            slot = self.table.slots.setdefault(t, TaskSlot())
-            slot.failures += 1
-            slot.error = error
-            slot.trace = trace
-            slot.dirty = True
-            policy = slot.spec.restart if slot.spec is not None else None  # no spec read: nothing to retry
-            if permanent or policy is None or policy.gives_up(slot.failures):
-                slot.state = "FAILED"
-                slot.restart_at = None
-                log.warning(
-                    "worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error
-                )
-            else:
-                delay = policy.delay_before(slot.failures)
-                slot.state = "RESTARTING"
-                slot.restart_at = time.monotonic() + delay
-                log.info(
-                    "worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error
-                )
+        slot, delay = self.table.failed(t, error, trace, permanent)
+        if delay is None:
+            log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error)
+        else:
+            log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error)
 
-    def stop_runner(self, t: str) -> None:
+    def stop_runner(self, t: str, fence: bool = False) -> None:
         """Stop a task's runner; return only once it has stopped. The stop is bounded: the deadline watchdog
         escalates (kills the runner's processes, halts the broker) if it has not returned within its own
         budget or by the session's fence deadline; a stop that raises did not confirm the task stopped, so it
-        is escalated at once (never counted as done)."""
-        with self.table.lock:
-            slot = self.table.slots.get(t)
-            if slot is None or not slot.running:
-                return
-            slot.stopping += 1
-            slot.stops += 1
+        is escalated at once (never counted as done). ``fence``: the fence's stop (it starts again on the lift)."""
+        slot = self.table.begin_stop(t, fence)
+        if slot is None:
+            return
         end = time.time()
         self.deadlines.stop_begins(t)
+        confirmed = False
         try:
             self.runner.stop(t, self.deadlines.stop_timeout_s)
+            confirmed = True
         except Exception as exc:
             self.deadlines.escalate(f"the stop of {t} failed ({type(exc).__name__}: {exc}); it may still run")
             raise
         finally:
             self.deadlines.stop_ends(t)
             with self.table.lock:
-                slot.stopping -= 1
-        with self.table.lock:
-            slot.running = False
-            if slot.state == "RUNNING":  # (a fenced broker still connected writes it: its status must not lie)
-                slot.state = "STOPPED"
-            slot.dirty = True
-            self.record(t, slot, end, time.time())
+                self.table.stop_done(t, slot, confirmed)
+                if confirmed:
+                    self.record(t, slot, end, time.time())
 
     def stop_runners(self, tasks: list[str], why: str) -> None:
         """Stop these runners in parallel on fresh named threads (a graceful stop costs one stop latency, not
@@ -413,7 +386,7 @@ class TaskSupervisor:
 
         def stop_one(t: str) -> None:
             try:
-                self.stop_runner(t)
+                self.stop_runner(t, fence=why == "fence")
             except Exception as exc:
                 log.warning("worker %s: %s of %s: %s: %s", self.who, why, t, type(exc).__name__, exc)
 
@@ -485,10 +458,7 @@ class TaskSupervisor:
                 self.stop_runner(t)
                 self.failed(t, st.error or "failed", st.trace)
             elif st.state is RunState.COMPLETED:
-                with table.lock:
-                    if slot.running and not slot.stopping and slot.stops == stops:
-                        slot.state = "COMPLETED"
-                        slot.dirty = True
+                table.ended(t, slot, stops)
         with table.lock:
             due = [t for t, s in table.slots.items() if s.restart_at is not None and s.restart_at <= time.monotonic()]
         if due:
