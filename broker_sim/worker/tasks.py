@@ -1,9 +1,10 @@
 """The worker's tasks: reconciling what runs with what is assigned, starting runners on pool threads,
 spec changes, restarts with backoff after failures, and stopping (alone, in batches, or all of them).
 
-``TaskSupervisor`` is a part the worker owns: it is given the task table, the runner, the task pool, the
-owner znodes (``Owners``), the deadline watchdog's stop bookkeeping (``StopDeadlines``) and callables
-(record a run, is the fence up, enqueue an event), not the worker."""
+``TaskSupervisor`` is a part the worker owns: it is given the worker's shared parts (``WorkerDeps``), the
+runner, the owner znodes (``Owners``), the deadline watchdog's stop bookkeeping (``StopDeadlines``), the fence
+(whether it is up) and where a run is recorded, not the worker. It reconciles when the owner znodes announce
+that tasks were let go (``on_let_go``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
 from broker_sim.runners import RunState, TaskRunner
+from broker_sim.worker.deps import WorkerDeps
 from broker_sim.worker.events import Owned
+from broker_sim.worker.ownership import LetGo
 from broker_sim.worker.phases import STARTABLE, TaskPhase
 from broker_sim.worker.registration import BrokerSession
 from broker_sim.worker.slots import StopBatch, TaskSlot, TaskTable
@@ -60,36 +63,43 @@ class StopDeadlines(Protocol):
     def escalate(self, reason: str) -> None: ...
 
 
+class FenceView(Protocol):
+    """Whether the fence is up (read under the table's lock, the fence's own)."""
+
+    up: bool
+
+
 class TaskSupervisor:
     """Starting, restarting and stopping the assigned tasks' runners."""
 
     def __init__(
         self,
-        client: KazooClient,
-        layout: ZkLayout,
-        session: BrokerSession,
-        table: TaskTable,
+        deps: WorkerDeps,
         runner: TaskRunner,
-        pool: ThreadPoolExecutor,
         owners: Owners,
         deadlines: StopDeadlines,
+        fence: FenceView,
         record: Callable[[str, TaskSlot, float, float | None], None],
-        fenced: Callable[[], bool],
-        enqueue: Callable[[object], None],
-        stopped: threading.Event,
     ) -> None:
-        self.client = client
-        self.layout = layout
-        self.session = session
-        self.table = table
+        self.client: KazooClient = deps.client
+        self.layout: ZkLayout = deps.layout
+        self.session: BrokerSession = deps.session
+        self.table: TaskTable = deps.table
         self.runner = runner
-        self.pool = pool
+        self.pool: ThreadPoolExecutor = deps.pool
         self.owners = owners
         self.deadlines = deadlines
+        self.fence = fence
         self.record = record
-        self.fenced = fenced  # whether the fence is up (read under the table's lock, the fence's own)
-        self.enqueue = enqueue
-        self.stopped = stopped
+        self.enqueue = deps.enqueue
+        self.stopped: threading.Event = deps.stopped
+
+    def fenced(self) -> bool:
+        return self.fence.up
+
+    def on_let_go(self, _event: LetGo) -> None:
+        """Owner znodes were let go of (or an acquisition given up): bring what runs in line again."""
+        self.reconcile()
 
     @property
     def who(self) -> str:

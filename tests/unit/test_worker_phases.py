@@ -9,6 +9,7 @@ import itertools
 
 import pytest
 
+from broker_sim.sim.protosim import ProtocolSim
 from broker_sim.worker.phases import (
     PREDECESSORS,
     IllegalTaskTransition,
@@ -178,3 +179,16 @@ def test_release_lost_session_and_kill():
     table.start_done("t3", third)
     table.killed("t3", third)
     assert third.phase is P.STOPPED and table.running() == []
+
+
+def test_the_protocol_simulation_moves_phases_through_this_table():
+    """Its seeded schedules check the table (invariant 6): a move the table refuses is recorded, not skipped."""
+    sim = ProtocolSim(7)
+    result = sim.run()
+    assert not result.violations
+    moved = {p for node in sim.nodes.values() for p in node.phases.values()}
+    assert P.RUNNING in moved  # tasks ran, so their phases moved
+    node = next(iter(sim.nodes.values()))
+    node.phases["t0"] = P.RUNNING
+    sim.move(node, "m0", "t0", P.STARTING)
+    assert [(v.invariant, v.detail) for v in sim.violations] == [(6, "task t0 on m0: no move from RUNNING to STARTING")]
