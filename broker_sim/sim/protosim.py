@@ -18,6 +18,7 @@ from functools import partial
 from broker_sim.sim import protosim_checks as checks
 from broker_sim.sim.protosim_faults import FaultInjector
 from broker_sim.sim.protosim_types import GROUP, SimConfig, SimNode, SimResult, Violation
+from broker_sim.worker.phases import IllegalTaskTransition, TaskPhase, stop_begun, stop_ended, transition
 from controller.protocol.clock import FakeClock
 from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 from controller.protocol.group import GroupCoordinator
@@ -299,11 +300,23 @@ class ProtocolSim:
         desired = node.member.desired
         for t in sorted(node.holding - desired - node.stopping):
             node.stopping.add(t)
+            if node.phases.get(t, TaskPhase.STOPPED).runs:
+                self.move(node, mid, t, stop_begun(node.phases[t], fence=False))
             session = node.session
             self.at(self.clock.now() + self.cfg.stop_latency, partial(self._stopped, mid, t, session))
         for t in sorted(desired - node.holding - node.acquiring - node.releasing):
             node.acquiring.add(t)
             self._acquire(mid, t, node.session)
+
+    def move(self, node: SimNode, mid: str, t: str, to: TaskPhase) -> None:
+        """Move a task's phase on a member through the worker's table; a move it refuses is a violation (6)."""
+        current = node.phases.get(t, TaskPhase.STOPPED)
+        if to is current and to in (TaskPhase.STOPPING, TaskPhase.FENCE_STOPPING, TaskPhase.FINISHED):
+            return  # (a second stop joins the first)
+        try:
+            node.phases[t] = transition(f"{t} on {mid}", current, to)
+        except IllegalTaskTransition as exc:
+            self.violations.append(Violation(6, self.clock.now(), str(exc)))
 
     def report_owned(self, mid: str, session: int) -> None:
         node = self.nodes.get(mid)
@@ -328,16 +341,22 @@ class ProtocolSim:
         self.locks[t] = mid
         node.acquiring.discard(t)
         node.holding.add(t)
-        self.at(self.clock.now() + self.cfg.start_latency, lambda: self.started(mid, t, session))
+        node.holds[t] = hold = node.holds.get(t, 0) + 1
+        self.move(node, mid, t, TaskPhase.STARTING)
+        self.at(self.clock.now() + self.cfg.start_latency, lambda: self.started(mid, t, session, hold))
 
-    def started(self, mid: str, t: str, session: int) -> None:
+    def started(self, mid: str, t: str, session: int, hold: int) -> None:
+        """A start (begun for the ``hold``-th hold of ``t`` here) returns."""
         node = self.nodes.get(mid)
         if node is None or node.session != session or not node.alive or t not in node.holding:
             return
+        if node.holds.get(t) != hold:
+            return  # begun before a release: its hold is over (the worker's slot was busy with it meanwhile)
         if node.frozen_until > self.clock.now():
-            self.at(node.frozen_until, lambda: self.started(mid, t, session))
+            self.at(node.frozen_until, lambda: self.started(mid, t, session, hold))
             return
         node.running[t] = self.clock.now()
+        self.move(node, mid, t, TaskPhase.RUNNING)
         self._member_do(
             mid,
             node.member.on_owned(*self.owned_view(node)),
@@ -353,6 +372,7 @@ class ProtocolSim:
             self.at(node.frozen_until, lambda: self._stopped(mid, t, session))
             return
         self.end_run(node, mid, t)
+        self.move(node, mid, t, TaskPhase.STOPPED)  # (its release's last status)
         if node.member.follows_assignment_alone and self.rng.random() < 0.8:
             # the worker's release multi carries the member's report (else, as when a status version is not
             # known, it releases first and reports after): the owner znode goes and the request is rewritten
@@ -413,7 +433,12 @@ class ProtocolSim:
         owned, holding, starting = self.owned_view(node)
         return owned, request, holding, starting
 
-    def end_run(self, node: SimNode, mid: str, t: str) -> None:
+    def end_run(self, node: SimNode, mid: str, t: str, fence: bool = False) -> None:
+        """A run of ``t`` ends (stopped, fenced, killed): its interval is recorded, its phase moves."""
+        phase = node.phases.get(t, TaskPhase.STOPPED)
+        if phase.runs:
+            self.move(node, mid, t, stop_begun(phase, fence))
+            self.move(node, mid, t, stop_ended(node.phases[t]))
         start = node.running.pop(t, None)
         if start is not None:
             self.intervals.append((t, mid, start, self.clock.now()))
@@ -430,6 +455,9 @@ class ProtocolSim:
         for t in list(node.running):
             self.end_run(node, mid, t)
         node.alive = False
+        for t, phase in node.phases.items():
+            if not phase.runs:
+                self.move(node, mid, t, TaskPhase.STOPPED)
         node.holding.clear()
         node.releasing.clear()
         self.session_gone(mid)

@@ -8,7 +8,9 @@
  4. after the last fault, the group is Stable and every runnable task runs on exactly one live member
     within the stated bound (``converged``);
  5. reconcile: whenever the group state says Stable, every task placed with a live member is held by it (its
-    owner lock) and has started there: Stable means running, never "published" nor "taken".
+    owner lock) and has started there: Stable means running, never "published" nor "taken";
+ 6. every move of a task's phase on a member (start, run, stop, fence, release, a lost session) is one the
+    worker's own table allows (``broker_sim.worker.phases``; checked as members act, in ``protosim``).
 
 Pure functions over what the simulation holds: they return the violations they find, the simulation records
 them.

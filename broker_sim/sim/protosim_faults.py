@@ -20,6 +20,7 @@ from functools import partial
 from typing import Protocol
 
 from broker_sim.sim.protosim_types import SimConfig, SimNode
+from broker_sim.worker.phases import TaskPhase
 from controller.protocol.clock import FakeClock
 from controller.protocol.codecs import JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 from controller.protocol.rules import COOPERATIVE, RECONCILE
@@ -63,8 +64,9 @@ class FaultHost(Protocol):
     def respawn(self, mid: str, dead: SimNode) -> None: ...
     def crash(self, mid: str) -> None: ...
     def lose_session(self, mid: str, node: SimNode) -> None: ...
-    def end_run(self, node: SimNode, mid: str, t: str) -> None: ...
-    def started(self, mid: str, t: str, session: int) -> None: ...
+    def end_run(self, node: SimNode, mid: str, t: str, fence: bool = False) -> None: ...
+    def started(self, mid: str, t: str, session: int, hold: int) -> None: ...
+    def move(self, node: SimNode, mid: str, t: str, to: TaskPhase) -> None: ...
     def report_owned(self, mid: str, session: int) -> None: ...
     def check_stable(self) -> None: ...
     def members_changed(self) -> None: ...
@@ -157,7 +159,7 @@ class FaultInjector:
             if n is None or n.session != session or not n.alive or n.partitioned_until <= h.clock.now():
                 return
             for t in list(n.running):
-                h.end_run(n, mid, t)
+                h.end_run(n, mid, t, fence=True)
 
         h.at(h.clock.now() + h.cfg.fence_after, fence)
         if duration >= h.cfg.session_timeout:
@@ -183,8 +185,12 @@ class FaultInjector:
                 # their locks), each start taking its time; the worker tells its member, whose report says them
                 # starting (the group is not Stable on them until they run)
                 for t in sorted(n.holding):
-                    if t not in n.running and t not in n.stopping:
-                        h.at(h.clock.now() + h.cfg.start_latency, partial(h.started, mid, t, session))
+                    # (a start still under way from an earlier lift is not started twice: the worker's is busy)
+                    if t not in n.running and t not in n.stopping and n.phases.get(t) is not TaskPhase.STARTING:
+                        h.move(n, mid, t, TaskPhase.STARTING)
+                        h.at(
+                            h.clock.now() + h.cfg.start_latency, partial(h.started, mid, t, session, n.holds.get(t, 0))
+                        )
                 h.report_owned(mid, session)
                 h.at(h.clock.now() + h.cfg.start_latency * 0.6, h.check_stable)  # while they start: not Stable
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker_sim.worker.phases import TaskPhase
 from controller.protocol.member import Member
 from controller.protocol.rules import COOPERATIVE, EAGER
 
@@ -71,6 +72,10 @@ class SimNode:
     #: released with the member's report in one write, the answer not back yet: still "held" to the member
     #: (the worker's slot is busy), but its owner lock is free and nothing of it runs
     releasing: set[str] = field(default_factory=set)
+    #: each task's phase, moved through the worker's own table (``phases``) as it starts, runs and stops here
+    phases: dict[str, TaskPhase] = field(default_factory=dict)
+    #: each task's hold here, counted: a start begun for an earlier hold (before a release) is not this one's
+    holds: dict[str, int] = field(default_factory=dict)
     last_gen_seen: int = -1
     last_epoch_seen: int = -1
     inbox_time: float = 0.0

@@ -3,8 +3,8 @@
 new Member), CONNECTED again (a new session after LOST: register and rejoin from scratch; the same session: lift
 the fence once it shows alive).
 
-A part of the worker, given the parts it drives and callables for what only the worker owns (its Member, its
-failure)."""
+A part of the worker, given the parts it drives, its ``MemberRef`` and callables for what only the worker owns
+(starting over with a new Member, its failure)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from broker_sim.runners import TaskRunner
+from broker_sim.worker.deps import MemberRef
 from broker_sim.worker.events import AssignmentEvent, GroupStateEvent, ShutdownRequested
 from broker_sim.worker.fence import Fence
 from broker_sim.worker.group_io import GroupIO
@@ -25,7 +26,6 @@ from broker_sim.worker.registration import BrokerSession, Registration
 from broker_sim.worker.slots import TaskTable
 from broker_sim.worker.tasks import TaskSupervisor
 from controller.protocol.codecs import PayloadError, SessionState
-from controller.protocol.member import Member
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class ConnectionHandler:
         tasks: TaskSupervisor,
         io: GroupIO,
         *,
-        member: Callable[[], Member],
+        members: MemberRef,
         new_member: Callable[[], None],
         do: Callable[[list[Any]], None],
         enqueue: Callable[[Any], None],
@@ -60,7 +60,7 @@ class ConnectionHandler:
         self.fence = fence
         self.tasks = tasks
         self.io = io
-        self.member = member
+        self.members = members
         #: replaces the worker's Member with a fresh one (a lost session starts over)
         self.new_member = new_member
         self.do = do
@@ -73,17 +73,15 @@ class ConnectionHandler:
             self.registration.register()
             if not self.warm_up():
                 return
-            self.do(self.member().start(self.io.arm_watches()))
+            self.do(self.members.current.start(self.io.arm_watches()))
             self.enqueue(ShutdownRequested())
         elif state == str(KazooState.LOST):
             log.warning("worker %s: session lost; everything it held is gone", self.id)
             self.tasks.stop_all(release=False)
             with self.table.lock:
-                for slot in self.table.slots.values():
-                    slot.held = False
-                    slot.state = "STOPPED"
+                self.table.session_lost()
                 self.fence.clear()  # nothing runs and nothing is held: the next session starts clean
-            self.do(self.member().stop())
+            self.do(self.members.current.stop())
             self.new_member()
         elif state == str(KazooState.CONNECTED):
             if self.session.closing:
@@ -95,7 +93,7 @@ class ConnectionHandler:
                 self.registration.register()
                 if not self.warm_up():  # (ready already: only reports it, if a lost session cut that short)
                     return
-                self.do(self.member().start(self.io.arm_watches()))
+                self.do(self.members.current.start(self.io.arm_watches()))
                 self.enqueue(ShutdownRequested())
             elif self.fence.up:  # (if this fails, the probe lifts it once an answer shows the session alive)
                 self.fence.resume_if_alive("reconnected and our session is alive")

@@ -9,13 +9,11 @@ Ownership fencing: a task runs only while this worker holds the ephemeral ``/tas
 znode is created before the runner starts and deleted only after the runner's ``stop`` returned. A new
 owner waits (watch, bounded re-checks) until it is gone.
 
-The worker owns its parts, one module each, and gives each the few values and callables it needs (never
-itself): ``registration`` (our broker znode, the session check), ``fence`` (margin, SUSPENDED timer, liveness
-probe, pulse), ``deadline`` (the hard fence deadline's watchdog), ``ownership`` (acquire and release owner
-znodes), ``tasks`` (``TaskSupervisor``: start, restart, stop runners), ``reporting`` (statuses and run
-intervals), ``group_io`` (the group's znodes read, watched and written), ``actions`` (the Member's decisions
-carried out), ``warmup`` (the tasks a planned roll announces, prepared before they arrive) and ``connection`` (what each connection state does). They share the task table (``slots``: one lock, the slots, what the member wants run) and the
-``BrokerSession`` (id, session, generation, closing), both written only where documented.
+The worker builds its parts once, one module each, and gives each the values it needs, never itself nor a
+callable that looks one of its attributes up later: what they share is one frozen value (``deps.WorkerDeps``:
+client, layout, ``BrokerSession``, the task table, pool, event queue, its ``MemberRef``). The task table
+(``slots``) is the one writer of each task's phase (``phases``). Ownership announces what it let go of
+(``LetGo``) and the task supervisor, subscribed once, reconciles: no part calls back into one that holds it.
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from broker_sim.worker.actions import ActionExecutor
 from broker_sim.worker.config import WorkerConfig
 from broker_sim.worker.connection import ConnectionHandler
 from broker_sim.worker.deadline import EXIT_HALTED, DeadlineWatchdog
+from broker_sim.worker.deps import MemberRef, WorkerDeps
 from broker_sim.worker.events import (
     AssignmentEvent,
     ConnectionEvent,
@@ -95,7 +94,6 @@ class Worker:
         session_timeout_s = config.settings.session_timeout_s
         stop_budget_s = float(getattr(self.runner, "stop_budget_s", 0.0))
         self.fence_margin_s = fence_margin(session_timeout_s, config.fence_fraction, stop_budget_s, config.broker_id)
-        self.member = self._new_member()
         self.events: queue.Queue[Any] = queue.Queue()
         self._owned_lock = threading.Lock()
         self._owned_queued = False  # an Owned event is queued and not handled yet
@@ -105,9 +103,20 @@ class Worker:
         self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
         self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
-        # ---- the parts, and what they share ----
+        # ---- the parts, and what they share (built once: no part is given the worker) ----
         self.session = BrokerSession(self.id)
         self.table = TaskTable()
+        self.members = MemberRef(self._new_member)
+        self.deps = deps = WorkerDeps(
+            client=self.client,
+            layout=self.layout,
+            session=self.session,
+            table=self.table,
+            pool=self.pool,
+            enqueue=self.events.put,
+            stopped=self.stopped,
+            members=self.members,
+        )
         info = BrokerInfo(
             broker_id=self.id,
             host=socket.gethostname(),
@@ -125,7 +134,6 @@ class Worker:
         self.reporting = Reporter(
             self.client, self.layout, self.session, self.table, config.metrics_interval_s, config.intervals_flush_s
         )
-        # (parts built later are reached through the worker's own attributes, looked up at each call)
         self.fence = Fence(
             self.id,
             session_timeout_s,
@@ -135,7 +143,7 @@ class Worker:
             running=self.table.running,
             stop_runners=self._fence_stop,
             resume=self._fence_lifted,
-            closing=lambda: self.session.closing,
+            closing=self.session.is_closing,
             stopped=self.stopped,
         )
         self.watchdog = DeadlineWatchdog(
@@ -152,50 +160,33 @@ class Worker:
             stopped=self.stopped,
         )
         self.ownership = Ownership(
-            self.client,
-            self.layout,
-            self.session,
-            self.table,
+            deps,
             self.reporting,
-            self.pool,
             config.owner_wait_s,
             self.layout.group_member(config.group, self.id),
-            enqueue=self._enqueue,
-            reconcile=lambda: self.tasks.reconcile(),
-            reconciling=lambda: self.member.follows_assignment_alone,
             halting=self.watchdog.halted,
         )
         self.tasks = TaskSupervisor(
-            self.client,
-            self.layout,
-            self.session,
-            self.table,
-            self.runner,
-            self.pool,
-            owners=self.ownership,
-            deadlines=self.watchdog,
-            record=self.reporting.record,
-            fenced=lambda: self.fence.up,
-            enqueue=self._enqueue,
-            stopped=self.stopped,
+            deps, self.runner, self.ownership, self.watchdog, self.fence, record=self.reporting.record
         )
-        self.group_io = GroupIO(self.client, self.layout, self.id, config.group, self._enqueue)
+        self.ownership.subscribe(self.tasks.on_let_go)
+        self.group_io = GroupIO(self.client, self.layout, self.id, config.group, self.events.put)
         self.warmup = WarmUp(
             self.id,
             self.client,
             self.layout,
             self.runner,
-            desired=lambda: self.table.desired,
+            desired=self.table.desired_tasks,
             running=self.table.running,
-            fenced=lambda: self.fence.up or self.session.closing,
+            fenced=self.fence.blocks_starts,
         )
         self.actions = ActionExecutor(
             self.id,
             self.group_io,
             self.table,
-            member=lambda: self.member,
-            reconcile=lambda: self.tasks.reconcile(),
-            enqueue=self._enqueue,
+            members=self.members,
+            reconcile=self.tasks.reconcile,
+            enqueue=self.events.put,
             exited=self.exited,
         )
         self.connection = ConnectionHandler(
@@ -208,10 +199,10 @@ class Worker:
             self.fence,
             self.tasks,
             self.group_io,
-            member=lambda: self.member,
+            members=self.members,
             new_member=self._renew_member,
             do=self.actions.do,
-            enqueue=self._enqueue,
+            enqueue=self.events.put,
             fail=self._fail,
         )
         # ---- the threads ----
@@ -221,6 +212,11 @@ class Worker:
         self.deadline_thread = threading.Thread(
             target=self.watchdog.loop, name=f"worker-{self.id}-deadline", daemon=True
         )
+
+    @property
+    def member(self) -> Member:
+        """The current Member (a lost session starts over with a new one)."""
+        return self.members.current
 
     def _new_member(self) -> Member:
         c = self.config
@@ -237,7 +233,7 @@ class Worker:
     def _renew_member(self) -> None:
         """A lost session: the next one starts over with a fresh Member (and nothing prepared)."""
         self.warmup.drop_all("session lost")
-        self.member = self._new_member()
+        self.members.renew()
 
     def _fence_stop(self, tasks: list[str], why: str) -> None:
         """The fence: every runner stops, then what is prepared is dropped (never waiting for a prepare under
@@ -357,7 +353,7 @@ class Worker:
             for t, slot in self.table.slots.items():
                 if slot.running:
                     self.reporting.record(t, slot, now, released=now)
-                slot.running = False
+                self.table.killed(t, slot)
         self.stopped.set()
         self._enqueue(StopEvent())
         self.warmup.close()

@@ -206,6 +206,10 @@ class Fence:
             fence=lambda: self.fence(),
         )
 
+    def blocks_starts(self) -> bool:
+        """Whether nothing may start now: the fence is up or the worker is closing."""
+        return self.up or self.closing()
+
     def arm(self) -> None:
         """SUSPENDED: start the fence timer."""
         # SUSPENDED comes 2/3 of the session after we last heard from the server: fence a margin before

@@ -3,9 +3,9 @@
 together stop on pool threads; the last to stop releases them all in one multi with their last statuses; a
 reconciling member's release is sent by its event thread, with its report in the same multi).
 
-``Ownership`` is a part the worker owns: it is given the client, the task table, the status book (whose
-versions and lock a release shares with the status writes) and callables (enqueue an event, reconcile,
-whether the member reconciles), not the worker."""
+``Ownership`` is a part the worker owns: it is given the worker's shared parts (``WorkerDeps``) and the status
+book (whose versions and lock a release shares with the status writes), not the worker; what it lets go of it
+announces (``LetGo``) to whoever subscribed (the task supervisor reconciles), never calling back into them."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
+from broker_sim.worker.deps import WorkerDeps
 from broker_sim.worker.events import Owned, Released, Stopped
-from broker_sim.worker.registration import BrokerSession
-from broker_sim.worker.slots import TaskSlot, TaskTable
+from broker_sim.worker.slots import TaskSlot
 from controller.protocol import codecs
 from controller.protocol.codecs import JoinRequest, OwnerInfo, TaskStatus
 from controller.protocol.layout import ZkLayout
@@ -48,39 +49,47 @@ class StatusBook(Protocol):
     def forget_versions(self, status_paths: Iterable[str]) -> None: ...
 
 
+@dataclass(frozen=True)
+class LetGo:
+    """A release (or an acquisition given up) is over: these tasks' slots are free again."""
+
+    tasks: tuple[str, ...]
+
+
 class Ownership:
     """Acquiring and releasing owner znodes."""
 
     def __init__(
         self,
-        client: KazooClient,
-        layout: ZkLayout,
-        session: BrokerSession,
-        table: TaskTable,
+        deps: WorkerDeps,
         statuses: StatusBook,
-        pool: ThreadPoolExecutor,
         owner_wait_s: float,
         group_member: str,
-        enqueue: Callable[[object], None],
-        reconcile: Callable[[], None],
-        reconciling: Callable[[], bool],
         halting: threading.Event | None = None,
     ) -> None:
         #: set once the deadline watchdog escalates: from then on nothing is let go (no owner znode deleted).
         #: Killing the runners unblocks stops that hung, and a release after them would hand the tasks on
         #: while this process still lives; the session's end (after the process) is what lets them go.
         self.halting = halting or threading.Event()
-        self.client = client
-        self.layout = layout
-        self.session = session
-        self.table = table
+        self.client: KazooClient = deps.client
+        self.layout: ZkLayout = deps.layout
+        self.session = deps.session
+        self.table = deps.table
         self.statuses = statuses
-        self.pool = pool
+        self.pool: ThreadPoolExecutor = deps.pool
         self.owner_wait_s = owner_wait_s
         self.group_member = group_member  # our request znode (a reconciling member's report goes with a release)
-        self.enqueue = enqueue
-        self.reconcile = reconcile
-        self.reconciling = reconciling  # whether the member follows its assignment alone (reconcile)
+        self.enqueue = deps.enqueue
+        self.members = deps.members  # whether the member follows its assignment alone (reconcile)
+        self._listeners: list[Callable[[LetGo], None]] = []
+
+    def subscribe(self, listener: Callable[[LetGo], None]) -> None:
+        """Hear of every ``LetGo`` (once, at wiring: the list is not changed after the threads start)."""
+        self._listeners.append(listener)
+
+    def _emit(self, event: LetGo) -> None:
+        for listener in self._listeners:
+            listener(event)
 
     @property
     def who(self) -> str:
@@ -161,7 +170,7 @@ class Ownership:
                     if x in self.table.slots:
                         self.table.slots[x].busy = False
             self.enqueue(Owned())  # only now are they let go: a busy slot counts as "may hold any moment"
-            self.reconcile()
+            self._emit(LetGo(tuple(tasks)))
 
     # ---- a reconciling member's release, with its report ------------------------------------------
     def _hand_over_release(self, tasks: list[str], ready: list[str]) -> bool:
@@ -169,7 +178,7 @@ class Ownership:
         thread, which sends it with the member's report in one multi (``send_release``). Only the event
         thread writes the report: a release sent from here could land after a newer report and undo it.
         (The member's mode is read here as a hint; the event thread checks again.)"""
-        if not ready or not self.reconciling():
+        if not ready or not self.members.follows_assignment_alone():
             return False
         self.enqueue(Stopped(tuple(tasks), tuple(ready)))
         return True

@@ -43,6 +43,9 @@ class BrokerSession:
     generation: int = -1
     closing: bool = False
 
+    def is_closing(self) -> bool:
+        return self.closing
+
 
 class Registration:
     """Our broker znode: created at each new session, checked by the fence (``SessionCheck``)."""

@@ -160,10 +160,7 @@ class Reporter:
         session = self.session
         with self.table.lock:
             for t in tasks:
-                slot = self.table.slots[t]
-                slot.releasing = True
-                if slot.state not in ("COMPLETED", "FAILED"):
-                    slot.state = "STOPPED"
+                slot = self.table.releasing(t)
                 finals[t] = codecs.encode(
                     TaskStatus(
                         broker=session.broker_id,

@@ -5,21 +5,30 @@ released in."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker_sim.worker.phases import UNSETTLED, TaskPhase, stop_begun, stop_ended, stop_unconfirmed, transition
 from controller.protocol.taskspec import TaskSpec
 
 
 class TaskTable:
     """What the worker holds and runs, task by task, and what its member wants run (``desired``). One
     re-entrant lock guards both, and the fence's state too (the fence takes this lock): a fence and the
-    snapshot of what it stops, a reconcile and the fence it reads, are each one step."""
+    snapshot of what it stops, a reconcile and the fence it reads, are each one step.
+
+    The only writer of a slot's phase: every move goes through the table of ``phases`` (``_move``), under the
+    lock."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.slots: dict[str, TaskSlot] = {}
         self.desired: frozenset[str] = frozenset()
+
+    # ---- views --------------------------------------------------------------------------------------
+    def desired_tasks(self) -> frozenset[str]:
+        return self.desired
 
     def running(self) -> list[str]:
         """Tasks whose runner is started (and not stopped)."""
@@ -38,22 +47,128 @@ class TaskTable:
             return frozenset(t for t, s in self.slots.items() if s.held)
 
     def starting(self) -> frozenset[str]:
-        """Tasks whose owner znode we hold and whose start has not finished (it has not begun, or is under
-        way), or that are being stopped (a task given back while its stop is under way stops, is let go and is
-        taken again; a task the fence is stopping starts again once it lifts): placed, not running for good
-        yet. A task whose start failed is not one (it is FAILED, and retried)."""
+        """Held tasks placed here but not running for good yet: not started, starting, stopped by the fence
+        (``UNSETTLED``), or running while a start or stop is under way (a task given back while its stop is
+        under way stops, is let go and is taken again). A task whose start failed is not one (it is
+        RESTARTING or FAILED)."""
         with self.lock:
             return frozenset(
                 t
                 for t, s in self.slots.items()
-                if s.held
-                and ((not s.running and s.state in ("STOPPED", "STARTING")) or (s.running and (s.busy or s.stopping)))
+                if s.held and (s.phase in UNSETTLED or (s.running and (s.busy or s.stopping > 0)))
             )
 
     def running_or_starting(self) -> set[str]:
         """Tasks that run or start (a start cannot be aborted: it runs once it returns)."""
         with self.lock:
-            return {t for t, s in self.slots.items() if s.running or s.state == "STARTING"}
+            return {t for t, s in self.slots.items() if s.running or s.phase is TaskPhase.STARTING}
+
+    # ---- the moves (each under the lock; the caller may hold it already) ---------------------------
+    def _move(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
+        slot.phase = transition(t, slot.phase, to)
+
+    def _follow(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
+        """A move a stop computes (``phases.stop_*``): none when it leaves the phase as it is."""
+        if to is not slot.phase:
+            self._move(t, slot, to)
+
+    def begin_start(self, t: str, spec: TaskSpec) -> TaskSlot:
+        """Its runner is about to start with ``spec``."""
+        with self.lock:
+            slot = self.slots[t]
+            slot.spec = spec
+            self._move(t, slot, TaskPhase.STARTING)
+            return slot
+
+    def start_done(self, t: str, slot: TaskSlot) -> None:
+        """Its runner's start returned: it runs."""
+        with self.lock:
+            self._move(t, slot, TaskPhase.RUNNING)
+            slot.started = time.time()
+            slot.error = None
+            slot.dirty = True
+
+    def begin_stop(self, t: str, fence: bool) -> TaskSlot | None:
+        """A stop of its runner begins (None: it does not run); ``fence``: the fence's, to start it again."""
+        with self.lock:
+            slot = self.slots.get(t)
+            if slot is None or not slot.running:
+                return None
+            slot.stopping += 1
+            slot.stops += 1
+            self._follow(t, slot, stop_begun(slot.phase, fence))
+            return slot
+
+    def stop_done(self, t: str, slot: TaskSlot, confirmed: bool) -> None:
+        """A stop of its runner returned (``confirmed``) or raised (it may still run)."""
+        with self.lock:
+            slot.stopping -= 1
+            if confirmed:
+                if slot.running:
+                    self._follow(t, slot, stop_ended(slot.phase))
+                slot.dirty = True
+            elif slot.stopping == 0:
+                self._follow(t, slot, stop_unconfirmed(slot.phase))
+
+    def ended(self, t: str, slot: TaskSlot, stops: int) -> None:
+        """The runner says the run ended on its own: it counts only if no stop began since the run was read
+        and none is under way (a stopped run looks ended)."""
+        with self.lock:
+            if slot.running and slot.stopping == 0 and slot.stops == stops:
+                if slot.phase is TaskPhase.RUNNING:
+                    self._move(t, slot, TaskPhase.FINISHED)
+                slot.dirty = True
+
+    def restarted(self, t: str, spec: TaskSpec) -> None:
+        """Its runner stopped for a spec change: it starts again with ``spec``."""
+        with self.lock:
+            slot = self.slots[t]
+            self._move(t, slot, TaskPhase.STOPPED)
+            slot.spec = spec
+
+    def failed(self, t: str, error: str, trace: str | None, permanent: bool) -> tuple[TaskSlot, float | None]:
+        """Count a failure: RESTARTING after the backoff of the spec's restart policy (returned), or FAILED
+        (None) once its attempts are spent, when the failure is permanent, or with no spec read."""
+        with self.lock:
+            slot = self.slots.setdefault(t, TaskSlot())
+            slot.failures += 1
+            slot.error = error
+            slot.trace = trace
+            slot.dirty = True
+            policy = slot.spec.restart if slot.spec is not None else None
+            if permanent or policy is None or policy.gives_up(slot.failures):
+                self._move(t, slot, TaskPhase.FAILED)
+                slot.restart_at = None
+                return slot, None
+            delay = policy.delay_before(slot.failures)
+            self._move(t, slot, TaskPhase.RESTARTING)
+            slot.restart_at = time.monotonic() + delay
+            return slot, delay
+
+    def releasing(self, t: str) -> TaskSlot:
+        """Its last status goes with the owner znode's deletion: the status loop leaves it alone, and a task
+        neither COMPLETED nor FAILED is STOPPED."""
+        with self.lock:
+            slot = self.slots[t]
+            slot.releasing = True
+            if slot.phase not in (TaskPhase.COMPLETED, TaskPhase.FAILED):
+                self._move(t, slot, TaskPhase.STOPPED)
+            return slot
+
+    def session_lost(self) -> None:
+        """Everything held is gone with the session; what is not running is STOPPED (a runner whose stop did
+        not confirm keeps its phase: the deadline watchdog deals with it)."""
+        with self.lock:
+            for t, slot in self.slots.items():
+                slot.held = False
+                if not slot.running:
+                    self._move(t, slot, TaskPhase.STOPPED)
+
+    def killed(self, t: str, slot: TaskSlot) -> None:
+        """The process is killed: its runners end with it."""
+        with self.lock:
+            if slot.running:
+                self._follow(t, slot, stop_ended(slot.phase))
 
 
 class StopBatch:
@@ -99,15 +214,17 @@ class StopBatch:
 
 @dataclass
 class TaskSlot:
+    """One task on this worker: its phase (written by the ``TaskTable`` alone), its owner znode and the job
+    that holds it, and what its status says."""
+
     spec: TaskSpec | None = None
+    phase: TaskPhase = TaskPhase.STOPPED
     held: bool = False  # our owner znode exists
-    running: bool = False  # runner started (and not stopped)
     busy: bool = False  # a start/stop is in progress on a pool thread
     stopping: int = 0  # runner stops under way (``stop_runner``; the fence's run on threads of their own)
     stops: int = 0  # runner stops begun: a poll's reading of the run from before one of them is stale
     failures: int = 0
     restart_at: float | None = None
-    state: str = "STOPPED"
     error: str | None = None
     trace: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -118,3 +235,13 @@ class TaskSlot:
     written_at: float = 0.0  # monotonic time of its last status write
     releasing: bool = False  # its last status goes with the owner znode's deletion (the status loop leaves it)
     nonce: int = 0
+
+    @property
+    def running(self) -> bool:
+        """Its runner is started (and not stopped)."""
+        return self.phase.runs
+
+    @property
+    def state(self) -> str:
+        """What its status says of it."""
+        return self.phase.status

@@ -1,9 +1,10 @@
 """The worker's tasks: reconciling what runs with what is assigned, starting runners on pool threads,
 spec changes, restarts with backoff after failures, and stopping (alone, in batches, or all of them).
 
-``TaskSupervisor`` is a part the worker owns: it is given the task table, the runner, the task pool, the
-owner znodes (``Owners``), the deadline watchdog's stop bookkeeping (``StopDeadlines``) and callables
-(record a run, is the fence up, enqueue an event), not the worker."""
+``TaskSupervisor`` is a part the worker owns: it is given the worker's shared parts (``WorkerDeps``), the
+runner, the owner znodes (``Owners``), the deadline watchdog's stop bookkeeping (``StopDeadlines``), the fence
+(whether it is up) and where a run is recorded, not the worker. It reconciles when the owner znodes announce
+that tasks were let go (``on_let_go``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
 from broker_sim.runners import RunState, TaskRunner
+from broker_sim.worker.deps import WorkerDeps
 from broker_sim.worker.events import Owned
+from broker_sim.worker.ownership import LetGo
+from broker_sim.worker.phases import STARTABLE, TaskPhase
 from broker_sim.worker.registration import BrokerSession
 from broker_sim.worker.slots import StopBatch, TaskSlot, TaskTable
 from controller.protocol import codecs
@@ -59,36 +63,43 @@ class StopDeadlines(Protocol):
     def escalate(self, reason: str) -> None: ...
 
 
+class FenceView(Protocol):
+    """Whether the fence is up (read under the table's lock, the fence's own)."""
+
+    up: bool
+
+
 class TaskSupervisor:
     """Starting, restarting and stopping the assigned tasks' runners."""
 
     def __init__(
         self,
-        client: KazooClient,
-        layout: ZkLayout,
-        session: BrokerSession,
-        table: TaskTable,
+        deps: WorkerDeps,
         runner: TaskRunner,
-        pool: ThreadPoolExecutor,
         owners: Owners,
         deadlines: StopDeadlines,
+        fence: FenceView,
         record: Callable[[str, TaskSlot, float, float | None], None],
-        fenced: Callable[[], bool],
-        enqueue: Callable[[object], None],
-        stopped: threading.Event,
     ) -> None:
-        self.client = client
-        self.layout = layout
-        self.session = session
-        self.table = table
+        self.client: KazooClient = deps.client
+        self.layout: ZkLayout = deps.layout
+        self.session: BrokerSession = deps.session
+        self.table: TaskTable = deps.table
         self.runner = runner
-        self.pool = pool
+        self.pool: ThreadPoolExecutor = deps.pool
         self.owners = owners
         self.deadlines = deadlines
+        self.fence = fence
         self.record = record
-        self.fenced = fenced  # whether the fence is up (read under the table's lock, the fence's own)
-        self.enqueue = enqueue
-        self.stopped = stopped
+        self.enqueue = deps.enqueue
+        self.stopped: threading.Event = deps.stopped
+
+    def fenced(self) -> bool:
+        return self.fence.up
+
+    def on_let_go(self, _event: LetGo) -> None:
+        """Owner znodes were let go of (or an acquisition given up): bring what runs in line again."""
+        self.reconcile()
 
     @property
     def who(self) -> str:
@@ -108,7 +119,7 @@ class TaskSupervisor:
                 if t not in desired:
                     slot.busy = True
                     stop.append(t)
-                elif not slot.running and not fenced and slot.state not in ("FAILED", "COMPLETED"):
+                elif slot.phase in STARTABLE and not fenced:
                     if slot.restart_at is None or slot.restart_at <= time.monotonic():
                         slot.busy = True
                         self.pool.submit(self._start_task, t, False)
@@ -247,10 +258,7 @@ class TaskSupervisor:
 
     def _run(self, t: str, spec: TaskSpec) -> None:
         """Start the runner of a task whose owner znode we hold (the caller holds its busy flag)."""
-        with self.table.lock:
-            slot = self.table.slots[t]
-            slot.spec = spec
-            slot.state = "STARTING"
+        slot = self.table.begin_start(t, spec)
         try:
             self.runner.start(t, spec, self.session.generation)
         except Exception as exc:
@@ -258,11 +266,7 @@ class TaskSupervisor:
             self.enqueue(Owned())  # no longer starting: the member's report says so
             return
         with self.table.lock:
-            slot.running = True
-            slot.started = time.time()
-            slot.state = "RUNNING"
-            slot.error = None
-            slot.dirty = True
+            self.table.start_done(t, slot)
             fenced = self.fenced() or self.session.closing
         self.enqueue(Owned())  # it runs: the member's report says so once every start is over (Stable means running)
         if fenced:  # the fence fired while the runner was starting: it stopped the others, now this one
@@ -326,7 +330,9 @@ class TaskSupervisor:
                 restart = spec.restart_nonce != slot.spec.restart_nonce or spec.pipeline != slot.spec.pipeline
                 # its spec was garbage (FAILED for good) and is valid again while we still hold the task
                 # (the controller's revocation had not reached us): run it again, or it stays FAILED forever
-                restart = restart or (slot.state == "FAILED" and (slot.error or "").startswith("invalid task spec"))
+                restart = restart or (
+                    slot.phase is TaskPhase.FAILED and (slot.error or "").startswith("invalid task spec")
+                )
                 if not restart or slot.busy:
                     slot.spec = spec
                     return
@@ -345,10 +351,7 @@ class TaskSupervisor:
     def _restart(self, t: str, spec: TaskSpec) -> None:
         try:
             self.stop_runner(t)
-            with self.table.lock:
-                slot = self.table.slots[t]
-                slot.state = "STOPPED"
-                slot.spec = spec
+            self.table.restarted(t, spec)
         finally:
             with self.table.lock:
                 self.table.slots[t].busy = False
@@ -357,55 +360,35 @@ class TaskSupervisor:
     def failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
         """Count a failure: restart after the backoff of the spec's restart policy, or, once its attempts are
         spent (or the failure is permanent), stay FAILED with this last error until `task restart`."""
-        with self.table.lock:
-            slot = self.table.slots.setdefault(t, TaskSlot())
-            slot.failures += 1
-            slot.error = error
-            slot.trace = trace
-            slot.dirty = True
-            policy = slot.spec.restart if slot.spec is not None else None  # no spec read: nothing to retry
-            if permanent or policy is None or policy.gives_up(slot.failures):
-                slot.state = "FAILED"
-                slot.restart_at = None
-                log.warning(
-                    "worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error
-                )
-            else:
-                delay = policy.delay_before(slot.failures)
-                slot.state = "RESTARTING"
-                slot.restart_at = time.monotonic() + delay
-                log.info(
-                    "worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error
-                )
+        slot, delay = self.table.failed(t, error, trace, permanent)
+        if delay is None:
+            log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error)
+        else:
+            log.info("worker %s: task %s failed (%d), restart in %.1fs: %s", self.who, t, slot.failures, delay, error)
 
-    def stop_runner(self, t: str) -> None:
+    def stop_runner(self, t: str, fence: bool = False) -> None:
         """Stop a task's runner; return only once it has stopped. The stop is bounded: the deadline watchdog
         escalates (kills the runner's processes, halts the broker) if it has not returned within its own
         budget or by the session's fence deadline; a stop that raises did not confirm the task stopped, so it
-        is escalated at once (never counted as done)."""
-        with self.table.lock:
-            slot = self.table.slots.get(t)
-            if slot is None or not slot.running:
-                return
-            slot.stopping += 1
-            slot.stops += 1
+        is escalated at once (never counted as done). ``fence``: the fence's stop (it starts again on the lift)."""
+        slot = self.table.begin_stop(t, fence)
+        if slot is None:
+            return
         end = time.time()
         self.deadlines.stop_begins(t)
+        confirmed = False
         try:
             self.runner.stop(t, self.deadlines.stop_timeout_s)
+            confirmed = True
         except Exception as exc:
             self.deadlines.escalate(f"the stop of {t} failed ({type(exc).__name__}: {exc}); it may still run")
             raise
         finally:
             self.deadlines.stop_ends(t)
             with self.table.lock:
-                slot.stopping -= 1
-        with self.table.lock:
-            slot.running = False
-            if slot.state == "RUNNING":  # (a fenced broker still connected writes it: its status must not lie)
-                slot.state = "STOPPED"
-            slot.dirty = True
-            self.record(t, slot, end, time.time())
+                self.table.stop_done(t, slot, confirmed)
+                if confirmed:
+                    self.record(t, slot, end, time.time())
 
     def stop_runners(self, tasks: list[str], why: str) -> None:
         """Stop these runners in parallel on fresh named threads (a graceful stop costs one stop latency, not
@@ -413,7 +396,7 @@ class TaskSupervisor:
 
         def stop_one(t: str) -> None:
             try:
-                self.stop_runner(t)
+                self.stop_runner(t, fence=why == "fence")
             except Exception as exc:
                 log.warning("worker %s: %s of %s: %s: %s", self.who, why, t, type(exc).__name__, exc)
 
@@ -485,10 +468,7 @@ class TaskSupervisor:
                 self.stop_runner(t)
                 self.failed(t, st.error or "failed", st.trace)
             elif st.state is RunState.COMPLETED:
-                with table.lock:
-                    if slot.running and not slot.stopping and slot.stops == stops:
-                        slot.state = "COMPLETED"
-                        slot.dirty = True
+                table.ended(t, slot, stops)
         with table.lock:
             due = [t for t, s in table.slots.items() if s.restart_at is not None and s.restart_at <= time.monotonic()]
         if due:

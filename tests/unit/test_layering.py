@@ -199,8 +199,8 @@ def test_the_checker_sees_a_planted_import(tmp_path: Path, monkeypatch: pytest.M
 STATE_HOMES = {"controller.protocol.group_state": None, "controller.protocol.member": "_transition"}
 
 
-def _state_assignments(name: str) -> list[tuple[int, str | None]]:
-    """Every ``<something>.state = ...`` in module ``name``: (line, the function it is in)."""
+def _state_assignments(name: str, attr: str = "state") -> list[tuple[int, str | None]]:
+    """Every ``<something>.<attr> = ...`` in module ``name``: (line, the function it is in)."""
     found: list[tuple[int, str | None]] = []
 
     def visit(node: ast.AST, function: str | None) -> None:
@@ -210,7 +210,7 @@ def _state_assignments(name: str) -> list[tuple[int, str | None]]:
                 targets = child.targets if isinstance(child, ast.Assign) else [child.target]
                 for target in targets:
                     for t in ast.walk(target):
-                        if isinstance(t, ast.Attribute) and t.attr == "state" and isinstance(t.ctx, ast.Store):
+                        if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.ctx, ast.Store):
                             found.append((child.lineno, function))
             visit(child, inner)
 
@@ -230,6 +230,26 @@ def test_states_change_only_in_their_state_machines() -> None:
                 continue
             wrong.append(f"{MODULES[name].relative_to(REPO)}:{line} assigns .state (in {function or 'module'})")
     assert not wrong, "a state assigned outside its state machine:\n" + "\n".join(wrong)
+
+
+#: the worker's task phases: written by the task table's one move (``TaskTable._move``, through ``phases``)
+WORKER_PHASE_HOME = ("broker_sim.worker.slots", "_move")
+
+
+def test_worker_task_phases_change_only_in_the_task_table() -> None:
+    """A task's phase on a worker is assigned in ``TaskTable._move`` alone (which asks ``phases.transition``);
+    nothing in the worker assigns a ``.state`` (a slot's status string is read from its phase)."""
+    wrong = []
+    for name in sorted(MODULES):
+        if not name.startswith("broker_sim.worker"):
+            continue
+        for line, function in _state_assignments(name, "phase"):
+            if (name, function) != WORKER_PHASE_HOME:
+                wrong.append(f"{MODULES[name].relative_to(REPO)}:{line} assigns .phase (in {function or 'module'})")
+        for line, function in _state_assignments(name):
+            wrong.append(f"{MODULES[name].relative_to(REPO)}:{line} assigns .state (in {function or 'module'})")
+    assert len(_state_assignments(WORKER_PHASE_HOME[0], "phase")) == 1, "the task table's one move is gone"
+    assert not wrong, "a task phase assigned outside the task table:\n" + "\n".join(wrong)
 
 
 def _own_class_names() -> dict[str, set[str]]:
