@@ -137,6 +137,7 @@ class Reporter:
                             failures=s.failures,
                             metrics=s.metrics,
                             session=codecs.session_hex(session.session_id),
+                            revision=s.spec.revision if s.spec is not None else None,
                         )
                     ),
                 )
@@ -172,6 +173,7 @@ class Reporter:
                         failures=slot.failures,
                         metrics=slot.metrics,
                         session=codecs.session_hex(session.session_id),
+                        revision=slot.spec.revision if slot.spec is not None else None,
                     )
                 )
         return finals

@@ -119,6 +119,13 @@ class TaskTable:
                     self._move(t, slot, TaskPhase.FINISHED)
                 slot.dirty = True
 
+    def spec_kept(self, t: str, spec: TaskSpec) -> None:
+        """A new version of its spec that needs no restart (the same pipeline): kept, its status says so."""
+        with self.lock:
+            slot = self.slots[t]
+            slot.dirty = slot.dirty or slot.spec is None or spec.revision != slot.spec.revision
+            slot.spec = spec
+
     def restarted(self, t: str, spec: TaskSpec) -> None:
         """Its runner stopped for a spec change: it starts again with ``spec``."""
         with self.lock:

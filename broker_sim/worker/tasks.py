@@ -288,8 +288,9 @@ class TaskSupervisor:
             self.failed(t, str(exc), None, permanent=True)
             return None
 
-    def _spec_changed(self, t: str) -> None:
-        """Our task's spec changed: a `task restart` (nonce) or new pipeline settings restart it."""
+    def _spec_changed(self, t: str, rearm: bool = True) -> None:
+        """Our task's spec changed: a `task restart` (nonce) or new pipeline settings (`task apply`) restart it in
+        place. ``rearm`` False: a look again after a start or stop that was under way (the watch is armed)."""
 
         def check() -> None:
             with self.table.lock:
@@ -297,7 +298,9 @@ class TaskSupervisor:
                 if slot is None or not slot.held:
                     return
             try:
-                data, _ = self.client.get(self.layout.task(t), watch=lambda _e: self._spec_changed(t))
+                data, _ = self.client.get(
+                    self.layout.task(t), watch=(lambda _e: self._spec_changed(t)) if rearm else None
+                )
                 spec = decode_task(data, self.layout.task(t))
             except PayloadError as exc:
                 # the spec became garbage: the controller marks it FAILED and revokes it; say the same
@@ -333,8 +336,14 @@ class TaskSupervisor:
                 restart = restart or (
                     slot.phase is TaskPhase.FAILED and (slot.error or "").startswith("invalid task spec")
                 )
-                if not restart or slot.busy:
-                    slot.spec = spec
+                if not restart:
+                    self.table.spec_kept(t, spec)
+                    return
+                if slot.busy:  # a start or stop is under way: it keeps the spec it runs; look again after it
+                    again = threading.Timer(SPEC_RETRY_S, self._spec_changed, args=(t, False))
+                    again.name = f"worker-{self.who}-spec-again"
+                    again.daemon = True
+                    again.start()
                     return
                 slot.busy = True
                 slot.failures = 0

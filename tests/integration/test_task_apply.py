@@ -92,7 +92,9 @@ def test_apply_changes_in_place_records_and_rolls_back(cluster, zk, layout, tmp_
     assert wait_for(lambda: len([i for i in worker.intervals if i.task_id == "a1"]) > starts, 30)
     assert admin.wait(["a1"], "running", 30).reached
     assert owner_and_generation(zk, layout, "a1") == before
-    assert admin.describe_task("a1").spec_version == 2
+    d = admin.describe_task("a1")
+    assert d.spec_version == 2 and d.status is not None and d.status["revision"] == 2  # the owner says it runs v2
+    assert [r.status_revision for r in admin.list_tasks() if r.task_id == "a1"] == [2]
 
     # a stale version is refused and changes nothing
     _, zk_version = stored(zk, layout, "a1")
@@ -111,7 +113,15 @@ def test_apply_changes_in_place_records_and_rolls_back(cluster, zk, layout, tmp_
     assert [e.action for e in admin.history("a1").events] == ["apply", "rollback to 1"]
     with pytest.raises(NotFound, match=r"kept: 1, 2, 3"):
         admin.rollback("a1", 9)
+    assert admin.wait(["a1"], "running", 30).reached
     assert owner_and_generation(zk, layout, "a1") == before
+
+    # a change that is no new pipeline (the restart policy) is no restart; the owner reports the version all the same
+    runs = len([i for i in worker.intervals if i.task_id == "a1"])
+    admin.apply([spec("a1", tmp_path, restart={"max_attempts": 9})])
+    assert admin.wait(["a1"], "running", 30).reached
+    assert admin.describe_task("a1").status["revision"] == 4
+    assert len([i for i in worker.intervals if i.task_id == "a1"]) == runs
 
 
 def test_incompatible_changes_need_a_stopped_task_and_a_reset(cluster, zk, layout, tmp_path):
