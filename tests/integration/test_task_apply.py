@@ -280,3 +280,13 @@ def test_put_with_if_match(cluster, zk, layout, tmp_path):
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def test_a_change_right_after_the_start_ends_on_the_new_version(cluster, tmp_path):
+    """A change that comes while the owner starts the task (busy) is looked at again once the start is over."""
+    admin, _worker = cluster
+    admin.apply([spec(f"r{i}", tmp_path) for i in range(5)])
+    admin.apply([spec(f"r{i}", tmp_path, "SELECT id, 3 AS three FROM input") for i in range(5)])
+    res = admin.wait([f"r{i}" for i in range(5)], "running", 30)
+    assert res.reached, res.waiting
+    assert {admin.describe_task(f"r{i}").status["revision"] for i in range(5)} == {2}
