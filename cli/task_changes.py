@@ -100,7 +100,10 @@ def task_apply(
 def task_history(ctx: Ctx, task_id: str) -> None:
     """A task's recorded changes (when, who, spec versions, what changed) and stops and resets, oldest first,
     and the spec versions kept for `task rollback`."""
-    h = ctx.admin().history(task_id)
+    admin = ctx.admin()
+    h = admin.history(task_id)
+    if not h.events and admin.client.exists(admin.layout.task(task_id)) is None:
+        raise UserError(f"unknown task {task_id!r}")
     if ctx.json_out:
         ctx.emit(to_dict(h))
         return

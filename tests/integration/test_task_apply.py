@@ -202,6 +202,8 @@ def test_cli_apply_from_stdin_and_wait(cluster, zk, layout, zk_settings, tmp_pat
     assert r.exit_code == 0 and "spec version 1 -> 2" in r.output, r.output
     r = invoke(["task", "history", "c1"], env=env)
     assert r.exit_code == 0 and "1 -> 2" in r.output and "kept for rollback: 1, 2" in r.output
+    r = invoke(["task", "history", "nope"], env=env)
+    assert r.exit_code == 1 and "unknown task 'nope'" in r.output
     r = invoke(["task", "pause", "c1"], env=env)
     r = invoke(["task", "wait", "c1", "--for", "running", "--timeout", "0.5"], env=env)
     assert r.exit_code == 1 and "c1 is waiting for a resume (the task is PAUSED)" in r.output
