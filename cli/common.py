@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -132,7 +133,8 @@ class LazyGroup(click.Group):
             command = self.lazy.pop(cmd_name).load(cmd_name)
             if command is not None:
                 self.add_command(command, cmd_name)
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        return with_output(command) if command is not None else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """As click lists commands, but a command not imported yet is listed from its summary."""
@@ -164,15 +166,120 @@ class ZkctlGroup(LazyGroup):
             raise UserError(message) from None
 
 
+# ---- output: ONE option, on every command ----------------------------------------------------------
+#: ``-o`` formats: ``text`` the human form, ``wide`` the human form with more columns (where a command has
+#: them), ``json`` and ``yaml`` the same data machine-readable, ``name`` the ids one per line
+OUTPUT_FORMATS = ("text", "wide", "json", "yaml", "name")
+MACHINE_FORMATS = ("json", "yaml", "name")
+_OUTPUT_KEY = "zkctl.output"
+#: the keys, in order, that name a thing in a command's JSON output (``-o name`` prints them)
+NAME_KEYS = ("task_id", "broker_id", "member_id", "controller_id", "group", "id", "name", "path")
+
+
+def _set_output(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Record the format where every command finds it: the context tree's shared ``meta``, and the ``Ctx``."""
+    if value is None or value is False:
+        return
+    fmt = "json" if param.name == "json_alias" else str(value)
+    ctx.meta[_OUTPUT_KEY] = fmt
+    obj = ctx.find_object(Ctx)
+    if obj is not None:
+        obj.set_output(fmt)
+
+
+def output_format(ctx: click.Context | None = None) -> str:
+    """The ``-o`` format of the running command (``text`` if none was given)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return str(ctx.meta.get(_OUTPUT_KEY, "text")) if ctx is not None else "text"
+
+
+def output_params() -> list[click.Parameter]:
+    """``-o/--output FORMAT`` and its alias ``--json``: the one definition, given to every command (before or
+    after the command's name, the last one given wins)."""
+    return [
+        click.Option(
+            ["-o", "--output"],
+            type=click.Choice(OUTPUT_FORMATS),
+            default=None,
+            expose_value=False,
+            callback=_set_output,
+            help="output format: text, wide (more columns), json, yaml, name (ids one per line)",
+        ),
+        click.Option(
+            ["--json", "json_alias"],
+            is_flag=True,
+            default=False,
+            expose_value=False,
+            callback=_set_output,
+            help="same as -o json",
+        ),
+    ]
+
+
+def with_output(command: click.Command) -> click.Command:
+    """Give ``command`` and every command under it the output options and a whole summary (idempotent)."""
+    if not getattr(command, "_zkctl_output", False):
+        names = {o for p in command.params for o in getattr(p, "opts", ())}
+        if not names & {"-o", "--output", "--json"}:
+            command.params.extend(output_params())
+        if command.short_help is None and command.help:  # click's default cuts the summary at ~45 characters
+            command.short_help = first_sentence(command.help)
+        command._zkctl_output = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_output(sub)
+    return command
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text, whole, on one line."""
+    text = _one_line(text.split("\n\n", 1)[0])
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return match.group(1) if match else text
+
+
+def names_of(obj: Any) -> list[str]:
+    """The ids in a command's JSON output, for ``-o name``: of each element of a list, of each element of the
+    one list a dict holds, or of the dict itself."""
+    if isinstance(obj, (list, tuple)):
+        return [n for item in obj for n in names_of(item)[:1]]
+    if isinstance(obj, dict):
+        for key in NAME_KEYS:
+            if isinstance(obj.get(key), str):
+                return [obj[key]]
+        lists = [v for v in obj.values() if isinstance(v, list) and v]
+        if len(lists) == 1:
+            return names_of(lists[0])
+        for key in ("tasks", "rows", "brokers", "groups", "candidates", "nodes", "children"):
+            if isinstance(obj.get(key), list):
+                return names_of(obj[key])
+    if isinstance(obj, str):
+        return [obj]
+    return []
+
+
+def render(obj: Any, fmt: str) -> str:
+    """``obj`` (JSON-compatible data) as ``fmt``: json (one line, sorted keys), yaml, or name (ids, one per line)."""
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=True).rstrip("\n")
+    if fmt == "name":
+        return "\n".join(printable(n, lines=False) for n in names_of(json.loads(json.dumps(obj, default=str))))
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
 @dataclass
 class Ctx:
     hosts: str
     root: str
-    json_out: bool
+    json_out: bool  # a machine-readable format (-o json|yaml|name): commands print data, not prose
     verbose: int
     state_dir: Path
     auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
     checkpoint_override: str | None = None  # a command's --checkpoint-root
+    output: str = "text"  # the -o format
+    connect_timeout: float = 3.0  # seconds for a session to ZooKeeper (--connect-timeout)
     _client: Any = field(default=None, repr=False)
     _connecting: Any = field(default=None, repr=False)  # the event of a session start_client began
     _admins: list[Any] = field(default_factory=list, repr=False)
@@ -188,8 +295,18 @@ class Ctx:
         return settings_from_env(hosts=self.hosts, root=self.root, auth=self.auth)
 
     @property
-    def connect_timeout(self) -> float:
-        return float(os.environ.get("ZKC_CONNECT_TIMEOUT", "10"))
+    def session_wait(self) -> float:
+        """How long to wait for a session: the connect timeout less the share kept to say why it failed."""
+        from cli.connect import MAX_PROBE_S, PROBE_SHARE
+
+        return max(0.1, self.connect_timeout - min(MAX_PROBE_S, PROBE_SHARE * self.connect_timeout))
+
+    def unreachable(self) -> UserError:
+        """The error for a session that did not come: refused, unknown host or no answer, with the hint."""
+        from cli.connect import diagnose, explain
+
+        budget = max(0.05, self.connect_timeout - self.session_wait)
+        return UserError(explain(self.hosts, diagnose(self.hosts, budget), self.connect_timeout))
 
     def new_client(self, settings: ZkSettings | None = None) -> KazooClient:
         """A connected kazoo client (the caller stops it), or a one-line UserError if ZooKeeper is unreachable."""
@@ -197,8 +314,10 @@ class Ctx:
 
         settings = settings or self.settings  # a bad credential source is its own error, not "cannot connect"
         try:
-            return make_client(settings, timeout=self.connect_timeout)
+            return make_client(settings, timeout=self.session_wait)
         except Exception as exc:  # kazoo raises its own timeout types
+            if type(exc).__name__ in ("KazooTimeoutError", "TimeoutError"):
+                raise self.unreachable() from None
             raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
 
     def start_client(self) -> None:
@@ -222,21 +341,34 @@ class Ctx:
             self._client = self.new_client()
         elif self._connecting is not None:  # started by start_client: wait for the session as kazoo's start() does
             connecting, self._connecting = self._connecting, None
-            connecting.wait(self.connect_timeout)
+            connecting.wait(self.session_wait)
             if not self._client.connected:
                 client, self._client = self._client, None
                 client.stop()
                 client.close()
-                raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: Connection time-out")
+                raise self.unreachable()
         return self._client
 
-    def admin(self) -> AdminClient:
+    def admin(self, *, existing_root: bool = True) -> AdminClient:
+        """The admin library on this session; refused (``no zkcontroller cluster at ...``) for a root that was
+        never set up, unless ``existing_root`` is False (a command that sets one up)."""
         self.start_client()
         from controller.admin import AdminClient  # imported while the session is being set up
 
+        if existing_root:
+            self.require_root()
         admin = AdminClient(self.client(), self.layout, checkpoint_root=self.checkpoint_root)
         self._admins.append(admin)
         return admin
+
+    def require_root(self) -> None:
+        """Refuse a root that no ``zkctl init`` (nor controller, nor broker) ever set up: a typo in
+        ``--zk-root`` must not create an empty cluster that nobody serves, nor read as one with no tasks."""
+        from controller.admin.roots import missing_root_message
+
+        message = missing_root_message(self.client(), self.layout, self.hosts)
+        if message is not None:
+            raise UserError(message)
 
     @property
     def checkpoint_root(self) -> str:
@@ -262,10 +394,22 @@ class Ctx:
             finally:
                 self._client = None
 
+    def set_output(self, fmt: str) -> None:
+        self.output = fmt
+        self.json_out = fmt in MACHINE_FORMATS
+
+    @property
+    def wide(self) -> bool:
+        return self.output == "wide"
+
     def emit(self, obj: Any, human: str | None = None) -> None:
-        """Print ``obj`` as JSON (``--json``, or when there is no human form), else the human text."""
-        if self.json_out or human is None:
-            click.echo(json.dumps(obj, indent=None if self.json_out else 2, sort_keys=True, default=str))
+        """Print ``obj`` as ``-o`` asks (json, yaml, name), else the human text (JSON when there is none)."""
+        if self.json_out:
+            text = render(obj, self.output)
+            if text:
+                click.echo(text)
+        elif human is None:
+            click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
         else:
             click.echo(printable(human))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -226,7 +225,7 @@ def sim_run(
     except (NotConverged, FarmError) as exc:
         raise UserError(str(exc)) from None
     if ctx.json_out:
-        click.echo(json.dumps(summary.to_dict(), sort_keys=True))
+        ctx.emit(summary.to_dict())
     else:
         click.echo(format_summary(summary))
     if summary.double_ownership:
@@ -299,7 +298,6 @@ def sim_run(
     show_default=True,
     help="the brokers' group protocol",
 )
-@click.option("--json", "json_flag", is_flag=True, help="print the summary as JSON (same as the global --json)")
 @click.option(
     "--intervals-out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -326,7 +324,6 @@ def sim_chaos(
     max_moves: int | None,
     max_moves_per_broker: int | None,
     protocol: str,
-    json_flag: bool,
     intervals_out: Path | None,
 ) -> None:
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
@@ -374,11 +371,10 @@ def sim_chaos(
         intervals_out=str(intervals_out) if intervals_out else None,
         protocol=protocol,
     )
-    as_json = ctx.json_out or json_flag
     try:
-        summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)
+        summary = run_chaos(opts, echo=(lambda s: None) if ctx.json_out else click.echo)
     except NotConverged as exc:
         raise UserError(str(exc)) from None
-    click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json else format_chaos(summary))
+    ctx.emit(summary.to_dict(), format_chaos(summary))
     if not summary.ok:
         raise SystemExit(1)

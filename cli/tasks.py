@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -41,25 +40,57 @@ def id_summary(ids: Sequence[str], limit: int = SCREENFUL_IDS) -> str:
     return f"{', '.join(head)}, ... ({len(ids) - len(head) - len(tail)} more; --json lists every id) ..., {', '.join(tail)}"
 
 
+#: what ``--state`` filters on: a spec's state, a status an owner reports, or what ``task list`` shows
+TASK_STATES = (
+    "RUNNING",
+    "PAUSED",
+    "STOPPED",
+    "STARTING",
+    "RESTARTING",
+    "FAILED",
+    "COMPLETED",
+    "STALE",
+    "UNASSIGNED",
+    "INVALID",
+)
+#: the most a spec document read from stdin may hold
+MAX_STDIN_BYTES = 16 * 1024 * 1024
+
+
+def read_specs(spec_file: str) -> list[Any]:
+    """The specs in a file, or with ``-`` on stdin (YAML, so JSON too); SpecError names the line and column."""
+    from controller.protocol.taskspec import SpecError, load_specs, parse_specs_text
+
+    if spec_file != "-":
+        return load_specs(spec_file)
+    stream: BinaryIO = click.get_binary_stream("stdin")
+    data = stream.read(MAX_STDIN_BYTES + 1)
+    if len(data) > MAX_STDIN_BYTES:
+        raise SpecError(f"<stdin>: over {MAX_STDIN_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"<stdin>: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_specs_text(text, "<stdin>")
+
+
 @task.command("create")
 @click.option(
     "-f",
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="YAML or JSON file with one task spec or a list of them",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="YAML or JSON file with one task spec or a list of them; - reads stdin",
 )
 @click.option("--dry-run", is_flag=True, help="validate everything, write nothing")
 @pass_ctx
-def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
-    """Validate every spec in SPEC, then create them all at once (one ZooKeeper multi).
+def task_create(ctx: Ctx, spec_file: str, dry_run: bool) -> None:
+    """Validate every spec in the file, then create them all at once (one ZooKeeper multi).
 
     Nothing is written if any spec is malformed or any id exists already.
     """
-    from controller.protocol.taskspec import load_specs
-
-    specs = load_specs(spec_file)  # SpecError (exit 1) before we even connect
+    specs = read_specs(spec_file)  # SpecError (exit 1) before we even connect
     result = ctx.admin().create_tasks(specs, dry_run=dry_run)
     lines = []
     if dry_run:
@@ -82,7 +113,12 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool) -> None:
 
 @task.command("list")
 @click.option("--group", default=None, shell_complete=complete_names("group"), help="only this group's tasks")
-@click.option("--state", default=None, help="only tasks whose spec state or shown status is this (e.g. FAILED)")
+@click.option(
+    "--state",
+    type=click.Choice(TASK_STATES, case_sensitive=False),
+    default=None,
+    help="only tasks whose spec state or shown status is this",
+)
 @click.option("--broker", default=None, shell_complete=complete_names("broker"), help="only tasks this broker owns")
 @click.option(
     "--limit",
@@ -99,7 +135,9 @@ def task_list(
     page that reads only the tasks it shows (and, filtered, those it skips)."""
     next_cursor = None
     if limit is not None or cursor is not None:
-        page = ctx.admin().list_page(group=group, state=state, broker=broker, limit=limit or 50, cursor=cursor)
+        page = ctx.admin().list_page(
+            group=group, state=state.upper() if state else None, broker=broker, limit=limit or 50, cursor=cursor
+        )
         rows, next_cursor = list(page.rows), page.next_cursor
         if ctx.json_out:
             ctx.emit(to_dict(page))
@@ -118,9 +156,23 @@ def task_list(
         click.echo("No tasks.")
     else:
         now = time.time()
+        wide = ["WEIGHT", "STATUS-BY", "OWNER-SINCE"] if ctx.wide else []
         click.echo(
             table(
-                ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "RATE", "BACKLOG", "ERROR"],
+                [
+                    "ID",
+                    "GROUP",
+                    "STATE",
+                    "KIND",
+                    "OWNER",
+                    "GEN",
+                    "STATUS",
+                    "RESTARTS",
+                    "RATE",
+                    "BACKLOG",
+                    *wide,
+                    "ERROR",
+                ],
                 [
                     [
                         r.task_id,
@@ -130,8 +182,10 @@ def task_list(
                         r.owner,
                         r.owner_generation,
                         shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
+                        r.restarts,
                         *_what_it_does(r),
-                        clip(r.error or r.invalid, 50),
+                        *([r.weight, r.status_broker, when(r.owner_since)] if ctx.wide else []),
+                        clip(r.error or r.invalid, 200 if ctx.wide else 50),
                     ]
                     for r in rows
                 ],
@@ -372,7 +426,8 @@ def task_schema_cmd(ctx: Ctx) -> None:
     """Print the JSON Schema of spec files (one spec or a list), for editors and CI checks."""
     from controller.protocol.taskspec import task_schema
 
-    click.echo(json.dumps(task_schema(), indent=2 if not ctx.json_out else None, sort_keys=False))
+    schema = task_schema()
+    ctx.emit(schema, json.dumps(schema, indent=2, sort_keys=False))
 
 
 @task.command("reassign")

@@ -54,6 +54,7 @@ class TaskRow:
     shown: str | None = None
     status_updated: float | None = None  # when the status was written (its writer's clock)
     unassigned_since: float | None = None  # a task to run with no owner: since when (see ``unassigned_since``)
+    restarts: int | None = None  # failures its owner counted (each one restarted, until the policy gives up)
 
 
 @dataclass(frozen=True)
