@@ -73,7 +73,7 @@ class LazyCommand:
 
     def placeholder(self, name: str) -> click.Command:
         """A command that is only its help, to list it as click lists the real one."""
-        return click.Command(name, help=self.summary)
+        return click.Command(name, help=self.summary, short_help=self.summary)
 
     def available(self) -> bool:
         return not self.optional or importlib.util.find_spec(self.module) is not None

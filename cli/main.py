@@ -128,6 +128,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "init",
         "Set up the cluster root named by --zk-root: its containers and task buckets (idempotent).",
     ),
+    "completion": LazyCommand(
+        "cli.completion_cmd",
+        "completion",
+        "Print the shell completion script for SHELL (bash, zsh or fish).",
+    ),
     "task": LazyCommand("cli.tasks", "task", "Create, inspect and control tasks (pipelines)."),
     "status": LazyCommand("cli.cluster", "status", "The controller, brokers, groups and tasks at a glance."),
     "broker": LazyCommand("cli.cluster", "broker", "Brokers (workers): list them, shut one down, or run one here."),

@@ -152,9 +152,8 @@ def settings_show(ctx: Ctx) -> None:
     ctx.emit({**to_jsonable(s), "refused": list(stored.refused)}, _show(s) + refusals)
 
 
-_SET_HELP = (
-    "Change settings, e.g. ``max_moves=10 max_moves_per_broker=2``; ``none`` removes a limit.\n\n\b\n"
-    + "\n".join(f"{k}: {v}" for k, v in SETTING_RULES.items())
+_SET_HELP = "Change settings, e.g. max_moves=10 max_moves_per_broker=2; none removes a limit.\n\n\b\n" + "\n".join(
+    f"{k}: {v}" for k, v in SETTING_RULES.items()
 )
 
 

@@ -4,9 +4,10 @@ schema."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -63,8 +64,7 @@ def read_specs(spec_file: str) -> list[Any]:
 
     if spec_file != "-":
         return load_specs(spec_file)
-    stream: BinaryIO = click.get_binary_stream("stdin")
-    data = stream.read(MAX_STDIN_BYTES + 1)
+    data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
     if len(data) > MAX_STDIN_BYTES:
         raise SpecError(f"<stdin>: over {MAX_STDIN_BYTES} bytes")
     try:
