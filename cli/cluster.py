@@ -288,6 +288,51 @@ def group() -> None:
     """Worker groups."""
 
 
+@group.command("list")
+@pass_ctx
+def group_list(ctx: Ctx) -> None:
+    """Worker groups, one per line: state, generation, protocol, leader, members and runnable tasks."""
+    groups = ctx.admin().describe_group(None)
+    rows = [
+        {
+            "group": d.summary.group,
+            "state": d.summary.state,
+            "generation": d.summary.generation,
+            "protocol": d.summary.protocol,
+            "assignor": d.summary.assignor,
+            "leader": d.summary.leader,
+            "members": len(d.members),
+            "live_members": sum(1 for m in d.members if m.live),
+            "tasks": d.tasks,
+        }
+        for d in groups
+    ]
+    if ctx.json_out:
+        ctx.emit(rows)
+        return
+    if not rows:
+        click.echo("No groups.")
+        return
+    click.echo(
+        table(
+            ["GROUP", "STATE", "GENERATION", "PROTOCOL", "ASSIGNOR", "LEADER", "MEMBERS", "TASKS"],
+            [
+                [
+                    r["group"],
+                    r["state"],
+                    r["generation"],
+                    r["protocol"],
+                    r["assignor"],
+                    r["leader"],
+                    f"{r['live_members']}/{r['members']}",
+                    r["tasks"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
 @group.command("describe")
 @click.argument("name", required=False, shell_complete=complete_names("group"))
 @pass_ctx
