@@ -404,7 +404,8 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
     "group_name",
     default=None,
     shell_complete=complete_names("group"),
-    help="only this group (default: every group)",
+    show_default="every group",
+    help="only this group",
 )
 @click.option("--reason", default="manual", show_default=True)
 @click.option(
@@ -431,7 +432,7 @@ def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wa
 
 @click.command("watch")
 @click.option(
-    "--duration", type=click.FloatRange(min=0), default=None, help="stop after S seconds (default: until Ctrl-C)"
+    "--duration", type=click.FloatRange(min=0), default=None, show_default="until Ctrl-C", help="stop after S seconds"
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, help="stop after N events")
 @pass_ctx

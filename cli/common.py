@@ -234,8 +234,10 @@ def with_output(command: click.Command) -> click.Command:
 def first_sentence(text: str) -> str:
     """The first sentence of a help text, whole, on one line."""
     text = _one_line(text.split("\n\n", 1)[0])
-    match = re.match(r"(.+?[.!?])(\s|$)", text)
-    return match.group(1) if match else text
+    for match in re.finditer(r"[.!?](?=\s|$)", text):
+        if not re.search(r"\b(e\.g|i\.e|etc|vs)\.$", text[: match.end()]):
+            return text[: match.end()]
+    return text
 
 
 def names_of(obj: Any) -> list[str]:

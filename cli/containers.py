@@ -54,14 +54,14 @@ def cluster() -> None:
 
 
 @cluster.command("build")
-@click.option("--base", default=None, help="base image (build argument BASE) [debian:bookworm-slim]")
+@click.option("--base", default=None, show_default="debian:bookworm-slim", help="base image (build argument BASE)")
 @click.option("--tag", default="zkcontroller:latest", show_default=True)
 @click.option(
     "--ca-bundle",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [the host's: PIP_CERT, "
-    "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt]",
+    show_default="the host's: PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt",
+    help="CA bundle for pip inside the build, behind a TLS-intercepting proxy",
 )
 @pass_ctx
 @_guard
@@ -113,7 +113,7 @@ def cluster_up(
 
 
 @cluster.command("ps")
-@click.option("--name", default=None, help="one cluster [all]")
+@click.option("--name", default=None, show_default="all", help="one cluster")
 @pass_ctx
 @_guard
 def cluster_ps(ctx: Ctx, name: str | None) -> None:

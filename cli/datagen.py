@@ -26,7 +26,8 @@ from cli.common import MACHINE_FORMATS, output_format, render, with_output
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="records per second (default: as fast as possible)",
+    show_default="as fast as possible",
+    help="records per second",
 )
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True, help="records per file")
 @click.option("--start-id", type=click.IntRange(min=0), default=0, show_default=True, help="id of the first record")

@@ -70,8 +70,8 @@ DEFAULT_HOSTS = "127.0.0.1:2181"
     "zk_auth",
     default=None,
     metavar="env:NAME|file:PATH",
-    help="where ZooKeeper digest credentials (user:password) come from, never the credentials themselves "
-    "[default: env ZKC_AUTH, else the file named by ZKC_AUTH_FILE]",
+    show_default="env ZKC_AUTH, else the file named by ZKC_AUTH_FILE",
+    help="where ZooKeeper digest credentials (user:password) come from, never the credentials themselves",
 )
 @click.option(
     "--zk-auth-file",

@@ -69,7 +69,8 @@ def maintenance_status(ctx: Ctx) -> None:
     "offline_window_s",
     type=click.FloatRange(0, min_open=True),
     default=None,
-    help="'at once': within this many seconds [60]",
+    show_default="60",
+    help="'at once': within this many seconds",
 )
 @click.option("--off", "disable", is_flag=True, help="never turn maintenance on by itself")
 @pass_ctx

@@ -351,8 +351,8 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--prepare-share",
     type=click.FloatRange(0, 1),
     default=None,
-    help="share of --start-latency a task's prepare pays before it arrives (a planned roll's warm-up; noop "
-    "runner) [default: 0.7]",
+    show_default="0.7",
+    help="share of --start-latency a task's prepare pays before it arrives (a planned roll's warm-up; noop runner)",
 )
 @click.option(
     "--stop-hang",
@@ -364,8 +364,8 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--stop-timeout",
     type=click.FloatRange(min=0.1),
     default=None,
-    help="seconds one task's stop may take before the broker kills its runner and halts (exit 75) "
-    "[default: 3x the runner's stop budget, at least 5]",
+    show_default="3x the runner's stop budget, at least 5",
+    help="seconds one task's stop may take before the broker kills its runner and halts (exit 75)",
 )
 @click.option(
     "--session-timeout",

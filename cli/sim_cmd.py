@@ -58,9 +58,9 @@ BROKERS_PER_FARM = 25
     "--session-timeout",
     type=click.FloatRange(2, 120),
     default=None,
-    help="ZooKeeper session of each broker, seconds [default: 6; 10 when the brokers are spread over farms, "
-    "whose start (every broker taking its tasks at once) can keep ZooKeeper from answering for 5 s "
-    "on a small machine]",
+    show_default="6; 10 when the brokers are spread over farms",
+    help="ZooKeeper session of each broker, seconds (farms start every broker taking its tasks at once, which "
+    "can keep ZooKeeper from answering for 5 s on a small machine)",
 )
 @click.option(
     "--scheduled-delay",
@@ -75,14 +75,14 @@ BROKERS_PER_FARM = 25
     "--intervals-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="write the recorded run intervals as JSON (for `zkctl timeline`)",
+    help="write the recorded run intervals as JSON (for zkctl timeline)",
 )
 @click.option(
     "--farms",
     type=click.IntRange(0, 64),
     default=None,
-    help=f"broker farm processes to spread the brokers over (0: all in this process) "
-    f"[default: 0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}]",
+    show_default=f"0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}",
+    help="broker farm processes to spread the brokers over (0: all in this process)",
 )
 @click.option(
     "--metrics-interval",
@@ -103,8 +103,8 @@ BROKERS_PER_FARM = 25
     type=click.FloatRange(0, 600),
     default=None,
     help="seconds the converged cluster runs before the scenario, so that the step is measured from a "
-    "steady cluster, not amid the first status writes of every task just started "
-    "[default: 0; 2 when the brokers are spread over farms]",
+    "steady cluster, not amid the first status writes of every task just started",
+    show_default="0; 2 when the brokers are spread over farms",
 )
 @click.option(
     "--repeat",
@@ -302,7 +302,7 @@ def sim_run(
     "--intervals-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="write the recorded run intervals as JSON (for `zkctl timeline`)",
+    help="write the recorded run intervals as JSON (for zkctl timeline)",
 )
 @click.pass_obj
 def sim_chaos(

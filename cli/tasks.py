@@ -19,10 +19,9 @@ if TYPE_CHECKING:  # the admin library and the spec models are imported by the c
     from controller.admin import RestartProgress, TaskRow
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
-CHECKPOINT_ROOT_HELP = (
-    "where the brokers keep checkpoints, as seen from here (env ZKC_CHECKPOINT_ROOT; default: "
-    "<state dir>/checkpoints, the brokers' default)"
-)
+CHECKPOINT_ROOT_HELP = "where the brokers keep checkpoints, as seen from here (env ZKC_CHECKPOINT_ROOT)"
+#: the brokers' own default
+CHECKPOINT_ROOT_DEFAULT = "STATE_DIR/checkpoints"
 
 
 @click.group("task")
@@ -333,7 +332,7 @@ def restart_line(r: RestartProgress | None) -> str:
     is_flag=True,
     help="with --wait: also remove its streaming checkpoint once it is deleted (kept otherwise)",
 )
-@click.option("--checkpoint-root", default=None, help=CHECKPOINT_ROOT_HELP)
+@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
 def task_delete(
     ctx: Ctx, task_id: str, wait: bool, timeout: float, purge_checkpoint: bool, checkpoint_root: str | None
@@ -462,7 +461,7 @@ def task_reassign(ctx: Ctx, task_id: str, to: str, wait: bool, timeout: float) -
 def task_stop(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
     """Stop a task: STOPPED, and confirmed not running anywhere (no owner left, its group no longer places it).
 
-    A STOPPED task's offsets may be reset; `task resume` starts it again."""
+    A STOPPED task's offsets may be reset; task resume starts it again."""
     with waiting(f"waiting for {task_id} to stop everywhere", timeout, "stopped", wait, ctx.json_out) as p:
         res = ctx.admin().stop(task_id, wait=timeout if wait else 0.0, progress=p)
     if wait and not res.confirmed:
@@ -476,7 +475,7 @@ def task_stop(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
 
 @task.command("offsets")
 @click.argument("task_id", shell_complete=complete_names("task"))
-@click.option("--checkpoint-root", default=None, help=CHECKPOINT_ROOT_HELP)
+@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
 def task_offsets(ctx: Ctx, task_id: str, checkpoint_root: str | None) -> None:
     """A streaming task's offsets, read from its checkpoint: the last committed batch, per source its offset
@@ -521,7 +520,7 @@ def task_offsets(ctx: Ctx, task_id: str, checkpoint_root: str | None) -> None:
 @click.option("--to-latest", is_flag=True, help="skip the files waiting (file sources): one empty batch takes them")
 @click.option("--to-batch", type=click.IntRange(min=0), default=None, help="keep batches up to N, replay from N+1")
 @click.option("--dry-run", is_flag=True, help="say what would be removed and written; change nothing")
-@click.option("--checkpoint-root", default=None, help=CHECKPOINT_ROOT_HELP)
+@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
 def task_reset_offsets(
     ctx: Ctx,
@@ -534,7 +533,7 @@ def task_reset_offsets(
 ) -> None:
     """Move a STOPPED task's checkpoint (and its file sink's log with it) to a new position.
 
-    Refused unless the task is STOPPED and confirmed stopped (`task stop --wait`). The sink's batches after
+    Refused unless the task is STOPPED and confirmed stopped (task stop --wait). The sink's batches after
     the new position are removed with their files, so the replay writes each row once. Recorded in the task's
     history."""
     from controller.admin import AdminError

@@ -73,8 +73,16 @@ def resolve_path(ctx: Ctx, path: str | None) -> str:
 
 
 @zk.command("start")
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="client port [2181]")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="data dir [STATE_DIR/zookeeper]")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    show_default="2181, or the port in the data dir's zoo.cfg",
+    help="client port",
+)
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=None, show_default="STATE_DIR/zookeeper", help="data dir"
+)
 @click.option("--foreground", is_flag=True, help="run in this process (containers, supervisors) instead of detached")
 @click.option(
     "--server-id",
@@ -164,7 +172,8 @@ def _refuse_busy(server: ZooKeeperServer, port: int | None) -> None:
     "--data-dir",
     type=click.Path(path_type=Path),
     default=None,
-    help="the server's data dir [default: STATE_DIR/zookeeper, else the one server zk start recorded]",
+    show_default="STATE_DIR/zookeeper, else the one server zk start recorded",
+    help="the server's data dir",
 )
 @pass_ctx
 def zk_stop(ctx: Ctx, data_dir: Path | None) -> None:
@@ -187,7 +196,8 @@ def zk_stop(ctx: Ctx, data_dir: Path | None) -> None:
     "--data-dir",
     type=click.Path(path_type=Path),
     default=None,
-    help="the server's data dir [default: STATE_DIR/zookeeper, else the one server zk start recorded]",
+    show_default="STATE_DIR/zookeeper, else the one server zk start recorded",
+    help="the server's data dir",
 )
 @pass_ctx
 def zk_status(ctx: Ctx, data_dir: Path | None) -> None:
