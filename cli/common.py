@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -316,11 +317,26 @@ class Ctx:
 
         settings = settings or self.settings  # a bad credential source is its own error, not "cannot connect"
         try:
-            return make_client(settings, timeout=self.session_wait)
-        except Exception as exc:  # kazoo raises its own timeout types
-            if type(exc).__name__ in ("KazooTimeoutError", "TimeoutError"):
-                raise self.unreachable() from None
+            client = make_client(settings, connect=False)
+            connecting = client.start_async()
+        except Exception as exc:
             raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
+        return self._await(client, connecting)
+
+    def _await(self, client: KazooClient, connecting: Any) -> KazooClient:
+        """``client`` once its session is up, within the connect timeout; else the reason why not. kazoo's
+        stop waits for its connection thread, which a server that accepts and never answers holds for the
+        session timeout: that stop runs on its own thread, not in the operator's way."""
+        connecting.wait(self.session_wait)
+        if client.connected:
+            return client
+
+        def stop() -> None:
+            client.stop()
+            client.close()
+
+        threading.Thread(target=stop, name="zk-client-stop", daemon=True).start()
+        raise self.unreachable()
 
     def start_client(self) -> None:
         """Start connecting now and return at once: kazoo's connection thread sets the session up while the
@@ -343,12 +359,8 @@ class Ctx:
             self._client = self.new_client()
         elif self._connecting is not None:  # started by start_client: wait for the session as kazoo's start() does
             connecting, self._connecting = self._connecting, None
-            connecting.wait(self.session_wait)
-            if not self._client.connected:
-                client, self._client = self._client, None
-                client.stop()
-                client.close()
-                raise self.unreachable()
+            client, self._client = self._client, None
+            self._client = self._await(client, connecting)
         return self._client
 
     def admin(self, *, existing_root: bool = True) -> AdminClient:

@@ -130,24 +130,23 @@ def zk_start(
         )
         sys.stdout.flush()
         os.execv(cmd[0], cmd)  # the JVM takes this process's place: signals from the supervisor reach it
-    if not server.peers:
-        _refuse_busy(server, port)
+    running = _refuse_busy(server, port) if not server.peers else None
     try:
-        pid = server.start()
+        pid = running or server.start()
     except ZooKeeperSetupError as exc:
         raise UserError(str(exc)) from None
     from cli.zk_servers import remember
 
     remember(server, pid)
     ctx.emit(
-        {"pid": pid, "address": server.address, "data_dir": str(server.data_dir), "already_running": False},
-        f"ZooKeeper running on {server.address} (pid {pid}, data in {server.data_dir})",
+        {"pid": pid, "address": server.address, "data_dir": str(server.data_dir), "already_running": bool(running)},
+        f"ZooKeeper {'already ' if running else ''}running on {server.address} (pid {pid}, data in {server.data_dir})",
     )
 
 
-def _refuse_busy(server: ZooKeeperServer, port: int | None) -> None:
+def _refuse_busy(server: ZooKeeperServer, port: int | None) -> int | None:
     """At once, not after a minute of waiting: the data dir is in use (by a server on another port), or the
-    port is taken by another process. A server already running as asked is a success, said so."""
+    port is taken by another process. A server already running as asked is a success: its pid."""
     from cli.connect import probe
 
     pid = server.read_pid()
@@ -158,13 +157,13 @@ def _refuse_busy(server: ZooKeeperServer, port: int | None) -> None:
                 f"ZooKeeper already runs with data dir {server.data_dir} (pid {pid}, port {running_port}); "
                 f"stop it first (zkctl zk stop --data-dir {server.data_dir}) or give another --data-dir"
             )
-        click.echo(f"ZooKeeper already running on {server.address} (pid {pid}, data in {server.data_dir})")
-        raise SystemExit(0)
+        return pid
     if probe(server.host, server.port, 0.5).outcome == "open":
         raise UserError(
             f"port {server.port} on {server.host} is in use by another process (not a ZooKeeper started with "
             f"data dir {server.data_dir}); give --port, or point --zk at the server there"
         )
+    return None
 
 
 @zk.command("stop")
