@@ -148,6 +148,7 @@ def api_run(
             f"binding {host or 'every address'} without --admin-token lets anyone who reaches it write: "
             "give --admin-token env:NAME|file:PATH, or --insecure to do it anyway"
         )
+    ctx.patient()
     client = ctx.client()
     config = ApiConfig(
         client=client,

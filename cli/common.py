@@ -272,6 +272,10 @@ def render(obj: Any, fmt: str) -> str:
     return json.dumps(obj, sort_keys=True, default=str)
 
 
+#: how long ``controller run``, ``broker run`` and ``api run`` wait for a session unless told (see Ctx.patient)
+LONG_RUNNING_CONNECT_S = 10.0
+
+
 @dataclass
 class Ctx:
     hosts: str
@@ -283,6 +287,7 @@ class Ctx:
     checkpoint_override: str | None = None  # a command's --checkpoint-root
     output: str = "text"  # the -o format
     connect_timeout: float = 3.0  # seconds for a session to ZooKeeper (--connect-timeout)
+    connect_timeout_given: bool = False  # by --connect-timeout or ZKC_CONNECT_TIMEOUT
     _client: Any = field(default=None, repr=False)
     _connecting: Any = field(default=None, repr=False)  # the event of a session start_client began
     _admins: list[Any] = field(default_factory=list, repr=False)
@@ -296,6 +301,12 @@ class Ctx:
         from controller.zk.client import settings_from_env
 
         return settings_from_env(hosts=self.hosts, root=self.root, auth=self.auth)
+
+    def patient(self) -> None:
+        """A long-running process (controller, broker, API server) is often started beside a ZooKeeper still
+        starting: unless told otherwise it waits ``LONG_RUNNING_CONNECT_S`` for its session, not 3 s."""
+        if not self.connect_timeout_given:
+            self.connect_timeout = max(self.connect_timeout, LONG_RUNNING_CONNECT_S)
 
     @property
     def session_wait(self) -> float:

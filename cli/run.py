@@ -215,6 +215,7 @@ def controller_run(
             retarget_interval_s=retarget_interval,
         ),
     )
+    ctx.patient()
     client = ctx.new_client(settings)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -468,6 +469,7 @@ def broker_run(
         stop_timeout_s=stop_timeout,
         metrics_interval_s=metrics_interval,
     )
+    ctx.patient()
     client = ctx.new_client(settings)
     try:
         worker = Worker(config, client=client)

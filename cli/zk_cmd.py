@@ -61,14 +61,18 @@ def _find_server(ctx: Ctx, data_dir: Path | None) -> tuple[ZooKeeperServer, str]
 
 
 def resolve_path(ctx: Ctx, path: str | None) -> str:
-    """An absolute znode path: ``path`` as given if it starts with ``/``, else under the cluster root."""
+    """An absolute znode path: ``path`` as given if it starts with ``/``, else under the cluster root (which
+    must have been set up)."""
+    relative = not path or not path.startswith("/")
     if not path:
-        return ctx.layout.root
-    if not path.startswith("/"):
+        path = ctx.layout.root
+    elif relative:
         path = ctx.layout.root.rstrip("/") + "/" + path
     parts = path.split("/")[1:]
     if path != "/" and (any(p in ("", ".", "..") for p in parts) or len(path) > 4096):
         raise click.BadParameter(f"{path!r} is not a znode path (no empty, . or .. parts)", param_hint="PATH")
+    if relative:
+        ctx.require_root()  # under a root never set up: say so, not "no znode"
     return path
 
 

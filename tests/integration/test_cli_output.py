@@ -77,7 +77,13 @@ def test_a_root_never_set_up_is_refused_for_writes_and_reads_and_init_creates_it
     specs = tmp_path / "s.yaml"
     specs.write_text("id: a\npipeline: {kind: noop}\n")
     want = f"no zkcontroller cluster at {typo} on {cli_env['ZKC_ZK']} (roots there: "
-    for args in (["task", "create", "-f", str(specs)], ["task", "list"], ["status"], ["maintenance", "on"]):
+    for args in (
+        ["task", "create", "-f", str(specs)],
+        ["task", "list"],
+        ["status"],
+        ["maintenance", "on"],
+        ["zk", "tree"],
+    ):
         err = assert_user_error(invoke(args, env=env), want, f"zkctl init --zk-root {typo} creates one")
         assert layout.root in err  # the roots that are there are named
     assert zk.exists(typo) is None  # nothing was written
