@@ -14,6 +14,7 @@ from broker_sim.sim.scenarios import format_summary
 from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
 from broker_sim.sim.simulator import run_simulation
 from cli.common import Ctx, UserError
+from controller.protocol.assignors import ASSIGNORS
 from controller.protocol.roll import DEFAULT_WARMUP_S
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS
 
@@ -37,7 +38,13 @@ BROKERS_PER_FARM = 25
     show_default=True,
     help="reconcile: the controller places tasks and each broker reconciles alone (no join barrier)",
 )
-@click.option("--assignor", default="cooperative-sticky", show_default=True)
+@click.option(
+    "--assignor",
+    type=click.Choice(sorted(ASSIGNORS)),
+    default="cooperative-sticky",
+    show_default=True,
+    help="the groups' assignor",
+)
 @click.option("--scenario", type=click.Choice(SCENARIOS), default="steady", show_default=True)
 @click.option(
     "--restart-gap",
@@ -176,16 +183,9 @@ def sim_run(
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
     controller's interpreter. Exits 1 if any task was ever owned twice, or if the cluster did not converge."""
-    from controller.protocol.assignors import ASSIGNORS
-
     if repeat > 1 and scenario in ("steady", "rolling-bounce"):
         raise click.BadParameter(
             f"--repeat applies to one-step scenarios; {scenario} is not one", param_hint="--repeat"
-        )
-
-    if assignor not in ASSIGNORS:
-        raise click.BadParameter(
-            f"unknown assignor {assignor!r}; choose one of {', '.join(sorted(ASSIGNORS))}", param_hint="--assignor"
         )
     root = click.get_current_context().find_root()
     given = root.get_parameter_source("hosts") not in (click.core.ParameterSource.DEFAULT, None)
