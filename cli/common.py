@@ -272,6 +272,8 @@ def render(obj: Any, fmt: str) -> str:
     return json.dumps(obj, sort_keys=True, default=str)
 
 
+#: the least wait for a session once the command has imported what it needs
+MIN_SESSION_WAIT_S = 1.0
 #: how long ``controller run``, ``broker run`` and ``api run`` wait for a session unless told (see Ctx.patient)
 LONG_RUNNING_CONNECT_S = 10.0
 
@@ -288,8 +290,11 @@ class Ctx:
     output: str = "text"  # the -o format
     connect_timeout: float = 3.0  # seconds for a session to ZooKeeper (--connect-timeout)
     connect_timeout_given: bool = False  # by --connect-timeout or ZKC_CONNECT_TIMEOUT
+    long_running: bool = False  # a process that waits for ZooKeeper to come (see patient)
     _client: Any = field(default=None, repr=False)
     _connecting: Any = field(default=None, repr=False)  # the event of a session start_client began
+    #: when the command began (monotonic): the connect timeout counts from there, as the operator counts it
+    _connect_began: float = field(default_factory=time.monotonic, repr=False)
     _admins: list[Any] = field(default_factory=list, repr=False)
 
     @property
@@ -307,6 +312,7 @@ class Ctx:
         starting: unless told otherwise it waits ``LONG_RUNNING_CONNECT_S`` for its session, not 3 s."""
         if not self.connect_timeout_given:
             self.connect_timeout = max(self.connect_timeout, LONG_RUNNING_CONNECT_S)
+        self.long_running = True
 
     @property
     def session_wait(self) -> float:
@@ -315,12 +321,12 @@ class Ctx:
 
         return max(0.1, self.connect_timeout - min(MAX_PROBE_S, PROBE_SHARE * self.connect_timeout))
 
-    def unreachable(self) -> UserError:
+    def unreachable(self, probes: Any = None) -> UserError:
         """The error for a session that did not come: refused, unknown host or no answer, with the hint."""
         from cli.connect import diagnose, explain
 
         budget = max(0.05, self.connect_timeout - self.session_wait)
-        return UserError(explain(self.hosts, diagnose(self.hosts, budget), self.connect_timeout))
+        return UserError(explain(self.hosts, probes or diagnose(self.hosts, budget), self.connect_timeout))
 
     def new_client(self, settings: ZkSettings | None = None) -> KazooClient:
         """A connected kazoo client (the caller stops it), or a one-line UserError if ZooKeeper is unreachable."""
@@ -338,7 +344,21 @@ class Ctx:
         """``client`` once its session is up, within the connect timeout; else the reason why not. kazoo's
         stop waits for its connection thread, which a server that accepts and never answers holds for the
         session timeout: that stop runs on its own thread, not in the operator's way."""
-        connecting.wait(self.session_wait)
+        from cli.connect import EARLY_PROBE_S, diagnose, hopeless
+
+        # counted from the start of the command (it imported its libraries meanwhile), and at least
+        # MIN_SESSION_WAIT_S from now: a session about to come up on a machine that was slow to import
+        now = time.monotonic()
+        deadline = max(self._connect_began + self.session_wait, now + MIN_SESSION_WAIT_S)
+        connecting.wait(min(EARLY_PROBE_S, deadline - now))
+        probes = None
+        if not client.connected and not self.long_running:
+            # nothing listens there, or the name does not resolve: no use waiting out the timeout
+            probes = diagnose(self.hosts, EARLY_PROBE_S)
+            if not hopeless(probes):
+                probes = None
+        if not client.connected and probes is None:
+            connecting.wait(max(0.0, deadline - time.monotonic()))
         if client.connected:
             return client
 
@@ -347,7 +367,7 @@ class Ctx:
             client.close()
 
         threading.Thread(target=stop, name="zk-client-stop", daemon=True).start()
-        raise self.unreachable()
+        raise self.unreachable(probes)
 
     def start_client(self) -> None:
         """Start connecting now and return at once: kazoo's connection thread sets the session up while the

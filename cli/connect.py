@@ -14,6 +14,9 @@ HINT = "start one here with `zkctl zk start`, or point --zk (env ZKC_ZK) at your
 #: of the connect timeout, the share kept to find out why a connection failed
 PROBE_SHARE = 0.2
 MAX_PROBE_S = 1.0
+#: a command (not a long-running process) without a session after this long asks why at once: refused and
+#: unknown host end it there (ZooKeeper on loopback sets a session up in milliseconds)
+EARLY_PROBE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,11 @@ def diagnose(hosts: str, timeout: float) -> list[Probe]:
     return [r or Probe(f"{h}:{p}", "no answer") for r, (h, p) in zip(results, pairs)]
 
 
+def hopeless(probes: list[Probe]) -> bool:
+    """Whether no address can answer: every one refused, unknown or malformed (a silent one may yet answer)."""
+    return bool(probes) and all(p.outcome in ("refused", "unknown host", "bad address") for p in probes)
+
+
 def explain(hosts: str, probes: list[Probe], waited: float) -> str:
     """The one-line error: what each address did, and the hint."""
     outcomes = {p.outcome for p in probes}
@@ -104,4 +112,15 @@ def explain(hosts: str, probes: list[Probe], waited: float) -> str:
     return f"cannot connect to ZooKeeper at {hosts}: {what}; {HINT}"
 
 
-__all__ = ["Probe", "split_hosts", "probe", "diagnose", "explain", "HINT", "PROBE_SHARE", "MAX_PROBE_S"]
+__all__ = [
+    "Probe",
+    "split_hosts",
+    "probe",
+    "diagnose",
+    "hopeless",
+    "explain",
+    "EARLY_PROBE_S",
+    "HINT",
+    "PROBE_SHARE",
+    "MAX_PROBE_S",
+]
