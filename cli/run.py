@@ -1,4 +1,5 @@
-"""Long-running processes: ``zkctl controller run`` and ``zkctl broker run``.
+"""Long-running processes: ``zkctl controller run`` and ``zkctl broker run``; and ``zkctl controller list``,
+the candidates those runs register.
 
 Both run in the foreground until a signal: the controller stops on SIGINT/SIGTERM; a broker does a
 controlled shutdown on SIGTERM (or the first Ctrl-C) and exits once the controller has moved its tasks

@@ -41,14 +41,19 @@ class Candidate:
     error: str | None = None
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, controller_id: str) -> bool:
+    """Whether ``pid`` is a live process that looks like a controller with this id (not a recycled pid, nor
+    a process of another container that shares the host name)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        import psutil  # type: ignore[import-untyped, unused-ignore]  # (no type information installed)
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = proc.cmdline()
+        return "controller" in cmdline and controller_id in " ".join(cmdline)
+    except Exception:  # gone, or not ours to inspect
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Candidacy:
@@ -90,7 +95,7 @@ class Candidacy:
                 return
             where = f" (pid {holder.pid} on {holder.host})" if holder else ""
             here = holder is not None and holder.host == self.info.host and holder.pid != self.info.pid
-            if (here and holder is not None and _alive(holder.pid)) or time.monotonic() > deadline:
+            if (here and holder is not None and _alive(holder.pid, who)) or time.monotonic() > deadline:
                 raise CandidateConflict(
                     f"controller id {who} is already registered by a running candidate{where}; "
                     "stop it first or choose another --id"

@@ -221,3 +221,22 @@ def test_task_create_reads_stdin_and_names_the_line_of_a_yaml_error(cli_env, zk,
     assert_user_error(bad, "<stdin>: not valid YAML: line 3, column 1")
     listed = json.loads(invoke(["task", "list", "-o", "json"], env=cli_env).stdout)
     assert [r["task_id"] for r in listed] == ["s1"] and listed[0]["restarts"] is None
+
+
+def test_a_controller_restarted_after_a_crash_takes_its_id_back_once_the_old_session_expires(cli_env):
+    def candidates():
+        return {r["controller_id"]: r for r in json.loads(ok(cli_env, "controller", "list", "-o", "json"))}
+
+    args = [ZKCTL, "controller", "run", "--id", "c1", "--session-timeout", "4"]
+    crashed = subprocess.Popen(args, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: candidates().get("c1", {}).get("pid") == crashed.pid, timeout=30, what="c1 registered")
+    finally:
+        crashed.kill()  # no clean stop: its session, and the candidate znode with it, live on until they expire
+        crashed.wait(10)
+    restarted = subprocess.Popen(args, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: candidates().get("c1", {}).get("pid") == restarted.pid, timeout=40, what="c1 back")
+        assert restarted.poll() is None
+    finally:
+        stop_process(restarted)
