@@ -394,14 +394,13 @@ class Ctx:
             self._client = self._await(client, connecting)
         return self._client
 
-    def admin(self, *, existing_root: bool = True) -> AdminClient:
+    def admin(self) -> AdminClient:
         """The admin library on this session; refused (``no zkcontroller cluster at ...``) for a root that was
-        never set up, unless ``existing_root`` is False (a command that sets one up)."""
+        never set up (``zkctl init`` sets one up)."""
         self.start_client()
         from controller.admin import AdminClient  # imported while the session is being set up
 
-        if existing_root:
-            self.require_root()
+        self.require_root()
         admin = AdminClient(self.client(), self.layout, checkpoint_root=self.checkpoint_root)
         self._admins.append(admin)
         return admin

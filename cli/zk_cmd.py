@@ -226,6 +226,8 @@ def zk_ls(ctx: Ctx, path: str | None) -> None:
     client = ctx.client()
     from kazoo.exceptions import NoNodeError
 
+    from controller.zk.io import WAIT_S
+
     try:
         names = sorted(client.get_children(path))
     except NoNodeError:
@@ -235,7 +237,10 @@ def zk_ls(ctx: Ctx, path: str | None) -> None:
         pending = [(n, client.exists_async(f"{base}/{n}")) for n in names]
         rows = []
         for n, result in pending:
-            stat = result.get()
+            try:
+                stat = result.get(timeout=WAIT_S)
+            except NoNodeError:  # deleted meanwhile
+                continue
             if stat is not None:
                 rows.append(
                     {
