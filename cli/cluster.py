@@ -444,6 +444,8 @@ def watch(ctx: Ctx, duration: float | None, count: int | None) -> None:
             if e is None:  # a keep-alive, only yielded when asked for one (idle_s)
                 continue
             if ctx.json_out:
+                if ctx.output == "yaml":
+                    click.echo("---")  # one YAML document per event (json: one line per event)
                 ctx.emit(to_dict(e))
             else:
                 stamp = time.strftime("%H:%M:%S", time.localtime(e.time)) + f".{int(e.time * 1000) % 1000:03d}"
