@@ -131,7 +131,7 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.lazy:
-            command = self.lazy.pop(cmd_name).load(cmd_name)
+            command = self.lazy[cmd_name].load(cmd_name)  # kept: the summary stays what --help lists
             if command is not None:
                 self.add_command(command, cmd_name)
         command = super().get_command(ctx, cmd_name)
