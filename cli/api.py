@@ -108,8 +108,9 @@ def api() -> None:
 @click.option(
     "--checkpoint-root",
     default=None,
-    help="where the brokers keep checkpoints, as seen from this server (env ZKC_CHECKPOINT_ROOT; default: "
-    "<state dir>/checkpoints): what /tasks/{id}/offsets and reset-offsets read",
+    show_default="STATE_DIR/checkpoints",
+    help="where the brokers keep checkpoints, as seen from this server (env ZKC_CHECKPOINT_ROOT): what "
+    "/tasks/{id}/offsets and reset-offsets read",
 )
 @pass_ctx
 def api_run(
@@ -147,6 +148,7 @@ def api_run(
             f"binding {host or 'every address'} without --admin-token lets anyone who reaches it write: "
             "give --admin-token env:NAME|file:PATH, or --insecure to do it anyway"
         )
+    ctx.patient()
     client = ctx.client()
     config = ApiConfig(
         client=client,

@@ -288,6 +288,51 @@ def group() -> None:
     """Worker groups."""
 
 
+@group.command("list")
+@pass_ctx
+def group_list(ctx: Ctx) -> None:
+    """Worker groups, one per line: state, generation, protocol, leader, members and runnable tasks."""
+    groups = ctx.admin().describe_group(None)
+    rows = [
+        {
+            "group": d.summary.group,
+            "state": d.summary.state,
+            "generation": d.summary.generation,
+            "protocol": d.summary.protocol,
+            "assignor": d.summary.assignor,
+            "leader": d.summary.leader,
+            "members": len(d.members),
+            "live_members": sum(1 for m in d.members if m.live),
+            "tasks": d.tasks,
+        }
+        for d in groups
+    ]
+    if ctx.json_out:
+        ctx.emit(rows)
+        return
+    if not rows:
+        click.echo("No groups.")
+        return
+    click.echo(
+        table(
+            ["GROUP", "STATE", "GENERATION", "PROTOCOL", "ASSIGNOR", "LEADER", "MEMBERS", "TASKS"],
+            [
+                [
+                    r["group"],
+                    r["state"],
+                    r["generation"],
+                    r["protocol"],
+                    r["assignor"],
+                    r["leader"],
+                    f"{r['live_members']}/{r['members']}",
+                    r["tasks"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
 @group.command("describe")
 @click.argument("name", required=False, shell_complete=complete_names("group"))
 @pass_ctx
@@ -359,7 +404,8 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
     "group_name",
     default=None,
     shell_complete=complete_names("group"),
-    help="only this group (default: every group)",
+    show_default="every group",
+    help="only this group",
 )
 @click.option("--reason", default="manual", show_default=True)
 @click.option(
@@ -386,7 +432,7 @@ def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wa
 
 @click.command("watch")
 @click.option(
-    "--duration", type=click.FloatRange(min=0), default=None, help="stop after S seconds (default: until Ctrl-C)"
+    "--duration", type=click.FloatRange(min=0), default=None, show_default="until Ctrl-C", help="stop after S seconds"
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, help="stop after N events")
 @pass_ctx
@@ -398,6 +444,8 @@ def watch(ctx: Ctx, duration: float | None, count: int | None) -> None:
             if e is None:  # a keep-alive, only yielded when asked for one (idle_s)
                 continue
             if ctx.json_out:
+                if ctx.output == "yaml":
+                    click.echo("---")  # one YAML document per event (json: one line per event)
                 ctx.emit(to_dict(e))
             else:
                 stamp = time.strftime("%H:%M:%S", time.localtime(e.time)) + f".{int(e.time * 1000) % 1000:03d}"

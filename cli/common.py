@@ -11,7 +11,9 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -72,7 +74,7 @@ class LazyCommand:
 
     def placeholder(self, name: str) -> click.Command:
         """A command that is only its help, to list it as click lists the real one."""
-        return click.Command(name, help=self.summary)
+        return click.Command(name, help=self.summary, short_help=self.summary)
 
     def available(self) -> bool:
         return not self.optional or importlib.util.find_spec(self.module) is not None
@@ -129,10 +131,11 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.lazy:
-            command = self.lazy.pop(cmd_name).load(cmd_name)
+            command = self.lazy[cmd_name].load(cmd_name)  # kept: the summary stays what --help lists
             if command is not None:
                 self.add_command(command, cmd_name)
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        return with_output(command) if command is not None else None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """As click lists commands, but a command not imported yet is listed from its summary."""
@@ -164,17 +167,134 @@ class ZkctlGroup(LazyGroup):
             raise UserError(message) from None
 
 
+# ---- output: ONE option, on every command ----------------------------------------------------------
+#: ``-o`` formats: ``text`` the human form, ``wide`` the human form with more columns (where a command has
+#: them), ``json`` and ``yaml`` the same data machine-readable, ``name`` the ids one per line
+OUTPUT_FORMATS = ("text", "wide", "json", "yaml", "name")
+MACHINE_FORMATS = ("json", "yaml", "name")
+_OUTPUT_KEY = "zkctl.output"
+#: the keys, in order, that name a thing in a command's JSON output (``-o name`` prints them)
+NAME_KEYS = ("task_id", "broker_id", "member_id", "controller_id", "group", "id", "name", "path")
+
+
+def _set_output(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Record the format where every command finds it: the context tree's shared ``meta``, and the ``Ctx``."""
+    if value is None or value is False:
+        return
+    fmt = "json" if param.name == "json_alias" else str(value)
+    ctx.meta[_OUTPUT_KEY] = fmt
+    obj = ctx.find_object(Ctx)
+    if obj is not None:
+        obj.set_output(fmt)
+
+
+def output_format(ctx: click.Context | None = None) -> str:
+    """The ``-o`` format of the running command (``text`` if none was given)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return str(ctx.meta.get(_OUTPUT_KEY, "text")) if ctx is not None else "text"
+
+
+def output_params() -> list[click.Parameter]:
+    """``-o/--output FORMAT`` and its alias ``--json``: the one definition, given to every command (before or
+    after the command's name, the last one given wins)."""
+    return [
+        click.Option(
+            ["-o", "--output"],
+            type=click.Choice(OUTPUT_FORMATS),
+            default=None,
+            expose_value=False,
+            callback=_set_output,
+            help="output format: text, wide (more columns), json, yaml, name (ids one per line)",
+        ),
+        click.Option(
+            ["--json", "json_alias"],
+            is_flag=True,
+            default=False,
+            expose_value=False,
+            callback=_set_output,
+            help="same as -o json",
+        ),
+    ]
+
+
+def with_output(command: click.Command) -> click.Command:
+    """Give ``command`` and every command under it the output options and a whole summary (idempotent)."""
+    if not getattr(command, "_zkctl_output", False):
+        names = {o for p in command.params for o in getattr(p, "opts", ())}
+        if not names & {"-o", "--output", "--json"}:
+            command.params.extend(output_params())
+        if command.short_help is None and command.help:  # click's default cuts the summary at ~45 characters
+            command.short_help = first_sentence(command.help)
+        command._zkctl_output = True  # type: ignore[attr-defined]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_output(sub)
+    return command
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a help text, whole, on one line."""
+    text = _one_line(text.split("\n\n", 1)[0])
+    for match in re.finditer(r"[.!?](?=\s|$)", text):
+        if not re.search(r"\b(e\.g|i\.e|etc|vs)\.$", text[: match.end()]):
+            return text[: match.end()]
+    return text
+
+
+def names_of(obj: Any) -> list[str]:
+    """The ids in a command's JSON output, for ``-o name``: of each element of a list, of each element of the
+    one list a dict holds, or of the dict itself."""
+    if isinstance(obj, (list, tuple)):
+        return [n for item in obj for n in names_of(item)[:1]]
+    if isinstance(obj, dict):
+        for key in NAME_KEYS:
+            if isinstance(obj.get(key), str):
+                return [obj[key]]
+        lists = [v for v in obj.values() if isinstance(v, list) and v]
+        if len(lists) == 1:
+            return names_of(lists[0])
+        for key in ("tasks", "rows", "brokers", "groups", "candidates", "nodes", "children"):
+            if isinstance(obj.get(key), list):
+                return names_of(obj[key])
+    if isinstance(obj, str):
+        return [obj]
+    return []
+
+
+def render(obj: Any, fmt: str) -> str:
+    """``obj`` (JSON-compatible data) as ``fmt``: json (one line, sorted keys), yaml, or name (ids, one per line)."""
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(json.loads(json.dumps(obj, default=str)), sort_keys=True).rstrip("\n")
+    if fmt == "name":
+        return "\n".join(printable(n, lines=False) for n in names_of(json.loads(json.dumps(obj, default=str))))
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+#: the least wait for a session once the command has imported what it needs
+MIN_SESSION_WAIT_S = 1.0
+#: how long ``controller run``, ``broker run`` and ``api run`` wait for a session unless told (see Ctx.patient)
+LONG_RUNNING_CONNECT_S = 10.0
+
+
 @dataclass
 class Ctx:
     hosts: str
     root: str
-    json_out: bool
+    json_out: bool  # a machine-readable format (-o json|yaml|name): commands print data, not prose
     verbose: int
     state_dir: Path
     auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
     checkpoint_override: str | None = None  # a command's --checkpoint-root
+    output: str = "text"  # the -o format
+    connect_timeout: float = 3.0  # seconds for a session to ZooKeeper (--connect-timeout)
+    connect_timeout_given: bool = False  # by --connect-timeout or ZKC_CONNECT_TIMEOUT
+    long_running: bool = False  # a process that waits for ZooKeeper to come (see patient)
     _client: Any = field(default=None, repr=False)
     _connecting: Any = field(default=None, repr=False)  # the event of a session start_client began
+    #: when the command began (monotonic): the connect timeout counts from there, as the operator counts it
+    _connect_began: float = field(default_factory=time.monotonic, repr=False)
     _admins: list[Any] = field(default_factory=list, repr=False)
 
     @property
@@ -187,9 +307,26 @@ class Ctx:
 
         return settings_from_env(hosts=self.hosts, root=self.root, auth=self.auth)
 
+    def patient(self) -> None:
+        """A long-running process (controller, broker, API server) is often started beside a ZooKeeper still
+        starting: unless told otherwise it waits ``LONG_RUNNING_CONNECT_S`` for its session, not 3 s."""
+        if not self.connect_timeout_given:
+            self.connect_timeout = max(self.connect_timeout, LONG_RUNNING_CONNECT_S)
+        self.long_running = True
+
     @property
-    def connect_timeout(self) -> float:
-        return float(os.environ.get("ZKC_CONNECT_TIMEOUT", "10"))
+    def session_wait(self) -> float:
+        """How long to wait for a session: the connect timeout less the share kept to say why it failed."""
+        from cli.connect import MAX_PROBE_S, PROBE_SHARE
+
+        return max(0.1, self.connect_timeout - min(MAX_PROBE_S, PROBE_SHARE * self.connect_timeout))
+
+    def unreachable(self, probes: Any = None) -> UserError:
+        """The error for a session that did not come: refused, unknown host or no answer, with the hint."""
+        from cli.connect import diagnose, explain
+
+        budget = max(0.05, self.connect_timeout - self.session_wait)
+        return UserError(explain(self.hosts, probes or diagnose(self.hosts, budget), self.connect_timeout))
 
     def new_client(self, settings: ZkSettings | None = None) -> KazooClient:
         """A connected kazoo client (the caller stops it), or a one-line UserError if ZooKeeper is unreachable."""
@@ -197,9 +334,40 @@ class Ctx:
 
         settings = settings or self.settings  # a bad credential source is its own error, not "cannot connect"
         try:
-            return make_client(settings, timeout=self.connect_timeout)
-        except Exception as exc:  # kazoo raises its own timeout types
+            client = make_client(settings, connect=False)
+            connecting = client.start_async()
+        except Exception as exc:
             raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: {exc or type(exc).__name__}") from None
+        return self._await(client, connecting)
+
+    def _await(self, client: KazooClient, connecting: Any) -> KazooClient:
+        """``client`` once its session is up, within the connect timeout; else the reason why not. kazoo's
+        stop waits for its connection thread, which a server that accepts and never answers holds for the
+        session timeout: that stop runs on its own thread, not in the operator's way."""
+        from cli.connect import EARLY_PROBE_S, diagnose, hopeless
+
+        # counted from the start of the command (it imported its libraries meanwhile), and at least
+        # MIN_SESSION_WAIT_S from now: a session about to come up on a machine that was slow to import
+        now = time.monotonic()
+        deadline = max(self._connect_began + self.session_wait, now + MIN_SESSION_WAIT_S)
+        connecting.wait(min(EARLY_PROBE_S, deadline - now))
+        probes = None
+        if not client.connected and not self.long_running:
+            # nothing listens there, or the name does not resolve: no use waiting out the timeout
+            probes = diagnose(self.hosts, EARLY_PROBE_S)
+            if not hopeless(probes):
+                probes = None
+        if not client.connected and probes is None:
+            connecting.wait(max(0.0, deadline - time.monotonic()))
+        if client.connected:
+            return client
+
+        def stop() -> None:
+            client.stop()
+            client.close()
+
+        threading.Thread(target=stop, name="zk-client-stop", daemon=True).start()
+        raise self.unreachable(probes)
 
     def start_client(self) -> None:
         """Start connecting now and return at once: kazoo's connection thread sets the session up while the
@@ -222,21 +390,29 @@ class Ctx:
             self._client = self.new_client()
         elif self._connecting is not None:  # started by start_client: wait for the session as kazoo's start() does
             connecting, self._connecting = self._connecting, None
-            connecting.wait(self.connect_timeout)
-            if not self._client.connected:
-                client, self._client = self._client, None
-                client.stop()
-                client.close()
-                raise UserError(f"cannot connect to ZooKeeper at {self.hosts}: Connection time-out")
+            client, self._client = self._client, None
+            self._client = self._await(client, connecting)
         return self._client
 
     def admin(self) -> AdminClient:
+        """The admin library on this session; refused (``no zkcontroller cluster at ...``) for a root that was
+        never set up (``zkctl init`` sets one up)."""
         self.start_client()
         from controller.admin import AdminClient  # imported while the session is being set up
 
+        self.require_root()
         admin = AdminClient(self.client(), self.layout, checkpoint_root=self.checkpoint_root)
         self._admins.append(admin)
         return admin
+
+    def require_root(self) -> None:
+        """Refuse a root that no ``zkctl init`` (nor controller, nor broker) ever set up: a typo in
+        ``--zk-root`` must not create an empty cluster that nobody serves, nor read as one with no tasks."""
+        from controller.admin.roots import missing_root_message
+
+        message = missing_root_message(self.client(), self.layout, self.hosts)
+        if message is not None:
+            raise UserError(message)
 
     @property
     def checkpoint_root(self) -> str:
@@ -262,10 +438,22 @@ class Ctx:
             finally:
                 self._client = None
 
+    def set_output(self, fmt: str) -> None:
+        self.output = fmt
+        self.json_out = fmt in MACHINE_FORMATS
+
+    @property
+    def wide(self) -> bool:
+        return self.output == "wide"
+
     def emit(self, obj: Any, human: str | None = None) -> None:
-        """Print ``obj`` as JSON (``--json``, or when there is no human form), else the human text."""
-        if self.json_out or human is None:
-            click.echo(json.dumps(obj, indent=None if self.json_out else 2, sort_keys=True, default=str))
+        """Print ``obj`` as ``-o`` asks (json, yaml, name), else the human text (JSON when there is none)."""
+        if self.json_out:
+            text = render(obj, self.output)
+            if text:
+                click.echo(text)
+        elif human is None:
+            click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
         else:
             click.echo(printable(human))
 

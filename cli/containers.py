@@ -54,14 +54,14 @@ def cluster() -> None:
 
 
 @cluster.command("build")
-@click.option("--base", default=None, help="base image (build argument BASE) [debian:bookworm-slim]")
+@click.option("--base", default=None, show_default="debian:bookworm-slim", help="base image (build argument BASE)")
 @click.option("--tag", default="zkcontroller:latest", show_default=True)
 @click.option(
     "--ca-bundle",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="CA bundle for pip inside the build, behind a TLS-intercepting proxy [the host's: PIP_CERT, "
-    "SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt]",
+    show_default="the host's: PIP_CERT, SSL_CERT_FILE, REQUESTS_CA_BUNDLE, else /etc/ssl/certs/ca-certificates.crt",
+    help="CA bundle for pip inside the build, behind a TLS-intercepting proxy",
 )
 @pass_ctx
 @_guard
@@ -86,8 +86,8 @@ def cluster_build(ctx: Ctx, base: str | None, tag: str, ca_bundle: str | None) -
 def cluster_up(
     ctx: Ctx, use_docker: bool, name: str, zk_nodes: int, controllers: int, brokers: int, runner: str, image: str
 ) -> None:
-    """Start the cluster (restart policy unless-stopped, host networking); returns once ZooKeeper answers and
-    every broker is registered. --json prints {zk, root, containers, brokers, seconds}."""
+    """Start the cluster (restart policy always, host networking); returns once ZooKeeper answers and
+    every broker is registered. -o json prints {zk, root, containers, brokers, seconds}."""
     c = _containers()
     spec = c.ClusterSpec(
         name=name,
@@ -113,7 +113,7 @@ def cluster_up(
 
 
 @cluster.command("ps")
-@click.option("--name", default=None, help="one cluster [all]")
+@click.option("--name", default=None, show_default="all", help="one cluster")
 @pass_ctx
 @_guard
 def cluster_ps(ctx: Ctx, name: str | None) -> None:
@@ -274,9 +274,15 @@ def cluster_chaos(
 
 
 @click.command("health")
-@click.option("--role", envvar="ZKC_ROLE", default=None, help="zk | controller | broker | api (env ZKC_ROLE)")
+@click.option(
+    "--role",
+    envvar="ZKC_ROLE",
+    required=True,
+    type=click.Choice(["zk", "controller", "broker", "api"]),
+    help="what this container runs (env ZKC_ROLE)",
+)
 @pass_ctx
-def health(ctx: Ctx, role: str | None) -> None:
+def health(ctx: Ctx, role: str) -> None:
     """Exit 0 if this container's process does its job: ZooKeeper answers ruok (zk), the cluster's
     ZooKeeper answers (controller), our broker id is registered (broker), /healthz answers (api)."""
     from controller.zk.server import four_letter_word

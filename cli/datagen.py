@@ -5,12 +5,12 @@ Thin: ``broker_sim.sim.datagen`` does the work. Not registered here; ``cli/main.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from broker_sim.sim.datagen import SCHEMA_DDL, DatagenConfig, generate
+from cli.common import MACHINE_FORMATS, output_format, render, with_output
 
 
 @click.command("datagen")
@@ -26,15 +26,13 @@ from broker_sim.sim.datagen import SCHEMA_DDL, DatagenConfig, generate
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="records per second (default: as fast as possible)",
+    show_default="as fast as possible",
+    help="records per second",
 )
 @click.option("--batch", type=click.IntRange(min=1), default=100, show_default=True, help="records per file")
 @click.option("--start-id", type=click.IntRange(min=0), default=0, show_default=True, help="id of the first record")
 @click.option("--duration", type=click.FloatRange(min=0), default=None, help="stop after this many seconds")
-@click.option("--json", "json_out", is_flag=True, help="print the result as JSON")
-def datagen(
-    out_dir: Path, records: int, rate: float | None, batch: int, start_id: int, duration: float | None, json_out: bool
-) -> None:
+def datagen(out_dir: Path, records: int, rate: float | None, batch: int, start_id: int, duration: float | None) -> None:
     """Write RECORDS numbered JSON records ({"id": n, ...}) into OUT, BATCH per file, each file atomically.
 
     Schema (Spark DDL): id LONG, key STRING, value LONG, ts LONG.
@@ -48,9 +46,10 @@ def datagen(
         raise click.ClickException(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
         raise click.Abort() from None
-    if json_out:
+    fmt = output_format()
+    if fmt in MACHINE_FORMATS:
         click.echo(
-            json.dumps(
+            render(
                 {
                     "out": str(out_dir),
                     "files": result.files,
@@ -60,7 +59,8 @@ def datagen(
                     "elapsed_s": result.elapsed_s,
                     "complete": result.complete,
                     "schema": SCHEMA_DDL,
-                }
+                },
+                fmt,
             )
         )
     else:
@@ -70,5 +70,7 @@ def datagen(
             f"to {out_dir} in {result.elapsed_s:.1f}s; schema: {SCHEMA_DDL}"
         )
 
+
+with_output(datagen)  # -o/--json here too when called on its own
 
 __all__ = ["datagen"]

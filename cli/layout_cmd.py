@@ -63,7 +63,7 @@ def layout_show(ctx: Ctx) -> None:
                 f"stop its controllers and brokers, then run `zkctl layout migrate`"
             )
         else:
-            human = f"{lay.root}: not laid out yet (its first controller, broker or task creates the buckets)"
+            human = f"{lay.root}: not laid out yet (zkctl init, or its first controller or broker, lays it out)"
         ctx.emit(out, human)
         if flat:
             raise SystemExit(1)

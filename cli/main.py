@@ -18,7 +18,16 @@ from pathlib import Path
 
 import click
 
-from cli.common import Ctx, LazyCommand, ZkctlGroup, resolve_auth, user_message
+from cli.common import (
+    MACHINE_FORMATS,
+    Ctx,
+    LazyCommand,
+    ZkctlGroup,
+    output_format,
+    output_params,
+    resolve_auth,
+    user_message,
+)
 from controller.protocol.layout import DEFAULT_ROOT, InvalidName, ZkLayout
 
 DEFAULT_STATE_DIR = ".zkc"
@@ -39,7 +48,14 @@ DEFAULT_HOSTS = "127.0.0.1:2181"
     show_default=True,
     help="root znode of this cluster (env ZKC_ROOT)",
 )
-@click.option("--json", "json_out", is_flag=True, help="machine-readable output")
+@click.option(
+    "--connect-timeout",
+    envvar="ZKC_CONNECT_TIMEOUT",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    show_default="3; controller, broker and api run: 10",
+    help="seconds to reach ZooKeeper before saying why not (env ZKC_CONNECT_TIMEOUT)",
+)
 @click.option("-v", "--verbose", count=True, help="more logging (-vv for debug)")
 @click.option(
     "--state-dir",
@@ -54,8 +70,8 @@ DEFAULT_HOSTS = "127.0.0.1:2181"
     "zk_auth",
     default=None,
     metavar="env:NAME|file:PATH",
-    help="where ZooKeeper digest credentials (user:password) come from, never the credentials themselves "
-    "[default: env ZKC_AUTH, else the file named by ZKC_AUTH_FILE]",
+    show_default="env ZKC_AUTH, else the file named by ZKC_AUTH_FILE",
+    help="where ZooKeeper digest credentials (user:password) come from, never the credentials themselves",
 )
 @click.option(
     "--zk-auth-file",
@@ -70,7 +86,7 @@ def cli(
     ctx: click.Context,
     hosts: str,
     root: str,
-    json_out: bool,
+    connect_timeout: float | None,
     verbose: int,
     state_dir: Path,
     zk_auth: str | None,
@@ -88,10 +104,14 @@ def cli(
         ZkLayout(root)
     except InvalidName as exc:
         raise click.BadParameter(str(exc), param_hint="--zk-root") from None
+    fmt = output_format(ctx)
     obj = Ctx(
         hosts=hosts,
         root=root,
-        json_out=json_out,
+        json_out=fmt in MACHINE_FORMATS,
+        output=fmt,
+        connect_timeout=connect_timeout or 3.0,
+        connect_timeout_given=connect_timeout is not None,
         verbose=verbose,
         state_dir=state_dir,
         auth=resolve_auth(zk_auth, zk_auth_file),
@@ -104,6 +124,16 @@ def cli(
 #: them (nor kazoo, pydantic or the admin library they build on). Each summary is the first sentence of the
 #: command's help, which the listing shows (tests/integration/test_cli_errors.py keeps them in step).
 COMMANDS: dict[str, LazyCommand] = {
+    "init": LazyCommand(
+        "cli.init_cmd",
+        "init",
+        "Set up the cluster root named by --zk-root: its containers and task buckets (idempotent).",
+    ),
+    "completion": LazyCommand(
+        "cli.completion_cmd",
+        "completion",
+        "Print the shell completion script for SHELL (bash, zsh or fish).",
+    ),
     "task": LazyCommand("cli.tasks", "task", "Create, inspect and control tasks (pipelines)."),
     "status": LazyCommand("cli.cluster", "status", "The controller, brokers, groups and tasks at a glance."),
     "broker": LazyCommand("cli.cluster", "broker", "Brokers (workers): list them, shut one down, or run one here."),
@@ -186,6 +216,7 @@ COMMANDS: dict[str, LazyCommand] = {
 }
 for _name, _command in COMMANDS.items():
     cli.add_lazy(_name, _command)
+cli.params[2:2] = output_params()  # -o/--json: before the command (as here) or after it (given by with_output)
 
 
 def _terminate_as_interrupt(signum: int, _frame: object) -> None:

@@ -69,7 +69,8 @@ def maintenance_status(ctx: Ctx) -> None:
     "offline_window_s",
     type=click.FloatRange(0, min_open=True),
     default=None,
-    help="'at once': within this many seconds [60]",
+    show_default="60",
+    help="'at once': within this many seconds",
 )
 @click.option("--off", "disable", is_flag=True, help="never turn maintenance on by itself")
 @pass_ctx
@@ -152,9 +153,8 @@ def settings_show(ctx: Ctx) -> None:
     ctx.emit({**to_jsonable(s), "refused": list(stored.refused)}, _show(s) + refusals)
 
 
-_SET_HELP = (
-    "Change settings, e.g. ``max_moves=10 max_moves_per_broker=2``; ``none`` removes a limit.\n\n\b\n"
-    + "\n".join(f"{k}: {v}" for k, v in SETTING_RULES.items())
+_SET_HELP = "Change settings, e.g. max_moves=10 max_moves_per_broker=2; none removes a limit.\n\n\b\n" + "\n".join(
+    f"{k}: {v}" for k, v in SETTING_RULES.items()
 )
 
 

@@ -1,4 +1,5 @@
-"""Long-running processes: ``zkctl controller run`` and ``zkctl broker run``.
+"""Long-running processes: ``zkctl controller run`` and ``zkctl broker run``; and ``zkctl controller list``,
+the candidates those runs register.
 
 Both run in the foreground until a signal: the controller stops on SIGINT/SIGTERM; a broker does a
 controlled shutdown on SIGTERM (or the first Ctrl-C) and exits once the controller has moved its tasks
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.common import Ctx, UserError, pass_ctx
+from cli.common import Ctx, UserError, pass_ctx, table, when
 from controller.protocol.assignors import ASSIGNORS
 from controller.protocol.layout import InvalidName, check_name
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
@@ -63,8 +64,84 @@ def controller() -> None:
     """The controller."""
 
 
+@controller.command("list")
+@pass_ctx
+def controller_list(ctx: Ctx) -> None:
+    """The controller candidates: the active one (with its epoch) and those standing by."""
+    ctx.start_client()
+    from controller.protocol import codecs
+    from controller.protocol.codecs import PayloadError
+    from controller.protocol.registrations import ControllerInfo
+    from controller.zk.candidates import list_candidates
+
+    ctx.require_root()
+    client = ctx.client()
+    active: ControllerInfo | None = None
+    active_error = None
+    try:
+        data, _ = client.get(ctx.layout.controller)
+        active = codecs.decode(ControllerInfo, data, ctx.layout.controller)
+    except PayloadError as exc:
+        active_error = exc.reason
+    except Exception as exc:  # NoNodeError: no active controller
+        if type(exc).__name__ != "NoNodeError":
+            raise
+    rows: list[dict[str, Any]] = []
+    for c in list_candidates(client, ctx.layout):
+        is_active = active is not None and active.controller_id == c.controller_id
+        rows.append(
+            {
+                "controller_id": c.controller_id,
+                "active": is_active,
+                "epoch": active.epoch if is_active and active else None,
+                "host": c.info.host if c.info else None,
+                "pid": c.info.pid if c.info else None,
+                "since": c.info.since if c.info else None,
+                "error": c.error,
+            }
+        )
+    if active is not None and not any(r["active"] for r in rows):  # a controller that registers no candidacy
+        rows.insert(
+            0,
+            {
+                "controller_id": active.controller_id,
+                "active": True,
+                "epoch": active.epoch,
+                "host": active.host,
+                "pid": None,
+                "since": active.since,
+                "error": None,
+            },
+        )
+    if ctx.json_out:
+        ctx.emit(rows)
+        return
+    if not rows:
+        click.echo("No controller candidates." + (f" /controller: {active_error}" if active_error else ""))
+        return
+    click.echo(
+        table(
+            ["ID", "ROLE", "EPOCH", "HOST", "PID", "SINCE", "ERROR"],
+            [
+                [
+                    r["controller_id"],
+                    "active" if r["active"] else "standby",
+                    r["epoch"],
+                    r["host"],
+                    r["pid"],
+                    when(r["since"]),
+                    r["error"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
 @controller.command("run")
-@click.option("--id", "controller_id", default=None, callback=_name("controller id"), help="candidate id [HOST-PID]")
+@click.option(
+    "--id", "controller_id", default=None, callback=_name("controller id"), show_default="HOST-PID", help="candidate id"
+)
 @click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None, help="serve Prometheus metrics (0: any free port)"
 )
@@ -139,6 +216,7 @@ def controller_run(
             retarget_interval_s=retarget_interval,
         ),
     )
+    ctx.patient()
     client = ctx.new_client(settings)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -275,8 +353,8 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--prepare-share",
     type=click.FloatRange(0, 1),
     default=None,
-    help="share of --start-latency a task's prepare pays before it arrives (a planned roll's warm-up; noop "
-    "runner) [default: 0.7]",
+    show_default="0.7",
+    help="share of --start-latency a task's prepare pays before it arrives (a planned roll's warm-up; noop runner)",
 )
 @click.option(
     "--stop-hang",
@@ -288,8 +366,8 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--stop-timeout",
     type=click.FloatRange(min=0.1),
     default=None,
-    help="seconds one task's stop may take before the broker kills its runner and halts (exit 75) "
-    "[default: 3x the runner's stop budget, at least 5]",
+    show_default="3x the runner's stop budget, at least 5",
+    help="seconds one task's stop may take before the broker kills its runner and halts (exit 75)",
 )
 @click.option(
     "--session-timeout",
@@ -392,6 +470,7 @@ def broker_run(
         stop_timeout_s=stop_timeout,
         metrics_interval_s=metrics_interval,
     )
+    ctx.patient()
     client = ctx.new_client(settings)
     try:
         worker = Worker(config, client=client)

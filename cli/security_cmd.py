@@ -36,7 +36,7 @@ def _role_options(f: F) -> F:
             f"{role}_digests",
             multiple=True,
             metavar="USER:DIGEST",
-            help=f"a {role} digest identity (as `zkctl security digest` prints it; repeatable)",
+            help=f"a {role} digest identity (as zkctl security digest prints it; repeatable)",
         )(f)
     return f
 
@@ -61,7 +61,7 @@ def _broker_options(f: F) -> F:
         "broker_id_digests",
         multiple=True,
         metavar="ID=USER:DIGEST",
-        help="broker ID's own digest identity (as `zkctl security digest --broker ID` prints it; repeatable)",
+        help="broker ID's own digest identity (as zkctl security digest --broker ID prints it; repeatable)",
     )(f)
     return f
 
@@ -167,7 +167,7 @@ def security_check(ctx: Ctx) -> None:
 
 
 @security.command("digest")
-@click.option("--broker", "broker", metavar="ID", help="print ID=USER:DIGEST, for `security init --broker-id-digest`")
+@click.option("--broker", "broker", metavar="ID", help="print ID=USER:DIGEST, for security init --broker-id-digest")
 @pass_ctx
 def security_digest(ctx: Ctx, broker: str | None) -> None:
     """Print the digest identity (user:base64(sha1)) of the current credentials, for a policy."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -15,6 +14,7 @@ from broker_sim.sim.scenarios import format_summary
 from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
 from broker_sim.sim.simulator import run_simulation
 from cli.common import Ctx, UserError
+from controller.protocol.assignors import ASSIGNORS
 from controller.protocol.roll import DEFAULT_WARMUP_S
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS
 
@@ -38,7 +38,13 @@ BROKERS_PER_FARM = 25
     show_default=True,
     help="reconcile: the controller places tasks and each broker reconciles alone (no join barrier)",
 )
-@click.option("--assignor", default="cooperative-sticky", show_default=True)
+@click.option(
+    "--assignor",
+    type=click.Choice(sorted(ASSIGNORS)),
+    default="cooperative-sticky",
+    show_default=True,
+    help="the groups' assignor",
+)
 @click.option("--scenario", type=click.Choice(SCENARIOS), default="steady", show_default=True)
 @click.option(
     "--restart-gap",
@@ -59,9 +65,9 @@ BROKERS_PER_FARM = 25
     "--session-timeout",
     type=click.FloatRange(2, 120),
     default=None,
-    help="ZooKeeper session of each broker, seconds [default: 6; 10 when the brokers are spread over farms, "
-    "whose start (every broker taking its tasks at once) can keep ZooKeeper from answering for 5 s "
-    "on a small machine]",
+    show_default="6; 10 when the brokers are spread over farms",
+    help="ZooKeeper session of each broker, seconds (farms start every broker taking its tasks at once, which "
+    "can keep ZooKeeper from answering for 5 s on a small machine)",
 )
 @click.option(
     "--scheduled-delay",
@@ -76,14 +82,14 @@ BROKERS_PER_FARM = 25
     "--intervals-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="write the recorded run intervals as JSON (for `zkctl timeline`)",
+    help="write the recorded run intervals as JSON (for zkctl timeline)",
 )
 @click.option(
     "--farms",
     type=click.IntRange(0, 64),
     default=None,
-    help=f"broker farm processes to spread the brokers over (0: all in this process) "
-    f"[default: 0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}]",
+    show_default=f"0 up to {BROKERS_PER_FARM} brokers, else one per {BROKERS_PER_FARM}",
+    help="broker farm processes to spread the brokers over (0: all in this process)",
 )
 @click.option(
     "--metrics-interval",
@@ -104,8 +110,8 @@ BROKERS_PER_FARM = 25
     type=click.FloatRange(0, 600),
     default=None,
     help="seconds the converged cluster runs before the scenario, so that the step is measured from a "
-    "steady cluster, not amid the first status writes of every task just started "
-    "[default: 0; 2 when the brokers are spread over farms]",
+    "steady cluster, not amid the first status writes of every task just started",
+    show_default="0; 2 when the brokers are spread over farms",
 )
 @click.option(
     "--repeat",
@@ -177,16 +183,9 @@ def sim_run(
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
     controller's interpreter. Exits 1 if any task was ever owned twice, or if the cluster did not converge."""
-    from controller.protocol.assignors import ASSIGNORS
-
     if repeat > 1 and scenario in ("steady", "rolling-bounce"):
         raise click.BadParameter(
             f"--repeat applies to one-step scenarios; {scenario} is not one", param_hint="--repeat"
-        )
-
-    if assignor not in ASSIGNORS:
-        raise click.BadParameter(
-            f"unknown assignor {assignor!r}; choose one of {', '.join(sorted(ASSIGNORS))}", param_hint="--assignor"
         )
     root = click.get_current_context().find_root()
     given = root.get_parameter_source("hosts") not in (click.core.ParameterSource.DEFAULT, None)
@@ -226,7 +225,7 @@ def sim_run(
     except (NotConverged, FarmError) as exc:
         raise UserError(str(exc)) from None
     if ctx.json_out:
-        click.echo(json.dumps(summary.to_dict(), sort_keys=True))
+        ctx.emit(summary.to_dict())
     else:
         click.echo(format_summary(summary))
     if summary.double_ownership:
@@ -299,12 +298,11 @@ def sim_run(
     show_default=True,
     help="the brokers' group protocol",
 )
-@click.option("--json", "json_flag", is_flag=True, help="print the summary as JSON (same as the global --json)")
 @click.option(
     "--intervals-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="write the recorded run intervals as JSON (for `zkctl timeline`)",
+    help="write the recorded run intervals as JSON (for zkctl timeline)",
 )
 @click.pass_obj
 def sim_chaos(
@@ -326,7 +324,6 @@ def sim_chaos(
     max_moves: int | None,
     max_moves_per_broker: int | None,
     protocol: str,
-    json_flag: bool,
     intervals_out: Path | None,
 ) -> None:
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
@@ -374,11 +371,10 @@ def sim_chaos(
         intervals_out=str(intervals_out) if intervals_out else None,
         protocol=protocol,
     )
-    as_json = ctx.json_out or json_flag
     try:
-        summary = run_chaos(opts, echo=(lambda s: None) if as_json else click.echo)
+        summary = run_chaos(opts, echo=(lambda s: None) if ctx.json_out else click.echo)
     except NotConverged as exc:
         raise UserError(str(exc)) from None
-    click.echo(json.dumps(summary.to_dict(), sort_keys=True) if as_json else format_chaos(summary))
+    ctx.emit(summary.to_dict(), format_chaos(summary))
     if not summary.ok:
         raise SystemExit(1)

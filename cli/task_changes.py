@@ -3,7 +3,6 @@ wait for tasks to be running, stopped or deleted. Commands parse and print; ``co
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -11,28 +10,13 @@ import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from cli.tasks import task
+from cli.tasks import read_specs, task
 
 if TYPE_CHECKING:
     from controller.admin.task_apply import ApplyItem
-    from controller.protocol.taskspec import TaskSpec
 
 WAIT_S = 60.0
 CONDITIONS = ("running", "stopped", "deleted")
-
-
-def read_specs(spec_file: str) -> list[TaskSpec]:
-    """The specs of a file, or of standard input for ``-`` (bounded)."""
-    from controller.protocol.taskspec import MAX_SPEC_TEXT, SpecError, load_specs, parse_specs_text
-
-    if spec_file != "-":
-        return load_specs(spec_file)
-    data = sys.stdin.buffer.read(MAX_SPEC_TEXT + 1)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"-: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return parse_specs_text(text, "-")
 
 
 def wait_for(ctx: Ctx, ids: Sequence[str], condition: str, timeout: float) -> None:

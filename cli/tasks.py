@@ -4,9 +4,9 @@ schema."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,10 +19,9 @@ if TYPE_CHECKING:  # the admin library and the spec models are imported by the c
     from controller.admin import RestartProgress, TaskRow
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
-CHECKPOINT_ROOT_HELP = (
-    "where the brokers keep checkpoints, as seen from here (env ZKC_CHECKPOINT_ROOT; default: "
-    "<state dir>/checkpoints, the brokers' default)"
-)
+CHECKPOINT_ROOT_HELP = "where the brokers keep checkpoints, as seen from here (env ZKC_CHECKPOINT_ROOT)"
+#: the brokers' own default
+CHECKPOINT_ROOT_DEFAULT = "STATE_DIR/checkpoints"
 
 
 @click.group("task")
@@ -41,14 +40,47 @@ def id_summary(ids: Sequence[str], limit: int = SCREENFUL_IDS) -> str:
     return f"{', '.join(head)}, ... ({len(ids) - len(head) - len(tail)} more; --json lists every id) ..., {', '.join(tail)}"
 
 
+#: what ``--state`` filters on: a spec's state, a status an owner reports, or what ``task list`` shows
+TASK_STATES = (
+    "RUNNING",
+    "PAUSED",
+    "STOPPED",
+    "STARTING",
+    "RESTARTING",
+    "FAILED",
+    "COMPLETED",
+    "STALE",
+    "UNASSIGNED",
+    "INVALID",
+)
+#: the most a spec document read from stdin may hold
+MAX_STDIN_BYTES = 16 * 1024 * 1024
+
+
+def read_specs(spec_file: str) -> list[Any]:
+    """The specs in a file, or with ``-`` on stdin (YAML, so JSON too); SpecError names the line and column."""
+    from controller.protocol.taskspec import SpecError, load_specs, parse_specs_text
+
+    if spec_file != "-":
+        return load_specs(spec_file)
+    data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    if len(data) > MAX_STDIN_BYTES:
+        raise SpecError(f"<stdin>: over {MAX_STDIN_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"<stdin>: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return parse_specs_text(text, "<stdin>")
+
+
 @task.command("create")
 @click.option(
     "-f",
     "--file",
     "spec_file",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="YAML or JSON file with one task spec or a list of them",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="YAML or JSON file with one task spec or a list of them; - reads stdin",
 )
 @click.option("--dry-run", is_flag=True, help="validate everything, write nothing")
 @click.option(
@@ -56,14 +88,12 @@ def id_summary(ids: Sequence[str], limit: int = SCREENFUL_IDS) -> str:
 )
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
 @pass_ctx
-def task_create(ctx: Ctx, spec_file: Path, dry_run: bool, wait: bool, timeout: float) -> None:
-    """Validate every spec in SPEC, then create them all at once (one ZooKeeper multi).
+def task_create(ctx: Ctx, spec_file: str, dry_run: bool, wait: bool, timeout: float) -> None:
+    """Validate every spec in the file, then create them all at once (one ZooKeeper multi).
 
     Nothing is written if any spec is malformed or any id exists already.
     """
-    from controller.protocol.taskspec import load_specs
-
-    specs = load_specs(spec_file)  # SpecError (exit 1) before we even connect
+    specs = read_specs(spec_file)  # SpecError (exit 1) before we even connect
     result = ctx.admin().create_tasks(specs, dry_run=dry_run)
     lines = []
     if dry_run:
@@ -90,7 +120,12 @@ def task_create(ctx: Ctx, spec_file: Path, dry_run: bool, wait: bool, timeout: f
 
 @task.command("list")
 @click.option("--group", default=None, shell_complete=complete_names("group"), help="only this group's tasks")
-@click.option("--state", default=None, help="only tasks whose spec state or shown status is this (e.g. FAILED)")
+@click.option(
+    "--state",
+    type=click.Choice(TASK_STATES, case_sensitive=False),
+    default=None,
+    help="only tasks whose spec state or shown status is this",
+)
 @click.option("--broker", default=None, shell_complete=complete_names("broker"), help="only tasks this broker owns")
 @click.option(
     "--limit",
@@ -107,7 +142,9 @@ def task_list(
     page that reads only the tasks it shows (and, filtered, those it skips)."""
     next_cursor = None
     if limit is not None or cursor is not None:
-        page = ctx.admin().list_page(group=group, state=state, broker=broker, limit=limit or 50, cursor=cursor)
+        page = ctx.admin().list_page(
+            group=group, state=state.upper() if state else None, broker=broker, limit=limit or 50, cursor=cursor
+        )
         rows, next_cursor = list(page.rows), page.next_cursor
         if ctx.json_out:
             ctx.emit(to_dict(page))
@@ -126,9 +163,23 @@ def task_list(
         click.echo("No tasks.")
     else:
         now = time.time()
+        wide = ["WEIGHT", "STATUS-BY", "OWNER-SINCE"] if ctx.wide else []
         click.echo(
             table(
-                ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "RATE", "BACKLOG", "ERROR"],
+                [
+                    "ID",
+                    "GROUP",
+                    "STATE",
+                    "KIND",
+                    "OWNER",
+                    "GEN",
+                    "STATUS",
+                    "RESTARTS",
+                    "RATE",
+                    "BACKLOG",
+                    *wide,
+                    "ERROR",
+                ],
                 [
                     [
                         r.task_id,
@@ -138,8 +189,10 @@ def task_list(
                         r.owner,
                         r.owner_generation,
                         shown_status(r.shown, r.status, r.status_broker, r.status_updated, r.unassigned_since, now),
+                        r.restarts,
                         *_what_it_does(r),
-                        clip(r.error or r.invalid, 50),
+                        *([r.weight, r.status_broker, when(r.owner_since)] if ctx.wide else []),
+                        clip(r.error or r.invalid, 200 if ctx.wide else 50),
                     ]
                     for r in rows
                 ],
@@ -289,7 +342,7 @@ def restart_line(r: RestartProgress | None) -> str:
     is_flag=True,
     help="with --wait: also remove its streaming checkpoint once it is deleted (kept otherwise)",
 )
-@click.option("--checkpoint-root", default=None, help=CHECKPOINT_ROOT_HELP)
+@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
 def task_delete(
     ctx: Ctx, task_id: str, wait: bool, timeout: float, purge_checkpoint: bool, checkpoint_root: str | None
@@ -388,7 +441,8 @@ def task_schema_cmd(ctx: Ctx) -> None:
     """Print the JSON Schema of spec files (one spec or a list), for editors and CI checks."""
     from controller.protocol.taskspec import task_schema
 
-    click.echo(json.dumps(task_schema(), indent=2 if not ctx.json_out else None, sort_keys=False))
+    schema = task_schema()
+    ctx.emit(schema, json.dumps(schema, indent=2, sort_keys=False))
 
 
 @task.command("reassign")
@@ -423,7 +477,7 @@ def task_reassign(ctx: Ctx, task_id: str, to: str, wait: bool, timeout: float) -
 def task_stop(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
     """Stop a task: STOPPED, and confirmed not running anywhere (no owner left, its group no longer places it).
 
-    A STOPPED task's offsets may be reset; `task resume` starts it again."""
+    A STOPPED task's offsets may be reset; task resume starts it again."""
     with waiting(f"waiting for {task_id} to stop everywhere", timeout, "stopped", wait, ctx.json_out) as p:
         res = ctx.admin().stop(task_id, wait=timeout if wait else 0.0, progress=p)
     if wait and not res.confirmed:
@@ -437,7 +491,7 @@ def task_stop(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
 
 @task.command("offsets")
 @click.argument("task_id", shell_complete=complete_names("task"))
-@click.option("--checkpoint-root", default=None, help=CHECKPOINT_ROOT_HELP)
+@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
 def task_offsets(ctx: Ctx, task_id: str, checkpoint_root: str | None) -> None:
     """A streaming task's offsets, read from its checkpoint: the last committed batch, per source its offset
@@ -482,7 +536,7 @@ def task_offsets(ctx: Ctx, task_id: str, checkpoint_root: str | None) -> None:
 @click.option("--to-latest", is_flag=True, help="skip the files waiting (file sources): one empty batch takes them")
 @click.option("--to-batch", type=click.IntRange(min=0), default=None, help="keep batches up to N, replay from N+1")
 @click.option("--dry-run", is_flag=True, help="say what would be removed and written; change nothing")
-@click.option("--checkpoint-root", default=None, help=CHECKPOINT_ROOT_HELP)
+@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
 def task_reset_offsets(
     ctx: Ctx,
@@ -495,7 +549,7 @@ def task_reset_offsets(
 ) -> None:
     """Move a STOPPED task's checkpoint (and its file sink's log with it) to a new position.
 
-    Refused unless the task is STOPPED and confirmed stopped (`task stop --wait`). The sink's batches after
+    Refused unless the task is STOPPED and confirmed stopped (task stop --wait). The sink's batches after
     the new position are removed with their files, so the replay writes each row once. Recorded in the task's
     history."""
     from controller.admin import AdminError

@@ -112,8 +112,11 @@ def zk(zk_settings: ZkSettings, layout: ZkLayout) -> Iterator[KazooClient]:
 
 
 @pytest.fixture
-def cli_env(zk_hosts: str, zk_root: str, tmp_path: Path) -> dict[str, str]:
-    """Environment for running `zkctl` as a subprocess against this test's ZooKeeper and root."""
+def cli_env(zk_hosts: str, zk_root: str, tmp_path: Path, zk: KazooClient) -> dict[str, str]:
+    """Environment for running `zkctl` as a subprocess against this test's ZooKeeper and root (set up by the
+    ``zk`` fixture, as ``zkctl init`` does); the record of started servers under the test's own home."""
     env = dict(os.environ)
-    env.update(ZKC_ZK=zk_hosts, ZKC_ROOT=zk_root, ZKC_STATE_DIR=str(tmp_path / "state"))
+    env.update(
+        ZKC_ZK=zk_hosts, ZKC_ROOT=zk_root, ZKC_STATE_DIR=str(tmp_path / "state"), ZKC_HOME=str(tmp_path / "home")
+    )
     return env

@@ -110,7 +110,9 @@ class SettingsAdmin:
             if on:
                 return MaintenanceInfo(
                     on=True,
-                    reason=reason or "turned on by an operator",
+                    # a second `maintenance on` without a reason keeps the one given (by an operator or
+                    # the automatic trigger): it must not be replaced by the generic text
+                    reason=reason or (cur.reason if cur.on and cur.reason else "turned on by an operator"),
                     by="operator",
                     since=cur.since if cur.on else time.time(),
                     offline=cur.offline,

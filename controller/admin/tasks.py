@@ -380,6 +380,7 @@ class TaskAdmin:
                     shown=shown_status(status, stale, since),
                     unassigned_since=since,
                     status_updated=status.updated if status else None,
+                    restarts=status.failures if status else None,
                     error=(status.error if status else None) or status_err,
                     deleting=t in deleting_set,
                     owner_since=owner_res[1].ctime / 1000.0 if owner and owner_res[1].ctime else None,

@@ -56,6 +56,7 @@ class TaskRow:
     unassigned_since: float | None = None  # a task to run with no owner: since when (see ``unassigned_since``)
     revision: int | None = None  # the spec's version
     status_revision: int | None = None  # the spec version the reporting owner runs (None: not said)
+    restarts: int | None = None  # failures its owner counted (each one restarted, until the policy gives up)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from controller.daemon.summary import SummaryWriter
 from controller.daemon.tasks import TaskTracker
 from controller.protocol.clock import Clock, SystemClock
 from controller.protocol.layout import ZkLayout
+from controller.zk.candidates import Candidacy
 from controller.zk.client import make_client
 from controller.zk.io import Fenced, FencedWriter, InterruptibleClient, WriteFailed
 from controller.zk.layout_io import ensure_layout
@@ -139,6 +140,7 @@ class Controller:
             self, zk, lay, self.metrics, self.id, config.load, self.brokers, self.tasks, self.groups, self.operations
         )
         self.election = Election(self, zk, lay, self.id, config.host)
+        self.candidacy = Candidacy(self.client, lay, self.id, config.host)
         self.roll = RollDriver(self, zk, lay, self.id)
         self.summary = SummaryWriter(self, lay, self.clock, self.id)
 
@@ -146,8 +148,10 @@ class Controller:
     def start(self) -> Controller:
         if not self.client.connected:
             self.client.start(timeout=30)
-        self.client.add_listener(self._listener)
         ensure_layout(self.client, self.layout)
+        # one live candidate per id (a duplicate `controller run --id` is refused before it stands)
+        self.candidacy.register(wait_s=self.config.settings.session_timeout_s * 3)
+        self.client.add_listener(self._listener)
         if self.config.metrics_port is not None:
             self.metrics_server = MetricsServer(
                 self.metrics.registry, self.config.metrics_port, name=f"controller-{self.id}-metrics"
@@ -277,6 +281,11 @@ class Controller:
             self.put(ev.Expire())
 
     def _process(self, event: Any) -> None:
+        if isinstance(event, ev.Reconnected):
+            try:
+                self.candidacy.ensure()  # a new session after LOST: our candidate znode went with the old one
+            except TRANSIENT:
+                pass  # the next CONNECTED tries again
         if isinstance(event, (ev.Suspended, ev.Reconnected, ev.Expire, ev.Shutdown)):
             event.process(self)
             return

@@ -60,7 +60,10 @@ def record_member(ctx: ControllerContext, g: str, m: str, data: bytes, stat: Any
         ghost = ghost_reason(m, stat.ephemeralOwner, broker.session if broker else None, broker is not None)
         if ghost:
             if (g, m) not in ctx.ghost_members:
-                log.warning("group %s: ignoring member znode %s: %s", g, m, ghost)
+                # no registration yet is the usual race of a first start (the member znode read before the
+                # broker's registration): not news; a znode held by another session is
+                level = logging.INFO if broker is None else logging.WARNING
+                log.log(level, "group %s: ignoring member znode %s: %s", g, m, ghost)
             ctx.ghost_members[(g, m)] = ghost
             ctx.members.setdefault(g, {}).pop(m, None)
             ctx.invalid_members.pop((g, m), None)

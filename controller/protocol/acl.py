@@ -216,6 +216,8 @@ def _rule(**perms: int) -> dict[str, int]:
 RULES: dict[str, dict[str, int]] = {
     "root": _rule(admin=R | C | A, controller=R | C | D),
     "controller": _rule(controller=ALL),  # /controller, /controller_epoch
+    "candidates": _rule(controller=ALL),  # /controller_candidates
+    "candidate": _rule(controller=ALL),  # /controller_candidates/<id>
     "summary": _rule(controller=ALL),  # /cluster_summary (task counts, written under the epoch fence)
     "brokers": _rule(admin=R | C | A),  # /brokers
     "broker_ids": _rule(broker=R | C | D),  # /brokers/ids
@@ -271,6 +273,7 @@ def classify(layout: ZkLayout, path: str) -> str:
         return {
             "controller": "controller",
             "controller_epoch": "controller",
+            "controller_candidates": "candidates",
             "cluster_summary": "summary",
             "brokers": "brokers",
             "tasks": "tasks",
@@ -281,6 +284,8 @@ def classify(layout: ZkLayout, path: str) -> str:
             "security": "security",
             "layout": "layout",
         }.get(head, "other")
+    if head == "controller_candidates":
+        return "candidate" if n == 2 else "other"
     if head == "brokers":
         return "broker_ids" if n == 2 and parts[1] == "ids" else "broker" if n == 3 and parts[1] == "ids" else "other"
     if head in ("tasks", "status") and not is_bucket(parts[1]):

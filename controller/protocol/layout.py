@@ -96,6 +96,14 @@ class ZkLayout:
         return self._p("controller_epoch")
 
     @property
+    def controller_candidates(self) -> str:
+        """One ephemeral znode per running controller candidate (``CandidateInfo``), named by its id."""
+        return self._p("controller_candidates")
+
+    def controller_candidate(self, controller_id: str) -> str:
+        return self._p("controller_candidates", check_name("controller id", controller_id))
+
+    @property
     def cluster_summary(self) -> str:
         """Task counts kept by the active controller (``ClusterSummary``), read by ``status``."""
         return self._p("cluster_summary")

@@ -20,6 +20,17 @@ class ControllerInfo:
     since: float
 
 
+@dataclass(frozen=True)
+class CandidateInfo:
+    """``/controller_candidates/<id>`` (ephemeral): a controller candidate, active or standing by; its id is
+    held by one live process at a time (a second ``controller run --id`` of the same id is refused)."""
+
+    controller_id: str
+    host: str
+    pid: int
+    since: float
+
+
 class SessionState(str, enum.Enum):
     """Where a broker's compute session (a Spark broker's SparkSession) is: ``starting`` (not yet: no work for
     it), ``ready``, ``lazy`` (started by the first task, as asked), ``failed`` (it cannot start: no work)."""

@@ -372,22 +372,32 @@ def load_specs(path: str | Path) -> list[TaskSpec]:
 MAX_SPEC_TEXT = 16 * 1024 * 1024
 
 
-def parse_specs_text(text: str, path: str, *, as_json: bool = False) -> list[TaskSpec]:
-    """``load_specs`` of text already read (``path`` names it in errors: a file, or ``-`` for stdin)."""
+def _where(exc: Exception) -> str:
+    """``line L, column C: problem`` of a YAML or JSON syntax error (1-based, as editors count)."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    mark = getattr(exc, "problem_mark", None)
+    if isinstance(exc, yaml.MarkedYAMLError) and mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or exc.context or 'syntax error'}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def parse_specs_text(text: str, name: str, as_json: bool = False) -> list[TaskSpec]:
+    """Specs from YAML (or, ``as_json``, JSON) text named ``name`` in errors (a file, ``-`` for stdin)."""
     if len(text) > MAX_SPEC_TEXT:
-        raise SpecError(f"{path}: {len(text):,} characters, over the {MAX_SPEC_TEXT:,} a spec file may hold")
+        raise SpecError(f"{name}: {len(text):,} characters, over the {MAX_SPEC_TEXT:,} a spec file may hold")
     try:
         doc = json.loads(text) if as_json else yaml.safe_load(text)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:  # ValueError: JSON errors, huge integers
-        raise SpecError(f"{path}: not valid {'JSON' if as_json else 'YAML'}: {str(exc).splitlines()[0]}") from None
+        raise SpecError(f"{name}: not valid {'JSON' if as_json else 'YAML'}: {_where(exc)}") from None
     if doc is None:
-        raise SpecError(f"{path}: empty file, expected a task spec or a list of them")
+        raise SpecError(f"{name}: empty file, expected a task spec or a list of them")
     items = doc if isinstance(doc, list) else [doc]
-    specs = [parse_spec(item, f"{path}[{i}]") for i, item in enumerate(items)]
+    specs = [parse_spec(item, f"{name}[{i}]") for i, item in enumerate(items)]
     seen: set[str] = set()
     for s in specs:
         if s.id in seen:
-            raise SpecError(f"{path}: task id {s.id!r} appears twice")
+            raise SpecError(f"{name}: task id {s.id!r} appears twice")
         seen.add(s.id)
     return specs
 

@@ -39,6 +39,7 @@ def test_command_summaries_match_their_help():
     """`zkctl --help` lists a command not imported yet from its summary in ``cli.main.COMMANDS``: the listing
     must read as click would make it from the command's own help, at any width."""
     from cli.cluster import broker
+    from cli.common import with_output
     from cli.main import COMMANDS, DEFAULT_HOSTS
     from controller.zk.client import DEFAULT_HOSTS as CLIENT_DEFAULT_HOSTS
 
@@ -50,6 +51,7 @@ def test_command_summaries_match_their_help():
             continue
         command = entry.load(name.split()[-1])
         assert command is not None and command.help is not None and "(unavailable:" not in command.help, name
+        with_output(command)  # as the group gives it when it loads it: the summary whole
         for width in (30, 45, 60, 100, 1000):
             assert entry.placeholder(name).get_short_help_str(width) == command.get_short_help_str(width), (name, width)
 

@@ -47,7 +47,7 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
     until(lambda: all(r["status"] == "RUNNING" for r in ok_json(cli_env, "task", "list")), what="statuses")
     assert {t: r["owner"] for t, r in rows.items()} == placed
     table = ok(cli_env, "task", "list").splitlines()
-    header = ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "RATE", "BACKLOG", "ERROR"]
+    header = ["ID", "GROUP", "STATE", "KIND", "OWNER", "GEN", "STATUS", "RESTARTS", "RATE", "BACKLOG", "ERROR"]
     assert table[0].split() == header and len(table) == 5
 
     assert "Task t1 paused" in ok(cli_env, "task", "pause", "t1")

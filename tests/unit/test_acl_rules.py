@@ -117,6 +117,8 @@ def _layout_paths(layout: ZkLayout) -> dict[str, str]:
         "layout": layout.layout_info,
         "task_bucket": layout.task_bucket("t"),
         "status_bucket": layout.status_bucket("t"),
+        "candidates": layout.controller_candidates,
+        "candidate": layout.controller_candidate("c1"),
     }
     assert set(paths) == set(RULES)
     for kind, path in paths.items():
