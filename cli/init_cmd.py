@@ -9,9 +9,12 @@ from cli.common import Ctx, pass_ctx
 
 
 @click.command("init")
+@click.option("--zk-root", "root", default=None, help="the root to set up (else the global --zk-root)")
 @pass_ctx
-def init(ctx: Ctx) -> None:
+def init(ctx: Ctx, root: str | None) -> None:
     """Set up the cluster root named by --zk-root: its containers and task buckets (idempotent)."""
+    if root is not None:
+        ctx.root = root
     ctx.start_client()
     from controller.admin import ensure_layout
     from controller.admin.roots import is_set_up

@@ -83,7 +83,7 @@ def task_apply(
 @pass_ctx
 def task_history(ctx: Ctx, task_id: str) -> None:
     """A task's recorded changes (when, who, spec versions, what changed) and stops and resets, oldest first,
-    and the spec versions kept for `task rollback`."""
+    and the spec versions kept for task rollback."""
     admin = ctx.admin()
     h = admin.history(task_id)
     if not h.events and admin.client.exists(admin.layout.task(task_id)) is None:
@@ -120,7 +120,7 @@ def task_history(ctx: Ctx, task_id: str) -> None:
 def task_rollback(
     ctx: Ctx, task_id: str, to_version: int, dry_run: bool, reset: bool, wait: bool, timeout: float
 ) -> None:
-    """Apply again the spec a task had at an earlier version (as a new version, by the rules of `task apply`)."""
+    """Apply again the spec a task had at an earlier version (as a new version, by the rules of task apply)."""
     item = ctx.admin().rollback(task_id, to_version, dry_run=dry_run, reset=reset)
     lines = ["Dry run: nothing written"] if dry_run else []
     ctx.emit(to_dict(item), "\n".join(lines + _item_lines(item, dry_run)))

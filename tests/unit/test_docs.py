@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 import pytest
 
-from cli.common import LazyGroup
+from cli.common import LazyGroup, with_output
 from cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,7 +134,8 @@ def _subcommand(group: click.Group, ctx: click.Context, name: str) -> click.Comm
     """The subcommand, loaded without changing the group: a lazy command stays lazy for the tests after this
     one (``get_command`` would import it into the group for good)."""
     if isinstance(group, LazyGroup) and name not in group.commands and name in group.lazy:
-        command = group.lazy[name].load(name)
+        loaded = group.lazy[name].load(name)
+        command = with_output(loaded) if loaded is not None else None  # as get_command attaches -o to each
     else:
         command = group.get_command(ctx, name)
     if command is not None and (command.help or "").startswith("(unavailable:"):
