@@ -13,6 +13,7 @@ from controller.daemon import events as ev
 from controller.daemon.context import BrokerDelta, BrokerRecord
 from controller.daemon.host import Host, Watcher, context_of, writer_of
 from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings
 from controller.protocol import codecs
 from controller.protocol.codecs import (
@@ -71,7 +72,12 @@ class BrokerTracker:
         if not self._host.current(token):
             return
         ctx, lay = context_of(self._host), self._layout
-        ids = sorted(self._zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)))
+        ids = legal_children(
+            self._host,
+            lay,
+            lay.broker_ids,
+            self._zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)),
+        )
         stats = exists_many(self._zk, [lay.broker(b) for b in ids])
         epochs = {b: st.czxid for b, st in zip(ids, stats) if st is not None}
         read = sorted(b for b, epoch in epochs.items() if b not in ctx.brokers or ctx.brokers[b].epoch != epoch)
@@ -152,7 +158,14 @@ class BrokerTracker:
             return
         ctx, lay = context_of(self._host), self._layout
         watch = self._host.watch(ev.ControlledShutdown)
-        brokers = set(self._zk.get_children(lay.admin_controlled_shutdown, watch=watch))
+        brokers = set(
+            legal_children(
+                self._host,
+                lay,
+                lay.admin_controlled_shutdown,
+                self._zk.get_children(lay.admin_controlled_shutdown, watch=watch),
+            )
+        )
         for b in sorted(brokers - ctx.shutdown_requests):
             ctx.shutdown_requests.add(b)
             hold_s = self._in_place_hold(b)
