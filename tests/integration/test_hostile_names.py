@@ -138,3 +138,39 @@ def test_controller_activates_past_bad_names_and_sweeps_them(
         assert ctl.active and ctl.ctx is not None and ctl.thread.is_alive()
     finally:
         ctl.stop()
+
+
+class LoadFailingClient(KazooClient):
+    """A real client whose listing of ``/groups`` fails: every activation of its controller fails to load."""
+
+    def __init__(self, settings: ZkSettings) -> None:
+        super().__init__(hosts=settings.hosts, timeout=settings.session_timeout_s)
+        self.groups_path = ZkLayout(settings.root).groups
+        self.refused = 0
+
+    def get_children_async(self, path: str, watch=None, include_data: bool = False):  # type: ignore[no-untyped-def]
+        if path == self.groups_path:
+            self.refused += 1
+            raise RuntimeError("injected: the context cannot be loaded")
+        return super().get_children_async(path, watch=watch, include_data=include_data)
+
+
+def test_a_controller_whose_activation_fails_resigns_and_a_standby_takes_over(
+    zk: KazooClient, layout: ZkLayout, zk_settings: ZkSettings, worker: Worker
+) -> None:
+    client = LoadFailingClient(zk_settings)
+    failing = Controller(ControllerConfig("c-bad", zk_settings, GroupConfig(rebalance_timeout_s=3.0)), client=client)
+    failing.start()
+    standby: Controller | None = None
+    try:
+        assert wait_for(lambda: client.refused >= 1, 15)
+        assert wait_for(lambda: zk.exists(layout.controller) is None, 5), "the seat is held without a context"
+        zk.create(layout.task("t1"), TaskSpec(id="t1", pipeline=NoopPipeline(kind="noop")).encode())
+        standby = Controller(ControllerConfig("c-good", zk_settings, GroupConfig(rebalance_timeout_s=3.0))).start()
+        assert standby.wait_active(20)
+        assert wait_for(lambda: worker.running_tasks() == {"t1"}, 20)
+        assert not (failing.active and failing.ctx is None)
+    finally:
+        if standby is not None:
+            standby.stop()
+        failing.stop()
