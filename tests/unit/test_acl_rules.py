@@ -169,14 +169,17 @@ def test_per_broker_acl_of_every_path(pattern):
             policy, layout, path, "b0"
         )
     # what each broker creates for itself is WRITE for it alone; the task is its assignee's to take and let go
-    for kind in ("broker", "member", "owner", "status", "interval", "shutdown_request", "sync"):
+    for kind in ("broker", "member", "owner", "status", "interval", "sync"):
         assert PER_BROKER[kind] == (R, R | W), kind
     task = {a.id.id: a.perms for a in acl_for(policy, layout, layout.task("t"), owner="b1")}
     assert task[other] == R | C | D and task[me] == R and task[controller] & A
     assert {a.id.id: a.perms for a in acl_for(policy, layout, layout.task("t"))}[controller] == R | D | A
     # no broker's own identity may delete children of a container whose children are other brokers'
-    for kind in ("broker_ids", "members", "statuses", "status_bucket", "intervals", "shutdown_queue", "syncs"):
+    for kind in ("broker_ids", "members", "statuses", "status_bucket", "intervals", "syncs"):
         assert PER_BROKER[kind] == (R | C, 0), kind
+    # a controlled-shutdown request is the operator's or the controller's (a broker leaves by its join request)
+    for kind in ("shutdown_queue", "shutdown_request"):
+        assert kind not in PER_BROKER and not RULES[kind]["broker"] & ~R, kind
 
 
 def test_policy_versions_and_bad_policies():

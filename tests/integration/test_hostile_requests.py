@@ -1,0 +1,99 @@
+"""What an attacker with one broker's own credentials may ask of the cluster, on a root secured with
+per-broker identities, against the real ZooKeeper, controller and workers: it cannot shut another broker
+down, a malformed request is refused rather than acted on, and what it may create under a name that is not
+ours the operator and the controller can delete."""
+
+from __future__ import annotations
+
+import pytest
+from kazoo.exceptions import NoAuthError
+
+from broker_sim.worker import Worker, WorkerConfig
+from controller.admin import AdminClient, wait_for
+from controller.daemon import Controller, ControllerConfig
+from controller.protocol.group import GroupConfig
+from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.zk.client import ZkSettings
+from tests.integration.test_identities import per_broker  # noqa: F401 - the fixture
+from tests.security_support import BROKER_CREDS, CREDS
+
+
+def _settings(zk_hosts: str, zk_root: str, cred: str) -> ZkSettings:
+    return ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0, auth=cred)
+
+
+def _start(zk_hosts: str, zk_root: str) -> tuple[Controller, dict[str, Worker]]:
+    ctl = Controller(
+        ControllerConfig("c0", _settings(zk_hosts, zk_root, CREDS["controller"]), GroupConfig(rebalance_timeout_s=3.0))
+    ).start()
+    workers = {
+        b: Worker(
+            WorkerConfig(b, _settings(zk_hosts, zk_root, BROKER_CREDS[b]), status_interval_s=0.2, on_halt="kill")
+        ).start()
+        for b in ("b0", "b1")
+    }
+    return ctl, workers
+
+
+def test_one_brokers_credentials_cannot_shut_down_another_and_a_malformed_request_is_refused(
+    per_broker,  # noqa: F811
+    zk_hosts: str,
+    zk_root: str,
+) -> None:
+    layout, _policy, client = per_broker
+    admin_zk = client(CREDS["admin"])
+    admin = AdminClient(admin_zk, layout)
+    tasks = {f"t{i}" for i in range(4)}
+    admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in sorted(tasks)])
+    ctl, workers = _start(zk_hosts, zk_root)
+    b0, b1 = workers["b0"], workers["b1"]
+    try:
+        assert ctl.wait_active(10)
+        assert wait_for(
+            lambda: b0.running_tasks() and b1.running_tasks() and b0.running_tasks() | b1.running_tasks() == tasks, 30
+        )
+        held = b1.running_tasks()
+        # b0's own credentials: no request in b1's name, well-formed or not
+        za = client(BROKER_CREDS["b0"])
+        for body in (b"{}", b'{"broker": "b1"}'):
+            with pytest.raises(NoAuthError):
+                za.create(layout.admin_controlled_shutdown_of("b1"), body)
+        # a malformed request (even the operator's): refused, deleted, never acted on
+        admin_zk.create(layout.admin_controlled_shutdown_of("b1"), b"{}")
+        assert wait_for(lambda: admin_zk.exists(layout.admin_controlled_shutdown_of("b1")) is None, 10)
+        admin_zk.create(layout.admin_controlled_shutdown_of("b1"), b'{"broker": "b0"}')  # names another broker
+        assert wait_for(lambda: admin_zk.exists(layout.admin_controlled_shutdown_of("b1")) is None, 10)
+        assert not wait_for(lambda: b1.running_tasks() != held or b1.exited.is_set(), 4)
+        # the operator's well-formed request is carried out, and a broker still leaves by itself
+        admin.shutdown_broker("b1", wait=20)
+        assert wait_for(b1.exited.is_set, 20)
+        assert wait_for(lambda: b0.running_tasks() == tasks, 20)
+    finally:
+        for w in workers.values():
+            w.stop()
+        ctl.stop()
+
+
+def test_names_a_broker_may_create_the_operator_and_the_controller_may_delete(
+    per_broker,  # noqa: F811
+    zk_hosts: str,
+    zk_root: str,
+) -> None:
+    layout, _policy, client = per_broker
+    za = client(BROKER_CREDS["b0"])
+    planted = [f"{layout.groups}/bad<g>", f"{layout.intervals}/bad<i>", f"{layout.broker_ids}/evil<b>"]
+    for p in planted:
+        za.create(p, b"{}")
+    admin_zk = client(CREDS["admin"])
+    admin_zk.delete(planted[0])  # the operator may delete what a broker's credentials created there
+    za.create(planted[0], b"{}")
+    ctl = Controller(
+        ControllerConfig("c0", _settings(zk_hosts, zk_root, CREDS["controller"]), GroupConfig(rebalance_timeout_s=3.0))
+    ).start()
+    try:
+        assert ctl.wait_active(10)
+        assert wait_for(lambda: all(admin_zk.exists(p) is None for p in planted), 15), [
+            p for p in planted if admin_zk.exists(p)
+        ]
+    finally:
+        ctl.stop()
