@@ -9,6 +9,18 @@ import enum
 import math
 from dataclasses import dataclass
 
+# The longest host name (DNS: 253) and label (rack, instance id, runner, controller id) a registration may
+# carry: untrusted text that every ``status`` prints, bounded where it is decoded.
+MAX_HOST_CHARS = 255
+MAX_LABEL_CHARS = 200
+
+
+def _bounded(cls: str, **fields: str | None) -> None:
+    for name, value in fields.items():
+        limit = MAX_HOST_CHARS if name == "host" else MAX_LABEL_CHARS
+        if value is not None and len(value) > limit:
+            raise ValueError(f"{cls} {name} is {len(value)} characters, over {limit}")
+
 
 @dataclass(frozen=True)
 class ControllerInfo:
@@ -18,6 +30,9 @@ class ControllerInfo:
     epoch: int
     host: str
     since: float
+
+    def __post_init__(self) -> None:
+        _bounded("controller", controller_id=self.controller_id, host=self.host)
 
 
 class SessionState(str, enum.Enum):
@@ -72,3 +87,14 @@ class BrokerInfo:
     instance_id: str | None = None
     runner: str = "noop"
     session: SessionInfo | None = None
+
+    def __post_init__(self) -> None:
+        _bounded(
+            "broker",
+            broker_id=self.broker_id,
+            host=self.host,
+            group=self.group,
+            rack=self.rack,
+            instance_id=self.instance_id,
+            runner=self.runner,
+        )
