@@ -41,11 +41,25 @@ class InvalidName(ZkcError, ValueError):
     code = "not_found"  # a name that cannot exist names nothing
 
 
+# How much of a refused name an error shows: a name comes from a URL, a file or ZooKeeper, of any size.
+SHOWN_NAME_CHARS = 64
+
+
+def shown_name(name: object) -> str:
+    """``name`` as an error shows it: escaped (``repr``), at most ``SHOWN_NAME_CHARS`` of it, and its length."""
+    if not isinstance(name, str):
+        return f"of type {type(name).__name__}"
+    if len(name) <= SHOWN_NAME_CHARS:
+        return repr(name)
+    return f"{name[:SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
+
+
 def check_name(kind: str, name: str) -> str:
     """Return ``name`` if it is a legal single path segment, else raise InvalidName naming the kind."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidName(
-            f"invalid {kind} {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ - starting with a letter or digit"
+            f"invalid {kind} {shown_name(name)}: use 1-200 characters from A-Z a-z 0-9 . _ - starting with a "
+            "letter or digit"
         )
     return name
 
@@ -67,7 +81,10 @@ def report_illegal(kind: str, path: str) -> None:
         return
     if len(_REPORTED) < _REPORTED_MAX:
         _REPORTED.add(path)
-    log.warning("ignoring %r: its name is not a legal %s (left out of every listing)", path[:300], kind)
+    parent, _, name = path.rpartition("/")
+    log.warning(
+        "ignoring %s/%s: its name is not a legal %s (left out of every listing)", parent, shown_name(name), kind
+    )
 
 
 def bucket_of(task_id: str) -> str:

@@ -5,11 +5,15 @@ real controller and worker, the real HTTP server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
+import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -83,38 +87,68 @@ def test_cli_status_and_broker_list_leave_bad_names_out(
         assert "b0" in r.stdout and "evil" not in r.stdout and "bad<g>" not in r.stdout
 
 
-def test_http_api_listings_leave_bad_names_out(zk: KazooClient, layout: ZkLayout, worker: Worker) -> None:
-    """The listings the console draws from answer 200 with the good entries, not 404 for the whole list."""
+@contextlib.contextmanager
+def api_server(zk: KazooClient, layout: ZkLayout) -> Iterator[Callable[..., tuple[int, Any]]]:
+    """The real HTTP server (uvicorn, in a named thread) on this root; yields ``call(method, path, body)``."""
     import uvicorn
 
     from controller.api.app import create_app
     from controller.api.context import ApiConfig
     from controller.zk.server import free_port
 
-    plant(zk, layout)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(ApiConfig(zk, layout)), port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="test-api-server", daemon=True)
     thread.start()
+
+    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1{path}", data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
     try:
         assert wait_for(lambda: bool(getattr(server, "started", False)), 15)
-
-        def get(path: str) -> tuple[int, object]:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1{path}", timeout=30) as r:
-                return r.status, json.loads(r.read())
-
-        code, status = get("/status")
-        assert code == 200 and isinstance(status, dict)
-        assert [b["broker_id"] for b in status["brokers"]] == ["b0"]
-        code, brokers = get("/brokers")
-        assert code == 200 and isinstance(brokers, list) and [b["broker_id"] for b in brokers] == ["b0"]
-        code, groups = get("/groups")
-        assert code == 200 and isinstance(groups, list) and "bad<g>" not in json.dumps(groups)
-        code, intervals = get("/intervals")
-        assert code == 200 and intervals == []
+        yield call
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def test_http_api_listings_leave_bad_names_out(zk: KazooClient, layout: ZkLayout, worker: Worker) -> None:
+    """The listings the console draws from answer 200 with the good entries, not 404 for the whole list."""
+    plant(zk, layout)
+    with api_server(zk, layout) as call:
+        code, status = call("GET", "/status")
+        assert code == 200 and isinstance(status, dict)
+        assert [b["broker_id"] for b in status["brokers"]] == ["b0"]
+        code, brokers = call("GET", "/brokers")
+        assert code == 200 and isinstance(brokers, list) and [b["broker_id"] for b in brokers] == ["b0"]
+        code, groups = call("GET", "/groups")
+        assert code == 200 and isinstance(groups, list) and "bad<g>" not in json.dumps(groups)
+        code, intervals = call("GET", "/intervals")
+        assert code == 200 and intervals == []
+
+
+def test_a_404_quotes_a_bounded_escaped_prefix_of_the_id(zk: KazooClient, layout: ZkLayout) -> None:
+    huge = "<script>" + "x" * 6000
+    with api_server(zk, layout) as call:
+        for method, path, body in (
+            ("GET", f"/tasks/{urllib.parse.quote(huge)}", None),
+            ("GET", f"/groups/{urllib.parse.quote(huge)}", None),
+            ("PATCH", f"/settings?group={urllib.parse.quote(huge)}", {"max_moves": 1}),
+        ):
+            code, err = call(method, path, body)
+            assert code == 404 and err["error"] == "not_found", (path[:40], code, err)
+            assert len(err["message"]) < 300 and "6008 characters" in err["message"], err["message"][:300]
+        code, err = call("PATCH", "/settings?group=nosuchgroup", {"max_moves": 1})
+        assert code == 404 and "unknown group 'nosuchgroup'" in err["message"]
+        assert zk.exists(layout.settings) is None or b"nosuchgroup" not in zk.get(layout.settings)[0]
 
 
 def test_controller_activates_past_bad_names_and_sweeps_them(

@@ -31,3 +31,17 @@ def test_a_huge_host_in_a_registration_is_refused_when_decoded_and_never_printed
         codecs.decode(codecs.ControllerInfo, json.dumps(ctl).encode(), "/zkc/controller")
     ok = codecs.BrokerInfo(broker_id="b1", host="a" * 255, pid=1)
     assert codecs.decode(codecs.BrokerInfo, codecs.encode(ok), "/zkc/brokers/ids/b1") == ok
+
+
+def test_a_refused_name_is_quoted_escaped_and_bounded() -> None:
+    from controller.api.errors import MAX_MESSAGE_CHARS, error_response
+    from controller.protocol.layout import InvalidName, check_name
+
+    with pytest.raises(InvalidName) as err:
+        check_name("task id", "\x1b[31m" + "y" * 100_000)
+    message = str(err.value)
+    assert len(message) < 300 and "\x1b" not in message and "\\x1b" in message and "100005 characters" in message
+    with pytest.raises(InvalidName, match="invalid group 'a/b'"):
+        check_name("group", "a/b")  # a short one is shown whole
+    body = json.loads(error_response(404, "not_found", "z" * 50_000).body)
+    assert len(body["message"]) < MAX_MESSAGE_CHARS + 40 and body["message"].endswith("(50000 characters)")
