@@ -257,7 +257,9 @@ RULES: dict[str, dict[str, int]] = {
     "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
     "maintenance": _rule(admin=ALL, controller=R | W),  # /admin/maintenance (controller: automatic)
     "roll": _rule(admin=ALL, controller=R | W),  # /admin/roll (the controller writes its progress)
-    "security": _rule(admin=ALL),  # /security (the policy)
+    # /security (the policy): its digests are read by the processes that write ACLs naming them, never by the
+    # read-only role (ZooKeeper's getACL shows a digest only to a caller with ADMIN on the znode)
+    "security": _rule(admin=ALL, reader=0),
     "other": _rule(admin=ALL),  # anything else under the root
 }
 

@@ -97,3 +97,15 @@ def test_names_a_broker_may_create_the_operator_and_the_controller_may_delete(
         ]
     finally:
         ctl.stop()
+
+
+def test_the_policys_digests_are_not_the_read_only_roles(per_broker) -> None:  # noqa: F811
+    """The reader may not read the policy; ZooKeeper shows a digest in an ACL only to a caller with ADMIN."""
+    layout, _policy, client = per_broker
+    reader, admin_zk = client(CREDS["reader"]), client(CREDS["admin"])
+    with pytest.raises(NoAuthError):
+        reader.get(layout.security)
+    assert b"roles" in admin_zk.get(layout.security)[0]
+    shown = [a.id.id for a in reader.get_acls(layout.broker_ids)[0] if a.id.scheme == "digest"]
+    assert shown and all(i.endswith(":x") for i in shown), shown
+    assert reader.get_children(layout.broker_ids) == []  # it still reads the cluster
