@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from functools import partial
 
 from kazoo.exceptions import KazooException
 
@@ -46,11 +47,13 @@ def sweep(host: Host, paths: list[str]) -> int:
         if path in _FAILED:
             continue
         try:
-            n = host.write(lambda p=path: writer.delete_tree(p, max_nodes=MAX_SWEEP_NODES))  # type: ignore[misc]
+            n = host.write(partial(writer.delete_tree, path, max_nodes=MAX_SWEEP_NODES))
         except (WriteFailed, KazooException) as exc:
             if len(_FAILED) < _FAILED_MAX:
                 _FAILED.add(path)
-            log.warning("could not delete the illegal name %r (%s); it stays left out", path[:300], exc)
+            log.warning(
+                "could not delete the illegal name %r (%s %s); it stays left out", path[:300], type(exc).__name__, exc
+            )
             continue
         if n:
             deleted += 1

@@ -109,3 +109,37 @@ def test_the_policys_digests_are_not_the_read_only_roles(per_broker) -> None:  #
     shown = [a.id.id for a in reader.get_acls(layout.broker_ids)[0] if a.id.scheme == "digest"]
     assert shown and all(i.endswith(":x") for i in shown), shown
     assert reader.get_children(layout.broker_ids) == []  # it still reads the cluster
+
+
+def test_a_name_the_controller_may_not_delete_stays_left_out(per_broker, zk_hosts: str, zk_root: str, caplog) -> None:  # noqa: F811
+    """A client not using ours chooses the ACL of what it creates: a subtree nobody else may delete. The
+    controller activates anyway, says so once, and every listing goes on leaving it out."""
+    from kazoo.client import KazooClient
+    from kazoo.security import make_digest_acl
+
+    caplog.set_level("WARNING")
+    layout, _policy, client = per_broker
+    user, password = BROKER_CREDS["b0"].split(":", 1)
+    raw = KazooClient(hosts=zk_hosts, auth_data=[("digest", BROKER_CREDS["b0"])])
+    raw.start(10)
+    try:
+        mine = [make_digest_acl(user, password, all=True)]
+        raw.create(f"{layout.groups}/bad<g>", b"", acl=mine)
+        raw.create(f"{layout.groups}/bad<g>/x", b"", acl=mine)
+        ctl = Controller(
+            ControllerConfig(
+                "c0", _settings(zk_hosts, zk_root, CREDS["controller"]), GroupConfig(rebalance_timeout_s=3.0)
+            )
+        ).start()
+        try:
+            assert ctl.wait_active(10)
+            assert wait_for(lambda: "could not delete the illegal name" in caplog.text, 10)
+            assert ctl.active and ctl.ctx is not None and "bad<g>" not in ctl.ctx.groups
+            assert AdminClient(client(CREDS["admin"]), layout).describe_group() == []
+        finally:
+            ctl.stop()
+    finally:
+        raw.delete(f"{layout.groups}/bad<g>/x")  # its creator may empty it, the admin delete it
+        client(CREDS["admin"]).delete(f"{layout.groups}/bad<g>")
+        raw.stop()
+        raw.close()
