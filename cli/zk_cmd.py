@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cli.common import Ctx, UserError, pass_ctx
+from cli.common import Ctx, UserError, pass_ctx, printable
 from controller.zk.server import ZooKeeperServer, ZooKeeperSetupError
 
 
@@ -146,7 +146,9 @@ def zk_tree(ctx: Ctx, path: str | None, depth: int) -> None:
     for d, p, s in nodes:
         name = p if d == 0 else p.rsplit("/", 1)[-1]
         tag = " (ephemeral)" if s.ephemeralOwner else ""
-        click.echo(f"{'  ' * d}{name}{tag}  [{s.dataLength}B]")
+        # a name is anyone's data (whoever may create there chose it): escaped, and a long one cut
+        shown = printable(name if len(name) <= 200 else f"{name[:200]}... ({len(name)} characters)", lines=False)
+        click.echo(f"{'  ' * d}{shown}{tag}  [{s.dataLength}B]")
 
 
 @zk.command("get")

@@ -85,6 +85,10 @@ def test_cli_status_and_broker_list_leave_bad_names_out(
         r = subprocess.run(ZKCTL + args, env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
         assert r.returncode == 0, (args, r.stdout, r.stderr)
         assert "b0" in r.stdout and "evil" not in r.stdout and "bad<g>" not in r.stdout
+    # the raw tree shows every name, as data: a right-to-left override is printed as its escape
+    zk.create(f"{layout.groups}/rtl\u202egnp", b"")
+    r = subprocess.run(ZKCTL + ["zk", "tree"], env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0 and "rtl\\u202egnp" in r.stdout and "\u202e" not in r.stdout, r.stdout
 
 
 @contextlib.contextmanager
