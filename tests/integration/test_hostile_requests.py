@@ -143,3 +143,16 @@ def test_a_name_the_controller_may_not_delete_stays_left_out(per_broker, zk_host
         client(CREDS["admin"]).delete(f"{layout.groups}/bad<g>")
         raw.stop()
         raw.close()
+
+
+def test_a_broker_leaving_by_its_own_join_request_shows_as_shutting_down(zk, layout) -> None:
+    """No request znode for a broker's own controlled shutdown any more: ``broker list`` reads its join
+    request instead."""
+    from controller.protocol import codecs
+
+    for b, leaving in (("b1", True), ("b2", False)):
+        zk.create(layout.broker(b), codecs.encode(codecs.BrokerInfo(broker_id=b, host="h", pid=1)), ephemeral=True)
+        request = codecs.JoinRequest(b, 1, 0, ("eager",), ("range",), leaving=leaving)
+        zk.create(layout.group_member("default", b), codecs.encode(request), ephemeral=True, makepath=True)
+    views = {v.broker_id: v.shutting_down for v in AdminClient(zk, layout).brokers()}
+    assert views == {"b1": True, "b2": False}
