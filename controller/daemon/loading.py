@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    NoAuthError,
     NoNodeError,
 )
 
@@ -298,7 +299,7 @@ class FailoverLoad:
         by the armer), the deletions requested and the operators' settings."""
         zk, lay = self._zk, self._layout
         ids = self._legal(lay.broker_ids, zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)))
-        self._legal(lay.intervals, zk.get_children(lay.intervals))  # nothing read there: its garbage swept
+        self._sweep_intervals()
         brokers = list(zip(ids, reads.fetch(zk, [lay.broker(b) for b in ids], watch=self._brokers.broker_watch)))
         tree = self._tasks.watch_tree()
         listed = list_task_paths(zk, lay, watch=None if tree else self._host.bucket_watch(ev.TaskChange))
@@ -344,6 +345,13 @@ class FailoverLoad:
             [(g, m, res) for (g, m), res in zip(member_paths, member_data)],
             [(g, m, res) for (g, m), res in zip(assignment_paths, assignment_data)],
         )
+
+    def _sweep_intervals(self) -> None:
+        """The controller reads nothing under ``/intervals`` but sweeps a name there that is not ours."""
+        try:
+            self._legal(self._layout.intervals, self._zk.get_children(self._layout.intervals))
+        except (NoNodeError, NoAuthError):
+            pass  # nothing to sweep, or a root secured by an earlier release: not this load's business
 
     def _legal(self, parent: str, names: Sequence[str] | None) -> list[str]:
         """The legal children of ``parent``: an illegal name is logged, swept, and never stops the load."""
