@@ -156,3 +156,22 @@ def test_a_broker_leaving_by_its_own_join_request_shows_as_shutting_down(zk, lay
         zk.create(layout.group_member("default", b), codecs.encode(request), ephemeral=True, makepath=True)
     views = {v.broker_id: v.shutting_down for v in AdminClient(zk, layout).brokers()}
     assert views == {"b1": True, "b2": False}
+
+
+def test_a_malformed_shutdown_request_is_refused_and_the_broker_keeps_its_tasks(cluster, zk, layout) -> None:
+    """On an open root anyone may write the request: one that does not decode (``{}``) or names another
+    broker moves nothing, is deleted, and the broker stays up."""
+    tasks = {f"t{i}" for i in range(4)}
+    cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in sorted(tasks)])
+    running = cluster.wait_running(tasks)
+    held = {t for t, b in running.items() if b == "b1"}
+    assert held
+    for body in (b"{}", b'{"broker": "b0"}', b"\xff"):
+        zk.create(layout.admin_controlled_shutdown_of("b1"), body)
+        assert wait_for(lambda: zk.exists(layout.admin_controlled_shutdown_of("b1")) is None, 10), body
+    # the handler that deleted the requests is the one that would have acted on them: nothing started
+    ctx = cluster.controller.ctx
+    assert ctx is not None and "b1" not in ctx.shutdown_requests
+    assert "b1" not in ctx.groups["default"].shutting_down
+    assert {t for t, b in cluster.running().items() if b == "b1"} == held
+    assert not cluster.workers["b1"].exited.is_set()
