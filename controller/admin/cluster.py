@@ -26,7 +26,7 @@ from controller.admin.views import (
 from controller.admin.watch import ClusterWatch
 from controller.protocol import codecs
 from controller.protocol.codecs import MaintenanceInfo, PayloadError
-from controller.protocol.layout import ZkLayout, is_name
+from controller.protocol.layout import ZkLayout
 from controller.protocol.summary import summary_age, trusted
 from controller.protocol.taskspec import decode_task
 
@@ -249,7 +249,7 @@ class ClusterAdmin:
         members: list[tuple[str, str]] = []
         for b, res in zip(ids, registrations):
             info, _ = decode_read(codecs.BrokerInfo, res, lay.broker(b)) if res is not None else (None, None)
-            if info is not None and is_name(info.group):
+            if info is not None:  # (its group decoded as a legal name)
                 members.append((b, lay.group_member(info.group, b)))
         got, _ = self.reads.wave([p for _, p in members])
         out = set()

@@ -9,6 +9,8 @@ import enum
 import math
 from dataclasses import dataclass
 
+from controller.protocol.layout import is_name, shown_name
+
 # The longest host name (DNS: 253) and label (rack, instance id, runner, controller id) a registration may
 # carry: untrusted text that every ``status`` prints, bounded where it is decoded.
 MAX_HOST_CHARS = 255
@@ -89,6 +91,9 @@ class BrokerInfo:
     session: SessionInfo | None = None
 
     def __post_init__(self) -> None:
+        for name, value in (("broker_id", self.broker_id), ("group", self.group)):
+            if not is_name(value):
+                raise ValueError(f"broker {name} {shown_name(value)} is not a legal name")
         _bounded(
             "broker",
             broker_id=self.broker_id,

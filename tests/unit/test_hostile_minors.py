@@ -45,3 +45,10 @@ def test_a_refused_name_is_quoted_escaped_and_bounded() -> None:
         check_name("group", "a/b")  # a short one is shown whole
     body = json.loads(error_response(404, "not_found", "z" * 50_000).body)
     assert len(body["message"]) < MAX_MESSAGE_CHARS + 40 and body["message"].endswith("(50000 characters)")
+
+
+def test_a_registration_names_a_legal_broker_and_group() -> None:
+    for field, value in (("broker_id", "b<1>"), ("group", "bad<g>"), ("group", "")):
+        body = {"version": 1, "broker_id": "b1", "host": "h", "pid": 1, field: value}
+        with pytest.raises(PayloadError, match="not a legal name"):
+            codecs.decode(codecs.BrokerInfo, json.dumps(body).encode(), "/zkc/brokers/ids/b1")
