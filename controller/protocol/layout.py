@@ -82,9 +82,7 @@ def report_illegal(kind: str, path: str) -> None:
     if len(_REPORTED) < _REPORTED_MAX:
         _REPORTED.add(path)
     parent, _, name = path.rpartition("/")
-    log.warning(
-        "ignoring %s/%s: its name is not a legal %s (left out of every listing)", parent, shown_name(name), kind
-    )
+    log.warning("ignoring %s under %s: not a legal %s (left out of every listing)", shown_name(name), parent, kind)
 
 
 def bucket_of(task_id: str) -> str:
