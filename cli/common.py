@@ -590,7 +590,11 @@ def complete_names(kind: str) -> Callable[[click.Context, click.Parameter, str],
         except Exception:
             return []
         try:
-            names = list_tasks(client, layout) if parent is None else client.get_children(parent)
+            names = (
+                list_tasks(client, layout)
+                if parent is None
+                else layout.legal_children(parent, client.get_children(parent))
+            )
             return sorted(n for n in names if n.startswith(incomplete))
         except Exception:
             return []

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from kazoo.exceptions import NoAuthError
 
 from cli.common import Ctx, UserError, pass_ctx
 from controller.protocol.acl import ROLES, AclPolicy, SecurityError, digest_id
@@ -144,6 +145,11 @@ def security_check(ctx: Ctx) -> None:
     client = ctx.client()
     try:
         data, _ = client.get(ctx.layout.security)
+    except NoAuthError:  # the policy is not the read-only role's
+        raise UserError(
+            "security check needs admin credentials (--zk-auth / ZKC_AUTH / ZKC_AUTH_FILE with an admin identity): "
+            f"these may not read the policy at {ctx.layout.security}"
+        ) from None
     except Exception as exc:
         raise UserError(
             f"no readable ACL policy at {ctx.layout.security} ({type(exc).__name__}); run `zkctl security init` first"

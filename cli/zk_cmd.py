@@ -302,7 +302,9 @@ def zk_tree(ctx: Ctx, path: str | None, depth: int, show_all: bool) -> None:
     for d, p, s in nodes:
         name = p if d == 0 else p.rsplit("/", 1)[-1]
         tag = " (ephemeral)" if s.ephemeralOwner else ""
-        click.echo(printable(f"{'  ' * d}{name}{tag}  [{s.dataLength}B]", lines=False))
+        # a name is anyone's data (whoever may create there chose it): escaped, and a long one cut
+        shown = printable(name if len(name) <= 200 else f"{name[:200]}... ({len(name)} characters)", lines=False)
+        click.echo(f"{'  ' * d}{shown}{tag}  [{s.dataLength}B]")
     if hidden:
         click.echo(f"({hidden} empty buckets not shown; --all shows them)")
 

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
@@ -59,7 +59,6 @@ from broker_sim.worker.reporting import Reporter
 from broker_sim.worker.slots import TaskTable
 from broker_sim.worker.tasks import TaskSupervisor
 from broker_sim.worker.warmup import WarmUp, announced
-from controller.protocol import codecs
 from controller.protocol.codecs import (
     BrokerInfo,
     RunInterval,
@@ -99,6 +98,7 @@ class Worker:
         self._owned_queued = False  # an Owned event is queued and not handled yet
         self.stopped = threading.Event()
         self.exited = threading.Event()  # controlled shutdown finished
+        self.leave_asked = False  # our own controlled shutdown (SIGTERM) was asked for: every session says so
         self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit
         self.failure: str | None = None
         self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
@@ -301,20 +301,14 @@ class Worker:
         self.kill()
 
     def request_shutdown(self) -> None:
-        """Controlled shutdown: ask the controller to move our tasks away; we exit once we own nothing.
-        A worker that never registered has nothing to move, and must not file a request in the name of
-        whoever holds its id: it just exits."""
+        """Controlled shutdown: our join request says we are leaving (a znode only we may write), the
+        controller moves our tasks away, we exit once we own nothing. A worker that never registered has
+        nothing to move: it just exits. (``/admin/controlled_shutdown/<id>`` is the operator's and the
+        planned roll's: no broker may create one, not even for itself.)"""
         if self.session.session_id is None:
             self.exited.set()
             return
-        try:
-            self.client.create(
-                self.layout.admin_controlled_shutdown_of(self.id),
-                codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
-                makepath=True,
-            )
-        except NodeExistsError:
-            pass
+        self.leave_asked = True
         self._enqueue(ShutdownRequested())
 
     def stop(self, graceful: bool = True) -> None:
@@ -452,10 +446,18 @@ class Worker:
                 self.actions.do(self.member.on_group_state(info))
 
     def _on_shutdown_request(self) -> None:
-        """The request's znode is the request (garbage in it: an ordinary controlled shutdown, logged); one
-        ``in_place`` (a planned roll's batch whose tasks wait for it) is carried out by exiting now."""
+        """Our own shutdown (asked in this or an earlier session), or the operator's request: its znode is the
+        request, but only a well-formed one naming us (garbage is refused by the controller too, and
+        deleted); one ``in_place`` (a planned roll's batch whose tasks wait for it) is carried out by exiting
+        now."""
+        if self.leave_asked:
+            self.actions.do(self.member.request_shutdown())
+            return
         present, request = self.group_io.read_shutdown_request()
         if not present:
+            return
+        if request is None or request.broker != self.id:
+            log.warning("worker %s: ignoring a malformed controlled-shutdown request", self.id)
             return
         if request is not None and request.in_place and self.member.state is not WorkerState.DOWN:
             log.info("worker %s: asked to restart in place (its tasks wait for it); exiting", self.id)

@@ -237,10 +237,27 @@ class ClusterAdmin:
             owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
             if owner is not None:
                 owned_by[owner.broker] += 1
-        shutting = set(shutdowns or ())
+        shutting = set(shutdowns or ()) | self._leaving(ids, got[: len(ids)])
         return [
             broker_view(lay, b, r, owned_by[b], b in shutting) for b, r in zip(ids, got[: len(ids)]) if r is not None
         ]
+
+    def _leaving(self, ids: list[str], registrations: list[Any]) -> set[str]:
+        """The brokers whose join request says they are leaving (a broker stopping on SIGTERM says so there,
+        not in an admin request), read in one wave."""
+        lay = self.layout
+        members: list[tuple[str, str]] = []
+        for b, res in zip(ids, registrations):
+            info, _ = decode_read(codecs.BrokerInfo, res, lay.broker(b)) if res is not None else (None, None)
+            if info is not None:  # (its group decoded as a legal name)
+                members.append((b, lay.group_member(info.group, b)))
+        got, _ = self.reads.wave([p for _, p in members])
+        out = set()
+        for (b, path), res in zip(members, got):
+            request, _ = decode_read(codecs.JoinRequest, res, path)
+            if request is not None and request.leaving:
+                out.add(b)
+        return out
 
     def describe_group(self, group: str | None = None) -> list[GroupDescription]:
         """Each group (or the one named): its state, and per member the join request, the published

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from controller.admin.common import AdminError
+from controller.admin.common import AdminError, NotFound
 from controller.protocol import codecs
 from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
 from controller.protocol.layout import ZkLayout, check_name
@@ -134,18 +134,24 @@ class SettingsAdmin:
 
     def update_settings(self, changes: dict[str, Any], group: str | None = None) -> ClusterSettings:
         """Change some settings (all checked before anything is written). ``max_moves`` and
-        ``max_moves_per_broker`` with ``group`` are that group's throttle; without, the cluster's."""
+        ``max_moves_per_broker`` with ``group`` are that group's throttle; without, the cluster's. A group's
+        throttle is stored only for a group that exists (under ``/groups``) or has one stored already (which
+        may then be changed or cleared): the settings znode does not grow with names nobody uses."""
         checked = {k: _check(k, v) for k, v in changes.items()}
+        exists = True
         if group is not None:
             check_name("group", group)
             if set(checked) - {"max_moves", "max_moves_per_broker"}:
                 raise SettingError("only max_moves and max_moves_per_broker are set per group")
+            exists = self.client.exists(self.layout.group(group)) is not None
         path = self.layout.settings
 
         def change(cur: ClusterSettings) -> ClusterSettings:
             throttle_keys = {k: v for k, v in checked.items() if k.startswith("max_moves")}
             others = {k: v for k, v in checked.items() if not k.startswith("max_moves")}
             if group is not None:
+                if not exists and group not in cur.group_throttle:
+                    raise NotFound(f"unknown group {group!r}: nothing was stored")
                 groups = dict(cur.group_throttle)
                 limits = dataclasses.replace(groups.get(group, MoveLimits()), **throttle_keys)
                 if limits == MoveLimits():

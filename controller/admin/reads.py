@@ -112,7 +112,7 @@ class ClusterReads:
         """Issue every get and get_children at once, then collect: one round trip of latency. A znode these
         credentials may not read comes back as ``(codecs.Unreadable(), stat)`` (its decoding reports it; its
         stat all zeros) and is noted in ``unreadable``: one znode whose ACL was changed under us must not make
-        every read of the cluster fail."""
+        every read of the cluster fail. A child whose name is not legal is logged and left out."""
         ca = [self.client.get_children_async(p) for p in children]
         got: list[Read] = []
         if len(gets) >= MULTI_READ_FROM:
@@ -130,9 +130,9 @@ class ClusterReads:
                 self.unreadable.add(p)
                 got.append((codecs.Unreadable(), UNKNOWN_STAT))  # not even its stat may be read
         kids: list[list[str] | None] = []
-        for a in ca:
+        for p, a in zip(children, ca):
             try:
-                kids.append(sorted(a.get(timeout=WAIT_S)))
+                kids.append(self.layout.legal_children(p, a.get(timeout=WAIT_S)))  # one bad name hides nothing
             except NoNodeError:
                 kids.append(None)
         return got, kids  # a container we may not list (NoAuth) raises: nothing could be read at all

@@ -96,7 +96,7 @@ class RollAdmin:
         is no broker: it is not rolled). Reads pipelined, one per broker; a registration that does not decode
         is left out (its broker is shown as such by ``broker list``)."""
         try:
-            ids = self.client.get_children(self.layout.broker_ids)
+            ids = self.layout.legal_children(self.layout.broker_ids, self.client.get_children(self.layout.broker_ids))
         except NoNodeError:
             return []
         pending = [(b, self.client.get_async(self.layout.broker(b))) for b in ids]

@@ -180,7 +180,7 @@ class StopAdmin:
 
     def _children(self, path: str, watch: Watch | None) -> list[str]:
         try:
-            return list(self.client.get_children(path, watch=watch))
+            return self.layout.legal_children(path, self.client.get_children(path, watch=watch))
         except NoNodeError:
             return []
 

@@ -70,7 +70,7 @@ class ClusterWatch:
 
     def _children_watched(self, path: str, key: tuple[str, ...]) -> list[str]:
         try:
-            return sorted(self.client.get_children(path, watch=self._w(*key)))
+            return self.layout.legal_children(path, self.client.get_children(path, watch=self._w(*key)))
         except NoNodeError:
             self.client.exists(path, watch=self._w(*key))
             return []

@@ -41,7 +41,14 @@ class ApiError(ZkcError):
         self.message = message
 
 
+# The longest message an error answer carries (an error that quotes its input quotes a bounded prefix of it;
+# this bounds the rest).
+MAX_MESSAGE_CHARS = 2000
+
+
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + f"... ({len(message)} characters)"
     return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
 
 

@@ -51,7 +51,9 @@ class RequestPolicy:
     max_body_bytes: int
     api_prefix: str = "/api/"
 
-    def refusal(self, method: str, path: str, headers: Headers) -> Refusal | None:
+    def refusal(self, method: str, path: str, headers: Headers, scheme: str = "http") -> Refusal | None:
+        """``scheme``: the request's own (``http``; ``https`` behind a proxy that says so): an origin is its
+        scheme, host and port, and a page served over another scheme is another origin."""
         host = headers.get("host")
         if not host:
             return 400, "host_not_allowed", "a request must name this server in its Host header"
@@ -69,7 +71,7 @@ class RequestPolicy:
             return too_big
         if method not in WRITE_METHODS or not path.startswith(self.api_prefix):
             return None
-        cross = self._cross_site(headers, host)
+        cross = self._cross_site(headers, host, scheme)
         if cross is not None:
             return cross
         if _has_body(headers):
@@ -97,13 +99,23 @@ class RequestPolicy:
         return None
 
     @staticmethod
-    def _cross_site(headers: Headers, host: str) -> Refusal | None:
+    def _cross_site(headers: Headers, host: str, scheme: str) -> Refusal | None:
         site = headers.get("sec-fetch-site")
         if site is not None and site.lower() not in SAME_SITE:
-            return 403, "cross_site", f"a write from another site ({site}) is refused: use the console or a client"
+            return (
+                403,
+                "cross_site",
+                f"a write from another site ({site[:50]!r}) is refused: use the console or a client",
+            )
         origin = headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc.lower() != host.strip().lower():
-            return 403, "cross_site", f"a write from another origin ({origin[:100]}) is refused"
+        if origin is None:
+            return None
+        try:
+            parts = urlsplit(origin.strip())
+        except ValueError:
+            parts = urlsplit("")
+        if parts.netloc.lower() != host.strip().lower() or parts.scheme.lower() != scheme.lower():
+            return 403, "cross_site", f"a write from another origin ({origin[:100]!r}) is refused"
         return None
 
 
@@ -139,7 +151,7 @@ class Guard:
                 self.observe(method, route, message["status"], time.perf_counter() - started)
             await send(message)
 
-        refusal = self.policy.refusal(method, path, Headers(scope=scope))
+        refusal = self.policy.refusal(method, path, Headers(scope=scope), scope.get("scheme", "http"))
         if refusal is not None:
             await error_response(*refusal)(scope, receive, send_guarded)
             return

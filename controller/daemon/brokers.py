@@ -13,6 +13,7 @@ from controller.daemon import events as ev
 from controller.daemon.context import BrokerDelta, BrokerRecord
 from controller.daemon.host import Host, Watcher, context_of, writer_of
 from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings
 from controller.protocol import codecs
 from controller.protocol.codecs import (
@@ -71,7 +72,12 @@ class BrokerTracker:
         if not self._host.current(token):
             return
         ctx, lay = context_of(self._host), self._layout
-        ids = sorted(self._zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)))
+        ids = legal_children(
+            self._host,
+            lay,
+            lay.broker_ids,
+            self._zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)),
+        )
         stats = exists_many(self._zk, [lay.broker(b) for b in ids])
         epochs = {b: st.czxid for b, st in zip(ids, stats) if st is not None}
         read = sorted(b for b, epoch in epochs.items() if b not in ctx.brokers or ctx.brokers[b].epoch != epoch)
@@ -133,9 +139,10 @@ class BrokerTracker:
             path = self._layout.admin_controlled_shutdown_of(broker_id)
             self._host.write(lambda: writer_of(self._host).delete_if_present([path]))
 
-    def _in_place_hold(self, broker_id: str) -> float | None:
-        """The seconds a request to restart in place asks its tasks to wait (None: an ordinary request, or
-        garbage, which is one too: the znode's existence is the request)."""
+    def _read_request(self, broker_id: str) -> ControlledShutdownRequest | None:
+        """The controlled-shutdown request of ``broker_id`` (None: gone, or refused). Only the operator and
+        the controller may create one (the ACL policy); one that does not decode, or names another broker,
+        is refused: logged and deleted, never acted on."""
         path = self._layout.admin_controlled_shutdown_of(broker_id)
         try:
             data, _ = self._zk.get(path)
@@ -143,19 +150,37 @@ class BrokerTracker:
         except NoNodeError:
             return None
         except PayloadError as exc:
-            log.warning("controlled shutdown of %s: %s; moving its tasks away", broker_id, exc)
+            self._refuse(path, f"{exc}")
             return None
-        return min(max(request.hold_s, 0.0), MAX_IN_PLACE_HOLD_S) if request.in_place else None
+        if request.broker != broker_id:
+            self._refuse(path, f"it names broker {request.broker[:200]!r}")
+            return None
+        return request
+
+    def _refuse(self, path: str, why: str) -> None:
+        log.warning("refusing the controlled-shutdown request %s: %s; deleting it", path, why[:500])
+        self._host.write(lambda: writer_of(self._host).delete_if_present([path]))
 
     def on_controlled_shutdown(self, token: int) -> None:
         if not self._host.current(token):
             return
         ctx, lay = context_of(self._host), self._layout
         watch = self._host.watch(ev.ControlledShutdown)
-        brokers = set(self._zk.get_children(lay.admin_controlled_shutdown, watch=watch))
+        brokers = set(
+            legal_children(
+                self._host,
+                lay,
+                lay.admin_controlled_shutdown,
+                self._zk.get_children(lay.admin_controlled_shutdown, watch=watch),
+            )
+        )
         for b in sorted(brokers - ctx.shutdown_requests):
+            request = self._read_request(b)
+            if request is None:
+                brokers.discard(b)
+                continue
             ctx.shutdown_requests.add(b)
-            hold_s = self._in_place_hold(b)
+            hold_s = min(max(request.hold_s, 0.0), MAX_IN_PLACE_HOLD_S) if request.in_place else None
             for g, coord in ctx.groups.items():
                 if b in ctx.members.get(g, {}):
                     if hold_s is not None and coord.holds.hold_on_leave(b, hold_s):

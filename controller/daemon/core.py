@@ -227,7 +227,7 @@ class Controller:
         log.info("controller %s is active at epoch %d", self.id, epoch)
         self.election.watch_seat()
         self.summary.reset()
-        self.loader.load()
+        self._load()
 
     def reload(self) -> None:
         """Start again from what ZooKeeper holds: a new token, a new context."""
@@ -236,7 +236,19 @@ class Controller:
         self.token += 1
         self.needs_reload = False
         self.summary.reset()
-        self.loader.load()
+        self._load()
+
+    def _load(self) -> None:
+        """Load the context. ZooKeeper going away and a newer epoch are handled by the caller as for any
+        event; any other failure gives the seat up (never held without a context) and backs off."""
+        try:
+            self.loader.load()
+        except (Fenced, *TRANSIENT):
+            raise
+        except Exception as exc:
+            self.election.activation_failed(exc)
+            return
+        self.election.activated()
 
     def resign(self, reason: str) -> None:
         if not self.active:

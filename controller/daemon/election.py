@@ -31,6 +31,11 @@ from controller.zk.io import InterruptibleClient
 
 log = logging.getLogger(__name__)
 
+# After a failed activation the controller stands aside this long (doubling per failure in a row, up to the
+# maximum): a standby can take the seat, and a controller that cannot load never holds it without a context.
+ACTIVATION_BACKOFF_S = 1.0
+ACTIVATION_BACKOFF_MAX_S = 60.0
+
 
 class Seat(Protocol):
     """The controller as its election sees it: whether it holds the seat, the activation it starts or ends,
@@ -74,12 +79,14 @@ class Election:
         self._id = controller_id
         self._machine = machine  # the host name written into /controller
         self.retry_timer: threading.Timer | None = None
+        self.failed_activations = 0  # in a row; reset by an activation that loads
+        self._aside_until = 0.0  # (monotonic) no election before this: a failed activation backs off
 
     # ---- election ---------------------------------------------------------------------------------
     def elect(self) -> None:
         """Race for ``/controller``; on winning, bump the epoch conditionally and load the context."""
-        if self._seat.active or self._seat.stopping:
-            return
+        if self._seat.active or self._seat.stopping or time.monotonic() < self._aside_until:
+            return  # (standing aside: the back-off's timer runs for election again)
         zk, lay = self._zk, self._layout
         try:
             try:
@@ -124,12 +131,34 @@ class Election:
             if not self._seat.stopping:
                 self.retry_later()
 
-    def retry_later(self, event: Any = None) -> None:
+    def activation_failed(self, exc: BaseException) -> float:
+        """The context could not be loaded: give the seat up (the seat's ``resign`` deletes our ``/controller``,
+        checked against our session) and stand aside for a growing back-off, then run again. Returns the
+        back-off in seconds."""
+        self.failed_activations += 1
+        delay = float(min(ACTIVATION_BACKOFF_MAX_S, ACTIVATION_BACKOFF_S * 2 ** (self.failed_activations - 1)))
+        log.error(
+            "controller %s: activation failed (%s: %s); resigning, standing aside %.0fs",
+            self._id,
+            type(exc).__name__,
+            str(exc)[:500],
+            delay,
+        )
+        self._seat.resign(f"activation failed ({type(exc).__name__})")
+        self._aside_until = time.monotonic() + delay
+        self.retry_later(delay=delay + 0.01)
+        return delay
+
+    def activated(self) -> None:
+        """An activation loaded its context: the next failure backs off from the start again."""
+        self.failed_activations = 0
+
+    def retry_later(self, event: Any = None, delay: float = 0.5) -> None:
         """Re-elect (or re-check, ``event``) once ZooKeeper is back: Reconnected does it; also retry on a timer."""
         if self.retry_timer is not None:
             self.retry_timer.cancel()
         event = event if event is not None else ev.Reelect()
-        t = threading.Timer(0.5, lambda: self._seat.put(event))
+        t = threading.Timer(delay, lambda: self._seat.put(event))
         t.name = f"controller-{self._id}-retry"
         t.daemon = True
         self.retry_timer = t

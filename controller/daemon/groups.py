@@ -19,6 +19,7 @@ from controller.daemon.context import ControllerContext
 from controller.daemon.grants import TaskGrants
 from controller.daemon.host import Host, Watcher, context_of
 from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings
 from controller.protocol import codecs
 from controller.protocol.clock import Clock
@@ -296,7 +297,9 @@ class GroupDriver:
     def on_groups_change(self, token: int) -> None:
         if not self._host.current(token):
             return
-        for g in self._zk.get_children(self._layout.groups, watch=self._host.watch(ev.GroupsChange)):
+        lay = self._layout
+        listed = self._zk.get_children(lay.groups, watch=self._host.watch(ev.GroupsChange))
+        for g in legal_children(self._host, lay, lay.groups, listed):
             if g not in context_of(self._host).groups:
                 self.coordinator(g)
 
@@ -306,7 +309,10 @@ class GroupDriver:
         ctx, lay = context_of(self._host), self._layout
         coord = self.coordinator(group)
         try:
-            children = set(self._zk.get_children(lay.group_members(group), watch=self._members_watch(group)))
+            parent = lay.group_members(group)
+            children = set(
+                legal_children(self._host, lay, parent, self._zk.get_children(parent, watch=self._members_watch(group)))
+            )
         except NoNodeError:
             children = set()
         current = ctx.members.setdefault(group, {})

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    NoAuthError,
     NoNodeError,
 )
 
@@ -28,6 +29,7 @@ from controller.daemon.context import TRANSIENT, ControllerContext, LoadMethod
 from controller.daemon.groups import GroupDriver, record_member
 from controller.daemon.host import Host
 from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings, SettingsRead
 from controller.daemon.tasks import TaskTracker, record_task
 from controller.protocol import codecs
@@ -296,7 +298,8 @@ class FailoverLoad:
         read, it misses nothing after it; else a children watch per bucket and a data watch per task, now or
         by the armer), the deletions requested and the operators' settings."""
         zk, lay = self._zk, self._layout
-        ids = zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange))
+        ids = self._legal(lay.broker_ids, zk.get_children(lay.broker_ids, watch=self._host.watch(ev.BrokerChange)))
+        self._sweep_intervals()
         brokers = list(zip(ids, reads.fetch(zk, [lay.broker(b) for b in ids], watch=self._brokers.broker_watch)))
         tree = self._tasks.watch_tree()
         listed = list_task_paths(zk, lay, watch=None if tree else self._host.bucket_watch(ev.TaskChange))
@@ -306,21 +309,30 @@ class FailoverLoad:
         else:
             task_data = reads.fetch(zk, task_paths, watch=None if tree else self._tasks.task_watch)
         tasks = [(t, path, res) for (t, path), res in zip(listed, task_data)]
-        deleting = zk.get_children(lay.admin_delete_tasks, watch=self._tasks.deletion_watcher())
+        deleting = self._legal(
+            lay.admin_delete_tasks, zk.get_children(lay.admin_delete_tasks, watch=self._tasks.deletion_watcher())
+        )
         return ClusterRead(brokers, tasks, reads.multiread and not tree, deleting, self._operations.read())
 
     def _read_groups(self, reads: _Reads, ctx: ControllerContext) -> GroupsRead:
         """Every group listed under ``/groups`` or named by a task: its state, its members (with their
         watches) and its assignments."""
         zk, lay = self._zk, self._layout
-        names = set(zk.get_children(lay.groups, watch=self._host.watch(ev.GroupsChange)))
+        names = set(self._legal(lay.groups, zk.get_children(lay.groups, watch=self._host.watch(ev.GroupsChange))))
         names |= {s.group for s in ctx.tasks.values()}
         ordered = sorted(names)
         for g in ordered:
             self._groups.ensure_paths(g)
         states = reads.bulk(zk, [lay.group_state(g) for g in ordered])
-        member_lists = children_many(zk, [lay.group_members(g) for g in ordered], watch=self._groups.members_watch)
-        assignment_lists = reads.bulk_children(zk, [lay.group_assignments(g) for g in ordered])
+        member_parents = [lay.group_members(g) for g in ordered]
+        assignment_parents = [lay.group_assignments(g) for g in ordered]
+        member_lists = [
+            self._legal(p, ms)
+            for p, ms in zip(member_parents, children_many(zk, member_parents, watch=self._groups.members_watch))
+        ]
+        assignment_lists = [
+            self._legal(p, ms) for p, ms in zip(assignment_parents, reads.bulk_children(zk, assignment_parents))
+        ]
         member_paths = [(g, m) for g, ms in zip(ordered, member_lists) for m in (ms or [])]
         member_data = reads.fetch(
             zk, [lay.group_member(g, m) for g, m in member_paths], watch=self._groups.member_watch
@@ -333,6 +345,17 @@ class FailoverLoad:
             [(g, m, res) for (g, m), res in zip(member_paths, member_data)],
             [(g, m, res) for (g, m), res in zip(assignment_paths, assignment_data)],
         )
+
+    def _sweep_intervals(self) -> None:
+        """The controller reads nothing under ``/intervals`` but sweeps a name there that is not ours."""
+        try:
+            self._legal(self._layout.intervals, self._zk.get_children(self._layout.intervals))
+        except (NoNodeError, NoAuthError):
+            pass  # nothing to sweep, or a root secured by an earlier release: not this load's business
+
+    def _legal(self, parent: str, names: Sequence[str] | None) -> list[str]:
+        """The legal children of ``parent``: an illegal name is logged, swept, and never stops the load."""
+        return legal_children(self._host, self._layout, parent, names)
 
     # ---- decode -----------------------------------------------------------------------------------
     def _decode_cluster(self, ctx: ControllerContext, read: ClusterRead) -> dict[str, int]:

@@ -16,6 +16,7 @@ from controller.daemon.context import ControllerContext, TaskWatch
 from controller.daemon.groups import GroupDriver
 from controller.daemon.host import Host, context_of, writer_of
 from controller.daemon.metrics import ControllerMetrics
+from controller.daemon.names import legal_children
 from controller.daemon.watchers import DeletionWatch, TaskDataWatch, TaskTreeWatch
 from controller.protocol import codecs
 from controller.protocol.clock import Clock
@@ -249,7 +250,11 @@ class TaskTracker:
         ctx, lay = context_of(self._host), self._layout
         watch = self.deletion_watcher()
         released, recheck, rescan = watch.take()
-        requested = set(self._zk.get_children(lay.admin_delete_tasks, watch=watch))
+        requested = set(
+            legal_children(
+                self._host, lay, lay.admin_delete_tasks, self._zk.get_children(lay.admin_delete_tasks, watch=watch)
+            )
+        )
         newly, withdrawn = requested - ctx.deleting, ctx.deleting - requested
         ctx.deleting = requested
         for t in withdrawn:
@@ -397,7 +402,8 @@ class TaskTracker:
         if not self._host.current(token):
             return
         ctx, lay = context_of(self._host), self._layout
-        names = sorted(self._zk.get_children(lay.admin_reassign, watch=self._host.watch(ev.Reassign)))
+        listed = self._zk.get_children(lay.admin_reassign, watch=self._host.watch(ev.Reassign))
+        names = legal_children(self._host, lay, lay.admin_reassign, listed)
         paths = [lay.admin_reassign_of(n) for n in names]
         for path, res in zip(paths, get_many(self._zk, paths)):
             if res is None:

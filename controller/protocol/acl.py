@@ -220,7 +220,9 @@ RULES: dict[str, dict[str, int]] = {
     "candidate": _rule(controller=ALL),  # /controller_candidates/<id>
     "summary": _rule(controller=ALL),  # /cluster_summary (task counts, written under the epoch fence)
     "brokers": _rule(admin=R | C | A),  # /brokers
-    "broker_ids": _rule(broker=R | C | D),  # /brokers/ids
+    # Containers a broker's credentials may create children in give the controller and the admin DELETE: a
+    # child whose name is not ours (``names.legal_children``) is swept by the controller, or by the operator.
+    "broker_ids": _rule(broker=R | C | D, controller=R | D, admin=R | D | A),  # /brokers/ids
     "broker": _rule(broker=RWCD),  # /brokers/ids/<b>
     "layout": _rule(admin=ALL),  # /layout (version, buckets)
     "tasks": _rule(admin=ALL, controller=R | D),  # /tasks
@@ -229,10 +231,10 @@ RULES: dict[str, dict[str, int]] = {
         admin=R | W | A, broker=R | C | D, controller=R | D
     ),  # /tasks/<bucket>/<t> (brokers: owner; controller: strays)
     "owner": _rule(broker=RWCD),  # /tasks/<bucket>/<t>/owner
-    "groups": _rule(controller=ALL, broker=R | C),  # /groups
-    "group": _rule(controller=ALL, broker=R | C),  # /groups/<g>
+    "groups": _rule(controller=ALL, broker=R | C, admin=R | D | A),  # /groups
+    "group": _rule(controller=ALL, broker=R | C, admin=R | D | A),  # /groups/<g>
     "group_state": _rule(controller=ALL),  # /groups/<g>/state
-    "members": _rule(broker=R | C | D),  # /groups/<g>/members
+    "members": _rule(broker=R | C | D, controller=R | D, admin=R | D | A),  # /groups/<g>/members
     "member": _rule(broker=RWCD),  # /groups/<g>/members/<m>
     "joins": _rule(controller=ALL),  # /groups/<g>/join
     "join": _rule(controller=ALL),  # /groups/<g>/join/<gen>
@@ -241,21 +243,25 @@ RULES: dict[str, dict[str, int]] = {
     "assignments": _rule(controller=ALL),  # /groups/<g>/assignment
     "assignment": _rule(controller=ALL),  # /groups/<g>/assignment/<m>
     "statuses": _rule(admin=R | C | A, broker=R | C | D, controller=R | C | D),  # /status (admin: lays out buckets)
-    "status_bucket": _rule(broker=R | C | D, controller=R | C | D),  # /status/<bucket>
+    "status_bucket": _rule(broker=R | C | D, controller=R | C | D, admin=R | D | A),  # /status/<bucket>
     "status": _rule(broker=RWCD, controller=ALL),  # /status/<bucket>/<t> (workers; controller: invalid specs)
-    "intervals": _rule(broker=R | C | D),  # /intervals
+    "intervals": _rule(broker=R | C | D, controller=R | D, admin=R | D | A),  # /intervals
     "interval": _rule(broker=RWCD),  # /intervals/<b>
     "admin": _rule(admin=ALL),  # /admin
     "admin_queue": _rule(admin=ALL, controller=R | D),  # /admin/{rebalance,reassign,delete_tasks,task_history}
     "admin_request": _rule(admin=ALL),  # their children
-    "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
-    "shutdown_request": _rule(admin=ALL, broker=RWCD),  # /admin/controlled_shutdown/<b>
+    # the operator's and the planned roll's requests: no broker may create one, not even for itself (a broker
+    # leaves by saying so in its own join request); CREATE cannot be limited to one child name
+    "shutdown_queue": _rule(admin=ALL, controller=R | C | D),  # /admin/controlled_shutdown
+    "shutdown_request": _rule(admin=ALL, controller=ALL),  # /admin/controlled_shutdown/<b>
     "tallies": _rule(admin=ALL),  # /admin/group_tasks
     "tally": _rule(admin=ALL),  # /admin/group_tasks/<g> (written by creates)
     "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
     "maintenance": _rule(admin=ALL, controller=R | W),  # /admin/maintenance (controller: automatic)
     "roll": _rule(admin=ALL, controller=R | W),  # /admin/roll (the controller writes its progress)
-    "security": _rule(admin=ALL),  # /security (the policy)
+    # /security (the policy): its digests are read by the processes that write ACLs naming them, never by the
+    # read-only role (ZooKeeper's getACL shows a digest only to a caller with ADMIN on the znode)
+    "security": _rule(admin=ALL, reader=0),
     "other": _rule(admin=ALL),  # anything else under the root
 }
 
@@ -346,8 +352,6 @@ PER_BROKER: dict[str, tuple[int, int]] = {
     "status": (R, R | W),  # the controller hands it to a task's new assignee
     "intervals": (R | C, 0),
     "interval": (R, R | W),
-    "shutdown_queue": (R | C, 0),
-    "shutdown_request": (R, R | W),
 }
 # what the controller needs on top with per-broker identities: ADMIN on a task, to hand it to its assignee
 CONTROLLER_PER_BROKER: dict[str, int] = {"task": A}
@@ -356,7 +360,7 @@ assert all(kind in PER_BROKER for kind, rule in RULES.items() if rule["broker"] 
 
 
 # znodes named after the broker that creates them: their owner is in their path
-NAMED_BY_OWNER = frozenset({"broker", "member", "interval", "shutdown_request"})
+NAMED_BY_OWNER = frozenset({"broker", "member", "interval"})
 
 
 def acl_perms(policy: AclPolicy, layout: ZkLayout, path: str, owner: str | None = None) -> dict[str, int]:

@@ -5,12 +5,16 @@ No other module builds a path string. Several clusters can share one ensemble by
 
 from __future__ import annotations
 
+import logging
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
 from controller.protocol.errors import ZkcError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "/zkc"
 
@@ -37,13 +41,48 @@ class InvalidName(ZkcError, ValueError):
     code = "not_found"  # a name that cannot exist names nothing
 
 
+# How much of a refused name an error shows: a name comes from a URL, a file or ZooKeeper, of any size.
+SHOWN_NAME_CHARS = 64
+
+
+def shown_name(name: object) -> str:
+    """``name`` as an error shows it: escaped (``repr``), at most ``SHOWN_NAME_CHARS`` of it, and its length."""
+    if not isinstance(name, str):
+        return f"of type {type(name).__name__}"
+    if len(name) <= SHOWN_NAME_CHARS:
+        return repr(name)
+    return f"{name[:SHOWN_NAME_CHARS]!r}... ({len(name)} characters)"
+
+
 def check_name(kind: str, name: str) -> str:
     """Return ``name`` if it is a legal single path segment, else raise InvalidName naming the kind."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidName(
-            f"invalid {kind} {name!r}: use 1-200 characters from A-Z a-z 0-9 . _ - starting with a letter or digit"
+            f"invalid {kind} {shown_name(name)}: use 1-200 characters from A-Z a-z 0-9 . _ - starting with a "
+            "letter or digit"
         )
     return name
+
+
+def is_name(name: object) -> bool:
+    """Whether ``name`` is a legal single path segment (``check_name`` without the error)."""
+    return isinstance(name, str) and bool(_NAME.fullmatch(name))
+
+
+# The illegal children reported already (warned once each, then quiet: a listing is read on every poll).
+_REPORTED: set[str] = set()
+_REPORTED_MAX = 10_000
+
+
+def report_illegal(kind: str, path: str) -> None:
+    """Log a child whose name is not a legal ``kind``: a warning the first time, debug after that."""
+    if path in _REPORTED:
+        log.debug("ignoring %s: not a legal %s", path, kind)
+        return
+    if len(_REPORTED) < _REPORTED_MAX:
+        _REPORTED.add(path)
+    parent, _, name = path.rpartition("/")
+    log.warning("ignoring %s under %s: not a legal %s (left out of every listing)", shown_name(name), parent, kind)
 
 
 def bucket_of(task_id: str) -> str:
@@ -289,6 +328,45 @@ class ZkLayout:
     def security(self) -> str:
         """The ACL policy (digest identities per role), written by ``zkctl security init``."""
         return self._p("security")
+
+    # the names of children
+    def child_kind(self, parent: str) -> str | None:
+        """The kind of name every child of ``parent`` must be (``check_name``'s ``kind``), None for a parent
+        whose children are not named after anything of ours (generations, sequential requests)."""
+        base = "" if self.root == "/" else self.root
+        if not parent.startswith(base + "/"):
+            return None
+        parts = parent[len(base) + 1 :].split("/")
+        match parts:
+            case ["brokers", "ids"] | ["intervals"] | ["admin", "controlled_shutdown"]:
+                return "broker id"
+            case ["groups"] | ["admin", "group_tasks"]:
+                return "group"
+            case ["groups", _, "members" | "assignment"]:
+                return "member"
+            case ["admin", "reassign" | "delete_tasks" | "task_history"]:
+                return "task id"
+            case ["tasks" | "status", bucket] if is_bucket(bucket):
+                return "task id"
+        return None
+
+    def split_children(self, parent: str, names: Iterable[str] | None) -> tuple[list[str], list[str]]:
+        """(legal, illegal) children of ``parent``, each sorted. A name read from ZooKeeper is data: one that
+        cannot be a path segment of ours is logged and set apart, so that it hides nothing else."""
+        kind = self.child_kind(parent)
+        legal: list[str] = []
+        illegal: list[str] = []
+        for name in names or ():
+            if kind is None or is_name(name):
+                legal.append(name)
+            else:
+                report_illegal(kind, f"{parent}/{name}")
+                illegal.append(name)
+        return sorted(legal), sorted(illegal)
+
+    def legal_children(self, parent: str, names: Iterable[str] | None) -> list[str]:
+        """The children of ``parent`` whose names are legal, sorted; the others are logged and left out."""
+        return self.split_children(parent, names)[0]
 
     def persistent_roots(self) -> tuple[str, ...]:
         """Containers that must exist before anything else runs (created idempotently)."""

@@ -9,6 +9,20 @@ import enum
 import math
 from dataclasses import dataclass
 
+from controller.protocol.layout import is_name, shown_name
+
+# The longest host name (DNS: 253) and label (rack, instance id, runner, controller id) a registration may
+# carry: untrusted text that every ``status`` prints, bounded where it is decoded.
+MAX_HOST_CHARS = 255
+MAX_LABEL_CHARS = 200
+
+
+def _bounded(cls: str, **fields: str | None) -> None:
+    for name, value in fields.items():
+        limit = MAX_HOST_CHARS if name == "host" else MAX_LABEL_CHARS
+        if value is not None and len(value) > limit:
+            raise ValueError(f"{cls} {name} is {len(value)} characters, over {limit}")
+
 
 @dataclass(frozen=True)
 class ControllerInfo:
@@ -18,6 +32,9 @@ class ControllerInfo:
     epoch: int
     host: str
     since: float
+
+    def __post_init__(self) -> None:
+        _bounded("controller", controller_id=self.controller_id, host=self.host)
 
 
 @dataclass(frozen=True)
@@ -83,3 +100,17 @@ class BrokerInfo:
     instance_id: str | None = None
     runner: str = "noop"
     session: SessionInfo | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("broker_id", self.broker_id), ("group", self.group)):
+            if not is_name(value):
+                raise ValueError(f"broker {name} {shown_name(value)} is not a legal name")
+        _bounded(
+            "broker",
+            broker_id=self.broker_id,
+            host=self.host,
+            group=self.group,
+            rack=self.rack,
+            instance_id=self.instance_id,
+            runner=self.runner,
+        )

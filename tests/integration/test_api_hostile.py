@@ -97,6 +97,11 @@ def test_writes_from_another_origin_or_as_forms_are_refused(open_api):
     assert status == 403 and body["error"] == "cross_site", body
     status, _h, body = raw(cluster, "POST", "/api/v1/tasks/xs-1/restart", headers={"Origin": "null"})
     assert status == 403 and body["error"] == "cross_site"
+    # the same host and port over another scheme is another origin (this server speaks http)
+    status, _h, body = raw(
+        cluster, "POST", "/api/v1/tasks/xs-1/restart", headers={"Origin": f"https://127.0.0.1:{cluster.port}"}
+    )
+    assert status == 403 and body["error"] == "cross_site", body
     status, _h, body = raw(
         cluster,
         "POST",

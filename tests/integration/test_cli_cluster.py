@@ -224,6 +224,8 @@ def test_maintenance_and_settings_commands(cli_env, zk, layout):
     assert "Maintenance mode is off" in invoke(["maintenance", "off"], cli_env).stdout
     res = invoke(["settings", "set", "max_moves=4", "max-moves-per-broker=2"], cli_env)
     assert res.exit_code == 0 and "max_moves" in res.stdout, res.output
+    assert_user_error(invoke(["settings", "set", "max_moves=2", "--group", "etl"], cli_env), "unknown group 'etl'")
+    zk.ensure_path(layout.group("etl"))
     res = invoke(["--json", "settings", "set", "max_moves=2", "--group", "etl"], cli_env)
     assert json.loads(res.stdout)["group_throttle"]["etl"]["max_moves"] == 2
     before = zk.get(layout.settings)[0]

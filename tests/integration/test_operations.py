@@ -10,6 +10,7 @@ import pytest
 
 from broker_sim.sim.checker import concurrent_moves, move_runs
 from controller.admin import AdminClient
+from controller.admin.common import NotFound
 from controller.admin.operations import SettingError
 from controller.protocol.assignors import get_assignor
 from controller.protocol.codecs import MemberMetadata, TaskDescriptor
@@ -203,6 +204,11 @@ def test_a_bad_setting_is_refused_and_changes_nothing(zk, layout, changes, group
 
 def test_group_throttles_are_kept_per_group(zk, layout):
     admin = AdminClient(zk, layout)
+    before = zk.get(layout.settings)[0] if zk.exists(layout.settings) else None
+    with pytest.raises(NotFound, match="unknown group 'etl'"):  # no such group: nothing stored
+        admin.update_settings({"max_moves": 4}, group="etl")
+    assert (zk.get(layout.settings)[0] if zk.exists(layout.settings) else None) == before
+    zk.ensure_path(layout.group("etl"))
     s = admin.update_settings({"max_moves": 4}, group="etl")
     s = admin.update_settings({"max_moves_per_broker": 1})
     assert s.group_throttle["etl"].max_moves == 4 and s.throttle.max_moves_per_broker == 1

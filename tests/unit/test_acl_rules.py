@@ -69,10 +69,11 @@ def test_acl_of_every_layout_path():
     assert perms(layout.task("t"))["broker"] & (create | delete)  # the owner child
     assert perms(layout.broker_ids)["broker"] & create and not perms(layout.broker_ids)["admin"] & write
     assert perms(layout.root)["controller"] & (create | delete)  # /controller, /controller_epoch
-    # everyone reads, the reader only reads
-    for path in kinds:
-        assert all(perms(path).get(r, 0) & 1 for r in ROLES)
-        assert perms(path)["reader"] == 1
+    # everyone reads, the reader only reads; the policy's digests are not the read-only role's
+    for path, kind in kinds.items():
+        readers = [r for r in ROLES if r != "reader"] if kind == "security" else ROLES
+        assert all(perms(path).get(r, 0) & 1 for r in readers)
+        assert perms(path).get("reader", 0) == (0 if kind == "security" else 1)
 
 
 def _layout_paths(layout: ZkLayout) -> dict[str, str]:
@@ -153,10 +154,11 @@ def test_per_broker_acl_of_every_path(pattern):
         # identities computes what it always did
         assert owned[shared] == RULES[kind]["broker"], kind
         assert {a.id.id: a.perms for a in acl_for(v1, layout, path, owner="b0")} == {
-            digest_id(CREDS[r]): RULES[kind][r] for r in ROLES
+            digest_id(CREDS[r]): RULES[kind][r] for r in ROLES if RULES[kind][r]
         }, kind
-        # everyone reads, the reader only reads
-        assert all(p & R for p in owned.values()) and owned[digest_id(CREDS["reader"])] == R
+        # everyone reads, the reader only reads (not the policy's digests)
+        assert all(p & R for p in owned.values())
+        assert owned.get(digest_id(CREDS["reader"]), 0) == (0 if kind == "security" else R)
         # the owner's rights are recognised in an existing ACL (what `security init` keeps and `check` expects)
         if own & ~every:
             assert owner_in_acl(policy, layout, path, acl_for(policy, layout, path, owner="b0")) == "b0"
@@ -171,14 +173,17 @@ def test_per_broker_acl_of_every_path(pattern):
             policy, layout, path, "b0"
         )
     # what each broker creates for itself is WRITE for it alone; the task is its assignee's to take and let go
-    for kind in ("broker", "member", "owner", "status", "interval", "shutdown_request", "sync"):
+    for kind in ("broker", "member", "owner", "status", "interval", "sync"):
         assert PER_BROKER[kind] == (R, R | W), kind
     task = {a.id.id: a.perms for a in acl_for(policy, layout, layout.task("t"), owner="b1")}
     assert task[other] == R | C | D and task[me] == R and task[controller] & A
     assert {a.id.id: a.perms for a in acl_for(policy, layout, layout.task("t"))}[controller] == R | D | A
     # no broker's own identity may delete children of a container whose children are other brokers'
-    for kind in ("broker_ids", "members", "statuses", "status_bucket", "intervals", "shutdown_queue", "syncs"):
+    for kind in ("broker_ids", "members", "statuses", "status_bucket", "intervals", "syncs"):
         assert PER_BROKER[kind] == (R | C, 0), kind
+    # a controlled-shutdown request is the operator's or the controller's (a broker leaves by its join request)
+    for kind in ("shutdown_queue", "shutdown_request"):
+        assert kind not in PER_BROKER and not RULES[kind]["broker"] & ~R, kind
 
 
 def test_policy_versions_and_bad_policies():

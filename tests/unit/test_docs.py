@@ -207,9 +207,7 @@ def test_links_name_existing_files_and_anchors(doc):
 
 #: docs whose zkctl lines are known to be wrong, with the mistake; strict: the test fails once they are right,
 #: so that the entry goes
-KNOWN_WRONG = {
-    "docs/security.md": "`security digest --zk-auth ...`: --zk-auth is a global option, given before the command",
-}
+KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

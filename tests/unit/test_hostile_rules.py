@@ -104,6 +104,14 @@ def test_the_guard_refuses_foreign_hosts_cross_site_writes_and_non_json_bodies()
     assert refused("POST", host="127.0.0.1:1", origin="http://evil.example") == (403, "cross_site")
     assert refused("POST", host="127.0.0.1:1", sec_fetch_site="cross-site") == (403, "cross_site")
     assert refused("POST", host="127.0.0.1:1", origin="http://127.0.0.1:1", sec_fetch_site="same-origin") is None
+    # an origin is scheme, host and port: a page served over https is not this http server's
+    assert refused("POST", host="127.0.0.1:1", origin="https://127.0.0.1:1") == (403, "cross_site")
+    assert refused("PUT", host="127.0.0.1:1", origin="null") == (403, "cross_site")
+    assert refused("GET", host="127.0.0.1:1", origin="https://127.0.0.1:1") is None  # a read changes nothing
+    https = policy.refusal(
+        "POST", "/api/v1/tasks", Headers({"host": "127.0.0.1:1", "origin": "https://127.0.0.1:1"}), "https"
+    )
+    assert https is None  # behind a proxy that says the request came over https
     assert refused("POST", host="127.0.0.1:1", content_type="text/plain", content_length="2") == (
         415,
         "unsupported_media_type",

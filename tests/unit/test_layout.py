@@ -69,3 +69,16 @@ def test_buckets_spread_evenly():
 def test_bad_names_are_refused(bad):
     with pytest.raises(InvalidName):
         ZkLayout().task(bad)
+
+
+def test_split_children_sets_illegal_names_apart_by_the_parents_kind() -> None:
+    lay = ZkLayout("/r")
+    assert lay.split_children(lay.broker_ids, ["b2", "evil<b>", "b1"]) == (["b1", "b2"], ["evil<b>"])
+    assert lay.split_children(lay.groups, ["bad<g>", "g"]) == (["g"], ["bad<g>"])
+    assert lay.split_children(lay.group_members("g"), ["m\n", "m"]) == (["m"], ["m\n"])
+    assert lay.legal_children(lay.intervals, ["x" * 201, "b1"]) == ["b1"]
+    assert lay.split_children(lay.admin_reassign, ["../t"]) == ([], ["../t"])
+    # children not named after anything of ours (generations, sequential requests) are left as they are
+    assert lay.child_kind(lay.group_joins("g")) is None
+    assert lay.legal_children(lay.admin_rebalance, ["req-0000000001"]) == ["req-0000000001"]
+    assert lay.legal_children(lay.groups, None) == []
