@@ -419,6 +419,8 @@ class ChaosRun(Simulation):
             longest_ownerless_s=round(ownerless, 3),
             longest_ownerless_stable_s=round(ownerless_stable, 3),
             ownerless_bound_s=o.ownerless_bound_s,
+            faults_drawn=played.injection.drawn,
+            not_injected=[(n.fault, n.reason) for n in played.injection.not_injected],
         )
 
     def _start_cluster(self) -> dict[str, tuple[Path, Path]]:
