@@ -34,6 +34,7 @@ from controller.zk.client import ZkSettings, make_client
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from broker_sim.chaos.ensemble import ChaosEnsemble
     from broker_sim.chaos.processes import ChaosProcess
     from broker_sim.sim.netproxy import NetProxy
     from broker_sim.worker import Worker
@@ -57,6 +58,10 @@ class ChaosCluster(Protocol):
     ctl_procs: dict[str, ChaosProcess]
     ctl_proxies: dict[str, NetProxy]
     server: ZooKeeperServer | None
+    #: the run's own ensemble (``--ensemble 3``), else None
+    ensemble: ChaosEnsemble | None
+    #: per quorum loss: how long after the quorum was back every task ran again (None: not within the bound)
+    quorum_returns: list[float | None]
     maintenance_windows: list[list[float | None]]
     admin: KazooClient
     layout: ZkLayout
@@ -90,6 +95,10 @@ class ChaosCluster(Protocol):
         ...
 
     def wait_stable(self, timeout: float) -> bool: ...
+
+    def tasks_running_within(self, timeout: float) -> float | None:
+        """Seconds until every RUNNING task runs on exactly one live broker (None: not within ``timeout``)."""
+        ...
 
     def settings(self, hosts: str | None = None) -> ZkSettings: ...
 
@@ -243,6 +252,51 @@ def restart_zookeeper(run: ChaosCluster, f: Fault) -> End:
         server.start(timeout=60)
 
     return start_again
+
+
+# ---- the ensemble ---------------------------------------------------------------------------------------
+def _ensemble(run: ChaosCluster) -> ChaosEnsemble:
+    if run.ensemble is None:
+        raise FaultRefused("the run has no ensemble of its own (--ensemble 3)")
+    return run.ensemble
+
+
+def kill_zk_server(run: ChaosCluster, f: Fault) -> End:
+    """SIGKILL of the ensemble's leader (or of a follower, drawn by the fault's time); started again, on the
+    same data, after the fault. Refused while no server is in that role (an election under way)."""
+    ens = _ensemble(run)
+    sid = ens.pick(f.target, int(f.at * 1000))
+    ens.kill(sid)
+    log.warning("chaos: ZooKeeper server %d (%s) killed", sid, f.target)
+    return lambda: ens.restart([sid])
+
+
+def lose_quorum(run: ChaosCluster, f: Fault) -> End:
+    """Two of three servers killed (the leader and a follower) for longer than a session: nobody can renew a
+    session meanwhile. At the end both start again; every task must then run again within the convergence
+    bound of the quorum's return (measured here, judged by verdict 12)."""
+    ens = _ensemble(run)
+    victims = [ens.pick("leader"), ens.pick("follower", int(f.at * 1000))]
+    for sid in victims:
+        ens.kill(sid)
+    log.warning("chaos: ZooKeeper servers %s killed: the quorum is lost", victims)
+
+    def quorum_back() -> None:
+        ens.restart(victims)
+        run.quorum_returns.append(run.tasks_running_within(run.copts.convergence_bound_s))
+
+    return quorum_back
+
+
+def isolate_zk_server(run: ChaosCluster, f: Fault) -> End:
+    """The leader (or a follower) cut off from its peers, both ways, while its clients still reach it: it
+    stops serving (no quorum), its clients must renew their sessions through the others or fence by their
+    deadline."""
+    ens = _ensemble(run)
+    sid = ens.pick(f.target, int(f.at * 1000))
+    ens.isolate(sid)
+    log.warning("chaos: ZooKeeper server %d (%s) cut off from its peers", sid, f.target)
+    return lambda: ens.rejoin(sid)
 
 
 def maintenance(run: ChaosCluster, f: Fault) -> End:
@@ -416,6 +470,10 @@ INJECTORS: Mapping[str, Injector] = {
     "kill-controller": kill_controller,
     "freeze-controller": freeze_controller,
     "zk-restart": restart_zookeeper,
+    "zk-kill-leader": kill_zk_server,
+    "zk-kill-follower": kill_zk_server,
+    "zk-lose-quorum": lose_quorum,
+    "zk-isolate": isolate_zk_server,
     "maintenance": maintenance,
     "task-storm": task_storm,
     "ghost-member": ghost_member,

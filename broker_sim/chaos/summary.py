@@ -74,6 +74,9 @@ class ChaosSummary:
     #: the faults the schedule drew, and those the engine refused at injection (fault, engine's message)
     faults_drawn: int = 0
     not_injected: list[tuple[str, str]] = field(default_factory=list)
+    ensemble: int = 1  # ZooKeeper servers of the run's own
+    #: per quorum loss: seconds from the quorum's return until every task ran again (None: not within the bound)
+    quorum_returns: list[float | None] = field(default_factory=list)
 
     @property
     def injection(self) -> Injection:
@@ -106,6 +109,15 @@ def format_summary(s: ChaosSummary) -> str:
         f"  longest unstable   {s.longest_unstable_s:.2f}s (bound {s.stable_bound_s:.0f}s)",
         f"  longest ownerless  {s.longest_ownerless_s:.2f}s, {s.longest_ownerless_stable_s:.2f}s of it while Stable "
         f"(bound {s.ownerless_bound_s:.0f}s)",
+        *(
+            [
+                "  quorum returns     "
+                + (", ".join("-" if q is None else f"{q:.2f}s" for q in s.quorum_returns) or "-")
+                + f" until every task ran again (ensemble of {s.ensemble}, bound {s.convergence_bound_s:.0f}s)"
+            ]
+            if s.ensemble > 1
+            else []
+        ),
         f"  halted, restarted  {sum(s.halts.values())}"
         + (f" ({', '.join(f'{k} {v}' for k, v in s.halts.items())})" if s.halts else ""),
     ]
