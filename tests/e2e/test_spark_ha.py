@@ -2,7 +2,8 @@
 the test's own (their state under the cluster's root), one Spark worker with one core, and a broker process
 running two streaming file pipelines against ``spark://m1,m2``. While a generator feeds them, (a) the active
 master is killed -9: the standby becomes ALIVE and the pipelines go on committing batches; (b) the worker is
-killed -9 (its executor with it) and started again, as a supervisor would: the pipelines recover. Every sink
+killed -9 (its executor with it): the pipelines stay on their broker, whose status says they wait for the
+engine, and once the worker is started again (as a supervisor would) they recover. Every sink
 holds every record exactly once, no pipeline ever ran on two brokers at once, and each pipeline's longest gap
 without a committed batch is printed (and bounded).
 
@@ -18,11 +19,13 @@ import pytest
 
 from broker_sim.chaos.sinks import pipeline_spec, sink_ids
 from broker_sim.deploy.spark_ha import SparkHA, SparkHASpec
+from broker_sim.runners.spark_jobs import ENGINE_WAITING
 from broker_sim.sim.checker import double_ownership
 from broker_sim.sim.datagen import Datagen, DatagenConfig
 from controller.admin import AdminClient
+from controller.protocol import codecs
 from controller.zk.server import ZooKeeperServer, free_port
-from tests.spark_brokers import controlled_root, start_spark_broker, stop_brokers
+from tests.spark_brokers import Root, controlled_root, start_spark_broker, stop_brokers
 from tests.spark_support import TEST_JVM_OPTS, require_spark, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -44,6 +47,13 @@ def _commits(sink: Path) -> list[tuple[int, float]]:
         if name.isdigit():
             out.append((int(name), f.stat().st_mtime))
     return sorted(out)
+
+
+def _waits_for_engine(root: Root, task: str) -> bool:
+    """The task's status: RUNNING on its broker b1, saying it waits for the engine (no executor)."""
+    data, _ = root.zk.get(root.layout.status(task))
+    st = codecs.decode(codecs.TaskStatus, data, root.layout.status(task))
+    return st.state == "RUNNING" and st.broker == "b1" and (st.metrics or {}).get("engine") == ENGINE_WAITING
 
 
 def _longest_gap(commits: list[tuple[int, float]], since: float, until: float) -> float:
@@ -115,10 +125,14 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(tmp
                 (worker,) = ha.workers
                 ha.kill(worker)
                 t_loss = time.time()
+                # the pipelines stay on their broker, which says they wait for the engine
+                wait_for(lambda: all(_waits_for_engine(root, t) for t in PIPELINES), 120, "statuses waiting for Spark")
+                figures["status_waiting_s"] = time.time() - t_loss
                 ha.start_worker(worker)
                 wait_for(lambda: ha.alive_workers() >= 1, 120, "the worker to register again")
                 wait_for(lambda: committed_after(time.time() - 0.5), 240, "batches committed after the worker's loss")
                 figures["commits_after_worker_loss_s"] = time.time() - t_loss
+                wait_for(lambda: not any(_waits_for_engine(root, t) for t in PIPELINES), 60, "statuses running again")
 
                 for g in gens:
                     g.join(300)
@@ -135,7 +149,8 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(tmp
         zk.stop()
     print(
         f"master failover {figures['failover_s']:.1f}s, commits again {figures['commits_after_failover_s']:.1f}s "
-        f"after the kill; after the worker's loss {figures['commits_after_worker_loss_s']:.1f}s; longest gap "
+        f"after the kill; after the worker's loss: statuses waiting for the engine {figures['status_waiting_s']:.1f}s, "
+        f"commits again {figures['commits_after_worker_loss_s']:.1f}s; longest gap "
         + ", ".join(f"{t} {g:.1f}s" for t, g in gaps.items())
     )
     for t, (_, out) in pipes.items():
