@@ -108,19 +108,19 @@ class Uninjectable:
         return [arg for k in self.kinds for arg in ("--leave-out", k)]
 
 
+def _throwaway(client: Any, image: str, prefix: str) -> Any:
+    """A container of the image that only sleeps, with no network (the caller removes it)."""
+    return client.containers.run(
+        image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none", name=f"{prefix}-{uuid.uuid4().hex[:6]}"
+    )
+
+
 @pytest.fixture(scope="session")
 def uninjectable(image: str) -> Uninjectable:
     """Probed once on a throwaway container: ``docker pause`` needs the cgroup freezer, which a nested or
     rootless engine may lack (``OCI runtime pause failed: unable to freeze``). Only that fault is left out."""
     client = _engine()
-    probe = client.containers.run(
-        image,
-        ["300"],
-        entrypoint=["sleep"],
-        detach=True,
-        network_mode="none",
-        name=f"zkc-pause-probe-{uuid.uuid4().hex[:6]}",
-    )
+    probe = _throwaway(client, image, "zkc-pause-probe")
     try:
         probe.pause()
         probe.unpause()
@@ -451,14 +451,7 @@ def test_a_fault_the_engine_refuses_is_not_injected_and_the_run_judged_on_the_re
     recorded as not injected, the kill's stamp (which bounds a life's run windows) is dropped, and a run
     whose other faults happened with every check holding is green."""
     client = _engine()
-    box = client.containers.run(
-        image,
-        ["300"],
-        entrypoint=["sleep"],
-        detach=True,
-        network_mode="none",
-        name=f"zkc-refuse-{uuid.uuid4().hex[:6]}",
-    )
+    box = _throwaway(client, image, "zkc-refuse")
     try:
         box.kill()
         kills: dict[str, list[float]] = {}
