@@ -125,8 +125,9 @@ class SparkHA:
             "SPARK_NO_DAEMONIZE": "1",
         }
 
-    def start(self, timeout: float = 120.0) -> SparkHA:
-        """Every master, then (once one is ALIVE) every worker; refused with the log's tail if one exits."""
+    def start(self, timeout: float = 300.0) -> SparkHA:
+        """Every master, then (once one is ALIVE) every worker; refused with the log's tail if one exits. Each
+        wait is bounded by ``timeout``: a JVM start on a loaded machine took over a minute (measured: 104 s)."""
         check_java()
         conf = recovery_conf(self.spec.zk_hosts, self.spec.root)
         self.conf_file.write_text("".join(f"{k} {v}\n" for k, v in conf.items()))

@@ -33,3 +33,13 @@ def test_sizes_out_of_range_are_refused():
         SparkHASpec(zk_hosts="zk:2181", root="/zkc", workdir=Path("unused"), masters=0)
     with pytest.raises(SparkHAError):
         SparkHASpec(zk_hosts="zk:2181", root="/zkc", workdir=Path("unused"), workers=9)
+
+
+def test_zkctl_spark_up_refuses_a_bad_ensemble_in_one_line_and_starts_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    res = CliRunner().invoke(cli, ["--zk", "zk1:2181 zk2:2181", "--state-dir", str(tmp_path), "spark", "up"])
+    assert res.exit_code == 1 and "expected host:port" in res.output, res.output
+    assert "Traceback" not in res.output and not (tmp_path / "spark").exists()
