@@ -199,6 +199,12 @@ COMMANDS: dict[str, LazyCommand] = {
         optional=True,
     ),
     "api": LazyCommand("cli.api", "api", "The HTTP API (/api/v1) and the web console.", optional=True),
+    "spark": LazyCommand(
+        "cli.spark_cmd",
+        "spark",
+        "Spark standalone masters in ZooKeeper recovery mode and workers, as processes on this machine.",
+        optional=True,
+    ),
     "cluster": LazyCommand(
         "cli.containers",
         "cluster",

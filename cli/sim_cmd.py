@@ -299,6 +299,14 @@ def sim_run(
     help="the brokers' group protocol",
 )
 @click.option(
+    "--ensemble",
+    type=click.Choice(["1", "3"]),
+    default="1",
+    show_default=True,
+    help="ZooKeeper servers of the run's own: 3 runs an ensemble whose faults are the zk-* kinds "
+    "(zk-kill-leader, zk-kill-follower, zk-lose-quorum, zk-isolate)",
+)
+@click.option(
     "--intervals-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -324,6 +332,7 @@ def sim_chaos(
     max_moves: int | None,
     max_moves_per_broker: int | None,
     protocol: str,
+    ensemble: str,
     intervals_out: Path | None,
 ) -> None:
     """A seeded schedule of faults (printed first) against a live cluster, then the invariant checker.
@@ -338,8 +347,10 @@ def sim_chaos(
     exactly once; when a broker halted, (6) every halted broker is back in the group; with a throttle,
     (7) never more moves in flight than it allows; with maintenance windows, (8) nothing moves inside them;
     (9) no task placed longer than the rebalance timeout without a running owner while its group says
-    Stable; with ghost members, (10) a member with no broker behind it is never given work.
-    Exits 1 on any violation."""
+    Stable; with ghost members, (10) a member with no broker behind it is never given work; with quorum
+    losses (--ensemble 3), (12) every task runs again within the bound after the quorum returns.
+    A fault the engine refuses at injection is listed as not injected and judged without it.
+    Exits 1 on any violation, or when fewer than half the drawn faults could be injected."""
     if pipelines and not process_brokers:
         raise click.UsageError("--pipelines needs --process-brokers (each broker process runs its own Spark)")
     chosen = FAULT_KINDS if kinds.strip() == "all" else tuple(k.strip() for k in kinds.split(",") if k.strip())
@@ -370,6 +381,7 @@ def sim_chaos(
         max_moves_per_broker=max_moves_per_broker,
         intervals_out=str(intervals_out) if intervals_out else None,
         protocol=protocol,
+        ensemble=int(ensemble),
     )
     try:
         summary = run_chaos(opts, echo=(lambda s: None) if ctx.json_out else click.echo)

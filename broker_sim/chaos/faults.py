@@ -4,7 +4,10 @@ function and one entry here (and, in ``schedule``, its weight and how long it la
 checks do not change.
 
 An injector receives the run through ``ChaosCluster``, the few parts of it a fault reaches, begins its
-fault and returns what ends it (called ``duration`` later), or None when nothing is left to undo."""
+fault and returns what ends it (called ``duration`` later), or None when nothing is left to undo. When the
+engine refuses the fault now (its target process already gone, no active controller, ZooKeeper refusing the
+write) it raises ``FaultRefused`` with the engine's message, having changed nothing: the fault is recorded as
+not injected and the run is judged without it (``broker_sim.sim.injection``)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kazoo.exceptions import KazooException
+
 from broker_sim.chaos.schedule import GROUP, ChaosOptions, Fault, broker_id, task_id
+from broker_sim.sim.injection import FaultRefused
 from controller.admin import AdminClient, AdminError
 from controller.protocol import codecs
 from controller.protocol.layout import ZkLayout
@@ -28,6 +34,7 @@ from controller.zk.client import ZkSettings, make_client
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
+    from broker_sim.chaos.ensemble import ChaosEnsemble
     from broker_sim.chaos.processes import ChaosProcess
     from broker_sim.sim.netproxy import NetProxy
     from broker_sim.worker import Worker
@@ -51,6 +58,10 @@ class ChaosCluster(Protocol):
     ctl_procs: dict[str, ChaosProcess]
     ctl_proxies: dict[str, NetProxy]
     server: ZooKeeperServer | None
+    #: the run's own ensemble (``--ensemble 3``), else None
+    ensemble: ChaosEnsemble | None
+    #: per quorum loss: how long after the quorum was back every task ran again (None: not within the bound)
+    quorum_returns: list[float | None]
     maintenance_windows: list[list[float | None]]
     admin: KazooClient
     layout: ZkLayout
@@ -85,6 +96,10 @@ class ChaosCluster(Protocol):
 
     def wait_stable(self, timeout: float) -> bool: ...
 
+    def tasks_running_within(self, timeout: float) -> float | None:
+        """Seconds until every RUNNING task runs on exactly one live broker (None: not within ``timeout``)."""
+        ...
+
     def settings(self, hosts: str | None = None) -> ZkSettings: ...
 
 
@@ -95,8 +110,10 @@ Injector = Callable[[ChaosCluster, Fault], "End | None"]
 def kill_broker(run: ChaosCluster, f: Fault) -> End:
     """kill -9 of a process broker (an in-process one closes its session at once); back after the fault."""
     if run.copts.process_brokers:
-        run.broker_gone(f.target, run.broker_procs[f.target].kill9())
+        run.broker_gone(f.target, _live_process(run.broker_procs, f.target).kill9())
     else:
+        if f.target not in run.workers:
+            raise FaultRefused(f"broker {f.target} is not running (it is down already)")
         run.kill(f.target)
     return lambda: run.new_broker(f.target)
 
@@ -111,8 +128,10 @@ def cut_off_broker(run: ChaosCluster, f: Fault) -> End:
 def freeze_broker(run: ChaosCluster, f: Fault) -> End:
     """SIGSTOP of a process broker (SIGCONT at the end); in process: its threads and its network frozen."""
     if run.copts.process_brokers:
-        return _stop_process(run.broker_procs[f.target])
-    w = run.workers[f.target]
+        return _stop_process(_live_process(run.broker_procs, f.target))
+    w = run.workers.get(f.target)
+    if w is None:
+        raise FaultRefused(f"broker {f.target} is not running (it is down already)")
     proxy = run.proxies[f.target]
     w.frozen.set()
     proxy.partition()
@@ -129,8 +148,12 @@ def wedge_stops(run: ChaosCluster, f: Fault) -> End:
     """Its runner's stops hang from now on, and it is cut off: the fence's stops hang, so it must halt (exit
     75, or an in-process kill) before its session expires; the supervisor restarts it."""
     if run.copts.process_brokers:
-        run.broker_procs[f.target].signal(signal.SIGUSR2, group=False)
+        proc = _live_process(run.broker_procs, f.target)
+        if not proc.signal(signal.SIGUSR2, group=False):
+            raise FaultRefused(f"broker {f.target}'s process {proc.pid} is gone: no signal delivered")
     else:
+        if f.target not in run.workers:
+            raise FaultRefused(f"broker {f.target} is not running (it is down already)")
         run.workers[f.target].runner.wedge(True)  # type: ignore[attr-defined]  # the no-op runner's hook
     end = cut_off_broker(run, f)
     if run.runs_tasks(f.target):
@@ -170,12 +193,12 @@ def kill_controller(run: ChaosCluster, f: Fault) -> End:
     if run.copts.process_brokers:
         proc = run.ctl_procs.pop(cid, None) if cid else None
         if proc is None:
-            raise RuntimeError("no active controller process to kill")
+            raise FaultRefused(f"no active controller process of this run to kill (/controller names {cid})")
         proc.kill9()
     else:
         ctl = next((c for c in run.controllers if c.id == cid), None)
         if ctl is None:
-            raise RuntimeError("no active controller to kill")
+            raise FaultRefused(f"no active controller of this run to kill (/controller names {cid})")
         run.controllers.remove(ctl)
         ctl.stop()
 
@@ -190,15 +213,15 @@ def freeze_controller(run: ChaosCluster, f: Fault) -> End:
     its network goes silent."""
     cid = run.active_controller_id()
     if cid is None:
-        raise RuntimeError("no active controller to freeze")
+        raise FaultRefused("no active controller to freeze")
     if run.copts.process_brokers:
         proc = run.ctl_procs.get(cid)
         if proc is None:  # /controller still names one we killed: its session has not expired yet
-            raise RuntimeError(f"the active controller {cid} is one this run killed (its session has not expired)")
+            raise FaultRefused(f"the active controller {cid} is one this run killed (its session has not expired)")
         return _stop_process(proc)
     ctl = next((c for c in run.controllers if c.id == cid), None)
     if ctl is None:
-        raise RuntimeError(f"the active controller {cid} is one this run stopped (its session has not expired)")
+        raise FaultRefused(f"the active controller {cid} is one this run stopped (its session has not expired)")
     proxy = run.ctl_proxies[cid]
     stall = threading.Event()
     limit = f.duration + 10.0
@@ -229,6 +252,51 @@ def restart_zookeeper(run: ChaosCluster, f: Fault) -> End:
         server.start(timeout=60)
 
     return start_again
+
+
+# ---- the ensemble ---------------------------------------------------------------------------------------
+def _ensemble(run: ChaosCluster) -> ChaosEnsemble:
+    if run.ensemble is None:
+        raise FaultRefused("the run has no ensemble of its own (--ensemble 3)")
+    return run.ensemble
+
+
+def kill_zk_server(run: ChaosCluster, f: Fault) -> End:
+    """SIGKILL of the ensemble's leader (or of a follower, drawn by the fault's time); started again, on the
+    same data, after the fault. Refused while no server is in that role (an election under way)."""
+    ens = _ensemble(run)
+    sid = ens.pick(f.target, int(f.at * 1000))
+    ens.kill(sid)
+    log.warning("chaos: ZooKeeper server %d (%s) killed", sid, f.target)
+    return lambda: ens.restart([sid])
+
+
+def lose_quorum(run: ChaosCluster, f: Fault) -> End:
+    """Two of three servers killed (the leader and a follower) for longer than a session: nobody can renew a
+    session meanwhile. At the end both start again; every task must then run again within the convergence
+    bound of the quorum's return (measured here, judged by verdict 12)."""
+    ens = _ensemble(run)
+    victims = [ens.pick("leader"), ens.pick("follower", int(f.at * 1000))]
+    for sid in victims:
+        ens.kill(sid)
+    log.warning("chaos: ZooKeeper servers %s killed: the quorum is lost", victims)
+
+    def quorum_back() -> None:
+        ens.restart(victims)
+        run.quorum_returns.append(run.tasks_running_within(run.copts.convergence_bound_s))
+
+    return quorum_back
+
+
+def isolate_zk_server(run: ChaosCluster, f: Fault) -> End:
+    """The leader (or a follower) cut off from its peers, both ways, while its clients still reach it: it
+    stops serving (no quorum), its clients must renew their sessions through the others or fence by their
+    deadline."""
+    ens = _ensemble(run)
+    sid = ens.pick(f.target, int(f.at * 1000))
+    ens.isolate(sid)
+    log.warning("chaos: ZooKeeper server %d (%s) cut off from its peers", sid, f.target)
+    return lambda: ens.rejoin(sid)
 
 
 def maintenance(run: ChaosCluster, f: Fault) -> End:
@@ -315,7 +383,7 @@ def rewrite_report(run: ChaosCluster, f: Fault) -> None:
     # the target, or (killed or away now) the first other broker that is a member: the schedule cannot know
     target = next((b for b in [f.target, *sorted(run.broker_procs or run.workers)] if _report_of(run, b)), None)
     if target is None:
-        raise RuntimeError("no member has a report to rewrite")
+        raise FaultRefused("no member has a report to rewrite")
     path = run.layout.group_member(GROUP, target)
     body = _report_of(run, target)
     assert body is not None
@@ -370,8 +438,18 @@ def _reconnect(proxy: NetProxy) -> End:
     return reconnect
 
 
+def _live_process(procs: Mapping[str, ChaosProcess], name: str) -> ChaosProcess:
+    """The live process of ``name``, or the engine's refusal: it is down (killed, halted, being restarted)."""
+    proc = procs.get(name)
+    if proc is None or not proc.alive():
+        raise FaultRefused(f"{name} has no live process now (it is down already)")
+    return proc
+
+
 def _stop_process(proc: ChaosProcess) -> End:
-    proc.signal(signal.SIGSTOP)
+    """SIGSTOP of its process group (SIGCONT at the end); refused when the process is gone by now."""
+    if not proc.signal(signal.SIGSTOP):
+        raise FaultRefused(f"SIGSTOP not delivered: {proc.name}'s process {proc.pid} is gone")
     proc.frozen = True
 
     def thaw() -> None:
@@ -392,6 +470,10 @@ INJECTORS: Mapping[str, Injector] = {
     "kill-controller": kill_controller,
     "freeze-controller": freeze_controller,
     "zk-restart": restart_zookeeper,
+    "zk-kill-leader": kill_zk_server,
+    "zk-kill-follower": kill_zk_server,
+    "zk-lose-quorum": lose_quorum,
+    "zk-isolate": isolate_zk_server,
     "maintenance": maintenance,
     "task-storm": task_storm,
     "ghost-member": ghost_member,
@@ -404,4 +486,7 @@ def begin(run: ChaosCluster, f: Fault) -> End | None:
     inject = INJECTORS.get(f.kind)
     if inject is None:
         raise ValueError(f"unknown fault kind {f.kind!r}")
-    return inject(run, f)
+    try:
+        return inject(run, f)
+    except (ProcessLookupError, KazooException) as exc:  # the kernel or ZooKeeper refused it: nothing done
+        raise FaultRefused(f"{type(exc).__name__}: {exc}") from exc

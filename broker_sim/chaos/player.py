@@ -1,7 +1,8 @@
 """Playing a fault schedule in time: each fault begins at its time after the start of the fault phase and
 is ended ``duration`` later; an exclusive fault (``EXCLUSIVE``) is waited out where it began, nothing else
 starting or ending meanwhile, and the faults after it are pushed back by what it overran. What a fault does
-is not known here: ``begin`` injects it and returns what ends it."""
+is not known here: ``begin`` injects it and returns what ends it, or raises ``FaultRefused`` when the engine
+refuses it now (recorded as not injected, with the engine's message: see ``broker_sim.sim.injection``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker_sim.chaos.schedule import EXCLUSIVE, Fault
+from broker_sim.sim.injection import FaultRefused, Injection, NotInjected
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +23,14 @@ End = Callable[[], None]
 
 @dataclass(frozen=True)
 class Played:
-    """What playing the schedule did: the faults injected by kind, those that could not be begun or ended
-    (with why), and the wall-clock time the last fault began or ended (invariant 4 counts from there)."""
+    """What playing the schedule did: the faults injected by kind, those the engine refused (not injected,
+    with its message), those that failed otherwise (an error at injection that is no refusal, or at their
+    end), and the wall-clock time the last fault began or ended (invariant 4 counts from there)."""
 
     injected: Counter[str] = field(default_factory=Counter)
     failed: list[str] = field(default_factory=list)
     faults_end: float = 0.0
+    injection: Injection = Injection(0)
 
 
 def play(
@@ -38,6 +42,7 @@ def play(
     """Begin and end every fault of ``schedule`` at its time; ``sleep(s)`` waits (the run may cut it short)."""
     injected: Counter[str] = Counter()
     failed: list[str] = []
+    refused: list[NotInjected] = []
 
     def end_it(end: End, label: str) -> None:
         try:
@@ -64,11 +69,16 @@ def play(
         f = queue.pop(0)
         label = f.describe().strip()
         started = time.monotonic()
+        said = "injected"
         try:
             ending = begin(f)
             injected[f.kind] += 1
+        except FaultRefused as exc:
+            ending, said = None, f"not injected ({exc})"
+            refused.append(NotInjected(label, str(exc)))
+            log.warning("not injected: %s: %s", label, exc)
         except Exception as exc:
-            ending = None
+            ending, said = None, f"failed ({type(exc).__name__})"
             failed.append(f"{label}: {type(exc).__name__}: {exc}")
             log.exception("injecting %s", label)
         if f.kind in EXCLUSIVE:
@@ -80,5 +90,5 @@ def play(
             seq += 1
             heapq.heappush(pending, (time.monotonic() + f.duration, seq, ending, label))
         faults_end = time.time()
-        echo(f"  injected {label}")
-    return Played(injected, failed, faults_end)
+        echo(f"  {said}: {label}" if said != "injected" else f"  injected {label}")
+    return Played(injected, failed, faults_end, Injection(len(schedule), tuple(refused)))

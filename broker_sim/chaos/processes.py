@@ -320,14 +320,16 @@ class ChaosProcess:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def signal(self, sig: int, group: bool = True) -> None:
+    def signal(self, sig: int, group: bool = True) -> bool:
         """Signal its process group (it and what it started), or with ``group=False`` the process alone (a
-        JVM it started has signal handlers of its own)."""
+        JVM it started has signal handlers of its own). False when it is gone: nothing was delivered."""
         if self.alive():
             try:
                 (os.killpg if group else os.kill)(self.pid, sig)
+                return True
             except ProcessLookupError:
                 pass
+        return False
 
     def kill9(self) -> float:
         """SIGKILL of its group; returns when the group was gone (the end of its run windows)."""

@@ -8,15 +8,17 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from broker_sim.chaos import faults, verdicts
 from broker_sim.chaos.checks import Checks
+from broker_sim.chaos.ensemble import ChaosEnsemble
 from broker_sim.chaos.player import play
 from broker_sim.chaos.processes import ChaosProcess, JournalTail, dump_and_tail, read_journal, zkctl_command
 from broker_sim.chaos.schedule import FAULT_KINDS, GROUP, ChaosOptions, broker_id, left_out, make_schedule
@@ -85,6 +87,48 @@ class ChaosRun(Simulation):
         self._born: dict[str, float] = {}  # in-process broker -> when its current life began
         self.ghosts: list[str] = []  # member ids of the ghost members injected (verdict 10)
         self.rewritten: dict[str, float] = {}  # member -> when its report was last rewritten (verdict 11)
+        self.ensemble: ChaosEnsemble | None = None  # the run's own three servers (--ensemble 3)
+        self._ensemble_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.quorum_returns: list[float | None] = []  # per quorum loss: until every task ran again (verdict 12)
+
+    def __enter__(self) -> Self:
+        """With ``ensemble`` > 1 the run's ZooKeeper is an ensemble of its own (in a directory apart: its
+        servers are stopped by the pids their data directories keep, after everything that uses them)."""
+        if self.copts.ensemble > 1 and self.copts.zk_hosts is None:
+            self._ensemble_dir = tempfile.TemporaryDirectory(prefix="zkc-ensemble-")
+            self.ensemble = ChaosEnsemble(Path(self._ensemble_dir.name), self.copts.ensemble)
+            try:
+                self.ensemble.start()
+            except BaseException:
+                self._close_ensemble()
+                raise
+            self.opts = dataclasses.replace(self.opts, zk_hosts=self.ensemble.hosts)
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._close_ensemble()
+            raise
+
+    def _close_ensemble(self) -> None:
+        if self.ensemble is not None:
+            self.ensemble.close()
+            self.ensemble = None
+        if self._ensemble_dir is not None:
+            self._ensemble_dir.cleanup()
+            self._ensemble_dir = None
+
+    def tasks_running_within(self, timeout: float) -> float | None:
+        """Seconds until every RUNNING task runs on exactly one live broker, as the checks see it (None: not
+        within ``timeout``)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 <= timeout and not self._stop.is_set():
+            try:
+                if not self.checks.zk_view():
+                    return time.monotonic() - t0
+            except Exception:  # ZooKeeper not answering yet: the clock runs
+                pass
+            self._stop.wait(0.2)
+        return None
 
     @property
     def admin_ops(self) -> AdminClient:
@@ -92,14 +136,10 @@ class ChaosRun(Simulation):
         return AdminClient(self.admin, self.layout)
 
     # ---- cluster pieces ---------------------------------------------------------------------------
-    def _upstream(self) -> tuple[str, int]:
-        host, port = self.hosts.split(",")[0].rsplit(":", 1)
-        return host, int(port)
-
     def _proxy(self, name: str, table: dict[str, NetProxy]) -> NetProxy:
         proxy = table.get(name)
         if proxy is None:
-            proxy = table[name] = NetProxy(*self._upstream(), name=f"proxy-{name}")
+            proxy = table[name] = NetProxy.for_hosts(self.hosts, name=f"proxy-{name}")
         proxy.heal()
         return proxy
 
@@ -419,6 +459,10 @@ class ChaosRun(Simulation):
             longest_ownerless_s=round(ownerless, 3),
             longest_ownerless_stable_s=round(ownerless_stable, 3),
             ownerless_bound_s=o.ownerless_bound_s,
+            ensemble=o.ensemble,
+            quorum_returns=[None if q is None else round(q, 3) for q in self.quorum_returns],
+            faults_drawn=played.injection.drawn,
+            not_injected=[(n.fault, n.reason) for n in played.injection.not_injected],
         )
 
     def _start_cluster(self) -> dict[str, tuple[Path, Path]]:
@@ -491,6 +535,8 @@ class ChaosRun(Simulation):
             out.append(verdicts.moves_within_throttle(intervals, since, o.max_moves, o.max_moves_per_broker))
         if self.maintenance_windows:
             out.append(verdicts.nothing_moves_in_maintenance(intervals, self.maintenance_windows))
+        if self.quorum_returns:
+            out.append(verdicts.tasks_back_after_quorum(self.quorum_returns, o.convergence_bound_s))
         return out
 
     # ---- streaming pipelines ----------------------------------------------------------------------
@@ -529,7 +575,10 @@ class ChaosRun(Simulation):
             proc.terminate(10)
         for p in self.ctl_proxies.values():
             p.close()
-        super().close()
+        try:
+            super().close()
+        finally:
+            self._close_ensemble()
 
 
 def run_chaos(opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) -> ChaosSummary:
@@ -542,6 +591,7 @@ def run_chaos(opts: ChaosOptions, echo: Callable[[str], None] = lambda s: None) 
         echo(
             f"chaos seed {opts.seed}: {len(run.schedule)} faults over {opts.duration_s:.0f}s "
             f"({'process' if opts.process_brokers else 'in-process'} brokers, {opts.brokers} brokers, "
+            f"{'an ensemble of ' + str(opts.ensemble) if opts.ensemble > 1 else 'one'} ZooKeeper server(s), "
             f"{opts.tasks} tasks, session {opts.session_timeout_s:g}s, rebalance timeout {opts.rebalance_timeout_s:g}s)"
         )
         return run.play()

@@ -22,7 +22,11 @@ DEFAULT_FAULT_KINDS = (
 #: while: nothing may move meanwhile), "ghost-member" (a member znode with no broker behind it, on a session of
 #: its own: it claims a live broker's tasks at a huge generation, or nothing) and "rewritten-report" (a live
 #: member's report rewritten with absurd fields) are drawn only when asked for
-FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop", "maintenance", "ghost-member", "rewritten-report")
+#: faults inside a three-server ensemble (``ChaosOptions.ensemble``): SIGKILL of the leader or of a follower
+#: (started again after the fault), two of three down for longer than the session timeout (the quorum lost,
+#: then back), one server cut off from its peers while its clients still reach it; drawn only when asked for
+ENSEMBLE_KINDS = ("zk-kill-leader", "zk-kill-follower", "zk-lose-quorum", "zk-isolate")
+FAULT_KINDS = DEFAULT_FAULT_KINDS + ("wedged-stop", "maintenance", "ghost-member", "rewritten-report") + ENSEMBLE_KINDS
 
 #: what a "rewritten-report" fault writes into a live member's report (``Fault.variant``)
 REWRITES = ("generation", "huge-lists", "bad-names")
@@ -42,10 +46,14 @@ _WEIGHTS = {
     "maintenance": 1,
     "ghost-member": 2,
     "rewritten-report": 2,
+    "zk-kill-leader": 2,
+    "zk-kill-follower": 2,
+    "zk-lose-quorum": 2,
+    "zk-isolate": 2,
 }
 
 
-EXCLUSIVE = ("zk-restart", "rolling-bounce")  # nothing else starts or ends while these run
+EXCLUSIVE = ("zk-restart", "rolling-bounce", *ENSEMBLE_KINDS)  # nothing else starts or ends while these run
 
 
 GROUP = "default"
@@ -79,6 +87,8 @@ class ChaosOptions:
     protocol: str = "cooperative"  # the brokers' protocol: cooperative (also eager), eager or reconcile
     #: kinds the harness cannot inject here (as a container the engine cannot freeze): never drawn
     leave_out: frozenset[str] = frozenset()
+    #: ZooKeeper servers of the run's own: 1 (one server, "zk-restart") or 3 (an ensemble, its kinds)
+    ensemble: int = 1
 
     @property
     def convergence_bound_s(self) -> float:
@@ -131,6 +141,11 @@ def left_out(opts: ChaosOptions) -> dict[str, str]:
     out = {k: "the harness cannot inject it here" for k in opts.kinds if k in opts.leave_out}
     if opts.zk_hosts and "zk-restart" in opts.kinds:
         out["zk-restart"] = "the ZooKeeper is an external one: not the run's to restart"
+    elif opts.ensemble > 1 and "zk-restart" in opts.kinds:
+        out["zk-restart"] = "with an ensemble its servers are faulted one by one (the zk-* ensemble kinds)"
+    for k in ENSEMBLE_KINDS:
+        if k in opts.kinds and (opts.ensemble < 3 or opts.zk_hosts):
+            out[k] = "needs an ensemble of the run's own (--ensemble 3)"
     return out
 
 
@@ -189,6 +204,10 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
             if all(v <= t for v in busy.values()) and t + duration <= opts.duration_s + per:
                 fault = Fault(round(t, 3), kind, "all", round(duration, 3), controlled=rng.random() < 0.5)
                 exclusive_until = t + duration + 1.0
+        elif kind in ENSEMBLE_KINDS:
+            if all(v <= t for v in busy.values()):
+                fault = _ensemble_fault(rng, kind, round(t, 3), s)
+                exclusive_until = t + fault.duration + s
         elif kind in ("ghost-member", "rewritten-report"):
             # not a broker fault: the target broker runs on; the ghost's session lives for the fault's duration
             # (a rewritten report is one write: the member must rejoin by itself)
@@ -219,6 +238,19 @@ def make_schedule(opts: ChaosOptions) -> list[Fault]:
             faults.append(fault)
         t += rng.expovariate(1.0 / opts.mean_gap_s)
     return faults
+
+
+def _ensemble_fault(rng: random.Random, kind: str, at: float, s: float) -> Fault:
+    """An ensemble fault at ``at`` (``s``: the session timeout). A lost quorum lasts longer than a session: the
+    brokers' sessions cannot be renewed meanwhile, they fence, and every session expires once it is back. A cut
+    is short (the server's clients move to the others within their session) or long."""
+    if kind == "zk-lose-quorum":
+        return Fault(at, kind, "two of three", round(rng.uniform(1.3, 2.0) * s, 3))
+    if kind == "zk-isolate":
+        variant = "short" if rng.random() < 0.5 else "long"
+        duration = rng.uniform(0.3, 0.8) * s if variant == "short" else rng.uniform(1.2, 2.0) * s
+        return Fault(at, kind, rng.choice(("leader", "follower")), round(duration, 3), variant=variant)
+    return Fault(at, kind, kind.removeprefix("zk-kill-"), round(rng.uniform(0.5, 2.0) * s, 3))
 
 
 def broker_id(i: int) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from broker_sim.sim.injection import Injection, NotInjected, judge
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -69,10 +71,21 @@ class ChaosSummary:
     longest_ownerless_s: float = 0.0
     longest_ownerless_stable_s: float = 0.0
     ownerless_bound_s: float = 0.0
+    #: the faults the schedule drew, and those the engine refused at injection (fault, engine's message)
+    faults_drawn: int = 0
+    not_injected: list[tuple[str, str]] = field(default_factory=list)
+    ensemble: int = 1  # ZooKeeper servers of the run's own
+    #: per quorum loss: seconds from the quorum's return until every task ran again (None: not within the bound)
+    quorum_returns: list[float | None] = field(default_factory=list)
+
+    @property
+    def injection(self) -> Injection:
+        return Injection(self.faults_drawn, tuple(NotInjected(f, r) for f, r in self.not_injected))
 
     @property
     def ok(self) -> bool:
-        return all(v.ok for v in self.verdicts)
+        """Every invariant holds, and at least half the drawn faults happened (refusals alone never fail it)."""
+        return judge(all(v.ok for v in self.verdicts), self.injection)[0]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -86,6 +99,8 @@ def format_summary(s: ChaosSummary) -> str:
         f"tasks {s.tasks_initial} -> {s.tasks_final} · {s.wall_s:.0f}s",
         f"  faults injected    {sum(s.faults_injected.values())} "
         f"({', '.join(f'{k} {v}' for k, v in s.faults_injected.items()) or '-'})",
+        f"  not injected       {len(s.not_injected)} of {s.faults_drawn} drawn (refused by the engine)"
+        + "".join(f"\n    {f}: {r}" for f, r in s.not_injected[:10]),
         f"  faults failed      {len(s.faults_failed)}" + "".join(f"\n    {x}" for x in s.faults_failed[:5]),
         f"  rebalances         {s.rebalances}",
         f"  controller epochs  {' -> '.join(map(str, s.controller_epochs)) or '-'}",
@@ -94,6 +109,15 @@ def format_summary(s: ChaosSummary) -> str:
         f"  longest unstable   {s.longest_unstable_s:.2f}s (bound {s.stable_bound_s:.0f}s)",
         f"  longest ownerless  {s.longest_ownerless_s:.2f}s, {s.longest_ownerless_stable_s:.2f}s of it while Stable "
         f"(bound {s.ownerless_bound_s:.0f}s)",
+        *(
+            [
+                "  quorum returns     "
+                + (", ".join("-" if q is None else f"{q:.2f}s" for q in s.quorum_returns) or "-")
+                + f" until every task ran again (ensemble of {s.ensemble}, bound {s.convergence_bound_s:.0f}s)"
+            ]
+            if s.ensemble > 1
+            else []
+        ),
         f"  halted, restarted  {sum(s.halts.values())}"
         + (f" ({', '.join(f'{k} {v}' for k, v in s.halts.items())})" if s.halts else ""),
     ]
@@ -112,5 +136,5 @@ def format_summary(s: ChaosSummary) -> str:
             f"  pipeline {t}: {f['held']} records held of {f['expected']}, {f['duplicates']} duplicates, "
             f"{f['missing']} missing"
         )
-    lines.append("  verdict            " + ("OK" if s.ok else "VIOLATION"))
+    lines.append("  verdict            " + judge(all(v.ok for v in s.verdicts), s.injection)[1])
     return "\n".join(lines)

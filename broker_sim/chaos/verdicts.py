@@ -200,3 +200,14 @@ def no_work_for_strangers(placements: Sequence[Placement], ghosts: Sequence[str]
         not bad,
         bad[:10] or [f"{len(ghosts)} ghost member(s), none given a task"],
     )
+
+
+def tasks_back_after_quorum(returns: Sequence[float | None], bound_s: float) -> Verdict:
+    """Invariant 12 (with quorum losses): each time the ensemble's quorum came back, every RUNNING task ran
+    again on exactly one live broker within ``bound_s`` (``returns``: the seconds it took, None: not within)."""
+    late = [i for i, r in enumerate(returns) if r is None or r > bound_s]
+    longest = max((r for r in returns if r is not None), default=0.0)
+    details = [f"quorum return {i + 1}: tasks not all running again within {bound_s:.0f}s" for i in late] or [
+        f"{len(returns)} quorum return(s); every task running again within {longest:.2f}s (bound {bound_s:.0f}s)"
+    ]
+    return Verdict(12, "every task running again within the bound after the quorum returns", not late, details)

@@ -2,7 +2,11 @@
 ``docker pause``/``unpause``, ``docker restart`` of brokers, controllers and ZooKeeper nodes), checked by the
 same independent checker as every other run: every container life's journal, every sink exactly once.
 
-The cluster itself (started, listed, removed) is ``containers``; this module plays faults over it."""
+A fault the engine refuses at injection (``docker pause`` that cannot freeze the cgroup: "OCI runtime pause
+failed: unable to freeze", a container that is not running) is recorded as not injected with the engine's
+message; the run is judged on the faults that happened, and fails when fewer than half could be
+(``broker_sim.sim.injection``). The cluster itself (started, listed, removed) is ``containers``; this module
+plays faults over it."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Any
 from broker_sim.chaos.processes import read_journal
 from broker_sim.deploy.containers import LABEL, ClusterSpec, engine, registered_brokers, up, wait_until
 from broker_sim.sim.checker import close_open, double_ownership
+from broker_sim.sim.injection import FaultRefused, Injection, NotInjected, judge
 from controller.protocol.codecs import RunInterval
 from controller.protocol.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
@@ -73,6 +78,7 @@ class ContainerChaosSummary:
     seed: int
     schedule: list[dict[str, Any]]
     injected: dict[str, int]
+    #: faults that went wrong otherwise: an error at injection that is no refusal, or at their end
     failed: list[str]
     intervals: int
     overlaps: list[str]
@@ -84,9 +90,15 @@ class ContainerChaosSummary:
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: fault kinds the schedule left out (the engine cannot inject them here)
     left_out: list[str] = field(default_factory=list)
+    #: faults the engine refused at injection: (fault, the engine's message)
+    not_injected: list[tuple[str, str]] = field(default_factory=list)
 
     @property
-    def ok(self) -> bool:
+    def injection(self) -> Injection:
+        return Injection(len(self.schedule), tuple(NotInjected(f, r) for f, r in self.not_injected))
+
+    @property
+    def verdicts_ok(self) -> bool:
         exactly_once = all(v["missing"] == 0 and v["duplicates"] == 0 for v in self.sinks.values())
         return (
             not self.overlaps
@@ -95,6 +107,11 @@ class ContainerChaosSummary:
             and self.converged_s is not None
             and exactly_once
         )
+
+    @property
+    def ok(self) -> bool:
+        """Every check holds and at least half the drawn faults happened (refusals alone never fail it)."""
+        return judge(self.verdicts_ok, self.injection)[0]
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok}
@@ -135,6 +152,7 @@ def chaos(
     kills: dict[str, list[float]] = {}
     injected: dict[str, int] = {}
     failed: list[str] = []
+    refused: list[tuple[str, str]] = []
     feeders: list[Any] = []
     try:
         admin = AdminClient(zk, ZkLayout(spec.root))
@@ -149,12 +167,24 @@ def chaos(
         t0 = time.monotonic()
         for f in schedule:
             time.sleep(max(0.0, t0 + f.at - time.monotonic()))
+            label = f"{f.kind} on {f.target}"
             try:
-                _inject(client, f, kills)
-                injected[f.kind] = injected.get(f.kind, 0) + 1
-                echo(f"  injected {f.kind} on {f.target}")
+                undo = begin_fault(client, f, kills)
+            except FaultRefused as exc:
+                refused.append((label, str(exc)))
+                echo(f"  not injected: {label}: {exc}")
+                continue
             except Exception as exc:
-                failed.append(f"{f.kind} on {f.target}: {type(exc).__name__}: {exc}")
+                failed.append(f"{label}: {type(exc).__name__}: {exc}")
+                continue
+            injected[f.kind] = injected.get(f.kind, 0) + 1
+            echo(f"  injected {label}")
+            if undo is not None:
+                time.sleep(f.duration)
+                try:
+                    undo()
+                except Exception as exc:  # a container left killed or paused: the run cannot judge the rest
+                    failed.append(f"end of {label}: {type(exc).__name__}: {exc}")
         end = time.monotonic()
         converged = None
         deadline = end + settle_s
@@ -188,31 +218,48 @@ def chaos(
             sinks,
             _statuses(zk, spec.root, ids),
             sorted(leave_out),
+            refused,
         )
     finally:
         zk.stop()
         zk.close()
 
 
-def _inject(client: Any, f: ContainerFault, kills: dict[str, list[float]]) -> None:
-    """One fault. ``docker kill`` is a manual stop (Docker leaves the container down), so the harness starts
-    it again after the fault's duration, as a supervisor would; a crash is left to the restart policy."""
-    c = client.containers.get(f.target)
-    if f.kind.startswith("kill"):
-        kills.setdefault(f.target, []).append(time.time())
-        c.kill()
-        time.sleep(f.duration)
-        c.start()
-    elif f.kind.startswith("crash"):
-        kills.setdefault(f.target, []).append(time.time())
-        crash(c)
-    elif f.kind.startswith("pause"):
-        c.pause()
-        time.sleep(f.duration)
-        c.unpause()
-    else:
-        kills.setdefault(f.target, []).append(time.time())
+def begin_fault(client: Any, f: ContainerFault, kills: dict[str, list[float]]) -> Callable[[], None] | None:
+    """Begin one fault and return what ends it (called ``f.duration`` later; None: nothing to undo). ``docker
+    kill`` is a manual stop (Docker leaves the container down), so the harness starts it again after the
+    fault's duration, as a supervisor would; a crash is left to the restart policy. The engine's refusal (an
+    API error: "OCI runtime pause failed: unable to freeze", a container that is not running; a process that
+    is gone) raises ``FaultRefused`` with its message, and the kill stamp it took is dropped."""
+    from docker.errors import APIError
+
+    stamps = kills.setdefault(f.target, [])
+    stamp = None if f.kind.startswith("pause") else time.time()
+    if stamp is not None:
+        stamps.append(stamp)
+    try:
+        c = client.containers.get(f.target)
+        if f.kind.startswith("kill"):
+            c.kill()
+            return lambda: c.start()
+        if f.kind.startswith("crash"):
+            crash(c)
+            return None
+        if f.kind.startswith("pause"):
+            c.pause()
+            return lambda: c.unpause()
         c.restart(timeout=10)
+        return None
+    except (APIError, ProcessLookupError) as exc:
+        if stamp is not None:
+            stamps.remove(stamp)
+        raise FaultRefused(_engine_message(exc)) from exc
+
+
+def _engine_message(exc: BaseException) -> str:
+    """The engine's own words (Docker's ``explanation``, else the error), bounded."""
+    text = str(getattr(exc, "explanation", None) or exc)
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def _start_pipelines(admin: Any, data: Path, ids: list[str], records: int, duration_s: float) -> list[Any]:
@@ -289,8 +336,9 @@ def crash(container: Any) -> None:
     until someone starts it. A crash is what restart policies are for.)"""
     container.reload()
     pid = container.attrs["State"]["Pid"]
-    if pid:
-        os.kill(pid, signal.SIGKILL)
+    if not pid:
+        raise FaultRefused(f"container {container.name} has no running process to kill")
+    os.kill(pid, signal.SIGKILL)
 
 
 def _all_running(zk: Any, root: str, ids: list[str]) -> bool:
@@ -355,7 +403,9 @@ def summary_lines(s: ContainerChaosSummary) -> list[str]:
         f"  double ownership   {len(s.overlaps)}" + (f": {'; '.join(s.overlaps[:5])}" if s.overlaps else ""),
         f"  every container back by its restart policy and every broker registered: {'yes' if s.restarted_and_back else 'NO'}",
         f"  every task running again {'-' if s.converged_s is None else f'{s.converged_s:.1f}s'} after the last fault",
-        f"  faults that could not be injected: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
+        f"  not injected (refused by the engine): {len(s.not_injected)} of {len(s.schedule)} drawn"
+        + "".join(f"\n    {f}: {r}" for f, r in s.not_injected[:10]),
+        f"  faults that went wrong: {len(s.failed)}" + (f" ({'; '.join(s.failed[:3])})" if s.failed else ""),
         *([f"  fault kinds left out: {', '.join(s.left_out)}"] if s.left_out else []),
         *[
             f"  pipeline {t}: {v['held']} records held of {v['expected']}, {v['duplicates']} duplicates, "
@@ -368,6 +418,6 @@ def summary_lines(s: ContainerChaosSummary) -> list[str]:
             for t, v in sorted(s.statuses.items())
             if v["state"] != "RUNNING"
         ],
-        "  verdict            " + ("OK" if s.ok else "VIOLATION"),
+        "  verdict            " + judge(s.verdicts_ok, s.injection)[1],
     ]
     return lines

@@ -26,6 +26,20 @@ POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000
 MAX_TRACE_CHARS = 16000
 RATE_HISTORY = 20
+#: what a running pipeline's status says while its application has no executor on a standalone cluster (a
+#: worker lost, the cluster recovering): it stays on its broker and waits for the engine, nothing moves it
+ENGINE_WAITING = "waiting for the engine: no Spark executor"
+
+
+def standalone_executors(sc: Any) -> int | None:
+    """How many executors the application has now on a standalone cluster (the driver not counted); None on
+    another master, or when Spark cannot say."""
+    if sc is None or not str(sc.master).startswith("spark://"):
+        return None
+    try:
+        return max(0, len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+    except Exception:
+        return None
 
 
 class PipelineStartError(ZkcError, RuntimeError):
@@ -191,6 +205,7 @@ class StreamingRun:
         self._progress = Progress()
         self._query: Any = None
         self._session: Any = None
+        self._context: Any = None
         self._listener: Any = None
         #: set once ``stop`` begins: a query it stopped is inactive with no error, which is not a completion
         self._stopping = threading.Event()
@@ -256,6 +271,7 @@ class StreamingRun:
         self._listener = _Listener.make(self)
         session.streams.addListener(self._listener)
         sc = spark.sparkContext
+        self._context = sc
         sc.setLocalProperty(POOL_PROPERTY, self.task_id)  # the query's thread inherits this thread's pool
         try:
             self._query = writer.start()
@@ -287,6 +303,11 @@ class StreamingRun:
         if backlog is not None:
             metrics["backlog_files"] = backlog
         if active:
+            executors = standalone_executors(self._context)
+            if executors is not None:
+                metrics["executors"] = executors
+                if executors == 0:
+                    metrics["engine"] = ENGINE_WAITING
             return RunStatus(RunState.RUNNING, metrics=metrics)
         if self._stopping.is_set():
             return RunStatus(RunState.STOPPED, metrics=metrics)  # (a stopped query looks like one that ran out)

@@ -7,6 +7,10 @@ after the partition, and a test measuring from that moment would see a request a
 ``heal()`` resumes; ``reset()``
 drops every connection. Threads are named after the proxy; every loop is bounded by socket timeouts
 and the stop flag.
+
+In front of an ensemble (``for_hosts`` with several servers) each new connection goes to the next server in
+turn that accepts it, as a ZooKeeper client walks its host list: a client whose server died or stopped
+serving (cut off from its peers) reconnects through the same proxy to another.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ import logging
 import select
 import socket
 import threading
+from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
 
 class NetProxy:
-    def __init__(self, target_host: str, target_port: int, name: str = "proxy") -> None:
+    def __init__(
+        self, target_host: str, target_port: int, name: str = "proxy", more: Sequence[tuple[str, int]] = ()
+    ) -> None:
         self.target = (target_host, target_port)
+        self.targets = [self.target, *more]
         self.name = name
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -37,6 +45,15 @@ class NetProxy:
         self._gate = threading.Lock()  # held by a pump from its check of ``_open`` until it has read the bytes
         self._accept = threading.Thread(target=self._accept_loop, name=f"{name}-accept", daemon=True)
         self._accept.start()
+
+    @classmethod
+    def for_hosts(cls, hosts: str, name: str) -> NetProxy:
+        """A proxy in front of ``host:port[,host:port...]`` (a ZooKeeper connect string without a chroot)."""
+        targets = []
+        for item in hosts.split(","):
+            host, _, port = item.strip().rpartition(":")
+            targets.append((host, int(port)))
+        return cls(*targets[0], name=name, more=targets[1:])
 
     @property
     def address(self) -> str:
@@ -79,9 +96,8 @@ class NetProxy:
             if not self._open.is_set():
                 client.close()  # a partitioned host cannot connect either
                 continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=2)
-            except OSError:
+            upstream = self._connect(n)
+            if upstream is None:
                 client.close()
                 continue
             with self._lock:
@@ -90,6 +106,15 @@ class NetProxy:
             threading.Thread(
                 target=self._pump, args=(client, upstream), name=f"{self.name}-pump{n}", daemon=True
             ).start()
+
+    def _connect(self, n: int) -> socket.socket | None:
+        """The ``n``-th connection's upstream: the next target in turn that accepts (None: none does)."""
+        for i in range(len(self.targets)):
+            try:
+                return socket.create_connection(self.targets[(n + i) % len(self.targets)], timeout=2)
+            except OSError:
+                continue
+        return None
 
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         peers = {a: b, b: a}

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from broker_sim.sim import protosim_checks as checks
+from broker_sim.sim.injection import Injection
 from broker_sim.sim.protosim_faults import FaultInjector
 from broker_sim.sim.protosim_types import GROUP, SimConfig, SimNode, SimResult, Violation
 from broker_sim.worker.phases import IllegalTaskTransition, TaskPhase, stop_begun, stop_ended, transition
@@ -544,4 +545,7 @@ class ProtocolSim:
                     f"(state {self.coordinator.state.value}, gen {self.coordinator.generation})",
                 )
             )
-        return SimResult(self.seed, self.violations, self.fault_log, self.coordinator.rebalances, steps, converged_at)
+        injection = Injection(len(self.fault_log), tuple(self.faults.not_injected))
+        return SimResult(
+            self.seed, self.violations, self.fault_log, self.coordinator.rebalances, steps, converged_at, injection
+        )

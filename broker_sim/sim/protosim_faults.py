@@ -8,7 +8,9 @@ claiming live members' tasks with a huge member epoch, and live members' reports
 published, or claims of every task), which the coordinator must neither obey nor drop the member for.
 
 A part of ``ProtocolSim``, given the few operations on the world it needs (``FaultHost``); the schedule
-draws from the simulation's one random generator, so a seed replays the same faults.
+draws from the simulation's one random generator, so a seed replays the same faults. A drawn fault the world
+cannot take when it strikes (a crash with no member alive, a restart with none dead, a rewrite of a report
+that is gone) is recorded as not injected, with why, as every chaos harness does (``injection``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
 
+from broker_sim.sim.injection import NotInjected
 from broker_sim.sim.protosim_types import SimConfig, SimNode
 from broker_sim.worker.phases import TaskPhase
 from controller.protocol.clock import FakeClock
@@ -81,6 +84,7 @@ class FaultInjector:
     def __init__(self, host: FaultHost) -> None:
         self.host = host
         self.last_fault_at = 0.0
+        self.not_injected: list[NotInjected] = []
 
     def schedule(self) -> None:
         """Draw the run's faults (``cfg.faults`` of them within ``cfg.fault_window``) and queue them."""
@@ -99,6 +103,13 @@ class FaultInjector:
         alive = sorted(m for m, n in h.nodes.items() if n.alive)
         dead = sorted(m for m, n in h.nodes.items() if not n.alive)
         h.fault_log.append(f"{h.clock.now():.3f} {kind}")
+        if (
+            kind in ("crash", "freeze_short", "freeze_long", "partition_short", "partition_long", "rewrite")
+            and not alive
+        ):
+            self._refused(kind, "no member is alive")
+        elif kind == "restart" and not dead:
+            self._refused(kind, "no member is down")
         if kind == "crash" and alive:
             h.crash(h.rng.choice(alive))
         elif kind == "restart" and dead:
@@ -123,6 +134,9 @@ class FaultInjector:
             # (a member letting tasks go, when there is one: what a false report would hand on too early)
             releasing = [m for m in alive if h.nodes[m].member.pending_revocation or h.nodes[m].stopping]
             self.rewrite(h.rng.choice(releasing or alive))
+
+    def _refused(self, kind: str, why: str) -> None:
+        self.not_injected.append(NotInjected(f"{self.host.clock.now():.3f} {kind}", why))
 
     def freeze(self, mid: str, duration: float) -> None:
         h = self.host
@@ -237,6 +251,7 @@ class FaultInjector:
         h = self.host
         r = h.members_zk.get(mid)
         if r is None:
+            self._refused("rewrite", f"{mid} has no report to rewrite")
             return
         if h.rng.random() < 0.5:  # releases it never made, at an epoch never published
             bad = dataclasses.replace(r, generation=2**60, owned=(), pending=())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker_sim.sim.injection import Injection, judge
 from broker_sim.worker.phases import TaskPhase
 from controller.protocol.member import Member
 from controller.protocol.rules import COOPERATIVE, EAGER
@@ -54,6 +55,13 @@ class SimResult:
     rebalances: int
     events: int
     converged_at: float | None
+    #: the faults drawn, and those the world could not take when they struck (``injection``)
+    injection: Injection = Injection(0)
+
+    @property
+    def ok(self) -> bool:
+        """No invariant broken, and at least half the drawn faults happened."""
+        return judge(not self.violations, self.injection)[0]
 
 
 @dataclass

@@ -136,10 +136,9 @@ class Simulation:
             return None
         hosts = self.hosts
         if self.opts.use_proxies:
-            host, port = self.hosts.split(",")[0].split(":")
             proxy = self.proxies.get(bid)
             if proxy is None:
-                proxy = self.proxies[bid] = NetProxy(host, int(port), name=f"proxy-{bid}")
+                proxy = self.proxies[bid] = NetProxy.for_hosts(self.hosts, name=f"proxy-{bid}")
             proxy.heal()
             hosts = proxy.address
         cfg = WorkerConfig(

@@ -24,8 +24,17 @@ from typing import Any
 import pytest
 
 from broker_sim.chaos.sinks import pipeline_spec
-from broker_sim.deploy.container_chaos import CONTAINER_FAULTS, container_sink_ids, crash
+from broker_sim.deploy.container_chaos import (
+    CONTAINER_FAULTS,
+    ContainerChaosSummary,
+    ContainerFault,
+    begin_fault,
+    container_sink_ids,
+    crash,
+    summary_lines,
+)
 from broker_sim.sim.datagen import DatagenConfig, generate
+from broker_sim.sim.injection import FaultRefused
 from controller.admin import AdminClient
 from controller.protocol import codecs
 from controller.protocol.layout import ZkLayout
@@ -99,19 +108,19 @@ class Uninjectable:
         return [arg for k in self.kinds for arg in ("--leave-out", k)]
 
 
+def _throwaway(client: Any, image: str, prefix: str) -> Any:
+    """A container of the image that only sleeps, with no network (the caller removes it)."""
+    return client.containers.run(
+        image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none", name=f"{prefix}-{uuid.uuid4().hex[:6]}"
+    )
+
+
 @pytest.fixture(scope="session")
 def uninjectable(image: str) -> Uninjectable:
     """Probed once on a throwaway container: ``docker pause`` needs the cgroup freezer, which a nested or
     rootless engine may lack (``OCI runtime pause failed: unable to freeze``). Only that fault is left out."""
     client = _engine()
-    probe = client.containers.run(
-        image,
-        ["300"],
-        entrypoint=["sleep"],
-        detach=True,
-        network_mode="none",
-        name=f"zkc-pause-probe-{uuid.uuid4().hex[:6]}",
-    )
+    probe = _throwaway(client, image, "zkc-pause-probe")
     try:
         probe.pause()
         probe.unpause()
@@ -437,6 +446,40 @@ def test_container_chaos_finds_no_double_ownership(image, uninjectable):
     assert summary["left_out"] == sorted(uninjectable.kinds), summary
 
 
+def test_a_fault_the_engine_refuses_is_not_injected_and_the_run_judged_on_the_rest(image):
+    """A container that is not running cannot be paused nor killed: the engine's refusal (its own words) is
+    recorded as not injected, the kill's stamp (which bounds a life's run windows) is dropped, and a run
+    whose other faults happened with every check holding is green."""
+    client = _engine()
+    box = _throwaway(client, image, "zkc-refuse")
+    try:
+        box.kill()
+        kills: dict[str, list[float]] = {}
+        refused = []
+        for kind in ("pause-broker", "kill-broker"):
+            with pytest.raises(FaultRefused) as caught:
+                begin_fault(client, ContainerFault(0.0, kind, box.name, 1.0), kills)
+            assert "APIError" in str(caught.value) and "not running" in str(caught.value), caught.value
+            refused.append((f"{kind} on {box.name}", str(caught.value)))
+        assert kills == {box.name: []}
+    finally:
+        box.remove(force=True)
+    summary = ContainerChaosSummary(
+        seed=0,
+        schedule=[{"kind": k} for k in ("pause-broker", "kill-broker", "crash-broker", "restart-zk", "kill-broker")],
+        injected={"crash-broker": 1, "restart-zk": 1, "kill-broker": 1},
+        failed=[],
+        intervals=6,
+        overlaps=[],
+        restarted_and_back=True,
+        converged_s=1.0,
+        wall_s=1.0,
+        not_injected=refused,
+    )
+    lines = summary_lines(summary)
+    assert summary.ok and lines[-1].endswith("OK") and any("not running" in line for line in lines), lines
+
+
 def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
     """Spark brokers in containers under docker kill, crashes, pauses and restarts: every sink holds every
     record exactly once, and no pipeline ever ran on two brokers at once. Pauses are left out, with the
@@ -474,6 +517,8 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     summary = json.loads(p.stdout)
     assert summary["ok"] and summary["overlaps"] == [], summary
+    # a pause the engine refused mid-run (the up-front probe passed) is not injected, and does not fail the run
+    assert all(reason for _, reason in summary["not_injected"]), summary["not_injected"]
     assert all(v["missing"] == 0 and v["duplicates"] == 0 and v["held"] == 800 for v in summary["sinks"].values())
     assert summary["left_out"] == sorted(uninjectable.kinds), summary
 

@@ -1,6 +1,7 @@
 """The chaos harness's processes, real ones: an exit is dated when it happened, not when the supervisor
 looked (a halted broker's run windows end there); a broker process just spawned survives the wedged-stop
-fault's SIGUSR2; a broker process dumps its threads into its log on SIGQUIT and runs on (a post-mortem)."""
+fault's SIGUSR2; a broker process dumps its threads into its log on SIGQUIT and runs on (a post-mortem); a
+freeze of a process that is gone is refused, recorded as not injected, and the run judged on the rest."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
+from broker_sim.chaos import faults
+from broker_sim.chaos.player import play
 from broker_sim.chaos.processes import ChaosProcess, dump_and_tail, read_journal, zkctl_command
+from broker_sim.chaos.schedule import ChaosOptions, Fault
+from broker_sim.sim.injection import judge
 from tests.cli_support import until
 
 #: A broker's life in brief: it journals a start, notes when it exits, and exits as a halt does (75).
@@ -122,3 +129,44 @@ def test_a_broker_process_dumps_its_threads_on_sigquit_and_runs_on(zk, layout, z
     finally:
         stop(broker)
         controller.terminate(10)
+
+
+class _ProcessBrokers:
+    """The part of a chaos run the broker-freeze fault reaches (``faults.ChaosCluster``): its options and its
+    broker processes, real ones."""
+
+    def __init__(self, procs: dict[str, ChaosProcess]) -> None:
+        self.copts = ChaosOptions(process_brokers=True)
+        self.broker_procs = procs
+
+
+def test_a_freeze_the_kernel_cannot_deliver_is_not_injected_and_the_run_is_judged_on_the_rest(tmp_path):
+    """SIGSTOP of a broker process that is gone is refused (no signal to deliver): recorded as not injected
+    with why, nothing else changed; the freeze of a live one happens (the process is stopped, then thawed);
+    with every invariant holding the run is green on one fault of two."""
+    gone = ChaosProcess("b-gone", [sys.executable, "-c", "pass"], tmp_path / "gone.log")
+    live = ChaosProcess("b-live", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "live.log")
+    seen: dict[str, str] = {}
+    try:
+        until(lambda: not gone.alive(), 30, "the first process to exit")
+        gone.reap_group()
+        run = _ProcessBrokers({"b-gone": gone, "b-live": live})
+        schedule = [Fault(0.0, "freeze-broker", "b-gone", 0.5), Fault(0.1, "freeze-broker", "b-live", 0.5)]
+
+        def echo(line: str) -> None:  # right after each injection, the fault still on: the live one stops
+            if "b-live" in line:
+                stopped = lambda: psutil.Process(live.pid).status() == psutil.STATUS_STOPPED  # noqa: E731
+                until(stopped, 5, "the live process to be stopped")
+                seen["status"] = psutil.STATUS_STOPPED
+
+        played = play(schedule, lambda f: faults.begin(run, f), lambda s: bool(time.sleep(s)), echo)  # type: ignore[arg-type]
+        assert seen["status"] == psutil.STATUS_STOPPED and played.injected == {"freeze-broker": 1}
+        (refused,) = played.injection.not_injected
+        assert "b-gone" in refused.fault and "no live process" in refused.reason, refused
+        assert played.failed == [] and not gone.frozen
+        until(lambda: psutil.Process(live.pid).status() != psutil.STATUS_STOPPED, 10, "the live one to be thawed")
+        assert judge(True, played.injection) == (True, "OK")
+        assert "1 of 2 drawn faults injected; not injected: " in played.injection.line()
+    finally:
+        stop(gone)
+        stop(live)

@@ -36,6 +36,7 @@ SANS_IO_PACKAGES = (
     "broker_sim.sim.protosim_faults",
     "broker_sim.sim.protosim_checks",
     "broker_sim.sim.checker",
+    "broker_sim.sim.injection",
     "broker_sim.chaos.schedule",
 )
 IO_LIBRARIES = ("kazoo", "socket", "subprocess", "pyspark", "docker", "fastapi", "uvicorn", "click", "requests")

@@ -116,6 +116,8 @@ class Chunk:
     schedules: int
     refused: int  # proposals the coordinator refused (validation found problems)
     seconds: float
+    #: schedules in which fewer than half the drawn faults could strike (they prove too little)
+    too_few: int = 0
 
 
 _refused = 0
@@ -140,6 +142,7 @@ def run_chunk(name: str, seeds: range) -> Chunk:
     _refused = 0
     scenario = CONFIGS[name]
     failures: list[Failure] = []
+    too_few = 0
     start = time.perf_counter()
     for seed in seeds:
         sim = scenario.make(seed)
@@ -151,7 +154,8 @@ def run_chunk(name: str, seeds: range) -> Chunk:
         if result.violations:
             problems = [f"invariant {v.invariant} at {v.time:.3f}: {v.detail}" for v in result.violations]
             failures.append(Failure(name, seed, problems, result.faults))
-    return Chunk(failures, len(seeds), _refused, time.perf_counter() - start)
+        too_few += not result.injection.enough
+    return Chunk(failures, len(seeds), _refused, time.perf_counter() - start, too_few)
 
 
 def _run_chunk_args(args: tuple[str, range]) -> Chunk:
@@ -170,6 +174,7 @@ def run_scenario(name: str) -> Chunk:
         sum(c.schedules for c in chunks),
         sum(c.refused for c in chunks),
         sum(c.seconds for c in chunks),
+        sum(c.too_few for c in chunks),
     )
 
 
@@ -208,9 +213,12 @@ def test_seeded_schedules_keep_every_invariant(name: str):
         # faulty leaders did propose double-owning shuffles (under eager nothing is owned at join time, so
         # there a shuffle is harmless), and the coordinator refused them
         assert outcome.refused >= scenario.seeds // 20, outcome.refused
+    # a schedule whose faults mostly found nothing to strike (a restart with no member down) proves too little:
+    # judged all the same, and few, or the suite would test less than it says
+    assert outcome.too_few <= outcome.schedules // 20, f"{outcome.too_few} schedules with too few faults injected"
     print(
         f"{name}: {outcome.schedules} schedules, {outcome.seconds / outcome.schedules * 1000:.2f} ms each, "
-        f"{outcome.refused} proposals refused"
+        f"{outcome.refused} proposals refused, {outcome.too_few} with fewer than half their faults injected"
     )
 
 
