@@ -25,12 +25,13 @@ def spark() -> None:
     "--work-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="logs and the workers' scratch space [STATE_DIR/spark]",
+    show_default="STATE_DIR/spark",
+    help="logs and the workers' scratch space",
 )
 @pass_ctx
 def up(ctx: Ctx, masters: int, workers: int, cores: int, memory: str, host: str, work_dir: Path | None) -> None:
     """Start MASTERS Spark masters in ZooKeeper recovery mode on the cluster's ensemble (state under
-    ROOT/spark) and WORKERS workers, print the master URL for brokers (``--spark-master``), and run until
+    ROOT/spark) and WORKERS workers, print the master URL for brokers (--spark-master), and run until
     interrupted; then stop every one by its pid. A master killed outright is replaced by a standby once its
     ZooKeeper session expires (60 s in Spark, capped by the server's maxSessionTimeout)."""
     from broker_sim.deploy.spark_ha import SparkHA, SparkHAError, SparkHASpec
