@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
 from controller.protocol.errors import ZkcError
+from controller.protocol.failure_trace import bound_trace
+from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
 from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 
 POOL_PROPERTY = "spark.scheduler.pool"
@@ -80,7 +82,26 @@ def spark_error(exc: BaseException) -> tuple[str, str]:
     message = message.split("\n=== Streaming Query ===")[0].strip()
     jvm_trace = getattr(exc, "_stackTrace", None)
     trace = str(jvm_trace) if jvm_trace else "".join(traceback.format_exception(exc))
-    return message[:MAX_ERROR_CHARS], trace[:MAX_TRACE_CHARS]
+    return message[:MAX_ERROR_CHARS], bound_trace(trace, MAX_TRACE_CHARS)
+
+
+def error_kind(exc: BaseException) -> str:
+    """The class of what went wrong: the root cause's JVM class where Spark captured one (a streaming query's
+    failure wraps the SQL error or the OutOfMemoryError that ended it), else the Python class."""
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    origin = getattr(exc, "_origin", None)
+    if origin is not None:
+        try:
+            cause = origin
+            for _ in range(16):  # (bounded: a cause chain could loop)
+                nxt = cause.getCause()
+                if nxt is None:
+                    break
+                cause = nxt
+            kind = str(cause.getClass().getName())
+        except Exception:  # the JVM is gone, or not a Throwable: the Python class says enough
+            pass
+    return kind[:MAX_FAILURE_KIND_CHARS]
 
 
 def _start_error(task_id: str, exc: BaseException) -> PipelineStartError:
@@ -293,7 +314,7 @@ class StreamingRun:
         exc = query.exception()
         if exc is not None:
             message, trace = spark_error(exc)
-            return RunStatus(RunState.FAILED, error=message, trace=trace, metrics=metrics)
+            return RunStatus(RunState.FAILED, error=message, trace=trace, metrics=metrics, error_type=error_kind(exc))
         return RunStatus(RunState.COMPLETED, metrics=metrics)  # e.g. trigger available_now ran out of data
 
     def stop(self, timeout: float) -> None:
@@ -375,7 +396,11 @@ class BatchRun:
             else:
                 message, trace = spark_error(exc)
                 self._result = RunStatus(
-                    RunState.FAILED, error=message, trace=trace, metrics={"duration_s": round(time.monotonic() - t0, 3)}
+                    RunState.FAILED,
+                    error=message,
+                    trace=trace,
+                    metrics={"duration_s": round(time.monotonic() - t0, 3)},
+                    error_type=error_kind(exc),
                 )
         finally:
             sc.setLocalProperty(POOL_PROPERTY, None)

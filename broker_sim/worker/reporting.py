@@ -137,6 +137,7 @@ class Reporter:
                             failures=s.failures,
                             metrics=s.metrics,
                             session=codecs.session_hex(session.session_id),
+                            last_failure=s.last_failure,
                         )
                     ),
                 )
@@ -172,6 +173,7 @@ class Reporter:
                         failures=slot.failures,
                         metrics=slot.metrics,
                         session=codecs.session_hex(session.session_id),
+                        last_failure=slot.last_failure,
                     )
                 )
         return finals

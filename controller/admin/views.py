@@ -97,6 +97,8 @@ class TaskDescription:
     restart: RestartProgress | None = None
     checkpoint: Any = None  # a streaming spark task's checkpoint: path, exists, bytes, files (``CheckpointSize``)
     history: tuple[codecs.HistoryEvent, ...] = ()  # its recorded stops, resumes from STOPPED and resets
+    #: why it last failed, from its status: {"error", "kind", "trace", "at", "restarts"} (validated when decoded)
+    last_failure: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
