@@ -89,6 +89,19 @@ def table_with(t: str = "t1", held: bool = True) -> TaskTable:
     return table
 
 
+def run(table: TaskTable, t: str = "t1") -> TaskSlot:
+    """Start ``t`` and see its start return: it runs."""
+    slot = table.begin_start(t, SPEC)
+    table.start_done(t, slot)
+    return slot
+
+
+def stop(table: TaskTable, slot: TaskSlot, t: str = "t1") -> None:
+    """A stop of ``t`` (not the fence's) that returns."""
+    table.begin_stop(t, fence=False)
+    table.stop_done(t, slot, confirmed=True)
+
+
 def test_start_then_a_revocation_stop():
     table = table_with()
     assert table.starting() == {"t1"} and table.running() == []
@@ -120,8 +133,7 @@ def test_the_fence_stops_a_task_that_starts_again_once_it_lifts():
 
 def test_a_stop_that_raises_leaves_the_task_running():
     table = table_with()
-    slot = table.begin_start("t1", SPEC)
-    table.start_done("t1", slot)
+    slot = run(table)
     table.begin_stop("t1", fence=False)
     table.stop_done("t1", slot, confirmed=False)
     assert slot.phase is P.RUNNING and slot.running
@@ -167,10 +179,8 @@ def test_a_finished_run_is_completed_once_stopped_and_a_stale_reading_is_ignored
 
 def test_release_lost_session_and_kill():
     table = table_with()
-    slot = table.begin_start("t1", SPEC)
-    table.start_done("t1", slot)
-    table.begin_stop("t1", fence=False)
-    table.stop_done("t1", slot, confirmed=True)
+    slot = run(table)
+    stop(table, slot)
     assert table.releasing("t1").releasing and slot.phase is P.STOPPED
     table.slots["t2"] = other = TaskSlot(held=True)
     table.begin_start("t2", SPEC)
