@@ -89,7 +89,12 @@ def error_kind(exc: BaseException) -> str:
     """The class of what went wrong: the root cause's JVM class where Spark captured one (a streaming query's
     failure wraps the SQL error or the OutOfMemoryError that ended it), else the Python class."""
     kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    origin = getattr(exc, "_origin", None)
+    origin, current = None, exc
+    for _ in range(16):  # a streaming query's exception has no JVM origin of its own: its cause has
+        origin = getattr(current, "_origin", None)
+        current = getattr(current, "_cause", None)
+        if origin is not None or current is None:
+            break
     if origin is not None:
         try:
             cause = origin
