@@ -75,21 +75,47 @@ def spark_error(exc: BaseException) -> tuple[str, str]:
     """(message, trace) of an exception, preferring Spark's own text over Python's.
 
     The message is Spark's error without the query description a streaming failure appends (that, and the
-    JVM stack, go to the trace).
+    JVM stack, go to the trace). The trace follows the chain of causes Spark captured (a streaming query's
+    own stack names only its thread; its cause holds the SQL error or the OutOfMemoryError), each as a
+    ``Caused by:`` section, and is bounded keeping those lines (``bound_trace``).
     """
     desc = getattr(exc, "_desc", None) or getattr(exc, "desc", None)
     message = str(desc) if desc else (str(exc) or type(exc).__name__)
     message = message.split("\n=== Streaming Query ===")[0].strip()
     jvm_trace = getattr(exc, "_stackTrace", None)
-    trace = str(jvm_trace) if jvm_trace else "".join(traceback.format_exception(exc))
-    return message[:MAX_ERROR_CHARS], bound_trace(trace, MAX_TRACE_CHARS)
+    if not jvm_trace:
+        return message[:MAX_ERROR_CHARS], bound_trace("".join(traceback.format_exception(exc)), MAX_TRACE_CHARS)
+    parts = [f"{_class_name(exc)}: {message}", f"\t at {jvm_trace}"]
+    cause: Any = getattr(exc, "_cause", None)
+    for _ in range(8):  # (bounded: a cause chain could loop)
+        if cause is None:
+            break
+        cause_desc = getattr(cause, "_desc", None) or str(cause)
+        parts.append(f"Caused by: {_class_name(cause)}: {cause_desc}")
+        cause_trace = getattr(cause, "_stackTrace", None)
+        if cause_trace:  # (one with a JVM origin is Java's own text: its exception line, frames, causes)
+            parts.append(str(cause_trace) if getattr(cause, "_origin", None) is not None else f"\t at {cause_trace}")
+        cause = getattr(cause, "_cause", None)
+    return message[:MAX_ERROR_CHARS], bound_trace("\n".join(parts), MAX_TRACE_CHARS)
+
+
+def _class_name(exc: Any) -> str:
+    """A captured exception's JVM class (its origin's), else its Python class."""
+    origin = getattr(exc, "_origin", None)
+    if origin is not None:
+        try:
+            return str(origin.getClass().getName())
+        except Exception:  # the JVM is gone
+            pass
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
 def error_kind(exc: BaseException) -> str:
     """The class of what went wrong: the root cause's JVM class where Spark captured one (a streaming query's
     failure wraps the SQL error or the OutOfMemoryError that ended it), else the Python class."""
     kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    origin, current = None, exc
+    origin: Any = None
+    current: Any = exc
     for _ in range(16):  # a streaming query's exception has no JVM origin of its own: its cause has
         origin = getattr(current, "_origin", None)
         current = getattr(current, "_cause", None)
