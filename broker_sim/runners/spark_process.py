@@ -208,8 +208,9 @@ class DriverProcess:
             status = RunStatus(state, metrics=metrics)
         else:  # it said FAILED, or it died without saying why
             error, trace = self._failure(body.get("error"), exited)
-            fatal = _REASON.findall(_log_tail(self.log)) if not body.get("error_type") else []
-            kind = body.get("error_type") or (fatal[-1].split(":")[0].split()[0] if fatal else "DriverExited")
+            # a JVM's fatal error found in its output is the reason (as in ``_failure``): its class is the kind
+            fatal = _REASON.findall(_log_tail(self.log))
+            kind = fatal[-1].split(":")[0].split()[0] if fatal else (body.get("error_type") or "DriverExited")
             status = RunStatus(
                 RunState.FAILED, error=error, trace=body.get("trace") or trace, metrics=metrics, error_type=kind
             )
