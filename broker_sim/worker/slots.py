@@ -4,12 +4,21 @@ released in."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_sim.worker.phases import UNSETTLED, TaskPhase, stop_begun, stop_ended, stop_unconfirmed, transition
+from broker_sim.worker.phases import (
+    UNSETTLED,
+    IllegalTaskTransition,
+    TaskPhase,
+    stop_begun,
+    stop_ended,
+    stop_unconfirmed,
+    transition,
+)
 from controller.protocol.failure_trace import bound_trace
 from controller.protocol.task_records import (
     MAX_FAILURE_ERROR_CHARS,
@@ -18,6 +27,8 @@ from controller.protocol.task_records import (
     LastFailure,
 )
 from controller.protocol.taskspec import TaskSpec
+
+log = logging.getLogger(__name__)
 
 
 class TaskTable:
@@ -72,7 +83,16 @@ class TaskTable:
 
     # ---- the moves (each under the lock; the caller may hold it already) ---------------------------
     def _move(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
-        slot.phase = transition(t, slot.phase, to)
+        self._check(t, slot, to)
+        slot.phase = to
+
+    def _check(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
+        """Refuse (loudly) a move the table does not allow, changing nothing."""
+        try:
+            transition(t, slot.phase, to)
+        except IllegalTaskTransition:  # logged here: a pool thread's future would swallow it
+            log.exception("the task table refused a move")
+            raise
 
     def _follow(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
         """A move a stop computes (``phases.stop_*``): none when it leaves the phase as it is."""
@@ -141,7 +161,7 @@ class TaskTable:
         permanent, or with no spec read."""
         with self.lock:
             slot = self.slots.setdefault(t, TaskSlot())
-            transition(t, slot.phase, TaskPhase.FAILED)  # (refused before anything changes: RESTARTING's rule too)
+            self._check(t, slot, TaskPhase.FAILED)  # (refused before anything changes: RESTARTING's rule too)
             slot.failures += 1
             slot.error = error
             slot.trace = trace
