@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, to_dict, when
+from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, printable, table, to_dict, when
 from cli.progress import waiting
 from controller.protocol.pipeline_metrics import figures, rate_text
 
@@ -231,11 +231,15 @@ def shown_status(
     return shown
 
 
+TRACE_LINES = 40  # lines of the last failure's stack trace shown without --trace
+
+
 @task.command("describe")
 @click.argument("task_id", shell_complete=complete_names("task"))
+@click.option("--trace", "full_trace", is_flag=True, help="the last failure's whole stack trace (else its last lines)")
 @pass_ctx
-def task_describe(ctx: Ctx, task_id: str) -> None:
-    """One task: its spec, owner, status and last error."""
+def task_describe(ctx: Ctx, task_id: str, full_trace: bool) -> None:
+    """One task: its spec, owner, status, last error and why it last failed."""
     d = ctx.admin().describe_task(task_id)
     if ctx.json_out:
         ctx.emit(to_dict(d))
@@ -277,6 +281,16 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
         ("Restarts", restart_line(d.restart)),
         ("Last error", clip(d.last_error, 200)),
     ]
+    failure = d.last_failure
+    if failure:
+        restarts = failure.get("restarts", 0)
+        rows.append(
+            (
+                "Last failure",
+                f"{when(failure.get('at'))} {clip(failure.get('kind'), 120)}: {clip(failure.get('error'), 300)} "
+                f"({restarts} restart{'' if restarts == 1 else 's'} before it)",
+            )
+        )
     if d.checkpoint is not None:
         rows.append(("Checkpoint", clip(checkpoint_line(to_dict(d.checkpoint)), 300)))
     if d.history:
@@ -290,6 +304,12 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:
         click.echo(f"{(k + ':').ljust(width)}{v}")
+    if failure and failure.get("trace"):
+        lines = printable(str(failure["trace"])).splitlines()
+        shown = lines if full_trace else lines[-TRACE_LINES:]
+        click.echo("Trace:" + ("" if len(shown) == len(lines) else f" (its last {len(shown)} lines; --trace for all)"))
+        for line in shown:
+            click.echo("  " + line)
     if d.spec:
         click.echo("Spec:")
         for line in json.dumps(d.spec, indent=2, sort_keys=True).splitlines():

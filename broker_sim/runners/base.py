@@ -32,6 +32,8 @@ class RunStatus:
     error: str | None = None
     trace: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: the failure's exception class (a JVM cause's, where Spark gives one)
+    error_type: str | None = None
 
 
 class TaskRunner(abc.ABC):

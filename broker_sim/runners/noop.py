@@ -118,6 +118,7 @@ class NoopRunner(TaskRunner):
                     RunState.FAILED,
                     error=pipeline.fail_message,
                     trace=f"NoopFailure: {pipeline.fail_message} (after {pipeline.fail_after_s}s)",
+                    error_type="NoopFailure",
                 )
             if pipeline.complete_after_s is not None and age >= pipeline.complete_after_s:
                 return RunStatus(RunState.COMPLETED, metrics={"uptime_s": round(age, 3)})

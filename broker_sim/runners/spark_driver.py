@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
-    from broker_sim.runners.spark_jobs import BatchRun, StreamingRun, spark_error
+    from broker_sim.runners.spark_jobs import BatchRun, StreamingRun, error_kind, spark_error
     from broker_sim.runners.spark_session import SessionHolder
     from controller.protocol.taskspec import SparkPipeline
 
@@ -73,7 +73,16 @@ def main(argv: list[str]) -> int:
                 run = StreamingRun(task_id, pipeline, launch["checkpoint"]).start(spark)
         except BaseException as exc:  # reported to the broker, which refuses the start with it
             message, trace = spark_error(exc)
-            write_status(run_dir, {"state": "FAILED", "start_failed": True, "error": message, "trace": trace})
+            write_status(
+                run_dir,
+                {
+                    "state": "FAILED",
+                    "start_failed": True,
+                    "error": message,
+                    "trace": trace,
+                    "error_type": error_kind(exc),
+                },
+            )
             return 1
         return _supervise(run_dir, run, extra, stop, float(launch.get("stop_timeout_s", 30.0)))
     finally:
@@ -92,7 +101,13 @@ def _supervise(run_dir: Path, run: Any, extra: dict[str, Any], stop: threading.E
     while True:
         try:
             st = run.status()
-            body = {"state": st.state.value, "error": st.error, "trace": st.trace, "metrics": {**st.metrics, **extra}}
+            body = {
+                "state": st.state.value,
+                "error": st.error,
+                "trace": st.trace,
+                "error_type": st.error_type,
+                "metrics": {**st.metrics, **extra},
+            }
         except Exception as exc:  # the JVM went away under us (an OutOfMemoryError ends a local driver)
             body = {
                 "state": RunState.FAILED.value,

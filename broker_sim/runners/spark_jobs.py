@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
 from controller.protocol.errors import ZkcError
+from controller.protocol.failure_trace import bound_trace
+from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
 from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 
 POOL_PROPERTY = "spark.scheduler.pool"
@@ -87,14 +89,64 @@ def spark_error(exc: BaseException) -> tuple[str, str]:
     """(message, trace) of an exception, preferring Spark's own text over Python's.
 
     The message is Spark's error without the query description a streaming failure appends (that, and the
-    JVM stack, go to the trace).
+    JVM stack, go to the trace). The trace follows the chain of causes Spark captured (a streaming query's
+    own stack names only its thread; its cause holds the SQL error or the OutOfMemoryError), each as a
+    ``Caused by:`` section, and is bounded keeping those lines (``bound_trace``).
     """
     desc = getattr(exc, "_desc", None) or getattr(exc, "desc", None)
     message = str(desc) if desc else (str(exc) or type(exc).__name__)
     message = message.split("\n=== Streaming Query ===")[0].strip()
     jvm_trace = getattr(exc, "_stackTrace", None)
-    trace = str(jvm_trace) if jvm_trace else "".join(traceback.format_exception(exc))
-    return message[:MAX_ERROR_CHARS], trace[:MAX_TRACE_CHARS]
+    if not jvm_trace:
+        return message[:MAX_ERROR_CHARS], bound_trace("".join(traceback.format_exception(exc)), MAX_TRACE_CHARS)
+    parts = [f"{_class_name(exc)}: {message}", f"\t at {jvm_trace}"]
+    cause: Any = getattr(exc, "_cause", None)
+    for _ in range(8):  # (bounded: a cause chain could loop)
+        if cause is None:
+            break
+        cause_desc = getattr(cause, "_desc", None) or str(cause)
+        parts.append(f"Caused by: {_class_name(cause)}: {cause_desc}")
+        cause_trace = getattr(cause, "_stackTrace", None)
+        if cause_trace:  # (one with a JVM origin is Java's own text: its exception line, frames, causes)
+            parts.append(str(cause_trace) if getattr(cause, "_origin", None) is not None else f"\t at {cause_trace}")
+        cause = getattr(cause, "_cause", None)
+    return message[:MAX_ERROR_CHARS], bound_trace("\n".join(parts), MAX_TRACE_CHARS)
+
+
+def _class_name(exc: Any) -> str:
+    """A captured exception's JVM class (its origin's), else its Python class."""
+    origin = getattr(exc, "_origin", None)
+    if origin is not None:
+        try:
+            return str(origin.getClass().getName())
+        except Exception:  # the JVM is gone
+            pass
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def error_kind(exc: BaseException) -> str:
+    """The class of what went wrong: the root cause's JVM class where Spark captured one (a streaming query's
+    failure wraps the SQL error or the OutOfMemoryError that ended it), else the Python class."""
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    origin: Any = None
+    current: Any = exc
+    for _ in range(16):  # a streaming query's exception has no JVM origin of its own: its cause has
+        origin = getattr(current, "_origin", None)
+        current = getattr(current, "_cause", None)
+        if origin is not None or current is None:
+            break
+    if origin is not None:
+        try:
+            cause = origin
+            for _ in range(16):  # (bounded: a cause chain could loop)
+                nxt = cause.getCause()
+                if nxt is None:
+                    break
+                cause = nxt
+            kind = str(cause.getClass().getName())
+        except Exception:  # the JVM is gone, or not a Throwable: the Python class says enough
+            pass
+    return kind[:MAX_FAILURE_KIND_CHARS]
 
 
 def _start_error(task_id: str, exc: BaseException) -> PipelineStartError:
@@ -314,7 +366,7 @@ class StreamingRun:
         exc = query.exception()
         if exc is not None:
             message, trace = spark_error(exc)
-            return RunStatus(RunState.FAILED, error=message, trace=trace, metrics=metrics)
+            return RunStatus(RunState.FAILED, error=message, trace=trace, metrics=metrics, error_type=error_kind(exc))
         return RunStatus(RunState.COMPLETED, metrics=metrics)  # e.g. trigger available_now ran out of data
 
     def stop(self, timeout: float) -> None:
@@ -396,7 +448,11 @@ class BatchRun:
             else:
                 message, trace = spark_error(exc)
                 self._result = RunStatus(
-                    RunState.FAILED, error=message, trace=trace, metrics={"duration_s": round(time.monotonic() - t0, 3)}
+                    RunState.FAILED,
+                    error=message,
+                    trace=trace,
+                    metrics={"duration_s": round(time.monotonic() - t0, 3)},
+                    error_type=error_kind(exc),
                 )
         finally:
             sc.setLocalProperty(POOL_PROPERTY, None)

@@ -36,6 +36,7 @@ from broker_sim.runners.procs import group_alive, spawn
 from broker_sim.runners.spark_driver import LAUNCH_FILE, STATUS_FILE
 from broker_sim.runners.spark_jobs import MAX_ERROR_CHARS, MAX_TRACE_CHARS, PipelineStartError
 from broker_sim.runners.spark_session import check_java
+from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
 from controller.protocol.taskspec import SparkPipeline
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def read_status(path: Path) -> dict[str, Any] | None:
     if not isinstance(body, dict) or body.get("state") not in {s.value for s in RunState}:
         return None
     out: dict[str, Any] = {"state": body["state"], "start_failed": body.get("start_failed") is True}
-    for key, limit in (("error", MAX_ERROR_CHARS), ("trace", MAX_TRACE_CHARS)):
+    for key, limit in (("error", MAX_ERROR_CHARS), ("trace", MAX_TRACE_CHARS), ("error_type", MAX_FAILURE_KIND_CHARS)):
         value = body.get(key)
         out[key] = value[:limit] if isinstance(value, str) else None
     metrics = body.get("metrics")
@@ -207,7 +208,12 @@ class DriverProcess:
             status = RunStatus(state, metrics=metrics)
         else:  # it said FAILED, or it died without saying why
             error, trace = self._failure(body.get("error"), exited)
-            status = RunStatus(RunState.FAILED, error=error, trace=body.get("trace") or trace, metrics=metrics)
+            # a JVM's fatal error found in its output is the reason (as in ``_failure``): its class is the kind
+            fatal = _REASON.findall(_log_tail(self.log))
+            kind = fatal[-1].split(":")[0].split()[0] if fatal else (body.get("error_type") or "DriverExited")
+            status = RunStatus(
+                RunState.FAILED, error=error, trace=body.get("trace") or trace, metrics=metrics, error_type=kind
+            )
         if exited is not None:
             self._final = status
         return status

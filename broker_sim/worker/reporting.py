@@ -138,6 +138,7 @@ class Reporter:
                             metrics=s.metrics,
                             session=codecs.session_hex(session.session_id),
                             revision=s.spec.revision if s.spec is not None else None,
+                            last_failure=s.last_failure,
                         )
                     ),
                 )
@@ -174,6 +175,7 @@ class Reporter:
                         metrics=slot.metrics,
                         session=codecs.session_hex(session.session_id),
                         revision=slot.spec.revision if slot.spec is not None else None,
+                        last_failure=slot.last_failure,
                     )
                 )
         return finals

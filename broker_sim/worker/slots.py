@@ -4,13 +4,31 @@ released in."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_sim.worker.phases import UNSETTLED, TaskPhase, stop_begun, stop_ended, stop_unconfirmed, transition
+from broker_sim.worker.phases import (
+    UNSETTLED,
+    IllegalTaskTransition,
+    TaskPhase,
+    stop_begun,
+    stop_ended,
+    stop_unconfirmed,
+    transition,
+)
+from controller.protocol.failure_trace import bound_trace
+from controller.protocol.task_records import (
+    MAX_FAILURE_ERROR_CHARS,
+    MAX_FAILURE_KIND_CHARS,
+    MAX_FAILURE_RESTARTS,
+    LastFailure,
+)
 from controller.protocol.taskspec import TaskSpec
+
+log = logging.getLogger(__name__)
 
 
 class TaskTable:
@@ -65,7 +83,16 @@ class TaskTable:
 
     # ---- the moves (each under the lock; the caller may hold it already) ---------------------------
     def _move(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
-        slot.phase = transition(t, slot.phase, to)
+        self._check(t, slot, to)
+        slot.phase = to
+
+    def _check(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
+        """Refuse (loudly) a move the table does not allow, changing nothing."""
+        try:
+            transition(t, slot.phase, to)
+        except IllegalTaskTransition:  # logged here: a pool thread's future would swallow it
+            log.exception("the task table refused a move")
+            raise
 
     def _follow(self, t: str, slot: TaskSlot, to: TaskPhase) -> None:
         """A move a stop computes (``phases.stop_*``): none when it leaves the phase as it is."""
@@ -133,14 +160,25 @@ class TaskTable:
             self._move(t, slot, TaskPhase.STOPPED)
             slot.spec = spec
 
-    def failed(self, t: str, error: str, trace: str | None, permanent: bool) -> tuple[TaskSlot, float | None]:
-        """Count a failure: RESTARTING after the backoff of the spec's restart policy (returned), or FAILED
-        (None) once its attempts are spent, when the failure is permanent, or with no spec read."""
+    def failed(
+        self, t: str, error: str, trace: str | None, kind: str, permanent: bool
+    ) -> tuple[TaskSlot, float | None]:
+        """Count a failure (kept as the slot's ``last_failure``, bounded): RESTARTING after the backoff of the
+        spec's restart policy (returned), or FAILED (None) once its attempts are spent, when the failure is
+        permanent, or with no spec read."""
         with self.lock:
             slot = self.slots.setdefault(t, TaskSlot())
+            self._check(t, slot, TaskPhase.FAILED)  # (refused before anything changes: RESTARTING's rule too)
             slot.failures += 1
             slot.error = error
             slot.trace = trace
+            slot.last_failure = LastFailure(
+                error=error[:MAX_FAILURE_ERROR_CHARS],
+                kind=(kind or "Error")[:MAX_FAILURE_KIND_CHARS],
+                at=time.time(),
+                restarts=min(slot.failures - 1, MAX_FAILURE_RESTARTS),
+                trace=bound_trace(trace) if trace else None,
+            )
             slot.dirty = True
             policy = slot.spec.restart if slot.spec is not None else None
             if permanent or policy is None or policy.gives_up(slot.failures):
@@ -234,6 +272,7 @@ class TaskSlot:
     restart_at: float | None = None
     error: str | None = None
     trace: str | None = None
+    last_failure: LastFailure | None = None  # kept across the restarts that follow (the status says why)
     metrics: dict[str, Any] = field(default_factory=dict)
     acquired: float | None = None
     started: float | None = None

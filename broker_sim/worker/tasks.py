@@ -63,6 +63,10 @@ class StopDeadlines(Protocol):
     def escalate(self, reason: str) -> None: ...
 
 
+def _class_of(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
 class FenceView(Protocol):
     """Whether the fence is up (read under the table's lock, the fence's own)."""
 
@@ -262,7 +266,7 @@ class TaskSupervisor:
         try:
             self.runner.start(t, spec, self.session.generation)
         except Exception as exc:
-            self.failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self.failed(t, f"{type(exc).__name__}: {exc}", traceback.format_exc(), kind=_class_of(exc))
             self.enqueue(Owned())  # no longer starting: the member's report says so
             return
         with self.table.lock:
@@ -285,7 +289,7 @@ class TaskSupervisor:
         try:
             return decode_task(data, self.layout.task(t))
         except PayloadError as exc:
-            self.failed(t, str(exc), None, permanent=True)
+            self.failed(t, str(exc), None, kind=_class_of(exc), permanent=True)
             return None
 
     def _spec_changed(self, t: str, rearm: bool = True) -> None:
@@ -306,7 +310,7 @@ class TaskSupervisor:
                 # the spec became garbage: the controller marks it FAILED and revokes it; say the same
                 # in our own status writes until we let go, and stop running it now
                 self.stop_runner(t)
-                self.failed(t, f"invalid task spec: {exc}", None, permanent=True)
+                self.failed(t, f"invalid task spec: {exc}", None, kind=_class_of(exc), permanent=True)
                 return
             except NoNodeError:
                 return
@@ -366,10 +370,10 @@ class TaskSupervisor:
                 self.table.slots[t].busy = False
             self.reconcile()
 
-    def failed(self, t: str, error: str, trace: str | None, permanent: bool = False) -> None:
+    def failed(self, t: str, error: str, trace: str | None, kind: str = "Error", permanent: bool = False) -> None:
         """Count a failure: restart after the backoff of the spec's restart policy, or, once its attempts are
         spent (or the failure is permanent), stay FAILED with this last error until `task restart`."""
-        slot, delay = self.table.failed(t, error, trace, permanent)
+        slot, delay = self.table.failed(t, error, trace, kind, permanent)
         if delay is None:
             log.warning("worker %s: task %s FAILED for good after %d failures: %s", self.who, t, slot.failures, error)
         else:
@@ -475,7 +479,7 @@ class TaskSupervisor:
                     slot.dirty = slot.dirty or first_batch
             if st.state is RunState.FAILED and ended:
                 self.stop_runner(t)
-                self.failed(t, st.error or "failed", st.trace)
+                self.failed(t, st.error or "failed", st.trace, kind=st.error_type or "Error")
             elif st.state is RunState.COMPLETED:
                 table.ended(t, slot, stops)
         with table.lock:

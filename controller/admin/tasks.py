@@ -464,6 +464,7 @@ class TaskAdmin:
             restart=restart_progress(spec.restart, status) if spec is not None else None,
             checkpoint=checkpoint,
             history=history.events if history else (),
+            last_failure=codecs.to_jsonable(status.last_failure) if status and status.last_failure else None,
         )
 
     def delete_task(

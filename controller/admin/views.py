@@ -101,6 +101,8 @@ class TaskDescription:
     checkpoint: Any = None  # a streaming spark task's checkpoint: path, exists, bytes, files (``CheckpointSize``)
     history: tuple[codecs.HistoryEvent, ...] = ()  # its recorded changes, stops, resumes from STOPPED and resets
     zk_version: int | None = None  # the spec znode's version (any write of the spec bumps it)
+    #: why it last failed, from its status: {"error", "kind", "trace", "at", "restarts"} (validated when decoded)
+    last_failure: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

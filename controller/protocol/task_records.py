@@ -6,6 +6,7 @@ worker writes them; ``codecs`` encodes and validates them and is where callers n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,39 @@ class OwnerInfo:
 
     broker: str
     generation: int
+
+
+#: bounds of a status's last failure (untrusted: any broker writes statuses): the error, the exception's class,
+#: the stack trace (characters), the restart count
+MAX_FAILURE_ERROR_CHARS = 4000
+MAX_FAILURE_KIND_CHARS = 200
+MAX_FAILURE_TRACE_CHARS = 16 * 1024
+MAX_FAILURE_RESTARTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class LastFailure:
+    """Why a task last failed on its owner: the error, the exception's class (``kind``), a bounded stack trace,
+    when (wall time) and how many failures in a row it was (``restarts``). It stays in the status across the
+    restarts that follow, so a task running again after failures still says why it failed."""
+
+    error: str
+    kind: str
+    at: float
+    restarts: int
+    trace: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.error) > MAX_FAILURE_ERROR_CHARS:
+            raise ValueError(f"error is over {MAX_FAILURE_ERROR_CHARS} characters")
+        if not self.kind or len(self.kind) > MAX_FAILURE_KIND_CHARS:
+            raise ValueError(f"kind must be 1 to {MAX_FAILURE_KIND_CHARS} characters")
+        if self.trace is not None and len(self.trace) > MAX_FAILURE_TRACE_CHARS:
+            raise ValueError(f"trace is over {MAX_FAILURE_TRACE_CHARS} characters")
+        if not math.isfinite(self.at) or self.at < 0:
+            raise ValueError(f"at {self.at!r} is not a wall time")
+        if not 0 <= self.restarts <= MAX_FAILURE_RESTARTS:
+            raise ValueError(f"restarts {self.restarts!r} is not within 0..{MAX_FAILURE_RESTARTS}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +68,7 @@ class TaskStatus:
     session: str | None = None
     #: the spec version (``revision``) the owner runs (absent: a release that did not say)
     revision: int | None = None
+    last_failure: LastFailure | None = None
 
 
 def session_hex(session_id: int | None) -> str | None:

@@ -149,6 +149,7 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
 
     from controller.protocol import codecs
     from controller.protocol.codecs import GroupStateInfo, MaintenanceInfo, OwnerInfo, TaskStatus
+    from controller.protocol.task_records import LastFailure
 
     root = f"/xss-{uuid.uuid4().hex[:10]}"
     env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp_path / "state")}
@@ -181,6 +182,7 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
                     updated=time.time(),
                     error=XSS,
                     session=session,
+                    last_failure=LastFailure(error=XSS, kind=XSS, at=time.time(), restarts=3, trace=XSS + "\n  at x"),
                     metrics={
                         "rows": XSS,
                         "processed_rows_per_s": XSS,
@@ -235,6 +237,20 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
         assert figures[0].startswith("invalid") and XSS not in figures[0], figures
         assert figures[1] == "invalid" and figures[2] == 2, figures
         assert browser.execute_script("return document.querySelectorAll('img').length") == 0
+        # why it failed: a click on its error opens its last failure, every field as text
+        browser.execute_script("document.querySelector('tr[data-task=\"x-1\"] td.error').click()")
+        wait_until(
+            lambda: browser.execute_script("return !document.getElementById('failure').hidden"), 30, "the failure"
+        )
+        failure = browser.execute_script(
+            "return [document.getElementById('failure-summary').textContent,"
+            " document.getElementById('failure-trace').textContent,"
+            " document.getElementById('failure').querySelectorAll('img').length]"
+        )
+        assert XSS in failure[0] and "3 restart(s)" in failure[0], failure
+        assert failure[1] == XSS + "\n  at x" and failure[2] == 0, failure
+        assert browser.execute_script("return window.__xss === undefined"), "script from a failure ran"
+        _shot(browser, "failure")
         # the policy itself: markup the page would insert still cannot run inline script
         browser.execute_script(
             "document.body.insertAdjacentHTML('beforeend', '<img src=x onerror=\"window.__csp_broken=1\">')"

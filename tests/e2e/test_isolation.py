@@ -141,6 +141,10 @@ def test_an_oom_in_an_isolated_pipeline_leaves_its_neighbour_running(
         )
         assert failed.broker == "sb" and failed.failures == max_attempts + 1, failed
         assert "OutOfMemoryError" in (failed.error or ""), failed.error
+        why = failed.last_failure  # why it failed, kept in its status: the JVM's fatal error, with its trace
+        assert why is not None and why.kind == "java.lang.OutOfMemoryError" and why.restarts == max_attempts, why
+        assert why.trace and "OutOfMemoryError" in why.trace, why.trace
+        assert AdminClient(zk, layout).describe_task("hog").last_failure["kind"] == "java.lang.OutOfMemoryError"
         assert failed.metrics.get("isolation") == "process", failed.metrics
 
         # the neighbour: the same run on the same JVM, its rows still growing; nothing moved or rebalanced

@@ -40,9 +40,11 @@ from controller.admin import AdminClient
 from controller.protocol import codecs
 from controller.protocol.codecs import RunInterval, TaskStatus
 from controller.protocol.layout import ZkLayout
+from controller.protocol.task_records import MAX_FAILURE_TRACE_CHARS
 from controller.protocol.taskspec import DeclarativePipeline, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
+from tests.cli_support import ok
 from tests.spark_brokers import SESSION_S, WORKER_SPARK, controlled_root, start_spark_broker, stop_brokers
 from tests.spark_support import (  # noqa: F401 (fixtures)
     REPO,
@@ -379,6 +381,14 @@ def test_runtime_sql_failure_backs_off_then_fails_while_its_neighbour_runs(clust
         assert failed.failures == max_failures + 1, failed
         assert "USER_RAISED_EXCEPTION" in failed.error and "bad record" in failed.error, failed.error
         assert failed.trace and "org.apache.spark" in failed.trace, failed.trace
+        # why it failed: the cause's class, a bounded trace that names it, when, and the restarts before it
+        why = failed.last_failure
+        assert why is not None and why.restarts == max_failures and why.at <= failed.updated, why
+        assert "USER_RAISED_EXCEPTION" in why.error and why.kind.startswith("org.apache.spark."), why
+        assert why.trace and "bad record" in why.trace and len(why.trace) <= MAX_FAILURE_TRACE_CHARS, why.trace
+        assert c.admin.describe_task("poison").last_failure == codecs.to_jsonable(why)
+        described = ok(c.env, "task", "describe", "poison")
+        assert f"{why.kind}: " in described and "USER_RAISED_EXCEPTION" in described and "Trace:" in described
 
         # the neighbour is untouched: still its first run, rows still growing
         before = c.status("healthy")

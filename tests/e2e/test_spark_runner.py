@@ -84,6 +84,10 @@ def test_runtime_failure_is_reported_and_does_not_disturb_others(
         )
         assert "USER_RAISED_EXCEPTION" in failed.error and "poison record 42" in failed.error, failed.error
         assert failed.trace and "org.apache.spark" in failed.trace
+        assert failed.error_type == "org.apache.spark.SparkRuntimeException", failed.error_type  # the cause's class
+        assert "Caused by: org.apache.spark.SparkRuntimeException: [USER_RAISED_EXCEPTION]" in failed.trace, (
+            failed.trace
+        )
         batches = spark_runner.status("steady").metrics["batches"]
         wait_for(
             lambda: spark_runner.status("steady").metrics["batches"] >= batches + 2,

@@ -21,6 +21,7 @@ from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
 from tests.api_support import TOKEN, ApiCluster, os_environ_without_auth, start_cluster, wait_until
+from tests.cli_support import ok
 from tests.offsets_support import fake_checkpoint, spark_spec
 
 NOOP = {"kind": "noop"}
@@ -255,6 +256,27 @@ def test_restart_every_failed_task_in_one_write(api):
     assert decode_task(zk.get(layout.task("rf-ok"))[0], layout.task("rf-ok")).restart_nonce == 0
     for t in ("rf-1", "rf-2", "rf-ok"):
         assert cluster.request("DELETE", f"/api/v1/tasks/{t}").status == 200
+
+
+def test_a_failed_task_says_why_through_the_api_and_describe(api):
+    """Its last failure (error, class, stack trace, time, restart count) reaches the API and `task describe`,
+    and stays there while the task runs again after it."""
+    cluster, _zk, _layout = api
+    failing = {"kind": "noop", "fail_after_s": 0.2, "fail_message": "the sink refused \x1b[31mrow 7"}
+    began = time.time()
+    r = cluster.request("POST", "/api/v1/tasks", [{"id": "why-1", "restart": {"max_attempts": 1}, "pipeline": failing}])
+    assert r.status == 201, r.body
+    wait_until(lambda: shown_status(cluster, "why-1") == "FAILED", 45, "why-1 FAILED")
+    body = cluster.request("GET", "/api/v1/tasks/why-1").body
+    failure = body["last_failure"]
+    assert failure["kind"] == "NoopFailure" and failure["error"] == "the sink refused \x1b[31mrow 7", failure
+    assert failure["trace"].startswith("NoopFailure: the sink refused") and failure["restarts"] == 1, failure
+    assert began <= failure["at"] <= time.time()
+    assert body["status"]["last_failure"] == failure
+    out = ok(cluster.env, "task", "describe", "why-1")
+    assert "Last failure:" in out and "NoopFailure: the sink refused \\x1b[31mrow 7 (1 restart before it)" in out, out
+    assert "\x1b" not in out and "Trace:\n  NoopFailure: the sink refused" in out, out
+    assert cluster.request("DELETE", "/api/v1/tasks/why-1").status == 200
 
 
 def _read_events(url: str, into: list[dict[str, Any]], stop: threading.Event) -> None:

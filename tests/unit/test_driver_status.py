@@ -10,6 +10,7 @@ import pytest
 
 from broker_sim.runners.spark_jobs import MAX_ERROR_CHARS
 from broker_sim.runners.spark_process import MAX_METRICS, MAX_SERIES, MAX_STATUS_BYTES, read_status
+from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
 
 
 def _write(tmp_path: Path, body: object) -> Path:
@@ -21,7 +22,14 @@ def _write(tmp_path: Path, body: object) -> Path:
 def test_a_running_driver_status_is_read_as_written(tmp_path):
     body = {"state": "RUNNING", "metrics": {"rows": 40, "batches": 3, "run_id": "r1", "input_rows_per_s": 9.5}}
     got = read_status(_write(tmp_path, body))
-    assert got == {"state": "RUNNING", "start_failed": False, "error": None, "trace": None, "metrics": body["metrics"]}
+    assert got == {
+        "state": "RUNNING",
+        "start_failed": False,
+        "error": None,
+        "trace": None,
+        "error_type": None,
+        "metrics": body["metrics"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -53,6 +61,7 @@ def test_text_is_bounded_and_only_flat_metrics_are_kept(tmp_path):
         "start_failed": "yes",  # only a real true says the start failed
         "error": "e" * (MAX_ERROR_CHARS + 100),
         "trace": 42,
+        "error_type": "k" * 1000,
         "metrics": {
             "rows": 1,
             "rate_history": [1.5, 2, 3.0],
@@ -67,6 +76,7 @@ def test_text_is_bounded_and_only_flat_metrics_are_kept(tmp_path):
     assert got is not None
     assert got["state"] == "FAILED" and got["start_failed"] is False
     assert len(got["error"]) == MAX_ERROR_CHARS and got["trace"] is None
+    assert len(got["error_type"]) == MAX_FAILURE_KIND_CHARS
     assert got["metrics"]["rate_history"] == [1.5, 2, 3.0]
     assert not {"nested", "texts", "long"} & set(got["metrics"])
     assert len(got["metrics"]["name"]) == 500 and len(got["metrics"]) <= MAX_METRICS

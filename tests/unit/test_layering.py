@@ -244,13 +244,22 @@ def test_worker_task_phases_change_only_in_the_task_table() -> None:
     for name in sorted(MODULES):
         if not name.startswith("broker_sim.worker"):
             continue
+        where = MODULES[name].relative_to(REPO) if MODULES[name].is_relative_to(REPO) else MODULES[name].name
         for line, function in _state_assignments(name, "phase"):
             if (name, function) != WORKER_PHASE_HOME:
-                wrong.append(f"{MODULES[name].relative_to(REPO)}:{line} assigns .phase (in {function or 'module'})")
+                wrong.append(f"{where}:{line} assigns .phase (in {function or 'module'})")
         for line, function in _state_assignments(name):
-            wrong.append(f"{MODULES[name].relative_to(REPO)}:{line} assigns .state (in {function or 'module'})")
+            wrong.append(f"{where}:{line} assigns .state (in {function or 'module'})")
     assert len(_state_assignments(WORKER_PHASE_HOME[0], "phase")) == 1, "the task table's one move is gone"
     assert not wrong, "a task phase assigned outside the task table:\n" + "\n".join(wrong)
+
+
+def test_the_phase_rule_sees_a_planted_assignment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("def restart(slot):\n    slot.phase = None\n")
+    monkeypatch.setitem(MODULES, "broker_sim.worker.planted", planted)
+    with pytest.raises(AssertionError, match=r"planted.py:2 assigns .phase \(in restart\)"):
+        test_worker_task_phases_change_only_in_the_task_table()
 
 
 def _own_class_names() -> dict[str, set[str]]:

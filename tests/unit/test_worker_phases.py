@@ -39,6 +39,7 @@ LEGAL = (
 
 def test_every_phase_has_a_row_and_a_status():
     assert set(PREDECESSORS) == set(TaskPhase)
+    assert PREDECESSORS[P.FAILED] == PREDECESSORS[P.RESTARTING]  # (``TaskTable.failed`` checks one for both)
     assert {p.status for p in TaskPhase} == {"STOPPED", "STARTING", "RUNNING", "COMPLETED", "RESTARTING", "FAILED"}
     assert {p for p in TaskPhase if p.runs} == {P.RUNNING, P.STOPPING, P.FENCE_STOPPING, P.FINISHED}
 
@@ -88,6 +89,19 @@ def table_with(t: str = "t1", held: bool = True) -> TaskTable:
     return table
 
 
+def run(table: TaskTable, t: str = "t1") -> TaskSlot:
+    """Start ``t`` and see its start return: it runs."""
+    slot = table.begin_start(t, SPEC)
+    table.start_done(t, slot)
+    return slot
+
+
+def stop(table: TaskTable, slot: TaskSlot, t: str = "t1") -> None:
+    """A stop of ``t`` (not the fence's) that returns."""
+    table.begin_stop(t, fence=False)
+    table.stop_done(t, slot, confirmed=True)
+
+
 def test_start_then_a_revocation_stop():
     table = table_with()
     assert table.starting() == {"t1"} and table.running() == []
@@ -119,8 +133,7 @@ def test_the_fence_stops_a_task_that_starts_again_once_it_lifts():
 
 def test_a_stop_that_raises_leaves_the_task_running():
     table = table_with()
-    slot = table.begin_start("t1", SPEC)
-    table.start_done("t1", slot)
+    slot = run(table)
     table.begin_stop("t1", fence=False)
     table.stop_done("t1", slot, confirmed=False)
     assert slot.phase is P.RUNNING and slot.running
@@ -129,19 +142,23 @@ def test_a_stop_that_raises_leaves_the_task_running():
 def test_failures_back_off_then_fail_for_good_and_start_refuses_a_running_task():
     table = table_with()
     slot = table.begin_start("t1", SPEC)
-    _, delay = table.failed("t1", "boom", "trace", permanent=False)
+    _, delay = table.failed("t1", "boom", "trace", "ValueError", permanent=False)
     assert slot.phase is P.RESTARTING and delay == pytest.approx(0.5) and slot.restart_at is not None
     table.begin_start("t1", SPEC)
     table.start_done("t1", slot)
     assert slot.error is None and slot.failures == 1
+    # running again, it still says why it failed last
+    assert slot.last_failure is not None and slot.last_failure.kind == "ValueError"
+    assert (slot.last_failure.error, slot.last_failure.trace, slot.last_failure.restarts) == ("boom", "trace", 0)
     with pytest.raises(IllegalTaskTransition):  # a running task is never started again
         table.begin_start("t1", SPEC)
     with pytest.raises(IllegalTaskTransition):  # nor failed while its runner runs: it is stopped first
-        table.failed("t1", "boom", None, permanent=False)
+        table.failed("t1", "boom", None, "ValueError", permanent=False)
     table.begin_stop("t1", fence=False)
     table.stop_done("t1", slot, confirmed=True)
-    _, delay = table.failed("t1", "boom again", None, permanent=False)
+    _, delay = table.failed("t1", "boom again", None, "", permanent=False)
     assert delay is None and slot.phase is P.FAILED and slot.restart_at is None and slot.error == "boom again"
+    assert slot.last_failure is not None and (slot.last_failure.kind, slot.last_failure.restarts) == ("Error", 1)
 
 
 def test_a_finished_run_is_completed_once_stopped_and_a_stale_reading_is_ignored():
@@ -162,14 +179,12 @@ def test_a_finished_run_is_completed_once_stopped_and_a_stale_reading_is_ignored
 
 def test_release_lost_session_and_kill():
     table = table_with()
-    slot = table.begin_start("t1", SPEC)
-    table.start_done("t1", slot)
-    table.begin_stop("t1", fence=False)
-    table.stop_done("t1", slot, confirmed=True)
+    slot = run(table)
+    stop(table, slot)
     assert table.releasing("t1").releasing and slot.phase is P.STOPPED
     table.slots["t2"] = other = TaskSlot(held=True)
     table.begin_start("t2", SPEC)
-    table.failed("t2", "x", None, permanent=True)
+    table.failed("t2", "x", None, "SpecError", permanent=True)
     table.releasing("t2")
     assert other.phase is P.FAILED  # a FAILED task's last status says FAILED
     table.session_lost()

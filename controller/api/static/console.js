@@ -274,7 +274,7 @@ function taskRow(t, disabled) {
     h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
-    h("td", { className: "error", title: error }, error),
+    h("td", { className: "error", title: error ? `${error} (click: why it failed)` : "click: its last failure" }, error),
     h("td", { className: "actions" }, ...(t.state === "PAUSED" || t.state === "STOPPED" ? [button("resume", "resume")]
         : [button("pause", "pause"), button("stop", "stop")]),
       button("restart", "restart"), button("reassign", "reassign")));
@@ -375,10 +375,29 @@ function drawTimeline(taskIds) {
   $("legend").replaceChildren(...[...state.colours].map(([b, c]) => h("span", {}, h("i", { style: { background: c } }), b)));
 }
 
+// Why a task failed: its last failure from GET /tasks/{id}, every field put in as text (the trace in a <pre>).
+async function showFailure(taskId) {
+  let d;
+  try { d = await getJSON(`/tasks/${encodeURIComponent(taskId)}`); } catch (e) { toast(e.message); return; }
+  const f = d && typeof d.last_failure === "object" && d.last_failure !== null ? d.last_failure : null;
+  const at = time(f && f.at);
+  $("failure-task").textContent = taskId;
+  $("failure-summary").textContent = f
+    ? `${at === null ? "-" : new Date(at * 1000).toISOString()} · ${text(f.kind)} · ${num(f.restarts)} restart(s) before it: ${text(f.error)}`
+    : "no failure recorded";
+  $("failure-trace").textContent = f ? text(f.trace, "(no stack trace)") : "";
+  $("failure").hidden = false;
+}
+$("failure-close").addEventListener("click", () => { $("failure").hidden = true; });
+
 // ---- events: actions, filters, paging, the live stream ----------------------------------------------
 $("tasks").addEventListener("click", async (ev) => {
   const button = ev.target.closest("button");
   const tr = ev.target.closest("tr");
+  if (!button && tr && tr.dataset.task && ev.target.closest("td.error, td.state")) {
+    await showFailure(tr.dataset.task);
+    return;
+  }
   if (!button || !tr || button.disabled) return;
   const id = encodeURIComponent(tr.dataset.task);
   if (button.classList.contains("pause")) await act("PUT", `/tasks/${id}/pause`);
