@@ -172,7 +172,6 @@ class Ctx:
     verbose: int
     state_dir: Path
     auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
-    checkpoint_override: str | None = None  # a command's --checkpoint-root
     _client: Any = field(default=None, repr=False)
     _connecting: Any = field(default=None, repr=False)  # the event of a session start_client began
     _admins: list[Any] = field(default_factory=list, repr=False)
@@ -234,15 +233,9 @@ class Ctx:
         self.start_client()
         from controller.admin import AdminClient  # imported while the session is being set up
 
-        admin = AdminClient(self.client(), self.layout, checkpoint_root=self.checkpoint_root)
+        admin = AdminClient(self.client(), self.layout)
         self._admins.append(admin)
         return admin
-
-    @property
-    def checkpoint_root(self) -> str:
-        """Where the brokers keep checkpoints, as seen from here: ``--checkpoint-root`` of the command or
-        ``$ZKC_CHECKPOINT_ROOT``, else the brokers' default under the state dir."""
-        return self.checkpoint_override or os.environ.get("ZKC_CHECKPOINT_ROOT") or str(self.state_dir / "checkpoints")
 
     def close(self) -> None:
         unreadable = sorted({p for a in self._admins for p in a.unreadable})

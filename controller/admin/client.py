@@ -25,9 +25,7 @@ class AdminClient:
     The parts are composed as kazoo attaches its recipes: each gets the client, the layout and the shared
     reads (and a callable where it needs another part's answer), and each of its requests is bound here."""
 
-    def __init__(
-        self, client: KazooClient, layout: ZkLayout, *, retries: int = 5, checkpoint_root: str | None = None
-    ) -> None:
+    def __init__(self, client: KazooClient, layout: ZkLayout, *, retries: int = 5) -> None:
         self.client = client
         self.layout = layout
         self.retries = retries
@@ -45,7 +43,6 @@ class AdminClient:
             client,
             layout,
             self.reads,
-            checkpoint_root,
             require_stopped=self.stop_admin.require_stopped,
             record=self.history_admin.record,
             begin_reset=self.history_admin.begin_reset,
@@ -83,6 +80,7 @@ class AdminClient:
         self.history = self.history_admin.history
         self.checkpoint_size = self.offsets_admin.checkpoint_size
         self.purge_checkpoint = self.offsets_admin.purge_checkpoint
+        self.task_logs = self.offsets_admin.logs
         # restarts
         self.restart_tasks = self.restarts.restart_tasks
         # cluster

@@ -248,6 +248,9 @@ RULES: dict[str, dict[str, int]] = {
     "admin_request": _rule(admin=ALL),  # their children
     "shutdown_queue": _rule(admin=ALL, controller=R | D, broker=R | C),  # /admin/controlled_shutdown
     "shutdown_request": _rule(admin=ALL, broker=RWCD),  # /admin/controlled_shutdown/<b>
+    "storage_queue": _rule(admin=ALL, broker=R),  # /admin/storage
+    "storage_request": _rule(admin=ALL, broker=R | C),  # /admin/storage/<t>
+    "storage_reply": _rule(admin=ALL, broker=RWCD),  # /admin/storage/<t>/{claim,result,miss-<b>}
     "tallies": _rule(admin=ALL),  # /admin/group_tasks
     "tally": _rule(admin=ALL),  # /admin/group_tasks/<g> (written by creates)
     "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
@@ -312,6 +315,10 @@ def classify(layout: ZkLayout, path: str) -> str:
             return parts[1]
         if parts[1] == "group_tasks":
             return "tallies" if n == 2 else "tally" if n == 3 else "other"
+        if parts[1] == "storage":
+            return (
+                "storage_queue" if n == 2 else "storage_request" if n == 3 else "storage_reply" if n == 4 else "other"
+            )
         if parts[1] == "controlled_shutdown":
             return "shutdown_queue" if n == 2 else "shutdown_request" if n == 3 else "other"
         if parts[1] in ("rebalance", "reassign", "delete_tasks", "task_history"):
@@ -343,6 +350,8 @@ PER_BROKER: dict[str, tuple[int, int]] = {
     "interval": (R, R | W),
     "shutdown_queue": (R | C, 0),
     "shutdown_request": (R, R | W),
+    "storage_request": (R | C, 0),
+    "storage_reply": (R, R | W | D),  # the broker that claimed or answered
 }
 # what the controller needs on top with per-broker identities: ADMIN on a task, to hand it to its assignee
 CONTROLLER_PER_BROKER: dict[str, int] = {"task": A}

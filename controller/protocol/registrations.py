@@ -72,3 +72,4 @@ class BrokerInfo:
     instance_id: str | None = None
     runner: str = "noop"
     session: SessionInfo | None = None
+    checkpoint_root: str | None = None  # where its checkpoints are (scoped by the cluster root); None: none

@@ -13,7 +13,7 @@ from kazoo.exceptions import NoNodeError
 
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, AdminError, Conflict, payload_decoder, wait_for
-from controller.admin.offsets import ResetTarget
+from controller.protocol.storage import ResetTarget
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol import codecs
 from controller.protocol.checkpoints import CheckpointError
