@@ -230,13 +230,18 @@ def task_describe(ctx: Ctx, task_id: str) -> None:
 
 
 def checkpoint_line(c: dict[str, Any]) -> str:
-    """Where the checkpoint is and its size, or why it is not seen from here."""
+    """Where the checkpoint is and its size (measured by the broker that holds it), or why it is not known."""
     if "error" in c:
         return str(c["error"])
+    on = f"on broker {c['broker']}" if c.get("broker") else "on no live broker"
     if not c.get("exists"):
-        return f"{c.get('path')} (none there, as seen from here)"
-    more = "" if c.get("complete", True) else "+"
-    return f"{c.get('path')}: {_size(int(c.get('bytes', 0)))}{more} in {c.get('files')}{more} files"
+        return f"{c.get('path')} (none there, {on})"
+    if c.get("complete", True):
+        return f"{c.get('path')} {on}: {_size(int(c.get('bytes', 0)))} in {c.get('files')} files"
+    return (
+        f"{c.get('path')} {on}: at least {_size(int(c.get('bytes', 0)))} in {c.get('files')} files "
+        "(partial: the count stopped at its bound)"
+    )
 
 
 def _size(n: int) -> str:

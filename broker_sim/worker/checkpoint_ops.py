@@ -46,11 +46,12 @@ class CheckpointStore:
         return f"{self.root.rstrip('/')}/{check_name('task id', task_id)}"
 
     def holds(self, task_id: str) -> bool:
-        """Whether the task's checkpoint directory is here (a link there does not count)."""
+        """Whether anything is at the task's checkpoint path here (a link or a file there is this broker's to
+        report, and refuse)."""
         if not self.local:
             return False
         with self._root(Budget()) as root:
-            return root is not None and root.kind(check_name("task id", task_id)) == "dir"
+            return root is not None and root.kind(check_name("task id", task_id)) is not None
 
     def size(self, task_id: str, budget: Budget) -> CheckpointSize:
         with self._root(budget) as root:

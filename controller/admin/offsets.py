@@ -274,12 +274,17 @@ class OffsetAdmin:
             raise Conflict(f"task {task_id!r} is being deleted")
         _streaming(spec)
         self.require_stopped(task_id)
-        params = {"target": target.name, "batch": target.batch, "dry_run": dry_run, "spec_version": spec_stat.version}
+        params = {"target": target.name, "batch": target.batch, "spec_version": spec_stat.version}
+        deadline = time.monotonic() + timeout
+        # planned first without a write: a reset refused (a batch not kept, garbage in a log) changes nothing
+        # and is not recorded; only then is the history marked and the reset carried out
+        plan = self._as(ResetResult, self.request("reset", task_id, timeout, dry_run=True, **params), "reset")
         if dry_run:
-            return self._as(ResetResult, self.request("reset", task_id, timeout, **params), "reset")
+            return plan
+        timeout = max(0.1, deadline - time.monotonic())
         self.begin_reset(task_id, spec_stat.version)
         try:
-            r: ResetResult = self._as(ResetResult, self.request("reset", task_id, timeout, **params), "reset")
+            r = self._as(ResetResult, self.request("reset", task_id, timeout, dry_run=False, **params), "reset")
         except StorageTimeout as exc:
             self.record(task_id, "reset-offsets", f"to {target.name} unanswered: {exc}", end_reset=False)
             raise
