@@ -74,16 +74,12 @@ def check_data_path(what: str, path: str) -> str:
     hint = f"write an absolute path (e.g. /data/{what.split()[0]}s/NAME) or a URL (hdfs://, s3a://, file:///...)"
     if path != path.strip() or not path.strip():
         raise ValueError(f"{what} {path!r} is blank or has surrounding blanks: {hint}")
-    if "://" in path:
+    if "://" in path:  # a URL: the path after its authority (file:///x: /x)
         rest = path.split("://", 1)[1]
-        local = rest[rest.find("/") :] if "/" in rest else "/"
-        if path.startswith("file://"):
-            local = rest if rest.startswith("/") else local
-    elif path.startswith("file:"):
-        local = path[len("file:") :]
+        local = rest[rest.find("/") :] if "/" in rest else ""
     else:
-        local = path
-        if not path.startswith("/"):
+        local = path[len("file:") :] if path.startswith("file:") else path
+        if not local.startswith("/"):
             raise ValueError(f"{what} {path!r} is relative: each broker would resolve it in its own directory; {hint}")
     segments = [s for s in local.split("/") if s]
     if ".." in segments or "." in segments:
