@@ -209,7 +209,9 @@ class SafeDir:
                 raise CheckpointError(f"{where} is not a regular file (a FIFO, device or socket): refused")
             want = min(limit + 1, st.st_size + 1)
             if want > self.budget.room() + 1:
-                raise BudgetExceeded(f"reading {where} would take the request over {self.budget.max_bytes:,} bytes in total")
+                raise BudgetExceeded(
+                    f"reading {where} would take the request over {self.budget.max_bytes:,} bytes in total"
+                )
             chunks, got = [], 0
             while got < want:
                 chunk = os.read(fd, min(1 << 20, want - got))

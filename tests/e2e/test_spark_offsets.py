@@ -14,10 +14,10 @@ already written (``tests/unit/test_checkpoints.py`` checks each plan's operation
 
 from __future__ import annotations
 
-from collections import Counter
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -20,7 +20,7 @@ from controller.protocol.storage import checkpoint_root
 from controller.zk.client import make_client
 from controller.zk.io import delete_tree
 from controller.zk.layout_io import ensure_layout
-from tests.cli_support import ok
+from tests.cli_support import ok, until, zkctl
 from tests.offsets_support import fake_checkpoint, spark_spec
 
 
@@ -101,3 +101,14 @@ def test_garbage_under_the_requests_is_skipped_and_the_next_request_answered(clu
     zk.create(layout.storage_request("gq"), b"\x00garbage")
     assert cluster.admin.offsets("gq").last_committed == 2  # the unreadable request was withdrawn first
     assert zk.exists(layout.storage_request("gq")) is None  # and ours once answered
+
+
+def test_a_brokers_checkpoint_root_is_registered_and_shown(cluster, cli_env):
+    root = str(cluster.checkpoint_root)
+    until(lambda: len(cluster.admin.brokers()) == 2, what="both brokers registered")
+    assert {b.broker_id: b.checkpoint_root for b in cluster.admin.brokers()} == {"b0": root, "b1": root}
+    described = ok(cli_env, "broker", "describe", "b0")
+    assert f"Checkpoints: {root}" in described, described
+    assert root[:77] in ok(cli_env, "broker", "list")
+    res = zkctl(cli_env, "broker", "describe", "nobody")
+    assert res.returncode == 1 and "no live broker 'nobody'" in res.stderr, res

@@ -44,7 +44,9 @@ def test_two_cluster_roots_never_share_a_directory() -> None:
     assert a != b and not a.startswith(b + "/") and not b.startswith(a + "/")
 
 
-@pytest.mark.parametrize("path", ["out", "/", "..", " ", "", "./out", "/data/../etc", "/data/x ", "file:out", "hdfs://nn"])
+@pytest.mark.parametrize(
+    "path", ["out", "/", "..", " ", "", "./out", "/data/../etc", "/data/x ", "file:out", "hdfs://nn"]
+)
 def test_relative_and_degenerate_sink_paths_are_refused_with_what_to_write(path: str) -> None:
     with pytest.raises(ValueError, match="absolute path"):
         check_data_path("sink path", path)
