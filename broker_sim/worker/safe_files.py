@@ -195,22 +195,29 @@ class SafeDir:
             if st is not None:
                 yield name, st
 
-    def read(self, name: str, limit: int) -> bytes:
-        """A regular file's bytes, at most ``limit`` + 1 (so the caller sees it was oversized); a FIFO, device,
-        socket or link is refused without blocking. Charged to the budget."""
+    def _open_regular(self, name: str) -> tuple[int, os.stat_result]:
+        """A child opened for reading without following a link or blocking, and its stat; anything but a
+        regular file (a FIFO, device or socket) is refused."""
         where = self._child(name)
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
         except OSError as exc:
             raise _refusal(where, exc) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise CheckpointError(f"{where} is not a regular file (a FIFO, device or socket): refused")
+        return fd, st
+
+    def read(self, name: str, limit: int) -> bytes:
+        """A regular file's bytes, at most ``limit`` + 1 (so the caller sees it was oversized), charged to the
+        budget (refused before reading when they would not fit in it)."""
+        fd, st = self._open_regular(name)
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise CheckpointError(f"{where} is not a regular file (a FIFO, device or socket): refused")
             want = min(limit + 1, st.st_size + 1)
             if want > self.budget.room() + 1:
                 raise BudgetExceeded(
-                    f"reading {where} would take the request over {self.budget.max_bytes:,} bytes in total"
+                    f"reading {self._child(name)} would take the request over {self.budget.max_bytes:,} bytes in total"
                 )
             chunks, got = [], 0
             while got < want:
@@ -227,17 +234,10 @@ class SafeDir:
     def tail(self, name: str, max_bytes: int, since: int | None = None) -> tuple[bytes, int, int]:
         """The last ``max_bytes`` of a regular file (from ``since`` where given and still in the file), with the
         offset it starts at and the file's size."""
-        where = self._child(name)
+        fd, st = self._open_regular(name)
         try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
-        except OSError as exc:
-            raise _refusal(where, exc) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise CheckpointError(f"{where} is not a regular file: refused")
             size = st.st_size
-            start = since if since is not None and since <= size else max(0, size - max_bytes)
+            start = since if since is not None and since <= size else 0
             start = max(start, size - max_bytes)
             data = os.pread(fd, size - start, start)
             self.budget.charge_bytes(len(data))

@@ -140,14 +140,13 @@ class TaskLogs(logging.Handler):
             if d.kind(name) != "file":
                 return None
             data, start, size = d.tail(name, MAX_LOG_READ_BYTES, since)
-        text = data.decode("utf-8", "replace")
-        lines = text.split("\n")
-        truncated = start > (since or 0) if since is not None else start > 0
-        if start > 0 and since is None:
-            lines = lines[1:]  # the first one is cut
+        lines = data.decode("utf-8", "replace").split("\n")
+        skipped = start > (since or 0)  # bytes before ``start`` not read: its first line may be cut
+        if skipped:
+            lines = lines[1:]
         if lines and lines[-1] == "":
             lines.pop()
+        truncated = skipped or (since is None and len(lines) > tail)
         if since is None:
-            truncated = truncated or len(lines) > tail
             lines = lines[-tail:]
         return LogLines(task_id, broker_id, self.path_of(task_id), tuple(lines), size, truncated)
