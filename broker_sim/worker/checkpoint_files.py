@@ -24,6 +24,8 @@ from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline
 MAX_LISTED = 100_000
 #: entries (files and directories) a size walk visits at most
 MAX_SIZE_ENTRIES = 200_000
+#: directory levels a walk descends at most (a Spark checkpoint has four: state/<op>/<partition>/<files>)
+MAX_DEPTH = 16
 
 
 def local_path(url: str, what: str) -> str:
@@ -107,6 +109,28 @@ def read_logs(chk: SafeDir, sink: SafeDir | None, file_sources: set[int]) -> Che
     )
 
 
+def preflight(d: SafeDir, rels: list[str]) -> None:
+    """Refuse before reading anything when the logs to read together are over what the request may still read
+    (their sizes from a stat each: forged logs are refused in milliseconds, not after seconds of parsing)."""
+    total = 0
+    for rel in rels:
+        parent, _, name = rel.rpartition("/")
+        sub = d.walk_to(parent) if parent else d
+        if sub is None:
+            continue
+        try:
+            st = sub.lstat(name)
+        finally:
+            if sub is not d:
+                sub.close()
+        total += st.st_size if st is not None else 0
+    if total > d.budget.room():
+        raise BudgetExceeded(
+            f"{d.path}: the {len(rels)} log file(s) to read hold {total:,} bytes, over the request's "
+            f"{d.budget.max_bytes:,} bytes in total"
+        )
+
+
 def _since_compaction(names: Iterable[LogName]) -> list[LogName]:
     """A log's live files, in order: its latest compaction, then the per-batch files after it."""
     chosen = list(names)
@@ -119,8 +143,9 @@ def source_entries(chk: SafeDir, index: int, names: tuple[LogName, ...], upto: i
     """Every entry of a source log up to batch ``upto``: the latest compaction at or below it, then the
     per-batch files after it."""
     out: list[ck.SourceFile] = []
-    for n in _since_compaction(n for n in names if n.batch <= upto):
-        rel = f"sources/{index}/{n.name}"
+    rels = [f"sources/{index}/{n.name}" for n in _since_compaction(n for n in names if n.batch <= upto)]
+    preflight(chk, rels)
+    for rel in rels:
         out += ck.parse_source_log(read_file(chk, rel), f"{chk.path}/{rel}")
     return out
 
@@ -128,8 +153,9 @@ def source_entries(chk: SafeDir, index: int, names: tuple[LogName, ...], upto: i
 def sink_entries(sink: SafeDir, names: tuple[LogName, ...]) -> list[ck.SinkFile]:
     """Every entry of a file sink's log: its latest compaction, then the per-batch files after it."""
     out: list[ck.SinkFile] = []
-    for n in _since_compaction(names):
-        rel = f"_spark_metadata/{n.name}"
+    rels = [f"_spark_metadata/{n.name}" for n in _since_compaction(names)]
+    preflight(sink, rels)
+    for rel in rels:
         out += ck.parse_sink_log(read_file(sink, rel), f"{sink.path}/{rel}")
     return out
 
@@ -170,35 +196,40 @@ def pending_count(src: str, taken: set[str], budget: Budget) -> int | None:
 
 
 def measure(root: SafeDir, task_id: str, budget: Budget) -> CheckpointSize:
-    """Bytes and files under the checkpoint: a walk bounded in entries (directories count too) and time;
-    ``complete`` False when it stopped at its bound."""
+    """Bytes and files under the checkpoint: a depth-first walk (one open descriptor per level, at most
+    ``MAX_DEPTH`` levels) bounded in entries (directories count) and time; ``complete`` False when it stopped
+    at a bound."""
     path = f"{root.path}/{task_id}"
     top = root.sub(task_id)
     if top is None:
         return CheckpointSize(path, False)
     total = files = entries = 0
-    stack = [top]
+    complete = True
+
+    def walk(d: SafeDir, depth: int) -> None:
+        nonlocal total, files, entries, complete
+        for name, st in d.entries():
+            entries += 1
+            if entries > MAX_SIZE_ENTRIES:
+                raise BudgetExceeded("entries")
+            if stat.S_ISDIR(st.st_mode):
+                if depth >= MAX_DEPTH:
+                    complete = False
+                    continue
+                sub = d.sub(name)
+                if sub is not None:
+                    with sub:
+                        walk(sub, depth + 1)
+            elif stat.S_ISREG(st.st_mode):
+                total += st.st_size
+                files += 1
+
     try:
-        while stack:
-            d = stack.pop()
-            with d:
-                for name, st in d.entries():
-                    entries += 1
-                    if entries > MAX_SIZE_ENTRIES:
-                        return CheckpointSize(path, True, total, files, complete=False)
-                    if stat.S_ISDIR(st.st_mode):
-                        sub = d.sub(name)
-                        if sub is not None:
-                            stack.append(sub)
-                    elif stat.S_ISREG(st.st_mode):
-                        total += st.st_size
-                        files += 1
+        with top:
+            walk(top, 0)
     except BudgetExceeded:
-        return CheckpointSize(path, True, total, files, complete=False)
-    finally:
-        for d in stack:
-            d.close()
-    return CheckpointSize(path, True, total, files)
+        complete = False
+    return CheckpointSize(path, True, total, files, complete)
 
 
 def sink_files(sink: SafeDir, plan: ck.ResetPlan) -> list[str]:

@@ -23,7 +23,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 #: bytes one request may read in total (every log it parses together)
-MAX_REQUEST_BYTES = 128 * 1024 * 1024
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
 #: directory entries one request may list or visit in total
 MAX_REQUEST_ENTRIES = 400_000
 #: seconds one request may spend on the file system
