@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,7 +92,8 @@ def test_a_pipelines_log_comes_back_through_the_cluster(cluster, cli_env, tmp_pa
     elsewhere.mkdir()
     env = {**cli_env, "ZKC_STATE_DIR": str(tmp_path / "another-state")}
     out = ok(env, "task", "logs", "lg", "--tail", "5")
-    assert out.startswith(f"# {first.path} on broker {first.broker}") and "state RUNNING" in out, out
+    # (the task may have moved to the other broker meanwhile, as a second member joins: its log is there then)
+    assert re.match(r"# \S+/lg\.log on broker b[01]\n", out) and "state RUNNING" in out, out
 
 
 def test_garbage_under_the_requests_is_skipped_and_the_next_request_answered(cluster, zk, layout, tmp_path):
