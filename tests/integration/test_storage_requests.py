@@ -1,5 +1,5 @@
 """Storage requests through a real ZooKeeper, answered by no-op brokers in this process: two clusters on one
-state dir keep apart (break 10), a pipeline's own log comes back through the cluster, and garbage under
+state dir keep apart, a pipeline's own log comes back through the cluster, and garbage under
 ``/admin/storage`` is logged and skipped while the next request is answered."""
 
 from __future__ import annotations
@@ -114,3 +114,20 @@ def test_a_brokers_checkpoint_root_is_registered_and_shown(cluster, cli_env):
     assert root[:77] in ok(cli_env, "broker", "list")
     res = zkctl(cli_env, "broker", "describe", "nobody")
     assert res.returncode == 1 and "no live broker 'nobody'" in res.stderr, res
+
+
+def test_describe_says_a_checkpoint_size_is_partial_when_its_walk_stopped(cluster, cli_env, tmp_path, monkeypatch):
+    """Many empty directories must not make `describe` report `0 B in 0 files` as if complete. The walk's
+    bound is lowered here (the same code path as at 200,000 entries)."""
+    from broker_sim.worker import checkpoint_files
+
+    monkeypatch.setattr(checkpoint_files, "MAX_SIZE_ENTRIES", 100)
+    cluster.admin.create_tasks([spark_spec("many", tmp_path)])
+    fake_checkpoint(cluster.checkpoint_root / "many", tmp_path)
+    for i in range(300):
+        (cluster.checkpoint_root / "many" / "state" / "0" / str(i)).mkdir(parents=True)
+    cluster.wait_running({"many"})
+    d = cluster.admin.describe_task("many")
+    assert d.checkpoint.exists and not d.checkpoint.complete, d.checkpoint
+    out = ok(cli_env, "task", "describe", "many")
+    assert "(partial: the count stopped at its bound)" in out and "at least " in out, out

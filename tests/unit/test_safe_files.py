@@ -1,6 +1,6 @@
 """A broker's checkpoint operations on real files (no ZooKeeper): links planted in a checkpoint or a sink are not
-followed (break 4), a FIFO is refused without blocking (break 9), one request's reads are bounded in total
-(break 8), and a size walk over a tree of empty directories stops at its bound and says it is partial."""
+followed, a FIFO is refused without blocking, one request's reads are bounded in total (not per file), and a
+size walk over a tree of empty directories stops at its bound and says it is partial."""
 
 from __future__ import annotations
 

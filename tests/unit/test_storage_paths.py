@@ -35,7 +35,7 @@ def test_the_root_is_the_option_then_the_environment_then_the_state_dir_made_abs
 
 
 def test_two_cluster_roots_never_share_a_directory() -> None:
-    """Break 10: cluster A's purge of ``orders`` must not reach cluster B's ``orders`` on the same state dir."""
+    """Cluster A's purge of ``orders`` must not reach cluster B's ``orders`` on the same state dir."""
     roots = ["/", "/zkc", "/a", "/a/b", "/a.b", "/a-b", "/zkc2", "/A"]
     dirs = [cluster_dir(r) for r in roots]
     assert len(set(dirs)) == len(dirs) and all("/" not in d and d not in ("", ".", "..") for d in dirs)
