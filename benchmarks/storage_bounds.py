@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             "peak_rss_mb_before": round(rss0),
             "peak_rss_mb_after": round(rss1),
         }
+        for b in range(a.logs):  # back to Spark-sized logs: the FIFO alone is what is measured next
+            (root / "t" / "sources" / "0" / str(b)).write_bytes(b"v1\n" + line)
         os.unlink(root / "t" / "sources" / "0" / "0")
         os.mkfifo(root / "t" / "sources" / "0" / "0")
         s, outcome = _timed(lambda: store.offsets("t", p, "STOPPED", None, Budget()))
