@@ -173,10 +173,12 @@ class OffsetAdmin:
 
         def answered(watch: Any) -> bool:
             rp = self.layout.storage_result(task_id)
-            try:
-                data, _ = self.client.get(rp, watch=watch)
-            except NoNodeError:
-                data = None
+            data = None
+            if self.client.exists(rp, watch=watch) is not None:  # an exists watch fires when it is created
+                try:
+                    data, _ = self.client.get(rp)
+                except NoNodeError:
+                    pass
             if data is not None:
                 got = codecs.decode(StorageResult, data, rp)
                 if got.request_id == req.request_id and (broker is None or got.broker == broker):
