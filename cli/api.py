@@ -105,13 +105,6 @@ def api() -> None:
     show_default=True,
     help="uvicorn's log level (requests are logged at info; tokens never are)",
 )
-@click.option(
-    "--checkpoint-root",
-    default=None,
-    show_default="STATE_DIR/checkpoints",
-    help="where the brokers keep checkpoints, as seen from this server (env ZKC_CHECKPOINT_ROOT): what "
-    "/tasks/{id}/offsets and reset-offsets read",
-)
 @pass_ctx
 def api_run(
     ctx: Ctx,
@@ -126,7 +119,6 @@ def api_run(
     max_body: int,
     task_metrics: int,
     log_level: str,
-    checkpoint_root: str | None,
 ) -> None:
     """Serve the API and the console until SIGINT/SIGTERM. Stateless: run as many as you like, each with
     its own ZooKeeper session (the same --zk, --zk-root, --zk-auth and TLS settings as every command)."""
@@ -159,7 +151,6 @@ def api_run(
         max_body_bytes=max_body,
         task_metrics_max=task_metrics,
         allowed_hosts=_allowed_hosts(host, allowed, LOOPBACK_HOSTS),
-        checkpoint_root=checkpoint_root or ctx.checkpoint_root,
     )
     app = create_app(config)
     # a reader that stops reading is cut, not held for ever; uvicorn calls its ``http`` as a factory, typed a class

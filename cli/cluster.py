@@ -178,6 +178,7 @@ def broker_list(ctx: Ctx) -> None:
                 "TASKS",
                 "SHUTDOWN",
                 "SINCE",
+                "CHECKPOINTS",
             ],
             [
                 [
@@ -194,11 +195,46 @@ def broker_list(ctx: Ctx) -> None:
                     b.tasks,
                     "requested" if b.shutting_down else "",
                     when(b.since),
+                    clip(b.checkpoint_root, 80) if b.checkpoint_root else "-",
                 ]
                 for b in views
             ],
         )
     )
+
+
+@broker.command("describe")
+@click.argument("broker_id", shell_complete=complete_names("broker"))
+@pass_ctx
+def broker_describe(ctx: Ctx, broker_id: str) -> None:
+    """One live broker: its registration, where it keeps checkpoints, and the tasks it holds."""
+    views = [b for b in ctx.admin().brokers() if b.broker_id == broker_id]
+    if not views:
+        raise UserError(f"no live broker {clip(broker_id, 200)!r}")
+    b = views[0]
+    if ctx.json_out:
+        ctx.emit(to_dict(b))
+        return
+    rows = [
+        ("Broker", b.broker_id),
+        ("Epoch", b.epoch),
+        ("Group", b.group),
+        ("Host", b.host),
+        ("Pid", b.pid),
+        ("Runner", b.runner),
+        ("Session", session_text(b.session)),
+        ("Capacity", b.capacity),
+        ("Rack", b.rack),
+        ("Instance", b.instance_id),
+        ("Checkpoints", b.checkpoint_root or "- (answers no storage requests)"),
+        ("Tasks", b.tasks),
+        ("Shutdown", "requested" if b.shutting_down else "-"),
+        ("Since", when(b.since)),
+    ]
+    if b.error:
+        rows.append(("Error", b.error))
+    width = max(len(k) for k, _ in rows) + 1
+    click.echo("\n".join(f"{k + ':':<{width}} {clip(str(v if v is not None else '-'), 300)}" for k, v in rows))
 
 
 @broker.command("shutdown")

@@ -286,7 +286,6 @@ class Ctx:
     verbose: int
     state_dir: Path
     auth: str | None = field(default=None, repr=False)  # digest credentials: never printed
-    checkpoint_override: str | None = None  # a command's --checkpoint-root
     output: str = "text"  # the -o format
     connect_timeout: float = 3.0  # seconds for a session to ZooKeeper (--connect-timeout)
     connect_timeout_given: bool = False  # by --connect-timeout or ZKC_CONNECT_TIMEOUT
@@ -401,7 +400,7 @@ class Ctx:
         from controller.admin import AdminClient  # imported while the session is being set up
 
         self.require_root()
-        admin = AdminClient(self.client(), self.layout, checkpoint_root=self.checkpoint_root)
+        admin = AdminClient(self.client(), self.layout)
         self._admins.append(admin)
         return admin
 
@@ -413,12 +412,6 @@ class Ctx:
         message = missing_root_message(self.client(), self.layout, self.hosts)
         if message is not None:
             raise UserError(message)
-
-    @property
-    def checkpoint_root(self) -> str:
-        """Where the brokers keep checkpoints, as seen from here: ``--checkpoint-root`` of the command or
-        ``$ZKC_CHECKPOINT_ROOT``, else the brokers' default under the state dir."""
-        return self.checkpoint_override or os.environ.get("ZKC_CHECKPOINT_ROOT") or str(self.state_dir / "checkpoints")
 
     def close(self) -> None:
         unreadable = sorted({p for a in self._admins for p in a.unreadable})

@@ -552,7 +552,7 @@ def _port_or_free(port: int) -> int:
 def demo(ctx: Any, runner: str, records: int, rate: float, api_port: int) -> None:
     """The whole product on one machine: ZooKeeper, 2 controllers, 3 brokers, 4 pipelines, faults, a check,
     and the web console to watch it live."""
-    state = Path(ctx.state_dir) / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    state = Path(ctx.state_dir).absolute() / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"  # sinks: absolute paths
     d = Demo(state_dir=state, runner=runner, records=records, rate=rate, api_port=api_port)
     previous = signal.getsignal(signal.SIGINT)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import os
 import signal
 import threading
 import time
@@ -22,8 +23,11 @@ import click
 
 from cli.common import Ctx, UserError, pass_ctx, table, when
 from controller.protocol.assignors import ASSIGNORS
+from controller.protocol.errors import ZkcError
 from controller.protocol.layout import InvalidName, check_name
 from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
+from controller.protocol.storage import checkpoint_root as storage_root
+from controller.protocol.storage import cluster_dir
 
 if TYPE_CHECKING:  # imported by the commands that run
     from controller.daemon.metrics import MetricsServer
@@ -335,7 +339,8 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--checkpoint-root",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="shared checkpoint storage for streaming tasks (spark runner)",
+    help="where this broker keeps streaming checkpoints (env ZKC_CHECKPOINT_ROOT; default: <state dir>/checkpoints); "
+    "a directory per cluster root is made under it, and the offsets, reset and purge requests are carried out there",
 )
 @click.option(
     "--lazy-session",
@@ -427,10 +432,8 @@ def broker_run(
     log_without_blocking(logging.getLogger().level)  # a full output pipe must not stall the fence's threads
 
     if runner == "noop":
-        if spark_master or spark_conf or checkpoint_root or lazy_session:
-            raise click.UsageError(
-                "--spark-master, --spark-conf, --checkpoint-root and --lazy-session apply to --runner spark only"
-            )
+        if spark_master or spark_conf or lazy_session:
+            raise click.UsageError("--spark-master, --spark-conf and --lazy-session apply to --runner spark only")
         options: dict[str, Any] = {
             k: v
             for k, v in (
@@ -442,7 +445,17 @@ def broker_run(
         }
         if stop_hang:
             options["stop_hang"] = True
-    else:
+    try:  # decided here once, for the runner and the storage requests alike
+        root = storage_root(
+            str(checkpoint_root) if checkpoint_root else None,
+            os.environ,
+            str(ctx.state_dir),
+            ctx.layout.root,
+            os.getcwd(),
+        )
+    except ZkcError as exc:
+        raise click.BadParameter(str(exc), param_hint="--checkpoint-root") from None
+    if runner != "noop":
         if start_latency is not None or stop_latency is not None or prepare_share is not None or stop_hang:
             raise click.UsageError(
                 "--start-latency, --stop-latency, --prepare-share and --stop-hang apply to --runner noop only"
@@ -451,7 +464,7 @@ def broker_run(
             {
                 "master": spark_master,
                 "conf": spark_conf,
-                "checkpoint_root": checkpoint_root,
+                "checkpoint_root": root,
                 "warm_session": False if lazy_session else None,
             }
         )
@@ -469,6 +482,10 @@ def broker_run(
         runner_options=options,
         stop_timeout_s=stop_timeout,
         metrics_interval_s=metrics_interval,
+        checkpoint_root=root,
+        task_logs_dir=os.path.join(
+            os.path.abspath(ctx.state_dir), "task-logs", cluster_dir(ctx.layout.root), broker_id
+        ),
     )
     ctx.patient()
     client = ctx.new_client(settings)
@@ -499,7 +516,7 @@ def broker_run(
     metrics = _worker_metrics(worker, metrics_port) if metrics_port is not None else None
     click.echo(
         f"broker {broker_id} started (group {group}, runner {runner}, protocols {','.join(config.protocols)}, "
-        f"root {ctx.layout.root}"
+        f"root {ctx.layout.root}, checkpoints {root}"
         + (f", metrics on http://127.0.0.1:{metrics.port}/metrics" if metrics else "")
         + "); SIGTERM or Ctrl-C for a controlled shutdown, Ctrl-C twice to stop at once"
     )

@@ -19,9 +19,6 @@ if TYPE_CHECKING:  # the admin library and the spec models are imported by the c
     from controller.admin import RestartProgress, TaskRow
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
-CHECKPOINT_ROOT_HELP = "where the brokers keep checkpoints, as seen from here (env ZKC_CHECKPOINT_ROOT)"
-#: the brokers' own default
-CHECKPOINT_ROOT_DEFAULT = "STATE_DIR/checkpoints"
 
 
 @click.group("task")
@@ -317,13 +314,18 @@ def task_describe(ctx: Ctx, task_id: str, full_trace: bool) -> None:
 
 
 def checkpoint_line(c: dict[str, Any]) -> str:
-    """Where the checkpoint is and its size, or why it is not seen from here."""
+    """Where the checkpoint is and its size (measured by the broker that holds it), or why it is not known."""
     if "error" in c:
         return str(c["error"])
+    on = f"on broker {c['broker']}" if c.get("broker") else "on no live broker"
     if not c.get("exists"):
-        return f"{c.get('path')} (none there, as seen from here)"
-    more = "" if c.get("complete", True) else "+"
-    return f"{c.get('path')}: {_size(int(c.get('bytes', 0)))}{more} in {c.get('files')}{more} files"
+        return f"{c.get('path')} (none there, {on})"
+    if c.get("complete", True):
+        return f"{c.get('path')} {on}: {_size(int(c.get('bytes', 0)))} in {c.get('files')} files"
+    return (
+        f"{c.get('path')} {on}: at least {_size(int(c.get('bytes', 0)))} in {c.get('files')} files "
+        "(partial: the count stopped at its bound)"
+    )
 
 
 def _size(n: int) -> str:
@@ -360,19 +362,16 @@ def restart_line(r: RestartProgress | None) -> str:
 @click.option(
     "--purge-checkpoint",
     is_flag=True,
-    help="with --wait: also remove its streaming checkpoint once it is deleted (kept otherwise)",
+    help="with --wait: also remove its streaming checkpoint once it is deleted (kept otherwise), on the "
+    "broker that holds it",
 )
-@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
 @pass_ctx
-def task_delete(
-    ctx: Ctx, task_id: str, wait: bool, timeout: float, purge_checkpoint: bool, checkpoint_root: str | None
-) -> None:
+def task_delete(ctx: Ctx, task_id: str, wait: bool, timeout: float, purge_checkpoint: bool) -> None:
     """Delete a task: the controller revokes it, waits for its owner to stop it, then deletes it.
 
     Its checkpoint is kept (a task created again under the same id resumes from it) unless --purge-checkpoint."""
     if purge_checkpoint and not wait:
         raise click.UsageError("--purge-checkpoint needs --wait (the checkpoint is removed once the task is deleted)")
-    ctx.checkpoint_override = checkpoint_root
     with waiting(f"waiting for {task_id} to be revoked and deleted", timeout, "deleted", wait, ctx.json_out) as p:
         req = ctx.admin().delete_task(
             task_id, wait=timeout if wait else 0.0, progress=p, purge_checkpoint=purge_checkpoint
@@ -509,90 +508,6 @@ def task_stop(ctx: Ctx, task_id: str, wait: bool, timeout: float) -> None:
     ctx.emit(to_dict(res), head + tail)
 
 
-@task.command("offsets")
-@click.argument("task_id", shell_complete=complete_names("task"))
-@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
-@pass_ctx
-def task_offsets(ctx: Ctx, task_id: str, checkpoint_root: str | None) -> None:
-    """A streaming task's offsets, read from its checkpoint: the last committed batch, per source its offset
-    or files, when it was planned, the files waiting and the rows since the task started."""
-    ctx.checkpoint_override = checkpoint_root
-    v = ctx.admin().offsets(task_id)
-    if ctx.json_out:
-        ctx.emit(to_dict(v))
-        return
-    lines = [f"Task {v.task_id} ({v.state}), checkpoint {v.checkpoint}"]
-    if not v.exists:
-        lines.append(v.note or "no checkpoint")
-    else:
-        if v.last_committed is None:
-            lines.append("no batch committed yet")
-        else:
-            kept = f"; batches kept from {v.earliest}" if v.earliest is not None else ""
-            lines.append(f"last committed batch {v.last_committed} (planned {when(v.committed_at)}){kept}")
-        if v.last_planned is not None and (v.last_committed is None or v.last_planned > v.last_committed):
-            lines.append(f"batch {v.last_planned} was begun and not committed: it runs again at the next start")
-        for s in v.sources:
-            head = f"source {s.index} ({s.kind}{', ' + s.path if s.path else ''}): offset {clip(json.dumps(s.offset), 200)}"
-            lines.append(head)
-            if s.kind == "files":
-                pending = "?" if s.files_pending is None else str(s.files_pending)
-                lines.append(
-                    f"  {s.files_in_batch} file(s) in that batch, {s.files_taken} taken so far, {pending} waiting"
-                )
-                lines += [f"  {clip(f, 300)}" for f in s.files]  # names from the checkpoint: one line each
-        if v.sink:
-            lines.append(f"sink {v.sink}: last batch in its log {v.sink_last_batch}")
-        if v.stateful:
-            lines.append("the query keeps state (state/): only --to-earliest resets it")
-    rows = "?" if v.rows_since_start is None else f"{v.rows_since_start:,}"
-    lines.append(f"rows since the task started: {rows}")
-    ctx.emit(to_dict(v), "\n".join(lines))
-
-
-@task.command("reset-offsets")
-@click.argument("task_id", shell_complete=complete_names("task"))
-@click.option("--to-earliest", is_flag=True, help="forget every batch: replay the sources from the beginning")
-@click.option("--to-latest", is_flag=True, help="skip the files waiting (file sources): one empty batch takes them")
-@click.option("--to-batch", type=click.IntRange(min=0), default=None, help="keep batches up to N, replay from N+1")
-@click.option("--dry-run", is_flag=True, help="say what would be removed and written; change nothing")
-@click.option("--checkpoint-root", default=None, show_default=CHECKPOINT_ROOT_DEFAULT, help=CHECKPOINT_ROOT_HELP)
-@pass_ctx
-def task_reset_offsets(
-    ctx: Ctx,
-    task_id: str,
-    to_earliest: bool,
-    to_latest: bool,
-    to_batch: int | None,
-    dry_run: bool,
-    checkpoint_root: str | None,
-) -> None:
-    """Move a STOPPED task's checkpoint (and its file sink's log with it) to a new position.
-
-    Refused unless the task is STOPPED and confirmed stopped (task stop --wait). The sink's batches after
-    the new position are removed with their files, so the replay writes each row once. Recorded in the task's
-    history."""
-    from controller.admin import AdminError
-    from controller.admin.offsets import ResetTarget
-
-    try:
-        target = ResetTarget.parse(to_earliest, to_latest, to_batch)
-    except AdminError as exc:
-        raise click.UsageError(str(exc)) from None
-    ctx.checkpoint_override = checkpoint_root
-    r = ctx.admin().reset_offsets(task_id, target, dry_run=dry_run)
-    verb = "would" if dry_run else "did"
-    where = "from the beginning" if r.position < 0 else f"after batch {r.position}"
-    lines = [f"{'Dry run: ' if dry_run else ''}task {task_id} reset to {r.target}: the next start reads {where}"]
-    if r.removed_logs or r.written:
-        lines.append(f"{verb} remove {len(r.removed_logs)} log file(s), write {len(r.written)}")
-    if r.sink_batches_removed:
-        lines.append(
-            f"sink: {verb} remove batches {r.sink_batches_removed[0]}-{r.sink_batches_removed[-1]} "
-            f"({r.sink_files_removed} data file(s))"
-        )
-    lines += [f"note: {n}" for n in r.notes]
-    ctx.emit(to_dict(r), "\n".join(lines))
-
-
-from cli import task_changes  # noqa: E402, F401  (attaches apply, history, rollback and wait to the group)
+# the commands of task_changes (apply, history, rollback, wait) and task_storage (offsets, reset-offsets, logs)
+# attach themselves to ``task``
+from cli import task_changes, task_storage  # noqa: E402, F401

@@ -36,11 +36,12 @@ from broker_sim.runners.spark_session import (
     release_session,
 )
 from controller.protocol.codecs import MAX_SESSION_ERROR_CHARS, SessionInfo, SessionState
+from controller.protocol.layout import DEFAULT_ROOT
+from controller.protocol.storage import checkpoint_root as decide_checkpoint_root
 from controller.protocol.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CHECKPOINT_ROOT = os.path.join(os.environ.get("ZKC_STATE_DIR", ".zkc"), "checkpoints")
 # A streaming query's stop interrupts its micro-batch and waits for the stream thread: about a second on an
 # idle machine, 2-8 s measured on a loaded 2-core one. The worker fences this long before its session can
 # expire (at most half the session timeout; see broker_sim/worker.py), so brokers on the spark runner want a
@@ -123,7 +124,7 @@ class SparkRunner(TaskRunner):
         self,
         spark_master: str | None = None,
         spark_conf: dict[str, str] | None = None,
-        checkpoint_root: str = DEFAULT_CHECKPOINT_ROOT,
+        checkpoint_root: str | None = None,
         app_name: str = "zkcontroller-worker",
         stop_budget_s: float = DEFAULT_STOP_BUDGET_S,
         warm_session: bool = True,
@@ -140,6 +141,10 @@ class SparkRunner(TaskRunner):
         stop_timeout_ms = {"spark.sql.streaming.stopTimeout": str(max(1, int(stop_budget_s * 1000)))}
         self.spark_conf = {**default_conf(self.spark_master), **stop_timeout_ms, **(spark_conf or {})}
         self.user_conf = dict(spark_conf or {})
+        if checkpoint_root is None:  # a runner built alone (benchmarks, scripts): the brokers' default, decided now
+            checkpoint_root = decide_checkpoint_root(
+                None, os.environ, os.environ.get("ZKC_STATE_DIR", ".zkc"), DEFAULT_ROOT, os.getcwd()
+            )
         self.checkpoint_root = str(checkpoint_root)
         self.app_name = app_name
         self._holder: SessionHolder | None = acquire_session(self.spark_master, self.spark_conf, app_name)
@@ -334,4 +339,4 @@ class SparkRunner(TaskRunner):
             raise errors[0]
 
 
-__all__ = ["SparkRunner", "checkpoint_location", "DEFAULT_CHECKPOINT_ROOT", "PipelineStartError", "SparkSetupError"]
+__all__ = ["SparkRunner", "checkpoint_location", "PipelineStartError", "SparkSetupError"]

@@ -35,6 +35,11 @@ class WorkerConfig:
     #: how a broker halts at its fence deadline: "exit" the process with ``EXIT_HALTED`` (a broker process,
     #: restarted by its supervisor) or "kill" this worker in-process (embedded workers: simulator, tests)
     on_halt: str = "exit"
+    #: this broker's checkpoint root, already decided and scoped (``controller.protocol.storage.checkpoint_root``):
+    #: the storage requests of its tasks are carried out there; None: it answers none
+    checkpoint_root: str | None = None
+    #: where each pipeline's own log is written (``zkctl task logs``); None: no per-task logs
+    task_logs_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_name("broker id", self.broker_id)  # refused before anything starts, not on the event thread

@@ -57,6 +57,7 @@ from broker_sim.worker.ownership import RELEASE_CHUNK, Ownership
 from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Registration, RegistrationConflict
 from broker_sim.worker.reporting import Reporter
 from broker_sim.worker.slots import TaskTable
+from broker_sim.worker.storage_service import StoragePart
 from broker_sim.worker.tasks import TaskSupervisor
 from broker_sim.worker.warmup import WarmUp, announced
 from controller.protocol.codecs import (
@@ -127,6 +128,7 @@ class Worker:
             instance_id=config.instance_id,
             runner=self.runner.name,
             session=self.runner.session_info(),
+            checkpoint_root=config.checkpoint_root,
         )
         self.registration = Registration(
             self.client, self.layout.broker(self.id), info, self.session, session_timeout_s
@@ -134,6 +136,8 @@ class Worker:
         self.reporting = Reporter(
             self.client, self.layout, self.session, self.table, config.metrics_interval_s, config.intervals_flush_s
         )
+        self.storage = StoragePart(self.client, self.layout, self.id, config.checkpoint_root, config.task_logs_dir)
+        self.reporting.on_status = self.storage.on_status
         self.fence = Fence(
             self.id,
             session_timeout_s,
@@ -278,6 +282,7 @@ class Worker:
             self.client.ensure_path(p)
         if self.config.on_halt == "exit" and self.runner.runs_processes:
             self.watchdog.start_guard()
+        self.storage.start()
         self.thread.start()
         self.status_thread.start()
         self.pulse_thread.start()
@@ -335,6 +340,7 @@ class Worker:
             if t.is_alive():
                 t.join(10)
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.storage.stop()
         self.runner.close()
         self.watchdog.close_guard()
 
@@ -351,6 +357,7 @@ class Worker:
         self.stopped.set()
         self._enqueue(StopEvent())
         self.warmup.close()
+        self.storage.stop()
         self.runner.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         try:

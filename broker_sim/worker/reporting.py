@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kazoo.client import KazooClient
 
@@ -44,6 +44,8 @@ class Reporter:
         self.known_status: set[str] = set()
         #: data version of each status we wrote last (what a release's conditional write expects to find)
         self.status_versions: dict[str, int] = {}
+        #: told of each status written (the task's own log notes its state changes)
+        self.on_status: Callable[[str, str, str | None], None] | None = None
         #: a status write of the status loop and a release's marking of its tasks, one at a time
         self.status_lock = threading.Lock()
         self._last_flush = 0.0
@@ -144,6 +146,9 @@ class Reporter:
                 )
                 for t, s in dirty
             ]
+        if self.on_status is not None:
+            for t, s in dirty:
+                self.on_status(t, s.state, s.error)
         if items:
             try:
                 self.status_writer.upsert(items, self.known_status, self.status_versions)

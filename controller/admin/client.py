@@ -8,7 +8,7 @@ from kazoo.client import KazooClient
 
 from controller.admin.cluster import ClusterAdmin
 from controller.admin.common import WAIT_S
-from controller.admin.offsets import OffsetAdmin, ResetTarget
+from controller.admin.offsets import OffsetAdmin
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
 from controller.admin.restarts import RestartAdmin
@@ -19,6 +19,7 @@ from controller.admin.task_stop import StopAdmin
 from controller.admin.task_wait import WaitAdmin
 from controller.admin.tasks import TaskAdmin
 from controller.protocol.layout import ZkLayout
+from controller.protocol.storage import ResetTarget
 
 
 class AdminClient:
@@ -28,9 +29,7 @@ class AdminClient:
     The parts are composed as kazoo attaches its recipes: each gets the client, the layout and the shared
     reads (and a callable where it needs another part's answer), and each of its requests is bound here."""
 
-    def __init__(
-        self, client: KazooClient, layout: ZkLayout, *, retries: int = 5, checkpoint_root: str | None = None
-    ) -> None:
+    def __init__(self, client: KazooClient, layout: ZkLayout, *, retries: int = 5) -> None:
         self.client = client
         self.layout = layout
         self.retries = retries
@@ -48,7 +47,6 @@ class AdminClient:
             client,
             layout,
             self.reads,
-            checkpoint_root,
             require_stopped=self.stop_admin.require_stopped,
             record=self.history_admin.record,
             begin_reset=self.history_admin.begin_reset,
@@ -99,6 +97,7 @@ class AdminClient:
         self.history = self.history_admin.history
         self.checkpoint_size = self.offsets_admin.checkpoint_size
         self.purge_checkpoint = self.offsets_admin.purge_checkpoint
+        self.task_logs = self.offsets_admin.logs
         # restarts
         self.restart_tasks = self.restarts.restart_tasks
         # cluster

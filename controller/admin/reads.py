@@ -67,6 +67,7 @@ def broker_view(
         shutting,
         stat.ctime / 1000.0,
         session=None if info.session is None else codecs.to_jsonable(info.session),
+        checkpoint_root=info.checkpoint_root,
     )
 
 

@@ -162,6 +162,8 @@ class BrokerView:
     error: str | None = None
     #: its compute session as registered: {"state": starting|ready|lazy|failed, "since", "startup_s", "error"}
     session: dict[str, Any] | None = None
+    #: where it keeps checkpoints (scoped by the cluster root); its storage requests are carried out there
+    checkpoint_root: str | None = None
 
 
 @dataclass(frozen=True)

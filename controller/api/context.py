@@ -33,7 +33,6 @@ class ApiConfig:
     max_streams: int = 1000  # event streams open at once; one more is a 503 with the reason
     stream_buffer: int = 1000  # events queued for one stream; a reader that far behind is dropped
     task_metrics_max: int = 500  # tasks whose figures /metrics exports (the first page; 0: none)
-    checkpoint_root: str | None = None  # where the brokers keep checkpoints, as seen from here (None: the default)
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class ApiContext:
     def admin(self) -> AdminClient:
         if not self.config.client.connected:
             raise ApiError(503, "zookeeper_unavailable", "ZooKeeper is not reachable from this API server; retry later")
-        return AdminClient(self.config.client, self.config.layout, checkpoint_root=self.config.checkpoint_root)
+        return AdminClient(self.config.client, self.config.layout)
 
     def waited(self, wait: bool, timeout: float) -> float:
         """The seconds to wait for, from ``?wait=&timeout=`` (bounded by ``max_wait_s``)."""

@@ -254,6 +254,9 @@ RULES: dict[str, dict[str, int]] = {
     # leaves by saying so in its own join request); CREATE cannot be limited to one child name
     "shutdown_queue": _rule(admin=ALL, controller=R | C | D),  # /admin/controlled_shutdown
     "shutdown_request": _rule(admin=ALL, controller=ALL),  # /admin/controlled_shutdown/<b>
+    "storage_queue": _rule(admin=ALL, broker=R),  # /admin/storage
+    "storage_request": _rule(admin=ALL, broker=R | C),  # /admin/storage/<t>
+    "storage_reply": _rule(admin=ALL, broker=RWCD),  # /admin/storage/<t>/{claim,result,miss-<b>}
     "tallies": _rule(admin=ALL),  # /admin/group_tasks
     "tally": _rule(admin=ALL),  # /admin/group_tasks/<g> (written by creates)
     "settings": _rule(admin=ALL),  # /admin/settings (throttles, auto maintenance)
@@ -323,6 +326,10 @@ def classify(layout: ZkLayout, path: str) -> str:
             return parts[1]
         if parts[1] == "group_tasks":
             return "tallies" if n == 2 else "tally" if n == 3 else "other"
+        if parts[1] == "storage":
+            return (
+                "storage_queue" if n == 2 else "storage_request" if n == 3 else "storage_reply" if n == 4 else "other"
+            )
         if parts[1] == "controlled_shutdown":
             return "shutdown_queue" if n == 2 else "shutdown_request" if n == 3 else "other"
         if parts[1] in ("rebalance", "reassign", "delete_tasks", "task_history"):
@@ -352,6 +359,8 @@ PER_BROKER: dict[str, tuple[int, int]] = {
     "status": (R, R | W),  # the controller hands it to a task's new assignee
     "intervals": (R | C, 0),
     "interval": (R, R | W),
+    "storage_request": (R | C, 0),
+    "storage_reply": (R, R | W | D),  # the broker that claimed or answered
 }
 # what the controller needs on top with per-broker identities: ADMIN on a task, to hand it to its assignee
 CONTROLLER_PER_BROKER: dict[str, int] = {"task": A}

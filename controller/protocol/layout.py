@@ -301,6 +301,26 @@ class ZkLayout:
         return self._p("admin", "task_history", check_name("task id", task_id))
 
     @property
+    def admin_storage(self) -> str:
+        """Per task, the one storage request under way (``StorageRequest``): offsets, reset, purge, size, logs."""
+        return self._p("admin", "storage")
+
+    def storage_request(self, task_id: str) -> str:
+        return self._p("admin", "storage", check_name("task id", task_id))
+
+    def storage_claim(self, task_id: str) -> str:
+        """Ephemeral: the broker carrying the request out (``StorageClaim``)."""
+        return self.storage_request(task_id) + "/claim"
+
+    def storage_result(self, task_id: str) -> str:
+        """What the broker did (``StorageResult``)."""
+        return self.storage_request(task_id) + "/result"
+
+    def storage_miss(self, task_id: str, broker_id: str) -> str:
+        """A broker asked "anyone" that does not hold the checkpoint (``StorageMiss``)."""
+        return self.storage_request(task_id) + "/miss-" + check_name("broker id", broker_id)
+
+    @property
     def group_tallies(self) -> str:
         """Per group, the task count and payload size a create checks against the budget (``GroupTally``)."""
         return self._p("admin", "group_tasks")
@@ -382,6 +402,7 @@ class ZkLayout:
             self.admin_delete_tasks,
             self.group_tallies,
             self.admin_task_history,
+            self.admin_storage,
             self.settings,
             self.maintenance,
         )

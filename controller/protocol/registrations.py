@@ -15,11 +15,13 @@ from controller.protocol.layout import is_name, shown_name
 # carry: untrusted text that every ``status`` prints, bounded where it is decoded.
 MAX_HOST_CHARS = 255
 MAX_LABEL_CHARS = 200
+#: a broker's checkpoint root: an absolute path (PATH_MAX is 4096; far less in practice)
+MAX_PATH_CHARS = 4096
 
 
 def _bounded(cls: str, **fields: str | None) -> None:
     for name, value in fields.items():
-        limit = MAX_HOST_CHARS if name == "host" else MAX_LABEL_CHARS
+        limit = {"host": MAX_HOST_CHARS, "checkpoint_root": MAX_PATH_CHARS}.get(name, MAX_LABEL_CHARS)
         if value is not None and len(value) > limit:
             raise ValueError(f"{cls} {name} is {len(value)} characters, over {limit}")
 
@@ -100,6 +102,7 @@ class BrokerInfo:
     instance_id: str | None = None
     runner: str = "noop"
     session: SessionInfo | None = None
+    checkpoint_root: str | None = None  # where its checkpoints are (scoped by the cluster root); None: none
 
     def __post_init__(self) -> None:
         for name, value in (("broker_id", self.broker_id), ("group", self.group)):
@@ -113,4 +116,5 @@ class BrokerInfo:
             rack=self.rack,
             instance_id=self.instance_id,
             runner=self.runner,
+            checkpoint_root=self.checkpoint_root,
         )

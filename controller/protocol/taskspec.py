@@ -34,6 +34,7 @@ from controller.protocol.codecs import MAX_PAYLOAD_BYTES, PayloadError, TaskDesc
 from controller.protocol.errors import ZkcError
 from controller.protocol.layout import InvalidName, check_name
 from controller.protocol.spec_errors import describe_errors
+from controller.protocol.storage import check_data_path
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 
@@ -87,8 +88,15 @@ class FilesSink(_Model):
 
     type: Literal["files"] = Field(description="a files sink")
     format: Literal["parquet", "json", "csv"] = Field(description="the files' format")
-    path: str = Field(min_length=1, description="a directory or Hadoop URL every worker can write")
+    path: str = Field(
+        min_length=1, description="an absolute directory or Hadoop URL every worker can write (a reset rewrites it)"
+    )
     options: dict[str, str] = Field(default_factory=dict, description="passed to Spark's writer")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        return check_data_path("sink path", v)
 
 
 class ConsoleSink(_Model):

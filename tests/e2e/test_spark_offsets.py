@@ -5,13 +5,18 @@ a resume and the sink is read back through its ``_spark_metadata`` log, as Spark
 * ``--to-batch 0``: the sink holds batch 0's rows alone; after the resume, every row once;
 * ``--to-earliest``: the sink is emptied with the checkpoint, and the replay writes every row once more, so
   after it the sink holds every row exactly once (the replay's copy; the first run's files are gone);
-* ``--to-latest``: files that arrived while it was stopped are skipped; the next ones are read.
+* ``--to-latest``: files that arrived while it was stopped are skipped; the next ones are read;
+* the same reset from a ``zkctl`` in another directory, with another state dir, that may not read the
+  checkpoint at all: the broker carries it out, and the replay lands exactly once.
 
 Without the sink's log moving with the checkpoint, Spark's file sink would skip the replayed batch ids as
 already written (``tests/unit/test_checkpoints.py`` checks each plan's operations)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +28,9 @@ from broker_sim.runners.spark import SparkRunner
 from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient
-from controller.admin.offsets import ResetTarget
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group import GroupConfig
+from controller.protocol.storage import ResetTarget
 from controller.protocol.taskspec import parse_spec
 from tests.spark_support import (  # noqa: F401 (fixtures)
     TEST_CONF,
@@ -50,10 +55,11 @@ def cluster(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Ite
     worker = None
     try:
         assert ctl.wait_active(15)
-        worker = Worker(
-            WorkerConfig("sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark"), runner=runner
-        ).start()
-        yield AdminClient(zk, layout, checkpoint_root=str(ck))
+        config = WorkerConfig(
+            "sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark", checkpoint_root=str(ck)
+        )
+        worker = Worker(config, runner=runner).start()
+        yield AdminClient(zk, layout)
     finally:
         if worker is not None:
             worker.stop()
@@ -119,3 +125,45 @@ def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient
         "reset-offsets",
         "resume",
     ]
+
+
+def test_a_reset_from_a_cli_that_cannot_read_the_checkpoint_replays_exactly_once(
+    cluster: AdminClient,
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+    cli_env: dict[str, str],
+) -> None:
+    """The CLI runs elsewhere (its own working and state dirs) and may not open anything under the broker's
+    checkpoint root, nor under the sink: the reset is carried out by the broker that ran the task."""
+    admin = cluster
+    src, out = tmp_path / "in", tmp_path / "out"
+    generate(DatagenConfig(str(src), records=200, batch=50))
+    everything = Counter(range(200))
+    admin.create_tasks([parse_spec(files_task("far", src, out, "SELECT id, key FROM input", max_files=2))])
+    wait_for(lambda: counts(spark, out) == everything, 180, "the first run to write every id once")
+    assert admin.stop("far", wait=60).confirmed
+
+    elsewhere = tmp_path / "operator"
+    elsewhere.mkdir()
+    env = {**cli_env, "ZKC_STATE_DIR": str(elsewhere / "state"), "PYTHONPATH": os.pathsep.join(sys.path)}
+    blind = Path(__file__).resolve().parents[1] / "blind_cli.py"
+
+    def zkctl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(blind), str(tmp_path), *args],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    seen = zkctl("task", "offsets", "far")
+    assert seen.returncode == 0 and "last committed batch 1" in seen.stdout and "on broker sb0" in seen.stdout, seen
+    done = zkctl("task", "reset-offsets", "far", "--to-earliest", "--timeout", "60")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "reset to earliest on broker sb0: the next start reads from the beginning" in done.stdout, done.stdout
+    assert counts(spark, out) == Counter()
+    admin.resume("far")
+    wait_for(lambda: counts(spark, out) == everything, 180, "the replay to write every id exactly once")
+    assert [e.action for e in admin.history("far").events] == ["stop", "reset-offsets", "resume"]

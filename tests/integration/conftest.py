@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -22,6 +23,7 @@ class Cluster:
     controller: Controller
     workers: dict[str, Worker]
     admin: AdminClient
+    checkpoint_root: Path  # the workers' (shared storage: the same for both)
 
     def running(self) -> dict[str, str]:
         """task -> the broker running it (fails on a task running twice)."""
@@ -38,17 +40,26 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(zk: KazooClient, zk_settings: ZkSettings, layout: ZkLayout) -> Iterator[Cluster]:
-    """A controller and two no-op workers (b0, b1) in this process, on the test's root."""
+def cluster(zk: KazooClient, zk_settings: ZkSettings, layout: ZkLayout, tmp_path: Path) -> Iterator[Cluster]:
+    """A controller and two no-op workers (b0, b1) in this process, on the test's root, sharing one checkpoint
+    root (each with its own pipeline logs)."""
     c = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=5.0))).start()
     workers: dict[str, Worker] = {}
     try:
         assert c.wait_active(15)
         for b in ("b0", "b1"):
             workers[b] = Worker(
-                WorkerConfig(b, zk_settings, status_interval_s=0.1, intervals_flush_s=0.2, on_halt="kill")
+                WorkerConfig(
+                    b,
+                    zk_settings,
+                    status_interval_s=0.1,
+                    intervals_flush_s=0.2,
+                    on_halt="kill",
+                    checkpoint_root=str(tmp_path / "brokers-ck"),
+                    task_logs_dir=str(tmp_path / "task-logs" / b),
+                )
             ).start()
-        yield Cluster(c, workers, AdminClient(zk, layout))
+        yield Cluster(c, workers, AdminClient(zk, layout), tmp_path / "brokers-ck")
     finally:
         for w in workers.values():
             w.stop()

@@ -189,12 +189,14 @@ def test_pause_resume_restart_reassign_delete(api):
 
 def test_stop_offsets_and_reset_offsets(api, tmp_path):
     """PUT /stop?wait, GET /offsets, POST /reset-offsets and DELETE ?purge_checkpoint, over a checkpoint in
-    Spark's format where the server looks for it (its state dir's checkpoints)."""
+    Spark's format where the brokers keep it (the server reads none of it: the brokers answer)."""
     cluster, zk, layout = api
     spec = spark_spec("so-1", tmp_path).model_dump(mode="json")
     assert cluster.request("POST", "/api/v1/tasks", spec).status == 201
     wait_until(lambda: _owner(cluster, "so-1"), 30, "so-1 owned")
-    ck = Path(cluster.env["ZKC_STATE_DIR"]) / "checkpoints" / "so-1"
+    roots = {b["checkpoint_root"] for b in cluster.request("GET", "/api/v1/brokers").body}
+    assert len(roots) == 1 and layout.root.strip("/") in next(iter(roots))  # one state dir, scoped by the root
+    ck = Path(next(iter(roots))) / "so-1"
     fake_checkpoint(ck, tmp_path)
     r = cluster.request("POST", "/api/v1/tasks/so-1/reset-offsets", {"to": "earliest"})
     assert r.status == 409 and "must be STOPPED" in r.body["message"], r.body

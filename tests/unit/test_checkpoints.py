@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from controller.admin.common import AdminError
-from controller.admin.offsets import ResetTarget
 from controller.protocol import checkpoints as ck
 from controller.protocol.checkpoints import CheckpointError, CheckpointLogs, LogName
+from controller.protocol.storage import ResetTarget, StorageError
 
 OFFSETS_2 = (
     b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795686768852,"conf":{"spark.sql.shuffle.partitions":"1"}}\n'
@@ -206,7 +205,7 @@ def test_reset_target_is_exactly_one_valid_choice(args, ok):
     if ok:
         ResetTarget.parse(*args)
     else:
-        with pytest.raises(AdminError):
+        with pytest.raises(StorageError):
             ResetTarget.parse(*args)
 
 

@@ -9,12 +9,11 @@ from typing import Any
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from controller.admin import to_dict
-from controller.admin.common import AdminError
-from controller.admin.offsets import ResetTarget
 from controller.admin.task_apply import StaleVersion, identity_of
 from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError, error_response
+from controller.protocol.storage import MAX_LOG_LINES, MAX_TIMEOUT_S, ResetTarget, StorageError
 from controller.protocol.taskspec import SpecError, parse_spec
 
 
@@ -180,15 +179,36 @@ def router(ctx: ApiContext) -> APIRouter:
             return error_response(504, "timeout", f"not confirmed stopped: waiting for {res.waiting_for}")
         return json_object(res)
 
-    @r.get("/{task_id}/offsets", summary="A streaming task's offsets, read from its checkpoint")
-    def offsets(task_id: str) -> dict[str, Any]:
-        return json_object(ctx.admin().offsets(task_id))
+    def answer_within(timeout: float) -> float:
+        if not 0 < timeout <= MAX_TIMEOUT_S:
+            raise ApiError(422, "invalid_parameter", f"timeout must be more than 0 and at most {MAX_TIMEOUT_S:g}")
+        return min(timeout, ctx.config.max_wait_s)
+
+    @r.get(
+        "/{task_id}/offsets",
+        summary="A streaming task's offsets, read from its checkpoint by the broker that holds it (504: no answer "
+        "within the timeout)",
+    )
+    def offsets(task_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        return json_object(ctx.admin().offsets(task_id, timeout=answer_within(timeout)))
+
+    @r.get(
+        "/{task_id}/logs",
+        summary="The last lines of the pipeline's own log, from the broker that runs or last ran it (since: the "
+        "byte offset a previous answer ended at, to follow it)",
+    )
+    def logs(task_id: str, tail: int = 100, since: int | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        if not 1 <= tail <= MAX_LOG_LINES or (since is not None and since < 0):
+            raise ApiError(422, "invalid_parameter", f"tail must be 1 to {MAX_LOG_LINES}; since not negative")
+        return json_object(ctx.admin().task_logs(task_id, tail=tail, since=since, timeout=answer_within(timeout)))
 
     @r.post(
         "/{task_id}/reset-offsets",
         summary='Reset a STOPPED task\'s offsets: {"to": "earliest"} | {"to": "latest"} | {"to_batch": N}',
     )
-    def reset_offsets(task_id: str, body: Any = Body(...), dry_run: bool = False) -> dict[str, Any]:
+    def reset_offsets(
+        task_id: str, body: Any = Body(...), dry_run: bool = False, timeout: float = 30.0
+    ) -> dict[str, Any]:
         if not isinstance(body, dict) or not set(body) <= {"to", "to_batch"}:
             raise ApiError(422, "invalid_parameter", 'the body must be {"to": "earliest"|"latest"} or {"to_batch": N}')
         to = body.get("to")
@@ -196,9 +216,9 @@ def router(ctx: ApiContext) -> APIRouter:
             raise ApiError(422, "invalid_parameter", '"to" must be "earliest" or "latest"')
         try:
             target = ResetTarget.parse(to == "earliest", to == "latest", body.get("to_batch"))
-        except AdminError as exc:
+        except StorageError as exc:
             raise ApiError(422, "invalid_parameter", str(exc)) from None
-        return json_object(ctx.admin().reset_offsets(task_id, target, dry_run=dry_run))
+        return json_object(ctx.admin().reset_offsets(task_id, target, dry_run=dry_run, timeout=answer_within(timeout)))
 
     @r.post("/{task_id}/restart", summary="Restart a task (its owner stops and starts it)")
     def restart(task_id: str) -> dict[str, Any]:

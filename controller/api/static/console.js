@@ -247,6 +247,7 @@ function renderStatus(st) {
     h("td", {}, swatch(b.broker_id), " ", b.broker_id), h("td", {}, num(b.epoch)), h("td", {}, text(b.group)),
     h("td", {}, text(b.rack)), h("td", {}, num(b.capacity)), h("td", {}, num(b.tasks)),
     h("td", { className: "session", title: b.session && typeof b.session.error === "string" ? b.session.error : "" }, session(b)),
+    h("td", { className: "path", title: text(b.checkpoint_root, "") }, text(b.checkpoint_root).slice(0, 80)),
     h("td", {}, b.shutting_down === true ? "shutting down" : ""))));
   $("group-count").textContent = `(${groups.length})`;
   $("groups").tBodies[0].replaceChildren(...groups.map((g) => h("tr", { dataset: { group: g.group } },
