@@ -38,7 +38,7 @@ class AdminClient:
             client,
             layout,
             self.reads,
-            self.history_admin.record,
+            self.history_admin.check_lifecycle,
             request_rebalance=lambda group, reason: self.cluster.rebalance(group=group, reason=reason),
         )
         self.offsets_admin = OffsetAdmin(
@@ -55,8 +55,7 @@ class AdminClient:
             layout,
             self.reads,
             retries=retries,
-            resume_guard=self.history_admin.check_resume,
-            record=self.history_admin.record,
+            lifecycle=self.history_admin.check_lifecycle,
             checkpoint_size=self.offsets_admin.checkpoint_size,
             purge=self.offsets_admin.purge_note,
         )
