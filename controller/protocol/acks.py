@@ -146,6 +146,9 @@ class Acks:
                 self.barred.setdefault(t, set()).add(m)
             if late:
                 fenced[m] = late
+                # (what it was given and never took counts as an acknowledgement contradicted: ``probation``)
+                if self.probation.contradicted(m, now, f"did not take {', '.join(late[:3])} within {timeout:g}s"):
+                    log.warning("group %s: %s kept from new work: %s", self.core.group, m, self.probation.why[m])
         self.waiting = {m: w for m, w in self.waiting.items() if w}
         asked = [m for m in self.owing(unreleased) if self.published_at[m] + timeout <= now and m not in fenced]
         if asked:
@@ -162,13 +165,12 @@ class Acks:
     def apply_bars(self, target: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
         """The target with every task moved off the members fenced from it, to the least loaded member that
         is not (a task every member is fenced from is tried again where the assignor put it), then off the
-        members kept from new work (``probation``) but for what they hold."""
+        members kept from work (``probation``)."""
         core = self.core
         open_members = sorted(
             m for m, r in core.members.items() if m in target and not r.leaving and m not in core.shutting_down
         )
-        held = {m: set(r.owned).difference(r.pending) for m, r in core.members.items()}
-        return self.probation.apply(self._bar(target), held, open_members, core.clock.now())
+        return self.probation.apply(self._bar(target), open_members, core.clock.now())
 
     def _bar(self, target: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
         if not self.barred:
@@ -194,7 +196,7 @@ class Acks:
         return {m: tuple(sorted(ts)) for m, ts in out.items()}
 
     def let_go(self, held_by: Mapping[str, set[str]]) -> None:
-        """A member fenced from a task it never took, or kept from new work (``probation``) with tasks it never
+        """A member fenced from a task it never took, or kept from work (``probation``) with tasks it never
         took, holds them no more (if it does after all, its owner znode keeps the next member waiting until it
         lets go)."""
         now = self.core.clock.now()

@@ -3,9 +3,9 @@ sans-IO.
 
 Why: a broker that registers ready, acknowledges every assignment and runs nothing (its reports refused: it
 does not hold the owner znodes it says it took) costs each task placed with it a rebalance timeout of downtime,
-and again at every rebalance that gives it work. So after ``refusals`` acknowledgements refused in a row it
-gets no new work for a back-off (``initial_s``, doubled at each back-off in a row, at most ``max_s``); what it
-holds stays with it. After the back-off it may be given work again; a report ZooKeeper confirms (it holds
+and again at every rebalance that gives it work. So after ``refusals`` acknowledgements refused in a row (a
+report ZooKeeper contradicts, or tasks given and not taken within the rebalance timeout) it gets no work for a back-off (``initial_s``, doubled at each back-off in a row, at most ``max_s``): its tasks
+go to the other members. After the back-off it may be given work again; a report ZooKeeper confirms (it holds
 what it took) forgets its refusals and its back-offs. A part of
 :class:`~controller.protocol.acks.Acks`; time is given, nothing here does I/O.
 """
@@ -96,23 +96,20 @@ class Probation:
         }
 
     def apply(
-        self,
-        target: Mapping[str, tuple[str, ...]],
-        held: Mapping[str, Collection[str]],
-        open_members: Collection[str],
-        now: float,
+        self, target: Mapping[str, tuple[str, ...]], open_members: Collection[str], now: float
     ) -> dict[str, tuple[str, ...]]:
-        """The target with the tasks a kept member does not hold now (``held``) moved to the least loaded open
-        member that is not kept; a task no other member can take stays where it is."""
+        """The target with every task of a kept member moved to the least loaded open member that is not kept
+        (what it says it holds included: its reports are what ZooKeeper contradicted; a task it does run is
+        revoked and released as any other); a task no other member can take stays where it is."""
         kept = {m for m in target if self.kept(m, now)}
         if not kept:
             return dict(target)
         out = {m: list(ts) for m, ts in target.items()}
         others = sorted(m for m in open_members if m in out and m not in kept)
+        if not others:
+            return dict(target)
         for m in sorted(kept):
-            for t in sorted(set(out[m]) - set(held.get(m, ()))):
-                if not others:
-                    break
+            for t in sorted(out[m]):
                 to = min(others, key=lambda x: (len(out[x]), x))
                 out[m].remove(t)
                 out[to].append(t)

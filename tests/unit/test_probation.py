@@ -39,14 +39,15 @@ def test_n_refusals_in_a_row_start_a_back_off_and_a_confirmed_report_forgives():
     assert "x" not in p.level
 
 
-def test_a_kept_member_keeps_what_it_holds_and_gets_nothing_new():
+def test_a_kept_member_is_given_nothing():
     p = Probation(BackoffPolicy(refusals=1))
     p.contradicted("x", 0.0, WHY)
     target = {"a": ("t1",), "b": (), "x": ("t2", "t3", "t4")}
-    out = p.apply(target, {"x": {"t4"}}, ["a", "b", "x"], 1.0)
-    assert out["x"] == ("t4",) and sorted(out["a"] + out["b"]) == ["t1", "t2", "t3"]
-    assert p.apply(target, {}, ["x"], 1.0) == target  # nobody else to take them: they stay
-    assert p.apply(target, {}, ["a", "b", "x"], 99.0) == target  # its back-off is over
+    out = p.apply(target, ["a", "b", "x"], 1.0)
+    assert out["x"] == () and sorted(out["a"] + out["b"]) == ["t1", "t2", "t3", "t4"]
+    assert len(out["a"]) == len(out["b"]) == 2  # to the least loaded
+    assert p.apply(target, ["x"], 1.0) == target  # nobody else to take them: they stay
+    assert p.apply(target, ["a", "b", "x"], 99.0) == target  # its back-off is over
 
 
 def test_what_is_remembered_is_bounded():
