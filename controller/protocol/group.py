@@ -167,6 +167,12 @@ class GroupCoordinator:
             return self.reconcile.refuse(member, reason, last_good.incarnation)
         return self.join.refuse(member, reason, last_good.join_generation)
 
+    def kept_from_work(self) -> set[str]:
+        """The members in a back-off now (``probation``): given no work."""
+        p = self.reconcile.acks.probation
+        now = self.clock.now()
+        return {m for m in p.until if p.kept(m, now)}
+
     def contradicted(self, member: str, why: str) -> list[Decision]:
         """ZooKeeper contradicted the member's acknowledgement (it does not hold what it says it took): counted;
         once that starts a back-off (``probation``) the group is re-targeted without it at once, and the group
