@@ -205,6 +205,7 @@ class DeadlineWatchdog:
             self.escalate(f"{reason} ({self.guard_losses} guards lost)")
             return
         try:
+            self._write_lease(time.monotonic(), force=True)  # (a lease file removed meanwhile would end it at once)
             self._spawn_guard()
         except OSError as exc:
             self.escalate(f"{reason}; a new guard could not start: {exc}")
