@@ -21,7 +21,19 @@ def _write(tmp_path: Path, body: object) -> Path:
 def test_a_running_driver_status_is_read_as_written(tmp_path):
     body = {"state": "RUNNING", "metrics": {"rows": 40, "batches": 3, "run_id": "r1", "input_rows_per_s": 9.5}}
     got = read_status(_write(tmp_path, body))
-    assert got == {"state": "RUNNING", "start_failed": False, "error": None, "trace": None, "metrics": body["metrics"]}
+    assert got == {
+        "state": "RUNNING",
+        "start_failed": False,
+        "error": None,
+        "trace": None,
+        "metrics": body["metrics"],
+        "beat": None,
+    }
+
+
+@pytest.mark.parametrize("beat, read", [(12.5, 12.5), (7, 7.0), ("12.5", None), (True, None), ([1], None)])
+def test_the_heartbeat_is_a_number_or_nothing(tmp_path, beat, read):
+    assert read_status(_write(tmp_path, {"state": "RUNNING", "beat": beat}))["beat"] == read
 
 
 @pytest.mark.parametrize(
