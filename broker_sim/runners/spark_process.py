@@ -185,6 +185,8 @@ class DriverProcess:
             if body is not None and not body["start_failed"]:
                 self.start_s = round(time.monotonic() - self.started, 3)
                 return
+            if self._fault is not None:  # halted by its broker while it started
+                raise PipelineStartError(f"task {self.task_id}: {self._fault}")
             if body is not None or self.proc.poll() is not None:
                 self.proc.poll()
                 reason, _ = self._failure((body or {}).get("error"), self.proc.returncode)
