@@ -19,8 +19,9 @@ from pathlib import Path
 
 #: A lease file is a few hundred bytes; anything past this is not one.
 MAX_LEASE_BYTES = 64 * 1024
-#: How long before the deadline a driver ends its run: its own kill (milliseconds) and its check period.
-LEAD_S = 0.15
+#: How long before the deadline a driver ends its run: its check period and its own kill, which a loaded host
+#: can slow to a few hundred milliseconds (measured: 0.4 s at load average 18).
+LEAD_S = 0.5
 
 
 @dataclass(frozen=True)
