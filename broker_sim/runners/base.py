@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from controller.protocol.codecs import SessionInfo
@@ -85,6 +86,16 @@ class TaskRunner(abc.ABC):
     def processes(self) -> tuple[set[int], set[int]]:
         """(pids, process group ids) that run this runner's tasks now: what the lease guard kills."""
         return set(), set()
+
+    def attach_lease(self, path: Path) -> None:  # noqa: B027  (an optional hook: most runners run no process)
+        """The broker's lease file (``broker_sim.runners.lease``): a runner whose tasks run in processes of
+        their own hands it to them, so each ends its run by the broker's deadline itself."""
+
+    def fault(self, reason: str) -> set[str]:
+        """The broker lost what guards its tasks' processes (its lease guard died): end NOW the tasks that run
+        in processes of their own, each then reported FAILED with ``reason`` (its restart policy acts). The
+        ids of those tasks; the default runs none."""
+        return set()
 
     def kill(self) -> None:
         """The broker halts at its fence deadline: end every task NOW, no grace, nothing that can block (SIGKILL

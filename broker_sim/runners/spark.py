@@ -22,6 +22,7 @@ import os
 import shutil
 import threading
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
@@ -305,6 +306,15 @@ class SparkRunner(TaskRunner):
         for run in runs:
             pgids |= set(getattr(run, "process_groups", lambda: set())())
         return pids, pgids | self._drivers.process_groups()  # isolated drivers, also while they start
+
+    def attach_lease(self, path: Path) -> None:
+        """Each isolated driver keeps the broker's lease itself: it ends its run by the deadline."""
+        self._drivers.lease_file = path
+
+    def fault(self, reason: str) -> set[str]:
+        """The isolated drivers are halted (each reported FAILED with the reason); the shared driver's queries
+        go on under the new guard."""
+        return self._drivers.fault(reason)
 
     def kill(self) -> None:
         """The broker halts: what was prepared goes with the driver JVM the lease guard kills."""

@@ -7,6 +7,11 @@ writes its status to ``RUN_DIR/status.json`` (atomically, when it changes, at mo
 broker reads that file, never this process's memory. SIGTERM stops the query (bounded by the stop timeout in
 the settings) and the session, then the process exits; a JVM that dies under it (an OutOfMemoryError ends
 a local driver JVM at once, exit code 52) is reported as FAILED and the process exits 1.
+
+Every status carries a heartbeat (``beat``, ``CLOCK_MONOTONIC``), so the broker tells a driver that stopped
+answering (SIGSTOP, wedged) from one that runs. With a lease file in its launch (a broker with a lease guard),
+the driver keeps its broker's lease itself (a named thread, ``driver-lease``): once the broker stops renewing
+it (paused, gone) the driver ends its run, itself and its JVM, before the deadline, without the guard.
 """
 
 from __future__ import annotations
@@ -16,10 +21,15 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from broker_sim.runners.lease import LeaseKeeper, read_lease
+
 PERIOD_S = 0.5
+#: How often the driver reads its broker's lease: well inside the lease's lead (``lease.LEAD_S``).
+LEASE_PERIOD_S = 0.05
 LAUNCH_FILE = "launch.json"
 STATUS_FILE = "status.json"
 
@@ -62,6 +72,22 @@ def main(argv: list[str]) -> int:
     pipeline = SparkPipeline.model_validate(launch["pipeline"])
     holder = SessionHolder(master=launch["master"], conf=dict(launch["conf"]), app_name=f"zkc-{task_id}")
     extra: dict[str, Any] = {"driver_pid": os.getpid()}
+    started, done = threading.Event(), threading.Event()
+    lease_file = launch.get("lease_file")
+    if isinstance(lease_file, str):
+        keeper = LeaseKeeper(int(launch["broker_pid"]))
+        keeper.update(read_lease(Path(lease_file)))
+        if keeper.lease is None:
+            error = f"task {task_id}: cannot read its broker's lease {lease_file}: refusing to run unguarded"
+            write_status(run_dir, {"state": "FAILED", "start_failed": True, "error": error})
+            return 1
+        watch = threading.Thread(
+            target=_keep_lease,
+            args=(run_dir, Path(lease_file), keeper, started, done),
+            name="driver-lease",
+            daemon=True,
+        )
+        watch.start()
     try:
         try:
             spark = holder.get()
@@ -84,16 +110,58 @@ def main(argv: list[str]) -> int:
                 },
             )
             return 1
+        started.set()
         return _supervise(run_dir, run, extra, stop, float(launch.get("stop_timeout_s", 30.0)))
     finally:
+        done.set()
         try:
             holder.stop(10.0)
         except Exception:  # a JVM already gone: nothing left to stop
             pass
 
 
+def _keep_lease(
+    run_dir: Path, path: Path, keeper: LeaseKeeper, started: threading.Event, done: threading.Event
+) -> None:
+    """Read the broker's lease every ``LEASE_PERIOD_S``; at its deadline (``keeper.due``) say why, then end
+    this process group (this process and its JVM: the query stops mid-batch, and its next run replays that
+    batch from the checkpoint). Also while a stop is under way. Bounded: it ends with the run or at the
+    deadline."""
+    while not done.wait(LEASE_PERIOD_S):
+        keeper.update(read_lease(path))
+        if keeper.due(time.monotonic()):
+            _end_at_deadline(run_dir, keeper, started.is_set())
+
+
+def _end_at_deadline(run_dir: Path, keeper: LeaseKeeper, started: bool) -> None:
+    error = (
+        f"the driver ended its run at its broker's lease deadline: broker pid {keeper.broker_pid} did not renew "
+        "its lease (paused or gone)"
+    )
+    try:
+        write_status(run_dir, {"state": "FAILED", "start_failed": not started, "error": error})
+    except OSError:
+        pass  # the kill matters, not the word
+    print(error, file=sys.stderr, flush=True)
+    if os.getpgrp() == os.getpid():  # the leader of its group (the broker spawns it so): the JVM goes with it
+        os.killpg(os.getpid(), signal.SIGKILL)
+    proc = _jvm_process()
+    if proc is not None:
+        proc.kill()
+    os._exit(3)
+
+
+def _jvm_process() -> Any:
+    try:
+        from pyspark import SparkContext
+
+        return getattr(SparkContext._gateway, "proc", None)
+    except Exception:  # no session yet
+        return None
+
+
 def _supervise(run_dir: Path, run: Any, extra: dict[str, Any], stop: threading.Event, stop_timeout_s: float) -> int:
-    """Write the run's status when it changes until it ends (0: completed or stopped by SIGTERM; 1: failed).
+    """Write the run's status every period until it ends (0: completed or stopped by SIGTERM; 1: failed).
     Bounded by the run: it ends when the pipeline does, when its JVM dies, or at the broker's SIGTERM."""
     from broker_sim.runners.base import RunState
 
@@ -114,9 +182,8 @@ def _supervise(run_dir: Path, run: Any, extra: dict[str, Any], stop: threading.E
                 "error": f"the driver JVM is gone (exit code {_jvm_exit_code()}): {type(exc).__name__}: {exc}"[:2000],
                 "metrics": {**last.get("metrics", {}), **extra},
             }
-        if body != last:
-            write_status(run_dir, body)
-            last = body
+        write_status(run_dir, {**body, "beat": time.monotonic()})  # every period: the heartbeat the broker reads
+        last = body
         if body["state"] != RunState.RUNNING.value:
             return 0 if body["state"] == RunState.COMPLETED.value else 1
         if stop.wait(PERIOD_S):

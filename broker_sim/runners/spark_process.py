@@ -47,6 +47,9 @@ MAX_STATUS_BYTES = 64 * 1024
 MAX_METRICS = 64
 MAX_SERIES = 100
 RSS_PERIOD_S = 5.0
+#: A running driver rewrites its status every ``PERIOD_S`` with a heartbeat; silent this long, it is taken for
+#: stopped (SIGSTOP) or wedged and reported FAILED, whatever its last status said.
+SILENT_S = 30.0
 _REASON = re.compile(r"(java\.lang\.OutOfMemoryError[^\n]*|\[INVALID_DRIVER_MEMORY[^\n]*)")
 _POLL_S = 0.1
 
@@ -68,6 +71,8 @@ def read_status(path: Path) -> dict[str, Any] | None:
     if not isinstance(body, dict) or body.get("state") not in {s.value for s in RunState}:
         return None
     out: dict[str, Any] = {"state": body["state"], "start_failed": body.get("start_failed") is True}
+    beat = body.get("beat")
+    out["beat"] = float(beat) if isinstance(beat, (int, float)) and not isinstance(beat, bool) else None
     for key, limit in (("error", MAX_ERROR_CHARS), ("trace", MAX_TRACE_CHARS), ("error_type", MAX_FAILURE_KIND_CHARS)):
         value = body.get(key)
         out[key] = value[:limit] if isinstance(value, str) else None
@@ -120,8 +125,11 @@ class DriverProcess:
         conf: Mapping[str, str],
         stop_timeout_s: float,
         on_cleanup: Callable[[DriverProcess], None] = lambda _d: None,
+        lease_file: Path | None = None,
     ) -> None:
         self.task_id = task_id
+        self.lease_file = lease_file
+        self._fault: str | None = None
         self.on_cleanup = on_cleanup
         self.pipeline = pipeline
         self.mode = pipeline.mode
@@ -155,6 +163,8 @@ class DriverProcess:
             "conf": self.conf,
             "stop_timeout_s": self.stop_timeout_s,
             "broker_pid": os.getpid(),  # (whose run this is: a later broker removes it once that one is gone)
+            # the broker's lease: the driver ends its run by the deadline itself (``lease.LeaseKeeper``)
+            "lease_file": None if self.lease_file is None else str(self.lease_file.resolve()),
         }
         (self.run_dir / LAUNCH_FILE).write_text(json.dumps(launch))
         env = {
@@ -176,6 +186,8 @@ class DriverProcess:
             if body is not None and not body["start_failed"]:
                 self.start_s = round(time.monotonic() - self.started, 3)
                 return
+            if self._fault is not None:  # halted by its broker while it started
+                raise PipelineStartError(f"task {self.task_id}: {self._fault}")
             if body is not None or self.proc.poll() is not None:
                 self.proc.poll()
                 reason, _ = self._failure((body or {}).get("error"), self.proc.returncode)
@@ -202,7 +214,23 @@ class DriverProcess:
         metrics = {**body["metrics"], "isolation": "process", "driver_start_s": self.start_s}
         metrics["driver_rss_mb"] = self._rss_mb()
         state = RunState(body["state"])
+        if self._fault is not None:  # halted by its broker (killed, or being killed): the reason is the broker's
+            status = RunStatus(
+                RunState.FAILED, error=self._fault, trace=self._failure(None, exited)[1], metrics=metrics
+            )
+            if exited is not None:
+                self._final = status
+            return status
         if exited is None and state in (RunState.RUNNING, RunState.STARTING):
+            silent = None if body.get("beat") is None else max(0.0, time.monotonic() - body["beat"])
+            if silent is not None:
+                metrics["driver_silent_s"] = round(silent, 1)
+                if silent >= SILENT_S:
+                    error = (
+                        f"its driver process (pid {self.proc.pid}) has not answered for {silent:.0f}s (stopped or "
+                        "wedged): taken for failed"
+                    )
+                    return RunStatus(RunState.FAILED, error=error, metrics=metrics)
             return RunStatus(RunState.RUNNING, metrics=metrics)
         if state in (RunState.COMPLETED, RunState.STOPPED):  # finished, or stopped by our SIGTERM
             status = RunStatus(state, metrics=metrics)
@@ -217,6 +245,18 @@ class DriverProcess:
         if exited is not None:
             self._final = status
         return status
+
+    def fault(self, reason: str) -> None:
+        """Halt the driver now (SIGKILL to its group): its broker can no longer guarantee its deadline. Its
+        status is then FAILED with ``reason``; a query killed mid-batch is replayed from its checkpoint."""
+        self._fault = reason
+        with self._lock:
+            proc = self.proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _failure(self, said: str | None, exited: int | None) -> tuple[str, str]:
         """(error, trace) of a failed driver: a JVM's fatal error found in its output (an OutOfMemoryError ends
@@ -338,11 +378,20 @@ class DriverProcesses:
         self._lock = threading.Lock()
         self._live: dict[int, DriverProcess] = {}
         self._cancel = threading.Event()
+        #: the broker's lease file, handed to every driver started from now on (None: no guard, no lease)
+        self.lease_file: Path | None = None
 
     def start(self, task_id: str, pipeline: SparkPipeline, checkpoint: str) -> DriverProcess:
         """Spawn the task's driver and return once its pipeline runs (or raise with the reason)."""
         driver = DriverProcess(
-            task_id, pipeline, checkpoint, self.master, self.conf, self.stop_timeout_s, on_cleanup=self.forget
+            task_id,
+            pipeline,
+            checkpoint,
+            self.master,
+            self.conf,
+            self.stop_timeout_s,
+            on_cleanup=self.forget,
+            lease_file=self.lease_file,
         )
         with self._lock:
             self._live[id(driver)] = driver
@@ -365,6 +414,14 @@ class DriverProcesses:
         for d in drivers:
             groups |= d.process_groups()
         return groups
+
+    def fault(self, reason: str) -> set[str]:
+        """Halt every driver (``DriverProcess.fault``); the ids of their tasks."""
+        with self._lock:
+            drivers = list(self._live.values())
+        for d in drivers:
+            d.fault(reason)
+        return {d.task_id for d in drivers}
 
     def close(self) -> None:
         """No start may wait any more (a closing runner stops what runs itself)."""

@@ -162,6 +162,7 @@ class Worker:
             runner_processes=self.runner.processes,
             halt=self.halt,
             stopped=self.stopped,
+            guard_lost=self.runner.fault,
         )
         self.ownership = Ownership(
             deps,
@@ -282,6 +283,8 @@ class Worker:
             self.client.ensure_path(p)
         if self.config.on_halt == "exit" and self.runner.runs_processes:
             self.watchdog.start_guard()
+            if self.watchdog.lease_path is not None:
+                self.runner.attach_lease(self.watchdog.lease_path)
         self.storage.start()
         self.thread.start()
         self.status_thread.start()

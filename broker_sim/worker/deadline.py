@@ -30,17 +30,16 @@ runner: it only reads, kills and halts.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from broker_sim.runners.lease import Lease, write_lease
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +50,8 @@ MAX_PERIOD_S = 0.25
 #: How long a broker's own stop of one task may take, by default: a multiple of the runner's stop budget.
 STOP_TIMEOUT_FACTOR = 3.0
 MIN_STOP_TIMEOUT_S = 5.0
+#: How many lost guards a broker replaces before it halts (a guard that keeps dying is not a guard).
+MAX_GUARD_LOSSES = 5
 
 
 def safety_margin(session_timeout_s: float, fence_margin_s: float) -> float:
@@ -66,55 +67,6 @@ def stop_timeout(stop_budget_s: float, configured: float | None) -> float:
     if configured is not None:
         return configured
     return max(MIN_STOP_TIMEOUT_S, STOP_TIMEOUT_FACTOR * stop_budget_s)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """What the guard reads: until when (``CLOCK_MONOTONIC``, shared by every process of a Linux host) the
-    processes listed may run, and whose lease it is."""
-
-    broker: str
-    owner_pid: int
-    expires: float | None  # None: no task holds the session (nothing to enforce)
-    pids: tuple[int, ...] = ()
-    pgids: tuple[int, ...] = ()
-
-    def encode(self) -> str:
-        return json.dumps(
-            {
-                "broker": self.broker,
-                "owner_pid": self.owner_pid,
-                "expires": self.expires,
-                "pids": list(self.pids),
-                "pgids": list(self.pgids),
-            }
-        )
-
-    @staticmethod
-    def decode(text: str) -> Lease:
-        body = json.loads(text)
-        return Lease(
-            broker=str(body["broker"]),
-            owner_pid=int(body["owner_pid"]),
-            expires=None if body.get("expires") is None else float(body["expires"]),
-            pids=tuple(int(p) for p in body.get("pids", ())),
-            pgids=tuple(int(p) for p in body.get("pgids", ())),
-        )
-
-
-def write_lease(path: Path, lease: Lease) -> None:
-    """Atomically (write, then rename): the guard never reads half a lease."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(lease.encode())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def lease_dir() -> Path:
@@ -137,6 +89,7 @@ class DeadlineWatchdog:
         runner_processes: Callable[[], tuple[set[int], set[int]]],
         halt: Callable[[str], None],
         stopped: threading.Event,
+        guard_lost: Callable[[str], object] = lambda _reason: None,
     ) -> None:
         self.who = who
         self.earliest_expiry = earliest_expiry
@@ -145,6 +98,8 @@ class DeadlineWatchdog:
         self.runner_processes = runner_processes
         self.halt = halt
         self.stopped = stopped
+        self.guard_lost = guard_lost
+        self.guard_losses = 0
         self.safety_s = safety_margin(session_timeout_s, fence_margin_s)
         self.stop_timeout_s = stop_timeout(stop_budget_s, configured_stop_timeout_s)
         self._lock = threading.Lock()
@@ -215,9 +170,50 @@ class DeadlineWatchdog:
         directory.mkdir(parents=True, exist_ok=True)
         self._lease_path = directory / f"{self.who}-{os.getpid()}.json"
         self._write_lease(time.monotonic(), force=True)
+        self._spawn_guard()
+
+    @property
+    def lease_path(self) -> Path | None:
+        """The lease file (None: no guard): the processes that run our tasks read it too."""
+        return self._lease_path
+
+    @property
+    def guard_pid(self) -> int | None:
+        return None if self._guard is None else self._guard.pid
+
+    def _spawn_guard(self) -> None:
         cmd = [sys.executable, "-m", "broker_sim.worker.guard", str(self._lease_path)]
         self._guard = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
         log.info("worker %s: lease guard pid %d watches %s", self.who, self._guard.pid, self._lease_path)
+
+    def check_guard(self) -> None:
+        """A guard that exited while the broker runs is a fault (it only exits once the lease file is removed
+        or the broker is gone): the tasks it guarded are halted and reported with the reason (their restart
+        policy acts), and a new guard takes over at once; after ``MAX_GUARD_LOSSES`` the broker halts."""
+        guard = self._guard
+        if guard is None or guard.poll() is None or self.stopped.is_set():
+            return
+        code = guard.returncode
+        how = f"signal {-code}" if code < 0 else f"code {code}"
+        reason = (
+            f"the broker's lease guard (pid {guard.pid}) exited with {how}: its tasks that run in processes of "
+            "their own were halted, so that no run outlives a deadline nobody enforces"
+        )
+        log.critical("worker %s: %s", self.who, reason)
+        self.guard_losses += 1
+        if self.guard_losses > MAX_GUARD_LOSSES:
+            self.escalate(f"{reason} ({self.guard_losses} guards lost)")
+            return
+        try:
+            self._write_lease(time.monotonic(), force=True)  # (a lease file removed meanwhile would end it at once)
+            self._spawn_guard()
+        except OSError as exc:
+            self.escalate(f"{reason}; a new guard could not start: {exc}")
+            return
+        try:
+            self.guard_lost(reason)
+        except Exception:
+            log.exception("worker %s: halting the tasks of a lost guard", self.who)
 
     def _write_lease(self, now: float, force: bool = False) -> None:
         if self._lease_path is None:
@@ -273,3 +269,4 @@ class DeadlineWatchdog:
                 self.escalate(reason)
                 return
             self._write_lease(now)
+            self.check_guard()

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from broker_sim.runners.lease import Lease
 from broker_sim.runners.procs import kill_processes, process_alive
-from broker_sim.worker.deadline import Lease
 
 log = logging.getLogger("broker_sim.worker.guard")
 

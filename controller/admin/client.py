@@ -40,7 +40,7 @@ class AdminClient:
             client,
             layout,
             self.reads,
-            self.history_admin.record,
+            self.history_admin.check_lifecycle,
             request_rebalance=lambda group, reason: self.cluster.rebalance(group=group, reason=reason),
         )
         self.offsets_admin = OffsetAdmin(
@@ -56,8 +56,7 @@ class AdminClient:
             layout,
             self.reads,
             retries=retries,
-            resume_guard=self.history_admin.check_resume,
-            record=self.history_admin.record,
+            lifecycle=self.history_admin.check_lifecycle,
             checkpoint_size=self.offsets_admin.checkpoint_size,
             purge=self.offsets_admin.purge_note,
         )
@@ -66,7 +65,7 @@ class AdminClient:
             layout,
             self.reads,
             create=self.tasks.create_tasks,
-            reset_guard=self.history_admin.check_resume,
+            reset_guard=self.history_admin.lifecycle_version,
             reset=self._reset_for_apply,
             retries=retries,
         )

@@ -74,7 +74,7 @@ class ApplyAdmin:
         reads: ClusterReads,
         *,
         create: Callable[..., CreateResult],
-        reset_guard: Callable[[str], int | None],
+        reset_guard: Callable[[str, str], int | None],
         reset: Callable[[str], str],
         retries: int = 5,
     ) -> None:
@@ -203,7 +203,7 @@ class ApplyAdmin:
             item = self._judge(old, spec, deleting, if_version, reset)
             if item.action == "unchanged":
                 return item  # a concurrent apply of the same spec
-            history_version = self.reset_guard(t)  # refuses while a reset or a delete is under way
+            history_version = self.reset_guard(t, action)  # refuses while a reset or a delete is under way
             new = self._next(old, spec)
             data = new.encode()
             hist_data = codecs.encode(self._recorded(t, old, new, item, who, action))

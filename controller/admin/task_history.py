@@ -1,16 +1,19 @@
 """A task's history of operator actions on its run state and offsets (``/admin/task_history/<id>``): what is
-shown, what each stop and reset appends, and the ``resetting`` mark by which a resume waits for a reset.
+shown, what each verb appends, and the lock over a task's lifecycle (``check_lifecycle``): while a reset of its
+offsets (the ``resetting`` mark) or its deletion is under way, no other verb may change it.
 
-A part of ``AdminClient``: the stop and the reset record through it, a resume checks it first."""
+A part of ``AdminClient``: every verb (pause, resume, stop, restart, delete, and any verb that rewrites a spec)
+takes the lock through ``check_lifecycle`` and commits its history event with its own write; a reset marks
+itself with ``begin_reset``."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from controller.admin.common import AdminError, Conflict, ensure_layout
@@ -23,6 +26,27 @@ class Recorder(Protocol):
     """``HistoryAdmin.record``, as the parts that record through it see it."""
 
     def __call__(self, task_id: str, action: str, detail: str, *, end_reset: bool = False) -> None: ...
+
+
+@dataclass(frozen=True)
+class LifecycleLock:
+    """A verb's hold on a task's lifecycle: its event appended to the task's history at the version read. The
+    verb commits it in the same multi as its own write (``add_to``), so a reset or a deletion that began since
+    the check fails that write, and the verb looks again (and is refused)."""
+
+    path: str | None  # None: no history container (a secured root laid out by an earlier release): no lock
+    data: bytes = b""
+    version: int | None = None  # None: the history is created by the verb's write
+
+    def add_to(self, t: TransactionRequest) -> int:
+        """Add the history write to ``t``; the number of operations added (0 or 1), before the verb's own."""
+        if self.path is None:
+            return 0
+        if self.version is None:
+            t.create(self.path, self.data)
+        else:
+            t.set_data(self.path, self.data, version=self.version)
+        return 1
 
 
 class HistoryAdmin:
@@ -79,43 +103,52 @@ class HistoryAdmin:
                 ) from None
         raise AdminError(f"task {task_id!r}: its history kept changing; the {action} is done but not recorded")
 
-    def check_resume(self, task_id: str) -> int | None:
-        """Before a resume: refuse while a reset of the checkpoint is under way; returns the history znode's
-        version for the resume's write to check (a reset that begins meanwhile changes it). A STOPPED task
-        without a history gets an empty one first, so that there is a version to check."""
-        path = self.layout.task_history(task_id)
-        for _ in range(3):
-            got, _ = self.reads.wave([path])
-            if got[0] is None:
-                try:
-                    ensure_layout(self.client, self.layout)
-                    self.client.create(path, codecs.encode(codecs.TaskHistory()))
-                except NodeExistsError:
-                    pass
-                except NoNodeError:
-                    return None  # no history container (an old secured root): no reset can have begun either
-                continue
-            hist, _err = decode_read(codecs.TaskHistory, got[0], path)
-            if hist is not None and hist.resetting is not None and time.time() - hist.resetting < codecs.RESET_LEASE_S:
-                began = time.strftime("%H:%M:%S", time.localtime(hist.resetting))
-                raise Conflict(
-                    f"task {task_id!r}: a reset of its offsets began at {began} and has not finished; wait for it "
-                    "(or, if it died, run reset-offsets again)"
-                )
-            return int(got[0][1].version)
-        raise AdminError(f"task {task_id!r}: its history could not be read")
+    def check_lifecycle(self, task_id: str, verb: str, detail: str) -> LifecycleLock:
+        """The one lock over a task's lifecycle, for every verb that changes its run state, its spec or its
+        existence (pause, resume, stop, restart, delete, apply): ``Conflict`` with the reason while a reset of
+        its offsets or its deletion is under way (a delete may be asked again), else the history write (the
+        verb and ``detail``) that the verb commits in one multi with its own write."""
+        lay = self.layout
+        path = lay.task_history(task_id)
+        got, _ = self.reads.wave([path, lay.admin_delete_task(task_id)])
+        if got[1] is not None and verb != "delete":
+            raise Conflict(f"task {task_id!r} is being deleted: {verb} refused")
+        hist, err = decode_read(codecs.TaskHistory, got[0], path) if got[0] is not None else (None, None)
+        if hist is not None and hist.resetting is not None and time.time() - hist.resetting < codecs.RESET_LEASE_S:
+            began = time.strftime("%H:%M:%S", time.localtime(hist.resetting))
+            raise Conflict(
+                f"task {task_id!r}: a reset of its offsets began at {began} and has not finished: {verb} refused; "
+                "wait for it (or, if it died, run reset-offsets again)"
+            )
+        if got[0] is None:
+            ensure_layout(self.client, lay)
+            if self.client.exists(lay.admin_task_history) is None:
+                return LifecycleLock(None)  # an old secured root: no history to hold (nor a reset to wait for)
+        new = _append(verb, detail, False)(hist or codecs.TaskHistory())
+        if err:  # an unreadable history is replaced, not kept
+            new = replace(new, events=new.events[-1:])
+        return LifecycleLock(path, codecs.encode(new), None if got[0] is None else int(got[0][1].version))
+
+    def lifecycle_version(self, task_id: str, verb: str) -> int | None:
+        """``check_lifecycle`` for a verb that writes a history record of its own (apply, rollback): the
+        history's version to write it at (None: the verb creates it); ``Conflict`` as there."""
+        return self.check_lifecycle(task_id, verb, "").version
 
     def begin_reset(self, task_id: str, spec_version: int) -> None:
-        """One multi: the spec checked at the version read (still STOPPED: a resume since then fails the reset)
-        and the history marked ``resetting`` (a resume after it fails its check of the history's version, looks
-        again and waits). The spec itself is not rewritten: its zxid stays the stop's, which ``stop_state``
-        compares with the group's."""
+        """One multi: the spec checked at the version read (still STOPPED: a resume since then fails the reset),
+        no deletion requested (its request znode created and deleted again: that fails if one exists) and the
+        history marked ``resetting`` (a verb after it fails its history write, looks again and is refused).
+        The spec itself is not rewritten: its zxid stays the stop's, which ``stop_state`` compares with the
+        group's."""
         ensure_layout(self.client, self.layout)
         now = time.time()
         for _ in range(10):
             path, data, version = self._history_op(task_id, lambda h: replace(h, resetting=now))
             t = self.client.transaction()
             t.check(self.layout.task(task_id), spec_version)
+            request = self.layout.admin_delete_task(task_id)
+            t.create(request, b"")
+            t.delete(request)
             if version is None:
                 t.create(path, data)
             else:
@@ -124,7 +157,9 @@ class HistoryAdmin:
             failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
             if not failed:
                 return
-            if isinstance(results[1], NoNodeError):
+            if isinstance(results[1], NodeExistsError):
+                raise Conflict(f"task {task_id!r} is being deleted; nothing was reset")
+            if isinstance(results[3], NoNodeError):
                 raise AdminError(
                     f"task {task_id!r}: nothing was reset: {self.layout.admin_task_history} is missing (a secured "
                     "root laid out by an earlier release: run `zkctl security init`)"

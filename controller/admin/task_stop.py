@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from controller.admin.common import AdminError, Conflict, NotFound, Progress, Watch, wait_watched
 from controller.admin.reads import ClusterReads, decode_read
+from controller.admin.task_history import LifecycleLock
 from controller.protocol import codecs
 from controller.protocol.layout import InvalidName, ZkLayout, check_name
 from controller.protocol.reports import ghost_reason
@@ -60,14 +61,14 @@ class StopAdmin:
         client: KazooClient,
         layout: ZkLayout,
         reads: ClusterReads,
-        record: Callable[[str, str, str], None],
+        lifecycle: Callable[[str, str, str], LifecycleLock],
         request_rebalance: Callable[[str, str], object] | None = None,
     ) -> None:
         self.client = client
         self.layout = layout
         self.reads = reads
-        #: appends to the task's history (``HistoryAdmin.record``)
-        self.record = record
+        #: the lock over the task's lifecycle (``HistoryAdmin.check_lifecycle``), with the stop's history event
+        self.lifecycle = lifecycle
         #: files a rebalance request for a group (group, reason): the coordinator's state write that follows
         #: confirms a stop that changed nothing it schedules
         self.request_rebalance = request_rebalance
@@ -83,16 +84,18 @@ class StopAdmin:
             if deleting:
                 raise Conflict(f"task {task_id!r} is being deleted")
             was = spec.state
+            lock = self.lifecycle(task_id, "stop", f"was {spec.state}")  # refused during a reset or deletion
             if spec.state == "STOPPED":
                 break
-            try:
-                self.client.set(path, spec.with_state("STOPPED").encode(), version=stat.version)
-            except BadVersionError:
-                continue
-            except NoNodeError:
-                raise NotFound(f"unknown task {task_id!r}") from None
+            t = self.client.transaction()
+            lock.add_to(t)
+            t.set_data(path, spec.with_state("STOPPED").encode(), version=stat.version)
+            results = t.commit()
+            if isinstance(results[-1], NoNodeError):
+                raise NotFound(f"unknown task {task_id!r}")
+            if any(isinstance(r, Exception) for r in results):
+                continue  # the spec or the history changed: look again
             changed = True
-            self.record(task_id, "stop", f"was {spec.state}")
             break
         else:
             raise AdminError(f"task {task_id!r}: its spec kept changing during the stop; try again")

@@ -32,6 +32,7 @@ from controller.admin.declarative import (
     run_validator,
 )
 from controller.admin.reads import ClusterReads, decode_read
+from controller.admin.task_history import LifecycleLock
 from controller.admin.views import (
     AdminRequest,
     CreateResult,
@@ -72,8 +73,7 @@ class TaskAdmin:
         reads: ClusterReads,
         *,
         retries: int = 5,
-        resume_guard: Callable[[str], int | None] | None = None,
-        record: Callable[[str, str, str], None] | None = None,
+        lifecycle: Callable[[str, str, str], LifecycleLock] | None = None,
         checkpoint_size: Callable[[str], Any] | None = None,
         purge: Callable[[str], str] | None = None,
     ) -> None:
@@ -81,11 +81,9 @@ class TaskAdmin:
         self.layout = layout
         self.reads = reads
         self.retries = retries
-        #: before a resume: refuses during a reset of the task's offsets, else the history znode's version that
-        #: the resume's write checks (None: no history)
-        self.resume_guard = resume_guard
-        #: appends an event to the task's history (task, action, detail)
-        self.record = record
+        #: the lock over a task's lifecycle (``HistoryAdmin.check_lifecycle``: task, verb, detail): refuses every
+        #: verb during a reset or a deletion, else the history event its write commits with it
+        self.lifecycle = lifecycle
         #: the task's checkpoint size, for ``describe`` of a streaming spark task
         self.checkpoint_size = checkpoint_size
         #: removes a deleted task's checkpoint, saying what it removed
@@ -478,7 +476,9 @@ class TaskAdmin:
         if self.client.exists(lay.task(task_id)) is None:
             raise NotFound(f"unknown task {task_id!r}")
         path = lay.admin_delete_task(task_id)
-        already = file_request(self.client, path, codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
+        already = self._request_delete(
+            task_id, path, "requested" + (", checkpoint purged once deleted" if purge_checkpoint else "")
+        )
         done = None
         if wait > 0:
             done = wait_watched(
@@ -489,67 +489,62 @@ class TaskAdmin:
             notes += (self.purge(task_id),)
         return AdminRequest("delete", task_id, path, already, done, notes)
 
+    def _request_delete(self, task_id: str, path: str, detail: str) -> bool:
+        """File the delete request with its history event in one multi, under the lifecycle lock (refused
+        during a reset); True if it was already pending."""
+        data = codecs.encode(codecs.DeleteTaskRequest(task_id=task_id, requested=time.time()))
+        if self.lifecycle is None:
+            return file_request(self.client, path, data)
+        for _ in range(self.retries):
+            lock = self.lifecycle(task_id, "delete", detail)
+            t = self.client.transaction()
+            lock.add_to(t)
+            t.create(path, data)
+            results = t.commit()
+            if isinstance(results[-1], NodeExistsError):
+                return True
+            if not any(isinstance(r, Exception) for r in results):
+                return False
+        raise AdminError(f"task {task_id!r}: its history kept changing during the delete; try again")
+
     def pause(self, task_id: str) -> TaskChange:
         return self._update(task_id, "pause", lambda s: s.with_state("PAUSED") if s.state != "PAUSED" else None)
 
     def resume(self, task_id: str) -> TaskChange:
-        """RUNNING again (from PAUSED or STOPPED); refused while a reset of its offsets is under way."""
-        before: list[str] = []
-
-        def change(s: TaskSpec) -> TaskSpec | None:
-            before[:] = [s.state]
-            return s.with_state("RUNNING") if s.state != "RUNNING" else None
-
-        guard = self.resume_guard
-
-        def stopped_guard(t: str) -> int | None:  # only a STOPPED task's offsets can be being reset
-            return guard(t) if guard is not None and before == ["STOPPED"] else None
-
-        done = self._update(task_id, "resume", change, guard=stopped_guard)
-        if done.changed and before == ["STOPPED"] and self.record is not None:
-            self.record(task_id, "resume", "was STOPPED")
-        return done
+        """RUNNING again (from PAUSED or STOPPED); refused while a reset of its offsets or its deletion is under
+        way (as every verb)."""
+        return self._update(task_id, "resume", lambda s: s.with_state("RUNNING") if s.state != "RUNNING" else None)
 
     def restart(self, task_id: str) -> TaskChange:
         """Bump ``restart_nonce``: the owner stops and starts the task again (failure count reset)."""
         return self._update(task_id, "restart", lambda s: s.model_copy(update={"restart_nonce": s.restart_nonce + 1}))
 
-    def _update(
-        self,
-        task_id: str,
-        action: str,
-        change: Callable[[TaskSpec], TaskSpec | None],
-        guard: Callable[[str], int | None] | None = None,
-    ) -> TaskChange:
-        """Read-modify-write of the spec, conditional on the znode version (retried on a concurrent change).
-        ``guard`` may refuse, or name the version of the task's history that the write also checks."""
+    def _update(self, task_id: str, action: str, change: Callable[[TaskSpec], TaskSpec | None]) -> TaskChange:
+        """Read-modify-write of the spec, conditional on the znode version (retried on a concurrent change),
+        under the lifecycle lock: refused during a reset or a deletion, and recorded in the task's history by
+        the same multi."""
         path = self.layout.task(task_id)
         for _ in range(self.retries):
             spec, stat, deleting = self.reads.spec(task_id)
             if deleting:
-                raise Conflict(f"task {task_id!r} is being deleted")
+                raise Conflict(f"task {task_id!r} is being deleted: {action} refused")
             new = change(spec)
+            detail = (
+                f"was {spec.state}" if new is None or new.state != spec.state else f"nonce {spec.restart_nonce + 1}"
+            )
+            lock = self.lifecycle(task_id, action, detail) if self.lifecycle is not None else None
             if new is None:
                 return TaskChange(task_id, action, False, spec.state, spec.restart_nonce, stat.version)
-            history_version = guard(task_id) if guard is not None else None
-            try:
-                if history_version is None:
-                    new_stat = self.client.set(path, new.encode(), version=stat.version)
-                else:
-                    t = self.client.transaction()
-                    t.check(self.layout.task_history(task_id), history_version)
-                    t.set_data(path, new.encode(), version=stat.version)
-                    results = t.commit()
-                    if isinstance(results[1], NoNodeError):
-                        raise NoNodeError
-                    if isinstance(results[0], Exception) or isinstance(results[1], Exception):
-                        continue  # the spec or the history changed (a reset began): look again
-                    new_stat = results[1]
-            except BadVersionError:
-                continue
-            except NoNodeError:
-                raise NotFound(f"unknown task {task_id!r}") from None
-            return TaskChange(task_id, action, True, new.state, new.restart_nonce, new_stat.version)
+            t = self.client.transaction()
+            if lock is not None:
+                lock.add_to(t)
+            t.set_data(path, new.encode(), version=stat.version)
+            results = t.commit()
+            if isinstance(results[-1], NoNodeError):
+                raise NotFound(f"unknown task {task_id!r}")
+            if any(isinstance(r, Exception) for r in results):
+                continue  # the spec or the history changed (a reset or a deletion began?): look again
+            return TaskChange(task_id, action, True, new.state, new.restart_nonce, results[-1].version)
         raise AdminError(f"task {task_id!r}: its spec kept changing during the {action}; try again")
 
     def reassign(self, task_id: str, to: str, wait: float = 0.0, progress: Progress | None = None) -> AdminRequest:

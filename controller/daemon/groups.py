@@ -393,6 +393,7 @@ class GroupDriver:
             else:
                 current.pop(m, None)
             ctx.invalid_members[(group, m)] = why
+            self.apply(group, coord.contradicted(m, why))  # refused again and again: a back-off
 
     def check_loaded_reports(
         self, states: Mapping[str, GroupStateInfo | None], assignments: Mapping[str, Mapping[str, Assignment]]

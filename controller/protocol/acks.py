@@ -15,6 +15,7 @@ from typing import Protocol
 
 from controller.protocol.codecs import JoinRequest
 from controller.protocol.group_types import GroupView
+from controller.protocol.probation import BackoffPolicy, Probation
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,12 @@ class Acks:
     republish: set[str] = field(default_factory=set)
     #: tasks fenced from a member since the coordinator started (the controller's metric)
     fenced_total: int = 0
+    #: members whose acknowledgements ZooKeeper keeps contradicting, kept from new work for a back-off
+    probation: Probation = field(default_factory=Probation)
+
+    def __post_init__(self) -> None:
+        c = self.core.config
+        self.probation.policy = BackoffPolicy(c.backoff_refusals, c.backoff_initial_s, c.backoff_max_s)
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
@@ -96,6 +103,8 @@ class Acks:
         if not report.owned:
             return
         owned = set(report.owned).difference(report.pending)
+        if w and owned & w.keys():
+            self.probation.confirmed(member)  # (the IO layer checked them against their owner znodes)
         if w:
             for t in owned & w.keys():
                 del w[t]
@@ -137,6 +146,9 @@ class Acks:
                 self.barred.setdefault(t, set()).add(m)
             if late:
                 fenced[m] = late
+                # (what it was given and never took counts as an acknowledgement contradicted: ``probation``)
+                if self.probation.contradicted(m, now, f"did not take {', '.join(late[:3])} within {timeout:g}s"):
+                    log.warning("group %s: %s kept from new work: %s", self.core.group, m, self.probation.why[m])
         self.waiting = {m: w for m, w in self.waiting.items() if w}
         asked = [m for m in self.owing(unreleased) if self.published_at[m] + timeout <= now and m not in fenced]
         if asked:
@@ -152,7 +164,15 @@ class Acks:
     # ---- the fences ---------------------------------------------------------------------------------
     def apply_bars(self, target: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
         """The target with every task moved off the members fenced from it, to the least loaded member that
-        is not (a task every member is fenced from is tried again where the assignor put it)."""
+        is not (a task every member is fenced from is tried again where the assignor put it), then off the
+        members kept from work (``probation``)."""
+        core = self.core
+        open_members = sorted(
+            m for m, r in core.members.items() if m in target and not r.leaving and m not in core.shutting_down
+        )
+        return self.probation.apply(self._bar(target), open_members, core.clock.now())
+
+    def _bar(self, target: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
         if not self.barred:
             return target
         core = self.core
@@ -176,8 +196,14 @@ class Acks:
         return {m: tuple(sorted(ts)) for m, ts in out.items()}
 
     def let_go(self, held_by: Mapping[str, set[str]]) -> None:
-        """A member fenced from a task it never took holds it no more (if it does after all, its owner znode
-        keeps the next member waiting until it lets go)."""
+        """A member fenced from a task it never took, or kept from work (``probation``) with tasks it never
+        took, holds them no more (if it does after all, its owner znode keeps the next member waiting until it
+        lets go)."""
+        now = self.core.clock.now()
+        for m, held in held_by.items():
+            r = self.core.members.get(m)
+            if self.probation.kept(m, now):
+                held.difference_update({t for t in held if r is None or t in r.pending or t not in r.owned})
         for t, bar in self.barred.items():
             for m in bar:
                 r = self.core.members.get(m)

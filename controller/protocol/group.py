@@ -143,6 +143,7 @@ class GroupCoordinator:
         """Every member znode given no work, and why: set apart by the IO layer, or a report refused."""
         why = dict(self.ignored)
         why.update({m: f"refused: {reason}" for m, (reason, _) in self.reconcile.refused.items()})
+        why.update(self.reconcile.acks.probation.describe(self.clock.now()))
         return tuple(IgnoredMember(m, r[:300]) for m, r in sorted(why.items())[:100])
 
     def set_ignored(self, ignored: Mapping[str, str]) -> list[Decision]:
@@ -166,6 +167,24 @@ class GroupCoordinator:
             return self.reconcile.refuse(member, reason, last_good.incarnation)
         return self.join.refuse(member, reason, last_good.join_generation)
 
+    def kept_from_work(self) -> set[str]:
+        """The members in a back-off now (``probation``): given no work."""
+        p = self.reconcile.acks.probation
+        now = self.clock.now()
+        return {m for m in p.until if p.kept(m, now)}
+
+    def contradicted(self, member: str, why: str) -> list[Decision]:
+        """ZooKeeper contradicted the member's acknowledgement (it does not hold what it says it took): counted;
+        once that starts a back-off (``probation``) the group is re-targeted without it at once, and the group
+        state shows it."""
+        if member not in self.members or not self.reconciling():
+            return []
+        if not self.reconcile.acks.probation.contradicted(member, self.clock.now(), why):
+            return []
+        reason = f"{member} kept from new work: {self.reconcile.acks.probation.why[member]}"
+        log.warning("group %s: %s", self.group, reason)
+        return self.reconcile.retarget(reason)
+
     def next_deadline(self) -> float | None:
         candidates = [
             d
@@ -175,6 +194,7 @@ class GroupCoordinator:
                 self.operations.deadline(),
                 self.reconcile.retarget_due,
                 self.reconcile.ack_due() if self.reconciling() else None,
+                self.reconcile.acks.probation.deadline(),
                 self.holds.deadline(),
             )
             if d is not None
@@ -498,6 +518,9 @@ class GroupCoordinator:
             decisions += self.prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:
             decisions += self.operations.next_wave()
+        back = self.reconcile.acks.probation.expire(now)
+        if back and self.reconciling() and self.members:  # they may be given work again
+            decisions += self.prepare_rebalance(f"{', '.join(back[:5])} back from a back-off")
         return self.holds.note(held_before, decisions)
 
     def shutdown(self) -> None:

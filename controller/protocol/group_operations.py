@@ -44,6 +44,7 @@ class OperationsCore(GroupView, Protocol):
     def prepare_rebalance(self, reason: str) -> list[Decision]: ...
     def reconciling(self) -> bool: ...
     def reconcile_step(self) -> list[Decision]: ...
+    def kept_from_work(self) -> Collection[str]: ...
 
 
 @dataclass(eq=False)
@@ -248,8 +249,10 @@ class GroupOperations:
         return []
 
     def layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
-        """Task -> member in the layout the group's assignor gives from ``previous`` (empty: no history)."""
+        """Task -> member in the layout the group's assignor gives from ``previous`` (empty: no history), among
+        the members not kept from work (a back-off is no imbalance to rebalance)."""
         core = self.core
+        kept = core.kept_from_work()
         members = [
             MemberMetadata(
                 member_id=m,
@@ -259,7 +262,7 @@ class GroupOperations:
                 leaving=r.leaving or m in core.shutting_down,
             )
             for m, r in sorted(core.members.items())
-            if m in core.generation_members
+            if m in core.generation_members and m not in kept
         ]
         if not members:
             return {}

@@ -76,6 +76,12 @@ class GroupConfig:
     #: timeout after the first) before its first target, so that brokers starting together are placed in one
     #: go instead of each newcomer taking tasks from the ones before it (Kafka's initial rebalance delay)
     initial_delay_s: float = 1.0
+    #: reconcile: a member whose acknowledgements ZooKeeper contradicts this many times in a row (it reports
+    #: tasks taken whose owner znodes it does not hold, or does not take them in time) is kept from new work for ``backoff_initial_s``,
+    #: doubled at each back-off in a row up to ``backoff_max_s`` (``probation``)
+    backoff_refusals: int = 3
+    backoff_initial_s: float = 30.0
+    backoff_max_s: float = 960.0
 
 
 class GroupView(Protocol):

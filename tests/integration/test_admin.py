@@ -22,13 +22,13 @@ from controller.zk.layout_io import list_tasks
 class CountingClient:
     """Counts synchronous and asynchronous kazoo calls (to prove reads are pipelined)."""
 
-    SYNC = ("get", "exists", "get_children", "create", "set", "delete")
+    SYNC = ("get", "exists", "get_children", "create", "set", "delete", "transaction")
 
     def __init__(self, client) -> None:
         self._client = client
         self.sync: Counter[str] = Counter()
         self.asynchronous: Counter[str] = Counter()
-        self.before_set = None
+        self.before_write = None  # runs once, before the next spec write (a set, or a multi)
 
     def __getattr__(self, name: str):
         attr = getattr(self._client, name)
@@ -36,8 +36,8 @@ class CountingClient:
 
             def call(*args, **kwargs):
                 self.sync[name] += 1
-                if name == "set" and self.before_set is not None:
-                    hook, self.before_set = self.before_set, None
+                if name in ("set", "transaction") and self.before_write is not None:
+                    hook, self.before_write = self.before_write, None
                     hook()
                 return attr(*args, **kwargs)
 
@@ -122,10 +122,11 @@ def test_pause_resume_restart_are_conditional_writes(zk, zk_settings, layout):
         spec = parse_spec({"id": "t1", "weight": 7, "pipeline": {"kind": "noop"}})
         zk.set(layout.task("t1"), spec.encode())
 
-    admin_client.before_set = concurrent_change
+    admin_client.before_write = concurrent_change
+    writes = admin_client.sync["transaction"]
     change = admin.pause("t1")
     assert change.changed and change.state == "PAUSED"
-    assert admin_client.sync["set"] == 2  # the first write failed on the version, the retry won
+    assert admin_client.sync["transaction"] - writes == 2  # the first write failed on the version, the retry won
     desc = admin.describe_task("t1")
     assert desc.spec["state"] == "PAUSED" and desc.spec["weight"] == 7  # the concurrent change was kept
     assert not admin.pause("t1").changed

@@ -29,7 +29,13 @@ def test_a_running_driver_status_is_read_as_written(tmp_path):
         "trace": None,
         "error_type": None,
         "metrics": body["metrics"],
+        "beat": None,
     }
+
+
+@pytest.mark.parametrize("beat, read", [(12.5, 12.5), (7, 7.0), ("12.5", None), (True, None), ([1], None)])
+def test_the_heartbeat_is_a_number_or_nothing(tmp_path, beat, read):
+    assert read_status(_write(tmp_path, {"state": "RUNNING", "beat": beat}))["beat"] == read
 
 
 @pytest.mark.parametrize(

@@ -254,7 +254,10 @@ function renderStatus(st) {
     h("td", {}, g.group), h("td", {}, g.state ? oneOf(GROUP_STATES, g.state) : text(g.error)), h("td", {}, num(g.generation)),
     h("td", {}, text(g.protocol)), h("td", {}, text(g.leader)), h("td", {}, strings(g.members).join(", ")),
     h("td", {}, (g.moving || g.deferred ? `${num(g.moving)} moving, ${num(g.deferred)} waiting` : "-")
-      + (g.held ? `, ${num(g.held)} held` : "")))));
+      + (g.held ? `, ${num(g.held)} held` : "")),
+    // members given no work (backed off, refused, ghosts): their names, the reasons on hover
+    h("td", { className: "apart", title: strings(g.ignored).slice(0, 20).join("\n") },
+      strings(g.ignored).slice(0, 20).map((x) => x.split(":")[0].slice(0, 100)).join(", ") || "-"))));
   fillSelect("filter-broker", brokers.map((b) => b.broker_id), "all brokers");
   const tasks = st.tasks && typeof st.tasks === "object" ? st.tasks : {};
   const counted = tasks.by_group && typeof tasks.by_group === "object" ? Object.keys(tasks.by_group) : [];
