@@ -151,7 +151,13 @@ def api_run(
         max_body_bytes=max_body,
         task_metrics_max=task_metrics,
         allowed_hosts=_allowed_hosts(host, allowed, LOOPBACK_HOSTS),
+        zk_hosts=ctx.hosts,
     )
+    from controller.admin.roots import missing_root_message
+
+    unset = missing_root_message(client, ctx.layout, ctx.hosts)
+    if unset is not None:  # served anyway (a root may be set up later), but every request is refused until then
+        click.echo(f"warning: {unset}; until then every request is answered 404 no_cluster", err=True)
     app = create_app(config)
     # a reader that stops reading is cut, not held for ever; uvicorn calls its ``http`` as a factory, typed a class
     http: Any = guarded(AutoHTTPProtocol, stall_s)

@@ -222,15 +222,15 @@ class Demo:
         client: Any = None
         datagen = None
         try:  # from here on, whatever fails, everything started is stopped (ZooKeeper included)
+            settings = ZkSettings(hosts=self.server.address, root=self.root, session_timeout_s=SESSION_S)
+            client = make_client(settings)
+            ensure_layout(client, layout)  # as `zkctl init`: the API and the brokers refuse a root never set up
             port = _port_or_free(self.api_port)
             self._zkctl("api", "api", "run", "--port", str(port))
             self.say(
                 f"web console: http://127.0.0.1:{port}/  (API http://127.0.0.1:{port}/api/v1, live; open it to "
                 "watch the kills and the moves)"
             )
-            settings = ZkSettings(hosts=self.server.address, root=self.root, session_timeout_s=SESSION_S)
-            client = make_client(settings)
-            ensure_layout(client, layout)
             for c in ("ctl-A", "ctl-B"):
                 self._zkctl(
                     c, "controller", "run", "--id", c, "--session-timeout", str(SESSION_S), "--rebalance-timeout", "20"

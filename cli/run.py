@@ -62,6 +62,24 @@ def _settings(ctx: Ctx, session_timeout: float) -> ZkSettings:
     return dataclasses.replace(ctx.settings, session_timeout_s=session_timeout)
 
 
+def _refuse_unset_root(ctx: Ctx, client: Any) -> None:
+    """A broker serves a cluster, it does not found one: on a root never set up (a mistyped ``--zk-root``) it
+    exits with the message instead of laying out an empty cluster that no controller serves. The controller's
+    first start, ``zkctl init`` and the harnesses create a root."""
+    from controller.admin.roots import missing_root_message
+
+    try:
+        message = missing_root_message(client, ctx.layout, ctx.hosts)
+    except BaseException:
+        client.stop()
+        client.close()
+        raise
+    if message is not None:
+        client.stop()
+        client.close()
+        raise UserError(message)
+
+
 # ---- controller -----------------------------------------------------------------------------------
 @click.group("controller")
 def controller() -> None:
@@ -489,6 +507,7 @@ def broker_run(
     )
     ctx.patient()
     client = ctx.new_client(settings)
+    _refuse_unset_root(ctx, client)
     try:
         worker = Worker(config, client=client)
     except Exception as exc:  # the runner could not be built (bad option, Spark missing)

@@ -70,7 +70,7 @@ def task_reset_offsets(
 ) -> None:
     """Move a STOPPED task's checkpoint (and its file sink's log with it) to a new position.
 
-    Refused unless the task is STOPPED and confirmed stopped (`task stop --wait`). The broker that holds the
+    Refused unless the task is STOPPED and confirmed stopped (task stop --wait). The broker that holds the
     checkpoint carries it out. The sink's batches after the new position are removed with their files, so the
     replay writes each row once. Recorded in the task's history."""
     from controller.protocol.storage import ResetTarget, StorageError

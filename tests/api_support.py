@@ -124,6 +124,12 @@ class ApiCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+def init_root(env: dict[str, str]) -> None:
+    """``zkctl init`` on the environment's root: the API and the brokers refuse a root never set up."""
+    p = subprocess.run(ZKCTL + ["init"], env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+
+
 def start_cluster(
     env: dict[str, str], logs: Path, brokers: tuple[str, ...] = ("b1", "b2"), token: str | None = TOKEN
 ) -> ApiCluster:
@@ -131,6 +137,7 @@ def start_cluster(
     is registered. The caller stops it (``ApiCluster.stop``) in a finally."""
     logs.mkdir(parents=True, exist_ok=True)
     env = {**env, "PYTHONPATH": str(REPO), "ZKC_TEST_TOKEN": token or ""}
+    init_root(env)  # as an operator does: the brokers may register before the controller sets the root up
     cluster = ApiCluster(env=env, logs=logs, port=free_port())
     try:
         cluster.start(

@@ -203,6 +203,7 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
                 _run(client, spec, f"{spec.name}-zk{i}", "zk", cmd, {**env, "ZKC_ZK_PORT": str(c)}).name
             )
         wait_until(lambda: _zk_answers(zk), 120, "ZooKeeper to answer")
+        _lay_out(zk, spec.root)  # as `zkctl init`: the brokers may register before any controller has started
         common = {"ZKC_ZK": zk}
         for i in range(spec.controllers):
             cid = f"{spec.name}-ctl-{i + 1}"
@@ -273,6 +274,18 @@ def _zk_answers(zk: str) -> bool:
     client.stop()
     client.close()
     return True
+
+
+def _lay_out(zk: str, root: str) -> None:
+    """Set the cluster's root up (idempotent): a broker refuses a root that was never set up."""
+    from controller.zk.layout_io import ensure_layout
+
+    client = make_client(ZkSettings(hosts=zk, root=root), timeout=10)
+    try:
+        ensure_layout(client, ZkLayout(root))
+    finally:
+        client.stop()
+        client.close()
 
 
 def registered_brokers(zk: str, root: str) -> list[str]:

@@ -4,12 +4,14 @@ ZooKeeper session (503 at once when that session is away), and the shared answer
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
 
 from controller.admin import AdminClient, to_dict
+from controller.admin.roots import missing_root_message
 from controller.api.errors import ApiError, error_response
 from controller.protocol.layout import ZkLayout
 
@@ -33,6 +35,7 @@ class ApiConfig:
     max_streams: int = 1000  # event streams open at once; one more is a 503 with the reason
     stream_buffer: int = 1000  # events queued for one stream; a reader that far behind is dropped
     task_metrics_max: int = 500  # tasks whose figures /metrics exports (the first page; 0: none)
+    zk_hosts: str = "ZooKeeper"  # how the missing-root error names the ensemble (``--zk``)
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,23 @@ class ApiContext:
     """The routes' view of the server: its configuration and the admin operations."""
 
     config: ApiConfig
+    # set once the root was seen set up: from then on no request pays the round trip (a root is not unmade)
+    root_seen: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def require_root(self) -> None:
+        """Refuse (404 ``no_cluster``) a root that was never set up, as the command line does: a mistyped
+        root must not be created by a write that nobody serves, nor read as an empty cluster."""
+        if self.root_seen.is_set():
+            return
+        message = missing_root_message(self.config.client, self.config.layout, self.config.zk_hosts)
+        if message is not None:
+            raise ApiError(404, "no_cluster", message)
+        self.root_seen.set()
 
     def admin(self) -> AdminClient:
         if not self.config.client.connected:
             raise ApiError(503, "zookeeper_unavailable", "ZooKeeper is not reachable from this API server; retry later")
+        self.require_root()
         return AdminClient(self.config.client, self.config.layout)
 
     def waited(self, wait: bool, timeout: float) -> float:

@@ -58,7 +58,7 @@ def cluster(
         worker = Worker(
             WorkerConfig("sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark"), runner=runner
         ).start()
-        yield AdminClient(zk, layout, checkpoint_root=str(ck)), worker
+        yield AdminClient(zk, layout), worker
     finally:
         if worker is not None:
             worker.stop()

@@ -50,7 +50,7 @@ def broker(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iter
         worker = Worker(
             WorkerConfig("sf0", zk_settings, status_interval_s=0.02, on_halt="kill", runner="spark"), runner=runner
         ).start()
-        yield worker, AdminClient(zk, layout, checkpoint_root=str(ck))
+        yield worker, AdminClient(zk, layout)
     finally:
         if worker is not None:
             worker.stop()

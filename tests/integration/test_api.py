@@ -20,7 +20,7 @@ from controller.protocol.taskspec import decode_task
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
-from tests.api_support import TOKEN, ApiCluster, os_environ_without_auth, start_cluster, wait_until
+from tests.api_support import REPO, TOKEN, ApiCluster, init_root, os_environ_without_auth, start_cluster, wait_until
 from tests.cli_support import ok
 from tests.offsets_support import fake_checkpoint, spark_spec
 
@@ -360,6 +360,51 @@ def test_zookeeper_unreachable_is_503(tmp_path):
         if cluster is not None:
             cluster.stop()
         server.stop()
+
+
+def test_a_root_never_set_up_is_refused_until_init(zk_hosts, tmp_path):
+    """An API server on a mistyped root warns when it starts; every read and write is a 404 ``no_cluster``
+    with the command line's message, and nothing is written; once ``zkctl init`` set the root up, it serves."""
+    root = f"/apityp-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os_environ_without_auth(),
+        "ZKC_ZK": zk_hosts,
+        "ZKC_ROOT": root,
+        "ZKC_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONPATH": str(REPO),
+    }
+    zk = make_client(ZkSettings(hosts=zk_hosts, root="/"))
+    cluster = ApiCluster(env=env, logs=tmp_path, port=free_port())
+    try:
+        cluster.start("api", "api", "run", "--port", str(cluster.port))
+        wait_until(lambda: _answers(cluster), 60, "the API to answer")
+        want = f"no zkcontroller cluster at {root} on {zk_hosts} (roots there: "
+        assert f"warning: {want}" in cluster.log("api"), cluster.log("api")[-3000:]
+        spec = {"id": "a", "pipeline": NOOP}
+        for method, path, body in (
+            ("POST", "/api/v1/tasks", spec),
+            ("GET", "/api/v1/tasks", None),
+            ("GET", "/api/v1/status", None),
+            ("PUT", "/api/v1/maintenance", {"on": True, "reason": "typo"}),
+            ("GET", "/api/v1/events?max_events=1", None),
+        ):
+            r = cluster.request(method, path, body, token=None)
+            assert r.status == 404 and r.body["error"] == "no_cluster", (method, path, r.status, r.body)
+            assert (
+                r.body["message"].startswith(want) and f"zkctl init --zk-root {root} creates one" in r.body["message"]
+            ), r.body
+        assert zk.exists(root) is None  # nothing was written
+        init_root(env)
+        assert cluster.request("POST", "/api/v1/tasks", spec, token=None).status == 201
+        assert [t["task_id"] for t in cluster.request("GET", "/api/v1/tasks", token=None).body] == ["a"]
+    finally:
+        cluster.stop()
+        try:
+            if zk.exists(root) is not None:
+                delete_tree(zk, root)
+        finally:
+            zk.stop()
+            zk.close()
 
 
 def _answers(cluster: ApiCluster) -> bool:

@@ -23,7 +23,15 @@ from controller.protocol.codecs import IntervalLog, RunInterval, TaskStatus
 from controller.protocol.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree
-from tests.api_support import REPO, ZKCTL, ApiCluster, os_environ_without_auth, start_cluster, wait_until
+from tests.api_support import (
+    REPO,
+    ZKCTL,
+    ApiCluster,
+    init_root,
+    os_environ_without_auth,
+    start_cluster,
+    wait_until,
+)
 
 NOOP = {"kind": "noop"}
 HUGE = 99999999999999999999999
@@ -307,6 +315,7 @@ def test_a_cap_on_streams_answers_503_with_the_reason(zk_hosts, tmp_path):
     }
     from controller.zk.server import free_port
 
+    init_root(env)
     cluster = ApiCluster(env=env, logs=tmp_path, port=free_port())
     cluster.start("api", "api", "run", "--port", str(cluster.port), "--max-streams", "3")
     streams: list[socket.socket] = []
@@ -363,6 +372,7 @@ def test_a_reader_that_never_reads_is_dropped_while_another_keeps_up(zk_hosts, t
     }
     from controller.zk.server import free_port
 
+    init_root(env)
     cluster = ApiCluster(env=env, logs=tmp_path, port=free_port())
     cluster.start(
         "api", "api", "run", "--port", str(cluster.port), "--stream-buffer", "50", "--stalled-reader-timeout", "3"

@@ -98,6 +98,18 @@ def test_a_root_never_set_up_is_refused_for_writes_and_reads_and_init_creates_it
         delete_tree(zk, typo)
 
 
+def test_a_broker_refuses_a_root_never_set_up(cli_env, zk, layout):
+    """`zkctl broker run` with a mistyped root exits 1 with the message instead of laying out an empty
+    cluster that no controller serves; nothing is written."""
+    typo = layout.root + "b"
+    p = zkctl({**cli_env, "ZKC_ROOT": typo}, "broker", "run", "--id", "b1", "--runner", "noop", timeout=30)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"Error: no zkcontroller cluster at {typo} on {cli_env['ZKC_ZK']} (roots there: " in p.stderr, p.stderr
+    assert f"zkctl init --zk-root {typo} creates one" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "started" not in p.stdout, p.stdout
+    assert zk.exists(typo) is None
+
+
 def test_second_maintenance_on_without_reason_keeps_the_operators_reason(cli_env):
     ok(cli_env, "maintenance", "on", "--reason", "rack 3 firmware")
     out = json.loads(ok(cli_env, "maintenance", "on", "-o", "json"))

@@ -29,7 +29,7 @@ def _mark_resetting(zk, layout, admin: AdminClient, task_id: str, at: float) -> 
 
 
 def test_every_verb_is_refused_while_a_reset_is_under_way_and_each_is_recorded(zk, layout, tmp_path):
-    admin = AdminClient(zk, layout, checkpoint_root=str(tmp_path / "ck"))
+    admin = AdminClient(zk, layout)
     admin.create_tasks([spark_spec("r1", tmp_path)])
     assert admin.stop("r1").changed
     _mark_resetting(zk, layout, admin, "r1", time.time())
@@ -53,7 +53,7 @@ def test_every_verb_is_refused_while_a_reset_is_under_way_and_each_is_recorded(z
 
 def test_every_verb_and_a_reset_are_refused_while_a_deletion_is_under_way(zk, layout, tmp_path):
     """No controller here: the deletion stays requested."""
-    admin = AdminClient(zk, layout, checkpoint_root=str(tmp_path / "ck"))
+    admin = AdminClient(zk, layout)
     admin.create_tasks([spark_spec("d1", tmp_path), spark_spec("d2", tmp_path, state="STOPPED")])
     assert admin.delete_task("d1").already_pending is False
     for verb in (admin.pause, admin.resume, admin.restart, admin.stop):
@@ -71,7 +71,7 @@ def test_every_verb_and_a_reset_are_refused_while_a_deletion_is_under_way(zk, la
 def test_a_resume_that_races_a_deletion_is_refused_not_answered_resumed(zk, layout, tmp_path):
     """The deletion is filed between the resume's check and its write (injected through the lock's callable):
     the history write committed with the spec's fails, the resume looks again and is refused."""
-    admin = AdminClient(zk, layout, checkpoint_root=str(tmp_path / "ck"))
+    admin = AdminClient(zk, layout)
     admin.create_tasks([spark_spec("x1", tmp_path, state="PAUSED")])
     calls: list[str] = []
 

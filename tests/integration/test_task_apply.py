@@ -48,7 +48,7 @@ def cluster(zk, zk_settings, layout, tmp_path) -> Iterator[tuple[AdminClient, Wo
     try:
         assert ctl.wait_active(15)
         worker = Worker(WorkerConfig("b0", zk_settings, status_interval_s=0.1, on_halt="kill")).start()
-        yield AdminClient(zk, layout, checkpoint_root=str(tmp_path / "ck")), worker
+        yield AdminClient(zk, layout), worker
     finally:
         if worker is not None:
             worker.stop()

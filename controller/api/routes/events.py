@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from controller.api.context import API, ApiContext
 from controller.api.errors import error_response
@@ -30,6 +31,7 @@ def router(ctx: ApiContext, hub: EventHub) -> APIRouter:
             return error_response(
                 503, "zookeeper_unavailable", "ZooKeeper is not reachable from this API server; retry later"
             )
+        await run_in_threadpool(ctx.require_root)  # a root never set up: 404, as every read
         try:
             stream = hub.subscribe()
         except StreamsFull as exc:
