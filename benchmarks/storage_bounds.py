@@ -1,4 +1,4 @@
-"""The bounds of a broker's storage requests on hostile checkpoints (docs/pipelines.md, "Untrusted bytes"):
+"""The bounds of a broker's storage requests on hostile checkpoints (docs/checkpoints.md, "Untrusted bytes"):
 the time and memory of one request over forged logs, a FIFO and a tree of empty directories, measured on the
 broker's own code (``CheckpointStore``) without ZooKeeper, which only carries the request.
 

@@ -8,7 +8,7 @@ holds every record exactly once, no pipeline ever ran on two brokers at once, an
 without a committed batch is printed (and bounded).
 
 The ZooKeeper server caps sessions at 10 s: Spark's masters ask for 60 s, and a master killed outright hands
-over only when its session expires (docs/pipelines.md, "Spark in HA and ensemble faults")."""
+over only when its session expires (docs/spark-ha.md)."""
 
 from __future__ import annotations
 
