@@ -6,14 +6,15 @@ Roles (each is one or more ``digest`` identities, ``user:password`` credentials)
 controller    ``/controller``, ``/controller_epoch``, group state, join results, assignments; deletes
               tasks and admin requests once handled; writes FAILED statuses of invalid task specs
 broker        its registration, group membership (join requests, the leader's proposal), task owner
-              znodes, task statuses, run intervals, its own controlled-shutdown request
+              znodes, task statuses, run intervals, claims and answers of storage requests
 admin         the operator: tasks and admin requests (rebalance, controlled shutdown, reassign,
               delete); READ and ADMIN (setACL) everywhere, so ``zkctl security init`` can re-apply
               the policy; no WRITE on the controller's or the brokers' znodes
 reader        read-only
 ============  ===================================================================================
 
-Every role can read everything; an unauthenticated client can read nothing and change nothing.
+Every role can read everything but the policy (``/security``: admins, the controller and brokers only); an
+unauthenticated client can read nothing and change nothing.
 
 ZooKeeper checks CREATE and DELETE on the *parent*, so containers grant CREATE/DELETE to the roles that
 create or delete their children (e.g. ``/tasks`` gives the admin CREATE and the controller DELETE;
