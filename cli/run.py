@@ -357,8 +357,9 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     "--checkpoint-root",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="where this broker keeps streaming checkpoints (env ZKC_CHECKPOINT_ROOT; default: <state dir>/checkpoints); "
-    "a directory per cluster root is made under it, and the offsets, reset and purge requests are carried out there",
+    show_default="STATE_DIR/checkpoints",
+    help="where this broker keeps streaming checkpoints (env ZKC_CHECKPOINT_ROOT); a directory per cluster root is "
+    "made under it, and the offsets, reset and purge requests are carried out there",
 )
 @click.option(
     "--lazy-session",

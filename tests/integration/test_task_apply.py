@@ -47,7 +47,9 @@ def cluster(zk, zk_settings, layout, tmp_path) -> Iterator[tuple[AdminClient, Wo
     worker = None
     try:
         assert ctl.wait_active(15)
-        worker = Worker(WorkerConfig("b0", zk_settings, status_interval_s=0.1, on_halt="kill")).start()
+        worker = Worker(
+            WorkerConfig("b0", zk_settings, status_interval_s=0.1, on_halt="kill", checkpoint_root=str(tmp_path / "ck"))
+        ).start()  # its checkpoint root holds the checkpoints a reset rewinds (it carries the reset out)
         yield AdminClient(zk, layout), worker
     finally:
         if worker is not None:

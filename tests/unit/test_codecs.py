@@ -157,7 +157,12 @@ def _reference_coerce(tp, value, path, where):
                 kwargs[f.name] = _reference_coerce(hints[f.name], value[f.name], path, sub)
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise PayloadError(path, f"missing field '{sub}'")
-        return tp(**kwargs)
+        try:
+            return tp(**kwargs)
+        except PayloadError:
+            raise
+        except ValueError as exc:  # a payload's own bounds (``__post_init__``): refused like a bad field
+            raise PayloadError(path, f"{label}: {exc}") from None
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
