@@ -38,9 +38,9 @@ from benchmarks.common import Bench, median, table, target, zookeeper
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.admin.migration import migrate
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.layout import BUCKETS, ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import BUCKETS, ZkLayout
+from controller.protocol.records import codecs, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import delete_tree, multi_children
 from controller.zk.layout_io import LayoutError, list_tasks
@@ -84,7 +84,7 @@ def write_flat_root(client: Any, layout: ZkLayout, task_ids: list[str]) -> float
             (
                 f"{layout.statuses}/{t}",
                 codecs.encode(
-                    codecs.TaskStatus(broker=f"broker-{i % 100:03d}", state="STOPPED", generation=1, updated=now)
+                    task_records.TaskStatus(broker=f"broker-{i % 100:03d}", state="STOPPED", generation=1, updated=now)
                 ),
             )
         )

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.protocol.assignors import ASSIGNORS
-from controller.protocol.layout import InvalidName, check_name
-from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
+from controller.protocol.cluster.layout import InvalidName, check_name
+from controller.protocol.group.assignors import ASSIGNORS
+from controller.protocol.group.rules import COOPERATIVE, PROTOCOLS, protocols_for
 
 if TYPE_CHECKING:  # imported by the commands that run
     from controller.daemon.metrics import MetricsServer
@@ -124,7 +124,7 @@ def controller_run(
 ) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
     from controller.daemon import Controller, ControllerConfig, default_controller_id
-    from controller.protocol.group_types import GroupConfig
+    from controller.protocol.group.vocabulary import GroupConfig
 
     settings = _settings(ctx, session_timeout)
     config = ControllerConfig(

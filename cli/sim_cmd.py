@@ -15,8 +15,8 @@ from broker_sim.sim.scenarios import format_summary
 from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
 from broker_sim.sim.simulator import run_simulation
 from cli.common import Ctx, UserError
-from controller.protocol.roll import DEFAULT_WARMUP_S
-from controller.protocol.rules import COOPERATIVE, PROTOCOLS
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
+from controller.protocol.group.rules import COOPERATIVE, PROTOCOLS
 
 
 @click.group("sim")
@@ -177,7 +177,7 @@ def sim_run(
 
     Many brokers are spread over broker farm processes (--farms), so that they do not share the
     controller's interpreter. Exits 1 if any task was ever owned twice, or if the cluster did not converge."""
-    from controller.protocol.assignors import ASSIGNORS
+    from controller.protocol.group.assignors import ASSIGNORS
 
     if repeat > 1 and scenario in ("steady", "rolling-bounce"):
         raise click.BadParameter(

@@ -11,11 +11,11 @@ import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from cli.tasks import task
+from cli.task_cmd import task
 
 if TYPE_CHECKING:
     from controller.admin.task_apply import ApplyItem
-    from controller.protocol.taskspec import TaskSpec
+    from controller.protocol.tasks.spec import TaskSpec
 
 WAIT_S = 60.0
 CONDITIONS = ("running", "stopped", "deleted")
@@ -23,7 +23,7 @@ CONDITIONS = ("running", "stopped", "deleted")
 
 def read_specs(spec_file: str) -> list[TaskSpec]:
     """The specs of a file, or of standard input for ``-`` (bounded)."""
-    from controller.protocol.taskspec import MAX_SPEC_TEXT, SpecError, load_specs, parse_specs_text
+    from controller.protocol.tasks.spec import MAX_SPEC_TEXT, SpecError, load_specs, parse_specs_text
 
     if spec_file != "-":
         return load_specs(spec_file)

@@ -18,10 +18,10 @@ from kazoo.client import KazooClient
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.codecs import GroupStateInfo, JoinRequest
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs
+from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.server import ZooKeeperServer, four_letter_word, free_port
 
@@ -68,7 +68,8 @@ def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], bat
         tx = client.transaction()
         for t in ids[i : i + batch]:
             tx.create(
-                layout.admin_delete_task(t), codecs.encode(codecs.DeleteTaskRequest(task_id=t, requested=time.time()))
+                layout.admin_delete_task(t),
+                codecs.encode(admin_records.DeleteTaskRequest(task_id=t, requested=time.time())),
             )
         pending.append(tx.commit_async())
     for p in pending:
@@ -79,7 +80,7 @@ def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], bat
 def request_rebalance(client: KazooClient, layout: ZkLayout, group: str | None, reason: str) -> str:
     return client.create(
         layout.admin_rebalance_request_prefix,
-        codecs.encode(codecs.RebalanceRequest(group=group, reason=reason)),
+        codecs.encode(admin_records.RebalanceRequest(group=group, reason=reason)),
         sequence=True,
     )
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_sim.chaos.schedule import GROUP, ChaosOptions, Fault, broker_id, task_id
 from controller.admin import AdminClient, AdminError
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
-from controller.protocol.rules import protocols_for
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.rules import protocols_for
+from controller.protocol.records import codecs, group_messages
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 
 if TYPE_CHECKING:
@@ -275,11 +275,11 @@ def ghost_member(run: ChaosCluster, f: Fault) -> End:
     if f.variant == "claims":
         try:
             data, _ = run.admin.get(run.layout.group_assignment(GROUP, f.target))
-            claimed = codecs.decode(codecs.Assignment, data).assigned
+            claimed = codecs.decode(group_messages.Assignment, data).assigned
         except Exception:
             claimed = ()  # the target has no assignment now: the ghost claims nothing
     body = codecs.to_jsonable(
-        codecs.JoinRequest(
+        group_messages.JoinRequest(
             member_id=member,
             join_generation=GHOST_GENERATION,
             generation=GHOST_GENERATION,

@@ -28,9 +28,9 @@ from broker_sim.sim.simulation_types import NotConverged, SimOptions
 from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.codecs import RunInterval
-from controller.protocol.group_types import GroupConfig
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, registration_records
+from controller.protocol.records.task_records import RunInterval
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 
@@ -325,7 +325,7 @@ class ChaosRun(Simulation):
     def active_controller_id(self) -> str | None:
         try:
             data, _ = self.admin.get(self.layout.controller)
-            return codecs.decode(codecs.ControllerInfo, data, self.layout.controller).controller_id
+            return codecs.decode(registration_records.ControllerInfo, data, self.layout.controller).controller_id
         except Exception:
             return None
 

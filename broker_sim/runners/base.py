@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from controller.protocol.codecs import SessionInfo
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.records.registration_records import SessionInfo
+from controller.protocol.tasks.spec import TaskSpec
 
 
 class RunState(str, Enum):

@@ -35,8 +35,8 @@ from broker_sim.runners.spark_session import (
     local_master,
     release_session,
 )
-from controller.protocol.codecs import MAX_SESSION_ERROR_CHARS, SessionInfo, SessionState
-from controller.protocol.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
+from controller.protocol.records.registration_records import MAX_SESSION_ERROR_CHARS, SessionInfo, SessionState
+from controller.protocol.tasks.spec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
 
 log = logging.getLogger(__name__)
 

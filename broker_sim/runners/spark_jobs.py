@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
 from controller.protocol.errors import ZkcError
-from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
+from controller.protocol.tasks.spec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 
 POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000

@@ -61,7 +61,7 @@ class _FarmServer:
     def __init__(self, args: argparse.Namespace) -> None:
         from broker_sim.sim.netproxy import NetProxy
         from broker_sim.worker import Worker
-        from controller.protocol.rules import protocols_for
+        from controller.protocol.group.rules import protocols_for
         from controller.zk.client import ZkSettings
 
         self.args = args
@@ -199,7 +199,7 @@ class _FarmServer:
 def _serve(args: argparse.Namespace) -> None:
     import psutil
 
-    from controller.protocol import codecs
+    from controller.protocol.records import codecs
 
     logging_quiet()
     farm = _FarmServer(args)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_sim.worker.phases import TaskPhase
-from controller.protocol.member import Member
-from controller.protocol.rules import COOPERATIVE, EAGER
+from controller.protocol.group.member import Member
+from controller.protocol.group.rules import COOPERATIVE, EAGER
 
 GROUP = "g"
 

@@ -32,10 +32,10 @@ from broker_sim.sim.simulation_types import SCENARIOS, SimOptions, SimSummary, S
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import ensure_layout, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.codecs import RunInterval
-from controller.protocol.group_types import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records.task_records import RunInterval
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import ZooKeeperServer, free_port
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError, RunInterval
 from controller.protocol.errors import ZkcError
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.task_records import RunInterval
 
 MAX_LABELLED_ROWS = 80
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.protocol.layout import check_name
-from controller.protocol.rules import COOPERATIVE, EAGER
+from controller.protocol.cluster.layout import check_name
+from controller.protocol.group.rules import COOPERATIVE, EAGER
 from controller.zk.client import ZkSettings
 
 

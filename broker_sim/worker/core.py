@@ -1,4 +1,4 @@
-"""A worker (broker): the kazoo layer around the sans-IO :class:`~controller.protocol.member.Member`.
+"""A worker (broker): the kazoo layer around the sans-IO :class:`~controller.protocol.group.member.Member`.
 
 Threads (all named after the broker): ``worker-<id>-events`` is the only one that drives the Member;
 kazoo callbacks only enqueue; ``worker-<id>-task_N`` pool threads start and stop tasks (blocking runner
@@ -57,19 +57,14 @@ from broker_sim.worker.ownership import RELEASE_CHUNK, Ownership
 from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Registration, RegistrationConflict
 from broker_sim.worker.reporting import Reporter
 from broker_sim.worker.slots import TaskTable
-from broker_sim.worker.tasks import TaskSupervisor
+from broker_sim.worker.supervisor import TaskSupervisor
 from broker_sim.worker.warmup import WarmUp, announced
-from controller.protocol import codecs
-from controller.protocol.codecs import (
-    BrokerInfo,
-    RunInterval,
-)
-from controller.protocol.layout import ZkLayout
-from controller.protocol.member import (
-    Member,
-    WorkerState,
-)
-from controller.protocol.rules import run_assignor
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.member import Member, WorkerState
+from controller.protocol.group.rules import run_assignor
+from controller.protocol.records import admin_records, codecs
+from controller.protocol.records.registration_records import BrokerInfo
+from controller.protocol.records.task_records import RunInterval
 from controller.zk.client import make_client
 from controller.zk.layout_io import ensure_layout
 
@@ -310,7 +305,7 @@ class Worker:
         try:
             self.client.create(
                 self.layout.admin_controlled_shutdown_of(self.id),
-                codecs.encode(codecs.ControlledShutdownRequest(broker=self.id, requested=time.time())),
+                codecs.encode(admin_records.ControlledShutdownRequest(broker=self.id, requested=time.time())),
                 makepath=True,
             )
         except NodeExistsError:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_sim.worker.phases import UNSETTLED, TaskPhase, stop_begun, stop_ended, stop_unconfirmed, transition
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.tasks.spec import TaskSpec
 
 
 class TaskTable:

@@ -1,7 +1,7 @@
 """A task's Spark checkpoint as files where ``zkctl`` runs: the checkpoint root, the logs listed and read
 (bounded), the source files a file source would see, a checkpoint's size, and a reset plan carried out on disk.
 
-No ZooKeeper here: ``offsets`` decides what to read and what to change, ``controller.protocol.checkpoints``
+No ZooKeeper here: ``offsets`` decides what to read and what to change, ``controller.protocol.tasks.checkpoints``
 (pure) parses the bytes and plans resets, and this module is the file system between them."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from controller.protocol import checkpoints as ck
-from controller.protocol.checkpoints import CheckpointError, CheckpointLogs, LogName
-from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline
+from controller.protocol.tasks import checkpoints as ck
+from controller.protocol.tasks.checkpoints import CheckpointError, CheckpointLogs, LogName
+from controller.protocol.tasks.spec import FilesSink, FilesSource, SparkPipeline
 
 #: files counted by ``describe``'s checkpoint size at most (a bound on the walk)
 MAX_SIZE_FILES = 200_000

@@ -4,7 +4,7 @@ latest, a batch), the checkpoint's size and purge.
 The checkpoint is read where it lives: ``<checkpoint root>/<task id>`` on a local or mounted file system, the
 same root the brokers were given (``--checkpoint-root``). A root that is a Hadoop URL other than ``file:`` is
 not read from here (``zkctl`` has no Hadoop client); a root not mounted where ``zkctl`` runs reads as "no
-checkpoint at <path>". The parsing and the reset plans are ``controller.protocol.checkpoints`` (pure), the
+checkpoint at <path>". The parsing and the reset plans are ``controller.protocol.tasks.checkpoints`` (pure), the
 files ``checkpoint_files``; a reset needs the task stopped (``task_stop``) and is recorded in its history
 (``task_history``)."""
 
@@ -25,11 +25,11 @@ from controller.admin.common import AdminError, Conflict
 from controller.admin.reads import ClusterReads, decode_read
 from controller.admin.task_history import Recorder
 from controller.admin.task_stop import StopState
-from controller.protocol import checkpoints as ck
-from controller.protocol import codecs
-from controller.protocol.checkpoints import CheckpointError, CheckpointLogs
-from controller.protocol.layout import ZkLayout, check_name
-from controller.protocol.taskspec import SparkPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout, check_name
+from controller.protocol.records import task_records
+from controller.protocol.tasks import checkpoints as ck
+from controller.protocol.tasks.checkpoints import CheckpointError, CheckpointLogs
+from controller.protocol.tasks.spec import SparkPipeline, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,7 @@ class OffsetAdmin:
     def _rows_since_start(self, task_id: str) -> int | None:
         path = self.layout.status(task_id)
         got, _ = self.reads.wave([path])
-        status, _err = decode_read(codecs.TaskStatus, got[0], path)
+        status, _err = decode_read(task_records.TaskStatus, got[0], path)
         rows = status.metrics.get("rows") if status is not None else None
         return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0 else None
 

@@ -38,11 +38,11 @@ from controller.daemon.host import Watcher
 from controller.daemon.loading import FailoverLoad
 from controller.daemon.metrics import ControllerMetrics, MetricsServer
 from controller.daemon.operations import OperatorSettings
-from controller.daemon.roll import RollDriver
+from controller.daemon.roll_driver import RollDriver
 from controller.daemon.summary import SummaryWriter
-from controller.daemon.tasks import TaskTracker
+from controller.daemon.task_watch import TaskTracker
 from controller.protocol.clock import Clock, SystemClock
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import make_client
 from controller.zk.io import Fenced, FencedWriter, InterruptibleClient, WriteFailed
 from controller.zk.layout_io import ensure_layout

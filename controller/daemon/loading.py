@@ -29,15 +29,12 @@ from controller.daemon.groups import GroupDriver, record_member
 from controller.daemon.host import Host
 from controller.daemon.metrics import ControllerMetrics
 from controller.daemon.operations import OperatorSettings, SettingsRead
-from controller.daemon.tasks import TaskTracker, record_task
-from controller.protocol import codecs
-from controller.protocol.codecs import (
-    Assignment,
-    GroupStateInfo,
-    PayloadError,
-)
-from controller.protocol.layout import ZkLayout
-from controller.protocol.readiness import placeable
+from controller.daemon.task_watch import TaskTracker, record_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.readiness import placeable
+from controller.protocol.records import codecs
+from controller.protocol.records.group_messages import Assignment, GroupStateInfo
+from controller.protocol.records.payload_validation import PayloadError
 from controller.zk.io import (
     InterruptibleClient,
     children_many,

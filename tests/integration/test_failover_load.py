@@ -18,8 +18,8 @@ from kazoo.security import make_digest_acl
 
 from controller import daemon
 from controller.daemon import Controller
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.io import (
     MULTI_READ_FIRST_OPS,
     InterruptibleClient,

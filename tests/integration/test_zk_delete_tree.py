@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.io import WriteFailed, delete_tree
 
 

@@ -196,7 +196,7 @@ def test_the_checker_sees_a_planted_import(tmp_path: Path, monkeypatch: pytest.M
 
 # ---- one home for each state machine; parts composed, not mixed in -------------------------------
 #: the modules where a state is assigned: the group's state machine, and the member's (its one transition function)
-STATE_HOMES = {"controller.protocol.group_state": None, "controller.protocol.member": "_transition"}
+STATE_HOMES = {"controller.protocol.group.state": None, "controller.protocol.group.member": "_transition"}
 
 
 def _state_assignments(name: str, attr: str = "state") -> list[tuple[int, str | None]]:
@@ -219,7 +219,7 @@ def _state_assignments(name: str, attr: str = "state") -> list[tuple[int, str | 
 
 
 def test_states_change_only_in_their_state_machines() -> None:
-    """h11's Rule 1: a group's state is assigned in ``group_state.py`` alone (through ``transition``, or
+    """h11's Rule 1: a group's state is assigned in ``state.py`` alone (through ``transition``, or
     ``restore`` on failover), a member's in its one transition function; nowhere else in the protocol core."""
     wrong = []
     for name in sorted(MODULES):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker_sim.sim.timeline import TimelineError, intervals_from_json, plot_timeline
-from controller.protocol.codecs import RunInterval
+from controller.protocol.records.task_records import RunInterval
 
 
 def test_timeline_summary_and_plot(tmp_path: Path):

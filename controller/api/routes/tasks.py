@@ -15,7 +15,7 @@ from controller.admin.task_apply import StaleVersion, identity_of
 from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError, error_response
-from controller.protocol.taskspec import SpecError, parse_spec
+from controller.protocol.tasks.spec import SpecError, parse_spec
 
 
 def router(ctx: ApiContext) -> APIRouter:
