@@ -24,7 +24,7 @@ from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.protocol.tasks.summary import summarize
 from controller.zk.client import ZkSettings
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 
 GROUPS = 20
 CREATES_PER_TX = 250

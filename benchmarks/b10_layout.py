@@ -42,9 +42,10 @@ from controller.protocol.cluster.layout import BUCKETS, ZkLayout
 from controller.protocol.records import codecs, task_records
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree, multi_children
 from controller.zk.layout_io import LayoutError, list_tasks
+from controller.zk.multi_read import multi_children
 from controller.zk.server import find_java, zookeeper_classpath
+from controller.zk.subtrees import delete_tree
 
 NAME = "b10_layout"
 TITLE = "B10 100,000 tasks: the bucketed layout"

@@ -174,7 +174,8 @@ def profile_reads(n: int) -> str:
     (``zkio.get_many``), one ``get`` per round trip."""
     from controller.daemon import get_sequential
     from controller.zk.client import ZkSettings, make_client
-    from controller.zk.io import InterruptibleClient, get_many, multi_read
+    from controller.zk.io import InterruptibleClient, get_many
+    from controller.zk.multi_read import multi_read
 
     out = [f"# {n} reads of 300-byte znodes, median of 3\n"]
     with zookeeper(heap_mb=512, name="prof") as zk:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # kazoo and what builds on it are imported by the commands th
     from controller.zk.client import ZkSettings
 
 
-class UserError(click.ClickException):
+class UserError(click.ClickException, ZkcError):
     """A mistake by the operator or a missing resource: printed as one line, exit code 1."""
 
     exit_code = 1

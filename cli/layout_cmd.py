@@ -12,8 +12,8 @@ import click
 from cli.common import Ctx, UserError, pass_ctx
 from controller.admin.migration import migrate
 from controller.protocol.cluster.layout import BUCKETS, LAYOUT_VERSION
-from controller.zk.io import multi_children
 from controller.zk.layout_io import LayoutError, flat_entries, read_layout_info
+from controller.zk.multi_read import multi_children
 
 
 @click.group("layout")

@@ -23,7 +23,7 @@ from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller.admin import ensure_layout
 from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 from tests.spark_support import REPO, TEST_JVM_OPTS
 
 SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # what the spark runner asks for (broker_sim.worker.fence_margin)

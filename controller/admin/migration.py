@@ -22,8 +22,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from controller.protocol.cluster.layout import InvalidName, ZkLayout, check_name
 from controller.protocol.records import codecs, registration_records
 from controller.protocol.records.payload_validation import PayloadError
-from controller.zk.io import MAX_BYTES_PER_MULTI, WAIT_S, multi_children, multi_read
+from controller.zk.io import MAX_BYTES_PER_MULTI, WAIT_S
 from controller.zk.layout_io import LayoutError, create_buckets, flat_entries, read_layout_info, write_layout_info
+from controller.zk.multi_read import multi_children, multi_read
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import codecs, group_messages, registration_records, task_records
 from controller.protocol.records.payload_validation import PayloadError
 from controller.protocol.tasks.spec import TaskSpec, decode_task
-from controller.zk.io import multi_read
 from controller.zk.layout_io import check_root, list_tasks
+from controller.zk.multi_read import multi_read
 
 T = TypeVar("T")
 
-# From this many znodes on, a read goes through multiRead (controller.zk.io.multi_read).
+# From this many znodes on, a read goes through multiRead (controller.zk.multi_read).
 MULTI_READ_FROM = 8
 # The stat of a znode we may not read: every field 0 (no time, no version).
 UNKNOWN_STAT = ZnodeStat(*([0] * len(ZnodeStat._fields)))

@@ -49,7 +49,8 @@ from controller.protocol.group import tally
 from controller.protocol.records import admin_records, codecs, group_messages, registration_records, task_records
 from controller.protocol.records.payload_validation import PayloadError
 from controller.protocol.tasks.spec import DeclarativePipeline, SparkPipeline, SpecError, TaskSpec, decode_task
-from controller.zk.io import Op, SetData, multi_children
+from controller.zk.io import Op, SetData
+from controller.zk.multi_read import multi_children
 
 
 def _in_bucket(name: str, bucket: str) -> bool:
@@ -230,7 +231,7 @@ class TaskAdmin:
         join result cannot be written cannot be scheduled at all): the group's tasks as they are plus the
         new ones, measured as the join result of a loaded rebalance, against ``GROUP_PAYLOAD_BUDGET``. This
         reads every spec of the cluster (no index of a group's tasks): the tally spares it to most creates."""
-        from controller.zk.io import multi_read
+        from controller.zk.multi_read import multi_read
 
         new_ids = {s.id for s in specs}
         lay = self.layout

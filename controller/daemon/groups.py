@@ -39,7 +39,8 @@ from controller.protocol.records import codecs, group_messages
 from controller.protocol.records.group_messages import Assignment, GroupStateInfo, JoinRequest
 from controller.protocol.records.payload_validation import PayloadError
 from controller.zk import io as zkio
-from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many, multi_read
+from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many
+from controller.zk.multi_read import multi_read
 
 log = logging.getLogger(__name__)
 

@@ -35,15 +35,9 @@ from controller.protocol.group.readiness import placeable
 from controller.protocol.records import codecs
 from controller.protocol.records.group_messages import Assignment, GroupStateInfo
 from controller.protocol.records.payload_validation import PayloadError
-from controller.zk.io import (
-    InterruptibleClient,
-    children_many,
-    exists_many,
-    get_many,
-    multi_children,
-    multi_read,
-)
+from controller.zk.io import InterruptibleClient, children_many, exists_many, get_many
 from controller.zk.layout_io import list_task_paths
+from controller.zk.multi_read import multi_children, multi_read
 
 log = logging.getLogger(__name__)
 

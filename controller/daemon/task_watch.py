@@ -22,8 +22,9 @@ from controller.protocol.cluster.layout import ZkLayout, bucket_of
 from controller.protocol.records import admin_records, codecs, task_records
 from controller.protocol.records.payload_validation import PayloadError
 from controller.protocol.tasks.spec import decode_task
-from controller.zk.io import InterruptibleClient, WriteFailed, exists_many, get_many, multi_read
+from controller.zk.io import InterruptibleClient, WriteFailed, exists_many, get_many
 from controller.zk.layout_io import list_buckets, list_tasks
+from controller.zk.multi_read import multi_read
 from controller.zk.watches import PersistentWatches
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,8 @@ from controller.protocol.errors import ZkcError
 from controller.protocol.records import codecs
 from controller.protocol.records.admin_records import LayoutInfo
 from controller.protocol.records.payload_validation import PayloadError
-from controller.zk.io import WAIT_S, children_many, multi_children
+from controller.zk.io import WAIT_S, children_many
+from controller.zk.multi_read import multi_children
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import pytest
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster, wait_until
 from tests.browser_support import chromium, missing, quit_browser
 

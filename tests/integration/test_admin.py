@@ -15,8 +15,8 @@ import pytest
 from controller.admin import AdminClient, AdminError
 from controller.protocol.records import admin_records, codecs, registration_records, task_records
 from controller.protocol.tasks.spec import SpecError, parse_spec
-from controller.zk.io import delete_tree
 from controller.zk.layout_io import list_tasks
+from controller.zk.subtrees import delete_tree
 
 
 class CountingClient:

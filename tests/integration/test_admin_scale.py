@@ -15,7 +15,7 @@ from kazoo.protocol.serialization import Exists, GetChildren, GetChildren2, GetD
 from controller.admin import AdminClient
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
-from controller.zk.io import MultiRead
+from controller.zk.multi_read import MultiRead
 
 
 class ReadCounter:

@@ -18,8 +18,8 @@ import pytest
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
+from controller.zk.subtrees import delete_tree
 from tests.api_support import TOKEN, ApiCluster, os_environ_without_auth, start_cluster, wait_until
 from tests.offsets_support import fake_checkpoint, spark_spec
 

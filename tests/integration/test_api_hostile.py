@@ -22,7 +22,7 @@ from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import codecs
 from controller.protocol.records.task_records import IntervalLog, RunInterval, TaskStatus
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 from tests.api_support import REPO, ZKCTL, ApiCluster, os_environ_without_auth, start_cluster, wait_until
 
 NOOP = {"kind": "noop"}

@@ -20,8 +20,8 @@ from controller.protocol.records import admin_records, codecs, registration_reco
 from controller.protocol.records.task_records import TaskStatus
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.layout_io import LayoutError, check_root, list_statuses, list_tasks
+from controller.zk.subtrees import delete_tree
 from tests.controller_support import Cluster, cluster, wait_until  # noqa: F401 (cluster: a fixture)
 
 

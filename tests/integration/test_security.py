@@ -23,9 +23,9 @@ from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.records import codecs, group_messages
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.layout_io import list_tasks
 from controller.zk.security import check_acls, init_security
+from controller.zk.subtrees import delete_tree
 from tests.security_support import CREDS, PASSWORDS
 
 

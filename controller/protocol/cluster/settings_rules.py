@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from controller.protocol.errors import ZkcError
 from controller.protocol.records import codecs, payload_validation
 from controller.protocol.records.admin_records import ClusterSettings, MoveLimits
 
@@ -54,7 +55,7 @@ THROTTLE_KEYS = ("max_moves", "max_moves_per_broker")
 SETTING_RULES: dict[str, str] = {name: rule.describe() for name, rule in RULES.items()}
 
 
-class SettingValueError(ValueError):
+class SettingValueError(ZkcError, ValueError):
     """A value a setting does not accept; the message names the setting and what it accepts."""
 
 
