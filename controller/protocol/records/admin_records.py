@@ -1,7 +1,7 @@
 """Operators' records: requests under ``/admin`` (rebalance, controlled shutdown, reassign, delete), live settings
 and maintenance mode, a task's history, the create's per-group tally, the layout marker and the cluster summary.
 
-Plain frozen values; ``codecs`` encodes and validates them and is where callers name them."""
+Plain frozen values; ``codecs`` encodes and validates them; callers import them from here."""
 
 from __future__ import annotations
 

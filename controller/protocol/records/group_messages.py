@@ -1,7 +1,7 @@
 """The group protocol's messages: the coordinator's view of a group, members' join requests, the join result
 the leader assigns from, its proposal and the per-member assignments (``/groups/<g>/...``).
 
-Plain frozen values; ``codecs`` encodes and validates them and is where callers name them."""
+Plain frozen values; ``codecs`` encodes and validates them; callers import them from here."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The registrations of the cluster's processes: the active controller (``/controller``) and each live broker
 (``/brokers/ids/<id>``) with its compute session.
 
-Plain frozen values, no I/O and no encoding: ``codecs`` encodes and validates them and is where callers name them."""
+Plain frozen values, no I/O and no encoding: ``codecs`` encodes and validates them; callers import them from here."""
 
 from __future__ import annotations
 
