@@ -192,9 +192,16 @@ class GroupCoordinator:
         self.join.reset()
         return self.reconcile.enter(reason)
 
-    def reconcile_step(self) -> list[Decision]:
+    def reconcile_step(self, reason: str | None = None) -> list[Decision]:
         """A step towards the reconcile target, the group state written (a throttled wave may go)."""
+        if reason is not None:
+            self.reason = reason
         return self.reconcile.step(write_state=True)
+
+    def explain(self, reason: str) -> list[Decision]:
+        """The group state written with ``reason`` (nothing written for a Dead group)."""
+        self.reason = reason
+        return [WriteGroupState(self.info())] if self.state is not GroupState.DEAD else []
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""

@@ -37,9 +37,10 @@ class OperationsCore(GroupView, Protocol):
     def shutting_down(self) -> Collection[str]: ...
 
     def info(self) -> GroupStateInfo: ...
+    def explain(self, reason: str) -> list[Decision]: ...
     def prepare_rebalance(self, reason: str) -> list[Decision]: ...
     def reconciling(self) -> bool: ...
-    def reconcile_step(self) -> list[Decision]: ...
+    def reconcile_step(self, reason: str | None = None) -> list[Decision]: ...
 
 
 @dataclass(eq=False)
@@ -80,8 +81,7 @@ class GroupOperations:
             return []
         self.maintenance = on
         if on:
-            core.reason = "maintenance mode: placement frozen"
-            return [WriteGroupState(core.info())] if core.state is not GroupState.DEAD else []
+            return core.explain("maintenance mode: placement frozen")
         held_before = core.holds.info()
         released = core.holds.end_maintenance()
         placed = {t for ts in core.assignment.values() for t in ts}
@@ -99,8 +99,7 @@ class GroupOperations:
                 f"maintenance ended ({why})" if not why.startswith("maintenance") else why
             )
         elif core.state is not GroupState.DEAD:
-            core.reason = "maintenance ended"
-            decisions = [WriteGroupState(core.info())]
+            decisions = core.explain("maintenance ended")
         return core.holds.note(held_before, decisions)
 
     def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
@@ -116,8 +115,7 @@ class GroupOperations:
         core = self.core
         if core.reconciling():
             if self.deferred and not self.moving and not self.maintenance and self.room() != 0:
-                core.reason = f"next wave: {len(self.deferred)} moves waiting for the throttle"
-                return core.reconcile_step()
+                return core.reconcile_step(f"next wave: {len(self.deferred)} moves waiting for the throttle")
             return []
         if (
             self.deferred
