@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from broker_sim.chaos.write_stall import WriteStall
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
@@ -189,6 +190,7 @@ class Cluster:
         self.clients: list[KazooClient] = []
         self.servers: list[ZooKeeperServer] = []
         self.releases: list[threading.Event] = []
+        self.write_stalls: dict[str, WriteStall] = {}
 
     def controller(
         self,
@@ -198,7 +200,8 @@ class Cluster:
         start: bool = True,
         **kw: Any,
     ) -> Controller:
-        ctl = cls(ControllerConfig(cid, settings or self.settings, **kw))
+        self.write_stalls[cid] = WriteStall()
+        ctl = cls(ControllerConfig(cid, settings or self.settings, **kw), before_write=self.write_stalls[cid])
         self.controllers.append(ctl)
         return ctl.start() if start else ctl
 
@@ -223,8 +226,8 @@ class Cluster:
     def close(self) -> None:
         for r in self.releases:
             r.set()
-        for ctl in self.controllers:
-            ctl.before_write = None
+        for stall in self.write_stalls.values():
+            stall.release()
         for w in self.workers:
             try:
                 w.kill()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_sim.chaos.schedule import GROUP, ChaosOptions, Fault, broker_id, task_id
+from broker_sim.chaos.write_stall import WriteStall
 from controller.admin import AdminClient, AdminError
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.group.rules import protocols_for
@@ -50,6 +51,7 @@ class ChaosCluster(Protocol):
     controllers: list[Controller]
     ctl_procs: dict[str, ChaosProcess]
     ctl_proxies: dict[str, NetProxy]
+    write_stalls: dict[str, WriteStall]
     server: ZooKeeperServer | None
     maintenance_windows: list[list[float | None]]
     admin: KazooClient
@@ -206,13 +208,13 @@ def freeze_controller(run: ChaosCluster, f: Fault) -> End:
     def stall_write() -> None:  # the event thread stops at its next write
         stall.wait(limit)
 
-    ctl.before_write = stall_write
+    run.write_stalls[cid].hold(stall_write)
     proxy.partition()
     reconnect = _reconnect(proxy)
 
     def resume() -> None:
         reconnect()
-        ctl.before_write = None
+        run.write_stalls[cid].release()
         stall.set()
 
     return resume

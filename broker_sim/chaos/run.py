@@ -22,6 +22,7 @@ from broker_sim.chaos.processes import ChaosProcess, JournalTail, dump_and_tail,
 from broker_sim.chaos.schedule import FAULT_KINDS, GROUP, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
+from broker_sim.chaos.write_stall import WriteStall
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.sim.simulation_types import NotConverged, SimOptions
@@ -64,6 +65,7 @@ class ChaosRun(Simulation):
         self.checks = Checks(self)
         self._sampling = threading.Event()
         self.ctl_proxies: dict[str, NetProxy] = {}
+        self.write_stalls: dict[str, WriteStall] = {}
         self.ctl_procs: dict[str, ChaosProcess] = {}
         self.broker_procs: dict[str, ChaosProcess] = {}
         self.journals: dict[str, list[Path]] = {}
@@ -141,7 +143,8 @@ class ChaosRun(Simulation):
                     default_assignor="cooperative-sticky",
                 ),
             )
-            self.controllers.append(Controller(cfg).start())
+            self.write_stalls[cid] = WriteStall()
+            self.controllers.append(Controller(cfg, before_write=self.write_stalls[cid]).start())
         return cid
 
     def settings(self, hosts: str | None = None) -> ZkSettings:
@@ -263,7 +266,7 @@ class ChaosRun(Simulation):
             proc = self.ctl_procs.get(cid)
             return proc is not None and proc.alive() and not proc.frozen
         ctl = next((c for c in self.controllers if c.id == cid), None)
-        return ctl is not None and ctl.before_write is None
+        return ctl is not None and not self.write_stalls[cid].held
 
     def known_broker(self, bid: str) -> bool:
         """Whether ``bid`` is one of the run's brokers (a ghost member is not)."""

@@ -94,7 +94,15 @@ class _Timer(threading.Thread):
 class Controller:
     """A controller candidate; the one that wins ``/controller`` is active."""
 
-    def __init__(self, config: ControllerConfig, client: KazooClient | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        client: KazooClient | None = None,
+        clock: Clock | None = None,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        """``before_write`` runs on the event thread before each fenced write (where a failure-injection
+        harness freezes a controller mid-event); None in production."""
         self.config = config
         self.id = config.controller_id
         self.layout = ZkLayout(config.settings.root)
@@ -121,7 +129,7 @@ class Controller:
         self.held: list[Any] = []
         self.stopping = False
         self.metrics_server: MetricsServer | None = None
-        self.before_write: Callable[[], None] | None = None  # test hook: an injected stall
+        self._before_write = before_write
         self.fenced_writes = 0
         self.became_active_at: float | None = None
         # the parts, each given what it needs and this controller as its ``Host``
@@ -200,8 +208,8 @@ class Controller:
         return self.active and token == self.token
 
     def write(self, fn: Callable[[], T]) -> T:
-        if self.before_write is not None:
-            self.before_write()
+        if self._before_write is not None:
+            self._before_write()
         return fn()
 
     def apply(self, group: str, decisions: list[Any]) -> None:

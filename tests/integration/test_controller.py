@@ -178,7 +178,7 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
         frozen.set()
         assert release.wait(60)
 
-    a.before_write = stall
+    cluster.write_stalls["a"].hold(stall)
     writer = a.writer
     written_before = writer.ops_written
     old_epoch = a.epoch
@@ -212,7 +212,7 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
     assert a.active  # still believes it is the controller: a zombie
     state_stat = zk.exists(layout.group_state("default"))
 
-    a.before_write = None
+    cluster.write_stalls["a"].release()
     release.set()
     wait_until(lambda: not a.active, 10, "a resigned")
     assert a.fenced_writes >= 1
