@@ -46,6 +46,7 @@ class ChaosCluster(Protocol):
 
     copts: ChaosOptions
     workers: dict[str, Worker]
+    pauses: dict[str, threading.Event]
     broker_procs: dict[str, ChaosProcess]
     proxies: dict[str, NetProxy]
     controllers: list[Controller]
@@ -114,15 +115,15 @@ def freeze_broker(run: ChaosCluster, f: Fault) -> End:
     """SIGSTOP of a process broker (SIGCONT at the end); in process: its threads and its network frozen."""
     if run.copts.process_brokers:
         return _stop_process(run.broker_procs[f.target])
-    w = run.workers[f.target]
+    pause = run.pauses[f.target]
     proxy = run.proxies[f.target]
-    w.frozen.set()
+    pause.set()
     proxy.partition()
     reconnect = _reconnect(proxy)
 
     def thaw() -> None:
         reconnect()
-        w.frozen.clear()
+        pause.clear()
 
     return thaw
 

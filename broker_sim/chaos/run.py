@@ -255,7 +255,7 @@ class ChaosRun(Simulation):
                 return None
             return proc.started
         w = self.workers.get(bid)
-        if w is None or w.frozen.is_set() or w.halted.is_set():
+        if w is None or self.pauses[bid].is_set() or w.halted.is_set():
             return None
         return self._born.get(bid)
 

@@ -79,8 +79,14 @@ class Worker:
     """A broker: registers, joins its group through the Member state machine and runs what it is assigned."""
 
     def __init__(
-        self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None
+        self,
+        config: WorkerConfig,
+        runner: TaskRunner | None = None,
+        client: KazooClient | None = None,
+        pause: threading.Event | None = None,
     ) -> None:
+        """``pause``: while set, the worker's event loop and status thread make no progress (a stalled process,
+        as a failure-injection harness makes one); None in production."""
         self.config = config
         self.id = config.broker_id
         self.layout = ZkLayout(config.settings.root)
@@ -96,7 +102,7 @@ class Worker:
         self.exited = threading.Event()  # controlled shutdown finished
         self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit
         self.failure: str | None = None
-        self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
+        self._pause = pause or threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
         # ---- the parts, and what they share (built once: no part is given the worker) ----
         self.session = BrokerSession(self.id)
@@ -376,7 +382,7 @@ class Worker:
     def _loop(self) -> None:
         while True:
             event = self.events.get()
-            while self.frozen.is_set() and not self.session.closing:
+            while self._pause.is_set() and not self.session.closing:
                 time.sleep(0.05)
             if isinstance(event, StopEvent):
                 return
@@ -482,7 +488,7 @@ class Worker:
         """Poll the runner (restart failed tasks with backoff), write changed statuses in batches, flush the
         run intervals."""
         while not self.stopped.wait(self.config.status_interval_s):
-            if self.frozen.is_set():
+            if self._pause.is_set():
                 continue
             try:
                 self.tasks.poll()
