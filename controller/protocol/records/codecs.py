@@ -1,4 +1,4 @@
-"""Versioned JSON codecs for every payload the product keeps in ZooKeeper, and the one place callers name them.
+"""Versioned JSON codecs for every payload the product keeps in ZooKeeper: the bytes of each record, and back.
 
 Each payload is a frozen dataclass. ``encode`` writes it as compact JSON with a ``"version"`` field;
 ``decode`` parses and validates bytes read from a znode against the dataclass's type hints and raises

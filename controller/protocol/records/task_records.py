@@ -2,7 +2,7 @@
 the run intervals a broker records (``/intervals/<broker>``).
 
 Plain frozen values, kept apart from the group protocol's messages and the operators' records because the
-worker writes them; ``codecs`` encodes and validates them and is where callers name them."""
+worker writes them; ``codecs`` encodes and validates them; callers import them from here."""
 
 from __future__ import annotations
 
