@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import pytest
 
-import controller.protocol.group
 import controller.protocol.group.acks
+import controller.protocol.group.coordinator
 import controller.protocol.group.join_round
 import controller.protocol.group.member
 import controller.protocol.group.reconcile
@@ -296,7 +296,7 @@ def test_a_coordinator_that_believes_rewritten_reports_breaks_the_hostile_schedu
 def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
     """The reconcile schedules run the new protocol (no join round once in it), and the mixed ones enter
     and leave it."""
-    import controller.protocol.group
+    import controller.protocol.group.coordinator
     import controller.protocol.group.reconcile
 
     entered, left = [], []
