@@ -20,11 +20,11 @@ from typing import Any
 from benchmarks.common import Bench, median
 from controller.admin import AdminClient, ensure_layout
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.summary import summarize
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
+from controller.protocol.tasks.summary import summarize
 from controller.zk.client import ZkSettings
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 
 GROUPS = 20
 CREATES_PER_TX = 250

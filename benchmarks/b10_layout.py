@@ -38,13 +38,14 @@ from benchmarks.common import Bench, median, table, target, zookeeper
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.admin.migration import migrate
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.layout import BUCKETS, ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import BUCKETS, ZkLayout
+from controller.protocol.records import codecs, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree, multi_children
 from controller.zk.layout_io import LayoutError, list_tasks
+from controller.zk.multi_read import multi_children
 from controller.zk.server import find_java, zookeeper_classpath
+from controller.zk.subtrees import delete_tree
 
 NAME = "b10_layout"
 TITLE = "B10 100,000 tasks: the bucketed layout"
@@ -84,7 +85,7 @@ def write_flat_root(client: Any, layout: ZkLayout, task_ids: list[str]) -> float
             (
                 f"{layout.statuses}/{t}",
                 codecs.encode(
-                    codecs.TaskStatus(broker=f"broker-{i % 100:03d}", state="STOPPED", generation=1, updated=now)
+                    task_records.TaskStatus(broker=f"broker-{i % 100:03d}", state="STOPPED", generation=1, updated=now)
                 ),
             )
         )

@@ -28,8 +28,8 @@ from broker_sim.sim.simulation_types import SimOptions
 from broker_sim.sim.simulator import Simulation
 from broker_sim.sim.timeline import plot_timeline
 from controller.admin import wait_for
-from controller.protocol.codecs import RunInterval
-from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.group.rules import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.records.task_records import RunInterval
 
 NAME = "b1_rolling_bounce"
 TITLE = "B1 rolling bounce"

@@ -20,9 +20,9 @@ from benchmarks.common import Bench, median, percentile, table, target, thread_c
 from broker_sim.runners.noop import NoopRunner
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import wait_for
-from controller.protocol.assignors import get_assignor
-from controller.protocol.codecs import MemberMetadata, TaskDescriptor
-from controller.protocol.rules import COOPERATIVE, RECONCILE, cooperative_adjust, protocols_for
+from controller.protocol.group.assignors import get_assignor
+from controller.protocol.group.rules import COOPERATIVE, RECONCILE, cooperative_adjust, protocols_for
+from controller.protocol.records.group_messages import MemberMetadata, TaskDescriptor
 
 NAME = "b2_rebalance"
 TITLE = "B2 rebalance latency vs scale"

@@ -27,7 +27,7 @@ from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
 from controller.admin import wait_for
 from controller.daemon import LOAD_METHODS, Controller
-from controller.protocol import codecs
+from controller.protocol.records import admin_records, codecs
 
 NAME = "b3_failover"
 TITLE = "B3 controller failover"
@@ -58,7 +58,7 @@ def _standby_ready(c: Controller) -> bool:
 def _request_rebalance(cluster: Cluster) -> None:
     cluster.admin.create(
         cluster.layout.admin_rebalance_request_prefix,
-        codecs.encode(codecs.RebalanceRequest(group=None, reason="b3 failover")),
+        codecs.encode(admin_records.RebalanceRequest(group=None, reason="b3 failover")),
         sequence=True,
         makepath=True,
     )

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import Bench, median, ratio, table, target, zookeeper
-from controller.protocol import codecs
+from controller.protocol.records import codecs, task_records
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import Create, Delete, FencedWriter, InterruptibleClient, SetData, chunk_ops
 
@@ -19,7 +19,7 @@ TITLE = "B4 ZooKeeper write paths"
 
 def _payload(i: int) -> bytes:
     return codecs.encode(
-        codecs.TaskStatus(
+        task_records.TaskStatus(
             broker=f"broker-{i % 100:03d}",
             state="RUNNING",
             generation=7,

@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks.cluster import Cluster
 from benchmarks.common import Bench, median, percentile, table, target, zookeeper
 from controller.admin import wait_for
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 
 NAME = "b5_event_thread"
 TITLE = "B5 event thread under a task-change storm"

@@ -25,7 +25,7 @@ TITLE = "B6 Spark task start, cold vs prepared"
 
 
 def _spec(task_id: str, src: str, out: str) -> Any:
-    from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
+    from controller.protocol.tasks.spec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
 
     pipeline = SparkPipeline(
         source=FilesSource(type="files", format="json", path=src, schema=SCHEMA_DDL, max_files_per_trigger=10),

@@ -25,7 +25,7 @@ FILES_PER_TRIGGER = 10
 
 
 def _spec(task_id: str, src: str, out: str) -> Any:
-    from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
+    from controller.protocol.tasks.spec import FilesSink, FilesSource, SparkPipeline, TaskSpec, Transform, Trigger
 
     pipeline = SparkPipeline(
         source=FilesSource(

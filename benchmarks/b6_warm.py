@@ -41,8 +41,8 @@ class _Run:
     def __init__(self, bench: Bench, hosts: str, work: Path) -> None:
         from controller.admin import AdminClient, ensure_layout
         from controller.daemon import Controller, ControllerConfig
-        from controller.protocol.group_types import GroupConfig
-        from controller.protocol.layout import ZkLayout
+        from controller.protocol.cluster.layout import ZkLayout
+        from controller.protocol.group.vocabulary import GroupConfig
         from controller.zk.client import ZkSettings, make_client
 
         self.bench = bench
@@ -73,27 +73,27 @@ class _Run:
             )
 
     def session_state(self, bid: str) -> str | None:
-        from controller.protocol import codecs
+        from controller.protocol.records import codecs, registration_records
 
         try:
-            info = codecs.decode(codecs.BrokerInfo, self.zk.get(self.layout.broker(bid))[0])
+            info = codecs.decode(registration_records.BrokerInfo, self.zk.get(self.layout.broker(bid))[0])
         except Exception:
             return None
         return info.session.state.value if info.session else None
 
     def status(self, task: str) -> Any:
-        from controller.protocol import codecs
+        from controller.protocol.records import codecs, task_records
 
         try:
-            return codecs.decode(codecs.TaskStatus, self.zk.get(self.layout.status(task))[0])
+            return codecs.decode(task_records.TaskStatus, self.zk.get(self.layout.status(task))[0])
         except Exception:
             return None
 
     def owner(self, task: str) -> str | None:
-        from controller.protocol import codecs
+        from controller.protocol.records import codecs, task_records
 
         try:
-            return codecs.decode(codecs.OwnerInfo, self.zk.get(self.layout.task_owner(task))[0]).broker
+            return codecs.decode(task_records.OwnerInfo, self.zk.get(self.layout.task_owner(task))[0]).broker
         except Exception:
             return None
 
@@ -110,7 +110,7 @@ class _Run:
         return time.time()
 
     def pipeline(self, task: str) -> None:
-        from controller.protocol.taskspec import parse_spec
+        from controller.protocol.tasks.spec import parse_spec
 
         src = self.work / "in" / task
         cfg = DatagenConfig(out_dir=str(src), records=1_000_000, rate=50.0, batch=10, start_id=len(self.gens) * 10**7)

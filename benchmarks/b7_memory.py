@@ -16,7 +16,7 @@ import psutil
 from benchmarks.cluster import Cluster, stop_process
 from benchmarks.common import Bench, table, target, zookeeper
 from controller.admin import wait_for
-from controller.protocol import codecs
+from controller.protocol.records import admin_records, codecs
 
 NAME = "b7_memory"
 TITLE = "B7 memory"
@@ -80,7 +80,7 @@ def run(bench: Bench) -> dict[str, Any]:
             before = {g: (s.generation if s else 0) for g, s in zip(cluster.group_names, cluster.group_states())}
             cluster.admin.create(
                 cluster.layout.admin_rebalance_request_prefix,
-                codecs.encode(codecs.RebalanceRequest(group=None, reason="b7")),
+                codecs.encode(admin_records.RebalanceRequest(group=None, reason="b7")),
                 sequence=True,
                 makepath=True,
             )

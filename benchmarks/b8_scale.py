@@ -30,7 +30,7 @@ from typing import Any
 from benchmarks.common import Bench, table, target
 from broker_sim.sim.simulation_types import NotConverged, SimOptions
 from broker_sim.sim.simulator import Simulation
-from controller.protocol.rules import COOPERATIVE, RECONCILE
+from controller.protocol.group.rules import COOPERATIVE, RECONCILE
 from controller.zk.server import four_letter_word
 
 NAME = "b8_scale"

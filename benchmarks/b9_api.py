@@ -20,9 +20,9 @@ from typing import Any
 from benchmarks.common import REPO, Bench, median, table, target, zookeeper
 from controller.admin import AdminClient, ensure_layout
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import Create, FencedWriter
 from controller.zk.server import free_port
@@ -40,12 +40,12 @@ def _populate(client: Any, layout: ZkLayout, n: int) -> None:
     ops = []
     for i in range(n):
         t, b = f"task-{i:06d}", f"broker-{i % 20:02d}"
-        ops.append(Create(layout.task_owner(t), codecs.encode(codecs.OwnerInfo(broker=b, generation=1))))
+        ops.append(Create(layout.task_owner(t), codecs.encode(task_records.OwnerInfo(broker=b, generation=1))))
         ops.append(
             Create(
                 layout.status(t),
                 codecs.encode(
-                    codecs.TaskStatus(
+                    task_records.TaskStatus(
                         broker=b,
                         state="RUNNING",
                         generation=1,

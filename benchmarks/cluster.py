@@ -17,11 +17,12 @@ from benchmarks.common import REPO
 from broker_sim.sim.farm import Farm
 from controller.admin import ensure_layout, wait_for
 from controller.daemon import Controller, ControllerConfig, LoadMethod
-from controller.protocol import codecs
-from controller.protocol.codecs import GroupStateInfo, PayloadError
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, registration_records
+from controller.protocol.records.group_messages import GroupStateInfo
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import get_many
 
@@ -144,7 +145,7 @@ class Cluster:
     def active_controller_id(self) -> str | None:
         try:
             data, _ = self.admin.get(self.layout.controller)
-            return codecs.decode(codecs.ControllerInfo, data).controller_id
+            return codecs.decode(registration_records.ControllerInfo, data).controller_id
         except Exception:
             return None
 

@@ -33,7 +33,7 @@ def _rss_mb(pid: int, children: bool) -> float:
 
 
 def _spec(task_id: str, out: Path, isolation: str, driver_memory: str | None) -> Any:
-    from controller.protocol.taskspec import parse_spec
+    from controller.protocol.tasks.spec import parse_spec
 
     pipeline: dict[str, Any] = {
         "source": {"type": "rate", "rows_per_second": 10},

@@ -22,8 +22,8 @@ from kazoo.recipe.partitioner import SetPartitioner
 
 from broker_sim.runners.noop import NoopRunner
 from broker_sim.sim.checker import close_open
-from controller.protocol.codecs import RunInterval
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.records.task_records import RunInterval
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 
 DEFAULT_TIME_BOUNDARY_S = 30  # kazoo's own default for SetPartitioner(time_boundary=...)
 

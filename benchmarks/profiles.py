@@ -44,7 +44,7 @@ def _wrap(ctl: Any, prof: cProfile.Profile) -> Callable[[], None]:
 def profile_join(tasks: int, brokers: int, joins: int) -> str:
     """Joins of one broker into a stable group; per join the generations, the group's state changes with
     their reasons, the event types the controller processed; then cProfile of its event thread."""
-    import controller.protocol.group as group_mod
+    import controller.protocol.group.coordinator as group_mod
     from broker_sim.runners.noop import NoopRunner
     from broker_sim.worker import Worker, WorkerConfig
     from controller.admin import wait_for
@@ -174,7 +174,8 @@ def profile_reads(n: int) -> str:
     (``zkio.get_many``), one ``get`` per round trip."""
     from controller.daemon import get_sequential
     from controller.zk.client import ZkSettings, make_client
-    from controller.zk.io import InterruptibleClient, get_many, multi_read
+    from controller.zk.io import InterruptibleClient, get_many
+    from controller.zk.multi_read import multi_read
 
     out = [f"# {n} reads of 300-byte znodes, median of 3\n"]
     with zookeeper(heap_mb=512, name="prof") as zk:

@@ -17,8 +17,8 @@ from benchmarks.b1_rolling_bounce import POOL_SIZE, START_LATENCY_S, STOP_LATENC
 from benchmarks.common import RESULTS_DIR, Bench, machine_info, median, quiet_logging, table, zookeeper
 from broker_sim.runners.noop import DEFAULT_PREPARE_SHARE
 from broker_sim.sim.simulation_types import SimOptions
-from controller.protocol.roll import DEFAULT_WARMUP_S
-from controller.protocol.rules import EAGER, RECONCILE
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
+from controller.protocol.group.rules import EAGER, RECONCILE
 
 NAME = "roll_vs_eager"
 TITLE = "The planned roll against eager"

@@ -37,7 +37,7 @@ def _timed(fn: Any) -> tuple[float, str]:
 def main(argv: list[str] | None = None) -> int:
     from broker_sim.worker.checkpoint_ops import CheckpointStore
     from broker_sim.worker.safe_files import Budget
-    from controller.protocol.taskspec import SparkPipeline
+    from controller.protocol.tasks.spec import SparkPipeline
     from tests.offsets_support import fake_checkpoint, spark_spec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

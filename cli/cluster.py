@@ -9,8 +9,8 @@ import click
 
 from cli.common import Ctx, LazyCommand, LazyGroup, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from controller.protocol.codecs import to_jsonable
-from controller.protocol.roll import DEFAULT_WARMUP_S, MAX_WARMUP_S
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, MAX_WARMUP_S
+from controller.protocol.records.codecs import to_jsonable
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.errors import ZkcError
-from controller.protocol.layout import ZkLayout
 
 if TYPE_CHECKING:  # kazoo and what builds on it are imported by the commands that talk to ZooKeeper
     from kazoo.client import KazooClient
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # kazoo and what builds on it are imported by the commands th
     from controller.zk.client import ZkSettings
 
 
-class UserError(click.ClickException):
+class UserError(click.ClickException, ZkcError):
     """A mistake by the operator or a missing resource: printed as one line, exit code 1."""
 
     exit_code = 1
@@ -471,7 +471,7 @@ def resolve_auth(source: str | None, file: str | None) -> str | None:
         raise click.UsageError("give --zk-auth or --zk-auth-file, not both")
     if source is None and file is None:
         return None
-    from controller.protocol.acl import SecurityError, parse_credential
+    from controller.protocol.cluster.acl import SecurityError, parse_credential
     from controller.zk.security import read_credential_file
 
     try:

@@ -28,9 +28,9 @@ from broker_sim.sim.checker import close_open, double_ownership
 from cli.common import table
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.admin.interval_ends import settled_intervals
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec, parse_spec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, payload_validation, registration_records, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import get_many
 from controller.zk.server import ZooKeeperServer, free_port
@@ -114,7 +114,7 @@ class Demo:
     def view(self, client: Any, layout: ZkLayout, tasks: list[str]) -> dict[str, Any]:
         try:
             data, _ = client.get(layout.controller)
-            ctl = codecs.decode(codecs.ControllerInfo, data)
+            ctl = codecs.decode(registration_records.ControllerInfo, data)
             controller = f"{ctl.controller_id}@epoch{ctl.epoch}"
         except Exception:
             controller = "none"
@@ -122,8 +122,8 @@ class Demo:
         statuses = get_many(client, [layout.status(t) for t in tasks])
         by_task: dict[str, dict[str, Any]] = {}
         for t, o, s in zip(tasks, owners, statuses):
-            owner = codecs.decode(codecs.OwnerInfo, o[0]).broker if o else None
-            st = codecs.decode(codecs.TaskStatus, s[0]) if s else None
+            owner = codecs.decode(task_records.OwnerInfo, o[0]).broker if o else None
+            st = codecs.decode(task_records.TaskStatus, s[0]) if s else None
             state = st.state if st else "UNASSIGNED" if owner is None else "ASSIGNED"  # (no status written yet)
             if owner is not None and owner in self.killed:
                 state = "LOST"  # we killed it: its owner znode lasts until its session expires
@@ -131,15 +131,15 @@ class Demo:
             by_task[t] = {"owner": owner, "state": state, "batches": batches if isinstance(batches, int) else None}
         return {"controller": controller, "tasks": by_task, "sessions": self.sessions(client, layout)}
 
-    def sessions(self, client: Any, layout: ZkLayout) -> dict[str, codecs.SessionInfo | None]:
+    def sessions(self, client: Any, layout: ZkLayout) -> dict[str, registration_records.SessionInfo | None]:
         """Each registered broker's compute session (None: none, or a registration that does not decode)."""
         ids = sorted(client.get_children(layout.broker_ids))
-        out: dict[str, codecs.SessionInfo | None] = {}
+        out: dict[str, registration_records.SessionInfo | None] = {}
         for b, res in zip(ids, get_many(client, [layout.broker(b) for b in ids])):
             if res is not None:
                 try:
-                    out[b] = codecs.decode(codecs.BrokerInfo, res[0]).session
-                except codecs.PayloadError:
+                    out[b] = codecs.decode(registration_records.BrokerInfo, res[0]).session
+                except payload_validation.PayloadError:
                     out[b] = None
         return out
 
@@ -153,7 +153,7 @@ class Demo:
         starting = [
             f"{b} ({time.time() - s.since:.0f}s)"
             for b, s in sorted(v["sessions"].items())
-            if s is not None and s.state is codecs.SessionState.STARTING and b not in self.killed
+            if s is not None and s.state is registration_records.SessionState.STARTING and b not in self.killed
         ]
         by_wait: dict[str, list[str]] = {}
         for t, d in v["tasks"].items():
@@ -297,19 +297,19 @@ class Demo:
             self.say(f"tasks {moved} moved off {victim}")
             # kill -9 the active controller
             data, _ = client.get(layout.controller)
-            old = codecs.decode(codecs.ControllerInfo, data)
+            old = codecs.decode(registration_records.ControllerInfo, data)
             self._kill(old.controller_id)
             self.say(f"KILL -9 controller {old.controller_id} (epoch {old.epoch})")
 
             def new_controller() -> bool:
                 try:
-                    info = codecs.decode(codecs.ControllerInfo, client.get(layout.controller)[0])
+                    info = codecs.decode(registration_records.ControllerInfo, client.get(layout.controller)[0])
                 except Exception:
                     return False
                 return info.epoch > old.epoch
 
             self._wait_showing(client, layout, tasks, new_controller, 60, "electing")
-            info = codecs.decode(codecs.ControllerInfo, client.get(layout.controller)[0])
+            info = codecs.decode(registration_records.ControllerInfo, client.get(layout.controller)[0])
             self.say(f"controller {info.controller_id} took over at epoch {info.epoch}")
             ok = self._finish(client, layout, tasks, expected, datagen)
             return 0 if ok else 1
@@ -335,11 +335,17 @@ class Demo:
         while time.monotonic() < deadline:
             sessions = self.sessions(client, layout)
             failed = {
-                b: s.error for b, s in sessions.items() if s is not None and s.state is codecs.SessionState.FAILED
+                b: s.error
+                for b, s in sessions.items()
+                if s is not None and s.state is registration_records.SessionState.FAILED
             }
             if failed:
                 raise RuntimeError(f"a broker's session failed: {failed}")
-            starting = {b: s for b, s in sessions.items() if s is not None and s.state is codecs.SessionState.STARTING}
+            starting = {
+                b: s
+                for b, s in sessions.items()
+                if s is not None and s.state is registration_records.SessionState.STARTING
+            }
             if not starting:
                 took = [f"{b} {s.startup_s:.1f}s" for b, s in sorted(sessions.items()) if s and s.startup_s is not None]
                 if took:
@@ -435,7 +441,7 @@ class Demo:
             deadline = time.monotonic() + 10
             while True:
                 recorded = [
-                    codecs.RunInterval(
+                    task_records.RunInterval(
                         task_id=i.task_id,
                         broker=i.broker,
                         start=i.start,

@@ -11,9 +11,9 @@ import click
 
 from cli.common import Ctx, UserError, pass_ctx
 from controller.admin.migration import migrate
-from controller.protocol.layout import BUCKETS, LAYOUT_VERSION
-from controller.zk.io import multi_children
+from controller.protocol.cluster.layout import BUCKETS, LAYOUT_VERSION
 from controller.zk.layout_io import LayoutError, flat_entries, read_layout_info
+from controller.zk.multi_read import multi_children
 
 
 @click.group("layout")

@@ -2,7 +2,7 @@
 (``controller.admin.AdminClient`` for everything that talks to the cluster).
 
 Exit codes: 0 success, 1 user error (one line on stderr, no traceback), 2 usage error (click's own).
-Topic modules define the commands, listed here in ``COMMANDS`` and imported only when used: ``cli.tasks``
+Topic modules define the commands, listed here in ``COMMANDS`` and imported only when used: ``cli.task_cmd``
 (task ...), ``cli.cluster`` (status, broker, group, rebalance, watch), ``cli.run`` (controller run, broker
 run), ``cli.zk_cmd`` (zk ...), ``cli.timeline``, ``cli.operations``; ``cli.datagen``, ``cli.sim_cmd`` (sim) and
 the others marked optional are offered when present. So ``zkctl --version`` and ``zkctl --help`` answer at
@@ -28,7 +28,7 @@ from cli.common import (
     resolve_auth,
     user_message,
 )
-from controller.protocol.layout import DEFAULT_ROOT, InvalidName, ZkLayout
+from controller.protocol.cluster.layout import DEFAULT_ROOT, InvalidName, ZkLayout
 
 DEFAULT_STATE_DIR = ".zkc"
 #: ``controller.zk.client.DEFAULT_HOSTS``, restated here so that parsing the options imports no kazoo (a test
@@ -134,7 +134,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "completion",
         "Print the shell completion script for SHELL (bash, zsh or fish).",
     ),
-    "task": LazyCommand("cli.tasks", "task", "Create, inspect and control tasks (pipelines)."),
+    "task": LazyCommand("cli.task_cmd", "task", "Create, inspect and control tasks (pipelines)."),
     "status": LazyCommand("cli.cluster", "status", "The controller, brokers, groups and tasks at a glance."),
     "broker": LazyCommand("cli.cluster", "broker", "Brokers (workers): list them, shut one down, or run one here."),
     "group": LazyCommand("cli.cluster", "group", "Worker groups."),

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from cli.common import Ctx, UserError, pass_ctx, table, when
-from controller.protocol.codecs import to_jsonable
-from controller.protocol.settings_rules import SETTING_RULES
+from controller.protocol.cluster.settings_rules import SETTING_RULES
+from controller.protocol.records.codecs import to_jsonable
 
 
 @click.group("maintenance")

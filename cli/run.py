@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.common import Ctx, UserError, pass_ctx, table, when
-from controller.protocol.assignors import ASSIGNORS
+from controller.protocol.cluster.layout import InvalidName, check_name
 from controller.protocol.errors import ZkcError
-from controller.protocol.layout import InvalidName, check_name
-from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
-from controller.protocol.storage import checkpoint_root as storage_root
-from controller.protocol.storage import cluster_dir
+from controller.protocol.group.assignors import ASSIGNORS
+from controller.protocol.group.rules import COOPERATIVE, PROTOCOLS, protocols_for
+from controller.protocol.tasks.storage import checkpoint_root as storage_root
+from controller.protocol.tasks.storage import cluster_dir
 
 if TYPE_CHECKING:  # imported by the commands that run
     from controller.daemon.metrics import MetricsServer
@@ -91,9 +91,9 @@ def controller() -> None:
 def controller_list(ctx: Ctx) -> None:
     """The controller candidates: the active one (with its epoch) and those standing by."""
     ctx.start_client()
-    from controller.protocol import codecs
-    from controller.protocol.codecs import PayloadError
-    from controller.protocol.registrations import ControllerInfo
+    from controller.protocol.records import codecs
+    from controller.protocol.records.payload_validation import PayloadError
+    from controller.protocol.records.registration_records import ControllerInfo
     from controller.zk.candidates import list_candidates
 
     ctx.require_root()
@@ -223,7 +223,7 @@ def controller_run(
 ) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
     from controller.daemon import Controller, ControllerConfig, default_controller_id
-    from controller.protocol.group_types import GroupConfig
+    from controller.protocol.group.vocabulary import GroupConfig
 
     settings = _settings(ctx, session_timeout)
     config = ControllerConfig(

@@ -11,7 +11,7 @@ import click
 from kazoo.exceptions import NoAuthError
 
 from cli.common import Ctx, UserError, pass_ctx
-from controller.protocol.acl import ROLES, AclPolicy, SecurityError, digest_id
+from controller.protocol.cluster.acl import ROLES, AclPolicy, SecurityError, digest_id
 from controller.zk.security import check_acls, init_security, read_credential_file
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -185,7 +185,7 @@ def security_digest(ctx: Ctx, broker: str | None) -> None:
     except SecurityError as exc:
         raise UserError(str(exc)) from None
     if broker is not None:
-        from controller.protocol.layout import InvalidName, check_name
+        from controller.protocol.cluster.layout import InvalidName, check_name
 
         try:
             check_name("broker id", broker)

@@ -14,9 +14,9 @@ from broker_sim.sim.scenarios import format_summary
 from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
 from broker_sim.sim.simulator import run_simulation
 from cli.common import Ctx, UserError
-from controller.protocol.assignors import ASSIGNORS
-from controller.protocol.roll import DEFAULT_WARMUP_S
-from controller.protocol.rules import COOPERATIVE, PROTOCOLS
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
+from controller.protocol.group.assignors import ASSIGNORS
+from controller.protocol.group.rules import COOPERATIVE, PROTOCOLS
 
 
 @click.group("sim")

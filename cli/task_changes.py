@@ -10,7 +10,7 @@ import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from cli.tasks import read_specs, task
+from cli.task_cmd import read_specs, task
 
 if TYPE_CHECKING:
     from controller.admin.task_apply import ApplyItem

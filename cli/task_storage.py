@@ -9,7 +9,7 @@ import time
 import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, to_dict, when
-from cli.tasks import task
+from cli.task_cmd import task
 
 TIMEOUT_HELP = "seconds to wait for the broker's answer"
 
@@ -73,7 +73,7 @@ def task_reset_offsets(
     Refused unless the task is STOPPED and confirmed stopped (task stop --wait). The broker that holds the
     checkpoint carries it out. The sink's batches after the new position are removed with their files, so the
     replay writes each row once. Recorded in the task's history."""
-    from controller.protocol.storage import ResetTarget, StorageError
+    from controller.protocol.tasks.storage import ResetTarget, StorageError
 
     try:
         target = ResetTarget.parse(to_earliest, to_latest, to_batch)

@@ -275,7 +275,7 @@ def zk_tree(ctx: Ctx, path: str | None, depth: int, show_all: bool) -> None:
     path = resolve_path(ctx, path)
     ctx.start_client()
     from controller.admin import AdminError, walk  # imported while the session is being set up
-    from controller.protocol.layout import is_bucket
+    from controller.protocol.cluster.layout import is_bucket
 
     try:
         nodes = walk(ctx.client(), path, max_depth=depth)

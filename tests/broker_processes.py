@@ -19,9 +19,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, task_records
 from controller.zk.client import ZkSettings
 from tests.cli_support import ZKCTL, until
 
@@ -85,7 +85,7 @@ def owners(zk: KazooClient, layout: ZkLayout, tasks: Iterable[str]) -> dict[str,
             data, stat = zk.get(layout.task_owner(t))
         except Exception:
             continue
-        out[t] = (codecs.decode(codecs.OwnerInfo, data).broker, stat.ephemeralOwner, stat.ctime / 1000.0)
+        out[t] = (codecs.decode(task_records.OwnerInfo, data).broker, stat.ephemeralOwner, stat.ctime / 1000.0)
     return out
 
 

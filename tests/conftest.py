@@ -19,10 +19,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from controller.admin import ensure_layout
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
+from controller.zk.subtrees import delete_tree
 
 if TYPE_CHECKING:
     from xdist.remote import Producer

@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from broker_sim.chaos.write_stall import WriteStall
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.codecs import GroupStateInfo, JoinRequest
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs
+from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.server import ZooKeeperServer, four_letter_word, free_port
 
@@ -68,7 +69,8 @@ def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], bat
         tx = client.transaction()
         for t in ids[i : i + batch]:
             tx.create(
-                layout.admin_delete_task(t), codecs.encode(codecs.DeleteTaskRequest(task_id=t, requested=time.time()))
+                layout.admin_delete_task(t),
+                codecs.encode(admin_records.DeleteTaskRequest(task_id=t, requested=time.time())),
             )
         pending.append(tx.commit_async())
     for p in pending:
@@ -79,7 +81,7 @@ def request_deletions(client: KazooClient, layout: ZkLayout, ids: list[str], bat
 def request_rebalance(client: KazooClient, layout: ZkLayout, group: str | None, reason: str) -> str:
     return client.create(
         layout.admin_rebalance_request_prefix,
-        codecs.encode(codecs.RebalanceRequest(group=group, reason=reason)),
+        codecs.encode(admin_records.RebalanceRequest(group=group, reason=reason)),
         sequence=True,
     )
 
@@ -188,6 +190,7 @@ class Cluster:
         self.clients: list[KazooClient] = []
         self.servers: list[ZooKeeperServer] = []
         self.releases: list[threading.Event] = []
+        self.write_stalls: dict[str, WriteStall] = {}
 
     def controller(
         self,
@@ -197,7 +200,8 @@ class Cluster:
         start: bool = True,
         **kw: Any,
     ) -> Controller:
-        ctl = cls(ControllerConfig(cid, settings or self.settings, **kw))
+        self.write_stalls[cid] = WriteStall()
+        ctl = cls(ControllerConfig(cid, settings or self.settings, **kw), before_write=self.write_stalls[cid])
         self.controllers.append(ctl)
         return ctl.start() if start else ctl
 
@@ -222,8 +226,8 @@ class Cluster:
     def close(self) -> None:
         for r in self.releases:
             r.set()
-        for ctl in self.controllers:
-            ctl.before_write = None
+        for stall in self.write_stalls.values():
+            stall.release()
         for w in self.workers:
             try:
                 w.kill()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from controller.protocol.taskspec import TaskSpec, parse_spec
+from controller.protocol.tasks.spec import TaskSpec, parse_spec
 
 
 def spark_spec(task_id: str, tmp: Path, **extra) -> TaskSpec:

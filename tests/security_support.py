@@ -3,7 +3,7 @@ broker's own, and the per-broker policy built from them. Test secrets only, made
 
 from __future__ import annotations
 
-from controller.protocol.acl import ROLES, AclPolicy
+from controller.protocol.cluster.acl import ROLES, AclPolicy
 
 PASSWORDS = {r: f"s3cret-{r}-pw" for r in ROLES}
 CREDS = {r: f"zkc-{r}:{PASSWORDS[r]}" for r in ROLES}

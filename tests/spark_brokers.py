@@ -21,9 +21,9 @@ from kazoo.client import KazooClient
 from broker_sim.runners.procs import stop_process
 from broker_sim.runners.spark import DEFAULT_STOP_BUDGET_S
 from controller.admin import ensure_layout
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 from tests.spark_support import REPO, TEST_JVM_OPTS
 
 SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # what the spark runner asks for (broker_sim.worker.fence_margin)
@@ -58,7 +58,7 @@ def controlled_root(zk_hosts: str, workdir: Path, prefix: str) -> Iterator[Root]
     """A root ``/<prefix>-<random>`` laid out, with a controller in this process (rebalance timeout 20 s);
     afterwards the controller stopped, the root deleted and the client closed (stop the brokers first)."""
     from controller.daemon import Controller, ControllerConfig
-    from controller.protocol.group import GroupConfig
+    from controller.protocol.group.vocabulary import GroupConfig
 
     root = f"/{prefix}-{uuid.uuid4().hex[:12]}"
     settings = ZkSettings(hosts=zk_hosts, root=root, session_timeout_s=SESSION_S)

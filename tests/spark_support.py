@@ -206,7 +206,7 @@ def _child_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from broker_sim.runners.spark import SparkRunner
-    from controller.protocol.taskspec import parse_spec
+    from controller.protocol.tasks.spec import parse_spec
 
     spec = parse_spec(json.loads(Path(args.spec).read_text()))
     conf = dict(c.split("=", 1) for c in args.conf)

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker_sim.chaos.schedule import GROUP, ChaosOptions
 from broker_sim.chaos.sinks import sink_ids
 from broker_sim.chaos.summary import Placement, Sample, Verdict
-from controller.protocol import codecs
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, OwnerInfo, PayloadError, TaskStatus
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, registration_records
+from controller.protocol.records.group_messages import Assignment, GroupStateInfo, JoinRequest
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.task_records import OwnerInfo, TaskStatus
+from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import exists_many, get_many
 from controller.zk.layout_io import list_tasks
@@ -159,7 +161,9 @@ class Checks:
         state = info.state if info is not None else None
         active = None
         try:
-            active = codecs.decode(codecs.ControllerInfo, c.get(lay.controller)[0], lay.controller).controller_id
+            active = codecs.decode(
+                registration_records.ControllerInfo, c.get(lay.controller)[0], lay.controller
+            ).controller_id
         except Exception:
             pass  # no controller now
         members = sorted(c.get_children(lay.group_assignments(GROUP)))

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kazoo.exceptions import KazooException
 
 from broker_sim.chaos.schedule import GROUP, ChaosOptions, Fault, broker_id, task_id
+from broker_sim.chaos.write_stall import WriteStall
 from broker_sim.sim.injection import FaultRefused
 from controller.admin import AdminClient, AdminError
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
-from controller.protocol.rules import protocols_for
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.rules import protocols_for
+from controller.protocol.records import codecs, group_messages
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 
 if TYPE_CHECKING:
@@ -52,11 +53,13 @@ class ChaosCluster(Protocol):
 
     copts: ChaosOptions
     workers: dict[str, Worker]
+    pauses: dict[str, threading.Event]
     broker_procs: dict[str, ChaosProcess]
     proxies: dict[str, NetProxy]
     controllers: list[Controller]
     ctl_procs: dict[str, ChaosProcess]
     ctl_proxies: dict[str, NetProxy]
+    write_stalls: dict[str, WriteStall]
     server: ZooKeeperServer | None
     #: the run's own ensemble (``--ensemble 3``), else None
     ensemble: ChaosEnsemble | None
@@ -129,17 +132,17 @@ def freeze_broker(run: ChaosCluster, f: Fault) -> End:
     """SIGSTOP of a process broker (SIGCONT at the end); in process: its threads and its network frozen."""
     if run.copts.process_brokers:
         return _stop_process(_live_process(run.broker_procs, f.target))
-    w = run.workers.get(f.target)
-    if w is None:
+    if f.target not in run.workers:
         raise FaultRefused(f"broker {f.target} is not running (it is down already)")
+    pause = run.pauses[f.target]
     proxy = run.proxies[f.target]
-    w.frozen.set()
+    pause.set()
     proxy.partition()
     reconnect = _reconnect(proxy)
 
     def thaw() -> None:
         reconnect()
-        w.frozen.clear()
+        pause.clear()
 
     return thaw
 
@@ -229,13 +232,13 @@ def freeze_controller(run: ChaosCluster, f: Fault) -> End:
     def stall_write() -> None:  # the event thread stops at its next write
         stall.wait(limit)
 
-    ctl.before_write = stall_write
+    run.write_stalls[cid].hold(stall_write)
     proxy.partition()
     reconnect = _reconnect(proxy)
 
     def resume() -> None:
         reconnect()
-        ctl.before_write = None
+        run.write_stalls[cid].release()
         stall.set()
 
     return resume
@@ -343,11 +346,11 @@ def ghost_member(run: ChaosCluster, f: Fault) -> End:
     if f.variant == "claims":
         try:
             data, _ = run.admin.get(run.layout.group_assignment(GROUP, f.target))
-            claimed = codecs.decode(codecs.Assignment, data).assigned
+            claimed = codecs.decode(group_messages.Assignment, data).assigned
         except Exception:
             claimed = ()  # the target has no assignment now: the ghost claims nothing
     body = codecs.to_jsonable(
-        codecs.JoinRequest(
+        group_messages.JoinRequest(
             member_id=member,
             join_generation=GHOST_GENERATION,
             generation=GHOST_GENERATION,

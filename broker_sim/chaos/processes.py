@@ -23,8 +23,8 @@ import psutil
 
 from broker_sim.runners.base import RunStatus, TaskRunner
 from broker_sim.runners.noop import NoopRunner
-from controller.protocol.codecs import RunInterval
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.records.task_records import RunInterval
+from controller.protocol.tasks.spec import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def install_thread_dump() -> None:
 def broker_main(argv: list[str]) -> int:
     from broker_sim.worker import Worker, WorkerConfig, install_signal_handlers
     from broker_sim.worker.logsink import log_without_blocking
-    from controller.protocol.rules import COOPERATIVE, PROTOCOLS, protocols_for
+    from controller.protocol.group.rules import COOPERATIVE, PROTOCOLS, protocols_for
     from controller.zk.client import settings_from_env
 
     p = argparse.ArgumentParser(prog="python -m broker_sim.chaos broker")

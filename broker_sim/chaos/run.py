@@ -24,15 +24,16 @@ from broker_sim.chaos.processes import ChaosProcess, JournalTail, dump_and_tail,
 from broker_sim.chaos.schedule import FAULT_KINDS, GROUP, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
+from broker_sim.chaos.write_stall import WriteStall
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.sim.simulation_types import NotConverged, SimOptions
 from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.codecs import RunInterval
-from controller.protocol.group_types import GroupConfig
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, registration_records
+from controller.protocol.records.task_records import RunInterval
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 
@@ -66,6 +67,7 @@ class ChaosRun(Simulation):
         self.checks = Checks(self)
         self._sampling = threading.Event()
         self.ctl_proxies: dict[str, NetProxy] = {}
+        self.write_stalls: dict[str, WriteStall] = {}
         self.ctl_procs: dict[str, ChaosProcess] = {}
         self.broker_procs: dict[str, ChaosProcess] = {}
         self.journals: dict[str, list[Path]] = {}
@@ -181,7 +183,8 @@ class ChaosRun(Simulation):
                     default_assignor="cooperative-sticky",
                 ),
             )
-            self.controllers.append(Controller(cfg).start())
+            self.write_stalls[cid] = WriteStall()
+            self.controllers.append(Controller(cfg, before_write=self.write_stalls[cid]).start())
         return cid
 
     def settings(self, hosts: str | None = None) -> ZkSettings:
@@ -292,7 +295,7 @@ class ChaosRun(Simulation):
                 return None
             return proc.started
         w = self.workers.get(bid)
-        if w is None or w.frozen.is_set() or w.halted.is_set():
+        if w is None or self.pauses[bid].is_set() or w.halted.is_set():
             return None
         return self._born.get(bid)
 
@@ -303,7 +306,7 @@ class ChaosRun(Simulation):
             proc = self.ctl_procs.get(cid)
             return proc is not None and proc.alive() and not proc.frozen
         ctl = next((c for c in self.controllers if c.id == cid), None)
-        return ctl is not None and ctl.before_write is None
+        return ctl is not None and not self.write_stalls[cid].held
 
     def known_broker(self, bid: str) -> bool:
         """Whether ``bid`` is one of the run's brokers (a ghost member is not)."""
@@ -365,7 +368,7 @@ class ChaosRun(Simulation):
     def active_controller_id(self) -> str | None:
         try:
             data, _ = self.admin.get(self.layout.controller)
-            return codecs.decode(codecs.ControllerInfo, data, self.layout.controller).controller_id
+            return codecs.decode(registration_records.ControllerInfo, data, self.layout.controller).controller_id
         except Exception:
             return None
 

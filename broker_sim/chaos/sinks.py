@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.tasks.spec import TaskSpec
 
 
 def committed_files(sink: Path) -> list[Path]:
@@ -60,7 +60,7 @@ def sink_ids(sink: Path) -> list[int]:
 
 def pipeline_spec(task: str, src: Path, out: Path) -> TaskSpec:
     from broker_sim.sim.datagen import SCHEMA_DDL
-    from controller.protocol.taskspec import parse_spec
+    from controller.protocol.tasks.spec import parse_spec
 
     return parse_spec(
         {

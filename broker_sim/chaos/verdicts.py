@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from broker_sim.chaos.summary import Placement, Sample, Verdict
 from broker_sim.sim.checker import concurrent_moves, double_ownership, move_runs
-from controller.protocol.codecs import RunInterval
+from controller.protocol.records.task_records import RunInterval
 
 
 def no_two_running_owners(intervals: Sequence[RunInterval]) -> Verdict:

@@ -23,8 +23,8 @@ from broker_sim.chaos.processes import read_journal
 from broker_sim.deploy.containers import LABEL, ClusterSpec, engine, registered_brokers, up, wait_until
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.injection import FaultRefused, Injection, NotInjected, judge
-from controller.protocol.codecs import RunInterval
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records.task_records import RunInterval
 from controller.zk.client import ZkSettings, make_client
 
 CONTAINER_FAULTS = (
@@ -133,7 +133,7 @@ def chaos(
     ever had two running owners (journals of every container life), every container back and every broker
     registered, every task running again, and with pipelines every sink holding every record exactly once."""
     from controller.admin import AdminClient
-    from controller.protocol.taskspec import NoopPipeline, TaskSpec
+    from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 
     if spec.journal_dir is None:
         raise ValueError("a chaos run needs spec.journal_dir")
@@ -355,7 +355,9 @@ def _all_running(zk: Any, root: str, ids: list[str]) -> bool:
 
 
 def _statuses(zk: Any, root: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-    from controller.protocol.codecs import PayloadError, TaskStatus, decode
+    from controller.protocol.records.codecs import decode
+    from controller.protocol.records.payload_validation import PayloadError
+    from controller.protocol.records.task_records import TaskStatus
     from controller.zk.io import get_many
 
     lay = ZkLayout(root)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.protocol.cluster.layout import ZkLayout, check_name
 from controller.protocol.errors import ZkcError
-from controller.protocol.layout import ZkLayout, check_name
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
 
@@ -366,7 +366,7 @@ def upgrade(
     on). Returns the roll's last state and how each replaced container ended (``replaced``; with
     ``logs_dir``, its log saved there first); a paused roll raises, with its reason."""
     from controller.admin import AdminClient
-    from controller.protocol.roll import RollState
+    from controller.protocol.cluster.roll_plan import RollState
 
     client = engine()
     try:

@@ -15,8 +15,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from controller.protocol.codecs import SessionInfo
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.records.registration_records import SessionInfo
+from controller.protocol.tasks.spec import TaskSpec
 
 
 class RunState(str, Enum):

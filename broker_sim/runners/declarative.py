@@ -40,7 +40,7 @@ from broker_sim.runners.base import RunState, RunStatus
 from broker_sim.runners.procs import spawn, stop_process
 from broker_sim.runners.spark_jobs import PipelineStartError
 from broker_sim.runners.spark_session import SparkSetupError, check_java, default_conf, is_local, spark_home
-from controller.protocol.taskspec import DeclarativePipeline, SpecError
+from controller.protocol.tasks.spec import DeclarativePipeline, SpecError
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
 from controller.protocol.clock import Clock, SystemClock
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 
 #: the share of ``start_latency_s`` a prepare pays in advance by default (what a Spark pipeline's prepare saves
 #: of its start, measured in docs/benchmarks.md § "The planned roll")

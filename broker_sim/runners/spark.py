@@ -36,10 +36,10 @@ from broker_sim.runners.spark_session import (
     local_master,
     release_session,
 )
-from controller.protocol.codecs import MAX_SESSION_ERROR_CHARS, SessionInfo, SessionState
-from controller.protocol.layout import DEFAULT_ROOT
-from controller.protocol.storage import checkpoint_root as decide_checkpoint_root
-from controller.protocol.taskspec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
+from controller.protocol.cluster.layout import DEFAULT_ROOT
+from controller.protocol.records.registration_records import MAX_SESSION_ERROR_CHARS, SessionInfo, SessionState
+from controller.protocol.tasks.spec import DeclarativePipeline, NoopPipeline, SparkPipeline, TaskSpec
+from controller.protocol.tasks.storage import checkpoint_root as decide_checkpoint_root
 
 log = logging.getLogger(__name__)
 

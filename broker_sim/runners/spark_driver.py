@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
 
     from broker_sim.runners.spark_jobs import BatchRun, StreamingRun, error_kind, spark_error
     from broker_sim.runners.spark_session import SessionHolder
-    from controller.protocol.taskspec import SparkPipeline
+    from controller.protocol.tasks.spec import SparkPipeline
 
     launch = json.loads((run_dir / LAUNCH_FILE).read_text())
     task_id = str(launch["task_id"])

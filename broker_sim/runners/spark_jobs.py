@@ -20,9 +20,9 @@ from urllib.parse import urlparse
 from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
 from controller.protocol.errors import ZkcError
-from controller.protocol.failure_trace import bound_trace
-from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
-from controller.protocol.taskspec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
+from controller.protocol.records.task_records import MAX_FAILURE_KIND_CHARS
+from controller.protocol.tasks.failure_trace import bound_trace
+from controller.protocol.tasks.spec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 
 POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000

@@ -36,8 +36,8 @@ from broker_sim.runners.procs import group_alive, spawn
 from broker_sim.runners.spark_driver import LAUNCH_FILE, STATUS_FILE
 from broker_sim.runners.spark_jobs import MAX_ERROR_CHARS, MAX_TRACE_CHARS, PipelineStartError
 from broker_sim.runners.spark_session import check_java
-from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
-from controller.protocol.taskspec import SparkPipeline
+from controller.protocol.records.task_records import MAX_FAILURE_KIND_CHARS
+from controller.protocol.tasks.spec import SparkPipeline
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controller.protocol.codecs import RunInterval
+from controller.protocol.records.task_records import RunInterval
 
 
 @dataclass(frozen=True)

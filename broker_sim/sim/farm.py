@@ -61,13 +61,14 @@ class _FarmServer:
     def __init__(self, args: argparse.Namespace) -> None:
         from broker_sim.sim.netproxy import NetProxy
         from broker_sim.worker import Worker
-        from controller.protocol.rules import protocols_for
+        from controller.protocol.group.rules import protocols_for
         from controller.zk.client import ZkSettings
 
         self.args = args
         self.settings = ZkSettings(hosts=args.zk, root=args.root, session_timeout_s=args.session_timeout)
         self.protocols = protocols_for(args.protocol)
         self.workers: dict[str, Worker] = {}
+        self.pauses: dict[str, threading.Event] = {}  # each worker's pause, given to it when built
         self.proxies: dict[str, NetProxy] = {}
         self.gone: list[Any] = []  # intervals of the brokers that left or were killed
         self.halts: Counter[str] = Counter()
@@ -127,9 +128,11 @@ class _FarmServer:
             intervals_flush_s=3600.0,
             on_halt="kill",
         )
-        w = Worker(cfg, runner=NoopRunner(a.start_latency, a.stop_latency)).start()
+        pause = threading.Event()
+        w = Worker(cfg, runner=NoopRunner(a.start_latency, a.stop_latency), pause=pause).start()
         with self.lock:
             self.workers[bid] = w
+            self.pauses[bid] = pause
 
     def _retire(self, bid: str) -> Any:
         with self.lock:
@@ -160,15 +163,15 @@ class _FarmServer:
 
     def partition(self, bid: str, seconds: float, freeze: bool = False) -> None:
         with self.lock:
-            w = self.workers[bid]
+            pause = self.pauses[bid]
         proxy = self.proxies[bid]
         if freeze:
-            w.frozen.set()
+            pause.set()
         proxy.partition()
         time.sleep(seconds)
         proxy.reset()
         proxy.heal()
-        w.frozen.clear()
+        pause.clear()
 
     def snapshot(self) -> dict[str, list[str]]:
         with self.lock:
@@ -199,7 +202,7 @@ class _FarmServer:
 def _serve(args: argparse.Namespace) -> None:
     import psutil
 
-    from controller.protocol import codecs
+    from controller.protocol.records import codecs
 
     logging_quiet()
     farm = _FarmServer(args)

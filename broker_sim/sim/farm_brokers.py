@@ -12,7 +12,7 @@ from typing import Any
 
 from broker_sim.sim.farm import Farm, FarmError, task_digest
 from broker_sim.sim.simulation_types import NotConverged, SimOptions
-from controller.protocol.codecs import RunInterval
+from controller.protocol.records.task_records import RunInterval
 
 
 class FarmBrokers:

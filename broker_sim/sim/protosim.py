@@ -21,10 +21,12 @@ from broker_sim.sim.protosim_faults import FaultInjector
 from broker_sim.sim.protosim_types import GROUP, SimConfig, SimNode, SimResult, Violation
 from broker_sim.worker.phases import IllegalTaskTransition, TaskPhase, stop_begun, stop_ended, transition
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
-from controller.protocol.group import GroupCoordinator
-from controller.protocol.group_state import GroupState
-from controller.protocol.group_types import (
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
+from controller.protocol.group.reports import ghost_reason
+from controller.protocol.group.rules import run_assignor
+from controller.protocol.group.state import GroupState
+from controller.protocol.group.vocabulary import (
     Decision,
     DeleteGenerationsBelow,
     GroupConfig,
@@ -33,9 +35,14 @@ from controller.protocol.group_types import (
     WriteGroupState,
     WriteJoinResult,
 )
-from controller.protocol.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
-from controller.protocol.reports import ghost_reason
-from controller.protocol.rules import run_assignor
+from controller.protocol.records.group_messages import (
+    Assignment,
+    GroupStateInfo,
+    JoinRequest,
+    JoinResult,
+    SyncProposal,
+    TaskDescriptor,
+)
 
 
 class ProtocolSim:

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from broker_sim.sim.protosim_types import SimNode, Violation
-from controller.protocol.codecs import GroupStateInfo, JoinRequest, TaskDescriptor
-from controller.protocol.group import GroupCoordinator
-from controller.protocol.group_state import GroupState
-from controller.protocol.group_types import WriteAssignments
-from controller.protocol.rules import RECONCILE
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.rules import RECONCILE
+from controller.protocol.group.state import GroupState
+from controller.protocol.group.vocabulary import WriteAssignments
+from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest, TaskDescriptor
 
 
 def stable_means_running(

@@ -25,8 +25,8 @@ from broker_sim.sim.injection import NotInjected
 from broker_sim.sim.protosim_types import SimConfig, SimNode
 from broker_sim.worker.phases import TaskPhase
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import JoinRequest, JoinResult, SyncProposal, TaskDescriptor
-from controller.protocol.rules import COOPERATIVE, RECONCILE
+from controller.protocol.group.rules import COOPERATIVE, RECONCILE
+from controller.protocol.records.group_messages import JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 
 FAULT_KINDS = (
     "crash",

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from broker_sim.sim.injection import Injection, judge
 from broker_sim.worker.phases import TaskPhase
-from controller.protocol.member import Member
-from controller.protocol.rules import COOPERATIVE, EAGER
+from controller.protocol.group.member import Member
+from controller.protocol.group.rules import COOPERATIVE, EAGER
 
 GROUP = "g"
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from broker_sim.sim.checker import double_ownership, downtime, moved_tasks
 from broker_sim.sim.simulation_types import NotConverged, SimSummary, StepResult
-from controller.protocol import codecs
+from controller.protocol.records import codecs
 
 if TYPE_CHECKING:
     from broker_sim.sim.simulator import Simulation

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from broker_sim.runners.noop import DEFAULT_PREPARE_SHARE
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
 from controller.protocol.errors import ZkcError
-from controller.protocol.roll import DEFAULT_WARMUP_S
-from controller.protocol.rules import COOPERATIVE, protocols_for
+from controller.protocol.group.rules import COOPERATIVE, protocols_for
 
 SCENARIOS = (
     "steady",

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -32,10 +33,10 @@ from broker_sim.sim.simulation_types import SCENARIOS, SimOptions, SimSummary, S
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import ensure_layout, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.codecs import RunInterval
-from controller.protocol.group_types import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records.task_records import RunInterval
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import ZooKeeperServer, free_port
 
@@ -56,6 +57,8 @@ class Simulation:
         self.root = opts.root or f"/sim-{os.getpid()}-{int(time.time() * 1000) % 10**8}"
         self.layout = ZkLayout(self.root)
         self.workers: dict[str, Worker] = {}
+        #: each in-process worker's pause (given to it when built): set, its threads make no progress
+        self.pauses: dict[str, threading.Event] = {}
         self.proxies: dict[str, NetProxy] = {}
         self.retired: list[Worker] = []
         self.controllers: list[Controller] = []
@@ -158,7 +161,8 @@ class Simulation:
             stop_latency_s=self.opts.stop_latency_s,
             prepare_share=self.opts.prepare_share,
         )
-        w = Worker(cfg, runner=runner).start()
+        self.pauses[bid] = threading.Event()
+        w = Worker(cfg, runner=runner, pause=self.pauses[bid]).start()
         self.workers[bid] = w
         return w
 
@@ -318,8 +322,8 @@ class Simulation:
         if self.farms is not None:
             self.farms.call(bid, "pause", seconds=seconds)
             return
-        w = self.workers[bid]
-        w.frozen.set()
+        pause = self.pauses[bid]
+        pause.set()
         proxy = self.proxies.get(bid)
         if proxy:
             proxy.partition()
@@ -327,7 +331,7 @@ class Simulation:
         if proxy:
             proxy.reset()
             proxy.heal()
-        w.frozen.clear()
+        pause.clear()
 
     def expire(self, bid: str) -> None:
         """Silence the broker's network past the session timeout: the session expires naturally."""

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError, RunInterval
 from controller.protocol.errors import ZkcError
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.task_records import RunInterval
 
 MAX_LABELLED_ROWS = 80
 
@@ -101,9 +102,13 @@ def plot_timeline(
     intervals: Sequence[RunInterval], out: str | Path, title: str | None = None, now: float | None = None
 ) -> TimelineSummary:
     """Draw the intervals to ``out`` (PNG, or any format matplotlib knows by the suffix)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    try:
+        import matplotlib
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ModuleNotFoundError:
+        raise TimelineError("plotting needs matplotlib: pip install 'zkcontroller[plot]'") from None
 
     if not intervals:
         raise TimelineError("no run intervals to plot")
@@ -118,8 +123,6 @@ def plot_timeline(
     fig = Figure(figsize=(12, min(40.0, max(2.5, 0.28 * len(tasks) + 1.6))), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    import matplotlib
-
     cmap = matplotlib.colormaps["tab10" if len(brokers) <= 10 else "tab20" if len(brokers) <= 20 else "turbo"]
     colour = {
         b: cmap(i % cmap.N) if len(brokers) <= 20 else cmap(i / max(1, len(brokers) - 1)) for i, b in enumerate(brokers)

@@ -16,7 +16,7 @@ from broker_sim.worker.deps import MemberRef
 from broker_sim.worker.events import Owned
 from broker_sim.worker.group_io import GroupIO
 from broker_sim.worker.slots import TaskTable
-from controller.protocol.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
+from controller.protocol.group.member import Exit, Member, ReadJoinResult, SetDesired, WriteJoin, WriteProposal
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ would see, a checkpoint's size, and a reset plan carried out on disk.
 
 Every path is reached through :class:`SafeDir` (no symbolic link followed below the checkpoint root or the
 sink directory, no special file read) and charged to the request's one :class:`Budget`. No ZooKeeper here:
-``checkpoint_ops`` decides what to read and what to change, ``controller.protocol.checkpoints`` (pure) parses
+``checkpoint_ops`` decides what to read and what to change, ``controller.protocol.tasks.checkpoints`` (pure) parses
 the bytes and plans resets, and this module is the file system between them."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import PurePosixPath
 from urllib.parse import unquote, urlparse
 
 from broker_sim.worker.safe_files import Budget, BudgetExceeded, SafeDir
-from controller.protocol import checkpoints as ck
-from controller.protocol.checkpoints import CheckpointError, CheckpointLogs, LogName
-from controller.protocol.storage import CheckpointSize
-from controller.protocol.taskspec import FilesSink, FilesSource, SparkPipeline
+from controller.protocol.tasks import checkpoints as ck
+from controller.protocol.tasks.checkpoints import CheckpointError, CheckpointLogs, LogName
+from controller.protocol.tasks.spec import FilesSink, FilesSource, SparkPipeline
+from controller.protocol.tasks.storage import CheckpointSize
 
 #: files listed in a source directory at most (pending files of ``offsets``, ``--to-latest``)
 MAX_LISTED = 100_000

@@ -2,7 +2,7 @@
 its size. Each call gets one :class:`Budget` (bytes, entries, time) that every file operation is charged to.
 
 The caller (``storage_service``) has checked the request against ZooKeeper (the task STOPPED at the version
-the operator checked, no owner); here only files. Parsing and plans are ``controller.protocol.checkpoints``."""
+the operator checked, no owner); here only files. Parsing and plans are ``controller.protocol.tasks.checkpoints``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from broker_sim.worker import checkpoint_files as files
 from broker_sim.worker.checkpoint_files import MAX_LISTED, local_path, read_file
 from broker_sim.worker.safe_files import Budget, SafeDir
-from controller.protocol import checkpoints as ck
-from controller.protocol.checkpoints import CheckpointError, CheckpointLogs
-from controller.protocol.layout import check_name
-from controller.protocol.storage import CheckpointSize, OffsetsView, ResetResult, SourceOffsets
-from controller.protocol.taskspec import SparkPipeline
+from controller.protocol.cluster.layout import check_name
+from controller.protocol.tasks import checkpoints as ck
+from controller.protocol.tasks.checkpoints import CheckpointError, CheckpointLogs
+from controller.protocol.tasks.spec import SparkPipeline
+from controller.protocol.tasks.storage import CheckpointSize, OffsetsView, ResetResult, SourceOffsets
 
 
 class CheckpointStore:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.protocol.layout import check_name
-from controller.protocol.rules import COOPERATIVE, EAGER
+from controller.protocol.cluster.layout import check_name
+from controller.protocol.group.rules import COOPERATIVE, EAGER
 from controller.zk.client import ZkSettings
 
 
@@ -35,7 +35,7 @@ class WorkerConfig:
     #: how a broker halts at its fence deadline: "exit" the process with ``EXIT_HALTED`` (a broker process,
     #: restarted by its supervisor) or "kill" this worker in-process (embedded workers: simulator, tests)
     on_halt: str = "exit"
-    #: this broker's checkpoint root, already decided and scoped (``controller.protocol.storage.checkpoint_root``):
+    #: this broker's checkpoint root, already decided and scoped (``controller.protocol.tasks.storage.checkpoint_root``):
     #: the storage requests of its tasks are carried out there; None: it answers none
     checkpoint_root: str | None = None
     #: where each pipeline's own log is written (``zkctl task logs``); None: no per-task logs

@@ -24,8 +24,9 @@ from broker_sim.worker.fence import Fence
 from broker_sim.worker.group_io import GroupIO
 from broker_sim.worker.registration import BrokerSession, Registration
 from broker_sim.worker.slots import TaskTable
-from broker_sim.worker.tasks import TaskSupervisor
-from controller.protocol.codecs import PayloadError, SessionState
+from broker_sim.worker.supervisor import TaskSupervisor
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.registration_records import SessionState
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A worker (broker): the kazoo layer around the sans-IO :class:`~controller.protocol.member.Member`.
+"""A worker (broker): the kazoo layer around the sans-IO :class:`~controller.protocol.group.member.Member`.
 
 Threads (all named after the broker): ``worker-<id>-events`` is the only one that drives the Member;
 kazoo callbacks only enqueue; ``worker-<id>-task_N`` pool threads start and stop tasks (blocking runner
@@ -58,18 +58,13 @@ from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Regi
 from broker_sim.worker.reporting import Reporter
 from broker_sim.worker.slots import TaskTable
 from broker_sim.worker.storage_service import StoragePart
-from broker_sim.worker.tasks import TaskSupervisor
+from broker_sim.worker.supervisor import TaskSupervisor
 from broker_sim.worker.warmup import WarmUp, announced
-from controller.protocol.codecs import (
-    BrokerInfo,
-    RunInterval,
-)
-from controller.protocol.layout import ZkLayout
-from controller.protocol.member import (
-    Member,
-    WorkerState,
-)
-from controller.protocol.rules import run_assignor
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.member import Member, WorkerState
+from controller.protocol.group.rules import run_assignor
+from controller.protocol.records.registration_records import BrokerInfo
+from controller.protocol.records.task_records import RunInterval
 from controller.zk.client import make_client
 from controller.zk.layout_io import ensure_layout
 
@@ -84,8 +79,14 @@ class Worker:
     """A broker: registers, joins its group through the Member state machine and runs what it is assigned."""
 
     def __init__(
-        self, config: WorkerConfig, runner: TaskRunner | None = None, client: KazooClient | None = None
+        self,
+        config: WorkerConfig,
+        runner: TaskRunner | None = None,
+        client: KazooClient | None = None,
+        pause: threading.Event | None = None,
     ) -> None:
+        """``pause``: while set, the worker's event loop and status thread make no progress (a stalled process,
+        as a failure-injection harness makes one); None in production."""
         self.config = config
         self.id = config.broker_id
         self.layout = ZkLayout(config.settings.root)
@@ -102,7 +103,7 @@ class Worker:
         self.leave_asked = False  # our own controlled shutdown (SIGTERM) was asked for: every session says so
         self.failed = threading.Event()  # cannot run at all (``failure`` says why): the process must exit
         self.failure: str | None = None
-        self.frozen = threading.Event()  # failure injection: the worker's threads stop making progress
+        self._pause = pause or threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=config.pool_size, thread_name_prefix=f"worker-{self.id}-task")
         # ---- the parts, and what they share (built once: no part is given the worker) ----
         self.session = BrokerSession(self.id)
@@ -385,7 +386,7 @@ class Worker:
     def _loop(self) -> None:
         while True:
             event = self.events.get()
-            while self.frozen.is_set() and not self.session.closing:
+            while self._pause.is_set() and not self.session.closing:
                 time.sleep(0.05)
             if isinstance(event, StopEvent):
                 return
@@ -499,7 +500,7 @@ class Worker:
         """Poll the runner (restart failed tasks with backoff), write changed statuses in batches, flush the
         run intervals."""
         while not self.stopped.wait(self.config.status_interval_s):
-            if self.frozen.is_set():
+            if self._pause.is_set():
                 continue
             try:
                 self.tasks.poll()

@@ -13,8 +13,8 @@ from kazoo.client import KazooClient
 
 from broker_sim.worker.registration import BrokerSession
 from broker_sim.worker.slots import TaskTable
-from controller.protocol.layout import ZkLayout
-from controller.protocol.member import Member
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.member import Member
 
 
 class MemberRef:

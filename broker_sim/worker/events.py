@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from controller.protocol.codecs import JoinRequest
+from controller.protocol.records.group_messages import JoinRequest
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,11 @@ from broker_sim.worker.events import (
     JoinResultEvent,
     ShutdownRequested,
 )
-from controller.protocol import codecs
-from controller.protocol.codecs import (
-    Assignment,
-    ControlledShutdownRequest,
-    GroupStateInfo,
-    JoinRequest,
-    JoinResult,
-    PayloadError,
-    SyncProposal,
-)
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.admin_records import ControlledShutdownRequest
+from controller.protocol.records.group_messages import Assignment, GroupStateInfo, JoinRequest, JoinResult, SyncProposal
+from controller.protocol.records.payload_validation import PayloadError
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,10 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 from broker_sim.worker.deps import WorkerDeps
 from broker_sim.worker.events import Owned, Released, Stopped
 from broker_sim.worker.slots import TaskSlot
-from controller.protocol import codecs
-from controller.protocol.codecs import JoinRequest, OwnerInfo, TaskStatus
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.group_messages import JoinRequest
+from controller.protocol.records.task_records import OwnerInfo, TaskStatus
 from controller.zk.io import exists_many
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,10 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from controller.protocol import codecs
-from controller.protocol.codecs import BrokerInfo, PayloadError, SessionInfo
 from controller.protocol.errors import ZkcError
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.registration_records import BrokerInfo, SessionInfo
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from kazoo.client import KazooClient
 
 from broker_sim.worker.registration import BrokerSession
 from broker_sim.worker.slots import TaskSlot, TaskTable
-from controller.protocol import codecs
-from controller.protocol.codecs import RunInterval, TaskStatus
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, task_records
+from controller.protocol.records.task_records import RunInterval, TaskStatus
 from controller.zk.io import FencedWriter
 
 MAX_INTERVALS_IN_ZK = 5000
@@ -95,7 +95,7 @@ class Reporter:
         if not recent or recent == self._flushed or not self.client.connected:
             return
         who = self.session.broker_id
-        data = codecs.encode(codecs.IntervalLog(broker=who, intervals=tuple(recent)))
+        data = codecs.encode(task_records.IntervalLog(broker=who, intervals=tuple(recent)))
         try:
             self.status_writer.upsert([(self.layout.broker_intervals(who), data)], self.known_status)
         except Exception:
@@ -138,7 +138,7 @@ class Reporter:
                             trace=s.trace,
                             failures=s.failures,
                             metrics=s.metrics,
-                            session=codecs.session_hex(session.session_id),
+                            session=task_records.session_hex(session.session_id),
                             revision=s.spec.revision if s.spec is not None else None,
                             last_failure=s.last_failure,
                         )
@@ -178,7 +178,7 @@ class Reporter:
                         trace=slot.trace,
                         failures=slot.failures,
                         metrics=slot.metrics,
-                        session=codecs.session_hex(session.session_id),
+                        session=task_records.session_hex(session.session_id),
                         revision=slot.spec.revision if slot.spec is not None else None,
                         last_failure=slot.last_failure,
                     )

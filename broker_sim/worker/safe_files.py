@@ -16,7 +16,7 @@ import stat
 import time
 from collections.abc import Iterator
 
-from controller.protocol.checkpoints import CheckpointError
+from controller.protocol.tasks.checkpoints import CheckpointError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

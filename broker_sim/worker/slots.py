@@ -19,14 +19,14 @@ from broker_sim.worker.phases import (
     stop_unconfirmed,
     transition,
 )
-from controller.protocol.failure_trace import bound_trace
-from controller.protocol.task_records import (
+from controller.protocol.records.task_records import (
     MAX_FAILURE_ERROR_CHARS,
     MAX_FAILURE_KIND_CHARS,
     MAX_FAILURE_RESTARTS,
     LastFailure,
 )
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.tasks.failure_trace import bound_trace
+from controller.protocol.tasks.spec import TaskSpec
 
 log = logging.getLogger(__name__)
 

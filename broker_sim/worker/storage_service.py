@@ -22,11 +22,12 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from broker_sim.worker.checkpoint_ops import CheckpointStore
 from broker_sim.worker.safe_files import MAX_REQUEST_S, Budget
 from broker_sim.worker.task_logs import TaskLogs
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
+from controller.protocol.cluster.layout import InvalidName, ZkLayout, check_name
 from controller.protocol.errors import ZkcError
-from controller.protocol.layout import InvalidName, ZkLayout, check_name
-from controller.protocol.storage import (
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import SparkPipeline, TaskSpec, decode_task
+from controller.protocol.tasks.storage import (
     MAX_RESULT_BYTES,
     StorageClaim,
     StorageMiss,
@@ -34,7 +35,6 @@ from controller.protocol.storage import (
     StorageResult,
     validate_request,
 )
-from controller.protocol.taskspec import SparkPipeline, TaskSpec, decode_task
 
 log = logging.getLogger(__name__)
 

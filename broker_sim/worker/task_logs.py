@@ -15,8 +15,8 @@ import threading
 import time
 
 from broker_sim.worker.safe_files import Budget, SafeDir
-from controller.protocol.layout import check_name
-from controller.protocol.storage import MAX_LOG_READ_BYTES, LogLines
+from controller.protocol.cluster.layout import check_name
+from controller.protocol.tasks.storage import MAX_LOG_READ_BYTES, LogLines
 
 #: a task's log file rotates past this size; one older file is kept
 MAX_LOG_FILE_BYTES = 1024 * 1024

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 
 from broker_sim.runners import TaskRunner
-from controller.protocol.codecs import Assignment
-from controller.protocol.layout import InvalidName, ZkLayout, check_name
-from controller.protocol.rules import RECONCILE
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import InvalidName, ZkLayout, check_name
+from controller.protocol.group.rules import RECONCILE
+from controller.protocol.records.group_messages import Assignment
+from controller.protocol.tasks.spec import decode_task
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ from controller.admin.offsets import OffsetAdmin
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
 from controller.admin.restarts import RestartAdmin
-from controller.admin.roll import RollAdmin
+from controller.admin.roll_requests import RollAdmin
 from controller.admin.task_apply import ApplyAdmin
 from controller.admin.task_history import HistoryAdmin
+from controller.admin.task_ops import TaskAdmin
 from controller.admin.task_stop import StopAdmin
 from controller.admin.task_wait import WaitAdmin
-from controller.admin.tasks import TaskAdmin
-from controller.protocol.layout import ZkLayout
-from controller.protocol.storage import ResetTarget
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.storage import ResetTarget
 
 
 class AdminClient:

@@ -24,11 +24,12 @@ from controller.admin.views import (
     unassigned_since,
 )
 from controller.admin.watch import ClusterWatch
-from controller.protocol import codecs
-from controller.protocol.codecs import MaintenanceInfo, PayloadError
-from controller.protocol.layout import ZkLayout
-from controller.protocol.summary import summary_age, trusted
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs, group_messages, registration_records, task_records
+from controller.protocol.records.admin_records import MaintenanceInfo
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
+from controller.protocol.tasks.summary import summary_age, trusted
 
 
 class ClusterAdmin:
@@ -63,9 +64,9 @@ class ClusterAdmin:
             )
         )
         brokers, groups = brokers or [], groups or []
-        controller, _ = decode_read(codecs.ControllerInfo, ctl_res, lay.controller)
+        controller, _ = decode_read(registration_records.ControllerInfo, ctl_res, lay.controller)
         maintenance, _ = (
-            decode_read(codecs.MaintenanceInfo, maint_res, lay.maintenance)
+            decode_read(admin_records.MaintenanceInfo, maint_res, lay.maintenance)
             if maint_res and maint_res[0]
             else (None, None)
         )
@@ -112,8 +113,8 @@ class ClusterAdmin:
             except PayloadError:
                 invalid += 1
                 spec = None
-            owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
-            status, _ = decode_read(codecs.TaskStatus, st, lay.status(t))
+            owner, _ = decode_read(task_records.OwnerInfo, o, lay.task_owner(t))
+            status, _ = decode_read(task_records.TaskStatus, st, lay.status(t))
             if owner is not None:
                 owned_by[owner.broker] += 1
             elif spec is not None:
@@ -159,15 +160,15 @@ class ClusterAdmin:
         )
 
     def _summary(
-        self, res: tuple[bytes, Any] | None, controller: codecs.ControllerInfo | None, epoch: int | None
-    ) -> tuple[codecs.ClusterSummary | None, str]:
+        self, res: tuple[bytes, Any] | None, controller: registration_records.ControllerInfo | None, epoch: int | None
+    ) -> tuple[admin_records.ClusterSummary | None, str]:
         """The controller's summary if it can stand for the full read, else why not."""
         if controller is None:
             return None, "no active controller"
         if res is None or not res[0]:
             return None, "the controller has written no summary yet"
         try:
-            summary = codecs.decode(codecs.ClusterSummary, res[0], self.layout.cluster_summary)
+            summary = codecs.decode(admin_records.ClusterSummary, res[0], self.layout.cluster_summary)
         except PayloadError as exc:
             return None, f"the summary is unreadable ({exc})"
         why = trusted(summary, epoch, time.time())
@@ -175,8 +176,8 @@ class ClusterAdmin:
 
     def _from_summary(
         self,
-        summary: codecs.ClusterSummary,
-        controller: codecs.ControllerInfo | None,
+        summary: admin_records.ClusterSummary,
+        controller: registration_records.ControllerInfo | None,
         epoch: int | None,
         maintenance: MaintenanceInfo | None,
         brokers: list[str] | None,
@@ -234,7 +235,7 @@ class ClusterAdmin:
         got, _ = self.reads.wave([lay.broker(b) for b in ids] + [lay.task_owner(t) for t in tasks])
         owned_by: Counter[str] = Counter()
         for t, o in zip(tasks, got[len(ids) :]):
-            owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
+            owner, _ = decode_read(task_records.OwnerInfo, o, lay.task_owner(t))
             if owner is not None:
                 owned_by[owner.broker] += 1
         shutting = set(shutdowns or ()) | self._leaving(ids, got[: len(ids)])
@@ -248,13 +249,15 @@ class ClusterAdmin:
         lay = self.layout
         members: list[tuple[str, str]] = []
         for b, res in zip(ids, registrations):
-            info, _ = decode_read(codecs.BrokerInfo, res, lay.broker(b)) if res is not None else (None, None)
+            info, _ = (
+                decode_read(registration_records.BrokerInfo, res, lay.broker(b)) if res is not None else (None, None)
+            )
             if info is not None:  # (its group decoded as a legal name)
                 members.append((b, lay.group_member(info.group, b)))
         got, _ = self.reads.wave([p for _, p in members])
         out = set()
         for (b, path), res in zip(members, got):
-            request, _ = decode_read(codecs.JoinRequest, res, path)
+            request, _ = decode_read(group_messages.JoinRequest, res, path)
             if request is not None and request.leaving:
                 out.add(b)
         return out
@@ -278,7 +281,7 @@ class ClusterAdmin:
         owns: dict[str, list[str]] = {}
         runnable: Counter[str] = Counter()
         for t, o, s in zip(tasks, got[:n], got[n : 2 * n]):
-            owner, _ = decode_read(codecs.OwnerInfo, o, lay.task_owner(t))
+            owner, _ = decode_read(task_records.OwnerInfo, o, lay.task_owner(t))
             if owner is not None:
                 owns.setdefault(owner.broker, []).append(t)
             if s is not None:
@@ -307,8 +310,10 @@ class ClusterAdmin:
             )
             members = []
             for m in names:
-                req, req_err = decode_read(codecs.JoinRequest, requests.get((g, m)), lay.group_member(g, m))
-                asg, asg_err = decode_read(codecs.Assignment, assignments.get((g, m)), lay.group_assignment(g, m))
+                req, req_err = decode_read(group_messages.JoinRequest, requests.get((g, m)), lay.group_member(g, m))
+                asg, asg_err = decode_read(
+                    group_messages.Assignment, assignments.get((g, m)), lay.group_assignment(g, m)
+                )
                 live_m = requests.get((g, m)) is not None
                 if (
                     not live_m
@@ -351,7 +356,7 @@ class ClusterAdmin:
         before = {s.group: s for s in self.reads.group_summaries(targets)}
         path = self.client.create(
             lay.admin_rebalance_request_prefix,
-            codecs.encode(codecs.RebalanceRequest(group=group, reason=reason, preferred=preferred)),
+            codecs.encode(admin_records.RebalanceRequest(group=group, reason=reason, preferred=preferred)),
             sequence=True,
             makepath=True,
         )
@@ -387,7 +392,7 @@ class ClusterAdmin:
             raise NotFound(f"unknown broker {broker_id!r} (live brokers: {', '.join(live) or 'none'})")
         path = lay.admin_controlled_shutdown_of(broker_id)
         already = file_request(
-            self.client, path, codecs.ControlledShutdownRequest(broker=broker_id, requested=time.time())
+            self.client, path, admin_records.ControlledShutdownRequest(broker=broker_id, requested=time.time())
         )
         done = None
         if wait > 0:

@@ -12,8 +12,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
-from controller.protocol import codecs
 from controller.protocol.errors import ZkcError
+from controller.protocol.records import codecs
 from controller.zk.layout_io import ensure_layout as ensure_layout  # part of the admin library
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.admin.common import AdminError
-from controller.protocol.taskspec import DeclarativePipeline
+from controller.protocol.tasks.spec import DeclarativePipeline
 
 DECLARATIVE_VALIDATOR = "broker_sim.runners.declarative.validate_declarative"
 

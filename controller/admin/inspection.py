@@ -12,10 +12,10 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from controller.admin.common import NotFound
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs, group_messages, registration_records, task_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
 
 
 def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str], Any] | None:
@@ -29,41 +29,41 @@ def payload_decoder(layout: ZkLayout, path: str) -> Callable[[bytes | None, str]
 
     match rel:
         case ["controller"]:
-            return of(codecs.ControllerInfo)
+            return of(registration_records.ControllerInfo)
         case ["controller_epoch"]:
             return codecs.decode_epoch
         case ["brokers", "ids", _]:
-            return of(codecs.BrokerInfo)
+            return of(registration_records.BrokerInfo)
         case ["layout"]:
-            return of(codecs.LayoutInfo)
+            return of(admin_records.LayoutInfo)
         case ["tasks", _, _]:
             return decode_task
         case ["tasks", _, _, "owner"]:
-            return of(codecs.OwnerInfo)
+            return of(task_records.OwnerInfo)
         case ["groups", _, "state"]:
-            return of(codecs.GroupStateInfo)
+            return of(group_messages.GroupStateInfo)
         case ["groups", _, "members", _]:
-            return of(codecs.JoinRequest)
+            return of(group_messages.JoinRequest)
         case ["groups", _, "join", _]:
-            return of(codecs.JoinResult)
+            return of(group_messages.JoinResult)
         case ["groups", _, "sync", _]:
-            return of(codecs.SyncProposal)
+            return of(group_messages.SyncProposal)
         case ["groups", _, "assignment", _]:
-            return of(codecs.Assignment)
+            return of(group_messages.Assignment)
         case ["status", _, _]:
-            return of(codecs.TaskStatus)
+            return of(task_records.TaskStatus)
         case ["intervals", _]:
-            return of(codecs.IntervalLog)
+            return of(task_records.IntervalLog)
         case ["admin", "rebalance", _]:
-            return of(codecs.RebalanceRequest)
+            return of(admin_records.RebalanceRequest)
         case ["admin", "controlled_shutdown", _]:
-            return of(codecs.ControlledShutdownRequest)
+            return of(admin_records.ControlledShutdownRequest)
         case ["admin", "reassign", _]:
-            return of(codecs.ReassignRequest)
+            return of(admin_records.ReassignRequest)
         case ["admin", "delete_tasks", _]:
-            return of(codecs.DeleteTaskRequest)
+            return of(admin_records.DeleteTaskRequest)
         case ["admin", "task_history", _]:
-            return of(codecs.TaskHistory)
+            return of(admin_records.TaskHistory)
     return None
 
 

@@ -20,9 +20,10 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from controller.protocol import codecs
-from controller.protocol.codecs import OwnerInfo, PayloadError, RunInterval
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.task_records import OwnerInfo, RunInterval
 
 
 def _got(async_result: Any) -> Any:

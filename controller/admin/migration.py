@@ -19,11 +19,12 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import InvalidName, ZkLayout, check_name
-from controller.zk.io import MAX_BYTES_PER_MULTI, WAIT_S, multi_children, multi_read
+from controller.protocol.cluster.layout import InvalidName, ZkLayout, check_name
+from controller.protocol.records import codecs, registration_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.zk.io import MAX_BYTES_PER_MULTI, WAIT_S
 from controller.zk.layout_io import LayoutError, create_buckets, flat_entries, read_layout_info, write_layout_info
+from controller.zk.multi_read import multi_children, multi_read
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ def _refuse_if_live(client: KazooClient, layout: ZkLayout) -> None:
     try:
         data, _ = client.get(layout.controller)
         try:
-            live.append(f"controller {codecs.decode(codecs.ControllerInfo, data, layout.controller).controller_id}")
+            live.append(
+                f"controller {codecs.decode(registration_records.ControllerInfo, data, layout.controller).controller_id}"
+            )
         except PayloadError:
             live.append("a controller")
     except NoNodeError:

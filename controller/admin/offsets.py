@@ -23,11 +23,12 @@ from controller.admin.common import AdminError, Conflict, NotFound, ensure_layou
 from controller.admin.reads import ClusterReads, decode_read
 from controller.admin.task_history import Recorder
 from controller.admin.task_stop import StopState
-from controller.protocol import codecs
-from controller.protocol.checkpoints import CheckpointError
-from controller.protocol.layout import ZkLayout, check_name
-from controller.protocol.payload_validation import PayloadError, coerce
-from controller.protocol.storage import (
+from controller.protocol.cluster.layout import ZkLayout, check_name
+from controller.protocol.records import codecs, registration_records, task_records
+from controller.protocol.records.payload_validation import PayloadError, coerce
+from controller.protocol.tasks.checkpoints import CheckpointError
+from controller.protocol.tasks.spec import SparkPipeline, TaskSpec
+from controller.protocol.tasks.storage import (
     MAX_TIMEOUT_S,
     CheckpointSize,
     LogLines,
@@ -41,7 +42,6 @@ from controller.protocol.storage import (
     StorageTimeout,
     addressed_broker,
 )
-from controller.protocol.taskspec import SparkPipeline, TaskSpec
 
 T = TypeVar("T")
 
@@ -100,7 +100,7 @@ class OffsetAdmin:
         got, _ = self.reads.wave(paths)
         out: dict[str, str | None] = {}
         for n, p, res in zip(names, paths, got, strict=True):
-            info, _err = decode_read(codecs.BrokerInfo, res, p)
+            info, _err = decode_read(registration_records.BrokerInfo, res, p)
             if info is not None:
                 out[n] = info.checkpoint_root
         return out
@@ -108,8 +108,8 @@ class OffsetAdmin:
     def _whom(self, task_id: str, live: dict[str, str | None]) -> str | None:
         owner_p, status_p = self.layout.task_owner(task_id), self.layout.status(task_id)
         got, _ = self.reads.wave([owner_p, status_p])
-        owner, _ = decode_read(codecs.OwnerInfo, got[0], owner_p)
-        status, _ = decode_read(codecs.TaskStatus, got[1], status_p)
+        owner, _ = decode_read(task_records.OwnerInfo, got[0], owner_p)
+        status, _ = decode_read(task_records.TaskStatus, got[1], status_p)
         serving = [b for b, root in live.items() if root is not None]
         return addressed_broker(owner.broker if owner else None, status.broker if status else None, serving)
 
@@ -261,7 +261,7 @@ class OffsetAdmin:
     def _rows_since_start(self, task_id: str) -> int | None:
         path = self.layout.status(task_id)
         got, _ = self.reads.wave([path])
-        status, _err = decode_read(codecs.TaskStatus, got[0], path)
+        status, _err = decode_read(task_records.TaskStatus, got[0], path)
         rows = status.metrics.get("rows") if status is not None else None
         return rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0 else None
 

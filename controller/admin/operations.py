@@ -15,10 +15,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from controller.admin.common import AdminError, NotFound
-from controller.protocol import codecs
-from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError
-from controller.protocol.layout import ZkLayout, check_name
-from controller.protocol.settings_rules import SETTING_RULES, SettingValueError, check_setting, read_settings
+from controller.protocol.cluster.layout import ZkLayout, check_name
+from controller.protocol.cluster.settings_rules import SETTING_RULES, SettingValueError, check_setting, read_settings
+from controller.protocol.records import codecs
+from controller.protocol.records.admin_records import ClusterSettings, MaintenanceInfo, MoveLimits
+from controller.protocol.records.payload_validation import PayloadError
 
 T = TypeVar("T")
 __all__ = ["SettingsAdmin", "SettingError", "SETTING_RULES", "StoredSettings"]

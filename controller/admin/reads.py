@@ -15,16 +15,16 @@ from kazoo.protocol.states import ZnodeStat
 
 from controller.admin.common import WAIT_S, AdminError, NotFound
 from controller.admin.views import BrokerView, GroupSummary
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import TaskSpec, decode_task
-from controller.zk.io import multi_read
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, group_messages, registration_records, task_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import TaskSpec, decode_task
 from controller.zk.layout_io import check_root, list_tasks
+from controller.zk.multi_read import multi_read
 
 T = TypeVar("T")
 
-# From this many znodes on, a read goes through multiRead (controller.zk.io.multi_read).
+# From this many znodes on, a read goes through multiRead (controller.zk.multi_read).
 MULTI_READ_FROM = 8
 # The stat of a znode we may not read: every field 0 (no time, no version).
 UNKNOWN_STAT = ZnodeStat(*([0] * len(ZnodeStat._fields)))
@@ -47,7 +47,7 @@ def broker_view(
     layout: ZkLayout, broker_id: str, res: tuple[bytes, ZnodeStat], tasks: int, shutting: bool
 ) -> BrokerView:
     """A broker's registration as shown: its epoch is the znode's czxid, a garbled payload an error."""
-    info, err = decode_read(codecs.BrokerInfo, res, layout.broker(broker_id))
+    info, err = decode_read(registration_records.BrokerInfo, res, layout.broker(broker_id))
     stat = res[1]
     if info is None:
         return BrokerView(
@@ -73,7 +73,7 @@ def broker_view(
 
 def group_summary(layout: ZkLayout, group: str, res: Read, live: list[str] | None) -> GroupSummary:
     """A group's state znode as shown, with the members that have a join request znode (``live``)."""
-    info, err = decode_read(codecs.GroupStateInfo, res, layout.group_state(group))
+    info, err = decode_read(group_messages.GroupStateInfo, res, layout.group_state(group))
     live_t = tuple(live or ())
     if info is None:
         return GroupSummary(group, None, live_members=live_t, error=err)
@@ -148,14 +148,14 @@ class ClusterReads:
         self.check_layout()
         return list_tasks(self.client, self.layout)
 
-    def owners(self, task_ids: Sequence[str]) -> dict[str, tuple[codecs.OwnerInfo | None, ZnodeStat]]:
+    def owners(self, task_ids: Sequence[str]) -> dict[str, tuple[task_records.OwnerInfo | None, ZnodeStat]]:
         """Each owned task's owner (None if garbled) and its owner znode's stat; unowned tasks are absent."""
         lay = self.layout
         got, _ = self.wave([lay.task_owner(t) for t in task_ids])
         out = {}
         for t, res in zip(task_ids, got):
             if res is not None:
-                info, _err = decode_read(codecs.OwnerInfo, res, lay.task_owner(t))
+                info, _err = decode_read(task_records.OwnerInfo, res, lay.task_owner(t))
                 out[t] = (info, res[1])
         return out
 

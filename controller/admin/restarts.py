@@ -13,9 +13,9 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from controller.admin.common import WAIT_S, AdminError
 from controller.admin.reads import ClusterReads
 from controller.admin.views import BulkRestart, SkippedRestart, TaskChange, TaskRow, restart_candidates
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
 from controller.zk.io import SetData, chunk_ops
 
 #: the task listing a bulk restart chooses from (``TaskAdmin.list_tasks``): what ``task list`` shows

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError
 
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.io import WAIT_S
 
 #: at most this many top-level znodes are looked into when naming the roots there

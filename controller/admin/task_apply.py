@@ -20,10 +20,10 @@ from kazoo.exceptions import BadVersionError, NoNodeError, RolledBackError
 from controller.admin.common import AdminError, Conflict, NotFound
 from controller.admin.reads import ClusterReads
 from controller.admin.views import CreateResult
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
-from controller.protocol.spec_changes import FieldChange, diff_specs
-from controller.protocol.taskspec import SpecError, TaskSpec, decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs, payload_validation
+from controller.protocol.tasks.spec import SpecError, TaskSpec, decode_task
+from controller.protocol.tasks.spec_changes import FieldChange, diff_specs
 
 
 class StaleVersion(Conflict):
@@ -143,7 +143,7 @@ class ApplyAdmin:
             raise NotFound(f"task {task_id!r}: spec version {to_version} is not kept (kept: {have})")
         try:
             old = decode_task(kept[to_version].spec.encode(), self.layout.task(task_id))
-        except codecs.PayloadError as exc:
+        except payload_validation.PayloadError as exc:
             raise AdminError(
                 f"task {task_id!r}: the kept spec version {to_version} is unreadable: {exc.reason}"
             ) from None
@@ -225,38 +225,38 @@ class ApplyAdmin:
                 raise AdminError(f"task {t!r}: the {action} failed: {type(failed[0]).__name__}")
         raise AdminError(f"task {t!r}: its spec kept changing during the {action}; nothing was changed, try again")
 
-    def _history(self, task_id: str) -> codecs.TaskHistory:
+    def _history(self, task_id: str) -> admin_records.TaskHistory:
         path = self.layout.task_history(task_id)
         try:
             data, _ = self.client.get(path)
         except NoNodeError:
-            return codecs.TaskHistory()
+            return admin_records.TaskHistory()
         try:
-            return codecs.decode(codecs.TaskHistory, data, path)
-        except codecs.PayloadError:
-            return codecs.TaskHistory()  # unreadable: replaced by the next record, as every history write does
+            return codecs.decode(admin_records.TaskHistory, data, path)
+        except payload_validation.PayloadError:
+            return admin_records.TaskHistory()  # unreadable: replaced by the next record, as every history write does
 
     def _recorded(
         self, task_id: str, old: TaskSpec, new: TaskSpec, item: ApplyItem, who: str, action: str
-    ) -> codecs.TaskHistory:
+    ) -> admin_records.TaskHistory:
         """The history with this change appended and both specs kept (bounded in count and bytes)."""
         hist = self._history(task_id)
         what = "; ".join(f"{c.path}: {c.old} -> {c.new}" for c in item.changes)
         if item.reset:
             what += "; checkpoint reset"
-        event = codecs.HistoryEvent(time.time(), action, what[:500], who[:200], old.revision, new.revision)
+        event = admin_records.HistoryEvent(time.time(), action, what[:500], who[:200], old.revision, new.revision)
         specs = [r for r in hist.specs if r.revision not in (old.revision, new.revision)]
         specs += [
-            codecs.SpecRevision(
+            admin_records.SpecRevision(
                 old.revision, _stored(old), next((r.at for r in hist.specs if r.revision == old.revision), 0.0)
             ),
-            codecs.SpecRevision(new.revision, _stored(new), event.at),
+            admin_records.SpecRevision(new.revision, _stored(new), event.at),
         ]
-        specs = sorted(specs, key=lambda r: r.revision)[-codecs.HISTORY_SPECS :]
-        while len(specs) > 2 and sum(len(r.spec) for r in specs) > codecs.HISTORY_SPEC_BYTES:
+        specs = sorted(specs, key=lambda r: r.revision)[-admin_records.HISTORY_SPECS :]
+        while len(specs) > 2 and sum(len(r.spec) for r in specs) > admin_records.HISTORY_SPEC_BYTES:
             specs = specs[1:]
-        events = (*hist.events, event)[-codecs.HISTORY_EVENTS :]
-        return codecs.TaskHistory(events, hist.resetting, tuple(specs))
+        events = (*hist.events, event)[-admin_records.HISTORY_EVENTS :]
+        return admin_records.TaskHistory(events, hist.resetting, tuple(specs))
 
 
 def _stored(spec: TaskSpec) -> str:

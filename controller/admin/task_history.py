@@ -18,8 +18,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 
 from controller.admin.common import AdminError, Conflict, ensure_layout
 from controller.admin.reads import ClusterReads, decode_read
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs
 
 
 class Recorder(Protocol):
@@ -57,27 +57,27 @@ class HistoryAdmin:
         self.layout = layout
         self.reads = reads
 
-    def history(self, task_id: str) -> codecs.TaskHistory:
+    def history(self, task_id: str) -> admin_records.TaskHistory:
         """The task's recorded stops and resets (empty when none)."""
         path = self.layout.task_history(task_id)
         got, _ = self.reads.wave([path])
-        hist, err = decode_read(codecs.TaskHistory, got[0], path)
+        hist, err = decode_read(admin_records.TaskHistory, got[0], path)
         if err:
             raise AdminError(f"task {task_id!r}: its history is unreadable: {err}")
-        return hist or codecs.TaskHistory()
+        return hist or admin_records.TaskHistory()
 
     def _history_op(
-        self, task_id: str, change: Callable[[codecs.TaskHistory], codecs.TaskHistory]
+        self, task_id: str, change: Callable[[admin_records.TaskHistory], admin_records.TaskHistory]
     ) -> tuple[str, bytes, int | None]:
         """The history znode's path, its new bytes, and the version to set (None: to create)."""
         path = self.layout.task_history(task_id)
         try:
             data, stat = self.client.get(path)
-            hist, err = decode_read(codecs.TaskHistory, (data, stat), path)
+            hist, err = decode_read(admin_records.TaskHistory, (data, stat), path)
             version: int | None = stat.version
         except NoNodeError:
             hist, err, version = None, None, None
-        new = change(hist or codecs.TaskHistory())  # an unreadable history is replaced, not kept
+        new = change(hist or admin_records.TaskHistory())  # an unreadable history is replaced, not kept
         if err:
             new = replace(new, events=new.events[-1:])
         return path, codecs.encode(new), version
@@ -113,8 +113,12 @@ class HistoryAdmin:
         got, _ = self.reads.wave([path, lay.admin_delete_task(task_id)])
         if got[1] is not None and verb != "delete":
             raise Conflict(f"task {task_id!r} is being deleted: {verb} refused")
-        hist, err = decode_read(codecs.TaskHistory, got[0], path) if got[0] is not None else (None, None)
-        if hist is not None and hist.resetting is not None and time.time() - hist.resetting < codecs.RESET_LEASE_S:
+        hist, err = decode_read(admin_records.TaskHistory, got[0], path) if got[0] is not None else (None, None)
+        if (
+            hist is not None
+            and hist.resetting is not None
+            and time.time() - hist.resetting < admin_records.RESET_LEASE_S
+        ):
             began = time.strftime("%H:%M:%S", time.localtime(hist.resetting))
             raise Conflict(
                 f"task {task_id!r}: a reset of its offsets began at {began} and has not finished: {verb} refused; "
@@ -124,7 +128,7 @@ class HistoryAdmin:
             ensure_layout(self.client, lay)
             if self.client.exists(lay.admin_task_history) is None:
                 return LifecycleLock(None)  # an old secured root: no history to hold (nor a reset to wait for)
-        new = _append(verb, detail, False)(hist or codecs.TaskHistory())
+        new = _append(verb, detail, False)(hist or admin_records.TaskHistory())
         if err:  # an unreadable history is replaced, not kept
             new = replace(new, events=new.events[-1:])
         return LifecycleLock(path, codecs.encode(new), None if got[0] is None else int(got[0][1].version))
@@ -169,9 +173,13 @@ class HistoryAdmin:
         raise AdminError(f"task {task_id!r}: its history kept changing; nothing was reset")
 
 
-def _append(action: str, detail: str, end_reset: bool) -> Callable[[codecs.TaskHistory], codecs.TaskHistory]:
-    def change(h: codecs.TaskHistory) -> codecs.TaskHistory:
-        events = (*h.events, codecs.HistoryEvent(time.time(), action, detail[:500]))[-codecs.HISTORY_EVENTS :]
+def _append(
+    action: str, detail: str, end_reset: bool
+) -> Callable[[admin_records.TaskHistory], admin_records.TaskHistory]:
+    def change(h: admin_records.TaskHistory) -> admin_records.TaskHistory:
+        events = (*h.events, admin_records.HistoryEvent(time.time(), action, detail[:500]))[
+            -admin_records.HISTORY_EVENTS :
+        ]
         return replace(h, events=events, resetting=None if end_reset else h.resetting)
 
     return change

@@ -14,9 +14,9 @@ from kazoo.exceptions import NoNodeError
 from controller.admin.common import AdminError, Conflict, NotFound, Progress, Watch, wait_watched
 from controller.admin.reads import ClusterReads, decode_read
 from controller.admin.task_history import LifecycleLock
-from controller.protocol import codecs
-from controller.protocol.layout import InvalidName, ZkLayout, check_name
-from controller.protocol.reports import ghost_reason
+from controller.protocol.cluster.layout import InvalidName, ZkLayout, check_name
+from controller.protocol.group.reports import ghost_reason
+from controller.protocol.records import group_messages, task_records
 from controller.zk.io import exists_many
 
 
@@ -130,7 +130,7 @@ class StopAdmin:
         if owner is not None:
             data = self._get(lay.task_owner(task_id))
             info, _ = decode_read(
-                codecs.OwnerInfo, (data, owner) if data is not None else None, lay.task_owner(task_id)
+                task_records.OwnerInfo, (data, owner) if data is not None else None, lay.task_owner(task_id)
             )
             return StopState(task_id, spec.state, False, f"its owner {info.broker if info else '?'} to let it go")
         if not self._live_members(g, watch):
@@ -141,7 +141,7 @@ class StopAdmin:
             return StopState(task_id, spec.state, False, f"group {g}'s coordinator to write its state")
         if state_stat.mzxid < spec_stat.mzxid:
             return StopState(task_id, spec.state, False, _COORDINATOR.format(group=g))
-        group_state, err = decode_read(codecs.GroupStateInfo, (data, state_stat), lay.group_state(g))
+        group_state, err = decode_read(group_messages.GroupStateInfo, (data, state_stat), lay.group_state(g))
         if group_state is None:
             return StopState(task_id, spec.state, False, f"group {g}'s state to be readable ({err})")
         if any(task_id in h.tasks for h in group_state.held):
@@ -152,7 +152,7 @@ class StopAdmin:
                 raw = self.client.get(path, watch=watch)
             except NoNodeError:
                 continue
-            a, err = decode_read(codecs.Assignment, raw, path)
+            a, err = decode_read(group_messages.Assignment, raw, path)
             if a is None:
                 return StopState(task_id, spec.state, False, f"{m}'s assignment to be readable ({err})")
             if task_id in a.assigned:

@@ -12,10 +12,10 @@ from kazoo.client import KazooClient
 from controller.admin.common import AdminError, Progress, Watch, wait_watched
 from controller.admin.reads import decode_read
 from controller.admin.task_stop import StopState
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout, check_name
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout, check_name
+from controller.protocol.records import task_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
 
 CONDITIONS = ("running", "stopped", "deleted")
 #: tasks one wait may name (each look reads three znodes of each)
@@ -104,10 +104,10 @@ class WaitAdmin:
             return f"a valid spec ({exc.reason})"
         if spec.state != "RUNNING":
             return f"a resume (the task is {spec.state})"
-        owner, _ = decode_read(codecs.OwnerInfo, owner_res, paths[1])
+        owner, _ = decode_read(task_records.OwnerInfo, owner_res, paths[1])
         if owner is None:
             return "an owner (no broker has taken it yet)"
-        status, err = decode_read(codecs.TaskStatus, status_res, paths[2])
+        status, err = decode_read(task_records.TaskStatus, status_res, paths[2])
         if status is None or status.broker != owner.broker:
             return f"{owner.broker} to report it ({err or 'no status yet'})"
         if status.state != "RUNNING":

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.admin.inspection import jsonable
-from controller.protocol import codecs
+from controller.protocol.records import admin_records, codecs, task_records
 
 
 def to_dict(value: Any) -> Any:
@@ -99,7 +99,7 @@ class TaskDescription:
     unassigned_since: float | None = None
     restart: RestartProgress | None = None
     checkpoint: Any = None  # a streaming spark task's checkpoint: path, exists, bytes, files (``CheckpointSize``)
-    history: tuple[codecs.HistoryEvent, ...] = ()  # its recorded changes, stops, resumes from STOPPED and resets
+    history: tuple[admin_records.HistoryEvent, ...] = ()  # its recorded changes, stops, resumes from STOPPED and resets
     zk_version: int | None = None  # the spec znode's version (any write of the spec bumps it)
     #: why it last failed, from its status: {"error", "kind", "trace", "at", "restarts"} (validated when decoded)
     last_failure: dict[str, Any] | None = None
@@ -237,7 +237,7 @@ _LIVE_STATES = frozenset({"RUNNING", "STARTING", "RESTARTING"})
 
 
 def stale_after(
-    status: codecs.TaskStatus | None, owner: codecs.OwnerInfo | None, owner_session: int | None = None
+    status: task_records.TaskStatus | None, owner: task_records.OwnerInfo | None, owner_session: int | None = None
 ) -> bool:
     """A status that says running, written by a session that does not hold the task: another broker, or an
     earlier life of the same broker (its session expired; the owner znode, if any, is a new session's).
@@ -247,7 +247,9 @@ def stale_after(
     if owner is None or owner.broker != status.broker:
         return True
     return (
-        status.session is not None and owner_session is not None and status.session != codecs.session_hex(owner_session)
+        status.session is not None
+        and owner_session is not None
+        and status.session != task_records.session_hex(owner_session)
     )
 
 
@@ -255,7 +257,11 @@ _FINAL = frozenset({"COMPLETED", "FAILED"})
 
 
 def unassigned_since(
-    spec_state: str | None, owned: bool, status: codecs.TaskStatus | None, created: float, status_written: float | None
+    spec_state: str | None,
+    owned: bool,
+    status: task_records.TaskStatus | None,
+    created: float,
+    status_written: float | None,
 ) -> float | None:
     """For a task that should run (not paused, not finished) and that nobody holds: since when. The later of
     its creation and its last status write; exact after a release (a release writes the last status in the
@@ -266,7 +272,7 @@ def unassigned_since(
     return max(created, status_written or 0.0)
 
 
-def shown_status(status: codecs.TaskStatus | None, stale: bool, unassigned: float | None) -> str | None:
+def shown_status(status: task_records.TaskStatus | None, stale: bool, unassigned: float | None) -> str | None:
     if unassigned is not None:
         return "UNASSIGNED"
     if stale:
@@ -274,7 +280,7 @@ def shown_status(status: codecs.TaskStatus | None, stale: bool, unassigned: floa
     return status.state if status else None
 
 
-def restart_progress(policy: Any, status: codecs.TaskStatus | None) -> RestartProgress:
+def restart_progress(policy: Any, status: task_records.TaskStatus | None) -> RestartProgress:
     """The policy (a spec's ``RestartPolicy``) with what the status says of the failures so far."""
     failures = status.failures if status is not None else 0
     state = status.state if status is not None else None

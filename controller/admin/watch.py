@@ -14,10 +14,10 @@ from kazoo.exceptions import NoNodeError
 from controller.admin.common import WAIT_S
 from controller.admin.reads import decode_read, group_summary
 from controller.admin.views import ClusterEvent, GroupSummary
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, group_messages, registration_records, task_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
 from controller.zk.layout_io import list_tasks
 
 
@@ -36,7 +36,7 @@ class ClusterWatch:
         self.groups: dict[str, GroupSummary] = {}
         self.tasks: dict[str, str | None] = {}  # task -> spec state (None: invalid spec)
         self.owners: dict[str, str | None] = {}  # task -> owning broker
-        self.maintenance: codecs.MaintenanceInfo | None = None
+        self.maintenance: admin_records.MaintenanceInfo | None = None
         self.started = False
 
     def _w(self, *key: str) -> Callable[[Any], None]:
@@ -140,7 +140,7 @@ class ClusterWatch:
     def _controller(self) -> list[ClusterEvent]:
         lay = self.layout
         (res,) = self._get_watched([(lay.controller, ("controller",))])
-        info, _ = decode_read(codecs.ControllerInfo, res, lay.controller)
+        info, _ = decode_read(registration_records.ControllerInfo, res, lay.controller)
         now = (info.controller_id, info.epoch) if info else None
         if now == self.controller:
             return []
@@ -172,7 +172,7 @@ class ClusterWatch:
         (res,) = self._get_watched([(lay.maintenance, ("maintenance",))])
         info = None
         if res is not None and res[0]:
-            info, _ = decode_read(codecs.MaintenanceInfo, res, lay.maintenance)
+            info, _ = decode_read(admin_records.MaintenanceInfo, res, lay.maintenance)
         on = info is not None and info.on
         before, self.maintenance = self.maintenance, info
         if (before is not None and before.on) == on or (before is None and not on):
@@ -211,7 +211,7 @@ class ClusterWatch:
                     del self.brokers[b]
                     events.append(self._ev("broker_left", b, f"broker {b} left"))
                 continue
-            info, _ = decode_read(codecs.BrokerInfo, res, lay.broker(b))
+            info, _ = decode_read(registration_records.BrokerInfo, res, lay.broker(b))
             epoch = res[1].czxid
             group = info.group if info else None
             if old is None:
@@ -245,7 +245,7 @@ class ClusterWatch:
         got = self._get_watched([(lay.group_state(g), ("group", g)) for g in which])
         events = []
         for g, res in zip(which, got):
-            info, err = decode_read(codecs.GroupStateInfo, res, lay.group_state(g))
+            info, err = decode_read(group_messages.GroupStateInfo, res, lay.group_state(g))
             now = group_summary(lay, g, res, None) if res is not None else GroupSummary(g, None, error=err)
             old = self.groups.get(g)
             self.groups[g] = now
@@ -324,7 +324,7 @@ class ClusterWatch:
         for t, res in zip(owners, got[len(specs) :]):
             if t not in self.tasks:
                 continue
-            info, _ = decode_read(codecs.OwnerInfo, res, lay.task_owner(t))
+            info, _ = decode_read(task_records.OwnerInfo, res, lay.task_owner(t))
             now = info.broker if info else None
             old = self.owners.get(t)
             self.owners[t] = now

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from controller.admin import AdminClient, to_dict
 from controller.admin.roots import missing_root_message
 from controller.api.errors import ApiError, error_response
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 
 API = "/api/v1"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})

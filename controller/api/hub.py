@@ -20,6 +20,7 @@ from typing import Any
 from controller.admin import to_dict
 from controller.admin.views import ClusterEvent
 from controller.admin.watch import ClusterWatch
+from controller.protocol.errors import ZkcError
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ WAKE = ("wake",)  # a key that only wakes the watch thread (a new stream waits f
 RETRY_S = 1.0  # after the watch fails (ZooKeeper away), wait this long before building it again
 
 
-class StreamsFull(Exception):
-    """The cap on open streams is reached."""
+class StreamsFull(ZkcError):
+    """The cap on open streams is reached: the client may retry later."""
+
+    status = 503
+    code = "too_many_streams"
 
 
 @dataclass(frozen=True)

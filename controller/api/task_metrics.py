@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from controller.admin.views import TaskPage
-from controller.protocol.pipeline_metrics import figures
+from controller.protocol.tasks.pipeline_metrics import figures
 
 log = logging.getLogger(__name__)
 

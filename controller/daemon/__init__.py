@@ -28,7 +28,7 @@ from controller.daemon.context import (
 )
 from controller.daemon.core import Controller, default_controller_id
 from controller.daemon.loading import ARM_WATCH_CHUNK, get_sequential
-from controller.daemon.tasks import DELETE_BATCH_TASKS, DELETE_LINGER_S
+from controller.daemon.task_watch import DELETE_BATCH_TASKS, DELETE_LINGER_S
 
 __all__ = [
     "Controller",

@@ -15,13 +15,11 @@ from controller.daemon.host import Host, Watcher, context_of, writer_of
 from controller.daemon.metrics import ControllerMetrics
 from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings
-from controller.protocol import codecs
-from controller.protocol.codecs import (
-    BrokerInfo,
-    ControlledShutdownRequest,
-    PayloadError,
-)
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.admin_records import ControlledShutdownRequest
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.registration_records import BrokerInfo
 from controller.zk.io import InterruptibleClient, exists_many, get_many
 
 log = logging.getLogger(__name__)

@@ -15,17 +15,13 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from controller.protocol.codecs import (
-    BrokerInfo,
-    ClusterSettings,
-    JoinRequest,
-    MaintenanceInfo,
-    TaskDescriptor,
-)
-from controller.protocol.group import GroupCoordinator
-from controller.protocol.group_types import GroupConfig
-from controller.protocol.readiness import broker_ready
-from controller.protocol.taskspec import TaskSpec
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.readiness import broker_ready
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records.admin_records import ClusterSettings, MaintenanceInfo
+from controller.protocol.records.group_messages import JoinRequest, TaskDescriptor
+from controller.protocol.records.registration_records import BrokerInfo
+from controller.protocol.tasks.spec import TaskSpec
 from controller.zk.client import ZkSettings
 
 TRANSIENT = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)

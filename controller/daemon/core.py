@@ -38,11 +38,11 @@ from controller.daemon.host import Watcher
 from controller.daemon.loading import FailoverLoad
 from controller.daemon.metrics import ControllerMetrics, MetricsServer
 from controller.daemon.operations import OperatorSettings
-from controller.daemon.roll import RollDriver
+from controller.daemon.roll_driver import RollDriver
 from controller.daemon.summary import SummaryWriter
-from controller.daemon.tasks import TaskTracker
+from controller.daemon.task_watch import TaskTracker
 from controller.protocol.clock import Clock, SystemClock
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.candidates import Candidacy
 from controller.zk.client import make_client
 from controller.zk.io import Fenced, FencedWriter, InterruptibleClient, WriteFailed
@@ -95,7 +95,15 @@ class _Timer(threading.Thread):
 class Controller:
     """A controller candidate; the one that wins ``/controller`` is active."""
 
-    def __init__(self, config: ControllerConfig, client: KazooClient | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        client: KazooClient | None = None,
+        clock: Clock | None = None,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        """``before_write`` runs on the event thread before each fenced write (where a failure-injection
+        harness freezes a controller mid-event); None in production."""
         self.config = config
         self.id = config.controller_id
         self.layout = ZkLayout(config.settings.root)
@@ -122,7 +130,7 @@ class Controller:
         self.held: list[Any] = []
         self.stopping = False
         self.metrics_server: MetricsServer | None = None
-        self.before_write: Callable[[], None] | None = None  # test hook: an injected stall
+        self._before_write = before_write
         self.fenced_writes = 0
         self.became_active_at: float | None = None
         # the parts, each given what it needs and this controller as its ``Host``
@@ -204,8 +212,8 @@ class Controller:
         return self.active and token == self.token
 
     def write(self, fn: Callable[[], T]) -> T:
-        if self.before_write is not None:
-            self.before_write()
+        if self._before_write is not None:
+            self._before_write()
         return fn()
 
     def apply(self, group: str, decisions: list[Any]) -> None:

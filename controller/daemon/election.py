@@ -21,12 +21,10 @@ from controller.daemon import events as ev
 from controller.daemon.context import TRANSIENT
 from controller.daemon.events import ControllerEvent
 from controller.daemon.host import Watcher
-from controller.protocol import codecs
-from controller.protocol.codecs import (
-    ControllerInfo,
-    PayloadError,
-)
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.registration_records import ControllerInfo
 from controller.zk.io import InterruptibleClient
 
 log = logging.getLogger(__name__)

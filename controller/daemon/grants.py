@@ -16,9 +16,9 @@ from typing import Any
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from controller.daemon.host import Host
-from controller.protocol.acl import AclPolicy, grants_needed
-from controller.protocol.group_types import WriteAssignments
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.acl import AclPolicy, grants_needed
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import WriteAssignments
 from controller.zk.io import InterruptibleClient
 from controller.zk.security import acl_for
 

@@ -21,16 +21,13 @@ from controller.daemon.host import Host, Watcher, context_of
 from controller.daemon.metrics import ControllerMetrics
 from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings
-from controller.protocol import codecs
 from controller.protocol.clock import Clock
-from controller.protocol.codecs import (
-    Assignment,
-    GroupStateInfo,
-    JoinRequest,
-    PayloadError,
-)
-from controller.protocol.group import GroupCoordinator
-from controller.protocol.group_types import (
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.readiness import placeable
+from controller.protocol.group.reports import ghost_reason, request_problem
+from controller.protocol.group.rules import RECONCILE
+from controller.protocol.group.vocabulary import (
     DeleteGenerationsBelow,
     GroupConfig,
     WatchMoves,
@@ -39,12 +36,12 @@ from controller.protocol.group_types import (
     WriteGroupState,
     WriteJoinResult,
 )
-from controller.protocol.layout import ZkLayout
-from controller.protocol.readiness import placeable
-from controller.protocol.reports import ghost_reason, request_problem
-from controller.protocol.rules import RECONCILE
+from controller.protocol.records import codecs, group_messages
+from controller.protocol.records.group_messages import Assignment, GroupStateInfo, JoinRequest
+from controller.protocol.records.payload_validation import PayloadError
 from controller.zk import io as zkio
-from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many, multi_read
+from controller.zk.io import FencedWriter, InterruptibleClient, WriteFailed, children_many, get_many
+from controller.zk.multi_read import multi_read
 
 log = logging.getLogger(__name__)
 
@@ -515,7 +512,7 @@ class GroupDriver:
             self._watch_sync(group, generation)
             return
         try:
-            proposal = codecs.decode(codecs.SyncProposal, data, path)
+            proposal = codecs.decode(group_messages.SyncProposal, data, path)
         except PayloadError as exc:
             log.warning("group %s: unreadable proposal; waiting for a rewrite or the sync timeout: %s", group, exc)
             return

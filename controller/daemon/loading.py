@@ -31,24 +31,15 @@ from controller.daemon.host import Host
 from controller.daemon.metrics import ControllerMetrics
 from controller.daemon.names import legal_children
 from controller.daemon.operations import OperatorSettings, SettingsRead
-from controller.daemon.tasks import TaskTracker, record_task
-from controller.protocol import codecs
-from controller.protocol.codecs import (
-    Assignment,
-    GroupStateInfo,
-    PayloadError,
-)
-from controller.protocol.layout import ZkLayout
-from controller.protocol.readiness import placeable
-from controller.zk.io import (
-    InterruptibleClient,
-    children_many,
-    exists_many,
-    get_many,
-    multi_children,
-    multi_read,
-)
+from controller.daemon.task_watch import TaskTracker, record_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.readiness import placeable
+from controller.protocol.records import codecs
+from controller.protocol.records.group_messages import Assignment, GroupStateInfo
+from controller.protocol.records.payload_validation import PayloadError
+from controller.zk.io import InterruptibleClient, children_many, exists_many, get_many
 from controller.zk.layout_io import list_task_paths
+from controller.zk.multi_read import multi_children, multi_read
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from functools import partial
 from kazoo.exceptions import KazooException
 
 from controller.daemon.host import Host
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.io import WriteFailed
 
 log = logging.getLogger(__name__)

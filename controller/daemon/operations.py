@@ -17,13 +17,15 @@ from controller.daemon import events as ev
 from controller.daemon.context import ControllerContext
 from controller.daemon.host import Host, Watcher, context_of, writer_of
 from controller.daemon.metrics import ControllerMetrics
-from controller.protocol import codecs
 from controller.protocol.clock import Clock
-from controller.protocol.codecs import ClusterSettings, MaintenanceInfo, MoveLimits, PayloadError, TaskStatus
-from controller.protocol.group import GroupCoordinator
-from controller.protocol.layout import ZkLayout
-from controller.protocol.settings_rules import read_settings
-from controller.protocol.throttle import combine
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.cluster.settings_rules import read_settings
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.throttle import combine
+from controller.protocol.records import codecs
+from controller.protocol.records.admin_records import ClusterSettings, MaintenanceInfo, MoveLimits
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.task_records import TaskStatus
 from controller.zk.io import InterruptibleClient, WriteFailed, get_many
 
 log = logging.getLogger(__name__)

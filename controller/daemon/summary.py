@@ -11,10 +11,10 @@ from kazoo.exceptions import ConnectionLoss, NoAuthError, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from controller.daemon.host import Host, context_of, writer_of
-from controller.protocol import codecs
 from controller.protocol.clock import Clock
-from controller.protocol.layout import ZkLayout
-from controller.protocol.summary import REFRESH_S, SummaryPlan, summarize
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.tasks.summary import REFRESH_S, SummaryPlan, summarize
 from controller.zk.io import WriteFailed
 
 log = logging.getLogger(__name__)

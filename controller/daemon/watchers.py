@@ -12,7 +12,7 @@ from typing import Any
 from kazoo.protocol.states import EventType
 
 from controller.daemon import events as ev
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 
 Put = Callable[[Any], None]
 

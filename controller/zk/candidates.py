@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
+from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.errors import ZkcError
-from controller.protocol.layout import ZkLayout
-from controller.protocol.registrations import CandidateInfo
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.registration_records import CandidateInfo
 from controller.zk.io import WAIT_S
 
 log = logging.getLogger(__name__)

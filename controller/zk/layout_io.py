@@ -20,11 +20,21 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
-from controller.protocol import codecs
-from controller.protocol.codecs import LayoutInfo, PayloadError
+from controller.protocol.cluster.layout import (
+    BUCKETS,
+    LAYOUT_VERSION,
+    InvalidName,
+    ZkLayout,
+    bucket_of,
+    check_name,
+    is_bucket,
+)
 from controller.protocol.errors import ZkcError
-from controller.protocol.layout import BUCKETS, LAYOUT_VERSION, InvalidName, ZkLayout, bucket_of, check_name, is_bucket
-from controller.zk.io import WAIT_S, children_many, multi_children
+from controller.protocol.records import codecs
+from controller.protocol.records.admin_records import LayoutInfo
+from controller.protocol.records.payload_validation import PayloadError
+from controller.zk.io import WAIT_S, children_many
+from controller.zk.multi_read import multi_children
 
 log = logging.getLogger(__name__)
 

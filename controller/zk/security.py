@@ -54,7 +54,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.serialization import Auth, Create, Create2, Transaction
 from kazoo.security import ACL, Id
 
-from controller.protocol.acl import (
+from controller.protocol.cluster.acl import (
     NAMED_BY_OWNER,
     PER_BROKER,
     ROLES,
@@ -66,8 +66,8 @@ from controller.protocol.acl import (
     digest_id,
     parse_credential,
 )
-from controller.protocol.codecs import encode_epoch
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records.codecs import encode_epoch
 from controller.zk.layout_io import check_root, create_buckets, write_layout_info
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster, wait_until
 from tests.browser_support import chromium, missing, quit_browser
 
@@ -147,9 +147,10 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
     Content-Security-Policy refuses inline script even where the page itself would insert it."""
     import time
 
-    from controller.protocol import codecs
-    from controller.protocol.codecs import GroupStateInfo, MaintenanceInfo, OwnerInfo, TaskStatus
-    from controller.protocol.task_records import LastFailure
+    from controller.protocol.records import codecs, task_records
+    from controller.protocol.records.admin_records import MaintenanceInfo
+    from controller.protocol.records.group_messages import GroupStateInfo
+    from controller.protocol.records.task_records import LastFailure, OwnerInfo, TaskStatus
 
     root = f"/xss-{uuid.uuid4().hex[:10]}"
     env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp_path / "state")}
@@ -168,7 +169,7 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
             ).status
             == 201
         )
-        session = codecs.session_hex(zk.client_id[0])
+        session = task_records.session_hex(zk.client_id[0])
         zk.create(
             layout.task_owner("x-1"), codecs.encode(OwnerInfo(broker=XSS, generation=1)), ephemeral=True, makepath=True
         )

@@ -36,9 +36,9 @@ from broker_sim.deploy.container_chaos import (
 from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.sim.injection import FaultRefused
 from controller.admin import AdminClient
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, registration_records, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
 from tests.api_support import REPO, os_environ_without_auth, wait_until
@@ -350,7 +350,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
         client.containers.get(f"{project}_{victim}_1").kill()  # docker kill
         for t in tasks:
             generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50, start_id=records // 2))
-        ctl = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+        ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
         client.containers.get(f"{project}_{ctl.controller_id}_1").kill()  # docker kill: stays down; ctl-b takes over
         wait_until(
             lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks),
@@ -360,7 +360,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
         for t in tasks:
             ids = _ids(data, t)
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
-        new_ctl = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+        new_ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
         assert new_ctl.epoch > ctl.epoch
     except BaseException:
         print(_cluster_report(client, f"com.docker.compose.project={project}"))
@@ -566,7 +566,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         counts: Counter[str] = Counter()
         for t in tasks:
             if zk.exists(ZkLayout("/roll").task_owner(t)):
-                counts[codecs.decode(codecs.OwnerInfo, zk.get(ZkLayout("/roll").task_owner(t))[0]).broker] += 1
+                counts[codecs.decode(task_records.OwnerInfo, zk.get(ZkLayout("/roll").task_owner(t))[0]).broker] += 1
         fair = -(-len(tasks) // len(info.brokers))
         surplus = sum(max(0, counts[b] - fair) for b in info.brokers)
         p = zkctl_command(

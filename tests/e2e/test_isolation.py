@@ -28,8 +28,8 @@ from broker_sim.runners.spark_jobs import PipelineStartError
 from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.worker.deadline import EXIT_HALTED
 from controller.admin import AdminClient
-from controller.protocol import codecs
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.records import codecs, group_messages, task_records
+from controller.protocol.tasks.spec import parse_spec
 from tests.broker_processes import BrokerProcess, controller  # noqa: F401  (a fixture)
 from tests.broker_processes import owners as read_owners
 from tests.e2e.test_hard_fence_spark import _lease, _spark_args
@@ -58,17 +58,17 @@ def spark_env(cli_env):
     return cli_env
 
 
-def _status(zk, layout, t: str) -> codecs.TaskStatus | None:
+def _status(zk, layout, t: str) -> task_records.TaskStatus | None:
     try:
         data, _ = zk.get(layout.status(t))
     except Exception:
         return None
-    return codecs.decode(codecs.TaskStatus, data)
+    return codecs.decode(task_records.TaskStatus, data)
 
 
 def _generation(zk, layout, group: str = "default") -> int:
     data, _ = zk.get(layout.group_state(group))
-    return codecs.decode(codecs.GroupStateInfo, data).generation
+    return codecs.decode(group_messages.GroupStateInfo, data).generation
 
 
 def _group_members(pgid: int) -> list[str]:
@@ -88,7 +88,7 @@ def _group_runs(pgid: int) -> bool:
     return bool(_group_members(pgid))
 
 
-def _intervals(zk, layout, t: str) -> list[codecs.RunInterval]:
+def _intervals(zk, layout, t: str) -> list[task_records.RunInterval]:
     return [i for i in AdminClient(zk, layout).intervals() if i.task_id == t]
 
 

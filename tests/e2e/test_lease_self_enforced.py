@@ -28,7 +28,7 @@ from broker_sim.runners.lease import read_lease
 from broker_sim.runners.spark import SparkRunner, checkpoint_location
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.tasks.spec import parse_spec
 from tests.broker_processes import BrokerProcess, controller  # noqa: F401  (a fixture)
 from tests.broker_processes import owners as read_owners
 from tests.e2e.test_hard_fence_spark import _spark_args

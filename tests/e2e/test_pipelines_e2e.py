@@ -37,11 +37,10 @@ from kazoo.exceptions import NoNodeError
 from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.datagen import Datagen, DatagenConfig, generate
 from controller.admin import AdminClient
-from controller.protocol import codecs
-from controller.protocol.codecs import RunInterval, TaskStatus
-from controller.protocol.layout import ZkLayout
-from controller.protocol.task_records import MAX_FAILURE_TRACE_CHARS
-from controller.protocol.taskspec import DeclarativePipeline, TaskSpec, parse_spec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, task_records
+from controller.protocol.records.task_records import MAX_FAILURE_TRACE_CHARS, RunInterval, TaskStatus
+from controller.protocol.tasks.spec import DeclarativePipeline, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 from tests.cli_support import ok
@@ -122,7 +121,7 @@ class Cluster:
             data, _ = self.zk.get(self.layout.task_owner(t))
         except NoNodeError:
             return None
-        return codecs.decode(codecs.OwnerInfo, data).broker
+        return codecs.decode(task_records.OwnerInfo, data).broker
 
     def status(self, t: str) -> TaskStatus | None:
         try:

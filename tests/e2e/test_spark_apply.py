@@ -21,9 +21,9 @@ from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, Conflict
 from controller.admin.task_apply import StaleVersion
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, group_messages, task_records
+from controller.protocol.tasks.spec import parse_spec
 from tests.spark_support import (  # noqa: F401 (fixtures)
     TEST_CONF,
     TEST_MASTER,
@@ -84,8 +84,8 @@ def ids(spark: Any, out: Path) -> Counter[int]:  # noqa: F811
 def placement(zk, layout, task_id: str) -> tuple[int, int, str]:
     """The owner znode's creation zxid, the group's generation, and the owner."""
     data, stat = zk.get(layout.task_owner(task_id))
-    state = codecs.decode(codecs.GroupStateInfo, zk.get(layout.group_state("default"))[0])
-    return stat.czxid, state.generation, codecs.decode(codecs.OwnerInfo, data).broker
+    state = codecs.decode(group_messages.GroupStateInfo, zk.get(layout.group_state("default"))[0])
+    return stat.czxid, state.generation, codecs.decode(task_records.OwnerInfo, data).broker
 
 
 def test_apply_a_new_column_in_place_exactly_once(cluster, zk, layout, spark: Any, tmp_path: Path) -> None:  # noqa: F811

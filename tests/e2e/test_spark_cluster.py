@@ -18,7 +18,7 @@ import pytest
 from broker_sim.runners.base import RunState
 from broker_sim.runners.spark import SparkRunner
 from broker_sim.sim.datagen import Datagen, DatagenConfig
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.tasks.spec import parse_spec
 from tests.spark_support import (  # noqa: F401 (fixtures)
     files_task,
     run_task_in_child,

@@ -21,8 +21,8 @@ from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.tasks.spec import parse_spec
 from tests.spark_support import (  # noqa: F401 (fixtures)
     TEST_CONF,
     TEST_MASTER,

@@ -23,7 +23,7 @@ from broker_sim.runners.spark_jobs import ENGINE_WAITING
 from broker_sim.sim.checker import double_ownership
 from broker_sim.sim.datagen import Datagen, DatagenConfig
 from controller.admin import AdminClient
-from controller.protocol import codecs
+from controller.protocol.records import codecs, task_records
 from controller.zk.server import ZooKeeperServer, free_port
 from tests.spark_brokers import Root, controlled_root, start_spark_broker, stop_brokers
 from tests.spark_support import TEST_JVM_OPTS, require_spark, wait_for
@@ -52,7 +52,7 @@ def _commits(sink: Path) -> list[tuple[int, float]]:
 def _waits_for_engine(root: Root, task: str) -> bool:
     """The task's status: RUNNING on its broker b1, saying it waits for the engine (no executor)."""
     data, _ = root.zk.get(root.layout.status(task))
-    st = codecs.decode(codecs.TaskStatus, data, root.layout.status(task))
+    st = codecs.decode(task_records.TaskStatus, data, root.layout.status(task))
     return st.state == "RUNNING" and st.broker == "b1" and (st.metrics or {}).get("engine") == ENGINE_WAITING
 
 

@@ -15,7 +15,7 @@ import pytest
 from broker_sim.runners.base import RunState
 from broker_sim.runners.spark import PipelineStartError, SparkRunner
 from broker_sim.sim.datagen import DatagenConfig, generate
-from controller.protocol.taskspec import TaskSpec, parse_spec
+from controller.protocol.tasks.spec import TaskSpec, parse_spec
 from tests.spark_support import files_task, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow

@@ -29,10 +29,11 @@ from kazoo.exceptions import NoNodeError
 
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
-from controller.protocol import codecs
-from controller.protocol.codecs import BrokerInfo, SessionState, TaskStatus
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.registration_records import BrokerInfo, SessionState
+from controller.protocol.records.task_records import TaskStatus
+from controller.protocol.tasks.spec import parse_spec
 from tests.spark_brokers import WORKER_SPARK, controlled_root, start_spark_broker, stop_brokers
 from tests.spark_support import REPO, files_task, free_port, require_spark, wait_for
 

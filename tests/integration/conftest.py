@@ -12,8 +12,8 @@ from kazoo.client import KazooClient
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
 from controller.zk.client import ZkSettings
 from tests.cli_support import until
 

@@ -13,10 +13,10 @@ from collections import Counter
 import pytest
 
 from controller.admin import AdminClient, AdminError
-from controller.protocol import codecs
-from controller.protocol.taskspec import SpecError, parse_spec
-from controller.zk.io import delete_tree
+from controller.protocol.records import admin_records, codecs, registration_records, task_records
+from controller.protocol.tasks.spec import SpecError, parse_spec
 from controller.zk.layout_io import list_tasks
+from controller.zk.subtrees import delete_tree
 
 
 class CountingClient:
@@ -71,7 +71,8 @@ def test_create_writes_all_specs_in_one_multi_and_refuses_existing_ids(zk, layou
 
 def test_create_removes_a_stale_status_of_a_reused_id(zk, layout):
     zk.create(
-        layout.status("old"), codecs.encode(codecs.TaskStatus(broker="b", state="FAILED", generation=1, updated=0.0))
+        layout.status("old"),
+        codecs.encode(task_records.TaskStatus(broker="b", state="FAILED", generation=1, updated=0.0)),
     )
     AdminClient(zk, layout).create_tasks(specs("old"))
     assert zk.exists(layout.status("old")) is None
@@ -149,14 +150,14 @@ def test_admin_requests_are_written_under_admin(zk, layout):
     r1 = admin.rebalance("g")
     r2 = admin.rebalance()
     assert r1.path.startswith(layout.admin_rebalance_request_prefix) and r1.path != r2.path
-    assert codecs.decode(codecs.RebalanceRequest, zk.get(r1.path)[0]).group == "g"
+    assert codecs.decode(admin_records.RebalanceRequest, zk.get(r1.path)[0]).group == "g"
     with pytest.raises(AdminError, match=r"unknown group 'h' \(groups: g\)"):
         admin.rebalance("h")
     with pytest.raises(AdminError, match="unknown broker 'b9'"):
         admin.shutdown_broker("b9")
     zk.create(
         layout.broker("b1"),
-        codecs.encode(codecs.BrokerInfo(broker_id="b1", host="h", pid=1, group="other")),
+        codecs.encode(registration_records.BrokerInfo(broker_id="b1", host="h", pid=1, group="other")),
         ephemeral=True,
     )
     admin.create_tasks(specs("t2"))
@@ -165,7 +166,7 @@ def test_admin_requests_are_written_under_admin(zk, layout):
     with pytest.raises(AdminError, match="broker 'b2' is not live"):
         admin.reassign("t2", "b2")
     req = admin.shutdown_broker("b1")
-    assert codecs.decode(codecs.ControlledShutdownRequest, zk.get(req.path)[0]).broker == "b1"
+    assert codecs.decode(admin_records.ControlledShutdownRequest, zk.get(req.path)[0]).broker == "b1"
     assert [b.broker_id for b in admin.brokers()] == ["b1"] and admin.brokers()[0].shutting_down
     assert admin.brokers()[0].epoch == zk.exists(layout.broker("b1")).czxid
 
@@ -181,7 +182,9 @@ def test_watch_yields_events_from_zookeeper_watches(zk, layout):
     def act():
         admin.create_tasks(specs("t1"))
         time.sleep(0.2)
-        zk.create(layout.task_owner("t1"), codecs.encode(codecs.OwnerInfo(broker="b7", generation=3)), ephemeral=True)
+        zk.create(
+            layout.task_owner("t1"), codecs.encode(task_records.OwnerInfo(broker="b7", generation=3)), ephemeral=True
+        )
         time.sleep(0.2)
         admin.pause("t0")
         time.sleep(0.2)
@@ -205,7 +208,7 @@ def test_watch_yields_events_from_zookeeper_watches(zk, layout):
 
 
 def test_watch_on_an_empty_root_writes_nothing_and_sees_the_cluster_appear(zk, zk_settings):
-    from controller.protocol.layout import ZkLayout
+    from controller.protocol.cluster.layout import ZkLayout
 
     fresh = ZkLayout(zk_settings.root + "-fresh")
     admin = AdminClient(zk, fresh)
@@ -214,7 +217,9 @@ def test_watch_on_an_empty_root_writes_nothing_and_sees_the_cluster_appear(zk, z
     assert zk.exists(fresh.root) is None  # a read command creates nothing
     try:
         admin.create_tasks(specs("t1"))  # lays out the root, then creates the task
-        zk.create(fresh.controller, codecs.encode(codecs.ControllerInfo("c1", 1, "h", 0.0)), ephemeral=True)
+        zk.create(
+            fresh.controller, codecs.encode(registration_records.ControllerInfo("c1", 1, "h", 0.0)), ephemeral=True
+        )
         assert sorted((e.kind, e.subject) for e in gen) == [("controller", "c1"), ("task_created", "t1")]
     finally:
         delete_tree(zk, fresh.root)

@@ -13,9 +13,9 @@ from kazoo.client import KazooClient
 from kazoo.protocol.serialization import Exists, GetChildren, GetChildren2, GetData, Transaction
 
 from controller.admin import AdminClient
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
-from controller.zk.io import MultiRead
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
+from controller.zk.multi_read import MultiRead
 
 
 class ReadCounter:
@@ -115,7 +115,7 @@ def test_pages_return_every_task_once_and_filter_at_the_source(zk, layout: ZkLay
 def test_two_creates_cannot_both_pass_on_the_same_tally(zk, zk_settings, layout: ZkLayout):
     """The create's multi sets the tally on the version it read: a create that read the tally before another
     create wrote it writes nothing, and the retry reads the new figure."""
-    from controller.protocol import codecs
+    from controller.protocol.records import admin_records, codecs
     from controller.zk.client import make_client
 
     a = AdminClient(zk, layout)
@@ -129,7 +129,7 @@ def test_two_creates_cannot_both_pass_on_the_same_tally(zk, zk_settings, layout:
         assert created == [] and not clashes and len(failed) == 1, (created, clashes, failed)
         assert zk.exists(layout.task("from-a")) is None
         a.create_tasks(_specs(["from-a"]))  # read again: passes on the new figure
-        tally = codecs.decode(codecs.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
+        tally = codecs.decode(admin_records.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
         assert tally.tasks == 3
     finally:
         other.stop()
@@ -139,7 +139,7 @@ def test_two_creates_cannot_both_pass_on_the_same_tally(zk, zk_settings, layout:
 def test_a_group_without_a_tally_is_measured_from_its_specs_once(zk, layout: ZkLayout):
     """Tasks written past the admin client (a raw client, an earlier release): the first create into their
     group measures it from every spec and writes the tally; the next create reads the tally alone."""
-    from controller.protocol import codecs
+    from controller.protocol.records import admin_records, codecs
 
     tx = zk.transaction()
     for spec in _specs([f"raw-{i}" for i in range(30)]):
@@ -149,7 +149,7 @@ def test_a_group_without_a_tally_is_measured_from_its_specs_once(zk, layout: ZkL
     counter = ReadCounter(zk)
     with counter.counting() as first:
         admin.create_tasks(_specs(["after-raw"]))
-    tally = codecs.decode(codecs.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
+    tally = codecs.decode(admin_records.GroupTally, zk.get(layout.group_tally("default"))[0], "tally")
     assert tally.tasks == 31 and tally.payload_bytes == codecs.group_payload_bytes(
         [s.descriptor() for s in _specs([f"raw-{i}" for i in range(30)] + ["after-raw"])]
     )

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.server import ZooKeeperServer, free_port
+from controller.zk.subtrees import delete_tree
 from tests.api_support import REPO, TOKEN, ApiCluster, init_root, os_environ_without_auth, start_cluster, wait_until
 from tests.cli_support import ok
 from tests.offsets_support import fake_checkpoint, spark_spec
@@ -77,8 +77,8 @@ def test_reads_docs_and_metrics(api):
 def test_metrics_carry_each_task_s_figures_validated(api):
     """A pipeline's figures as its owner reports them become per-task gauges on /metrics (task and group
     labels only); a figure that is not a valid number is left out, and a task nobody runs has none."""
-    from controller.protocol import codecs
-    from controller.protocol.codecs import OwnerInfo, TaskStatus
+    from controller.protocol.records import codecs, task_records
+    from controller.protocol.records.task_records import OwnerInfo, TaskStatus
 
     cluster, zk, layout = api
     specs = [{"id": t, "group": "figures", "pipeline": NOOP} for t in ("fig-1", "fig-2")]
@@ -86,7 +86,9 @@ def test_metrics_carry_each_task_s_figures_validated(api):
     # fig-1 is run by "broker x" (this test's session, as a broker's would hold it) and reports its figures
     zk.create(layout.task_owner("fig-1"), codecs.encode(OwnerInfo("x", 1)), ephemeral=True, makepath=True)
     metrics = {"rows": 1200, "batches": 8, "input_rows_per_s": 150.5, "backlog_files": 3, "processed_rows_per_s": "x"}
-    status = TaskStatus("x", "RUNNING", 1, time.time(), metrics=metrics, session=codecs.session_hex(zk.client_id[0]))
+    status = TaskStatus(
+        "x", "RUNNING", 1, time.time(), metrics=metrics, session=task_records.session_hex(zk.client_id[0])
+    )
     zk.create(layout.status("fig-1"), codecs.encode(status), makepath=True)
 
     def scrape() -> str | None:

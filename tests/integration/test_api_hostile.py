@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from controller.protocol import codecs
-from controller.protocol.codecs import IntervalLog, RunInterval, TaskStatus
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs
+from controller.protocol.records.task_records import IntervalLog, RunInterval, TaskStatus
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
+from controller.zk.subtrees import delete_tree
 from tests.api_support import (
     REPO,
     ZKCTL,

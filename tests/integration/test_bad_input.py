@@ -14,9 +14,9 @@ from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, group_messages, payload_validation, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 from tests.payload_support import GARBAGE
@@ -47,17 +47,17 @@ def _running_once(workers: list[Worker], tasks: list[str]) -> bool:
 
 def _status(zk, layout, t: str):
     try:
-        return codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0], layout.status(t))
+        return codecs.decode(task_records.TaskStatus, zk.get(layout.status(t))[0], layout.status(t))
     except Exception:
         return None
 
 
-def _group_state(zk, layout) -> codecs.GroupStateInfo | None:
+def _group_state(zk, layout) -> group_messages.GroupStateInfo | None:
     """The group state, or None while it is still the garbage planted there (the new controller has not
     rewritten it yet)."""
     try:
-        return codecs.decode(codecs.GroupStateInfo, zk.get(layout.group_state("default"))[0])
-    except codecs.PayloadError:
+        return codecs.decode(group_messages.GroupStateInfo, zk.get(layout.group_state("default"))[0])
+    except payload_validation.PayloadError:
         return None
 
 
@@ -166,7 +166,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
             ),
             20,
         ), "the group is rebuilt from garbage state"
-        info = codecs.decode(codecs.GroupStateInfo, zk.get(layout.group_state("default"))[0])
+        info = codecs.decode(group_messages.GroupStateInfo, zk.get(layout.group_state("default"))[0])
         assert info.generation >= gen, "a rebuilt group does not go back in generations"
 
         # 8. garbage controller epoch: the active controller is fenced (its version moved) and a controller

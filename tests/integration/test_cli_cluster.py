@@ -13,8 +13,8 @@ import re
 import subprocess
 import threading
 
-from controller.protocol import codecs
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.records import codecs, task_records
+from controller.protocol.tasks.spec import parse_spec
 from tests.cli_support import ZKCTL, assert_user_error, invoke, ok, ok_json, stop_process, until, zkctl
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -83,7 +83,7 @@ def test_reassign_moves_a_task_without_double_ownership(cluster, cli_env, zk, la
         cli_env, "task", "reassign", "t0", "--to", target, "--wait", "--timeout", "20"
     )
     until(lambda: cluster.running().get("t0") == target, what="t0 running on the target")
-    assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("t0"))[0]).broker == target
+    assert codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner("t0"))[0]).broker == target
     # the runs of t0: the source released its owner znode before the target acquired it
     runs = [i for w in cluster.workers.values() for i in list(w.intervals) + w.open_intervals() if i.task_id == "t0"]
     src = [i for i in runs if i.broker == source]

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from controller.admin import AdminClient
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.tasks.spec import parse_spec
 from controller.zk.layout_io import list_tasks
 from controller.zk.server import free_port
 from tests.cli_support import ZKCTL, assert_user_error, invoke, write_specs

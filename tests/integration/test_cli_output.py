@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from controller.admin import AdminClient
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.tasks.spec import parse_spec
 from controller.zk.server import free_port
 from tests.cli_support import ZKCTL, assert_user_error, invoke, ok, stop_process, until, zkctl
 
@@ -93,7 +93,7 @@ def test_a_root_never_set_up_is_refused_for_writes_and_reads_and_init_creates_it
         assert invoke(["task", "list"], env=env).stdout.strip() == "No tasks."
         assert "set up already" in invoke(["init"], env=env).stdout
     finally:
-        from controller.zk.io import delete_tree
+        from controller.zk.subtrees import delete_tree
 
         delete_tree(zk, typo)
 

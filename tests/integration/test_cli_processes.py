@@ -14,7 +14,7 @@ import time
 import pytest
 
 from controller.admin import AdminClient
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.tasks.spec import parse_spec
 from tests.cli_support import ZKCTL, assert_user_error, invoke, stop_process, until
 
 

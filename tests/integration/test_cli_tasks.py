@@ -15,7 +15,7 @@ from tests.cli_support import ZKCTL, assert_user_error, invoke, ok, ok_json, unt
 
 def test_task_list_pages_with_a_cursor(cli_env, zk, layout):
     from controller.admin import AdminClient
-    from controller.protocol.taskspec import NoopPipeline, TaskSpec
+    from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 
     ids = [f"pg-{i}" for i in range(7)]
     AdminClient(zk, layout).create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])

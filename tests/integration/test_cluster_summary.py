@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from controller.admin import AdminClient
-from controller.protocol import codecs
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import admin_records, codecs
 from tests.controller_support import cluster  # noqa: F401  (fixture)
 from tests.integration.test_admin_scale import ReadCounter, _specs
 
@@ -46,7 +46,7 @@ def test_the_summary_matches_the_full_read_and_status_reads_no_task(cluster, zk,
     st = admin.status()
     assert st.tasks["by_group"]["b"] == {"group": "b", "running": 97, "paused": 1, "stopped": 1, "assigned": 0}
     assert 0 <= st.summary_age < 5 and st.fallback is None
-    stored = codecs.decode(codecs.ClusterSummary, zk.get(layout.cluster_summary)[0])
+    stored = codecs.decode(admin_records.ClusterSummary, zk.get(layout.cluster_summary)[0])
     assert stored.epoch == ctl.epoch
 
     counter = ReadCounter(zk)

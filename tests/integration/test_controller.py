@@ -26,10 +26,10 @@ from broker_sim.worker import Worker
 from controller.admin import ensure_layout, wait_for
 from controller.daemon import Controller
 from controller.daemon import events as ev
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, group_messages, registration_records, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_statuses, list_tasks
 from tests.controller_support import (  # noqa: F401  (cluster: a fixture)
@@ -57,7 +57,9 @@ def test_exactly_one_active_and_failover_before_any_session_expires(cluster, zk,
     brokers = [cluster.client() for _ in range(3)]
     for i, b in enumerate(brokers):
         b.create(
-            layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True
+            layout.broker(f"b{i}"),
+            codecs.encode(registration_records.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)),
+            ephemeral=True,
         )
     create_tasks(zk, layout, [f"t{i:03d}" for i in range(50)])
 
@@ -69,7 +71,7 @@ def test_exactly_one_active_and_failover_before_any_session_expires(cluster, zk,
         wait_until(lambda: the_active(ctls), 10, "one active controller")
         first = the_active(ctls)
         assert first.epoch == 1
-        info = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+        info = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
         assert (info.controller_id, info.epoch) == (first.id, 1)
         assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == 1
         wait_until(lambda: len(first.ctx.brokers) == 3 and len(first.ctx.tasks) == 50, 5, "context loaded")
@@ -95,7 +97,7 @@ def test_exactly_one_active_and_failover_before_any_session_expires(cluster, zk,
             assert took < 3.0, f"failover after {kill} took {took:.3f}s"
             assert new.epoch == old.epoch + 1
             assert view(new) == before
-            info = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+            info = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
             assert (info.controller_id, info.epoch) == (new.id, new.epoch)
             old = new
         print(f"failover times (s): {failovers}")
@@ -125,7 +127,7 @@ def test_an_election_cut_short_after_the_epoch_bump_does_not_deadlock(cluster, z
     wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active after the interrupted election")
     assert lost == [layout.controller_epoch]
     assert ctl.epoch == 2  # epoch 1 was taken by the interrupted attempt
-    info = codecs.decode(codecs.ControllerInfo, zk.get(layout.controller)[0])
+    info = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
     assert (info.controller_id, info.epoch) == ("c", 2)
     assert codecs.decode_epoch(zk.get(layout.controller_epoch)[0]) == 2
 
@@ -176,7 +178,7 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
         frozen.set()
         assert release.wait(60)
 
-    a.before_write = stall
+    cluster.write_stalls["a"].hold(stall)
     writer = a.writer
     written_before = writer.ops_written
     old_epoch = a.epoch
@@ -210,7 +212,7 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
     assert a.active  # still believes it is the controller: a zombie
     state_stat = zk.exists(layout.group_state("default"))
 
-    a.before_write = None
+    cluster.write_stalls["a"].release()
     release.set()
     wait_until(lambda: not a.active, 10, "a resigned")
     assert a.fenced_writes >= 1
@@ -220,7 +222,7 @@ def test_frozen_controller_is_fenced_after_its_session_expired(cluster, zk, layo
     assert zk.exists(layout.group_state("default")).mzxid == state_stat.mzxid
     assert group_state(zk, layout).controller_epoch == b.epoch
     for m in zk.get_children(layout.group_assignments("default")):
-        a_m = codecs.decode(codecs.Assignment, zk.get(layout.group_assignment("default", m))[0])
+        a_m = codecs.decode(group_messages.Assignment, zk.get(layout.group_assignment("default", m))[0])
         assert a_m.controller_epoch == b.epoch
     assert b.active and the_active([a, b]) is b
     assert worker.running_tasks() == set(tasks)
@@ -363,11 +365,13 @@ def test_five_thousand_tasks_run_and_are_deleted_in_few_requests(cluster, zk, la
 
 def test_a_task_is_deleted_only_after_its_owner_lets_go(cluster, zk, layout):
     create_tasks(zk, layout, ["t1", "t2", "t3"])
-    status = codecs.encode(codecs.TaskStatus(broker="x", state="RUNNING", generation=1, updated=0.0))
+    status = codecs.encode(task_records.TaskStatus(broker="x", state="RUNNING", generation=1, updated=0.0))
     for t in ("t1", "t2", "t3"):
         zk.create(layout.status(t), status)
     owner = cluster.client()
-    owner.create(layout.task_owner("t1"), codecs.encode(codecs.OwnerInfo(broker="x", generation=1)), ephemeral=True)
+    owner.create(
+        layout.task_owner("t1"), codecs.encode(task_records.OwnerInfo(broker="x", generation=1)), ephemeral=True
+    )
     ctl = cluster.controller("del")
     wait_until(lambda: ctl.active and ctl.ctx is not None and len(ctl.ctx.tasks) == 3, 10, "active")
 
@@ -477,7 +481,7 @@ def test_suspended_holds_events_and_lost_resigns_and_reelects(cluster, tmp_path)
         wait_until(resigned.is_set, 10, "resigned after LOST")
         wait_until(lambda: ctl.active and ctl.ctx is not None and ctl.epoch == epoch + 1, 15, "re-elected")
         assert set(ctl.ctx.tasks) == {"t1", "t2", "t3"}
-        assert codecs.decode(codecs.ControllerInfo, admin.get(lay.controller)[0]).epoch == epoch + 1
+        assert codecs.decode(registration_records.ControllerInfo, admin.get(lay.controller)[0]).epoch == epoch + 1
         assert admin.exists(lay.controller).ephemeralOwner == ctl.client.client_id[0]
     finally:
         proxy.close()
@@ -488,7 +492,9 @@ def test_metrics_endpoint_serves_prometheus_text(cluster, zk, layout):
     b = cluster.client()
     for i in range(2):
         b.create(
-            layout.broker(f"b{i}"), codecs.encode(codecs.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)), ephemeral=True
+            layout.broker(f"b{i}"),
+            codecs.encode(registration_records.BrokerInfo(broker_id=f"b{i}", host="h", pid=i)),
+            ephemeral=True,
         )
     create_tasks(zk, layout, ["t1", "t2", "t3"])
     ctl = cluster.controller("m", metrics_port=0)
@@ -520,7 +526,7 @@ def test_metrics_endpoint_serves_prometheus_text(cluster, zk, layout):
 def test_broker_change_distinguishes_joined_left_and_bounced(cluster, zk, layout):
     ctl = cluster.controller("bm")
     wait_until(lambda: ctl.active and ctl.ctx is not None, 10, "active")
-    info = lambda b: codecs.encode(codecs.BrokerInfo(broker_id=b, host="h", pid=1))
+    info = lambda b: codecs.encode(registration_records.BrokerInfo(broker_id=b, host="h", pid=1))
 
     def last_changes() -> list:
         return list(ctl.ctx.broker_changes)
@@ -655,7 +661,9 @@ def test_a_join_result_path_that_exists_already_is_written_all_the_same(cluster,
     joins = zk.get_children(layout.group_joins("default"))
     assert str(new) in joins
     for n in joins:  # the garbage was overwritten (and, if a later generation followed, deleted)
-        assert codecs.decode(codecs.JoinResult, zk.get(layout.group_join("default", int(n)))[0]).generation == int(n)
+        assert codecs.decode(
+            group_messages.JoinResult, zk.get(layout.group_join("default", int(n)))[0]
+        ).generation == int(n)
 
 
 def test_tasks_held_for_a_departed_static_member_stay_held_across_a_controller_failover(cluster, zk, layout):

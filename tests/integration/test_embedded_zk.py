@@ -11,9 +11,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from controller.admin import ZkInspector, ensure_layout
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.taskspec import decode_task
+from controller.protocol.records import admin_records, codecs, group_messages, registration_records, task_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
 from controller.zk.server import MAIN_CLASS, ZooKeeperServer, four_letter_word, free_port
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
@@ -104,7 +104,11 @@ def test_missing_java_from_cli_exits_1_with_one_line(tmp_path, cli_env):
 
 def test_zk_tree_and_get_on_our_root(zk, layout, cli_env):
     zk.create(layout.controller_epoch, codecs.encode_epoch(3))
-    zk.create(layout.broker("b1"), codecs.encode(codecs.BrokerInfo(broker_id="b1", host="h", pid=1)), ephemeral=True)
+    zk.create(
+        layout.broker("b1"),
+        codecs.encode(registration_records.BrokerInfo(broker_id="b1", host="h", pid=1)),
+        ephemeral=True,
+    )
     tree = run(["zk", "tree"], cli_env).stdout
     assert "b1 (ephemeral)" in tree and "controller_epoch" in tree
     got = json.loads(run(["--json", "zk", "get", layout.broker("b1")], cli_env).stdout)
@@ -130,18 +134,18 @@ def test_garbage_in_every_znode_type_gives_the_documented_error(zk, layout, garb
     """Write garbage with a raw kazoo client into each kind of znode; decoding reports PayloadError."""
     ensure_layout(zk, layout)
     targets = {
-        layout.controller: codecs.ControllerInfo,
-        layout.broker("b1"): codecs.BrokerInfo,
+        layout.controller: registration_records.ControllerInfo,
+        layout.broker("b1"): registration_records.BrokerInfo,
         layout.task("t1"): None,
-        layout.task_owner("t1"): codecs.OwnerInfo,
-        layout.group_state("g"): codecs.GroupStateInfo,
-        layout.group_member("g", "m1"): codecs.JoinRequest,
-        layout.group_join("g", 1): codecs.JoinResult,
-        layout.group_sync("g", 1): codecs.SyncProposal,
-        layout.group_assignment("g", "m1"): codecs.Assignment,
-        layout.status("t1"): codecs.TaskStatus,
-        layout.admin_controlled_shutdown_of("b1"): codecs.ControlledShutdownRequest,
-        layout.admin_reassign_of("t1"): codecs.ReassignRequest,
+        layout.task_owner("t1"): task_records.OwnerInfo,
+        layout.group_state("g"): group_messages.GroupStateInfo,
+        layout.group_member("g", "m1"): group_messages.JoinRequest,
+        layout.group_join("g", 1): group_messages.JoinResult,
+        layout.group_sync("g", 1): group_messages.SyncProposal,
+        layout.group_assignment("g", "m1"): group_messages.Assignment,
+        layout.status("t1"): task_records.TaskStatus,
+        layout.admin_controlled_shutdown_of("b1"): admin_records.ControlledShutdownRequest,
+        layout.admin_reassign_of("t1"): admin_records.ReassignRequest,
     }
     inspector = ZkInspector(zk, layout)
     for path, cls in targets.items():

@@ -18,17 +18,10 @@ from kazoo.security import make_digest_acl
 
 from controller import daemon
 from controller.daemon import Controller
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
-from controller.zk.io import (
-    MULTI_READ_FIRST_OPS,
-    InterruptibleClient,
-    MultiRead,
-    children_many,
-    get_many,
-    multi_children,
-    multi_read,
-)
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
+from controller.zk.io import InterruptibleClient, children_many, get_many
+from controller.zk.multi_read import MULTI_READ_FIRST_OPS, MultiRead, multi_children, multi_read
 from controller.zk.watches import AddWatch, PersistentWatches
 from tests.controller_support import cluster, create_tasks, settle, wait_until, watches_by_session  # noqa: F401  (cluster: fixture)
 

@@ -16,10 +16,10 @@ from broker_sim.sim.checker import close_open, double_ownership
 from broker_sim.sim.simulation_types import SimOptions
 from broker_sim.sim.simulator import Simulation
 from controller.admin import wait_for
-from controller.protocol import codecs
-from controller.protocol.codecs import IntervalLog, RunInterval
-from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.group.rules import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.records import codecs, task_records
+from controller.protocol.records.task_records import IntervalLog, RunInterval
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env, tm
     """Workers as real processes; one is killed with SIGKILL: its tasks move only after its session
     expires (its owner znodes vanish), and no task is ever owned twice."""
     from controller.daemon import Controller, ControllerConfig
-    from controller.protocol.group import GroupConfig
+    from controller.protocol.group.vocabulary import GroupConfig
 
     tx = zk.transaction()
     for i in range(12):
@@ -254,7 +254,7 @@ def test_kill_dash_nine_of_a_worker_process(zk, layout, zk_settings, cli_env, tm
             for i in range(12):
                 try:
                     data, _ = zk.get(layout.task_owner(f"t{i:02d}"))
-                    out[f"t{i:02d}"] = codecs.decode(codecs.OwnerInfo, data).broker
+                    out[f"t{i:02d}"] = codecs.decode(task_records.OwnerInfo, data).broker
                 except Exception:
                     pass
             return out

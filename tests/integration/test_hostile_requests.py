@@ -11,8 +11,8 @@ from kazoo.exceptions import NoAuthError
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from tests.integration.test_identities import per_broker  # noqa: F401 - the fixture
 from tests.security_support import BROKER_CREDS, CREDS
@@ -149,11 +149,15 @@ def test_a_name_the_controller_may_not_delete_stays_left_out(per_broker, zk_host
 def test_a_broker_leaving_by_its_own_join_request_shows_as_shutting_down(zk, layout) -> None:
     """No request znode for a broker's own controlled shutdown any more: ``broker list`` reads its join
     request instead."""
-    from controller.protocol import codecs
+    from controller.protocol.records import codecs, group_messages, registration_records
 
     for b, leaving in (("b1", True), ("b2", False)):
-        zk.create(layout.broker(b), codecs.encode(codecs.BrokerInfo(broker_id=b, host="h", pid=1)), ephemeral=True)
-        request = codecs.JoinRequest(b, 1, 0, ("eager",), ("range",), leaving=leaving)
+        zk.create(
+            layout.broker(b),
+            codecs.encode(registration_records.BrokerInfo(broker_id=b, host="h", pid=1)),
+            ephemeral=True,
+        )
+        request = group_messages.JoinRequest(b, 1, 0, ("eager",), ("range",), leaving=leaving)
         zk.create(layout.group_member("default", b), codecs.encode(request), ephemeral=True, makepath=True)
     views = {v.broker_id: v.shutting_down for v in AdminClient(zk, layout).brokers()}
     assert views == {"b1": True, "b2": False}

@@ -15,11 +15,11 @@ from broker_sim.worker import IdentityMismatch, Worker, WorkerConfig
 from cli.main import cli
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.acl import ROLES, AclPolicy, digest_id
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.acl import ROLES, AclPolicy, digest_id
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, task_records
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.security import acl_for, check_acls, init_security, owner_in_acl
 from tests.integration.test_security import _denied, _remove_secured_root
@@ -81,7 +81,7 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
         """Each task ``w`` runs has its owner znode and a status written by ``w``."""
         try:
             return all(
-                codecs.decode(codecs.TaskStatus, reader.get(layout.status(t))[0], "s").broker == w.id
+                codecs.decode(task_records.TaskStatus, reader.get(layout.status(t))[0], "s").broker == w.id
                 and reader.exists(layout.task_owner(t)) is not None
                 for t in w.running_tasks()
             )

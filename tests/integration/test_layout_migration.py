@@ -15,13 +15,13 @@ from kazoo.security import ACL, Id, Permissions
 from cli.main import cli
 from controller.admin import AdminClient, ensure_layout
 from controller.admin.migration import migrate
-from controller.protocol import codecs
-from controller.protocol.codecs import TaskStatus
-from controller.protocol.layout import BUCKETS, ZkLayout, bucket_of
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.layout import BUCKETS, ZkLayout, bucket_of
+from controller.protocol.records import admin_records, codecs, registration_records
+from controller.protocol.records.task_records import TaskStatus
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.layout_io import LayoutError, check_root, list_statuses, list_tasks
+from controller.zk.subtrees import delete_tree
 from tests.controller_support import Cluster, cluster, wait_until  # noqa: F401 (cluster: a fixture)
 
 
@@ -74,7 +74,7 @@ def test_a_fresh_root_gets_its_buckets_and_marker_once(flat):
     assert check_root(client, layout) is False
     ensure_layout(client, layout)
     assert len(client.get_children(layout.tasks)) == len(client.get_children(layout.statuses)) == BUCKETS
-    info = codecs.decode(codecs.LayoutInfo, client.get(layout.layout_info)[0])
+    info = codecs.decode(admin_records.LayoutInfo, client.get(layout.layout_info)[0])
     assert (info.layout, info.buckets) == (2, BUCKETS)
     mzxid = client.exists(layout.layout_info).mzxid
     ensure_layout(client, layout)  # laid out already: one read, nothing written
@@ -125,7 +125,9 @@ def test_migrate_refuses_while_a_broker_or_controller_is_registered(flat):
     with pytest.raises(LayoutError, match=r"1 broker\(s\) \(b9\) still registered"):
         migrate(client, layout)
     client.delete(layout.broker("b9"))
-    client.create(layout.controller, codecs.encode(codecs.ControllerInfo("c7", 4, "h", 0.0)), ephemeral=True)
+    client.create(
+        layout.controller, codecs.encode(registration_records.ControllerInfo("c7", 4, "h", 0.0)), ephemeral=True
+    )
     with pytest.raises(LayoutError, match="controller c7"):
         migrate(client, layout)
     client.delete(layout.controller)

@@ -13,8 +13,8 @@ import pytest
 
 from controller.admin import AdminClient, Conflict
 from controller.admin.task_history import LifecycleLock
-from controller.admin.tasks import TaskAdmin
-from controller.protocol import codecs
+from controller.admin.task_ops import TaskAdmin
+from controller.protocol.records import admin_records, codecs
 from tests.offsets_support import spark_spec
 
 
@@ -25,7 +25,7 @@ def _actions(admin: AdminClient, task_id: str) -> list[str]:
 def _mark_resetting(zk, layout, admin: AdminClient, task_id: str, at: float) -> None:
     """What ``begin_reset`` writes: the history marked ``resetting`` (a reset that holds the lock)."""
     hist = admin.history(task_id)
-    zk.set(layout.task_history(task_id), codecs.encode(codecs.TaskHistory(hist.events, resetting=at)))
+    zk.set(layout.task_history(task_id), codecs.encode(admin_records.TaskHistory(hist.events, resetting=at)))
 
 
 def test_every_verb_is_refused_while_a_reset_is_under_way_and_each_is_recorded(zk, layout, tmp_path):
@@ -41,7 +41,7 @@ def test_every_verb_is_refused_while_a_reset_is_under_way_and_each_is_recorded(z
     assert zk.exists(layout.admin_delete_task("r1")) is None
     assert _actions(admin, "r1") == ["stop"]
 
-    _mark_resetting(zk, layout, admin, "r1", time.time() - codecs.RESET_LEASE_S - 1)  # a reset that died
+    _mark_resetting(zk, layout, admin, "r1", time.time() - admin_records.RESET_LEASE_S - 1)  # a reset that died
     assert admin.pause("r1").state == "PAUSED"
     assert admin.resume("r1").state == "RUNNING"
     assert admin.restart("r1").changed

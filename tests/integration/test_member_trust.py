@@ -23,10 +23,10 @@ import pytest
 
 from controller.admin import AdminClient, wait_for
 from controller.admin.watch import ClusterWatch
-from controller.protocol import codecs
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinRequest
-from controller.protocol.rules import COOPERATIVE, RECONCILE
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.group.rules import COOPERATIVE, RECONCILE
+from controller.protocol.records import codecs, payload_validation, task_records
+from controller.protocol.records.group_messages import Assignment, GroupStateInfo, JoinRequest
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import make_client
 
 TASKS = [f"t{i}" for i in range(6)]
@@ -59,7 +59,7 @@ class Cluster:
         broker_args: tuple[str, ...] = (),
     ) -> None:
         from controller.daemon import Controller, ControllerConfig
-        from controller.protocol.group import GroupConfig
+        from controller.protocol.group.vocabulary import GroupConfig
 
         self.zk, self.layout, self.tmp = zk, layout, tmp_path
         tx = zk.transaction()
@@ -86,7 +86,7 @@ class Cluster:
         for t in TASKS:
             try:
                 data, _ = self.zk.get(self.layout.task_owner(t))
-                out[t] = codecs.decode(codecs.OwnerInfo, data).broker
+                out[t] = codecs.decode(task_records.OwnerInfo, data).broker
             except Exception:
                 pass
         return out
@@ -207,7 +207,7 @@ def test_a_report_out_of_bounds_is_answered_and_its_broker_keeps_its_tasks(clust
         seen_b1.update((c.assignment("b1") or Assignment(0, 0)).assigned)
         try:
             codecs.decode(JoinRequest, c.zk.get(path)[0])  # (the rewritten one does not decode)
-        except codecs.PayloadError:
+        except payload_validation.PayloadError:
             return False
         s = c.state()
         return c.stable_with_all_owned() and s is not None and not s.ignored
@@ -258,7 +258,7 @@ def test_a_task_not_taken_is_never_counted_running_and_its_member_is_fenced_from
     try:
         # another session holds t0's owner znode: whoever t0 is published to cannot take it
         def squat() -> None:
-            owner = codecs.encode(codecs.OwnerInfo(broker="squatter", generation=0))
+            owner = codecs.encode(task_records.OwnerInfo(broker="squatter", generation=0))
             squatter.create(layout.task_owner("t0"), owner, ephemeral=True)
 
         c = cluster_of(rebalance_timeout=4.0, prepare=squat)
@@ -308,7 +308,7 @@ def test_a_failover_checks_the_acknowledgements_it_loads_against_the_owner_znode
     try:
 
         def squat() -> None:
-            owner = codecs.encode(codecs.OwnerInfo(broker="squatter", generation=0))
+            owner = codecs.encode(task_records.OwnerInfo(broker="squatter", generation=0))
             squatter.create(layout.task_owner("t0"), owner, ephemeral=True)
 
         c = cluster_of(rebalance_timeout=60.0, prepare=squat)
@@ -378,7 +378,7 @@ def test_a_failover_stands_in_for_a_live_member_whose_request_it_refuses(cluster
         seen_b1.update((c.assignment("b1") or Assignment(0, 0)).assigned)
         try:
             codecs.decode(JoinRequest, c.zk.get(path)[0])
-        except codecs.PayloadError:
+        except payload_validation.PayloadError:
             return False
         s = c.state()
         return c.stable_with_all_owned() and s is not None and s.controller_epoch > 1 and not s.ignored

@@ -12,9 +12,9 @@ from broker_sim.sim.checker import concurrent_moves, move_runs
 from controller.admin import AdminClient
 from controller.admin.common import NotFound
 from controller.admin.operations import SettingError
-from controller.protocol.assignors import get_assignor
-from controller.protocol.codecs import MemberMetadata, TaskDescriptor
-from controller.protocol.group import GroupConfig
+from controller.protocol.group.assignors import get_assignor
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records.group_messages import MemberMetadata, TaskDescriptor
 from tests.controller_support import cluster, create_tasks, group_state, wait_until  # noqa: F401
 
 START_S = 0.6  # a slow start, so that moves in flight overlap unless something holds them apart

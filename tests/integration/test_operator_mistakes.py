@@ -30,10 +30,10 @@ from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.acl import SecurityError, digest_id
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import NoopPipeline, SpecError, TaskSpec, parse_spec
+from controller.protocol.cluster.acl import SecurityError, digest_id
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, registration_records, task_records
+from controller.protocol.tasks.spec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 from tests.integration.test_security import secured  # noqa: F401 - the fixture, shared
@@ -98,7 +98,7 @@ def test_a_worker_whose_id_another_live_session_holds_fails_without_acting_in_it
     try:
         holder.create(
             layout.broker("o2"),
-            codecs.encode(codecs.BrokerInfo(broker_id="o2", host="elsewhere", pid=1)),
+            codecs.encode(registration_records.BrokerInfo(broker_id="o2", host="elsewhere", pid=1)),
             ephemeral=True,
         )
         settings = ZkSettings(hosts=zk_settings.hosts, root=zk_settings.root, session_timeout_s=1.0)
@@ -222,7 +222,9 @@ def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_ho
     )
     broker = client("broker")
     # an owner znode made the policy's way: the broker may not change its ACL
-    broker.create(layout.task_owner("t0"), codecs.encode(codecs.OwnerInfo(broker="b0", generation=1)), ephemeral=True)
+    broker.create(
+        layout.task_owner("t0"), codecs.encode(task_records.OwnerInfo(broker="b0", generation=1)), ephemeral=True
+    )
     with pytest.raises(NoAuthError):
         broker.set_acls(layout.task_owner("t0"), [ACL(Permissions.ALL, Id("digest", digest_id(CREDS["broker"])))])
     with pytest.raises(NoAuthError):

@@ -15,9 +15,9 @@ import pytest
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
-from controller.protocol.rules import RECONCILE
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.group.rules import RECONCILE
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.tasks.spec import parse_spec
 from controller.zk.client import make_client
 
 TASKS = [f"t{i}" for i in range(6)]

@@ -14,9 +14,9 @@ from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, wait_for
 from controller.admin.views import SkippedRestart
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import NoopPipeline, RestartPolicy, TaskSpec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, task_records
+from controller.protocol.tasks.spec import NoopPipeline, RestartPolicy, TaskSpec
 
 
 # ---- against ZooKeeper -------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_every_failed_task_is_restarted_by_one_multi_and_nothing_else(cluster, z
         """The re-run is over and its FAILED is the status written (``runs`` counts a run from its start; the
         FAILED shown until the re-run's RUNNING is written is the first run's)."""
         ended = [i.end for i in workers["b0"].intervals if i.task_id == t]
-        status = codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0])
+        status = codecs.decode(task_records.TaskStatus, zk.get(layout.status(t))[0])
         return len(ended) == before[t] + 1 and status.state == "FAILED" and status.updated >= max(ended)
 
     assert wait_for(lambda: all(failed_again(t) for t in ("f1", "f2", "f3")), 20)

@@ -17,15 +17,15 @@ from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.acl import ROLES, AclPolicy, digest_id
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.acl import ROLES, AclPolicy, digest_id
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import codecs, group_messages
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
-from controller.zk.io import delete_tree
 from controller.zk.layout_io import list_tasks
 from controller.zk.security import check_acls, init_security
+from controller.zk.subtrees import delete_tree
 from tests.security_support import CREDS, PASSWORDS
 
 
@@ -117,7 +117,7 @@ def test_roles_end_to_end_and_what_each_may_not_do(secured, zk_hosts, zk_root):
 
         assignment = layout.group_assignment("default", "b0")
         forged = codecs.encode(
-            codecs.Assignment(generation=10**6, controller_epoch=10**6, assigned=("t0",), revoked=())
+            group_messages.Assignment(generation=10**6, controller_epoch=10**6, assigned=("t0",), revoked=())
         )
         anon, reader, broker, operator, controller = (
             client(None),

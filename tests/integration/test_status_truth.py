@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 from controller.admin import AdminClient, to_dict
-from controller.protocol import codecs
-from controller.protocol.codecs import OwnerInfo, TaskStatus
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.records import codecs, task_records
+from controller.protocol.records.task_records import OwnerInfo, TaskStatus
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from tests.cli_support import ok, ok_json, until
 
 
@@ -27,7 +27,7 @@ def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(
     for r in rows.values():  # every status names its writer's session: the owner znode's
         owner_session = zk.exists(layout.task_owner(r.task_id)).ephemeralOwner
         status = codecs.decode(TaskStatus, zk.get(layout.status(r.task_id))[0])
-        assert status.session == codecs.session_hex(owner_session)
+        assert status.session == task_records.session_hex(owner_session)
     cluster.controller.stop()  # nothing moves from here on
     victim = where["s0"]
     survivor = next(b for b in cluster.workers if b != victim)

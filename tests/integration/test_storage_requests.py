@@ -16,12 +16,12 @@ from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, wait_for
 from controller.admin.common import Conflict
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group import GroupConfig
-from controller.protocol.layout import ZkLayout
-from controller.protocol.storage import checkpoint_root
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.tasks.storage import checkpoint_root
 from controller.zk.client import make_client
-from controller.zk.io import delete_tree
 from controller.zk.layout_io import ensure_layout
+from controller.zk.subtrees import delete_tree
 from tests.cli_support import ok, until, zkctl
 from tests.offsets_support import fake_checkpoint, spark_spec
 

@@ -21,9 +21,9 @@ from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, AdminError, Conflict, NotFound, wait_for
 from controller.admin.task_apply import StaleVersion
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import TaskSpec, decode_task, parse_spec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import admin_records, codecs, group_messages
+from controller.protocol.tasks.spec import TaskSpec, decode_task, parse_spec
 from tests.offsets_support import fake_checkpoint
 
 
@@ -60,7 +60,7 @@ def cluster(zk, zk_settings, layout, tmp_path) -> Iterator[tuple[AdminClient, Wo
 def owner_and_generation(zk, layout, task_id: str) -> tuple[int, int]:
     """The owner znode's creation zxid (a new owner znode is a new one) and the group's generation."""
     _, stat = zk.get(layout.task_owner(task_id))
-    state = codecs.decode(codecs.GroupStateInfo, zk.get(layout.group_state("default"))[0])
+    state = codecs.decode(group_messages.GroupStateInfo, zk.get(layout.group_state("default"))[0])
     return stat.czxid, state.generation
 
 
@@ -156,8 +156,8 @@ def test_incompatible_changes_need_a_stopped_task_and_a_reset(cluster, zk, layou
 
     # garbage kept in the history is refused by a rollback, named, and changes nothing
     hist = admin.history("a2")
-    bad = codecs.SpecRevision(9, '{"id": "a2", "pipeline": {"kind": "sprak"}}')
-    zk.set(layout.task_history("a2"), codecs.encode(codecs.TaskHistory(hist.events, None, (*hist.specs, bad))))
+    bad = admin_records.SpecRevision(9, '{"id": "a2", "pipeline": {"kind": "sprak"}}')
+    zk.set(layout.task_history("a2"), codecs.encode(admin_records.TaskHistory(hist.events, None, (*hist.specs, bad))))
     _, zk_version = stored(zk, layout, "a2")
     with pytest.raises(AdminError, match="kept spec version 9 is unreadable"):
         admin.rollback("a2", 9)
@@ -165,7 +165,7 @@ def test_incompatible_changes_need_a_stopped_task_and_a_reset(cluster, zk, layou
 
     # while a reset is under way, apply is refused
     hist = admin.history("a2")
-    zk.set(layout.task_history("a2"), codecs.encode(codecs.TaskHistory(hist.events, 9e12, hist.specs)))
+    zk.set(layout.task_history("a2"), codecs.encode(admin_records.TaskHistory(hist.events, 9e12, hist.specs)))
     with pytest.raises(Conflict, match="a reset of its offsets began"):
         admin.apply([spec("a2", tmp_path, sink="out2", weight=2)])
 

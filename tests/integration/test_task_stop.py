@@ -14,12 +14,12 @@ from kazoo.exceptions import NoNodeError
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import AdminClient, AdminError, Conflict, payload_decoder, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.checkpoints import CheckpointError
 from controller.protocol.errors import ZkcError
-from controller.protocol.group import GroupConfig
-from controller.protocol.storage import ResetTarget
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import admin_records, codecs, task_records
+from controller.protocol.tasks.checkpoints import CheckpointError
+from controller.protocol.tasks.spec import parse_spec
+from controller.protocol.tasks.storage import ResetTarget
 from tests.offsets_support import fake_checkpoint, spark_spec
 
 
@@ -72,7 +72,7 @@ def test_stop_is_confirmed_from_zookeeper_and_recorded(cluster, zk, layout, tmp_
     assert d.checkpoint is not None and d.checkpoint.exists is False
 
     # the confirmation rests on the owner znode: one left behind (a worker that has not let go) holds it off
-    zk.create(layout.task_owner("s1"), codecs.encode(codecs.OwnerInfo("b9", 1)), ephemeral=True)
+    zk.create(layout.task_owner("s1"), codecs.encode(task_records.OwnerInfo("b9", 1)), ephemeral=True)
     assert admin.stop_state("s1").waiting_for == "its owner b9 to let it go"
     zk.delete(layout.task_owner("s1"))
     assert admin.stop_state("s1").confirmed
@@ -188,11 +188,11 @@ def test_a_resume_waits_for_a_reset_in_flight_and_a_delete_takes_the_history(clu
     fake_checkpoint(tmp_path / "ck" / "s5", tmp_path)
     assert admin.stop("s5", wait=30).confirmed
     hist = admin.history("s5")
-    zk.set(layout.task_history("s5"), codecs.encode(codecs.TaskHistory(hist.events, resetting=time.time())))
+    zk.set(layout.task_history("s5"), codecs.encode(admin_records.TaskHistory(hist.events, resetting=time.time())))
     with pytest.raises(Conflict, match="a reset of its offsets began at"):
         admin.resume("s5")
-    stale = time.time() - codecs.RESET_LEASE_S - 1  # a reset that died long ago no longer holds it
-    zk.set(layout.task_history("s5"), codecs.encode(codecs.TaskHistory(hist.events, resetting=stale)))
+    stale = time.time() - admin_records.RESET_LEASE_S - 1  # a reset that died long ago no longer holds it
+    zk.set(layout.task_history("s5"), codecs.encode(admin_records.TaskHistory(hist.events, resetting=stale)))
     assert admin.resume("s5").state == "RUNNING"
 
     with pytest.raises(AdminError, match="--purge-checkpoint needs --wait"):

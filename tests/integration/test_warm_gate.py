@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 
 from controller.admin import AdminClient
-from controller.protocol import codecs
-from controller.protocol.codecs import Assignment, BrokerInfo, SessionInfo, SessionState
-from controller.protocol.member import Member, WriteJoin
-from controller.protocol.rules import run_assignor
+from controller.protocol.group.member import Member, WriteJoin
+from controller.protocol.group.rules import run_assignor
+from controller.protocol.records import codecs
+from controller.protocol.records.group_messages import Assignment
+from controller.protocol.records.registration_records import BrokerInfo, SessionInfo, SessionState
 from tests.controller_support import cluster, create_tasks, group_state, join_request, settle, wait_until  # noqa: F401
 
 TASKS = [f"t{i}" for i in range(6)]

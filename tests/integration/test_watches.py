@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from broker_sim.sim.netproxy import NetProxy
-from controller.protocol.taskspec import NoopPipeline, TaskSpec, decode_task
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec, decode_task
 from controller.zk.client import ZkSettings
 from controller.zk.watches import PersistentWatches
 from tests.controller_support import cluster, settle, wait_until, watches_by_session  # noqa: F401  (fixture)

@@ -12,11 +12,11 @@ from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker import Worker, WorkerConfig
 from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol import codecs
-from controller.protocol.group import GroupConfig
-from controller.protocol.member import WorkerState as WS
-from controller.protocol.rules import COOPERATIVE, EAGER
-from controller.protocol.taskspec import NoopPipeline, RestartPolicy, TaskSpec
+from controller.protocol.group.member import WorkerState as WS
+from controller.protocol.group.rules import COOPERATIVE, EAGER
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import admin_records, codecs, group_messages, task_records
+from controller.protocol.tasks.spec import NoopPipeline, RestartPolicy, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.io import get_many
 from controller.zk.layout_io import list_statuses
@@ -55,7 +55,7 @@ def _worker(workers, settings, bid, **kw) -> Worker:
 def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, controller, workers):
     import threading
 
-    from controller.protocol.rules import run_assignor
+    from controller.protocol.group.rules import run_assignor
 
     _create(zk, layout, *[TaskSpec(id=f"t{i}", pipeline=NoopPipeline(kind="noop")) for i in range(6)])
     a = _worker(workers, zk_settings, "a", protocols=(EAGER,))
@@ -82,7 +82,9 @@ def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, contr
         return run_assignor(name, join)
 
     leader.member.assign = stalled
-    zk.create(f"{layout.admin_rebalance}/req-", codecs.encode(codecs.RebalanceRequest(group="default")), sequence=True)
+    zk.create(
+        f"{layout.admin_rebalance}/req-", codecs.encode(admin_records.RebalanceRequest(group="default")), sequence=True
+    )
     assert wait_for(lambda: (WS.SYNCING, WS.PREPARING_JOIN) in follower.member.transitions, 15)
     release.set()
     leader.member.assign = run_assignor
@@ -175,12 +177,12 @@ def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_sett
     _create(zk, layout, spec, TaskSpec(id="healthy", pipeline=NoopPipeline(kind="noop")))
     w = _worker(workers, zk_settings, "w")
 
-    def status(t: str) -> codecs.TaskStatus | None:
+    def status(t: str) -> task_records.TaskStatus | None:
         try:
             data, _ = zk.get(layout.status(t))
         except Exception:
             return None
-        return codecs.decode(codecs.TaskStatus, data, layout.status(t))
+        return codecs.decode(task_records.TaskStatus, data, layout.status(t))
 
     assert wait_for(lambda: (s := status("flaky")) is not None and s.state == "FAILED", 20)
     st = status("flaky")
@@ -229,7 +231,7 @@ def test_tasks_given_together_are_taken_in_pipelined_rounds(zk, layout, zk_setti
     assert len(reads) == len(ids)
     assert multi < min(reads), "the spec reads go out behind the creates"
     for t in ids:
-        owner = codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner(t))[0])
+        owner = codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner(t))[0])
         assert owner.broker == "solo" and owner.generation == w.generation
 
 
@@ -239,16 +241,16 @@ def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settin
     ids = [f"q{i}" for i in range(5)]
     _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
     zk.create(
-        layout.task_owner("q2"), codecs.encode(codecs.OwnerInfo(broker="elsewhere", generation=0)), ephemeral=True
+        layout.task_owner("q2"), codecs.encode(task_records.OwnerInfo(broker="elsewhere", generation=0)), ephemeral=True
     )
     w = _worker(workers, zk_settings, "taker")
     assert wait_for(lambda: w.running_tasks() == set(ids) - {"q2"}, 15)
     time.sleep(0.5)
     assert "q2" not in w.running_tasks()
-    assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "elsewhere"
+    assert codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "elsewhere"
     zk.delete(layout.task_owner("q2"))
     assert wait_for(lambda: w.running_tasks() == set(ids), 10)
-    assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "taker"
+    assert codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "taker"
 
 
 def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status(
@@ -273,7 +275,7 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     assert wait_for(
         lambda: (
             all(
-                codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "giver"
+                codecs.decode(task_records.TaskStatus, zk.get(layout.status(t))[0]).broker == "giver"
                 for t in ids
                 if zk.exists(layout.status(t))
             )
@@ -291,8 +293,10 @@ def test_tasks_revoked_together_are_released_in_one_multi_with_their_last_status
     assert sorted(p.rsplit("/", 2)[-2] for kind, p in ops if kind == "Delete") == sorted(moved)
     assert sorted(p.rsplit("/", 1)[1] for kind, p in ops if kind == "SetData") == sorted(moved)
     for t in moved:
-        assert codecs.decode(codecs.OwnerInfo, zk.get(layout.task_owner(t))[0]).broker == "taker"
-        assert wait_for(lambda t=t: codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "taker", 5)
+        assert codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner(t))[0]).broker == "taker"
+        assert wait_for(
+            lambda t=t: codecs.decode(task_records.TaskStatus, zk.get(layout.status(t))[0]).broker == "taker", 5
+        )
 
 
 def test_a_release_writes_the_last_status_at_its_own_last_version_without_reading_it(
@@ -318,12 +322,12 @@ def test_a_release_writes_the_last_status_at_its_own_last_version_without_readin
     a.client._call = recording_call
     workers.append(a.start())
 
-    def status(t: str) -> tuple[codecs.TaskStatus, int] | None:
+    def status(t: str) -> tuple[task_records.TaskStatus, int] | None:
         try:
             data, stat = zk.get(layout.status(t))
         except Exception:
             return None
-        return codecs.decode(codecs.TaskStatus, data), stat.version
+        return codecs.decode(task_records.TaskStatus, data), stat.version
 
     assert wait_for(
         lambda: all(
@@ -346,7 +350,9 @@ def test_a_release_writes_the_last_status_at_its_own_last_version_without_readin
     )
     # someone else writes v1's status (an operator, or the controller marking a task FAILED)
     foreign = codecs.encode(
-        codecs.TaskStatus(broker="operator", state="FAILED", generation=0, updated=time.time(), error="marked by hand")
+        task_records.TaskStatus(
+            broker="operator", state="FAILED", generation=0, updated=time.time(), error="marked by hand"
+        )
     )
     zk.set(layout.status("v1"), foreign)
     zk.set(layout.task("v1"), specs["v1"].with_state("PAUSED").encode())
@@ -361,7 +367,7 @@ def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_ha
     "may be held any moment"). The member must hear of it after that, not only from inside the release:
     here every release returns 0.3 s late, so a look from inside it always sees the slot still busy. With
     the look only there, the report that hands the task on never came and the joiner never got its share."""
-    from controller.protocol.rules import RECONCILE
+    from controller.protocol.group.rules import RECONCILE
 
     ids = [f"b{i}" for i in range(6)]
     _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
@@ -399,7 +405,7 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
     rewrites its request (its report, which lets the coordinator hand them on) in ONE multi, sent from its
     event thread: the report costs no round trip of its own, and it is in ZooKeeper the instant the owner
     znodes are gone. No separate report follows it."""
-    from controller.protocol.rules import RECONCILE
+    from controller.protocol.group.rules import RECONCILE
 
     ids = [f"f{i}" for i in range(6)]
     _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
@@ -450,7 +456,7 @@ def test_a_reconciling_member_releases_and_reports_in_one_multi(zk, layout, zk_s
         assert ("SetData", member) in ops, f"{w.id}'s release did not carry its report: {ops}"
         later = sent[w.id][sent[w.id].index(ops) + 1 :]
         assert not any(p == member for step in later for _, p in step), f"a separate report followed: {later}"
-        report = codecs.decode(codecs.JoinRequest, zk.get(member)[0])
+        report = codecs.decode(group_messages.JoinRequest, zk.get(member)[0])
         assert not gone & set(report.owned) and report.join_generation == w.member.generation
     assert controller.ctx.groups["default"].reconcile.unreleased == {}
 
@@ -461,7 +467,7 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
     status loop's create would fail on the release's (its batch lost: seen as a status-loop traceback in 3
     benchmark runs of 3) or its set overwrite the final status. So a release waits for a status write in
     flight (``status_lock``, held here by the test as the status loop holds it), then goes, once it ends."""
-    from controller.protocol.rules import RECONCILE
+    from controller.protocol.group.rules import RECONCILE
 
     ids = [f"s{i}" for i in range(6)]
     _create(zk, layout, *[TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in ids])
@@ -498,7 +504,8 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
     assert wait_for(lambda: len(c.running_tasks()) == 2 and group.state.value == "Stable", 15)
     moved = c.running_tasks()
     assert wait_for(
-        lambda: all(codecs.decode(codecs.TaskStatus, zk.get(layout.status(t))[0]).broker == "c" for t in moved), 10
+        lambda: all(codecs.decode(task_records.TaskStatus, zk.get(layout.status(t))[0]).broker == "c" for t in moved),
+        10,
     )
 
 
@@ -545,7 +552,7 @@ def test_a_fence_the_suspended_timer_raised_after_a_reconnection_is_lifted_by_th
 
     def states() -> set[str]:  # (one pipelined round)
         return {
-            codecs.decode(codecs.TaskStatus, got[0]).state if got else "none yet"
+            codecs.decode(task_records.TaskStatus, got[0]).state if got else "none yet"
             for got in get_many(zk, [layout.status(t) for t in ids])
         }
 
@@ -619,7 +626,7 @@ def test_the_interval_log_is_rewritten_when_a_run_starts_not_at_every_flush(
             data, stat = zk.get(path)
         except NoNodeError:
             return set(), -1
-        return {i.task_id for i in codecs.decode(codecs.IntervalLog, data, path).intervals}, stat.version
+        return {i.task_id for i in codecs.decode(task_records.IntervalLog, data, path).intervals}, stat.version
 
     assert wait_for(lambda: log()[0] == {"i0", "i1"}, 20)
     _, v0 = log()
@@ -645,12 +652,12 @@ def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(
     _worker(workers, zk_settings, "s", group="slow", metrics_interval_s=60.0)
     _worker(workers, zk_settings, "f", group="fast", metrics_interval_s=0.0)
 
-    def status(t: str) -> tuple[codecs.TaskStatus, int] | None:
+    def status(t: str) -> tuple[task_records.TaskStatus, int] | None:
         try:
             data, stat = zk.get(layout.status(t))
         except Exception:
             return None
-        return codecs.decode(codecs.TaskStatus, data, layout.status(t)), stat.version
+        return codecs.decode(task_records.TaskStatus, data, layout.status(t)), stat.version
 
     assert wait_for(lambda: all((s := status(t)) and s[0].state == "RUNNING" for t in ("slow", "fast")), 20)
     (_, slow0), (_, fast0) = status("slow"), status("fast")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from controller.protocol.layout import ZkLayout
-from controller.zk.io import WriteFailed, delete_tree
+from controller.protocol.cluster.layout import ZkLayout
+from controller.zk.io import WriteFailed
+from controller.zk.subtrees import delete_tree
 
 
 def test_delete_tree_removes_a_subtree_and_counts_it(zk: KazooClient, layout: ZkLayout) -> None:

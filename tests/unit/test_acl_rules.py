@@ -10,7 +10,7 @@ import json
 import pytest
 from kazoo.security import ACL, Id
 
-from controller.protocol.acl import (
+from controller.protocol.cluster.acl import (
     NAMED_BY_OWNER,
     PER_BROKER,
     ROLES,
@@ -21,7 +21,7 @@ from controller.protocol.acl import (
     digest_id,
     grants_needed,
 )
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.security import acl_for, expected_acl, owner_in_acl
 from tests.security_support import BROKER_CREDS, CREDS, SHARED, A, C, D, R, W, broker_policy
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from controller.protocol.assignors import ASSIGNORS, get_assignor, is_eligible
-from controller.protocol.codecs import MemberMetadata, TaskDescriptor
+from controller.protocol.group.assignors import ASSIGNORS, get_assignor, is_eligible
+from controller.protocol.records.group_messages import MemberMetadata, TaskDescriptor
 
 Result = dict[str, tuple[str, ...]]
 

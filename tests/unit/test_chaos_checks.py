@@ -16,7 +16,7 @@ from broker_sim.chaos import (
     sink_ids,
     verdicts,
 )
-from controller.protocol.codecs import RunInterval
+from controller.protocol.records.task_records import RunInterval
 from tests.chaos_support import IN_PROCESS_KINDS
 
 
@@ -193,7 +193,7 @@ def test_only_the_current_generations_assignments_place_tasks():
     put off too, still has its last assignment, which places nothing (CI saw invariant 9 fail on such a
     znode: six tasks 'placed' on broker-001 for a whole maintenance window)."""
     from broker_sim.chaos.checks import current_placements
-    from controller.protocol.codecs import Assignment, GroupStateInfo
+    from controller.protocol.records.group_messages import Assignment, GroupStateInfo
 
     def state(st: str, gen: int, members: tuple[str, ...], protocol: str = "cooperative") -> GroupStateInfo:
         return GroupStateInfo(

@@ -1,4 +1,4 @@
-"""Spark checkpoints read and rewound without Spark (``controller.protocol.checkpoints``): the parsers refuse
+"""Spark checkpoints read and rewound without Spark (``controller.protocol.tasks.checkpoints``): the parsers refuse
 garbage with a clear error, and each reset plan removes and writes exactly what keeps the checkpoint and the
 file sink's log at the same position. The bytes below are what Spark 4 writes (copied from a real run)."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from controller.protocol import checkpoints as ck
-from controller.protocol.checkpoints import CheckpointError, CheckpointLogs, LogName
-from controller.protocol.storage import ResetTarget, StorageError
+from controller.protocol.tasks import checkpoints as ck
+from controller.protocol.tasks.checkpoints import CheckpointError, CheckpointLogs, LogName
+from controller.protocol.tasks.storage import ResetTarget, StorageError
 
 OFFSETS_2 = (
     b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795686768852,"conf":{"spark.sql.shuffle.partitions":"1"}}\n'

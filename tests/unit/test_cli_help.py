@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from cli.common import first_sentence, names_of, render, with_output
 from cli.connect import Probe, explain, split_hosts
 from cli.main import cli
-from controller.protocol.taskspec import SpecError, parse_specs_text
+from controller.protocol.tasks.spec import SpecError, parse_specs_text
 
 REPO = Path(__file__).resolve().parents[2]
 

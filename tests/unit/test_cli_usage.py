@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from broker_sim.worker import WorkerConfig
 from cli.main import cli
-from controller.protocol.layout import InvalidName, ZkLayout
+from controller.protocol.cluster.layout import InvalidName, ZkLayout
 from controller.zk.client import ZkSettings
 from tests.cli_support import invoke
 

@@ -1,13 +1,13 @@
-"""The cluster summary's counts and rules (``controller/protocol/summary.py``), pure."""
+"""The cluster summary's counts and rules (``controller/protocol/tasks/summary.py``), pure."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from controller.protocol import codecs
-from controller.protocol.codecs import ClusterSummary, GroupTaskCount
-from controller.protocol.summary import MAX_AGE_S, REWRITE_S, SummaryPlan, summarize, trusted
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.records import codecs
+from controller.protocol.records.admin_records import ClusterSummary, GroupTaskCount
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
+from controller.protocol.tasks.summary import MAX_AGE_S, REWRITE_S, SummaryPlan, summarize, trusted
 
 
 def _spec(t: str, group: str = "g", state: str = "RUNNING") -> TaskSpec:

@@ -9,14 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.protocol import codecs, payload_validation
-from controller.protocol.codecs import PayloadError
+from controller.protocol.records import (
+    admin_records,
+    codecs,
+    group_messages,
+    payload_validation,
+    registration_records,
+    task_records,
+)
+from controller.protocol.records.payload_validation import PayloadError
 
 PAYLOADS = [
-    codecs.ControllerInfo(controller_id="c1", epoch=3, host="h", since=1.5),
-    codecs.BrokerInfo(broker_id="b1", host="h", pid=42, group="g", capacity=2, rack="r1", instance_id="i1"),
-    codecs.OwnerInfo(broker="b1", generation=7),
-    codecs.GroupStateInfo(
+    registration_records.ControllerInfo(controller_id="c1", epoch=3, host="h", since=1.5),
+    registration_records.BrokerInfo(
+        broker_id="b1", host="h", pid=42, group="g", capacity=2, rack="r1", instance_id="i1"
+    ),
+    task_records.OwnerInfo(broker="b1", generation=7),
+    group_messages.GroupStateInfo(
         state="Stable",
         generation=4,
         join_generation=4,
@@ -26,7 +35,7 @@ PAYLOADS = [
         leader="b1",
         members=("b1", "b2"),
     ),
-    codecs.JoinRequest(
+    group_messages.JoinRequest(
         member_id="b1",
         join_generation=5,
         generation=4,
@@ -36,24 +45,26 @@ PAYLOADS = [
         capacity=3,
         rack=None,
     ),
-    codecs.JoinResult(
+    group_messages.JoinResult(
         generation=5,
         leader="b1",
         protocol="cooperative",
         assignor="sticky",
         controller_epoch=2,
-        members=(codecs.MemberMetadata(member_id="b1", owned=("t1",)),),
-        tasks=(codecs.TaskDescriptor(task_id="t1", weight=2, pinned=("b1",)),),
+        members=(group_messages.MemberMetadata(member_id="b1", owned=("t1",)),),
+        tasks=(group_messages.TaskDescriptor(task_id="t1", weight=2, pinned=("b1",)),),
         held=("t9",),
         previous={"b1": ("t1",)},
     ),
-    codecs.SyncProposal(generation=5, leader="b1", assigned={"b1": ("t1",)}, revoked={"b2": ("t3",)}),
-    codecs.Assignment(generation=5, controller_epoch=2, assigned=("t1",), revoked=(), leader="b1"),
-    codecs.TaskStatus(broker="b1", state="RUNNING", generation=5, updated=1.0, metrics={"rows": 10}),
-    codecs.RebalanceRequest(group="g"),
-    codecs.ControlledShutdownRequest(broker="b1"),
-    codecs.ReassignRequest(task_id="t1", to="b2"),
-    codecs.IntervalLog(broker="b1", intervals=(codecs.RunInterval(task_id="t1", broker="b1", start=1.0, end=2.0),)),
+    group_messages.SyncProposal(generation=5, leader="b1", assigned={"b1": ("t1",)}, revoked={"b2": ("t3",)}),
+    group_messages.Assignment(generation=5, controller_epoch=2, assigned=("t1",), revoked=(), leader="b1"),
+    task_records.TaskStatus(broker="b1", state="RUNNING", generation=5, updated=1.0, metrics={"rows": 10}),
+    admin_records.RebalanceRequest(group="g"),
+    admin_records.ControlledShutdownRequest(broker="b1"),
+    admin_records.ReassignRequest(task_id="t1", to="b2"),
+    task_records.IntervalLog(
+        broker="b1", intervals=(task_records.RunInterval(task_id="t1", broker="b1", start=1.0, end=2.0),)
+    ),
 ]
 
 
@@ -85,7 +96,7 @@ GARBAGE = [
 @pytest.mark.parametrize("data,reason", GARBAGE)
 def test_garbage_gives_payload_error_with_path_and_reason(data, reason):
     with pytest.raises(PayloadError) as info:
-        codecs.decode(codecs.ControllerInfo, data, "/zkc/controller")
+        codecs.decode(registration_records.ControllerInfo, data, "/zkc/controller")
     assert info.value.path == "/zkc/controller"
     assert reason in info.value.reason
     assert "/zkc/controller" in str(info.value)
@@ -95,7 +106,7 @@ def test_nested_errors_name_the_field():
     body = json.loads(codecs.encode(PAYLOADS[5]))
     body["members"][0]["owned"] = [1]
     with pytest.raises(PayloadError, match=r"members\[0\]\.owned\[0\]"):
-        codecs.from_dict(codecs.JoinResult, body, "/j")
+        codecs.from_dict(group_messages.JoinResult, body, "/j")
 
 
 def test_epoch_codec():
@@ -267,10 +278,10 @@ def test_tuple_of_ids_names_the_first_bad_item():
     body = json.loads(codecs.encode(PAYLOADS[4]))  # JoinRequest
     body["owned"] = ["t1", "t2", 3, None]
     with pytest.raises(PayloadError, match=r"field 'owned\[2\]': expected string, got int"):
-        codecs.from_dict(codecs.JoinRequest, body, "/m")
+        codecs.from_dict(group_messages.JoinRequest, body, "/m")
     body["owned"] = "t1"
     with pytest.raises(PayloadError, match=r"field 'owned': expected an array, got string"):
-        codecs.from_dict(codecs.JoinRequest, body, "/m")
+        codecs.from_dict(group_messages.JoinRequest, body, "/m")
 
 
 def test_to_jsonable_leaves_enums_types_and_containers_as_before():
@@ -282,9 +293,9 @@ def test_to_jsonable_leaves_enums_types_and_containers_as_before():
 
     Pair = namedtuple("Pair", "a b")
     assert codecs.to_jsonable(Colour.RED) == "red" and type(codecs.to_jsonable(Colour.RED)) is str
-    assert codecs.to_jsonable(codecs.OwnerInfo) is codecs.OwnerInfo  # a dataclass *type* is not converted
+    assert codecs.to_jsonable(task_records.OwnerInfo) is task_records.OwnerInfo  # a dataclass *type* is not converted
     assert codecs.to_jsonable(Pair(1, (2, 3))) == [1, [2, 3]]
-    assert codecs.to_jsonable({1: codecs.OwnerInfo("b", 2)}) == {"1": {"broker": "b", "generation": 2}}
+    assert codecs.to_jsonable({1: task_records.OwnerInfo("b", 2)}) == {"1": {"broker": "b", "generation": 2}}
     for p in PAYLOADS:
         assert json.loads(json.dumps(codecs.to_jsonable(p))) == json.loads(json.dumps(dataclasses.asdict(p)))
 
@@ -305,7 +316,7 @@ def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch
     monkeypatch.setattr(payload_validation, "_build_converter", slow_build)
 
     data = codecs.encode(
-        codecs.TaskStatus(broker="b1", state="STOPPED", generation=3, updated=1.0, error="x", failures=2)
+        task_records.TaskStatus(broker="b1", state="STOPPED", generation=3, updated=1.0, error="x", failures=2)
     )
     for _ in range(5):
         payload_validation._CONVERTERS.clear()
@@ -315,7 +326,7 @@ def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch
         def decode_one() -> None:
             barrier.wait()
             try:
-                results.append(codecs.decode(codecs.TaskStatus, data, "/s"))
+                results.append(codecs.decode(task_records.TaskStatus, data, "/s"))
             except Exception as exc:  # collected: the assertion below names it
                 results.append(exc)
 
@@ -324,4 +335,4 @@ def test_decoders_built_by_several_threads_at_once_give_whole_values(monkeypatch
             t.start()
         for t in threads:
             t.join(10)
-        assert results == [codecs.decode(codecs.TaskStatus, data, "/s")] * 8
+        assert results == [codecs.decode(task_records.TaskStatus, data, "/s")] * 8

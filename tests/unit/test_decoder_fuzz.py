@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.protocol import codecs
-from controller.protocol.acl import AclPolicy, SecurityError
-from controller.protocol.codecs import PayloadError
-from controller.protocol.group import GroupConfig
-from controller.protocol.taskspec import decode_task
+from controller.protocol.cluster.acl import AclPolicy, SecurityError
+from controller.protocol.group.vocabulary import GroupConfig
+from controller.protocol.records import admin_records, codecs, group_messages, registration_records, task_records
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import decode_task
 from tests.payload_support import GARBAGE
 
 JSON = st.recursive(
@@ -68,7 +68,7 @@ def test_fuzz_epoch_decoder(data):
 @given(data=DATA)
 def test_fuzz_delete_request_decoder(data):
     try:
-        codecs.decode(codecs.DeleteTaskRequest, data, "/d")
+        codecs.decode(admin_records.DeleteTaskRequest, data, "/d")
     except PayloadError:
         pass
 
@@ -91,7 +91,13 @@ def test_fuzz_acl_policy_decoder(data):
 
 @pytest.mark.parametrize("data", GARBAGE)
 def test_garbage_assignment_and_state_decoders(data):
-    for cls in (codecs.Assignment, codecs.GroupStateInfo, codecs.JoinRequest, codecs.OwnerInfo, codecs.BrokerInfo):
+    for cls in (
+        group_messages.Assignment,
+        group_messages.GroupStateInfo,
+        group_messages.JoinRequest,
+        task_records.OwnerInfo,
+        registration_records.BrokerInfo,
+    ):
         with pytest.raises(PayloadError):
             codecs.decode(cls, data, "/g")
 
@@ -100,13 +106,14 @@ def test_a_group_rebuilt_from_unreadable_state_resumes_above_every_known_generat
     """Garbage in /groups/<g>/state on failover: the coordinator starts over, but above the generations
     its members and their assignments carry (members ignore older generations as stale)."""
     from controller.protocol.clock import SystemClock
-    from controller.protocol.group import GroupCoordinator, WriteGroupState
+    from controller.protocol.group.coordinator import GroupCoordinator
+    from controller.protocol.group.vocabulary import WriteGroupState
 
     coord = GroupCoordinator(
         group="g", controller_epoch=3, clock=SystemClock(), config=GroupConfig(rebalance_timeout_s=5.0)
     )
     members = {
-        m: codecs.JoinRequest(
+        m: group_messages.JoinRequest(
             member_id=m,
             join_generation=7,
             generation=7,
@@ -116,7 +123,7 @@ def test_a_group_rebuilt_from_unreadable_state_resumes_above_every_known_generat
         )
         for m in ("a", "b")
     }
-    assignments = {"a": codecs.Assignment(generation=7, controller_epoch=2, assigned=("t1",), revoked=())}
-    decisions = coord.load(None, members, {"t1": codecs.TaskDescriptor(task_id="t1")}, assignments)
+    assignments = {"a": group_messages.Assignment(generation=7, controller_epoch=2, assigned=("t1",), revoked=())}
+    decisions = coord.load(None, members, {"t1": group_messages.TaskDescriptor(task_id="t1")}, assignments)
     states = [d.info for d in decisions if isinstance(d, WriteGroupState)]
     assert states and states[-1].state == "PreparingRebalance" and states[-1].join_generation == 8

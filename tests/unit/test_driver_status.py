@@ -10,7 +10,7 @@ import pytest
 
 from broker_sim.runners.spark_jobs import MAX_ERROR_CHARS
 from broker_sim.runners.spark_process import MAX_METRICS, MAX_SERIES, MAX_STATUS_BYTES, read_status
-from controller.protocol.task_records import MAX_FAILURE_KIND_CHARS
+from controller.protocol.records.task_records import MAX_FAILURE_KIND_CHARS
 
 
 def _write(tmp_path: Path, body: object) -> Path:

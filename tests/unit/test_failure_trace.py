@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError, TaskStatus
-from controller.protocol.failure_trace import bound_trace
-from controller.protocol.task_records import MAX_FAILURE_TRACE_CHARS, LastFailure
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.task_records import MAX_FAILURE_TRACE_CHARS, LastFailure, TaskStatus
+from controller.protocol.tasks.failure_trace import bound_trace
 
 
 def spark_trace(frames: int) -> str:

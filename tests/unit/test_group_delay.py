@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import Assignment
-from controller.protocol.group import WriteGroupState, WriteJoinResult
-from controller.protocol.rules import COOPERATIVE
+from controller.protocol.group.rules import COOPERATIVE
+from controller.protocol.group.vocabulary import WriteGroupState, WriteJoinResult
+from controller.protocol.records.group_messages import Assignment
 from tests.unit.test_group_state import (
     EPOCH,
     S,

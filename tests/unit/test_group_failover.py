@@ -1,4 +1,4 @@
-"""The group coordinator resumed after a controller failover, sans-IO (``controller/protocol/group_load.py``):
+"""The group coordinator resumed after a controller failover, sans-IO (``controller/protocol/group/failover_load.py``):
 a new controller reads back the state znode, the members' requests and their assignments, and either goes on
 with no rebalance (a Stable group that still matches) or rebalances, never reusing a generation. Helpers come
 from ``test_group_state``; holds across failover are in ``test_group_delay``."""
@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.protocol.codecs import Assignment, TaskDescriptor
-from controller.protocol.group import FOREVER, GroupCoordinator, WriteGroupState
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.vocabulary import FOREVER, WriteGroupState
+from controller.protocol.records.group_messages import Assignment, TaskDescriptor
 from tests.unit.test_group_state import (
     EPOCH,
     coordinator,

@@ -13,21 +13,18 @@ from itertools import product
 import pytest
 
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import Assignment, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
-from controller.protocol.group import (
-    VALID_PREVIOUS,
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.rules import COOPERATIVE, EAGER, cooperative_adjust, run_assignor
+from controller.protocol.group.state import VALID_PREVIOUS, GroupState, IllegalTransition, check_transition
+from controller.protocol.group.vocabulary import (
     DeleteGenerationsBelow,
     GroupConfig,
-    GroupCoordinator,
-    GroupState,
-    IllegalTransition,
     WatchSync,
     WriteAssignments,
     WriteGroupState,
     WriteJoinResult,
-    check_transition,
 )
-from controller.protocol.rules import COOPERATIVE, EAGER, cooperative_adjust, run_assignor
+from controller.protocol.records.group_messages import Assignment, JoinRequest, JoinResult, SyncProposal, TaskDescriptor
 
 S = GroupState
 LEGAL = {

@@ -8,16 +8,16 @@ import json
 import pytest
 
 from controller.admin.reads import UNKNOWN_STAT, broker_view
-from controller.protocol import codecs
-from controller.protocol.codecs import PayloadError
-from controller.protocol.layout import ZkLayout
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.records import codecs, registration_records
+from controller.protocol.records.payload_validation import PayloadError
 
 
 def test_a_huge_host_in_a_registration_is_refused_when_decoded_and_never_printed_whole() -> None:
     huge = "h" * 900_000
     data = json.dumps({"version": 1, "broker_id": "b1", "host": huge, "pid": 1}).encode()
     with pytest.raises(PayloadError) as err:
-        codecs.decode(codecs.BrokerInfo, data, "/zkc/brokers/ids/b1")
+        codecs.decode(registration_records.BrokerInfo, data, "/zkc/brokers/ids/b1")
     assert len(str(err.value)) < 300 and "host" in str(err.value)
     view = broker_view(ZkLayout("/zkc"), "b1", (data, UNKNOWN_STAT), tasks=0, shutting=False)
     shown = json.dumps(codecs.to_jsonable(view))
@@ -25,17 +25,17 @@ def test_a_huge_host_in_a_registration_is_refused_when_decoded_and_never_printed
     for field in ("rack", "instance_id", "runner", "group"):
         body = {"version": 1, "broker_id": "b1", "host": "h", "pid": 1, field: "x" * 201}
         with pytest.raises(PayloadError):
-            codecs.decode(codecs.BrokerInfo, json.dumps(body).encode(), "/zkc/brokers/ids/b1")
+            codecs.decode(registration_records.BrokerInfo, json.dumps(body).encode(), "/zkc/brokers/ids/b1")
     ctl = {"version": 1, "controller_id": "c", "epoch": 1, "host": huge, "since": 0.0}
     with pytest.raises(PayloadError):
-        codecs.decode(codecs.ControllerInfo, json.dumps(ctl).encode(), "/zkc/controller")
-    ok = codecs.BrokerInfo(broker_id="b1", host="a" * 255, pid=1)
-    assert codecs.decode(codecs.BrokerInfo, codecs.encode(ok), "/zkc/brokers/ids/b1") == ok
+        codecs.decode(registration_records.ControllerInfo, json.dumps(ctl).encode(), "/zkc/controller")
+    ok = registration_records.BrokerInfo(broker_id="b1", host="a" * 255, pid=1)
+    assert codecs.decode(registration_records.BrokerInfo, codecs.encode(ok), "/zkc/brokers/ids/b1") == ok
 
 
 def test_a_refused_name_is_quoted_escaped_and_bounded() -> None:
     from controller.api.errors import MAX_MESSAGE_CHARS, error_response
-    from controller.protocol.layout import InvalidName, check_name
+    from controller.protocol.cluster.layout import InvalidName, check_name
 
     with pytest.raises(InvalidName) as err:
         check_name("task id", "\x1b[31m" + "y" * 100_000)
@@ -51,4 +51,4 @@ def test_a_registration_names_a_legal_broker_and_group() -> None:
     for field, value in (("broker_id", "b<1>"), ("group", "bad<g>"), ("group", "")):
         body = {"version": 1, "broker_id": "b1", "host": "h", "pid": 1, field: value}
         with pytest.raises(PayloadError, match="not a legal name"):
-            codecs.decode(codecs.BrokerInfo, json.dumps(body).encode(), "/zkc/brokers/ids/b1")
+            codecs.decode(registration_records.BrokerInfo, json.dumps(body).encode(), "/zkc/brokers/ids/b1")

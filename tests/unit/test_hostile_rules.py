@@ -12,9 +12,10 @@ from starlette.datastructures import Headers
 from controller.admin.interval_ends import session_ends, unflushed_ends
 from controller.admin.operations import SettingsAdmin
 from controller.api.guard import RequestPolicy, host_name
-from controller.protocol.codecs import ClusterSettings, MoveLimits, RunInterval
-from controller.protocol.layout import ZkLayout
-from controller.protocol.settings_rules import SettingValueError, check_setting, read_settings
+from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.cluster.settings_rules import SettingValueError, check_setting, read_settings
+from controller.protocol.records.admin_records import ClusterSettings, MoveLimits
+from controller.protocol.records.task_records import RunInterval
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,7 @@ def test_the_checker_sees_a_planted_import(tmp_path: Path, monkeypatch: pytest.M
 
 # ---- one home for each state machine; parts composed, not mixed in -------------------------------
 #: the modules where a state is assigned: the group's state machine, and the member's (its one transition function)
-STATE_HOMES = {"controller.protocol.group_state": None, "controller.protocol.member": "_transition"}
+STATE_HOMES = {"controller.protocol.group.state": None, "controller.protocol.group.member": "_transition"}
 
 
 def _state_assignments(name: str, attr: str = "state") -> list[tuple[int, str | None]]:
@@ -220,7 +220,7 @@ def _state_assignments(name: str, attr: str = "state") -> list[tuple[int, str | 
 
 
 def test_states_change_only_in_their_state_machines() -> None:
-    """h11's Rule 1: a group's state is assigned in ``group_state.py`` alone (through ``transition``, or
+    """h11's Rule 1: a group's state is assigned in ``state.py`` alone (through ``transition``, or
     ``restore`` on failover), a member's in its one transition function; nowhere else in the protocol core."""
     wrong = []
     for name in sorted(MODULES):
@@ -298,3 +298,45 @@ def test_no_class_is_mixed_in() -> None:
             elif len(own) >= 2:
                 wrong.append(f"{where}: inherits {', '.join(own)}")
     assert not wrong, "classes mixed in rather than composed:\n" + "\n".join(wrong)
+
+
+# ---- the product apart from its harness ---------------------------------------------------------------
+#: what ships and runs in production, and the test and demonstration harness beside it
+PRODUCT = ("controller", "broker_sim.worker", "broker_sim.runners", "cli")
+HARNESS = ("broker_sim.sim", "broker_sim.chaos", "broker_sim.deploy")
+#: the one allowed edge: the CLI's harness commands (``zkctl sim``, ``demo``, ``datagen``, ``timeline``, the
+#: container commands) drive the harness; ``cli.main`` loads each by name only when its command runs
+#: (``COMMANDS``), so no other command, and no daemon, imports any of it
+HARNESS_COMMANDS = ("cli.sim_cmd", "cli.demo", "cli.datagen", "cli.timeline", "cli.containers", "cli.spark_cmd")
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("package", PRODUCT)
+def test_the_product_never_imports_the_harness(package: str) -> None:
+    wrong = []
+    for name in sorted(MODULES):
+        if not _under(name, (package,)) or name in HARNESS_COMMANDS:
+            continue
+        for imported in _imports(name):
+            mod = _ours(imported)
+            if mod is not None and (_under(mod, HARNESS) or mod in HARNESS_COMMANDS):
+                wrong.append(f"{name} imports {mod}")
+    assert not wrong, "the product imports the harness:\n" + "\n".join(wrong)
+
+
+def test_the_harness_commands_are_loaded_by_name_only() -> None:
+    """``cli.main`` names each harness command module in a string, loaded when its command runs."""
+    main = MODULES["cli.main"].read_text()
+    assert [m for m in HARNESS_COMMANDS if f'"{m}"' not in main] == []
+    assert not any(_ours(i) in HARNESS_COMMANDS for i in _imports("cli.main"))
+
+
+def test_the_harness_rule_sees_a_planted_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("from broker_sim.chaos.schedule import Schedule\n")
+    monkeypatch.setitem(MODULES, "broker_sim.worker.planted", planted)
+    with pytest.raises(AssertionError, match="broker_sim.worker.planted imports broker_sim.chaos.schedule"):
+        test_the_product_never_imports_the_harness("broker_sim.worker")

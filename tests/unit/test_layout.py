@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.protocol.layout import BUCKET_NAMES, BUCKETS, InvalidName, ZkLayout, bucket_of, is_bucket
+from controller.protocol.cluster.layout import BUCKET_NAMES, BUCKETS, InvalidName, ZkLayout, bucket_of, is_bucket
 
 
 def test_paths_live_under_the_root():

@@ -11,9 +11,8 @@ from itertools import product
 
 import pytest
 
-from controller.protocol.codecs import Assignment, GroupStateInfo, JoinResult, MemberMetadata, TaskDescriptor
 from controller.protocol.errors import ProtocolError
-from controller.protocol.member import (
+from controller.protocol.group.member import (
     VALID_PREVIOUS,
     Exit,
     IllegalWorkerTransition,
@@ -24,7 +23,14 @@ from controller.protocol.member import (
     WriteJoin,
     WriteProposal,
 )
-from controller.protocol.rules import COOPERATIVE, EAGER
+from controller.protocol.group.rules import COOPERATIVE, EAGER
+from controller.protocol.records.group_messages import (
+    Assignment,
+    GroupStateInfo,
+    JoinResult,
+    MemberMetadata,
+    TaskDescriptor,
+)
 
 W = WorkerState
 LEGAL = {

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from controller.protocol.group import GroupState, WriteGroupState
-from controller.protocol.probation import MAX_MEMBERS, BackoffPolicy, Probation
+from controller.protocol.group.probation import MAX_MEMBERS, BackoffPolicy, Probation
+from controller.protocol.group.state import GroupState
+from controller.protocol.group.vocabulary import WriteGroupState
 from tests.unit.test_reconcile import ack, coordinator, req
 
 WHY = "reports 2 task(s) taken whose owner znode it does not hold (t1, t2)"

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.protocol.codecs import JoinResult, MemberMetadata, SyncProposal, TaskDescriptor
-from controller.protocol.rules import (
+from controller.protocol.group.rules import (
     COOPERATIVE,
     EAGER,
     choose_assignor,
@@ -22,6 +21,7 @@ from controller.protocol.rules import (
     unassignable,
     validate_proposal,
 )
+from controller.protocol.records.group_messages import JoinResult, MemberMetadata, SyncProposal, TaskDescriptor
 
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -234,7 +234,7 @@ def test_adjusts_set_algebra_agrees_with_the_task_by_task_rule(inputs, departed,
     """One owner and one target per task takes the set-algebra path; it must give exactly what the task by
     task rule (kept for conflicting claims) gives, also for a holder the target no longer names (a member
     gone: ``departed`` takes over those of the tasks nobody holds) and for holdings given as sets."""
-    from controller.protocol.rules import _adjust_conflicting
+    from controller.protocol.group.rules import _adjust_conflicting
 
     _members, _tasks, target, owned = inputs
     held_now = {t for ts in owned.values() for t in ts}

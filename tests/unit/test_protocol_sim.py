@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 import pytest
 
-import controller.protocol.acks
-import controller.protocol.group
-import controller.protocol.join_round
-import controller.protocol.member
-import controller.protocol.reconcile
+import controller.protocol.group.acks
+import controller.protocol.group.coordinator
+import controller.protocol.group.join_round
+import controller.protocol.group.member
+import controller.protocol.group.reconcile
 from broker_sim.sim.protosim import ProtocolSim
 from broker_sim.sim.protosim_types import SimConfig, SimResult
-from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE, validate_proposal
+from controller.protocol.group.rules import COOPERATIVE, EAGER, RECONCILE, validate_proposal
 
 MIN_SCHEDULES = 10_000
 #: the reconcile protocol alone gets as many as the others together
@@ -134,7 +134,7 @@ def _worker_init() -> None:
     # refused proposals are logged as warnings by design: thousands of them here, not worth formatting
     logging.getLogger("controller").setLevel(logging.ERROR)
     logging.getLogger("broker_sim").setLevel(logging.ERROR)
-    controller.protocol.join_round.validate_proposal = _counting  # (the join round validates proposals)
+    controller.protocol.group.join_round.validate_proposal = _counting  # (the join round validates proposals)
 
 
 def run_chunk(name: str, seeds: range) -> Chunk:
@@ -231,7 +231,7 @@ def test_without_the_still_owns_check_faulty_leaders_break_invariant_2(monkeypat
     def lax(join, proposal):
         return [p for p in validate_proposal(join, proposal) if "still owns" not in p]
 
-    monkeypatch.setattr(controller.protocol.join_round, "validate_proposal", lax)
+    monkeypatch.setattr(controller.protocol.group.join_round, "validate_proposal", lax)
     caplog.set_level(logging.ERROR, logger="controller")
     config = SimConfig(faulty_leader_probability=0.3)
     broken = {}
@@ -250,7 +250,7 @@ def test_without_waiting_for_releases_reconcile_breaks_invariant_2(monkeypatch, 
     """The planted bug of the reconcile protocol: a coordinator that counts only what it published as
     held (not revocations still unconfirmed, not what members report) hands tasks on too early."""
     monkeypatch.setattr(
-        controller.protocol.reconcile,
+        controller.protocol.group.reconcile,
         "holders",
         lambda published, unreleased, requests: {m: set(published.get(m, ())) for m in requests},
     )
@@ -266,15 +266,15 @@ def test_without_waiting_for_releases_reconcile_breaks_invariant_2(monkeypatch, 
 def test_a_coordinator_that_counts_published_as_running_breaks_invariant_5(monkeypatch, caplog):
     """The planted bug of "Stable means running": a coordinator that takes every member's assignment for
     acknowledged as soon as it is published says Stable while tasks are still being taken."""
-    publish = controller.protocol.reconcile.ReconcileGroup.publish
+    publish = controller.protocol.group.reconcile.ReconcileGroup.publish
 
     def publish_and_forget(self, changed):
         out = publish(self, changed)
         self.acks.waiting.clear()
         return out
 
-    monkeypatch.setattr(controller.protocol.acks.Acks, "acked", lambda self, m: True)
-    monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "publish", publish_and_forget)
+    monkeypatch.setattr(controller.protocol.group.acks.Acks, "acked", lambda self, m: True)
+    monkeypatch.setattr(controller.protocol.group.reconcile.ReconcileGroup, "publish", publish_and_forget)
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile"].config
     broken = [seed for seed in range(10) if any(v.invariant == 5 for v in ProtocolSim(seed, config).run().violations)]
@@ -288,7 +288,9 @@ def test_a_coordinator_that_believes_rewritten_reports_breaks_the_hostile_schedu
     """The planted bug of hostile reports: a coordinator that takes every report as written (no bounds, no
     check of claims) hands tasks on that are still running, or waits forever for a release it was told of."""
     monkeypatch.setattr(
-        controller.protocol.reconcile.ReconcileGroup, "screen", lambda self, snap, everyone=False: (dict(snap), [])
+        controller.protocol.group.reconcile.ReconcileGroup,
+        "screen",
+        lambda self, snap, everyone=False: (dict(snap), []),
     )
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile-hostile"].config
@@ -302,13 +304,13 @@ def test_a_coordinator_that_believes_rewritten_reports_breaks_the_hostile_schedu
 def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
     """The reconcile schedules run the new protocol (no join round once in it), and the mixed ones enter
     and leave it."""
-    import controller.protocol.group
-    import controller.protocol.reconcile
+    import controller.protocol.group.coordinator
+    import controller.protocol.group.reconcile
 
     entered, left = [], []
     enter, prepare = (
-        controller.protocol.reconcile.ReconcileGroup.enter,
-        controller.protocol.group.GroupCoordinator.prepare_rebalance,
+        controller.protocol.group.reconcile.ReconcileGroup.enter,
+        controller.protocol.group.coordinator.GroupCoordinator.prepare_rebalance,
     )
 
     def counting_enter(self, reason):
@@ -320,8 +322,8 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
             left.append(reason)
         return prepare(self, reason)
 
-    monkeypatch.setattr(controller.protocol.reconcile.ReconcileGroup, "enter", counting_enter)
-    monkeypatch.setattr(controller.protocol.group.GroupCoordinator, "prepare_rebalance", counting_prepare)
+    monkeypatch.setattr(controller.protocol.group.reconcile.ReconcileGroup, "enter", counting_enter)
+    monkeypatch.setattr(controller.protocol.group.coordinator.GroupCoordinator, "prepare_rebalance", counting_prepare)
     for seed in range(20):
         sim = CONFIGS["reconcile"].make(seed)
         sim.run()
@@ -375,7 +377,9 @@ def test_upgrade_scenario_really_mixes_protocols():
 def test_a_member_that_does_not_report_its_tasks_starting_again_breaks_invariant_5(monkeypatch, caplog):
     """The planted bug of a fence that lifts: a member that does not report the tasks its fence stopped as
     starting again leaves the group Stable while they start (the partitions that heal inside the session)."""
-    monkeypatch.setattr(controller.protocol.member.Member, "_starting_again", lambda self, last, taken: frozenset())
+    monkeypatch.setattr(
+        controller.protocol.group.member.Member, "_starting_again", lambda self, last, taken: frozenset()
+    )
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile"].config
     broken = [seed for seed in range(40) if any(v.invariant == 5 for v in ProtocolSim(seed, config).run().violations)]

@@ -7,18 +7,13 @@ from __future__ import annotations
 import dataclasses
 
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import Assignment, JoinRequest, MoveLimits, TaskDescriptor
-from controller.protocol.group import (
-    FOREVER,
-    GroupConfig,
-    GroupCoordinator,
-    GroupState,
-    WatchMoves,
-    WriteAssignments,
-    WriteGroupState,
-)
-from controller.protocol.reconcile import confirm_releases, holders
-from controller.protocol.rules import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.reconcile import confirm_releases, holders
+from controller.protocol.group.rules import COOPERATIVE, EAGER, RECONCILE
+from controller.protocol.group.state import GroupState
+from controller.protocol.group.vocabulary import FOREVER, GroupConfig, WatchMoves, WriteAssignments, WriteGroupState
+from controller.protocol.records.admin_records import MoveLimits
+from controller.protocol.records.group_messages import Assignment, JoinRequest, TaskDescriptor
 
 EPOCH = 5
 RECONCILING = (RECONCILE, COOPERATIVE)
@@ -229,7 +224,7 @@ def test_a_member_without_reconcile_takes_the_group_back_to_a_join_round():
 
 
 def test_a_reconciling_member_follows_its_assignment_alone_and_joins_the_round_it_is_told_of():
-    from controller.protocol.member import Member, SetDesired, WorkerState, WriteJoin
+    from controller.protocol.group.member import Member, SetDesired, WorkerState, WriteJoin
 
     m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
     m.start(None)
@@ -280,7 +275,7 @@ def test_a_release_carries_the_report_that_confirms_it_unless_a_later_one_was_wr
     what it lists is what will be held once the multi is done. Nothing changes until the multi succeeded
     (``on_released``); then no separate report follows. A report built later (a newer assignment applied
     meanwhile) is the one that stands: then the member reports again, at its epoch."""
-    from controller.protocol.member import Member, WorkerState, WriteJoin
+    from controller.protocol.group.member import Member, WorkerState, WriteJoin
 
     def stable_member() -> Member:
         m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
@@ -494,7 +489,7 @@ def test_a_task_not_taken_within_the_rebalance_timeout_is_fenced_and_retargeted(
 
 
 def test_a_member_acknowledges_only_once_it_holds_every_owner_znode_and_rejoins_when_refused():
-    from controller.protocol.member import Member, WorkerState, WriteJoin
+    from controller.protocol.group.member import Member, WorkerState, WriteJoin
 
     m = Member(member_id="a", assign=lambda name, jr: {}, protocols=RECONCILING, incarnation="a.1")
     m.start(None)
@@ -518,7 +513,7 @@ def test_a_member_acknowledges_only_once_it_holds_every_owner_znode_and_rejoins_
 def test_a_join_rounds_owned_claims_of_another_members_tasks_are_left_out_of_the_join_result():
     """The same rule in the cooperative join round: a member's join metadata narrows what it holds, it cannot
     claim what the last generation gave another member (the leader would otherwise revoke it from its owner)."""
-    from controller.protocol.group import WriteJoinResult
+    from controller.protocol.group.vocabulary import WriteJoinResult
 
     c = GroupCoordinator(group="g", controller_epoch=EPOCH, clock=FakeClock(), config=GroupConfig())
     c.on_tasks(tasks(4))
@@ -598,7 +593,7 @@ def test_stable_means_running_a_group_is_not_stable_while_a_members_tasks_are_st
 
 
 def test_a_report_of_starting_tasks_it_does_not_own_is_out_of_bounds():
-    from controller.protocol.reports import request_problem
+    from controller.protocol.group.reports import request_problem
 
     assert request_problem(dataclasses.replace(req("a", owned=("t1",)), starting=("t1",))) == ""
     assert "starting" in request_problem(dataclasses.replace(req("a", owned=("t1",)), starting=("t2",)))
@@ -607,7 +602,7 @@ def test_a_report_of_starting_tasks_it_does_not_own_is_out_of_bounds():
 
 
 def test_a_member_reports_once_more_when_its_last_start_is_over():
-    from controller.protocol.member import Member, WorkerState, WriteJoin
+    from controller.protocol.group.member import Member, WorkerState, WriteJoin
 
     m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
     m.start(None)
@@ -629,7 +624,7 @@ def test_a_member_reports_tasks_starting_over_after_its_fence_and_once_more_when
     """Its fence stopped tasks it had reported running; the fence lifted and they start again (the worker tells
     the member): it reports them starting, so the coordinator does not count the group Stable until they run
     again, then once more when they do. A task restarting while the others run is reported alone."""
-    from controller.protocol.member import Member, WriteJoin
+    from controller.protocol.group.member import Member, WriteJoin
 
     m = Member(member_id="a", assign=lambda *_: {}, protocols=RECONCILING, assignors=("sticky",), incarnation="a.1")
     m.start(None)

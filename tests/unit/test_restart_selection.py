@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from controller.admin.views import SkippedRestart, TaskRow, restart_candidates, restart_progress
-from controller.protocol import codecs
-from controller.protocol.taskspec import RestartPolicy
+from controller.protocol.records import task_records
+from controller.protocol.tasks.spec import RestartPolicy
 
 
 def row(task_id: str, shown: str | None, state: str | None = "RUNNING", **kw) -> TaskRow:
@@ -43,8 +43,8 @@ def test_every_task_is_taken_without_only_failed():
     assert [s.task_id for s in skipped] == ["paused", "leaving", "garbage"]
 
 
-def status(state: str, failures: int) -> codecs.TaskStatus:
-    return codecs.TaskStatus(broker="b0", state=state, generation=1, updated=0.0, failures=failures)
+def status(state: str, failures: int) -> task_records.TaskStatus:
+    return task_records.TaskStatus(broker="b0", state=state, generation=1, updated=0.0, failures=failures)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from controller.protocol.roll import (
+from controller.protocol.cluster.roll_plan import (
     Plan,
     balance_plan,
     drain_plan,

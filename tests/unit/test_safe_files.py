@@ -12,8 +12,8 @@ import pytest
 
 from broker_sim.worker.checkpoint_ops import CheckpointStore
 from broker_sim.worker.safe_files import Budget, BudgetExceeded, SafeDir
-from controller.protocol.checkpoints import CheckpointError
-from controller.protocol.taskspec import SparkPipeline
+from controller.protocol.tasks.checkpoints import CheckpointError
+from controller.protocol.tasks.spec import SparkPipeline
 from tests.offsets_support import fake_checkpoint, spark_spec
 
 

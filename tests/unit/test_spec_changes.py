@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from controller.protocol.spec_changes import diff_specs, field_changes, stateful_operators
-from controller.protocol.taskspec import TaskSpec, parse_spec
+from controller.protocol.tasks.spec import TaskSpec, parse_spec
+from controller.protocol.tasks.spec_changes import diff_specs, field_changes, stateful_operators
 
 
 def base(**pipeline: Any) -> dict[str, Any]:

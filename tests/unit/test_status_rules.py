@@ -5,8 +5,8 @@ its last status (every admin read, against a real ZooKeeper: tests/integration/t
 from __future__ import annotations
 
 from controller.admin.views import shown_status, stale_after, unassigned_since
-from controller.protocol import codecs
-from controller.protocol.codecs import OwnerInfo, TaskStatus
+from controller.protocol.records import codecs, task_records
+from controller.protocol.records.task_records import OwnerInfo, TaskStatus
 
 
 def _status(state="RUNNING", broker="b1", session="0x10"):
@@ -16,7 +16,7 @@ def _status(state="RUNNING", broker="b1", session="0x10"):
 def test_an_old_status_payload_without_its_session_still_decodes():
     old = b'{"broker": "b1", "state": "RUNNING", "generation": 2, "updated": 5.0, "version": 1}'
     assert codecs.decode(TaskStatus, old).session is None
-    assert codecs.session_hex(0x1000ABC) == "0x1000abc" and codecs.session_hex(None) is None
+    assert task_records.session_hex(0x1000ABC) == "0x1000abc" and task_records.session_hex(None) is None
     st = _status()
     assert codecs.decode(TaskStatus, codecs.encode(st)) == st
 

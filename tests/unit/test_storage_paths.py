@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.protocol.storage import (
+from controller.protocol.tasks.spec import SpecError, parse_spec
+from controller.protocol.tasks.storage import (
     StorageError,
     StorageRequest,
     addressed_broker,
@@ -17,7 +18,6 @@ from controller.protocol.storage import (
     cluster_dir,
     validate_request,
 )
-from controller.protocol.taskspec import SpecError, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.protocol import tally
-from controller.protocol.codecs import TaskDescriptor, group_payload_bytes
+from controller.protocol.group import tally
+from controller.protocol.records.codecs import group_payload_bytes
+from controller.protocol.records.group_messages import TaskDescriptor
 
 _ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=60)
 _task = st.builds(

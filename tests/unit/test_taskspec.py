@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller.protocol.codecs import PayloadError
-from controller.protocol.taskspec import (
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import (
     PIPELINE_KINDS,
     SPEC_VERSION,
     NoopPipeline,

@@ -8,10 +8,13 @@ from hypothesis import strategies as st
 
 from broker_sim.sim.checker import MoveRun, concurrent_moves
 from controller.protocol.clock import FakeClock
-from controller.protocol.codecs import JoinRequest, MoveLimits, SyncProposal, TaskDescriptor
-from controller.protocol.group import FOREVER, GroupConfig, GroupCoordinator, GroupState, WatchMoves, WriteAssignments
-from controller.protocol.rules import cooperative_adjust
-from controller.protocol.throttle import Move, broker_load, combine, plan_wave
+from controller.protocol.group.coordinator import GroupCoordinator
+from controller.protocol.group.rules import cooperative_adjust
+from controller.protocol.group.state import GroupState
+from controller.protocol.group.throttle import Move, broker_load, combine, plan_wave
+from controller.protocol.group.vocabulary import FOREVER, GroupConfig, WatchMoves, WriteAssignments
+from controller.protocol.records.admin_records import MoveLimits
+from controller.protocol.records.group_messages import JoinRequest, SyncProposal, TaskDescriptor
 
 MEMBERS = ("a", "b", "c", "d")
 

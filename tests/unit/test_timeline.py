@@ -3,12 +3,13 @@ intervals file's validation."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from broker_sim.sim.timeline import TimelineError, intervals_from_json, plot_timeline
-from controller.protocol.codecs import RunInterval
+from controller.protocol.records.task_records import RunInterval
 
 
 def test_timeline_summary_and_plot(tmp_path: Path):
@@ -29,3 +30,13 @@ def test_timeline_summary_and_plot(tmp_path: Path):
         intervals_from_json([{"task_id": "t", "broker": "b", "start": "soon"}], "f.json")
     with pytest.raises(TimelineError, match="no run intervals"):
         plot_timeline([], tmp_path / "e.png")
+
+
+def test_without_matplotlib_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib is the ``[plot]`` extra: without it, plotting says what to install and writes nothing."""
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.patches"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it now fails as if absent
+    out = tmp_path / "t.png"
+    with pytest.raises(TimelineError, match=r"zkcontroller\[plot\]"):
+        plot_timeline([RunInterval("t", "b", 1.0, 2.0)], out)
+    assert not out.exists()

@@ -17,10 +17,11 @@ from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.spark_session import SparkSetupError, check_master_reachable, standalone_masters
 from controller.admin.views import TaskPage, TaskRow
 from controller.api.task_metrics import TaskMetricsCollector
-from controller.protocol import codecs
-from controller.protocol.codecs import BrokerInfo, PayloadError, SessionInfo, SessionState
-from controller.protocol.pipeline_metrics import figures, rate_text, sparkline
-from controller.protocol.readiness import broker_ready, placeable
+from controller.protocol.group.readiness import broker_ready, placeable
+from controller.protocol.records import codecs
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.records.registration_records import BrokerInfo, SessionInfo, SessionState
+from controller.protocol.tasks.pipeline_metrics import figures, rate_text, sparkline
 
 
 def _registration(session: object) -> bytes:

@@ -13,13 +13,13 @@ import pytest
 
 from broker_sim.runners.noop import NoopRunner
 from broker_sim.worker.warmup import Decision, announced, decide
-from controller.protocol import codecs
-from controller.protocol.codecs import Assignment, PayloadError
-from controller.protocol.group import GroupState
-from controller.protocol.group_messages import MAX_INCOMING
-from controller.protocol.roll import Plan, drain_plan, incoming_of, roll_order
-from controller.protocol.rules import COOPERATIVE, RECONCILE
-from controller.protocol.taskspec import NoopPipeline, TaskSpec
+from controller.protocol.cluster.roll_plan import Plan, drain_plan, incoming_of, roll_order
+from controller.protocol.group.rules import COOPERATIVE, RECONCILE
+from controller.protocol.group.state import GroupState
+from controller.protocol.records import codecs
+from controller.protocol.records.group_messages import MAX_INCOMING, Assignment
+from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from tests.unit.test_reconcile import ack, coordinator, published, report, req
 
 
@@ -193,7 +193,7 @@ def test_reconcile_withdraws_an_announcement_when_the_roll_ends():
 
 
 def test_a_join_round_assignment_carries_the_announcement():
-    from controller.protocol.codecs import SyncProposal
+    from controller.protocol.records.group_messages import SyncProposal
     from tests.unit.test_reconcile import req as _req
 
     c = coordinator(4)

@@ -20,7 +20,7 @@ from broker_sim.worker.phases import (
 )
 from broker_sim.worker.slots import TaskSlot, TaskTable
 from controller.protocol.errors import ZkcError
-from controller.protocol.taskspec import parse_spec
+from controller.protocol.tasks.spec import parse_spec
 
 P = TaskPhase
 IDLE = {P.STOPPED, P.FENCED, P.STARTING, P.RESTARTING, P.FAILED, P.COMPLETED}

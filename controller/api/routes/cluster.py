@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from controller.admin.interval_ends import close_ended_sessions
 from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
-from controller.protocol import codecs
+from controller.protocol.records import codecs
 
 
 def router(ctx: ApiContext) -> APIRouter:

@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from controller.api.context import API, ApiContext
-from controller.protocol.codecs import to_jsonable
-from controller.protocol.roll import DEFAULT_WARMUP_S, MAX_WARMUP_S
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, MAX_WARMUP_S
+from controller.protocol.records.codecs import to_jsonable
 
 
 class RollBody(BaseModel):

@@ -13,8 +13,8 @@ from controller.admin.task_apply import StaleVersion, identity_of
 from controller.admin.views import json_object
 from controller.api.context import API, ApiContext
 from controller.api.errors import ApiError, error_response
-from controller.protocol.storage import MAX_LOG_LINES, MAX_TIMEOUT_S, ResetTarget, StorageError
-from controller.protocol.taskspec import SpecError, parse_spec
+from controller.protocol.tasks.spec import SpecError, parse_spec
+from controller.protocol.tasks.storage import MAX_LOG_LINES, MAX_TIMEOUT_S, ResetTarget, StorageError
 
 
 def router(ctx: ApiContext) -> APIRouter:

@@ -1,0 +1,591 @@
+"""The group coordinator, sans-IO: one GroupCoordinator per group, fed events, returning decisions.
+
+It never touches ZooKeeper. The controller's event thread feeds it snapshots (members' join requests,
+the group's tasks), leader proposals, operator requests and clock ticks, and carries out the decisions
+it returns (fenced writes). That is what lets the deterministic simulation drive it directly.
+
+The coordinator keeps what every protocol shares (the generation, the members, the tasks, their placement)
+and owns one part per job, each given the coordinator through the small interface it declares: the join
+round of the eager and cooperative protocols (``join_round.py``), the reconcile protocol (``reconcile.py``;
+Kafka keeps ``ClassicGroup`` and ``ConsumerGroup`` apart likewise), the operations (``operations.py``:
+throttle, maintenance, settings, imbalance) and the tasks held for departed members (``holds.py``). A
+failover's load is ``failover_load.py``. Its state changes only through its
+:class:`~controller.protocol.group.state.GroupStateMachine`, which refuses a move its table does not allow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.protocol.clock import Clock, WallClock
+from controller.protocol.errors import ProtocolError
+from controller.protocol.group import failover_load as group_load
+from controller.protocol.group.holds import Holds
+from controller.protocol.group.join_round import JoinRound
+from controller.protocol.group.operations import GroupOperations
+from controller.protocol.group.reconcile import ReconcileGroup
+from controller.protocol.group.state import (
+    GroupState,
+    GroupStateMachine,
+)
+from controller.protocol.group.throttle import Move
+from controller.protocol.group.vocabulary import (
+    Decision,
+    GroupConfig,
+    WriteAssignments,
+    WriteGroupState,
+)
+from controller.protocol.records.admin_records import MoveLimits
+from controller.protocol.records.group_messages import (
+    MAX_INCOMING,
+    Assignment,
+    GroupStateInfo,
+    IgnoredMember,
+    JoinRequest,
+    JoinResult,
+    SyncProposal,
+    TaskDescriptor,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GroupCoordinator:
+    group: str
+    controller_epoch: int
+    clock: Clock
+    config: GroupConfig = field(default_factory=GroupConfig)
+    #: for the holds' deadlines in ZooKeeper: a monotonic clock does not survive a failover, wall time does
+    wall: Clock = field(default_factory=WallClock)
+
+    generation: int = 0
+    join_generation: int = 0
+    protocol: str | None = None
+    assignor: str | None = None
+    leader: str | None = None
+    generation_members: tuple[str, ...] = ()
+    reason: str = ""
+    members: dict[str, JoinRequest] = field(default_factory=dict)
+    tasks: dict[str, TaskDescriptor] = field(default_factory=dict)
+    assignment: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    shutting_down: set[str] = field(default_factory=set)
+    reassign: dict[str, str] = field(default_factory=dict)
+    #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
+    #: so that it prepares their start before they arrive
+    incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    rebalances: int = 0
+    #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
+    ignored: dict[str, str] = field(default_factory=dict)
+    # ---- the parts it owns ----
+    machine: GroupStateMachine = field(init=False)
+    join: JoinRound = field(init=False)
+    reconcile: ReconcileGroup = field(init=False)
+    operations: GroupOperations = field(init=False)
+    holds: Holds = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.machine = GroupStateMachine(self.wall)
+        self.join = JoinRound(self)
+        self.reconcile = ReconcileGroup(self)
+        self.operations = GroupOperations(self)
+        self.holds = Holds(self)
+
+    # ---- state ------------------------------------------------------------------------------------
+    @property
+    def state(self) -> GroupState:
+        return self.machine.state
+
+    @property
+    def state_since(self) -> float | None:
+        """Wall time the group entered its state (what a benchmark takes as the instant a group became Stable)."""
+        return self.machine.since
+
+    def transition(self, target: GroupState) -> None:
+        log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
+        self.machine.transition(target)
+        if target in (GroupState.STABLE, GroupState.EMPTY, GroupState.DEAD):
+            self.holds.departed.clear()  # the round is over: what they had is placed (or deferred) by now
+
+    def info(self) -> GroupStateInfo:
+        ops = self.operations
+        return GroupStateInfo(
+            state=self.state.value,
+            generation=self.generation,
+            join_generation=self.join_generation,
+            controller_epoch=self.controller_epoch,
+            protocol=self.protocol,
+            assignor=self.assignor,
+            leader=self.leader,
+            members=self.generation_members,
+            reason=self.reason,
+            held=self.holds.info(),
+            moving=tuple(sorted(ops.moving)),
+            deferred=len(ops.deferred),
+            imbalance=ops.imbalance,
+            maintenance=ops.maintenance,
+            ignored=self.ignored_info(),
+            unacked=self.reconcile.acks.unacked() if self.reconciling() else (),
+            starting=self.reconcile.acks.starting() if self.reconciling() else (),
+        )
+
+    def ignored_info(self) -> tuple[IgnoredMember, ...]:
+        """Every member znode given no work, and why: set apart by the IO layer, or a report refused."""
+        why = dict(self.ignored)
+        why.update({m: f"refused: {reason}" for m, (reason, _) in self.reconcile.refused.items()})
+        why.update(self.reconcile.acks.probation.describe(self.clock.now()))
+        return tuple(IgnoredMember(m, r[:300]) for m, r in sorted(why.items())[:100])
+
+    def set_ignored(self, ignored: Mapping[str, str]) -> list[Decision]:
+        """The IO layer's member znodes set apart changed: shown with the group state (status, watch)."""
+        for m in [m for m in self.join.refusals if m not in ignored]:
+            del self.join.refusals[m]  # its request was taken since: a new refusal is answered again
+        if dict(ignored) == self.ignored:
+            return []
+        self.ignored = dict(ignored)
+        if self.state is GroupState.DEAD:
+            return []
+        return [WriteGroupState(self.info())]
+
+    def refuse_report(self, member: str, reason: str, last_good: JoinRequest) -> list[Decision]:
+        """A member's request was refused by the IO layer (garbage, out of bounds, an acknowledgement ZooKeeper
+        contradicts), which keeps ``last_good``, its last good one: the member is answered INVALID_REPORT in its
+        assignment and writes its request again; meanwhile it is shown as ignored."""
+        if member not in self.members or self.state is GroupState.DEAD:
+            return []
+        if self.reconciling():
+            return self.reconcile.refuse(member, reason, last_good.incarnation)
+        return self.join.refuse(member, reason, last_good.join_generation)
+
+    def kept_from_work(self) -> set[str]:
+        """The members in a back-off now (``probation``): given no work."""
+        p = self.reconcile.acks.probation
+        now = self.clock.now()
+        return {m for m in p.until if p.kept(m, now)}
+
+    def contradicted(self, member: str, why: str) -> list[Decision]:
+        """ZooKeeper contradicted the member's acknowledgement (it does not hold what it says it took): counted;
+        once that starts a back-off (``probation``) the group is re-targeted without it at once, and the group
+        state shows it."""
+        if member not in self.members or not self.reconciling():
+            return []
+        if not self.reconcile.acks.probation.contradicted(member, self.clock.now(), why):
+            return []
+        reason = f"{member} kept from new work: {self.reconcile.acks.probation.why[member]}"
+        log.warning("group %s: %s", self.group, reason)
+        return self.reconcile.retarget(reason)
+
+    def next_deadline(self) -> float | None:
+        candidates = [
+            d
+            for d in (
+                self.join.deadline,
+                self.join.sync_deadline,
+                self.operations.deadline(),
+                self.reconcile.retarget_due,
+                self.reconcile.ack_due() if self.reconciling() else None,
+                self.reconcile.acks.probation.deadline(),
+                self.holds.deadline(),
+            )
+            if d is not None
+        ]
+        return min(candidates) if candidates else None
+
+    @staticmethod
+    def identity(member_id: str, request: JoinRequest | None) -> str:
+        """Static members are known by instance id across restarts; others by member id."""
+        return request.instance_id if request is not None and request.instance_id else member_id
+
+    # ---- the protocol families --------------------------------------------------------------------
+    def reconciling(self) -> bool:
+        """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
+        return self.reconcile.active()
+
+    def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool:
+        """Every member supports reconcile and the members' vote picks it."""
+        return self.reconcile.all_prefer(requests)
+
+    def enter_reconcile(self, reason: str) -> list[Decision]:
+        """A join round ended with every member for reconcile: nothing of join rounds is kept."""
+        self.join.reset()
+        return self.reconcile.enter(reason)
+
+    def reconcile_step(self, reason: str | None = None) -> list[Decision]:
+        """A step towards the reconcile target, the group state written (a throttled wave may go)."""
+        if reason is not None:
+            self.reason = reason
+        return self.reconcile.step(write_state=True)
+
+    def explain(self, reason: str) -> list[Decision]:
+        """The group state written with ``reason`` (nothing written for a Dead group)."""
+        self.reason = reason
+        return [WriteGroupState(self.info())] if self.state is not GroupState.DEAD else []
+
+    def epoch_of(self, member: str) -> int:
+        """The member epoch of the member's last published assignment (-1: none yet)."""
+        return self.reconcile.acks.epoch_of(member)
+
+    @property
+    def join_result(self) -> JoinResult | None:
+        """The join result of the round awaiting the leader's proposal (None: no such round)."""
+        return self.join.result
+
+    def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
+        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
+        return self.join.on_proposal(proposal)
+
+    # ---- operations: the IO layer's settings and the throttle's moves (kept by the operations part) --------
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+        """The operators' settings changed: a wider throttle may let the next wave go now."""
+        return self.operations.on_settings(limits, preferred_check_s, max_imbalance)
+
+    def on_maintenance(self, on: bool) -> list[Decision]:
+        """Maintenance mode on or off (nothing moves while on; what waited goes when it ends). Turned on during a
+        join round, the tasks of the members that left in it wait for them too (``hold_departed``), as if they
+        had left a moment later: a broker lost as maintenance begins gets its tasks back when it returns, rather
+        than its tasks deferred to the window's end with its rejoin."""
+        if not on or self.operations.maintenance or self.reconciling():
+            return self.operations.on_maintenance(on)
+        held_before = self.holds.info()
+        rerun = self.holds.hold_departed()
+        decisions = self.operations.on_maintenance(on)
+        if rerun:
+            decisions += self.prepare_rebalance("maintenance mode: the tasks of members lost in this rebalance wait")
+        return self.holds.note(held_before, decisions)
+
+    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
+        return self.operations.on_move_done(task_id, broker)
+
+    def measure_imbalance(self) -> int:
+        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
+        return self.operations.measure_imbalance()
+
+    @property
+    def moving(self) -> Mapping[str, Move]:
+        return self.operations.moving
+
+    @property
+    def deferred(self) -> tuple[str, ...]:
+        return self.operations.deferred
+
+    @property
+    def preferred(self) -> Mapping[str, str]:
+        return self.operations.preferred
+
+    @property
+    def limits(self) -> MoveLimits:
+        return self.operations.limits
+
+    @limits.setter
+    def limits(self, value: MoveLimits) -> None:
+        self.operations.limits = value
+
+    @property
+    def maintenance(self) -> bool:
+        return self.operations.maintenance
+
+    @maintenance.setter
+    def maintenance(self, value: bool) -> None:
+        self.operations.maintenance = value
+
+    @property
+    def cluster_room(self) -> int | None:
+        """What the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)."""
+        return self.operations.cluster_room
+
+    @cluster_room.setter
+    def cluster_room(self, value: int | None) -> None:
+        self.operations.cluster_room = value
+
+    @property
+    def max_imbalance(self) -> int:
+        return self.operations.max_imbalance
+
+    @max_imbalance.setter
+    def max_imbalance(self, value: int) -> None:
+        self.operations.max_imbalance = value
+
+    @property
+    def preferred_check_s(self) -> float:
+        return self.operations.preferred_check_s
+
+    @preferred_check_s.setter
+    def preferred_check_s(self, value: float) -> None:
+        self.operations.preferred_check_s = value
+
+    @property
+    def next_check(self) -> float | None:
+        return self.operations.next_check
+
+    @next_check.setter
+    def next_check(self, value: float | None) -> None:
+        self.operations.next_check = value
+
+    # ---- inputs -----------------------------------------------------------------------------------
+    def load(
+        self,
+        info: GroupStateInfo | None,
+        members: Mapping[str, JoinRequest],
+        tasks: Mapping[str, TaskDescriptor],
+        assignments: Mapping[str, Assignment],
+    ) -> list[Decision]:
+        """Resume a group after controller failover from what ZooKeeper holds (``failover_load.py``): a Stable
+        group that still matches stays Stable with no rebalance; anything else rebalances."""
+        return group_load.load(self, info, members, tasks, assignments)
+
+    def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
+        """The live members' join requests changed (joined, left, or rewrote their request)."""
+        ops = self.operations
+        held_before = self.holds.info()
+        if self.reconciling():
+            return self.holds.note(held_before, self.reconcile.on_members(snapshot))
+        old, new = self.members, dict(snapshot)
+        self.members = new
+        decisions: list[Decision] = []
+        need = ""
+        for m in sorted(old.keys() - new.keys()):
+            self.shutting_down.discard(m)
+            self.join.forget(m)
+            was_member = m in self.generation_members
+            tasks = self.assignment.pop(m, ())
+            if was_member:
+                self.generation_members = tuple(x for x in self.generation_members if x != m)
+            ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
+            key = self.identity(m, old[m])
+            stable = was_member and self.state is GroupState.STABLE
+            if not self.holds.on_leave(m, key, tasks if stable else (), old[m].leaving):
+                if was_member and tasks:
+                    self.holds.departed[key] = tasks
+                if self.state is not GroupState.PREPARING_REBALANCE:
+                    need = need or f"member {m} left"
+        if (
+            not need
+            and old.keys() - new.keys()
+            and self.state is GroupState.STABLE
+            and new
+            and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.holds.tasks()
+        ):
+            # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
+            need = "unplaced tasks after a departure"
+        for m in sorted(new.keys() - old.keys()):
+            request = new[m]
+            key = self.identity(m, request)
+            if key in self.holds.held and self.state is GroupState.STABLE and not request.leaving:
+                decisions += self.join.static_rejoin(m, key)
+            elif ops.maintenance and self.state is GroupState.STABLE:
+                ops.postpone(f"member {m} joined")  # it gets tasks after maintenance
+            elif self.state is not GroupState.PREPARING_REBALANCE:
+                need = need or f"member {m} joined"
+        for m in sorted(new.keys() & old.keys()):
+            before, after = old[m], new[m]
+            if before == after:
+                continue
+            need = need or self.newly_leaving(m, before, after)
+            if self.join.answered(m, after):
+                continue  # the same incompatible request again: answered already, no rebalance storm
+            if self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
+                if after.join_generation > self.generation or m not in self.generation_members:
+                    if ops.maintenance and self.state is GroupState.STABLE and m not in self.generation_members:
+                        ops.postpone(f"member {m} joined")
+                        continue
+                    need = need or f"member {m} rejoined"
+        if need:
+            decisions += self.prepare_rebalance(need)
+        elif self.state is GroupState.PREPARING_REBALANCE:
+            decisions += self.join.complete(force=False)
+        elif self.state is GroupState.STABLE and not self.members:
+            decisions += self.to_empty("all members left")
+        return self.holds.note(held_before, decisions)
+
+    def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
+        """A member whose request now says it is leaving starts its controlled shutdown (once): the reason
+        for a rebalance, or "" when nothing changed."""
+        if after.leaving and not before.leaving and m not in self.shutting_down:
+            self.shutting_down.add(m)
+            return f"controlled shutdown of {m}"
+        return ""
+
+    def on_tasks(self, tasks: Mapping[str, TaskDescriptor]) -> list[Decision]:
+        """The group's runnable tasks changed (created, deleted, paused, resumed, reconfigured)."""
+        tasks = dict(tasks)
+        if tasks == self.tasks:
+            return []
+        self.tasks = tasks
+        held_before = self.holds.info()
+        self.holds.keep_only(tasks)
+        for t in list(self.reassign):
+            if t not in tasks:
+                del self.reassign[t]
+        self.operations.drop_moves(runnable=tasks)
+        if not self.members:
+            return self.holds.note(held_before, [])
+        return self.holds.note(held_before, self.prepare_rebalance("tasks changed"))
+
+    def on_rebalance_request(self, reason: str = "manual", preferred: bool = False) -> list[Decision]:
+        """An operator's rebalance; ``preferred``: towards the assignor's layout from scratch (Kafka's
+        preferred leader election), in waves as the throttle allows."""
+        if not self.members:
+            return []
+        if preferred:
+            moves = self.operations.restore_preferred()
+            reason = f"{reason}: preferred placement ({moves} tasks off it)"
+            log.info("group %s: restoring the preferred placement: %d tasks to move", self.group, moves)
+        return self.prepare_rebalance(reason)
+
+    def on_controlled_shutdown(self, member_id: str) -> list[Decision]:
+        """Move the member's tasks away before it leaves (it exits once it owns nothing)."""
+        if member_id not in self.members or member_id in self.shutting_down:
+            return []
+        self.shutting_down.add(member_id)
+        return self.prepare_rebalance(f"controlled shutdown of {member_id}")
+
+    def on_reassign(self, task_id: str, to: str) -> list[Decision]:
+        """Move one task to one member: a required placement until that member leaves."""
+        if task_id not in self.tasks or to not in self.members:
+            return []
+        self.reassign[task_id] = to
+        return self.prepare_rebalance(f"reassign {task_id} to {to}")
+
+    def on_roll_placement(self, placement: Mapping[str, str], reason: str) -> list[Decision]:
+        """A planned roll's step: every task it names pinned to that member (``reassign``), so the round
+        moves exactly what the plan moves; a rebalance only when something is not where the plan puts it."""
+        self.reassign = {t: m for t, m in placement.items() if t in self.tasks and m in self.members}
+        current = {t: m for m, ts in self.assignment.items() for t in ts}
+        if all(current.get(t) == m for t, m in self.reassign.items()):
+            return []
+        return self.prepare_rebalance(reason)
+
+    def on_roll_incoming(self, incoming: Mapping[str, Sequence[str]]) -> list[Decision]:
+        """A planned roll's next moves, announced to the members that receive them before any of them moves:
+        under reconcile each member whose announcement changes is published its assignment again with it (its
+        tasks unchanged); a join round's members learn it with their next assignment."""
+        self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.members}
+        if not self.reconcile.active():
+            return []
+        return self.reconcile.step(write_state=False)
+
+    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
+        """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
+        assigned already and tasks gone, at most ``MAX_INCOMING``."""
+        ts = self.incoming.get(member_id)
+        if not ts:
+            return ()
+        mine = set(assigned)
+        return tuple(t for t in ts if t not in mine and t in self.tasks)[:MAX_INCOMING]
+
+    def end_roll(self) -> list[Decision]:
+        """The roll is over (or paused): no pins left, nothing announced (under reconcile the members told of
+        moves are published their assignment again without them, so they discard what they prepared); the
+        assignor places as it always does."""
+        self.reassign.clear()
+        announced = bool(self.incoming)
+        self.incoming.clear()
+        if announced and self.reconcile.active():
+            return self.reconcile.step(write_state=False)
+        return []
+
+    def on_tick(self) -> list[Decision]:
+        """Deadlines: join timeout, sync timeout, expired holds of the scheduled rebalance delay."""
+        now = self.clock.now()
+        decisions: list[Decision] = []
+        held_before = self.holds.info()
+        expired = self.holds.expire(now)
+        stale = self.operations.expire_moves(now)
+        decisions += self.operations.check_imbalance(now)
+        due = self.reconcile.retarget_due
+        if due is not None and now >= due and self.reconciling():
+            decisions += self.prepare_rebalance(self.reconcile.retarget_reason or "target put off")
+        ack_due = self.reconcile.ack_due() if self.reconciling() else None
+        if ack_due is not None and now >= ack_due:
+            decisions += self.reconcile.fence_overdue(now)
+        join = self.join
+        if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
+            decisions += join.complete(force=True)
+        elif self.state is GroupState.AWAITING_SYNC and join.sync_deadline is not None and now >= join.sync_deadline:
+            decisions += self.prepare_rebalance(
+                f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync"
+            )
+        elif (
+            expired
+            and self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.RECONCILING)
+            and self.members
+        ):
+            # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
+            decisions += self.prepare_rebalance("scheduled rebalance delay expired")
+        elif stale and not decisions:
+            decisions += self.operations.next_wave()
+        back = self.reconcile.acks.probation.expire(now)
+        if back and self.reconciling() and self.members:  # they may be given work again
+            decisions += self.prepare_rebalance(f"{', '.join(back[:5])} back from a back-off")
+        return self.holds.note(held_before, decisions)
+
+    def shutdown(self) -> None:
+        """The group is gone (controller resigning): Dead, no more decisions."""
+        self.machine.end()
+
+    # ---- internals --------------------------------------------------------------------------------
+    def to_empty(self, reason: str) -> list[Decision]:
+        """Every member left: Empty, with nothing of any protocol's round kept."""
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            self.transition(GroupState.PREPARING_REBALANCE)
+        self.reason = reason
+        self.transition(GroupState.EMPTY)
+        self.generation = max(self.generation, self.join_generation)
+        self.join_generation = self.generation
+        self.generation_members, self.leader = (), None
+        self.assignment.clear()
+        self.reconcile.reset()
+        self.join.close()
+        return [WriteGroupState(self.info())]
+
+    def prepare_rebalance(self, reason: str) -> list[Decision]:
+        """Something changed that needs a new placement: a join round starts (or goes on), or under reconcile
+        a new target is computed, now or at the end of the retarget interval."""
+        self.reason = reason
+        if self.state is GroupState.DEAD:
+            return []
+        leaving_reconcile = False
+        if self.reconciling():
+            if self.all_prefer_reconcile(self.members):
+                return self.reconcile.retarget_soon(reason)
+            # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
+            log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
+            self.reconcile.abandon()
+            leaving_reconcile = True
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            if not self.members:
+                return self.to_empty(reason) if self.state is not GroupState.EMPTY else []
+            self.transition(GroupState.PREPARING_REBALANCE)
+            self.join_generation = self.generation + 1
+            self.join.begin()
+            self.rebalances += 1
+            decisions: list[Decision] = [WriteGroupState(self.info())]
+            if leaving_reconcile:
+                decisions.append(WriteAssignments(self.reconcile.leave_notices()))
+        else:
+            decisions = []
+        return decisions + self.join.complete(force=False)
+
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
+        """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
+        reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
+        (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
+        if not (skip or self.reassign or self.operations.preferred):  # (most rounds: every task as it is)
+            return [self.tasks[t_id] for t_id in sorted(self.tasks)]
+        preferred = self.operations.preferred
+        descriptors = []
+        for t_id in sorted(self.tasks):
+            if t_id in skip:
+                continue
+            d = self.tasks[t_id]
+            to = self.reassign.get(t_id) or preferred.get(t_id)
+            if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
+                d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
+            elif to is not None:
+                self.reassign.pop(t_id, None)
+                preferred.pop(t_id, None)
+            descriptors.append(d)
+        return descriptors

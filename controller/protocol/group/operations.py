@@ -1,0 +1,277 @@
+"""Operations on a group, sans-IO: the move throttle's waves, maintenance mode, the operators' settings and
+the preferred layout it measures the group's imbalance against. A part of
+:class:`~controller.protocol.group.coordinator.GroupCoordinator`, which owns one and gives it the few things it needs of
+the group (:class:`OperationsCore`); ``controller/protocol/group/throttle.py`` plans the waves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.protocol.group.assignors import get_assignor
+from controller.protocol.group.state import GroupState
+from controller.protocol.group.throttle import Move, Wave, plan_wave
+from controller.protocol.group.vocabulary import Decision, GroupView, WriteGroupState
+from controller.protocol.records.admin_records import MoveLimits
+from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest, MemberMetadata
+
+log = logging.getLogger(__name__)
+
+
+class OperationsCore(GroupView, Protocol):
+    """What the operations part needs of its group beyond ``GroupView``: its members and their assignment,
+    and a rebalance (or, under reconcile, a step) when a wave may go."""
+
+    @property
+    def assignor(self) -> str | None: ...
+    @property
+    def members(self) -> Mapping[str, JoinRequest]: ...
+    @property
+    def generation_members(self) -> tuple[str, ...]: ...
+    @property
+    def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
+    @property
+    def shutting_down(self) -> Collection[str]: ...
+
+    def info(self) -> GroupStateInfo: ...
+    def explain(self, reason: str) -> list[Decision]: ...
+    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
+    def reconciling(self) -> bool: ...
+    def reconcile_step(self, reason: str | None = None) -> list[Decision]: ...
+    def kept_from_work(self) -> Collection[str]: ...
+
+
+@dataclass(eq=False)
+class GroupOperations:
+    """The throttle, maintenance mode and the preferred placement of one group."""
+
+    core: OperationsCore = field(repr=False)
+    limits: MoveLimits = field(default_factory=MoveLimits)
+    #: what the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)
+    cluster_room: int | None = None
+    maintenance: bool = False
+    moving: dict[str, Move] = field(default_factory=dict)
+    deferred: tuple[str, ...] = ()
+    #: a rebalance that maintenance mode put off (why), started when it ends
+    postponed: str = ""
+    #: task -> member: the preferred layout being restored (``rebalance --preferred``), wave by wave
+    preferred: dict[str, str] = field(default_factory=dict)
+    imbalance: int | None = None
+    preferred_check_s: float = 0.0
+    max_imbalance: int = 1
+    next_check: float | None = None
+
+    # ---- inputs -----------------------------------------------------------------------------------
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+        """The operators' settings changed: a wider throttle may let the next wave go now."""
+        self.limits = limits
+        self.max_imbalance = max_imbalance
+        if preferred_check_s != self.preferred_check_s:
+            self.preferred_check_s = preferred_check_s
+            self.next_check = self.core.clock.now() + preferred_check_s if preferred_check_s > 0 else None
+        return self.next_wave()
+
+    def on_maintenance(self, on: bool) -> list[Decision]:
+        """Maintenance mode: while on, nothing moves and nothing gains an owner; a departed member's tasks
+        wait for it (held without a deadline) and the rebalances it would have caused wait for the end."""
+        core = self.core
+        if on == self.maintenance:
+            return []
+        self.maintenance = on
+        if on:
+            return core.explain("maintenance mode: placement frozen")
+        held_before = core.holds.info()
+        released = core.holds.end_maintenance()
+        placed = {t for ts in core.assignment.values() for t in ts}
+        why = self.postponed or ("maintenance ended: held tasks move" if released else "")
+        if not why and (
+            self.deferred
+            or set(core.tasks) - placed - core.holds.tasks()
+            or set(core.members) - set(core.generation_members)
+        ):
+            why = "maintenance ended"
+        self.postponed = ""
+        decisions: list[Decision] = []
+        if why and core.members and core.state is not GroupState.DEAD:
+            decisions = core.prepare_rebalance(
+                f"maintenance ended ({why})" if not why.startswith("maintenance") else why
+            )
+        elif core.state is not GroupState.DEAD:
+            decisions = core.explain("maintenance ended")
+        return core.holds.note(held_before, decisions)
+
+    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
+        mv = self.moving.get(task_id)
+        if mv is None or mv.dest != broker:
+            return []
+        del self.moving[task_id]
+        return self.next_wave() or ([WriteGroupState(self.core.info())] if not self.moving else [])
+
+    def next_wave(self) -> list[Decision]:
+        """Deferred moves go once the last wave's tasks all run (and the cluster's limit leaves room)."""
+        core = self.core
+        if core.reconciling():
+            if self.deferred and not self.moving and not self.maintenance and self.room() != 0:
+                return core.reconcile_step(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+            return []
+        if (
+            self.deferred
+            and not self.moving
+            and core.state is GroupState.STABLE
+            and not self.maintenance
+            and core.members
+            and self.room() != 0
+        ):
+            return core.prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+        return []
+
+    # ---- the throttle -----------------------------------------------------------------------------
+    def throttled(self) -> bool:
+        """Whether moves are counted: a limit or maintenance mode is in force."""
+        return (
+            self.maintenance
+            or self.cluster_room is not None
+            or self.limits.max_moves is not None
+            or self.limits.max_moves_per_broker is not None
+        )
+
+    def room(self) -> int | None:
+        """How many more moves may start now (None: no limit)."""
+        left = None if self.limits.max_moves is None else self.limits.max_moves - len(self.moving)
+        if self.cluster_room is not None:
+            left = self.cluster_room if left is None else min(left, self.cluster_room)
+        return None if left is None else max(0, left)
+
+    def wave(
+        self,
+        assigned: Mapping[str, tuple[str, ...]],
+        revoked: Mapping[str, tuple[str, ...]],
+        had: Callable[[], Mapping[str, Iterable[str]]],
+        leaving: Callable[[], Iterable[str]],
+    ) -> Wave:
+        """This generation's share of a placement under the throttle (all of it when no limit is in force),
+        its moves counted from here on. ``had`` and ``leaving`` are asked only when moves are counted."""
+        if self.throttled():
+            wave = plan_wave(
+                assigned,
+                revoked,
+                had(),
+                self.core.tasks,
+                self.moving,
+                self.limits,
+                self.core.clock.now(),
+                frozen=self.maintenance,
+                room=self.cluster_room,
+                leaving=leaving(),
+            )
+        else:  # no limit in force: nothing to count, no status to watch
+            wave = Wave(dict(assigned), {m: ts for m, ts in revoked.items() if ts}, {}, ())
+        self.moving, self.deferred = wave.moving, wave.deferred
+        return wave
+
+    def resume_moves(self, tasks: Iterable[str], where: Mapping[str, str]) -> None:
+        """Failover: the moves the previous controller recorded in flight count again from now."""
+        now = self.core.clock.now()
+        self.moving = {t: Move(t, None, where.get(t), now) for t in tasks if t in self.core.tasks}
+
+    def drop_moves(self, dest: str | None = None, runnable: Collection[str] | None = None) -> None:
+        """Moves that ended without arriving: into a member that left (``dest``), of tasks no longer runnable."""
+        for t in [
+            t
+            for t, mv in self.moving.items()
+            if (dest is not None and mv.dest == dest) or (runnable is not None and t not in runnable)
+        ]:
+            del self.moving[t]
+
+    def expire_moves(self, now: float) -> list[str]:
+        """Moves not done within the move timeout stop counting against the throttle."""
+        timeout = self.core.config.move_timeout_s
+        stale = [t for t, mv in self.moving.items() if now >= mv.since + timeout]
+        for t in stale:
+            log.warning(
+                "group %s: the move of %s to %s is not done after %.0fs; it stops counting against the throttle",
+                self.core.group,
+                t,
+                self.moving[t].dest,
+                timeout,
+            )
+            del self.moving[t]
+        return stale
+
+    def postpone(self, why: str) -> None:
+        """Maintenance mode puts off a rebalance: the first reason is kept, and it starts when maintenance ends."""
+        self.postponed = self.postponed or why
+
+    def deadline(self) -> float | None:
+        """The earliest of the next imbalance check and the moves' timeouts."""
+        candidates = [mv.since + self.core.config.move_timeout_s for mv in self.moving.values()]
+        if self.next_check is not None:
+            candidates.append(self.next_check)
+        return min(candidates) if candidates else None
+
+    # ---- the preferred layout ---------------------------------------------------------------------
+    def restore_preferred(self) -> int:
+        """``rebalance --preferred``: pin every task to its member in the preferred layout; how many move."""
+        self.preferred = self.layout(previous={})
+        return sum(1 for t, m in self.preferred.items() if t not in self.core.assignment.get(m, ()))
+
+    def settle_preferred(self, placed: Mapping[str, tuple[str, ...]], members: Collection[str]) -> None:
+        """A pin that has done its work (its task placed on its member, or no longer possible) is dropped."""
+        for t, to in list(self.preferred.items()):
+            if t in placed.get(to, ()) or t not in self.core.tasks or to not in members:
+                del self.preferred[t]
+
+    def check_imbalance(self, now: float) -> list[Decision]:
+        """At the periodic check: measure the imbalance, and rebalance a Stable group off its layout by more
+        than ``max_imbalance`` tasks (when nothing moves and nothing waits)."""
+        if self.next_check is None or now < self.next_check:
+            return []
+        core = self.core
+        self.next_check = now + self.preferred_check_s if self.preferred_check_s > 0 else None
+        if core.state is not GroupState.STABLE or not core.members:
+            return []
+        before = self.imbalance
+        self.imbalance = imbalance = self.measure_imbalance()
+        if imbalance > self.max_imbalance and not self.maintenance and not self.moving and not self.deferred:
+            return core.prepare_rebalance(f"imbalance: {imbalance} tasks off the assignor's layout")
+        if imbalance != before:
+            return [WriteGroupState(core.info())]
+        return []
+
+    def layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+        """Task -> member in the layout the group's assignor gives from ``previous`` (empty: no history), among
+        the members not kept from work (a back-off is no imbalance to rebalance)."""
+        core = self.core
+        kept = core.kept_from_work()
+        members = [
+            MemberMetadata(
+                member_id=m,
+                capacity=r.capacity,
+                rack=r.rack,
+                instance_id=r.instance_id,
+                leaving=r.leaving or m in core.shutting_down,
+            )
+            for m, r in sorted(core.members.items())
+            if m in core.generation_members and m not in kept
+        ]
+        if not members:
+            return {}
+        held = core.holds.tasks()
+        tasks = [d for t, d in sorted(core.tasks.items()) if t not in held]
+        try:
+            target = get_assignor(core.assignor or core.config.default_assignor).assign(members, tasks, previous)
+        except (KeyError, ValueError) as exc:
+            log.warning("group %s: cannot compute a layout: %s", core.group, exc)
+            return {}
+        return {t: m for m, ts in target.items() for t in ts}
+
+    def measure_imbalance(self) -> int:
+        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
+        current = {m: ts for m, ts in self.core.assignment.items() if m in self.core.generation_members}
+        target = self.layout(previous=current)
+        where = {t: m for m, ts in current.items() for t in ts}
+        return sum(1 for t, m in target.items() if where.get(t) != m)

@@ -1,0 +1,1 @@
+"""What the product keeps in ZooKeeper, as typed values, and how they become bytes and back."""
