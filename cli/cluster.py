@@ -176,6 +176,9 @@ def broker_list(ctx: Ctx) -> None:
                 "RACK",
                 "INSTANCE",
                 "TASKS",
+                "LOAD",
+                "CPU%",
+                "RSS",
                 "SHUTDOWN",
                 "SINCE",
             ],
@@ -192,6 +195,7 @@ def broker_list(ctx: Ctx) -> None:
                     b.rack,
                     b.instance_id,
                     b.tasks,
+                    *load_columns(b.load),
                     "requested" if b.shutting_down else "",
                     when(b.since),
                 ]
@@ -199,6 +203,56 @@ def broker_list(ctx: Ctx) -> None:
             ],
         )
     )
+
+
+def load_columns(load: dict[str, Any] | None) -> list[str]:
+    """LOAD (the sum of its tasks' load shares), CPU% (of one core) and RSS of a broker's load report."""
+    if not load:
+        return ["", "", ""]
+    cpu, rss = load.get("cpu_percent"), load.get("rss_mb")
+    return [
+        f"{load.get('load', 0):.2f}",
+        "" if cpu is None else f"{cpu:.0f}",
+        "" if rss is None else f"{rss:.0f}M",
+    ]
+
+
+@broker.command("describe")
+@click.argument("broker_id", shell_complete=complete_names("broker"))
+@pass_ctx
+def broker_describe(ctx: Ctx, broker_id: str) -> None:
+    """One live broker: its registration and its measured load (CPU, memory, each task's load share)."""
+    views = [b for b in ctx.admin().brokers() if b.broker_id == broker_id]
+    if not views:
+        raise UserError(f"no live broker {broker_id!r}")
+    b = views[0]
+    if ctx.json_out:
+        ctx.emit(to_dict(b))
+        return
+    load = b.load or {}
+    rows = [
+        ("Broker", f"{b.broker_id} (epoch {b.epoch}, pid {b.pid} on {b.host}, since {when(b.since)})"),
+        ("Group", f"{b.group} (capacity {b.capacity}, rack {b.rack or '-'}, runner {b.runner})"),
+        ("Session", session_text(b.session)),
+        ("Tasks", f"{b.tasks} held" + ("; controlled shutdown requested" if b.shutting_down else "")),
+    ]
+    if b.error:
+        rows.append(("Error", b.error))
+    if b.load is None:
+        rows.append(("Load", "not reported"))
+    else:
+        load_, cpu, rss = load_columns(b.load)
+        mem = load.get("memory_percent")
+        rows.append(("Load", f"{load_} (sum of its tasks' load shares)"))
+        rows.append(("CPU", f"{cpu or '-'}% of one core (with its child processes)"))
+        rows.append(("Memory", f"{rss or '-'} resident" + ("" if mem is None else f", {mem:.1f}% of the host")))
+        shares = sorted(load.get("tasks", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        rows.append(("Task loads", clip(", ".join(f"{t} {v:.2f}" for t, v in shares) or "none reported", 600)))
+        if load.get("problems"):
+            rows.append(("Repaired", clip("; ".join(load["problems"]), 300)))
+    width = max(len(k) for k, _ in rows) + 2
+    for k, v in rows:
+        click.echo(f"{(k + ':').ljust(width)}{v}")
 
 
 @broker.command("shutdown")

@@ -54,6 +54,7 @@ from broker_sim.worker.events import (
 )
 from broker_sim.worker.fence import Fence, fence_margin
 from broker_sim.worker.group_io import GroupIO
+from broker_sim.worker.load import LoadReport
 from broker_sim.worker.ownership import RELEASE_CHUNK, Ownership
 from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Registration, RegistrationConflict
 from broker_sim.worker.reporting import Reporter
@@ -125,6 +126,7 @@ class Worker:
         self.reporting = Reporter(
             self.client, self.layout, self.session, self.table, config.metrics_interval_s, config.intervals_flush_s
         )
+        self.load = LoadReport(self.table, config.load_interval_s, self.registration.report_load)
         # (parts built later are reached through the worker's own attributes, looked up at each call)
         self.fence = Fence(
             self.id,
@@ -498,6 +500,7 @@ class Worker:
                 self.warmup.review()
                 self.reporting.write_statuses()
                 self.reporting.flush_intervals()
+                self.load.tick()
             except (KazooException, KazooTimeoutError):
                 pass
             except Exception:

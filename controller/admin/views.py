@@ -156,6 +156,8 @@ class BrokerView:
     error: str | None = None
     #: its compute session as registered: {"state": starting|ready|lazy|failed, "since", "startup_s", "error"}
     session: dict[str, Any] | None = None
+    #: its load report, bounded: {"cpu_percent", "rss_mb", "memory_percent", "load", "tasks": {task: share}}
+    load: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

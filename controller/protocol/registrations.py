@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,6 @@ class BrokerInfo:
     instance_id: str | None = None
     runner: str = "noop"
     session: SessionInfo | None = None
+    #: its measured load (cpu_percent, rss_mb, memory_percent, tasks: {task: load share}); kept as the raw
+    #: object so that a bad figure never costs the registration: ``controller.protocol.load`` bounds it
+    load: dict[str, Any] | None = None

@@ -93,6 +93,12 @@ function rate(v) {
   if (typeof v !== "number" || !Number.isFinite(v) || v < 0) return "invalid";
   return v >= 100 ? v.toFixed(0) : v.toFixed(1);
 }
+// A load share (batch time / trigger interval, smoothed): within 0..10 or "invalid"; past 1 it falls behind.
+function share(v) {
+  if (v === null || v === undefined) return "-";
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || v > 10) return "invalid";
+  return v.toFixed(2) + (v > 1 ? " behind" : "");
+}
 function history(m) {
   const h = Array.isArray(m.rate_history) ? m.rate_history.slice(-20) : [];
   return h.filter((v) => typeof v === "number" && Number.isFinite(v) && v >= 0);
@@ -266,6 +272,7 @@ function taskRow(t, disabled) {
     h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s)),
     h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
+    h("td", { className: "load" }, share(m.load_share)),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
     h("td", { className: "error", title: error }, error),
     h("td", { className: "actions" }, ...(t.state === "PAUSED" || t.state === "STOPPED" ? [button("resume", "resume")]
