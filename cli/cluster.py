@@ -423,9 +423,24 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
 )
 @click.option("--wait", is_flag=True, help="wait until every affected group is Stable at a newer generation")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="ask for nothing: show what the load-balanced assignor would move now, and why (which broker is over, by how much)",
+)
 @pass_ctx
-def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wait: bool, timeout: float) -> None:
+def rebalance(
+    ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wait: bool, timeout: float, dry_run: bool
+) -> None:
     """Ask the controller for a rebalance of one group or all of them."""
+    if dry_run:
+        plans = ctx.admin().load_plans(group_name)
+        lines = []
+        for lp in plans:
+            note = "" if lp.assignor == "load-balanced" else f" (its assignor is {lp.assignor or '-'}: not applied)"
+            lines += [f"Group {lp.group}: by measured load{note}"] + ["  " + line for line in lp.plan.explain()]
+        ctx.emit([lp.to_dict() for lp in plans], "\n".join(lines) or "No groups.")
+        return
     what = f"waiting for {'group ' + group_name if group_name else 'every group'} to be Stable with every move done"
     with waiting(what, timeout, "groups", wait, ctx.json_out) as p:
         req = ctx.admin().rebalance(

@@ -104,6 +104,13 @@ def controller() -> None:
     help="reconcile: while a group still reconciles, the least seconds between two targets",
 )
 @click.option(
+    "--load-window",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="load-balanced groups: seconds an imbalance must last before pipelines move for it (and a moved one stays)",
+)
+@click.option(
     "--session-timeout",
     type=click.FloatRange(min=2),
     default=10.0,
@@ -120,6 +127,7 @@ def controller_run(
     default_assignor: str,
     initial_delay: float,
     retarget_interval: float,
+    load_window: float,
     session_timeout: float,
 ) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
@@ -137,6 +145,8 @@ def controller_run(
             default_assignor=default_assignor,
             initial_delay_s=initial_delay,
             retarget_interval_s=retarget_interval,
+            load_window_s=load_window,
+            load_check_s=max(0.5, min(10.0, load_window / 6)),
         ),
     )
     client = ctx.new_client(settings)

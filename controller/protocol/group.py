@@ -54,6 +54,7 @@ from controller.protocol.group_types import (  # noqa: F401 (the coordinator's v
 )
 from controller.protocol.holds import Holds
 from controller.protocol.join_round import JoinRound
+from controller.protocol.load_balance import LoadWatch
 from controller.protocol.reconcile import ReconcileGroup
 from controller.protocol.throttle import Move
 
@@ -99,6 +100,7 @@ class GroupCoordinator:
         self.join = JoinRound(self)
         self.reconcile = ReconcileGroup(self)
         self.operations = GroupOperations(self)
+        self.operations.load = LoadWatch(self.config.load_window_s, self.config.load_check_s)
         self.holds = Holds(self)
 
     # ---- state ------------------------------------------------------------------------------------
@@ -165,6 +167,10 @@ class GroupCoordinator:
         if self.reconciling():
             return self.reconcile.refuse(member, reason, last_good.incarnation)
         return self.join.refuse(member, reason, last_good.join_generation)
+
+    def on_load_reports(self, reports: Mapping[str, Mapping[str, float]]) -> None:
+        """The brokers' load reports changed (bounded task figures per broker): the next load check reads them."""
+        self.operations.load.on_reports(reports)
 
     def next_deadline(self) -> float | None:
         candidates = [
@@ -552,7 +558,7 @@ class GroupCoordinator:
         reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
         (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
         if not (skip or self.reassign or self.operations.preferred):  # (most rounds: every task as it is)
-            return [self.tasks[t_id] for t_id in sorted(self.tasks)]
+            return self.operations.with_loads([self.tasks[t_id] for t_id in sorted(self.tasks)])
         preferred = self.operations.preferred
         descriptors = []
         for t_id in sorted(self.tasks):
@@ -566,4 +572,4 @@ class GroupCoordinator:
                 self.reassign.pop(t_id, None)
                 preferred.pop(t_id, None)
             descriptors.append(d)
-        return descriptors
+        return self.operations.with_loads(descriptors)

@@ -76,6 +76,10 @@ class GroupConfig:
     #: timeout after the first) before its first target, so that brokers starting together are placed in one
     #: go instead of each newcomer taking tasks from the ones before it (Kafka's initial rebalance delay)
     initial_delay_s: float = 1.0
+    #: load-balanced groups: an imbalance must last this long before the controller moves pipelines for it,
+    #: and a pipeline moved for load stays put this long (hysteresis); checked every ``load_check_s``
+    load_window_s: float = 60.0
+    load_check_s: float = 10.0
 
 
 class GroupView(Protocol):
