@@ -322,6 +322,13 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     show_default=True,
     help="seconds between status writes when only a task's metrics changed (state changes: at once)",
 )
+@click.option(
+    "--load-interval",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="seconds between samples of this broker's load (CPU, memory, tasks' load shares; 0: never reported)",
+)
 @pass_ctx
 def broker_run(
     ctx: Ctx,
@@ -346,6 +353,7 @@ def broker_run(
     session_timeout: float,
     shutdown_timeout: float,
     metrics_interval: float,
+    load_interval: float,
 ) -> None:
     """Run a broker: register, join the group, run the assigned pipelines.
 
@@ -401,6 +409,7 @@ def broker_run(
         runner_options=options,
         stop_timeout_s=stop_timeout,
         metrics_interval_s=metrics_interval,
+        load_interval_s=load_interval,
     )
     client = ctx.new_client(settings)
     try:
