@@ -310,6 +310,12 @@ def _roll_line(st: Any) -> str:
     help="seconds each step's first wave waits for the brokers receiving its tasks to prepare their starts "
     "(the tasks run where they are meanwhile; 0: no wait)",
 )
+@click.option(
+    "--move-first",
+    is_flag=True,
+    help="the first batch's tasks move away before it goes down (more moves, none down for its restart) "
+    "instead of waiting for its restart in place",
+)
 @click.option("--resume", is_flag=True, help="go on with a paused roll")
 @click.option("--status", "status_only", is_flag=True, help="where the roll stands")
 @pass_ctx
@@ -320,6 +326,7 @@ def broker_roll(
     timeout: float,
     wave: int,
     warmup: float,
+    move_first: bool,
     resume: bool,
     status_only: bool,
 ) -> None:
@@ -332,7 +339,7 @@ def broker_roll(
     elif resume:
         st = admin.resume_roll()
     else:
-        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave, warmup_s=warmup)
+        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave, warmup_s=warmup, in_place=not move_first)
     ctx.emit(to_jsonable(st) if st is not None else None, _roll_line(st))
 
 

@@ -151,6 +151,11 @@ BROKERS_PER_FARM = 25
     "warm-up; 0: no prepare)",
 )
 @click.option(
+    "--roll-move-first",
+    is_flag=True,
+    help="roll scenario: the first batch's tasks move away before it goes down instead of waiting in place",
+)
+@click.option(
     "--load-window",
     type=click.FloatRange(0.5, 3600),
     default=5.0,
@@ -190,6 +195,7 @@ def sim_run(
     roll_wave: int,
     roll_warmup: float,
     prepare_share: float,
+    roll_move_first: bool,
     load_window: float,
     duration: float,
 ) -> None:
@@ -239,6 +245,7 @@ def sim_run(
         roll_wave=roll_wave,
         roll_warmup_s=roll_warmup,
         prepare_share=prepare_share,
+        roll_in_place=not roll_move_first,
     )
     echo = (lambda s: None) if ctx.json_out else click.echo
     if scenario == SKEWED:
