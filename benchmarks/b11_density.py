@@ -230,6 +230,7 @@ def run(bench: Bench) -> dict[str, Any]:
             p["isolation"],
             p["pipelines"],
             "yes" if p["kept_up"] else "no",
+            p["p90_batch_ms"],
             p["worst_batch_ms"],
             p["median_batch_ms"],
             p["rss_per_pipeline_mb"],
