@@ -191,6 +191,15 @@ def sweep(isolation: str, sizes: tuple[int, ...], point_s: float, bench: Bench) 
     return out
 
 
+HEADERS = ("isolation", "pipelines", "kept up", "p90 batch ms", "worst ms", "median ms", "RSS/pipeline MB")
+
+
+def rows_of(points: list[dict[str, Any]]) -> list[list[Any]]:
+    """The table's rows, one per point, in ``HEADERS`` order."""
+    keys = ("p90_batch_ms", "worst_batch_ms", "median_batch_ms", "rss_per_pipeline_mb")
+    return [[p["isolation"], p["pipelines"], "yes" if p["kept_up"] else "no", *(p[k] for k in keys)] for p in points]
+
+
 def knee(points: list[dict[str, Any]]) -> int:
     return max((p["pipelines"] for p in points if p["kept_up"]), default=0)
 
@@ -225,21 +234,7 @@ def run(bench: Bench) -> dict[str, Any]:
     isolated_sizes = _sizes("B11_ISOLATED", QUICK_ISOLATED if bench.quick else FULL_ISOLATED)
     shared = sweep("shared", shared_sizes, point_s, bench)
     isolated = sweep("process", isolated_sizes, point_s, bench)
-    rows = [
-        [
-            p["isolation"],
-            p["pipelines"],
-            "yes" if p["kept_up"] else "no",
-            p["p90_batch_ms"],
-            p["worst_batch_ms"],
-            p["median_batch_ms"],
-            p["rss_per_pipeline_mb"],
-        ]
-        for p in shared + isolated
-    ]
-    print(
-        table(["isolation", "pipelines", "kept up", "p90 batch ms", "worst ms", "median ms", "RSS/pipeline MB"], rows)
-    )
+    print(table(HEADERS, rows_of(shared + isolated)))
     k_shared, k_isolated = knee(shared), knee(isolated)
     ended = {
         "shared": "fell behind" if shared and not shared[-1]["kept_up"] else "sizes ended",
