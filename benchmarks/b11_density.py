@@ -12,7 +12,8 @@ largest N at which every pipeline kept up. Resident memory per pipeline: the sha
 an isolated pipeline's driver (its Python and its JVM).
 
 ``python -m benchmarks --only B11`` (5 minutes a point) or ``--quick`` (40 s a point, small sizes);
-``B11_POINT_S`` and ``B11_SHARED``/``B11_ISOLATED`` (comma-separated sizes) change them.
+``B11_POINT_S``, ``B11_SHARED``/``B11_ISOLATED`` (comma-separated sizes) and ``B11_MASTER`` (default
+``local[1]``: one executor slot, as the tests' brokers; ``local[2]`` gives it both cores) change them.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
 
     work = Path(tempfile.mkdtemp(prefix=f"zkc-b11-{isolation}-{n}-"))
     conf = {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"}
-    runner = SparkRunner(spark_master="local[1]", spark_conf=conf, checkpoint_root=str(work / "ckpt"))
+    master = os.environ.get("B11_MASTER", "local[1]")
+    runner = SparkRunner(spark_master=master, spark_conf=conf, checkpoint_root=str(work / "ckpt"))
     dirs = [work / "in" / f"p{i:03d}" for i in range(n)]
     for d in dirs:
         d.mkdir(parents=True)
