@@ -246,6 +246,7 @@ def run(bench: Bench) -> dict[str, Any]:
     doc = {
         "point_s": point_s,
         "trigger_s": TRIGGER_S,
+        "master": os.environ.get("B11_MASTER", "local[1]"),
         "shared": shared,
         "isolated": isolated,
         "knee_shared": k_shared,
