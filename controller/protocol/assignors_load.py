@@ -26,6 +26,8 @@ from controller.protocol.group_messages import MemberMetadata, TaskDescriptor
 DEFAULT_TOLERANCE = 0.2
 #: an absolute floor under the tolerance: on a nearly idle cluster a 20% spread is noise, not load
 MIN_GAP = 0.1
+#: loads are sums of floats: a member at the bound to the last bit is at it, not over it
+EPSILON = 1e-9
 #: the most tasks one assignment moves for balance (the controller's move throttle applies on top)
 DEFAULT_MAX_MOVES = 8
 
@@ -62,7 +64,7 @@ class LoadPlan:
 
     def over(self, loads: Mapping[str, float]) -> dict[str, float]:
         """Members over the mean by more than the tolerance, and by how much."""
-        bound = self.mean + max(self.mean * self.tolerance, MIN_GAP)
+        bound = self.mean + max(self.mean * self.tolerance, MIN_GAP) + EPSILON
         return {m: round(v - self.mean, 4) for m, v in sorted(loads.items()) if v > bound}
 
     def explain(self) -> list[str]:
@@ -121,7 +123,7 @@ def plan(
         load[best] += cost[tid]
     before = {m: load[m] / cap[m] for m in problem.active}
     mean = sum(load.values()) / sum(cap.values()) if cap else 0.0
-    bound = mean + max(mean * tolerance, MIN_GAP)
+    bound = mean + max(mean * tolerance, MIN_GAP) + EPSILON
     moves: list[LoadMove] = []
     moved: set[str] = set()
     stopped = "balanced"

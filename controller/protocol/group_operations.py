@@ -290,7 +290,9 @@ class GroupOperations:
         """The descriptors with their measured loads, for a load-balanced group (as they are for any other)."""
         if not self.balancing_load():
             return descriptors
-        return self.load.descriptors(descriptors, self.core.clock.now(), self.core.assignment)
+        now = self.core.clock.now()
+        self.load.note_assignment(self.core.assignment, now)
+        return self.load.descriptors(descriptors, now, self.core.assignment)
 
     def load_plan(self) -> LoadPlan | None:
         """What the load-balanced assignor would do from where the tasks run now (None: no member)."""
@@ -317,6 +319,7 @@ class GroupOperations:
         core = self.core
         if not self.balancing_load() or not self.load.due(now):
             return []
+        self.load.note_assignment(core.assignment, now)
         if core.state is not GroupState.STABLE or not core.members or self.maintenance or self.moving or self.deferred:
             return []
         found = self.load_plan()
@@ -325,7 +328,6 @@ class GroupOperations:
         self.load.last_plan = tuple(found.explain())
         if not self.load.observe(now, bool(found.moves)):
             return []
-        self.load.note_moves([mv.task for mv in found.moves], now)
         over = ", ".join(f"{m} {by:+.2f}" for m, by in found.over(found.before).items())
         moved = ", ".join(f"{mv.task} {mv.source}->{mv.dest}" for mv in found.moves)
         return core.prepare_rebalance(

@@ -5,8 +5,8 @@ The IO layer hands in the brokers' load reports (:meth:`LoadWatch.on_reports`); 
 from the member the group has assigned it to (a report is a claim: a broker cannot weigh another broker's
 tasks). At each check the group's coordinator asks whether the assignor would move anything for load
 (:meth:`LoadWatch.observe`): a rebalance is asked for only when that has held for ``window_s`` without a
-break, so a burst does not move pipelines back and forth, and a task moved for load is left where it is for a
-window after (``moved_recently`` in its descriptor).
+break, so a burst does not move pipelines back and forth, and a task that moved (for load, or as members came
+and went) is left where it is for a window after (``moved_recently`` in its descriptor).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class LoadWatch:
     moved_at: dict[str, float] = field(default_factory=dict)
     next_check: float | None = None
     last_plan: tuple[str, ...] = ()  # the last check's explanation (the group's reason shows its first line)
+    owners: dict[str, str] = field(default_factory=dict)  # task -> member, as last seen (to see every move)
 
     def on_reports(self, reports: Mapping[str, Mapping[str, float]]) -> None:
         """The brokers' latest task figures (bounded by ``controller.protocol.load``)."""
@@ -79,6 +80,13 @@ class LoadWatch:
             return False
         self.unbalanced_since = None
         return True
+
+    def note_assignment(self, assignment: Mapping[str, Iterable[str]], now: float) -> None:
+        """Every task whose member changed since the last look moved now, whatever moved it (a join, a leave, a
+        load check): the balancer leaves it where it is for a window."""
+        owners = {t: m for m, ts in assignment.items() for t in ts}
+        self.note_moves([t for t, m in owners.items() if t in self.owners and self.owners[t] != m], now)
+        self.owners = owners
 
     def note_moves(self, tasks: Iterable[str], now: float) -> None:
         """Tasks the balancer moves now (they stay put for a window); forgets the moves older than that."""
