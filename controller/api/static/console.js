@@ -99,6 +99,14 @@ function share(v) {
   if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || v > 10) return "invalid";
   return v.toFixed(2) + (v > 1 ? " behind" : "");
 }
+// A broker's load report (bounded by the server, checked again here): its tasks' load shares summed, its CPU.
+function brokerLoad(b) {
+  const l = b.load && typeof b.load === "object" ? b.load : null;
+  if (!l) return "-";
+  const fig = (v, top) => typeof v === "number" && Number.isFinite(v) && v >= 0 && v <= top;
+  const load = fig(l.load, 1e6) ? l.load.toFixed(2) : "invalid";
+  return load + (fig(l.cpu_percent, 102400) ? ` · ${l.cpu_percent.toFixed(0)}% cpu` : "");
+}
 function history(m) {
   const h = Array.isArray(m.rate_history) ? m.rate_history.slice(-20) : [];
   return h.filter((v) => typeof v === "number" && Number.isFinite(v) && v >= 0);
@@ -246,6 +254,7 @@ function renderStatus(st) {
   $("brokers").tBodies[0].replaceChildren(...brokers.map((b) => h("tr", { dataset: { broker: b.broker_id } },
     h("td", {}, swatch(b.broker_id), " ", b.broker_id), h("td", {}, num(b.epoch)), h("td", {}, text(b.group)),
     h("td", {}, text(b.rack)), h("td", {}, num(b.capacity)), h("td", {}, num(b.tasks)),
+    h("td", { className: "load" }, brokerLoad(b)),
     h("td", { className: "session", title: b.session && typeof b.session.error === "string" ? b.session.error : "" }, session(b)),
     h("td", {}, b.shutting_down === true ? "shutting down" : ""))));
   $("group-count").textContent = `(${groups.length})`;
