@@ -13,7 +13,7 @@ import traceback
 
 from benchmarks.common import RESULTS_DIR, Bench, machine_info, machine_line, quiet_logging, table
 
-QUICK_SKIPS = ("B6",)
+QUICK_SKIPS = ("B6", "B11")
 BENCHMARKS = {
     "B1": "benchmarks.b1_rolling_bounce",
     "B2": "benchmarks.b2_rebalance",
@@ -25,6 +25,7 @@ BENCHMARKS = {
     "B8": "benchmarks.b8_scale",
     "B9": "benchmarks.b9_api",
     "B10": "benchmarks.b10_layout",
+    "B11": "benchmarks.b11_density",
 }
 
 

@@ -176,6 +176,9 @@ def broker_list(ctx: Ctx) -> None:
                 "RACK",
                 "INSTANCE",
                 "TASKS",
+                "LOAD",
+                "CPU%",
+                "RSS",
                 "SHUTDOWN",
                 "SINCE",
                 "CHECKPOINTS",
@@ -193,6 +196,7 @@ def broker_list(ctx: Ctx) -> None:
                     b.rack,
                     b.instance_id,
                     b.tasks,
+                    *load_columns(b.load),
                     "requested" if b.shutting_down else "",
                     when(b.since),
                     clip(b.checkpoint_root, 80) if b.checkpoint_root else "-",
@@ -203,11 +207,24 @@ def broker_list(ctx: Ctx) -> None:
     )
 
 
+def load_columns(load: dict[str, Any] | None) -> list[str]:
+    """LOAD (the sum of its tasks' load shares), CPU% (of one core) and RSS of a broker's load report."""
+    if not load:
+        return ["", "", ""]
+    cpu, rss = load.get("cpu_percent"), load.get("rss_mb")
+    return [
+        f"{load.get('load', 0):.2f}",
+        "" if cpu is None else f"{cpu:.0f}",
+        "" if rss is None else f"{rss:.0f}M",
+    ]
+
+
 @broker.command("describe")
 @click.argument("broker_id", shell_complete=complete_names("broker"))
 @pass_ctx
 def broker_describe(ctx: Ctx, broker_id: str) -> None:
-    """One live broker: its registration, where it keeps checkpoints, and the tasks it holds."""
+    """One live broker: its registration, where it keeps checkpoints, the tasks it holds and its measured load
+    (CPU, memory, each task's load share)."""
     views = [b for b in ctx.admin().brokers() if b.broker_id == broker_id]
     if not views:
         raise UserError(f"no live broker {clip(broker_id, 200)!r}")
@@ -233,8 +250,21 @@ def broker_describe(ctx: Ctx, broker_id: str) -> None:
     ]
     if b.error:
         rows.append(("Error", b.error))
+    load = b.load or {}
+    if b.load is None:
+        rows.append(("Load", "not reported"))
+    else:
+        load_, cpu, rss = load_columns(b.load)
+        mem = load.get("memory_percent")
+        rows.append(("Load", f"{load_} (sum of its tasks' load shares)"))
+        rows.append(("CPU", f"{cpu or '-'}% of one core (with its child processes)"))
+        rows.append(("Memory", f"{rss or '-'} resident" + ("" if mem is None else f", {mem:.1f}% of the host")))
+        shares = sorted(load.get("tasks", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        rows.append(("Task loads", ", ".join(f"{t} {v:.2f}" for t, v in shares) or "none reported"))
+        if load.get("problems"):
+            rows.append(("Repaired", "; ".join(load["problems"])))
     width = max(len(k) for k, _ in rows) + 1
-    click.echo("\n".join(f"{k + ':':<{width}} {clip(str(v if v is not None else '-'), 300)}" for k, v in rows))
+    click.echo("\n".join(f"{k + ':':<{width}} {clip(str(v if v is not None else '-'), 600)}" for k, v in rows))
 
 
 @broker.command("shutdown")
@@ -292,6 +322,12 @@ def _roll_line(st: Any) -> str:
     help="seconds each step's first wave waits for the brokers receiving its tasks to prepare their starts "
     "(the tasks run where they are meanwhile; 0: no wait)",
 )
+@click.option(
+    "--move-first",
+    is_flag=True,
+    help="the first batch's tasks move away before it goes down (more moves, none down for its restart) "
+    "instead of waiting for its restart in place",
+)
 @click.option("--resume", is_flag=True, help="go on with a paused roll")
 @click.option("--status", "status_only", is_flag=True, help="where the roll stands")
 @pass_ctx
@@ -302,6 +338,7 @@ def broker_roll(
     timeout: float,
     wave: int,
     warmup: float,
+    move_first: bool,
     resume: bool,
     status_only: bool,
 ) -> None:
@@ -314,7 +351,7 @@ def broker_roll(
     elif resume:
         st = admin.resume_roll()
     else:
-        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave, warmup_s=warmup)
+        st = admin.roll(group_name, batch=batch, timeout_s=timeout, wave=wave, warmup_s=warmup, in_place=not move_first)
     ctx.emit(to_jsonable(st) if st is not None else None, _roll_line(st))
 
 
@@ -451,9 +488,24 @@ def group_describe(ctx: Ctx, name: str | None) -> None:
 )
 @click.option("--wait", is_flag=True, help="wait until every affected group is Stable at a newer generation")
 @click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, help="seconds, with --wait")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="ask for nothing: show what the load-balanced assignor would move now, and why (which broker is over, by how much)",
+)
 @pass_ctx
-def rebalance(ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wait: bool, timeout: float) -> None:
+def rebalance(
+    ctx: Ctx, group_name: str | None, reason: str, preferred: bool, wait: bool, timeout: float, dry_run: bool
+) -> None:
     """Ask the controller for a rebalance of one group or all of them."""
+    if dry_run:
+        plans = ctx.admin().load_plans(group_name)
+        lines = []
+        for lp in plans:
+            note = "" if lp.assignor == "load-balanced" else f" (its assignor is {lp.assignor or '-'}: not applied)"
+            lines += [f"Group {lp.group}: by measured load{note}"] + ["  " + line for line in lp.plan.explain()]
+        ctx.emit([lp.to_dict() for lp in plans], "\n".join(lines) or "No groups.")
+        return
     what = f"waiting for {'group ' + group_name if group_name else 'every group'} to be Stable with every move done"
     with waiting(what, timeout, "groups", wait, ctx.json_out) as p:
         req = ctx.admin().rebalance(

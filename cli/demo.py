@@ -30,6 +30,7 @@ from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.admin.interval_ends import settled_intervals
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import codecs, payload_validation, registration_records, task_records
+from controller.protocol.tasks.pipeline_metrics import figures, load_text
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.io import get_many
@@ -128,7 +129,13 @@ class Demo:
             if owner is not None and owner in self.killed:
                 state = "LOST"  # we killed it: its owner znode lasts until its session expires
             batches = st.metrics.get("batches") if st and st.broker == owner else None
-            by_task[t] = {"owner": owner, "state": state, "batches": batches if isinstance(batches, int) else None}
+            load = load_text(figures(st.metrics)) if st and st.broker == owner else ""
+            by_task[t] = {
+                "owner": owner,
+                "state": state,
+                "batches": batches if isinstance(batches, int) else None,
+                "load": load or "-",
+            }
         return {"controller": controller, "tasks": by_task, "sessions": self.sessions(client, layout)}
 
     def sessions(self, client: Any, layout: ZkLayout) -> dict[str, registration_records.SessionInfo | None]:
@@ -204,10 +211,11 @@ class Demo:
             self._shape, self._shown_at = shape, time.monotonic()
             spark = self.runner == "spark"
             rows = [
-                [t, d["owner"] or "-", d["state"]] + ([self.sink_rows(t)] if spark else [])
+                [t, d["owner"] or "-", d["state"], d["load"]] + ([self.sink_rows(t)] if spark else [])
                 for t, d in v["tasks"].items()
             ]
-            for line in table(["TASK", "BROKER", "STATE"] + (["ROWS IN SINK"] if spark else []), rows).splitlines():
+            heads = ["TASK", "BROKER", "STATE", "LOAD"] + (["ROWS IN SINK"] if spark else [])
+            for line in table(heads, rows).splitlines():
                 self.echo(" " * 10 + line)
         return v
 

@@ -203,6 +203,13 @@ def controller_list(ctx: Ctx) -> None:
     help="reconcile: while a group still reconciles, the least seconds between two targets",
 )
 @click.option(
+    "--load-window",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="load-balanced groups: seconds an imbalance must last before pipelines move for it (and a moved one stays)",
+)
+@click.option(
     "--session-timeout",
     type=click.FloatRange(min=2),
     default=10.0,
@@ -219,6 +226,7 @@ def controller_run(
     default_assignor: str,
     initial_delay: float,
     retarget_interval: float,
+    load_window: float,
     session_timeout: float,
 ) -> None:
     """Run a controller candidate until SIGINT/SIGTERM (the one that wins /controller is active)."""
@@ -236,6 +244,8 @@ def controller_run(
             default_assignor=default_assignor,
             initial_delay_s=initial_delay,
             retarget_interval_s=retarget_interval,
+            load_window_s=load_window,
+            load_check_s=max(0.5, min(10.0, load_window / 6)),
         ),
     )
     ctx.patient()
@@ -414,6 +424,13 @@ def _worker_metrics(worker: Any, port: int) -> MetricsServer:
     show_default=True,
     help="seconds between status writes when only a task's metrics changed (state changes: at once)",
 )
+@click.option(
+    "--load-interval",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="seconds between samples of this broker's load (CPU, memory, tasks' load shares; 0: never reported)",
+)
 @pass_ctx
 def broker_run(
     ctx: Ctx,
@@ -438,6 +455,7 @@ def broker_run(
     session_timeout: float,
     shutdown_timeout: float,
     metrics_interval: float,
+    load_interval: float,
 ) -> None:
     """Run a broker: register, join the group, run the assigned pipelines.
 
@@ -505,6 +523,7 @@ def broker_run(
         task_logs_dir=os.path.join(
             os.path.abspath(ctx.state_dir), "task-logs", cluster_dir(ctx.layout.root), broker_id
         ),
+        load_interval_s=load_interval,
     )
     ctx.patient()
     client = ctx.new_client(settings)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -13,6 +16,8 @@ from broker_sim.sim.farm import FarmError
 from broker_sim.sim.scenarios import format_summary
 from broker_sim.sim.simulation_types import SCENARIOS, NotConverged, SimOptions
 from broker_sim.sim.simulator import run_simulation
+from broker_sim.sim.skewed_load import SCENARIO as SKEWED
+from broker_sim.sim.skewed_load import SkewOptions, format_runs, run_skewed
 from cli.common import Ctx, UserError
 from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
 from controller.protocol.group.assignors import ASSIGNORS
@@ -45,7 +50,7 @@ BROKERS_PER_FARM = 25
     show_default=True,
     help="the groups' assignor",
 )
-@click.option("--scenario", type=click.Choice(SCENARIOS), default="steady", show_default=True)
+@click.option("--scenario", type=click.Choice((*SCENARIOS, SKEWED)), default="steady", show_default=True)
 @click.option(
     "--restart-gap",
     "restart_gap",
@@ -152,6 +157,25 @@ BROKERS_PER_FARM = 25
     help="share of --start-latency a no-op task's prepare pays before the task arrives (a planned roll's "
     "warm-up; 0: no prepare)",
 )
+@click.option(
+    "--roll-move-first",
+    is_flag=True,
+    help="roll scenario: the first batch's tasks move away before it goes down instead of waiting in place",
+)
+@click.option(
+    "--load-window",
+    type=click.FloatRange(0.5, 3600),
+    default=5.0,
+    show_default=True,
+    help="skewed-load: the controller's load window (an imbalance lasts it before pipelines move for it)",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(1, 3600),
+    default=30.0,
+    show_default=True,
+    help="skewed-load: seconds each assignor's cluster is sampled after the brokers joined",
+)
 @click.pass_obj
 def sim_run(
     ctx: Ctx,
@@ -178,6 +202,9 @@ def sim_run(
     roll_wave: int,
     roll_warmup: float,
     prepare_share: float,
+    roll_move_first: bool,
+    load_window: float,
+    duration: float,
 ) -> None:
     """Run N brokers and a controller on an embedded ZooKeeper (or --zk), play a scenario, print the summary.
 
@@ -218,8 +245,12 @@ def sim_run(
         roll_wave=roll_wave,
         roll_warmup_s=roll_warmup,
         prepare_share=prepare_share,
+        roll_in_place=not roll_move_first,
     )
     echo = (lambda s: None) if ctx.json_out else click.echo
+    if scenario == SKEWED:
+        _skewed_load(ctx, opts, load_window, duration, echo)
+        return
     try:
         summary = run_simulation(opts, echo=echo)
     except (NotConverged, FarmError) as exc:
@@ -233,6 +264,27 @@ def sim_run(
     stuck = [f"{s['step']} {s['broker']}" for s in summary.steps if s["converged_s"] is None]
     if stuck:
         raise UserError(f"the cluster did not converge within {converge_timeout:g}s after: {', '.join(stuck)}")
+
+
+def _skewed_load(ctx: Ctx, opts: SimOptions, window: float, duration: float, echo: Callable[[str], None]) -> None:
+    """One heavy task per broker (cost 0.6) and the rest light (0.2 per broker in all), each assignor in turn."""
+    if opts.tasks <= opts.brokers:
+        raise click.BadParameter(f"skewed-load needs more tasks than brokers ({opts.brokers})", param_hint="--tasks")
+    light = opts.tasks - opts.brokers
+    skew = SkewOptions(
+        heavy=opts.brokers, light=light, light_cost=round(0.2 * opts.brokers / light, 4), duration_s=duration
+    )
+    base = replace(opts, load_window_s=window, load_interval_s=0.5, metrics_interval_s=1.0)
+    try:
+        runs = run_skewed(base, skew, echo)
+    except (NotConverged, RuntimeError) as exc:
+        raise UserError(str(exc)) from None
+    if ctx.json_out:
+        click.echo(
+            json.dumps({"scenario": SKEWED, "window_s": window, "runs": [r.to_dict() for r in runs]}, sort_keys=True)
+        )
+    else:
+        click.echo(format_runs(runs, window))
 
 
 @sim.command("chaos")

@@ -13,7 +13,7 @@ import click
 
 from cli.common import Ctx, UserError, clip, complete_names, pass_ctx, printable, table, to_dict, when
 from cli.progress import waiting
-from controller.protocol.tasks.pipeline_metrics import figures, rate_text
+from controller.protocol.tasks.pipeline_metrics import figures, load_text, rate_text
 
 if TYPE_CHECKING:  # the admin library and the spec models are imported by the commands that use them
     from controller.admin import RestartProgress, TaskRow
@@ -297,6 +297,11 @@ def task_describe(ctx: Ctx, task_id: str, full_trace: bool) -> None:
     if d.invalid:
         rows.append(("Invalid", d.invalid))
     if status and status.get("metrics"):
+        f = figures(status["metrics"])
+        if f.load_share is not None:
+            rss = "" if f.driver_rss_mb is None else f", its driver {f.driver_rss_mb:.0f} MB resident"
+            batch = "" if f.batch_ms is None else f", last batch {f.batch_ms} ms"
+            rows.append(("Load", f"{load_text(f)} of its trigger interval{batch}{rss}"))
         rows.append(("Metrics", json.dumps(status["metrics"], sort_keys=True)))
     width = max(len(k) for k, _ in rows) + 2
     for k, v in rows:

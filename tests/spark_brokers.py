@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -54,9 +55,10 @@ class Root:
 
 
 @contextmanager
-def controlled_root(zk_hosts: str, workdir: Path, prefix: str) -> Iterator[Root]:
-    """A root ``/<prefix>-<random>`` laid out, with a controller in this process (rebalance timeout 20 s);
-    afterwards the controller stopped, the root deleted and the client closed (stop the brokers first)."""
+def controlled_root(zk_hosts: str, workdir: Path, prefix: str, **group: Any) -> Iterator[Root]:
+    """A root ``/<prefix>-<random>`` laid out, with a controller in this process (rebalance timeout 20 s, and
+    ``group``'s other ``GroupConfig`` settings); afterwards the controller stopped, the root deleted and the
+    client closed (stop the brokers first)."""
     from controller.daemon import Controller, ControllerConfig
     from controller.protocol.group.vocabulary import GroupConfig
 
@@ -72,7 +74,7 @@ def controlled_root(zk_hosts: str, workdir: Path, prefix: str) -> Iterator[Root]
     }
     zk = make_client(settings)
     ensure_layout(zk, ZkLayout(root))
-    ctl = Controller(ControllerConfig("ctl", settings, GroupConfig(rebalance_timeout_s=20))).start()
+    ctl = Controller(ControllerConfig("ctl", settings, GroupConfig(**{"rebalance_timeout_s": 20, **group}))).start()
     try:
         yield Root(root, settings, env, zk)
     finally:

@@ -24,6 +24,7 @@ EXCLUSIVE_PATHS = (
     "tests/integration/test_outage.py::",
     "tests/integration/test_cli_processes.py::",
     "tests/integration/test_group_protocol.py::test_kill_dash_nine_of_a_worker_process",
+    "tests/e2e/test_load_balance_spark.py::",
 )
 
 

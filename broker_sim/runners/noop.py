@@ -112,6 +112,9 @@ class NoopRunner(TaskRunner):
             return RunStatus(RunState.STOPPED)
         pipeline = run.spec.pipeline
         age = self.clock.now() - run.started
+        metrics: dict[str, float] = {"uptime_s": round(age, 3)}
+        if isinstance(pipeline, NoopPipeline) and pipeline.cost is not None:
+            metrics["load_share"] = pipeline.cost  # its declared cost, reported as a measured one would be
         if isinstance(pipeline, NoopPipeline):
             if pipeline.fail_after_s is not None and age >= pipeline.fail_after_s:
                 return RunStatus(
@@ -121,8 +124,8 @@ class NoopRunner(TaskRunner):
                     error_type="NoopFailure",
                 )
             if pipeline.complete_after_s is not None and age >= pipeline.complete_after_s:
-                return RunStatus(RunState.COMPLETED, metrics={"uptime_s": round(age, 3)})
-        return RunStatus(RunState.RUNNING, metrics={"uptime_s": round(age, 3)})
+                return RunStatus(RunState.COMPLETED, metrics=metrics)
+        return RunStatus(RunState.RUNNING, metrics=metrics)
 
     def running(self) -> set[str]:
         with self._lock:

@@ -22,6 +22,7 @@ from broker_sim.runners.base import RunState, RunStatus
 from controller.protocol.errors import ZkcError
 from controller.protocol.records.task_records import MAX_FAILURE_KIND_CHARS
 from controller.protocol.tasks.failure_trace import bound_trace
+from controller.protocol.tasks.load import batch_share, ewma, trigger_seconds
 from controller.protocol.tasks.spec import ConsoleSink, FilesSink, FilesSource, RateSource, SparkPipeline
 
 POOL_PROPERTY = "spark.scheduler.pool"
@@ -60,9 +61,17 @@ class Progress:
     processed_rows_per_s: float = 0.0
     #: the input rate of the last ``RATE_HISTORY`` batches, oldest first (the console's sparkline)
     rate_history: tuple[float, ...] = ()
+    #: the last batch's duration, and the smoothed share of the trigger interval the batches take (the
+    #: load figure the load-aware assignor places by; over 1: the query falls behind its trigger)
+    batch_ms: int | None = None
+    load_share: float | None = None
+    last_batch_mono: float | None = None
 
-    def add(self, p: Any) -> Progress:
+    def add(self, p: Any, trigger_s: float | None = None, now: float | None = None) -> Progress:
         rate = round(float(p.inputRowsPerSecond or 0.0), 3)
+        batch_ms = int(getattr(p, "batchDuration", 0) or 0)
+        since = now - self.last_batch_mono if now is not None and self.last_batch_mono is not None else None
+        share = ewma(self.load_share, batch_share(batch_ms, trigger_s, since))
         return Progress(
             batches=self.batches + 1,
             rows=self.rows + int(p.numInputRows or 0),
@@ -71,6 +80,9 @@ class Progress:
             input_rows_per_s=rate,
             processed_rows_per_s=round(float(p.processedRowsPerSecond or 0.0), 3),
             rate_history=(*self.rate_history, rate)[-RATE_HISTORY:],
+            batch_ms=batch_ms,
+            load_share=round(share, 4),
+            last_batch_mono=now,
         )
 
     def metrics(self) -> dict[str, Any]:
@@ -82,6 +94,8 @@ class Progress:
             "input_rows_per_s": self.input_rows_per_s,
             "processed_rows_per_s": self.processed_rows_per_s,
             "rate_history": list(self.rate_history),
+            "batch_ms": self.batch_ms,
+            "load_share": self.load_share,
         }
 
 
@@ -255,6 +269,7 @@ class StreamingRun:
         self.started = time.monotonic()
         self._lock = threading.Lock()
         self._progress = Progress()
+        self._trigger_s = trigger_seconds(pipeline.trigger.processing_time)
         self._query: Any = None
         self._session: Any = None
         self._context: Any = None
@@ -270,7 +285,7 @@ class StreamingRun:
         with self._lock:
             last = self._progress.last_batch_id
             if last is None or p.batchId > last:  # once per batch: the listener and reconcile may both see it
-                self._progress = self._progress.add(p)
+                self._progress = self._progress.add(p, self._trigger_s, time.monotonic())
 
     def _reconcile(self) -> None:
         """Fold in progress the (asynchronous) listener has not delivered yet; used once the query ended."""

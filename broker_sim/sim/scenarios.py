@@ -163,6 +163,7 @@ class Scenarios:
             timeout_s=max(30.0, o.converge_timeout_s),
             wave=o.roll_wave,
             warmup_s=o.roll_warmup_s,
+            in_place=o.roll_in_place,
         )
         deadline = time.monotonic() + o.converge_timeout_s * (o.brokers + 2)
         st = admin.roll_status()

@@ -72,6 +72,12 @@ class SimOptions:
     #: the share of the start latency a no-op task's prepare pays in advance (brokers in this process; a
     #: farm's brokers keep the runner's default)
     prepare_share: float = DEFAULT_PREPARE_SHARE
+    #: the roll scenario's first batch restarts in place (False: its tasks move away first)
+    roll_in_place: bool = True
+    #: load-balanced groups: the controller's window (an imbalance lasts it before anything moves for load)
+    load_window_s: float = 60.0
+    #: seconds between a broker's load samples (brokers in this process)
+    load_interval_s: float = 10.0
 
     def protocols(self) -> tuple[str, ...]:
         return protocols_for(self.protocol)

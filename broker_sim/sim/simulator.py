@@ -115,6 +115,8 @@ class Simulation:
                 rebalance_timeout_s=self.opts.rebalance_timeout_s,
                 scheduled_rebalance_delay_s=self.opts.scheduled_delay_s,
                 default_assignor=self.opts.assignor,
+                load_window_s=self.opts.load_window_s,
+                load_check_s=max(0.5, min(10.0, self.opts.load_window_s / 6)),
             ),
         )
         ctl = Controller(cfg).start()
@@ -153,6 +155,7 @@ class Simulation:
             pool_size=8,
             status_interval_s=1.0,
             metrics_interval_s=self.opts.metrics_interval_s,
+            load_interval_s=self.opts.load_interval_s,
             intervals_flush_s=3600.0,
             on_halt="kill",
         )

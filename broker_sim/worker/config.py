@@ -27,6 +27,8 @@ class WorkerConfig:
     status_interval_s: float = 0.5
     #: a status whose metrics alone changed is rewritten at most this often (state changes: every status tick)
     metrics_interval_s: float = 5.0
+    #: the broker samples its load (CPU, memory, tasks' load shares) this often (0: never reports it)
+    load_interval_s: float = 10.0
     owner_wait_s: float = 120.0
     pool_size: int = 16
     intervals_flush_s: float = 2.0
@@ -50,5 +52,7 @@ class WorkerConfig:
             raise ValueError(f"on_halt must be 'exit' or 'kill', not {self.on_halt!r}")
         if self.metrics_interval_s < 0:
             raise ValueError("metrics_interval_s must not be negative")
+        if self.load_interval_s < 0:
+            raise ValueError("load_interval_s must not be negative")
         if self.stop_timeout_s is not None and self.stop_timeout_s <= 0:
             raise ValueError("stop_timeout_s must be positive")

@@ -53,6 +53,7 @@ from broker_sim.worker.events import (
 )
 from broker_sim.worker.fence import Fence, fence_margin
 from broker_sim.worker.group_io import GroupIO
+from broker_sim.worker.load import LoadReport
 from broker_sim.worker.ownership import RELEASE_CHUNK, Ownership
 from broker_sim.worker.registration import BrokerSession, IdentityMismatch, Registration, RegistrationConflict
 from broker_sim.worker.reporting import Reporter
@@ -139,6 +140,7 @@ class Worker:
         )
         self.storage = StoragePart(self.client, self.layout, self.id, config.checkpoint_root, config.task_logs_dir)
         self.reporting.on_status = self.storage.on_status
+        self.load = LoadReport(self.table, config.load_interval_s, self.registration.report_load)
         self.fence = Fence(
             self.id,
             session_timeout_s,
@@ -507,6 +509,7 @@ class Worker:
                 self.warmup.review()
                 self.reporting.write_statuses()
                 self.reporting.flush_intervals()
+                self.load.tick()
             except (KazooException, KazooTimeoutError):
                 pass
             except Exception:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -59,6 +60,7 @@ class Registration:
         self.info = info
         self.session = session
         self.session_timeout_s = session_timeout_s
+        self._info_lock = threading.Lock()  # the event thread reports the session, the status thread the load
 
     # ---- the fence's session check ----------------------------------------------------------------
     @property
@@ -141,9 +143,17 @@ class Registration:
     def report_session(self, session: SessionInfo | None) -> None:
         """Our compute session's readiness into our broker znode (the controller places no work on us until it
         says ready); a later registration (a new session after LOST) carries it too."""
-        info = replace(self.info, session=session)
-        self.client.set(self.path, codecs.encode(info))
-        self.info = info
+        with self._info_lock:
+            info = replace(self.info, session=session)
+            self.client.set(self.path, codecs.encode(info))
+            self.info = info
+
+    def report_load(self, load: dict[str, Any]) -> None:
+        """Our measured load into our broker znode (the load-aware assignor and ``broker describe`` read it)."""
+        with self._info_lock:
+            info = replace(self.info, load=load)
+            self.client.set(self.path, codecs.encode(info))
+            self.info = info
 
 
 def _process_alive(pid: int, broker_id: str) -> bool:

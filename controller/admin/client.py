@@ -4,10 +4,13 @@ API. It owns its parts (tasks, restarts, cluster, settings, stop, history, offse
 
 from __future__ import annotations
 
+from functools import partial
+
 from kazoo.client import KazooClient
 
 from controller.admin.cluster import ClusterAdmin
 from controller.admin.common import WAIT_S
+from controller.admin.load_plan import load_plans
 from controller.admin.offsets import OffsetAdmin
 from controller.admin.operations import SettingsAdmin
 from controller.admin.reads import ClusterReads
@@ -104,6 +107,7 @@ class AdminClient:
         self.brokers = self.cluster.brokers
         self.describe_group = self.cluster.describe_group
         self.rebalance = self.cluster.rebalance
+        self.load_plans = partial(load_plans, self.cluster)
         self.shutdown_broker = self.cluster.shutdown_broker
         self.watch = self.cluster.watch
         # planned roll

@@ -18,6 +18,7 @@ from controller.admin.views import BrokerView, GroupSummary
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import codecs, group_messages, registration_records, task_records
 from controller.protocol.records.payload_validation import PayloadError
+from controller.protocol.tasks.load import broker_figures
 from controller.protocol.tasks.spec import TaskSpec, decode_task
 from controller.zk.layout_io import check_root, list_tasks
 from controller.zk.multi_read import multi_read
@@ -68,7 +69,25 @@ def broker_view(
         stat.ctime / 1000.0,
         session=None if info.session is None else codecs.to_jsonable(info.session),
         checkpoint_root=info.checkpoint_root,
+        load=load_view(info.load),
     )
+
+
+def load_view(raw: Any) -> dict[str, Any] | None:
+    """A registration's load report, bounded (``controller.protocol.tasks.load``): what was repaired is listed."""
+    if raw is None:
+        return None
+    f = broker_figures(raw)
+    view: dict[str, Any] = {
+        "cpu_percent": f.cpu_percent,
+        "rss_mb": f.rss_mb,
+        "memory_percent": f.memory_percent,
+        "load": round(f.load, 3),
+        "tasks": dict(f.tasks),
+    }
+    if f.problems:
+        view["problems"] = list(f.problems)
+    return view
 
 
 def group_summary(layout: ZkLayout, group: str, res: Read, live: list[str] | None) -> GroupSummary:

@@ -49,12 +49,14 @@ class RollAdmin:
         timeout_s: float = 300.0,
         wave: int = 0,
         warmup_s: float = DEFAULT_WARMUP_S,
+        in_place: bool = True,
     ) -> RollState:
         """Start rolling ``group``'s brokers (the live brokers registered in it now, members yet or not: a broker
         still starting its session is one to roll), ``batch`` at a time; each batch must come back
         within ``timeout_s`` (else the roll pauses itself); ``wave``: at most that many tasks in flight at once
         (0: a step's moves all at once); ``warmup_s``: how long each step's first wave waits for the brokers
-        receiving its tasks to prepare their starts (0: no wait)."""
+        receiving its tasks to prepare their starts (0: no wait); ``in_place`` False: the first batch's tasks move
+        away before it goes down instead of waiting for its restart."""
         check_name("group", group)
         if batch < 1 or timeout_s <= 0 or not 0 <= wave <= MAX_WAVE or not 0 <= warmup_s <= MAX_WARMUP_S:
             raise AdminError(
@@ -81,6 +83,7 @@ class RollAdmin:
             started=now,
             wave=wave,
             warmup_s=warmup_s,
+            in_place=in_place,
         )
         path = self.layout.admin_roll
         try:

@@ -164,6 +164,8 @@ class BrokerView:
     session: dict[str, Any] | None = None
     #: where it keeps checkpoints (scoped by the cluster root); its storage requests are carried out there
     checkpoint_root: str | None = None
+    #: its load report, bounded: {"cpu_percent", "rss_mb", "memory_percent", "load", "tasks": {task: share}}
+    load: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

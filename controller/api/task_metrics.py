@@ -33,6 +33,8 @@ _FIGURES = (
     ("zkc_task_batches", "micro-batches committed by the task's current run", "batches"),
     ("zkc_task_input_rows_per_second", "the task's input rate at its last batch", "input_rows_per_s"),
     ("zkc_task_processed_rows_per_second", "the task's processing rate at its last batch", "processed_rows_per_s"),
+    ("zkc_task_load_share", "the share of its trigger interval the task's batches take (smoothed)", "load_share"),
+    ("zkc_task_driver_rss_megabytes", "resident memory of an isolated task's own driver", "driver_rss_mb"),
     (
         "zkc_task_backlog_files",
         "files in the task's source not read yet (file sources on local storage)",

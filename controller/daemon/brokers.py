@@ -20,6 +20,7 @@ from controller.protocol.records import codecs
 from controller.protocol.records.admin_records import ControlledShutdownRequest
 from controller.protocol.records.payload_validation import PayloadError
 from controller.protocol.records.registration_records import BrokerInfo
+from controller.protocol.tasks.load import broker_figures
 from controller.zk.io import InterruptibleClient, exists_many, get_many
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class BrokerTracker:
         on_readiness: Callable[[Sequence[str]], None],
     ) -> None:
         self._on_readiness = on_readiness
+        #: broker -> its bounded task figures (task -> load share), as its registration last said
+        self._loads: dict[str, dict[str, float]] = {}
+        self._load_problems: dict[str, tuple[str, ...]] = {}
         self._host = host
         self._zk = zk
         self._layout = layout
@@ -110,6 +114,7 @@ class BrokerTracker:
         for b in gone:
             if ctx.brokers.pop(b, None) is not None:
                 left.append(b)
+        self._note_loads(read, gone)
         delta = BrokerDelta(tuple(sorted(joined)), tuple(sorted(left)), tuple(sorted(bounced)))
         self._metrics.brokers.set(len(ctx.brokers))
         flipped = sorted(unready_before ^ ctx.unready_brokers())
@@ -129,6 +134,29 @@ class BrokerTracker:
         arrived = set(delta.joined + delta.bounced)
         for g, m in sorted(k for k in ctx.ghost_members if k[1] in arrived):
             self._host.put(ev.MemberChange(self._host.token, g, m))  # its broker is here now: read it again
+
+    def _note_loads(self, read: list[str], gone: list[str]) -> None:
+        """The load reports of the brokers just read, bounded (a repaired one logged once), to every group."""
+        ctx = context_of(self._host)
+        changed = False
+        for b in gone:
+            changed |= self._loads.pop(b, None) is not None
+            self._load_problems.pop(b, None)
+        for b in read:
+            record = ctx.brokers.get(b)
+            raw = record.info.load if record is not None and record.info is not None else None
+            f = broker_figures(raw)
+            if f.problems and self._load_problems.get(b) != f.problems:
+                log.warning("broker %s: its load report was repaired: %s", b, "; ".join(f.problems))
+            self._load_problems[b] = f.problems
+            tasks = dict(f.tasks)
+            if self._loads.get(b) != tasks:
+                self._loads[b] = tasks
+                changed = True
+        if changed:
+            reports = dict(self._loads)
+            for coord in ctx.groups.values():
+                coord.on_load_reports(reports)
 
     def _finish_controlled_shutdown(self, broker_id: str) -> None:
         ctx = context_of(self._host)

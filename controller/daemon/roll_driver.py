@@ -181,7 +181,7 @@ class RollDriver:
         batch = st.batch_now()
         if self._applied != (self._host.token, st.step, st.phase) and not self._settled(coord):
             return
-        in_place = True  # the first batch restarts in place, its tasks held for it (either protocol family)
+        in_place = st.in_place  # the first batch restarts in place, its tasks held for it (either protocol family)
         if self._pin(st, coord, drain_plan(coord.assignment, st.order, st.step, in_place)):
             plan = self._plan
             assert plan is not None

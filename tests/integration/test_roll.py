@@ -87,6 +87,27 @@ def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, prot
         assert len(sim.retired) == 3  # every broker restarted exactly once
 
 
+def test_a_roll_moving_the_first_batch_keeps_no_task_down_for_a_restart(zk_hosts: str) -> None:
+    """``--move-first``: the first broker's tasks move to the last before it goes down (T + 2T/N moves), so no
+    task waits out a restart; each task's runs are apart only by a move, never by the restart gap."""
+    gap = 1.5
+    opts = SimOptions(
+        brokers=3, tasks=12, scenario="roll", restart_gap_s=gap, zk_hosts=zk_hosts, converge_timeout_s=30,
+        roll_in_place=False,
+    )  # fmt: skip
+    with Simulation(opts) as sim:
+        s = sim.run()
+        assert s.double_ownership == 0
+        assert sim.roll_moves == 12 + 2 * 12 // 3
+        began = sim.steps[0].started
+        intervals = sorted(sim.all_intervals(), key=lambda i: i.start)
+        for t in sim.task_ids:
+            runs = [i for i in intervals if i.task_id == t and (i.end is None or i.end >= began)]
+            gaps = [b.start - a.end for a, b in zip(runs, runs[1:]) if a.end is not None]
+            assert all(g < gap for g in gaps), (t, gaps)  # down for a move, not for a broker's restart
+        assert sim.balanced()
+
+
 def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) -> None:
     with _converged_cluster(zk_hosts, brokers=2, tasks=6) as sim:
         admin = AdminClient(sim.admin, sim.layout)

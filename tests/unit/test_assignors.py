@@ -582,7 +582,7 @@ def test_rack_aware_example():
 
 def test_registry_names():
     assert sorted(ASSIGNORS) == sorted(
-        ["round-robin", "range", "sticky", "cooperative-sticky", "capacity", "pinned", "rack-aware"]
+        ["round-robin", "range", "sticky", "cooperative-sticky", "capacity", "pinned", "rack-aware", "load-balanced"]
     )
     for name, assignor in ASSIGNORS.items():
         assert assignor.name == name

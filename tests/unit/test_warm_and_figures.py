@@ -165,8 +165,12 @@ def test_task_metrics_are_bounded_validated_and_cached() -> None:
     pages = [
         TaskPage(
             (
-                _row("t1", "b1", {"rows": 10, "batches": 2, "input_rows_per_s": 5.0, "backlog_files": 3}),
-                _row("t2", "b2", {"rows": "<b>", "input_rows_per_s": math.nan}),
+                _row(
+                    "t1",
+                    "b1",
+                    {"rows": 10, "batches": 2, "input_rows_per_s": 5.0, "backlog_files": 3, "load_share": 0.5},
+                ),
+                _row("t2", "b2", {"rows": "<b>", "input_rows_per_s": math.nan, "load_share": 1e9}),
                 _row("t3", "b9", {"rows": 99}, shown="STALE"),  # its writer's session is gone: no figures
             ),
             next_cursor="t3",
@@ -185,6 +189,7 @@ def test_task_metrics_are_bounded_validated_and_cached() -> None:
     assert reads == [3]
     assert 'zkc_task_rows{group="g",task="t1"} 10.0' in text
     assert 'zkc_task_backlog_files{group="g",task="t1"} 3.0' in text
+    assert 'zkc_task_load_share{group="g",task="t1"} 0.5' in text  # (t2's absurd share is left out below)
     assert 'zkc_task_running{group="g",task="t1"} 1.0' in text and 'zkc_task_running{group="g",task="t3"} 0.0' in text
     assert 'task="t2"' not in text.replace('zkc_task_running{group="g",task="t2"} 1.0', "")  # no bad figure
     assert 'zkc_task_rows{group="g",task="t3"}' not in text

@@ -93,6 +93,20 @@ function rate(v) {
   if (typeof v !== "number" || !Number.isFinite(v) || v < 0) return "invalid";
   return v >= 100 ? v.toFixed(0) : v.toFixed(1);
 }
+// A load share (batch time / trigger interval, smoothed): within 0..10 or "invalid"; past 1 it falls behind.
+function share(v) {
+  if (v === null || v === undefined) return "-";
+  if (typeof v !== "number" || !Number.isFinite(v) || v < 0 || v > 10) return "invalid";
+  return v.toFixed(2) + (v > 1 ? " behind" : "");
+}
+// A broker's load report (bounded by the server, checked again here): its tasks' load shares summed, its CPU.
+function brokerLoad(b) {
+  const l = b.load && typeof b.load === "object" ? b.load : null;
+  if (!l) return "-";
+  const fig = (v, top) => typeof v === "number" && Number.isFinite(v) && v >= 0 && v <= top;
+  const load = fig(l.load, 1e6) ? l.load.toFixed(2) : "invalid";
+  return load + (fig(l.cpu_percent, 102400) ? ` · ${l.cpu_percent.toFixed(0)}% cpu` : "");
+}
 function history(m) {
   const h = Array.isArray(m.rate_history) ? m.rate_history.slice(-20) : [];
   return h.filter((v) => typeof v === "number" && Number.isFinite(v) && v >= 0);
@@ -246,6 +260,7 @@ function renderStatus(st) {
   $("brokers").tBodies[0].replaceChildren(...brokers.map((b) => h("tr", { dataset: { broker: b.broker_id } },
     h("td", {}, swatch(b.broker_id), " ", b.broker_id), h("td", {}, num(b.epoch)), h("td", {}, text(b.group)),
     h("td", {}, text(b.rack)), h("td", {}, num(b.capacity)), h("td", {}, num(b.tasks)),
+    h("td", { className: "load" }, brokerLoad(b)),
     h("td", { className: "session", title: b.session && typeof b.session.error === "string" ? b.session.error : "" }, session(b)),
     h("td", { className: "path", title: text(b.checkpoint_root, "") }, text(b.checkpoint_root).slice(0, 80)),
     h("td", {}, b.shutting_down === true ? "shutting down" : ""))));
@@ -277,6 +292,7 @@ function taskRow(t, disabled) {
     h("td", { className: `state s-${s}`, title: stateTitle(t, s) }, s + stateNote(t, s)),
     h("td", { className: "owner" }, ...(owner ? [swatch(owner), " ", owner] : ["-"])),
     h("td", {}, count(m.rows)), h("td", { className: "rate" }, rate(m.input_rows_per_s), " ", sparkline(history(m))),
+    h("td", { className: "load" }, share(m.load_share)),
     h("td", { className: "backlog" }, count(m.backlog_files)), h("td", {}, ago(t.owner_since)),
     h("td", { className: "error", title: error ? `${error} (click: why it failed)` : "click: its last failure" }, error),
     h("td", { className: "actions" }, ...(t.state === "PAUSED" || t.state === "STOPPED" ? [button("resume", "resume")]

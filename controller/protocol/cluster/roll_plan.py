@@ -70,6 +70,9 @@ class RollState:
     #: how long a plan's first wave waits after its moves are announced to their receivers (0: no wait), for
     #: them to prepare those tasks' starts
     warmup_s: float = DEFAULT_WARMUP_S
+    #: the first batch restarts in place, its tasks waiting for it (``T`` moves); False: they move away first,
+    #: to the last batch (``T + 2T/N`` moves, none of them down for a restart)
+    in_place: bool = True
 
     @property
     def active(self) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
+from controller.protocol.group.assignors_load import LoadBalancedAssignor
 from controller.protocol.records.group_messages import MemberMetadata, TaskDescriptor
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Assignor",
     "CapacityAssignor",
     "CooperativeStickyAssignor",
+    "LoadBalancedAssignor",
     "PinnedAssignor",
     "RackAwareAssignor",
     "RangeAssignor",
@@ -81,7 +83,7 @@ def _pin_required(task: TaskDescriptor) -> bool:
 
 
 @dataclass(frozen=True)
-class _Problem:
+class AssignmentProblem:
     """The inputs, validated and put in canonical (sorted) order so that input order never matters.
 
     ``eligible`` maps every *assignable* task (one with at least one eligible member) to its eligible
@@ -101,7 +103,7 @@ class _Problem:
         members: Sequence[MemberMetadata],
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
-    ) -> _Problem:
+    ) -> AssignmentProblem:
         by_member = {m.member_id: m for m in sorted(members, key=lambda m: m.member_id)}
         if len(by_member) != len(members):
             raise ValueError(f"duplicate member ids: {_duplicates(m.member_id for m in members)}")
@@ -200,7 +202,7 @@ class RoundRobinAssignor:
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
-        problem = _Problem.build(members, tasks, previous)
+        problem = AssignmentProblem.build(members, tasks, previous)
         ring = problem.active
         placement: Placement = {}
         turn = 0
@@ -228,7 +230,7 @@ class RangeAssignor:
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
-        problem = _Problem.build(members, tasks, previous)
+        problem = AssignmentProblem.build(members, tasks, previous)
         classes: dict[frozenset[str] | None, list[str]] = {}
         for tid, choices in problem.eligible.items():
             classes.setdefault(choices, []).append(tid)
@@ -250,7 +252,7 @@ class RangeAssignor:
 # --------------------------------------------------------------------------------------------------
 
 
-def _sticky_placement(problem: _Problem, allowed: Allowed) -> Placement:
+def _sticky_placement(problem: AssignmentProblem, allowed: Allowed) -> Placement:
     """Balance task counts over the active members while moving as few running tasks as possible.
 
     With E active members and A assignable tasks, a balanced assignment gives each member
@@ -361,7 +363,7 @@ class StickyAssignor:
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
-        problem = _Problem.build(members, tasks, previous)
+        problem = AssignmentProblem.build(members, tasks, previous)
         return problem.result(_sticky_placement(problem, problem.eligible))
 
 
@@ -398,7 +400,7 @@ class CapacityAssignor:
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
-        problem = _Problem.build(members, tasks, previous)
+        problem = AssignmentProblem.build(members, tasks, previous)
         capacity = {m: max(1, problem.members[m].capacity) for m in problem.active}
         weight = {t: max(0, problem.tasks[t].weight) for t in problem.eligible}
         current = problem.current_placement(problem.eligible)
@@ -438,7 +440,7 @@ class PinnedAssignor:
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
-        problem = _Problem.build(members, tasks, previous)
+        problem = AssignmentProblem.build(members, tasks, previous)
         active = frozenset(problem.active)
         allowed: Allowed = {}
         for tid, choices in problem.eligible.items():
@@ -465,7 +467,7 @@ class RackAwareAssignor:
         tasks: Sequence[TaskDescriptor],
         previous: Mapping[str, Sequence[str]],
     ) -> dict[str, tuple[str, ...]]:
-        problem = _Problem.build(members, tasks, previous)
+        problem = AssignmentProblem.build(members, tasks, previous)
         racks: dict[str | None, list[str]] = {}
         for mid in problem.active:
             racks.setdefault(problem.members[mid].rack, []).append(mid)
@@ -520,6 +522,7 @@ ASSIGNORS: dict[str, Assignor] = {
         CapacityAssignor(),
         PinnedAssignor(),
         RackAwareAssignor(),
+        LoadBalancedAssignor(),
     )
 }
 

@@ -177,6 +177,10 @@ class GroupCoordinator:
         log.warning("group %s: %s", self.group, reason)
         return self.reconcile.retarget(reason)
 
+    def on_load_reports(self, reports: Mapping[str, Mapping[str, float]]) -> None:
+        """The brokers' load reports changed (bounded task figures per broker): the next load check reads them."""
+        self.operations.load.on_reports(reports)
+
     def next_deadline(self) -> float | None:
         candidates = [
             d
@@ -574,7 +578,7 @@ class GroupCoordinator:
         reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
         (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
         if not (skip or self.reassign or self.operations.preferred):  # (most rounds: every task as it is)
-            return [self.tasks[t_id] for t_id in sorted(self.tasks)]
+            return self.operations.with_loads([self.tasks[t_id] for t_id in sorted(self.tasks)])
         preferred = self.operations.preferred
         descriptors = []
         for t_id in sorted(self.tasks):
@@ -588,4 +592,4 @@ class GroupCoordinator:
                 self.reassign.pop(t_id, None)
                 preferred.pop(t_id, None)
             descriptors.append(d)
-        return descriptors
+        return self.operations.with_loads(descriptors)

@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.protocol.group.assignors import get_assignor
+from controller.protocol.group.assignors_load import LoadPlan
+from controller.protocol.group.assignors_load import plan as plan_load
+from controller.protocol.group.load_balance import ASSIGNOR as LOAD_ASSIGNOR
+from controller.protocol.group.load_balance import LoadWatch
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.throttle import Move, Wave, plan_wave
 from controller.protocol.group.vocabulary import Decision, GroupView, WriteGroupState
 from controller.protocol.records.admin_records import MoveLimits
-from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest, MemberMetadata
+from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest, MemberMetadata, TaskDescriptor
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,11 @@ class GroupOperations:
     preferred_check_s: float = 0.0
     max_imbalance: int = 1
     next_check: float | None = None
+    #: a load-balanced group's figures and hysteresis, its window from the group's config
+    load: LoadWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.load = LoadWatch(self.core.config.load_window_s, self.core.config.load_check_s)
 
     # ---- inputs -----------------------------------------------------------------------------------
     def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
@@ -207,10 +216,12 @@ class GroupOperations:
         self.postponed = self.postponed or why
 
     def deadline(self) -> float | None:
-        """The earliest of the next imbalance check and the moves' timeouts."""
+        """The earliest of the next imbalance check, the next load check and the moves' timeouts."""
         candidates = [mv.since + self.core.config.move_timeout_s for mv in self.moving.values()]
         if self.next_check is not None:
             candidates.append(self.next_check)
+        if self.balancing_load() and self.core.members:
+            candidates.append(self.load.next_check or self.core.clock.now() + self.load.check_s)
         return min(candidates) if candidates else None
 
     # ---- the preferred layout ---------------------------------------------------------------------
@@ -228,8 +239,9 @@ class GroupOperations:
     def check_imbalance(self, now: float) -> list[Decision]:
         """At the periodic check: measure the imbalance, and rebalance a Stable group off its layout by more
         than ``max_imbalance`` tasks (when nothing moves and nothing waits)."""
-        if self.next_check is None or now < self.next_check:
-            return []
+        by_load = self.check_load(now)
+        if by_load or self.next_check is None or now < self.next_check:
+            return by_load
         core = self.core
         self.next_check = now + self.preferred_check_s if self.preferred_check_s > 0 else None
         if core.state is not GroupState.STABLE or not core.members:
@@ -268,6 +280,58 @@ class GroupOperations:
             log.warning("group %s: cannot compute a layout: %s", core.group, exc)
             return {}
         return {t: m for m, ts in target.items() for t in ts}
+
+    # ---- load ---------------------------------------------------------------------------------------
+    def balancing_load(self) -> bool:
+        return (self.core.assignor or self.core.config.default_assignor) == LOAD_ASSIGNOR
+
+    def with_loads(self, descriptors: list[TaskDescriptor]) -> list[TaskDescriptor]:
+        """The descriptors with their measured loads, for a load-balanced group (as they are for any other)."""
+        if not self.balancing_load():
+            return descriptors
+        now = self.core.clock.now()
+        self.load.note_assignment(self.core.assignment, now)
+        return self.load.descriptors(descriptors, now, self.core.assignment)
+
+    def load_plan(self) -> LoadPlan | None:
+        """What the load-balanced assignor would do from where the tasks run now (None: no member)."""
+        core = self.core
+        members = [
+            MemberMetadata(member_id=m, capacity=r.capacity, rack=r.rack, leaving=r.leaving or m in core.shutting_down)
+            for m, r in sorted(core.members.items())
+            if m in core.generation_members
+        ]
+        if not members:
+            return None
+        held = core.holds.tasks()
+        current = {m: ts for m, ts in core.assignment.items() if m in core.generation_members}
+        tasks = self.with_loads([d for t, d in sorted(core.tasks.items()) if t not in held])
+        try:
+            return plan_load(members, tasks, current)
+        except (KeyError, ValueError) as exc:
+            log.warning("group %s: cannot plan by load: %s", core.group, exc)
+            return None
+
+    def check_load(self, now: float) -> list[Decision]:
+        """A load-balanced group's periodic check: rebalance once the assignor has wanted to move something for
+        load at every check for a whole window (and nothing else is moving or frozen)."""
+        core = self.core
+        if not self.balancing_load() or not self.load.due(now):
+            return []
+        self.load.note_assignment(core.assignment, now)
+        if core.state is not GroupState.STABLE or not core.members or self.maintenance or self.moving or self.deferred:
+            return []
+        found = self.load_plan()
+        if found is None:
+            return []
+        self.load.last_plan = tuple(found.explain())
+        if not self.load.observe(now, bool(found.moves)):
+            return []
+        over = ", ".join(f"{m} {by:+.2f}" for m, by in found.over(found.before).items())
+        moved = ", ".join(f"{mv.task} {mv.source}->{mv.dest}" for mv in found.moves)
+        return core.prepare_rebalance(
+            f"load: {over} over the mean {found.mean:.2f} for {self.load.window_s:g}s; moving {moved}"
+        )
 
     def measure_imbalance(self) -> int:
         """How many tasks the group's assignor would move from where they run now (0: balanced)."""

@@ -88,6 +88,10 @@ class GroupConfig:
     backoff_refusals: int = 3
     backoff_initial_s: float = 30.0
     backoff_max_s: float = 960.0
+    #: load-balanced groups: an imbalance must last this long before the controller moves pipelines for it,
+    #: and a pipeline moved for load stays put this long (hysteresis); checked every ``load_check_s``
+    load_window_s: float = 60.0
+    load_check_s: float = 10.0
 
 
 class GroupView(Protocol):

@@ -46,6 +46,7 @@ T = TypeVar("T")
 _FIELD_NAMES: dict[type, tuple[str, ...] | None] = {}
 # Exact types returned as they are (subclasses, e.g. a ``str`` Enum, take the slow path).
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+_KEEP = object()  # (no default to compare with: always written)
 
 
 def _field_names(cls: type) -> tuple[str, ...] | None:
@@ -65,6 +66,9 @@ def to_jsonable(payload: Any) -> Any:
         return payload
     names = _field_names(cls)  # a dataclass *instance* (a dataclass type's type is ``type``: not converted)
     if names is not None:
+        omit = getattr(cls, "OMIT_AT_DEFAULT", None)
+        if omit:  # fields added later, left out while at their default: older payloads stay byte for byte
+            return {n: to_jsonable(v) for n in names if (v := getattr(payload, n)) != omit.get(n, _KEEP)}
         return {n: to_jsonable(getattr(payload, n)) for n in names}
     if isinstance(payload, enum.Enum):
         return payload.value

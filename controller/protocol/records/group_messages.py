@@ -6,6 +6,7 @@ Plain frozen values; ``codecs`` encodes and validates them; callers import them 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 #: the most tasks an assignment may announce as ``incoming`` (a roll moves at most a few brokers' share at once)
 MAX_INCOMING = 10_000
@@ -101,6 +102,12 @@ class TaskDescriptor:
     pinned: tuple[str, ...] = ()
     pin_mode: str = "preferred"
     rack: str | None = None
+    #: its measured load share (None: no history; the load-aware assignor then goes by ``weight``)
+    load: float | None = None
+    #: moved within the load balancer's window: the load-aware assignor does not move it for balance
+    moved_recently: bool = False
+
+    OMIT_AT_DEFAULT: ClassVar[dict[str, object]] = {"load": None, "moved_recently": False}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from controller.protocol.cluster.layout import is_name, shown_name
 
@@ -103,6 +104,9 @@ class BrokerInfo:
     runner: str = "noop"
     session: SessionInfo | None = None
     checkpoint_root: str | None = None  # where its checkpoints are (scoped by the cluster root); None: none
+    #: its measured load (cpu_percent, rss_mb, memory_percent, tasks: {task: load share}); kept as the raw
+    #: object so that a bad figure never costs the registration: ``controller.protocol.tasks.load`` bounds it
+    load: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("broker_id", self.broker_id), ("group", self.group)):

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.protocol.tasks.load import MAX_LOAD_SHARE, MAX_RSS_MB
+
 MAX_COUNT = 2**53  # a count past this is not one a runner reports (and not exact as a JSON number)
 MAX_RATE = 1e12  # rows per second
 MAX_HISTORY = 20  # the runner keeps 20 (``spark_jobs.RATE_HISTORY``); a longer list is cut, not trusted whole
@@ -26,6 +28,9 @@ class PipelineFigures:
     processed_rows_per_s: float | None = None
     backlog_files: int | None = None
     rate_history: tuple[float, ...] = ()
+    load_share: float | None = None  # smoothed batch time / trigger interval (over 1: falling behind)
+    batch_ms: int | None = None
+    driver_rss_mb: float | None = None  # an isolated pipeline's own driver
 
 
 def _count(value: Any) -> int | None:
@@ -57,7 +62,23 @@ def figures(metrics: Mapping[str, Any] | None) -> PipelineFigures:
         processed_rows_per_s=_rate(metrics.get("processed_rows_per_s")),
         backlog_files=_count(metrics.get("backlog_files")),
         rate_history=rates,
+        load_share=_within(metrics.get("load_share"), MAX_LOAD_SHARE),
+        batch_ms=_count(metrics.get("batch_ms")),
+        driver_rss_mb=_within(metrics.get("driver_rss_mb"), MAX_RSS_MB),
     )
+
+
+def _within(value: Any, top: float) -> float | None:
+    """A figure within ``0..top``: an absurd one (past the bound) is no figure, not a huge one."""
+    v = _rate(value)
+    return v if v is not None and v <= top else None
+
+
+def load_text(f: PipelineFigures) -> str:
+    """``0.42`` (the load share; ``1.30 behind`` past one trigger interval), or empty when not reported."""
+    if f.load_share is None:
+        return ""
+    return f"{f.load_share:.2f}" + (" behind" if f.load_share > 1.0 else "")
 
 
 SPARK_BARS = "▁▂▃▄▅▆▇█"
@@ -80,4 +101,4 @@ def rate_text(f: PipelineFigures) -> str:
     return f"{rate} {sparkline(f.rate_history)}".rstrip()
 
 
-__all__ = ["PipelineFigures", "figures", "rate_text", "sparkline"]
+__all__ = ["PipelineFigures", "figures", "load_text", "rate_text", "sparkline"]

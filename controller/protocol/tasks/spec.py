@@ -210,6 +210,9 @@ class NoopPipeline(_Model):
     fail_after_s: float | None = Field(default=None, ge=0, description="fail this long after each start")
     fail_message: str = Field(default="simulated failure", description="the error of a simulated failure")
     complete_after_s: float | None = Field(default=None, ge=0, description="complete this long after each start")
+    cost: float | None = Field(
+        default=None, ge=0, le=10, description="the load share it reports (its simulated batch time / trigger)"
+    )
 
 
 PIPELINE_KINDS = ("spark", "declarative", "noop")

@@ -1,0 +1,280 @@
+"""B11 density: how many streaming pipelines one broker carries before their batches fall behind.
+
+One Spark runner (what a broker runs: its shared SparkSession on ``local[1]``, or one driver process per
+pipeline with ``isolation: process``) takes N pipelines, each a files source (JSON) -> SQL -> parquet on a 5 s
+trigger, fed by a feeder thread that drops one small file into each source every trigger interval. After a
+warm-up, every second each pipeline's last batch duration (``batch_ms`` in its status) is read for the rest of
+the point; a pipeline keeps up when 9 of its batches in 10 took less than one trigger interval (a lone slow
+batch, a collection on a busy machine, does not put it behind; a pipeline whose batches keep taking longer
+than its trigger does fall behind). N grows (1, 2, 4, ...)
+until a point where some pipeline falls behind, or memory would run out, or the sizes end: the knee is the
+largest N at which every pipeline kept up. Resident memory per pipeline: the shared driver JVM's RSS over N,
+an isolated pipeline's driver (its Python and its JVM).
+
+``python -m benchmarks --only B11`` (5 minutes a point) or ``--quick`` (40 s a point, small sizes);
+``B11_POINT_S``, ``B11_SHARED``/``B11_ISOLATED`` (comma-separated sizes) and ``B11_MASTER`` (default
+``local[1]``: one executor slot, as the tests' brokers; ``local[2]`` gives it both cores) change them.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Bench, table, target
+
+NAME = "b11_density"
+TITLE = "B11 density: pipelines per broker"
+TRIGGER_S = 5.0
+ROWS_PER_FILE = 50
+FULL_SHARED = (1, 2, 4, 8, 12, 16, 24, 32)
+FULL_ISOLATED = (1, 2, 3, 4, 6)
+QUICK_SHARED = (1, 2, 4)
+QUICK_ISOLATED = (1, 2)
+MIN_FREE_MB = 1500  # a point is not started when less than this would be left after its drivers
+
+
+def _sizes(env: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    raw = os.environ.get(env)
+    return tuple(int(x) for x in raw.split(",") if x.strip()) if raw else default
+
+
+def _rss_mb(pid: int, children: bool) -> float:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)] if children else [proc]
+        return sum(p.memory_info().rss for p in procs) / 2**20
+    except psutil.Error:
+        return 0.0
+
+
+class Feeder(threading.Thread):
+    """One small JSON file into each source directory every trigger interval (a steady trickle)."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        super().__init__(name="b11-feeder", daemon=True)
+        self.dirs = dirs
+        self.stop_event = threading.Event()
+        self.n = 0
+
+    def feed_once(self) -> None:
+        import json
+
+        for i, d in enumerate(self.dirs):
+            rows = [
+                {"id": self.n * ROWS_PER_FILE + k, "key": f"k{k % 7}", "value": float(k), "ts": time.time()}
+                for k in range(ROWS_PER_FILE)
+            ]
+            tmp = d / f".part-{self.n:06d}.json.tmp"
+            tmp.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+            tmp.rename(d / f"part-{self.n:06d}-{i}.json")  # whole files only: Spark skips names starting with "."
+        self.n += 1
+
+    def run(self) -> None:
+        while not self.stop_event.wait(TRIGGER_S):
+            self.feed_once()
+
+
+def _spec(task_id: str, src: Path, out: Path, isolation: str) -> Any:
+    from controller.protocol.tasks.spec import parse_spec
+
+    return parse_spec(
+        {
+            "id": task_id,
+            "pipeline": {
+                "source": {
+                    "type": "files",
+                    "format": "json",
+                    "path": str(src),
+                    "schema": "id BIGINT, key STRING, value DOUBLE, ts DOUBLE",
+                },
+                "transform": {"sql": "SELECT id, key, value * 2 AS doubled, ts FROM input WHERE value >= 0"},
+                "sink": {"type": "files", "format": "parquet", "path": str(out / task_id)},
+                "trigger": {"processing_time": f"{int(TRIGGER_S)} seconds"},
+                "isolation": isolation,
+                **({"driver_memory": "512m"} if isolation == "process" else {}),
+            },
+        }
+    )
+
+
+def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench) -> dict[str, Any]:
+    """N pipelines on one runner for ``point_s`` after ``warmup_s``: each one's batch durations, and the RSS."""
+    from broker_sim.runners.spark import SparkRunner
+
+    work = Path(tempfile.mkdtemp(prefix=f"zkc-b11-{isolation}-{n}-"))
+    conf = {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"}
+    master = os.environ.get("B11_MASTER", "local[1]")
+    runner = SparkRunner(spark_master=master, spark_conf=conf, checkpoint_root=str(work / "ckpt"))
+    dirs = [work / "in" / f"p{i:03d}" for i in range(n)]
+    for d in dirs:
+        d.mkdir(parents=True)
+    feeder = Feeder(dirs)
+    feeder.feed_once()
+    batches: dict[str, list[int]] = {f"p{i:03d}": [] for i in range(n)}
+    seen: dict[str, Any] = {}
+    t_start = time.monotonic()
+    try:
+        runner.warm_up()
+        for i, d in enumerate(dirs):
+            runner.start(f"p{i:03d}", _spec(f"p{i:03d}", d, work / "out", isolation), 1)
+        started_s = time.monotonic() - t_start
+        feeder.start()
+        time.sleep(warmup_s)  # (the first batches compile and plan: not what a running pipeline costs)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < point_s:
+            time.sleep(1.0)
+            for t in batches:
+                st = runner.status(t)
+                bid, ms = st.metrics.get("last_batch_id"), st.metrics.get("batch_ms")
+                if st.state.value != "RUNNING":
+                    batches[t].append(10**9)  # failed or stopped: it did not keep up
+                elif bid is not None and isinstance(ms, int) and seen.get(t) != bid:
+                    seen[t] = bid
+                    batches[t].append(ms)
+        pids, groups = runner.processes()
+        shared_rss = sum(_rss_mb(p, children=False) for p in pids)
+        isolated = [_rss_mb(g, children=True) for g in groups]
+    finally:
+        feeder.stop_event.set()
+        runner.close()
+    worst = {t: max(v, default=None) for t, v in batches.items()}
+    p90 = {t: _p90(v) for t, v in batches.items()}
+    kept_up = all(w is not None and w < TRIGGER_S * 1000 for w in p90.values())
+    per_pipeline = (shared_rss / n) if isolation == "shared" else (statistics.median(isolated) if isolated else None)
+    doc = {
+        "isolation": isolation,
+        "pipelines": n,
+        "kept_up": kept_up,
+        "worst_batch_ms": max((w for w in worst.values() if w is not None), default=None),
+        "p90_batch_ms": max((w for w in p90.values() if w is not None), default=None),
+        "median_batch_ms": statistics.median([b for v in batches.values() for b in v] or [0]),
+        "batches_seen": sum(len(v) for v in batches.values()),
+        "rss_per_pipeline_mb": round(per_pipeline, 1) if per_pipeline else None,
+        "shared_jvm_rss_mb": round(shared_rss, 1),
+        "isolated_rss_mb": [round(x, 1) for x in sorted(isolated)],
+        "start_all_s": round(started_s, 1),
+    }
+    bench.log(
+        f"{isolation} × {n}: {'kept up' if kept_up else 'FELL BEHIND'}, p90 batch {doc['p90_batch_ms']} ms "
+        f"(worst {doc['worst_batch_ms']}), "
+        f"{doc['rss_per_pipeline_mb']} MB a pipeline"
+    )
+    return doc
+
+
+def _p90(values: list[int]) -> int | None:
+    """The batch duration 9 batches in 10 stay under (a lone slow batch, a collection, is not falling behind)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
+def sweep(isolation: str, sizes: tuple[int, ...], point_s: float, bench: Bench) -> list[dict[str, Any]]:
+    import psutil
+
+    out = []
+    for n in sizes:
+        if isolation == "process" and psutil.virtual_memory().available / 2**20 < n * 700 + MIN_FREE_MB:
+            bench.log(f"{isolation} × {n}: not started, {n} drivers would not leave {MIN_FREE_MB} MB free")
+            break
+        doc = point(n, isolation, point_s, warmup_s=min(30.0, max(20.0, point_s / 4)), bench=bench)
+        out.append(doc)
+        if not doc["kept_up"]:
+            break
+    return out
+
+
+HEADERS = ("isolation", "pipelines", "kept up", "p90 batch ms", "worst ms", "median ms", "RSS/pipeline MB")
+
+
+def rows_of(points: list[dict[str, Any]]) -> list[list[Any]]:
+    """The table's rows, one per point, in ``HEADERS`` order."""
+    keys = ("p90_batch_ms", "worst_batch_ms", "median_batch_ms", "rss_per_pipeline_mb")
+    return [[p["isolation"], p["pipelines"], "yes" if p["kept_up"] else "no", *(p[k] for k in keys)] for p in points]
+
+
+def knee(points: list[dict[str, Any]]) -> int:
+    return max((p["pipelines"] for p in points if p["kept_up"]), default=0)
+
+
+def _plot(bench: Bench, shared: list[dict[str, Any]], isolated: list[dict[str, Any]]) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, pts, style in (("shared session", shared, "o-"), ("isolated drivers", isolated, "s--")):
+        if pts:
+            ax.plot([p["pipelines"] for p in pts], [(p["p90_batch_ms"] or 0) / 1000 for p in pts], style, label=name)
+    ax.axhline(TRIGGER_S, color="grey", linestyle=":", label="trigger interval (5 s)")
+    ax.set_xlabel("streaming pipelines on one broker")
+    ax.set_ylabel("batch duration, 90th percentile (s)")
+    ax.set_title("B11: pipelines per broker before batches fall behind")
+    ax.legend()
+    out = bench.png(NAME)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out.name
+
+
+def run(bench: Bench) -> dict[str, Any]:
+    point_s = float(os.environ.get("B11_POINT_S", 40.0 if bench.quick else 300.0))
+    shared_sizes = _sizes("B11_SHARED", QUICK_SHARED if bench.quick else FULL_SHARED)
+    isolated_sizes = _sizes("B11_ISOLATED", QUICK_ISOLATED if bench.quick else FULL_ISOLATED)
+    shared = sweep("shared", shared_sizes, point_s, bench)
+    isolated = sweep("process", isolated_sizes, point_s, bench)
+    print(table(HEADERS, rows_of(shared + isolated)))
+    k_shared, k_isolated = knee(shared), knee(isolated)
+    ended = {
+        "shared": "fell behind" if shared and not shared[-1]["kept_up"] else "sizes ended",
+        "isolated": "fell behind" if isolated and not isolated[-1]["kept_up"] else "sizes ended or memory",
+    }
+    ratio = (k_shared / k_isolated) if k_isolated else None
+    doc = {
+        "point_s": point_s,
+        "trigger_s": TRIGGER_S,
+        "master": os.environ.get("B11_MASTER", "local[1]"),
+        "shared": shared,
+        "isolated": isolated,
+        "knee_shared": k_shared,
+        "knee_isolated": k_isolated,
+        "sweep_ended": ended,
+        "plot": _plot(bench, shared, isolated),
+        "targets": [
+            target(
+                "B11 pipelines per broker, shared vs isolated (same lag bound)",
+                f"{k_shared} vs {k_isolated}",
+                "shared ≥ 5× isolated",
+                None if ratio is None else ratio >= 5,
+                note=f"sweeps: shared {ended['shared']}, isolated {ended['isolated']}",
+                quick_size=bench.quick,
+            )
+        ],
+    }
+    bench.write(NAME, doc)
+    return doc
+
+
+if __name__ == "__main__":
+    import sys
+
+    from benchmarks.common import machine_info, quiet_logging
+
+    quiet_logging()
+    b = Bench(quick="--quick" in sys.argv, machine=machine_info())
+    if b.quick:
+        b = Bench(quick=True, machine=b.machine, out_dir=b.out_dir / "quick")
+    run(b)
