@@ -7,7 +7,7 @@ as many new tasks again (TaskChange; rebalances).
 
 Every event the thread processes is recorded through its ``observe`` hook (type, time queued, time
 processing), and the raw events a merged event absorbed through its ``on_merge`` hook (the event thread
-merges a run of per-znode re-reads into one plural event: docs/architecture.md, "The event thread").
+merges a run of per-znode re-reads into one plural event: docs/zookeeper-io.md, "The event thread").
 
 A storm has been processed once the controller has taken a watch event for every change written (raw
 ``TaskConfigChange`` events, ``count + merged``, grown by the number of specs set), or, for the create
