@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from controller.protocol.errors import ZkcError
 from controller.protocol.records import codecs
@@ -115,8 +115,10 @@ class Registration:
         deadline = time.monotonic() + self.session_timeout_s * 3
         waiting = False
         while True:
+            with self._info_lock:
+                created = self.info
             try:
-                self.client.create(self.path, codecs.encode(self.info), ephemeral=True)
+                self.client.create(self.path, codecs.encode(created), ephemeral=True)
                 break
             except NodeExistsError:
                 holder, stat = self.holder()
@@ -138,22 +140,35 @@ class Registration:
                             deadline - time.monotonic(),
                         )
                 time.sleep(0.2)
-        self.session.session_id = self.client.client_id[0]
+        with self._info_lock:
+            self.session.session_id = self.client.client_id[0]
+            if self.info is not created:  # a report (session, load) came while we registered
+                self._write_own(self.info)
 
     def report_session(self, session: SessionInfo | None) -> None:
         """Our compute session's readiness into our broker znode (the controller places no work on us until it
         says ready); a later registration (a new session after LOST) carries it too."""
         with self._info_lock:
-            info = replace(self.info, session=session)
-            self.client.set(self.path, codecs.encode(info))
-            self.info = info
+            self.info = replace(self.info, session=session)
+            self._write_own(self.info)
 
     def report_load(self, load: dict[str, Any]) -> None:
         """Our measured load into our broker znode (the load-aware assignor and ``broker describe`` read it)."""
         with self._info_lock:
-            info = replace(self.info, load=load)
-            self.client.set(self.path, codecs.encode(info))
-            self.info = info
+            self.info = replace(self.info, load=load)
+            self._write_own(self.info)
+
+    def _write_own(self, info: BrokerInfo) -> None:
+        """``info`` into our broker znode only while our session holds it (checked and written at one version):
+        a znode another live session holds under our id is never written in its name; ``info`` is kept, and our
+        next registration carries it."""
+        stat = self.client.exists(self.path)
+        if not self.owns(stat):
+            return
+        try:
+            self.client.set(self.path, codecs.encode(info), version=stat.version)
+        except (BadVersionError, NoNodeError):
+            pass  # it changed hands (or went) since: not ours to write
 
 
 def _process_alive(pid: int, broker_id: str) -> bool:

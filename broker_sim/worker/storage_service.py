@@ -75,7 +75,8 @@ class StorageService:
     def stop(self) -> None:
         self._stopped.set()
         self._wake.set()
-        self._thread.join(5.0)
+        if self._thread.is_alive():  # (a worker whose start failed never started it)
+            self._thread.join(5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- finding requests ---------------------------------------------------------------------------

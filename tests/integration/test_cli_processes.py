@@ -277,7 +277,7 @@ def test_the_noop_demo_runs_end_to_end_and_shows_an_aligned_table(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     assert "double ownership: 0" in out and "controller ctl-" in out and "took over at epoch 2" in out
-    header = next(line for line in out.splitlines() if line.split() == ["TASK", "BROKER", "STATE"])
+    header = next(line for line in out.splitlines() if line.split() == ["TASK", "BROKER", "STATE", "LOAD"])
     rows = out.splitlines()[out.splitlines().index(header) + 1 :][:4]
     assert [r.split()[0] for r in rows] == [f"pipeline-{i}" for i in range(1, 5)]
     assert {r.split()[2] for r in rows} <= {"UNASSIGNED", "ASSIGNED", "STARTING", "RUNNING", "LOST"}
