@@ -302,6 +302,7 @@ def _compose() -> list[str]:
     return []
 
 
+@pytest.mark.timeout(1200)  # its own bounded waits (ensemble, brokers, sinks, the reset's replay) sum past 300 s
 def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, tmp_path):
     client = _engine()
     compose = _compose()
