@@ -387,7 +387,7 @@ def _reset_through_the_api(client: Any, project: str, api: ApiCluster, data: Pat
     assert not {m["Source"] for m in api_mounts} & shared, api_mounts  # the API cannot reach the checkpoints
     wait_until(lambda: _healthy(api), 120, "the api container to answer /healthz")
     stopped = api.request("PUT", f"/api/v1/tasks/{task}/stop?wait=true&timeout=120", token=None, timeout=150)
-    assert stopped.status == 200 and stopped.body["confirmed"], stopped
+    assert stopped.status == 200 and stopped.body["confirmed"], stopped.body
     # `docker exec` of zkctl in the api container: the same request, answered by the broker that holds the files
     exe = client.containers.get(f"{project}_api_1").exec_run(["zkctl", "--json", "task", "offsets", task], demux=True)
     assert exe.exit_code == 0, exe.output
