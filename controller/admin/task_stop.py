@@ -133,7 +133,8 @@ class StopAdmin:
                 task_records.OwnerInfo, (data, owner) if data is not None else None, lay.task_owner(task_id)
             )
             return StopState(task_id, spec.state, False, f"its owner {info.broker if info else '?'} to let it go")
-        if not self._live_members(g, watch):
+        live = self._live_members(g, watch)
+        if not live:
             return StopState(task_id, spec.state, True)
         try:
             data, state_stat = self.client.get(lay.group_state(g), watch=watch)
@@ -147,6 +148,8 @@ class StopAdmin:
         if any(task_id in h.tasks for h in group_state.held):
             return StopState(task_id, spec.state, False, f"group {g} to drop its hold of the task")
         for m in self._children(lay.group_assignments(g), watch):
+            if m not in live:  # a departed member's last assignment stays behind; it runs nothing (no owner
+                continue  # znode), and its next life is fenced from that assignment by generation or incarnation
             path = lay.group_assignment(g, m)
             try:
                 raw = self.client.get(path, watch=watch)

@@ -41,7 +41,7 @@ from controller.protocol.records import codecs, registration_records, task_recor
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
-from tests.api_support import REPO, os_environ_without_auth, wait_until
+from tests.api_support import REPO, ApiCluster, os_environ_without_auth, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ZKCTL = [sys.executable, "-m", "cli.main"]
@@ -302,6 +302,7 @@ def _compose() -> list[str]:
     return []
 
 
+@pytest.mark.timeout(1200)  # its own bounded waits (ensemble, brokers, sinks, the reset's replay) sum past 300 s
 def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, tmp_path):
     client = _engine()
     compose = _compose()
@@ -320,7 +321,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
     }
     hosts = ",".join(f"127.0.0.1:{ports[f'ZKC_ZK{i}_PORT']}" for i in (1, 2, 3))
     base = compose + ["-f", str(_host_network_compose(tmp_path / "compose.yml")), "--project-directory", str(REPO)]
-    services = ["zk1", "zk2", "zk3", "ctl-a", "ctl-b", "broker-1", "broker-2", "broker-3"]
+    services = ["zk1", "zk2", "zk3", "ctl-a", "ctl-b", "broker-1", "broker-2", "broker-3", "api"]
     p = subprocess.run(base + ["up", "-d", *services], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     zk = None
     try:
@@ -362,6 +363,8 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
         new_ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
         assert new_ctl.epoch > ctl.epoch
+        api = ApiCluster(env, tmp_path, port=int(env["ZKC_API_PORT"]))
+        _reset_through_the_api(client, project, api, data, tasks[0], records)
     except BaseException:
         print(_cluster_report(client, f"com.docker.compose.project={project}"))
         raise
@@ -371,6 +374,45 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             zk.close()
         subprocess.run(base + ["down", "-v", "--remove-orphans"], env=env, capture_output=True, timeout=300, cwd=REPO)
     assert client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"}) == []
+
+
+def _reset_through_the_api(client: Any, project: str, api: ApiCluster, data: Path, task: str, records: int) -> None:
+    """Stop ``task``, reset it to earliest and resume it through the compose cluster's ``api`` service, which
+    mounts none of the brokers' checkpoints: a broker carries the reset out; the replay lands exactly once."""
+    shared = {m["Source"] for m in client.containers.get(f"{project}_broker-1_1").attrs["Mounts"]}
+    for b in ("broker-2", "broker-3"):
+        mounts = client.containers.get(f"{project}_{b}_1").attrs["Mounts"]
+        assert [m["Source"] for m in mounts if m["Destination"] == "/data/checkpoints"] == [str(data)], mounts
+    api_mounts = client.containers.get(f"{project}_api_1").attrs["Mounts"]
+    assert not {m["Source"] for m in api_mounts} & shared, api_mounts  # the API cannot reach the checkpoints
+    wait_until(lambda: _healthy(api), 120, "the api container to answer /healthz")
+    started = time.monotonic()
+    stopped = api.request("PUT", f"/api/v1/tasks/{task}/stop?wait=true&timeout=120", token=None, timeout=150)
+    assert stopped.status == 200 and stopped.body["confirmed"], stopped.body
+    # `docker exec` of zkctl in the api container: the same request, answered by the broker that holds the files
+    exe = client.containers.get(f"{project}_api_1").exec_run(["zkctl", "--json", "task", "offsets", task], demux=True)
+    assert exe.exit_code == 0, exe.output
+    offsets = json.loads(exe.output[0])
+    assert offsets["exists"] and offsets["last_committed"] >= 0, offsets
+    reset = api.request("POST", f"/api/v1/tasks/{task}/reset-offsets", {"to": "earliest"}, token=None, timeout=90)
+    assert reset.status == 200, reset
+    assert reset.body["position"] == -1 and reset.body["broker"] and reset.body["sink_batches_removed"], reset.body
+    assert container_sink_ids(data, task) == []  # stopped, so no read races a write: every batch went
+    resumed = api.request("PUT", f"/api/v1/tasks/{task}/resume", token=None)
+    assert resumed.status == 200 and resumed.body["state"] == "RUNNING", resumed
+    wait_until(lambda: sorted(set(_ids(data, task))) == list(range(records)), 300, f"{task} replayed after reset")
+    ids = _ids(data, task)
+    assert len(ids) == records, f"{task}: {len(ids)} rows for {records} after the reset"
+    history = api.request("GET", f"/api/v1/tasks/{task}/history", token=None)
+    assert [e["action"] for e in history.body["events"]][-3:] == ["stop", "reset-offsets", "resume"], history
+    print(f"{task}: stopped, reset through the api container and replayed in {time.monotonic() - started:.0f}s")
+
+
+def _healthy(api: ApiCluster) -> bool:
+    try:
+        return api.request("GET", "/healthz", token=None, timeout=5).status == 200
+    except OSError:
+        return False
 
 
 def _host_network_compose(out: Path) -> Path:

@@ -16,7 +16,7 @@ from controller.admin import AdminClient, AdminError, Conflict, payload_decoder,
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.errors import ZkcError
 from controller.protocol.group.vocabulary import GroupConfig
-from controller.protocol.records import admin_records, codecs, task_records
+from controller.protocol.records import admin_records, codecs, group_messages, task_records
 from controller.protocol.tasks.checkpoints import CheckpointError
 from controller.protocol.tasks.spec import parse_spec
 from controller.protocol.tasks.storage import ResetTarget
@@ -231,6 +231,22 @@ def test_a_ghost_member_does_not_hold_a_stop_up(cluster, zk, layout, tmp_path):
     assert wait_for(ghost_seen, 30)
     res = admin.stop("g1", wait=10)
     assert res.confirmed
+
+
+def test_a_departed_members_last_assignment_does_not_hold_a_stop_up(cluster, zk, layout, tmp_path):
+    """A broker that died (killed, never started again) leaves its last assignment behind: the coordinator
+    writes assignments only for the members it has. Such an assignment places nothing (no member, no broker,
+    no owner znode): the stop is confirmed all the same."""
+    admin, _worker, _ctl = cluster
+    admin.create_tasks([spark_spec("d1", tmp_path)])
+    assert wait_for(lambda: owned(zk, layout, "d1"), 30)
+    assert admin.stop("d1", wait=30).confirmed
+    stale = group_messages.Assignment(generation=1, controller_epoch=1, assigned=("d1",))
+    zk.create(layout.group_assignment("default", "gone-1"), codecs.encode(stale), makepath=True)
+    state = admin.stop_state("d1")
+    assert state.confirmed, state.waiting_for
+    admin.resume("d1")
+    assert wait_for(lambda: owned(zk, layout, "d1"), 30)
 
 
 def test_a_purge_does_not_follow_a_symbolic_link(cluster, tmp_path):
