@@ -15,7 +15,7 @@ end) and its average latency since it started (``mntr``), and how long the clust
 
 The issue's full size is 100,000 tasks on 1,000 brokers; the size here is set by ``B8_TASKS`` /
 ``B8_BROKERS`` (default 10,000 × 100 in a full run: 1,000 brokers with a ZooKeeper session each do not
-start on a 2-core machine within the session timeout; see docs/benchmarks.md).
+start on a 2-core machine within the session timeout; see docs/benchmarks-scale.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The group member (worker side), sans-IO: every pair of worker states, and the member's reactions,
 driven with hand-built group states, assignments and join results, reading only the actions it returns.
 
-The legal transitions are written out here from the worker state diagram (DESIGN.md § 5), not read
+The legal transitions are written out here from the worker state diagram (docs/worker.md), not read
 back from the module's table.
 """
 

@@ -114,7 +114,7 @@ def normalize_root(root: str) -> str:
 
 @dataclass(frozen=True)
 class ZkLayout:
-    """Paths of DESIGN.md § 2 under ``root``."""
+    """Every path of docs/zookeeper-layout.md under ``root``."""
 
     root: str = DEFAULT_ROOT
 

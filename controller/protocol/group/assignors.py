@@ -1,6 +1,6 @@
 """Assignors: pure strategies that turn (members, tasks, previous assignment) into an assignment.
 
-The group leader runs one of these in the sync phase (DESIGN.md § 4). They do no I/O, read no clock
+The group leader runs one of these in the sync phase (docs/protocol.md). They do no I/O, read no clock
 and are deterministic: the same members, tasks and previous assignment give the same result whatever
 order they come in. The cooperative two-phase revoke/assign is not their business: the protocol layer
 (``controller.protocol.group.rules.cooperative_adjust``) turns any target assignment into what to revoke now and
