@@ -26,6 +26,7 @@ from controller.protocol.group.holds import Holds
 from controller.protocol.group.join_round import JoinRound
 from controller.protocol.group.operations import GroupOperations
 from controller.protocol.group.reconcile import ReconcileGroup
+from controller.protocol.group.rules import RECONCILE
 from controller.protocol.group.state import (
     GroupState,
     GroupStateMachine,
@@ -34,6 +35,7 @@ from controller.protocol.group.throttle import Move
 from controller.protocol.group.vocabulary import (
     Decision,
     GroupConfig,
+    WatchMoves,
     WriteAssignments,
     WriteGroupState,
 )
@@ -336,9 +338,73 @@ class GroupCoordinator:
         tasks: Mapping[str, TaskDescriptor],
         assignments: Mapping[str, Assignment],
     ) -> list[Decision]:
-        """Resume a group after controller failover from what ZooKeeper holds (``failover_load.py``): a Stable
-        group that still matches stays Stable with no rebalance; anything else rebalances."""
-        return group_load.load(self, info, members, tasks, assignments)
+        """Resume a group after controller failover from what ZooKeeper holds (read by ``failover_load.py``): a
+        Stable group that still matches stays Stable with no rebalance; anything else rebalances."""
+        self.members, self.tasks = dict(members), dict(tasks)
+        if info is not None and info.protocol == RECONCILE:
+            return self._load_reconcile(info, assignments)
+        if info is not None:
+            resumed = self._load_join_round(info, assignments)
+            if resumed is not None:
+                return resumed
+        else:
+            self.machine.restore(GroupState.EMPTY)
+            self.generation = self.join_generation = group_load.fresh_generation(members, assignments)
+        if not self.members:
+            if self.state is GroupState.STABLE:
+                self.transition(GroupState.PREPARING_REBALANCE)
+                self.transition(GroupState.EMPTY)
+                self.generation_members, self.leader = (), None
+            return [WriteGroupState(self.info())]
+        return self.prepare_rebalance("controller failover")
+
+    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision]:
+        """A group that ran reconcile goes on reconciling, or (a member that cannot reconcile, or no members)
+        goes through a join round as for the other protocols."""
+        resumed = group_load.reconcile_record(info, assignments)
+        self.generation = self.join_generation = resumed.generation
+        self.protocol, self.assignor, self.leader = resumed.protocol, resumed.assignor, resumed.leader
+        self.holds.restore(info)
+        self.holds.hold_lost(info, assignments, None)
+        if (
+            info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
+            and self.members
+            and self.all_prefer_reconcile(self.members)
+        ):
+            self.generation_members = tuple(sorted(self.members))
+            self.machine.restore(GroupState.RECONCILING)
+            return self.reconcile.load(assignments)
+        self.assignment = group_load.published(assignments, self.members)
+        self.generation_members = tuple(m for m in info.members if m in self.members)
+        self.machine.restore(GroupState.STABLE)
+        if not self.members:
+            self.transition(GroupState.PREPARING_REBALANCE)
+            self.transition(GroupState.EMPTY)
+            self.generation_members = ()
+            return [WriteGroupState(self.info())]
+        return self.prepare_rebalance("controller failover")
+
+    def _load_join_round(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
+        """A group of the join-round protocols: the decisions of a Stable group that still matches what
+        ZooKeeper holds (it goes on with no rebalance), else None (Stable restored, to rebalance from)."""
+        resumed = group_load.join_round_record(info, self.members, assignments)
+        self.generation = self.join_generation = resumed.generation
+        self.protocol, self.assignor, self.leader = resumed.protocol, resumed.assignor, resumed.leader
+        self.generation_members, self.assignment = resumed.generation_members, resumed.assignment
+        self.holds.restore(info)
+        self.holds.hold_lost(info, assignments, info.generation)
+        self.operations.resume_moves(info.moving, {t: m for m, ts in self.assignment.items() for t in ts})
+        self.join.resume(group_load.static_returned(info, self.members, assignments))
+        placed = {t for ts in self.assignment.values() for t in ts} | self.holds.tasks()
+        consistent = group_load.still_matches(info, self.members, self.tasks, self.generation_members, placed)
+        self.machine.restore(GroupState.STABLE, resumed=True)
+        if not consistent:
+            return None
+        self.reason = "controller failover: resumed"
+        decisions: list[Decision] = [WriteGroupState(self.info())]
+        if self.operations.moving:
+            decisions.append(WatchMoves(tuple(sorted(self.operations.moving))))
+        return decisions
 
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""

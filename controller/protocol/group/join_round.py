@@ -83,6 +83,10 @@ class JoinRound:
         self.excluded.clear()
         self.static_returned.clear()
 
+    def resume(self, static_returned: Mapping[str, JoinRequest]) -> None:
+        """After a failover: the requests answered by a static rejoin, which must be rewritten to count."""
+        self.static_returned = dict(static_returned)
+
     def forget(self, member_id: str) -> None:
         """A member left: what the rounds knew of it goes too."""
         self.excluded.pop(member_id, None)
