@@ -411,7 +411,13 @@ class GroupCoordinator:
         ops = self.operations
         held_before = self.holds.info()
         if self.reconciling():
-            return self.holds.note(held_before, self.reconcile.on_members(snapshot))
+            screened, answers = self.reconcile.screen(snapshot)
+            restarted = self.reconcile.restarted(self.members, screened)
+            if restarted is not None:  # it left, then joined
+                gone = {m: r for m, r in screened.items() if m != restarted}
+                return self.holds.note(held_before, answers + self.on_members(gone) + self.on_members(screened))
+            old, self.members = self.members, screened
+            return self.holds.note(held_before, answers + self.reconcile.take_members(old))
         old, new = self.members, dict(snapshot)
         self.members = new
         decisions: list[Decision] = []

@@ -97,7 +97,6 @@ class ReconcileCore(GroupCore, Protocol):
     @property
     def shutting_down(self) -> set[str]: ...
     def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str: ...
-    def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]: ...
 
 
 @dataclass(eq=False)
@@ -325,16 +324,17 @@ class ReconcileGroup:
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
-    def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
-        """Members joined, left, or reported releases (rewrote their requests)."""
-        screened, answers = self.screen(snapshot)
-        return answers + self.take_members(screened)
+    @staticmethod
+    def restarted(old: Mapping[str, JoinRequest], new: Mapping[str, JoinRequest]) -> str | None:
+        """A member present before and after under a new incarnation (a restart, seen as one change): the
+        coordinator takes it as a departure, then a join."""
+        return next((m for m in sorted(old.keys() & new.keys()) if old[m].incarnation != new[m].incarnation), None)
 
-    def take_members(self, new: dict[str, JoinRequest]) -> list[Decision]:
-        """The members as screened: who joined, who left, what each report confirms."""
+    def take_members(self, old: Mapping[str, JoinRequest]) -> list[Decision]:
+        """The members as screened (the coordinator's now; ``old``: before): who joined, who left, what each
+        report confirms."""
         core, ops = self.core, self.core.operations
-        old = core.members
-        core.members = new
+        new = core.members
         need = ""
         quiet_exit = False  # a member that was to run nothing and ran nothing left: no one's target changes
         for m in sorted(new.keys() - old.keys()):
@@ -345,10 +345,6 @@ class ReconcileGroup:
                     core.group,
                     m,
                 )
-        for m in sorted(old.keys() & new.keys()):
-            if old[m].incarnation != new[m].incarnation:  # a restart seen as one change: it left, then joined
-                core.members = old
-                return core.on_members({k: r for k, r in new.items() if k != m}) + core.on_members(new)
         for m in sorted(old.keys() - new.keys()):
             core.shutting_down.discard(m)
             tasks = core.assignment.pop(m, ())
