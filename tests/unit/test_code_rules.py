@@ -89,13 +89,10 @@ OWNER_FIELD_WRITES: dict[str, set[str]] = {
     },
     "controller.protocol.group.reconcile": {
         "assignment",
-        "assignor",
         "generation",
         "generation_members",
         "join_generation",
-        "leader",
         "members",
-        "protocol",
         "reason",
         "rebalances",
     },

@@ -23,10 +23,10 @@ from controller.protocol.clock import Clock, WallClock
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group import failover_load as group_load
 from controller.protocol.group.holds import Holds
-from controller.protocol.group.join_round import JoinRound
+from controller.protocol.group.join_round import EnterReconcile, JoinRound
 from controller.protocol.group.operations import GroupOperations
 from controller.protocol.group.reconcile import ReconcileGroup
-from controller.protocol.group.rules import RECONCILE
+from controller.protocol.group.rules import RECONCILE, choose_assignor
 from controller.protocol.group.state import (
     GroupState,
     GroupStateMachine,
@@ -213,10 +213,20 @@ class GroupCoordinator:
         """Every member supports reconcile and the members' vote picks it."""
         return self.reconcile.all_prefer(requests)
 
-    def enter_reconcile(self, reason: str) -> list[Decision]:
-        """A join round ended with every member for reconcile: nothing of join rounds is kept."""
+    def complete_join(self, force: bool) -> list[Decision]:
+        """The join phase completed when it can (``force``: on timeout); every member for reconcile: the group
+        enters it at the round's generation, nothing of join rounds kept, every present member taking part."""
+        outcome = self.join.complete(force)
+        if not isinstance(outcome, EnterReconcile):
+            return outcome
         self.join.reset()
-        return self.reconcile.enter(reason)
+        self.generation, self.protocol, self.leader = outcome.generation, RECONCILE, None
+        self.assignor = choose_assignor(
+            {m: r.assignors for m, r in self.members.items()}, min(self.members), self.config.default_assignor
+        )
+        self.assignment = {m: ts for m, ts in self.assignment.items() if m in self.members}
+        self.generation_members = tuple(sorted(self.members))
+        return self.reconcile.enter(outcome.reason)
 
     def reconcile_step(self, reason: str | None = None) -> list[Decision]:
         """A step towards the reconcile target, the group state written (a throttled wave may go)."""
@@ -471,7 +481,7 @@ class GroupCoordinator:
         if need:
             decisions += self.prepare_rebalance(need)
         elif self.state is GroupState.PREPARING_REBALANCE:
-            decisions += self.join.complete(force=False)
+            decisions += self.complete_join(force=False)
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self.to_empty("all members left")
         return self.holds.note(held_before, decisions)
@@ -579,7 +589,7 @@ class GroupCoordinator:
             decisions += self.reconcile.fence_overdue(now)
         join = self.join
         if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
-            decisions += join.complete(force=True)
+            decisions += self.complete_join(force=True)
         elif self.state is GroupState.AWAITING_SYNC and join.sync_deadline is not None and now >= join.sync_deadline:
             decisions += self.prepare_rebalance(
                 f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync"
@@ -643,7 +653,7 @@ class GroupCoordinator:
                 decisions.append(WriteAssignments(self.reconcile.leave_notices()))
         else:
             decisions = []
-        return decisions + self.join.complete(force=False)
+        return decisions + self.complete_join(force=False)
 
     def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
         """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being

@@ -32,6 +32,14 @@ from controller.protocol.records.group_messages import Assignment, JoinRequest, 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EnterReconcile:
+    """A join round ended with every member for reconcile: the coordinator enters it at ``generation``."""
+
+    generation: int
+    reason: str
+
+
 class JoinCore(GroupCore, Protocol):
     """What the join round needs of its group beyond ``GroupCore``: the generation it completes and the members
     it waits for."""
@@ -43,7 +51,6 @@ class JoinCore(GroupCore, Protocol):
     @property
     def shutting_down(self) -> Collection[str]: ...
     def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool: ...
-    def enter_reconcile(self, reason: str) -> list[Decision]: ...
 
 
 @dataclass(eq=False)
@@ -109,8 +116,9 @@ class JoinRound:
         return bool(excluded and not excluded[0].retriable and excluded[1].protocols == request.protocols)
 
     # ---- the join phase ---------------------------------------------------------------------------
-    def complete(self, force: bool) -> list[Decision]:
-        """Complete the join phase once every live member rejoined (or on timeout, with those that did)."""
+    def complete(self, force: bool) -> list[Decision] | EnterReconcile:
+        """Complete the join phase once every live member rejoined (or on timeout, with those that did); every
+        member for reconcile: the coordinator enters it (``EnterReconcile``)."""
         core = self.core
         assert core.state is GroupState.PREPARING_REBALANCE
         if not core.members:
@@ -131,8 +139,7 @@ class JoinRound:
         if choice.protocol == RECONCILE:
             if core.all_prefer_reconcile(core.members):
                 # no sync phase: the coordinator places the tasks itself, every live member takes part
-                core.generation = target
-                return core.enter_reconcile(f"generation {target} joined by {len(joined)} members")
+                return EnterReconcile(target, f"generation {target} joined by {len(joined)} members")
             # a member that did not join (yet) cannot reconcile: choose among the others
             choice = choose_protocol(
                 {m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()}, leader_hint

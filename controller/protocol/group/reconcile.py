@@ -35,7 +35,7 @@ from controller.protocol.errors import ProtocolError
 from controller.protocol.group.acks import Acks
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.reports import report_problem
-from controller.protocol.group.rules import RECONCILE, choose_assignor, choose_protocol, cooperative_adjust
+from controller.protocol.group.rules import RECONCILE, choose_protocol, cooperative_adjust
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import Decision, GroupCore, WatchMoves, WriteAssignments, WriteGroupState
 from controller.protocol.records.group_messages import Assignment, JoinRequest, MemberMetadata
@@ -216,16 +216,10 @@ class ReconcileGroup:
 
     # ---- entering and leaving ---------------------------------------------------------------------
     def enter(self, reason: str) -> list[Decision]:
-        """A join round ended with every member for reconcile: from now on the coordinator places tasks
-        itself. What the members listed as owned counts as held."""
+        """A join round ended with every member for reconcile (the coordinator took the protocol, the assignor
+        and the members): from now on the coordinator places tasks itself. What the members listed as owned
+        counts as held."""
         core = self.core
-        core.protocol = RECONCILE
-        core.leader = None
-        core.assignor = choose_assignor(
-            {m: r.assignors for m, r in core.members.items()}, min(core.members), core.config.default_assignor
-        )
-        core.assignment = {m: ts for m, ts in core.assignment.items() if m in core.members}
-        core.generation_members = tuple(sorted(core.members))
         if core.state is not GroupState.RECONCILING:
             core.transition(GroupState.RECONCILING)
         log.info("group %s: reconcile protocol (%s)", core.group, reason)
