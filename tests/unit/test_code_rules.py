@@ -79,12 +79,7 @@ OWNER = "controller.protocol.group.coordinator"
 GROUP_PACKAGE = OWNER.rsplit(".", 1)[0]
 OWNER_FIELD_WRITES: dict[str, set[str]] = {
     "controller.protocol.group.join_round": {
-        "assignment",
-        "assignor",
-        "generation",
         "generation_members",
-        "leader",
-        "protocol",
         "reason",
     },
     "controller.protocol.group.reconcile": {

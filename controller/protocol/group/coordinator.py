@@ -23,7 +23,7 @@ from controller.protocol.clock import Clock, WallClock
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group import failover_load as group_load
 from controller.protocol.group.holds import Holds
-from controller.protocol.group.join_round import EnterReconcile, JoinRound
+from controller.protocol.group.join_round import Admitted, EnterReconcile, JoinRound
 from controller.protocol.group.operations import GroupOperations
 from controller.protocol.group.reconcile import ReconcileGroup
 from controller.protocol.group.rules import RECONCILE, choose_assignor
@@ -214,9 +214,16 @@ class GroupCoordinator:
         return self.reconcile.all_prefer(requests)
 
     def complete_join(self, force: bool) -> list[Decision]:
-        """The join phase completed when it can (``force``: on timeout); every member for reconcile: the group
-        enters it at the round's generation, nothing of join rounds kept, every present member taking part."""
+        """The join phase completed when it can (``force``: on timeout): the generation admitted taken, then
+        synced; every member for reconcile: the group enters it at the round's generation, nothing of join rounds
+        kept, every present member taking part."""
         outcome = self.join.complete(force)
+        if isinstance(outcome, Admitted):
+            self.generation, self.leader, self.protocol = outcome.generation, outcome.leader, outcome.protocol
+            self.assignor, self.generation_members = outcome.assignor, tuple(outcome.joined)
+            self.assignment = {m: ts for m, ts in self.assignment.items() if m in outcome.joined}
+            self.reason = f"generation {self.generation} joined by {len(outcome.joined)} members"
+            return self.join.sync(outcome)
         if not isinstance(outcome, EnterReconcile):
             return outcome
         self.join.reset()

@@ -40,6 +40,19 @@ class EnterReconcile:
     reason: str
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A join phase completed: the generation, its leader, protocol and assignor, the members admitted with
+    their requests, and the members refused with why (answered in their assignments)."""
+
+    generation: int
+    leader: str
+    protocol: str
+    assignor: str
+    joined: Mapping[str, JoinRequest]
+    errors: Mapping[str, ProtocolError]
+
+
 class JoinCore(GroupCore, Protocol):
     """What the join round needs of its group beyond ``GroupCore``: the generation it completes and the members
     it waits for."""
@@ -116,9 +129,10 @@ class JoinRound:
         return bool(excluded and not excluded[0].retriable and excluded[1].protocols == request.protocols)
 
     # ---- the join phase ---------------------------------------------------------------------------
-    def complete(self, force: bool) -> list[Decision] | EnterReconcile:
-        """Complete the join phase once every live member rejoined (or on timeout, with those that did); every
-        member for reconcile: the coordinator enters it (``EnterReconcile``)."""
+    def complete(self, force: bool) -> list[Decision] | EnterReconcile | Admitted:
+        """Complete the join phase once every live member rejoined (or on timeout, with those that did): the
+        generation admitted (``Admitted``, taken by the coordinator, then ``sync``); every member for reconcile:
+        the coordinator enters it (``EnterReconcile``)."""
         core = self.core
         assert core.state is GroupState.PREPARING_REBALANCE
         if not core.members:
@@ -152,22 +166,20 @@ class JoinRound:
             self.deadline = core.clock.now() + core.config.rebalance_timeout_s
             core.reason = "no member could be admitted"
             return [WriteGroupState(core.info()), WriteAssignments(self.error_assignments(errors, target))]
-        core.generation = target
-        core.leader = leader = leader_hint if leader_hint in members else members[0]
-        core.protocol = protocol = choice.protocol
-        core.assignor = assignor = choose_assignor(
-            {m: joined[m].assignors for m in members}, leader, core.config.default_assignor
-        )
-        core.generation_members = tuple(members)
+        leader = leader_hint if leader_hint in members else members[0]
+        assignor = choose_assignor({m: joined[m].assignors for m in members}, leader, core.config.default_assignor)
+        return Admitted(target, leader, choice.protocol, assignor, {m: joined[m] for m in members}, errors)
+
+    def sync(self, admitted: Admitted) -> list[Decision]:
+        """The coordinator took the admitted generation: the leader's proposal is due now."""
+        core = self.core
         self.deadline = None
         self.sync_deadline = core.clock.now() + core.config.rebalance_timeout_s
-        self.result = result = self.join_result({m: joined[m] for m in members}, leader, protocol, assignor)
-        core.assignment = {m: ts for m, ts in core.assignment.items() if m in members}
-        core.reason = f"generation {core.generation} joined by {len(members)} members"
+        self.result = result = self.join_result(admitted.joined, admitted.leader, admitted.protocol, admitted.assignor)
         core.transition(GroupState.AWAITING_SYNC)
         decisions: list[Decision] = [WriteJoinResult(result)]
-        if errors:
-            decisions.append(WriteAssignments(self.error_assignments(errors, core.generation)))
+        if admitted.errors:
+            decisions.append(WriteAssignments(self.error_assignments(dict(admitted.errors), core.generation)))
         decisions += [WriteGroupState(core.info()), WatchSync(core.generation)]
         return decisions
 
