@@ -23,9 +23,10 @@ from controller.protocol.clock import Clock, WallClock
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group import failover_load as group_load
 from controller.protocol.group.holds import Holds
-from controller.protocol.group.join_round import JoinRound
+from controller.protocol.group.join_round import Admitted, EnterReconcile, JoinRound
 from controller.protocol.group.operations import GroupOperations
 from controller.protocol.group.reconcile import ReconcileGroup
+from controller.protocol.group.rules import RECONCILE, choose_assignor
 from controller.protocol.group.state import (
     GroupState,
     GroupStateMachine,
@@ -34,6 +35,7 @@ from controller.protocol.group.throttle import Move
 from controller.protocol.group.vocabulary import (
     Decision,
     GroupConfig,
+    WatchMoves,
     WriteAssignments,
     WriteGroupState,
 )
@@ -211,10 +213,27 @@ class GroupCoordinator:
         """Every member supports reconcile and the members' vote picks it."""
         return self.reconcile.all_prefer(requests)
 
-    def enter_reconcile(self, reason: str) -> list[Decision]:
-        """A join round ended with every member for reconcile: nothing of join rounds is kept."""
+    def complete_join(self, force: bool) -> list[Decision]:
+        """The join phase completed when it can (``force``: on timeout): the generation admitted taken, then
+        synced; every member for reconcile: the group enters it at the round's generation, nothing of join rounds
+        kept, every present member taking part."""
+        outcome = self.join.complete(force)
+        if isinstance(outcome, Admitted):
+            self.generation, self.leader, self.protocol = outcome.generation, outcome.leader, outcome.protocol
+            self.assignor, self.generation_members = outcome.assignor, tuple(outcome.joined)
+            self.assignment = {m: ts for m, ts in self.assignment.items() if m in outcome.joined}
+            self.reason = f"generation {self.generation} joined by {len(outcome.joined)} members"
+            return self.join.sync(outcome)
+        if not isinstance(outcome, EnterReconcile):
+            return outcome
         self.join.reset()
-        return self.reconcile.enter(reason)
+        self.generation, self.protocol, self.leader = outcome.generation, RECONCILE, None
+        self.assignor = choose_assignor(
+            {m: r.assignors for m, r in self.members.items()}, min(self.members), self.config.default_assignor
+        )
+        self.assignment = {m: ts for m, ts in self.assignment.items() if m in self.members}
+        self.generation_members = tuple(sorted(self.members))
+        return self.reconcile.enter(outcome.reason)
 
     def reconcile_step(self, reason: str | None = None) -> list[Decision]:
         """A step towards the reconcile target, the group state written (a throttled wave may go)."""
@@ -336,16 +355,86 @@ class GroupCoordinator:
         tasks: Mapping[str, TaskDescriptor],
         assignments: Mapping[str, Assignment],
     ) -> list[Decision]:
-        """Resume a group after controller failover from what ZooKeeper holds (``failover_load.py``): a Stable
-        group that still matches stays Stable with no rebalance; anything else rebalances."""
-        return group_load.load(self, info, members, tasks, assignments)
+        """Resume a group after controller failover from what ZooKeeper holds (read by ``failover_load.py``): a
+        Stable group that still matches stays Stable with no rebalance; anything else rebalances."""
+        self.members, self.tasks = dict(members), dict(tasks)
+        if info is not None and info.protocol == RECONCILE:
+            return self._load_reconcile(info, assignments)
+        if info is not None:
+            resumed = self._load_join_round(info, assignments)
+            if resumed is not None:
+                return resumed
+        else:
+            self.machine.restore(GroupState.EMPTY)
+            self.generation = self.join_generation = group_load.fresh_generation(members, assignments)
+        if not self.members:
+            if self.state is GroupState.STABLE:
+                self.transition(GroupState.PREPARING_REBALANCE)
+                self.transition(GroupState.EMPTY)
+                self.generation_members, self.leader = (), None
+            return [WriteGroupState(self.info())]
+        return self.prepare_rebalance("controller failover")
+
+    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision]:
+        """A group that ran reconcile goes on reconciling, or (a member that cannot reconcile, or no members)
+        goes through a join round as for the other protocols."""
+        resumed = group_load.reconcile_record(info, assignments)
+        self.generation = self.join_generation = resumed.generation
+        self.protocol, self.assignor, self.leader = resumed.protocol, resumed.assignor, resumed.leader
+        self.holds.restore(info)
+        self.holds.hold_lost(info, assignments, None)
+        if (
+            info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
+            and self.members
+            and self.all_prefer_reconcile(self.members)
+        ):
+            self.generation_members = tuple(sorted(self.members))
+            self.machine.restore(GroupState.RECONCILING)
+            return self.reconcile.load(assignments)
+        self.assignment = group_load.published(assignments, self.members)
+        self.generation_members = tuple(m for m in info.members if m in self.members)
+        self.machine.restore(GroupState.STABLE)
+        if not self.members:
+            self.transition(GroupState.PREPARING_REBALANCE)
+            self.transition(GroupState.EMPTY)
+            self.generation_members = ()
+            return [WriteGroupState(self.info())]
+        return self.prepare_rebalance("controller failover")
+
+    def _load_join_round(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
+        """A group of the join-round protocols: the decisions of a Stable group that still matches what
+        ZooKeeper holds (it goes on with no rebalance), else None (Stable restored, to rebalance from)."""
+        resumed = group_load.join_round_record(info, self.members, assignments)
+        self.generation = self.join_generation = resumed.generation
+        self.protocol, self.assignor, self.leader = resumed.protocol, resumed.assignor, resumed.leader
+        self.generation_members, self.assignment = resumed.generation_members, resumed.assignment
+        self.holds.restore(info)
+        self.holds.hold_lost(info, assignments, info.generation)
+        self.operations.resume_moves(info.moving, {t: m for m, ts in self.assignment.items() for t in ts})
+        self.join.resume(group_load.static_returned(info, self.members, assignments))
+        placed = {t for ts in self.assignment.values() for t in ts} | self.holds.tasks()
+        consistent = group_load.still_matches(info, self.members, self.tasks, self.generation_members, placed)
+        self.machine.restore(GroupState.STABLE, resumed=True)
+        if not consistent:
+            return None
+        self.reason = "controller failover: resumed"
+        decisions: list[Decision] = [WriteGroupState(self.info())]
+        if self.operations.moving:
+            decisions.append(WatchMoves(tuple(sorted(self.operations.moving))))
+        return decisions
 
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
         ops = self.operations
         held_before = self.holds.info()
         if self.reconciling():
-            return self.holds.note(held_before, self.reconcile.on_members(snapshot))
+            screened, answers = self.reconcile.screen(snapshot)
+            restarted = self.reconcile.restarted(self.members, screened)
+            if restarted is not None:  # it left, then joined
+                gone = {m: r for m, r in screened.items() if m != restarted}
+                return self.holds.note(held_before, answers + self.on_members(gone) + self.on_members(screened))
+            old, self.members = self.members, screened
+            return self.holds.note(held_before, answers + self.reconcile.take_members(old))
         old, new = self.members, dict(snapshot)
         self.members = new
         decisions: list[Decision] = []
@@ -399,7 +488,7 @@ class GroupCoordinator:
         if need:
             decisions += self.prepare_rebalance(need)
         elif self.state is GroupState.PREPARING_REBALANCE:
-            decisions += self.join.complete(force=False)
+            decisions += self.complete_join(force=False)
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self.to_empty("all members left")
         return self.holds.note(held_before, decisions)
@@ -507,7 +596,7 @@ class GroupCoordinator:
             decisions += self.reconcile.fence_overdue(now)
         join = self.join
         if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
-            decisions += join.complete(force=True)
+            decisions += self.complete_join(force=True)
         elif self.state is GroupState.AWAITING_SYNC and join.sync_deadline is not None and now >= join.sync_deadline:
             decisions += self.prepare_rebalance(
                 f"{ProtocolError.REBALANCE_TIMEOUT.name}: leader {self.leader} did not sync"
@@ -571,7 +660,7 @@ class GroupCoordinator:
                 decisions.append(WriteAssignments(self.reconcile.leave_notices()))
         else:
             decisions = []
-        return decisions + self.join.complete(force=False)
+        return decisions + self.complete_join(force=False)
 
     def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
         """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being

@@ -32,6 +32,27 @@ from controller.protocol.records.group_messages import Assignment, JoinRequest, 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EnterReconcile:
+    """A join round ended with every member for reconcile: the coordinator enters it at ``generation``."""
+
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A join phase completed: the generation, its leader, protocol and assignor, the members admitted with
+    their requests, and the members refused with why (answered in their assignments)."""
+
+    generation: int
+    leader: str
+    protocol: str
+    assignor: str
+    joined: Mapping[str, JoinRequest]
+    errors: Mapping[str, ProtocolError]
+
+
 class JoinCore(GroupCore, Protocol):
     """What the join round needs of its group beyond ``GroupCore``: the generation it completes and the members
     it waits for."""
@@ -43,7 +64,6 @@ class JoinCore(GroupCore, Protocol):
     @property
     def shutting_down(self) -> Collection[str]: ...
     def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool: ...
-    def enter_reconcile(self, reason: str) -> list[Decision]: ...
 
 
 @dataclass(eq=False)
@@ -83,6 +103,10 @@ class JoinRound:
         self.excluded.clear()
         self.static_returned.clear()
 
+    def resume(self, static_returned: Mapping[str, JoinRequest]) -> None:
+        """After a failover: the requests answered by a static rejoin, which must be rewritten to count."""
+        self.static_returned = dict(static_returned)
+
     def forget(self, member_id: str) -> None:
         """A member left: what the rounds knew of it goes too."""
         self.excluded.pop(member_id, None)
@@ -105,8 +129,10 @@ class JoinRound:
         return bool(excluded and not excluded[0].retriable and excluded[1].protocols == request.protocols)
 
     # ---- the join phase ---------------------------------------------------------------------------
-    def complete(self, force: bool) -> list[Decision]:
-        """Complete the join phase once every live member rejoined (or on timeout, with those that did)."""
+    def complete(self, force: bool) -> list[Decision] | EnterReconcile | Admitted:
+        """Complete the join phase once every live member rejoined (or on timeout, with those that did): the
+        generation admitted (``Admitted``, taken by the coordinator, then ``sync``); every member for reconcile:
+        the coordinator enters it (``EnterReconcile``)."""
         core = self.core
         assert core.state is GroupState.PREPARING_REBALANCE
         if not core.members:
@@ -127,8 +153,7 @@ class JoinRound:
         if choice.protocol == RECONCILE:
             if core.all_prefer_reconcile(core.members):
                 # no sync phase: the coordinator places the tasks itself, every live member takes part
-                core.generation = target
-                return core.enter_reconcile(f"generation {target} joined by {len(joined)} members")
+                return EnterReconcile(target, f"generation {target} joined by {len(joined)} members")
             # a member that did not join (yet) cannot reconcile: choose among the others
             choice = choose_protocol(
                 {m: tuple(p for p in r.protocols if p != RECONCILE) for m, r in joined.items()}, leader_hint
@@ -141,22 +166,20 @@ class JoinRound:
             self.deadline = core.clock.now() + core.config.rebalance_timeout_s
             core.reason = "no member could be admitted"
             return [WriteGroupState(core.info()), WriteAssignments(self.error_assignments(errors, target))]
-        core.generation = target
-        core.leader = leader = leader_hint if leader_hint in members else members[0]
-        core.protocol = protocol = choice.protocol
-        core.assignor = assignor = choose_assignor(
-            {m: joined[m].assignors for m in members}, leader, core.config.default_assignor
-        )
-        core.generation_members = tuple(members)
+        leader = leader_hint if leader_hint in members else members[0]
+        assignor = choose_assignor({m: joined[m].assignors for m in members}, leader, core.config.default_assignor)
+        return Admitted(target, leader, choice.protocol, assignor, {m: joined[m] for m in members}, errors)
+
+    def sync(self, admitted: Admitted) -> list[Decision]:
+        """The coordinator took the admitted generation: the leader's proposal is due now."""
+        core = self.core
         self.deadline = None
         self.sync_deadline = core.clock.now() + core.config.rebalance_timeout_s
-        self.result = result = self.join_result({m: joined[m] for m in members}, leader, protocol, assignor)
-        core.assignment = {m: ts for m, ts in core.assignment.items() if m in members}
-        core.reason = f"generation {core.generation} joined by {len(members)} members"
+        self.result = result = self.join_result(admitted.joined, admitted.leader, admitted.protocol, admitted.assignor)
         core.transition(GroupState.AWAITING_SYNC)
         decisions: list[Decision] = [WriteJoinResult(result)]
-        if errors:
-            decisions.append(WriteAssignments(self.error_assignments(errors, core.generation)))
+        if admitted.errors:
+            decisions.append(WriteAssignments(self.error_assignments(dict(admitted.errors), core.generation)))
         decisions += [WriteGroupState(core.info()), WatchSync(core.generation)]
         return decisions
 

@@ -35,7 +35,7 @@ from controller.protocol.errors import ProtocolError
 from controller.protocol.group.acks import Acks
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.reports import report_problem
-from controller.protocol.group.rules import RECONCILE, choose_assignor, choose_protocol, cooperative_adjust
+from controller.protocol.group.rules import RECONCILE, choose_protocol, cooperative_adjust
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import Decision, GroupCore, WatchMoves, WriteAssignments, WriteGroupState
 from controller.protocol.records.group_messages import Assignment, JoinRequest, MemberMetadata
@@ -97,7 +97,6 @@ class ReconcileCore(GroupCore, Protocol):
     @property
     def shutting_down(self) -> set[str]: ...
     def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str: ...
-    def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]: ...
 
 
 @dataclass(eq=False)
@@ -217,16 +216,10 @@ class ReconcileGroup:
 
     # ---- entering and leaving ---------------------------------------------------------------------
     def enter(self, reason: str) -> list[Decision]:
-        """A join round ended with every member for reconcile: from now on the coordinator places tasks
-        itself. What the members listed as owned counts as held."""
+        """A join round ended with every member for reconcile (the coordinator took the protocol, the assignor
+        and the members): from now on the coordinator places tasks itself. What the members listed as owned
+        counts as held."""
         core = self.core
-        core.protocol = RECONCILE
-        core.leader = None
-        core.assignor = choose_assignor(
-            {m: r.assignors for m, r in core.members.items()}, min(core.members), core.config.default_assignor
-        )
-        core.assignment = {m: ts for m, ts in core.assignment.items() if m in core.members}
-        core.generation_members = tuple(sorted(core.members))
         if core.state is not GroupState.RECONCILING:
             core.transition(GroupState.RECONCILING)
         log.info("group %s: reconcile protocol (%s)", core.group, reason)
@@ -325,16 +318,17 @@ class ReconcileGroup:
         )
 
     # ---- inputs -----------------------------------------------------------------------------------
-    def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
-        """Members joined, left, or reported releases (rewrote their requests)."""
-        screened, answers = self.screen(snapshot)
-        return answers + self.take_members(screened)
+    @staticmethod
+    def restarted(old: Mapping[str, JoinRequest], new: Mapping[str, JoinRequest]) -> str | None:
+        """A member present before and after under a new incarnation (a restart, seen as one change): the
+        coordinator takes it as a departure, then a join."""
+        return next((m for m in sorted(old.keys() & new.keys()) if old[m].incarnation != new[m].incarnation), None)
 
-    def take_members(self, new: dict[str, JoinRequest]) -> list[Decision]:
-        """The members as screened: who joined, who left, what each report confirms."""
+    def take_members(self, old: Mapping[str, JoinRequest]) -> list[Decision]:
+        """The members as screened (the coordinator's now; ``old``: before): who joined, who left, what each
+        report confirms."""
         core, ops = self.core, self.core.operations
-        old = core.members
-        core.members = new
+        new = core.members
         need = ""
         quiet_exit = False  # a member that was to run nothing and ran nothing left: no one's target changes
         for m in sorted(new.keys() - old.keys()):
@@ -345,10 +339,6 @@ class ReconcileGroup:
                     core.group,
                     m,
                 )
-        for m in sorted(old.keys() & new.keys()):
-            if old[m].incarnation != new[m].incarnation:  # a restart seen as one change: it left, then joined
-                core.members = old
-                return core.on_members({k: r for k, r in new.items() if k != m}) + core.on_members(new)
         for m in sorted(old.keys() - new.keys()):
             core.shutting_down.discard(m)
             tasks = core.assignment.pop(m, ())
