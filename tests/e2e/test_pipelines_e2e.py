@@ -45,16 +45,7 @@ from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 from tests.cli_support import ok
 from tests.spark_brokers import SESSION_S, WORKER_SPARK, controlled_root, start_spark_broker, stop_brokers
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    REPO,
-    TEST_JVM_OPTS,
-    copy_project,
-    files_task,
-    require_spark,
-    sink_ids,
-    spark,
-    spark_runner,
-)
+from tests.spark_support import REPO, copy_project, files_task, require_spark, sink_ids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

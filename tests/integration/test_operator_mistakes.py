@@ -36,7 +36,6 @@ from controller.protocol.records import codecs, registration_records, task_recor
 from controller.protocol.tasks.spec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
-from tests.integration.test_security import secured  # noqa: F401 - the fixture, shared
 from tests.security_support import CREDS, PASSWORDS
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
@@ -214,7 +213,7 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
 
 
 # ---- 4. ACLs: brokers hold no ADMIN; admin reads go on --------------------------------------------
-def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):  # noqa: F811
+def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
     admin.create_tasks(
