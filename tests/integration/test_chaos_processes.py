@@ -132,7 +132,7 @@ def test_a_broker_process_dumps_its_threads_on_sigquit_and_runs_on(zk, layout, z
 
 
 class _ProcessBrokers:
-    """The part of a chaos run the broker-freeze fault reaches (``faults.ChaosCluster``): its options and its
+    """The part of a chaos run the broker-freeze fault reaches (``faults.BrokerFreeze``): its options and its
     broker processes, real ones."""
 
     def __init__(self, procs: dict[str, ChaosProcess]) -> None:
