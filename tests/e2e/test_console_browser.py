@@ -16,8 +16,9 @@ from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.subtrees import delete_tree
-from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster, wait_until
+from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster
 from tests.browser_support import chromium, missing, quit_browser
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = REPO / "test-artifacts"

@@ -45,8 +45,8 @@ from tests.controller_support import (
     settle,
     the_active,
     view,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 WRITE_REQUESTS = ("Create", "SetData", "Delete", "Transaction")
 

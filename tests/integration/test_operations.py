@@ -15,7 +15,8 @@ from controller.admin.operations import SettingError
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.records.group_messages import MemberMetadata, TaskDescriptor
-from tests.controller_support import create_tasks, group_state, wait_until
+from tests.controller_support import create_tasks, group_state
+from tests.waiting import wait_until
 
 START_S = 0.6  # a slow start, so that moves in flight overlap unless something holds them apart
 

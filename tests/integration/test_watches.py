@@ -15,7 +15,8 @@ from broker_sim.sim.netproxy import NetProxy
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec, decode_task
 from controller.zk.client import ZkSettings
 from controller.zk.watches import PersistentWatches
-from tests.controller_support import settle, wait_until, watches_by_session
+from tests.controller_support import settle, watches_by_session
+from tests.waiting import wait_until
 
 
 def steady_watches(hosts: str, session: int, timeout: float = 10.0) -> set[str]:
