@@ -131,7 +131,7 @@ def test_a_recursive_watch_reports_every_change_below_it_and_stays_armed(zk, lay
         watches.remove(root)
         assert root not in watches_by_session(zk_hosts).get(c.client_id[0], set())
         c.set(root + "/a", b"z")
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert len(seen) == 4
     finally:
         c.stop()
