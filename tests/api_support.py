@@ -16,21 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from controller.zk.server import free_port
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 ZKCTL = [sys.executable, "-m", "cli.main"]
 TOKEN = "test-admin-token-8f2c"
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass

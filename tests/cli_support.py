@@ -11,12 +11,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from click.testing import CliRunner, Result
 
 from cli.main import cli
+from tests.waiting import wait_until
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None) -> Result:
@@ -58,11 +58,8 @@ def ok_json(env: dict[str, str], *args: str, timeout: float = 60):
 
 
 def until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """``tests.waiting.wait_until`` with this module's defaults (kept for its many callers)."""
+    wait_until(predicate, timeout, what)
 
 
 def stop_process(p: subprocess.Popen) -> None:

@@ -29,6 +29,14 @@ if TYPE_CHECKING:
 
     from tests.xdist_support import TierScheduling
 
+# The fixtures the tiers share, registered once here (a test names one as a parameter, never imports it).
+pytest_plugins = [
+    "tests.broker_processes",
+    "tests.controller_support",
+    "tests.security_fixtures",
+    "tests.spark_support",
+]
+
 _STATE_DIR = "ZKC_STATE_DIR"
 
 

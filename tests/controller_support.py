@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from kazoo.client import KazooClient
 
 from broker_sim.chaos.write_stall import WriteStall
 from broker_sim.worker import Worker, WorkerConfig
-from controller.admin import wait_for
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import admin_records, codecs
@@ -25,6 +23,7 @@ from controller.protocol.records.group_messages import GroupStateInfo, JoinReque
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.server import ZooKeeperServer, four_letter_word, free_port
+from tests.waiting import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +40,6 @@ def watches_by_session(hosts: str) -> dict[int, set[str]]:
         elif line.strip() and session is not None:
             out[session].add(line.strip())
     return out
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> None:
-    """Poll ``predicate`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
-    assert wait_for(lambda: bool(predicate()), timeout, interval), f"timed out after {timeout}s waiting for {what}"
 
 
 def create_tasks(

@@ -29,6 +29,7 @@ import pytest
 
 from broker_sim.runners.procs import spawn, stop_process
 from broker_sim.runners.spark_session import SparkSetupError, check_java, spark_home
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -60,15 +61,8 @@ def free_port() -> int:
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
-    """Poll ``cond`` until it returns something truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
-        time.sleep(interval)
+    """``tests.waiting.wait_until`` polling less often: a Spark condition is a query of its own."""
+    return wait_until(cond, timeout, what, interval)
 
 
 def copy_project(name: str, dst: Path) -> Path:

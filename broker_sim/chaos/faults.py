@@ -3,10 +3,10 @@ and ZooKeeper, and what ends it. ``INJECTORS`` is the table of kinds, one entry 
 function and one entry here (and, in ``schedule``, its weight and how long it lasts); the player and the
 checks do not change.
 
-An injector receives the run through ``ChaosCluster``, the few parts of it a fault reaches, begins its
-fault and returns what ends it (called ``duration`` later), or None when nothing is left to undo. When the
-engine refuses the fault now (its target process already gone, no active controller, ZooKeeper refusing the
-write) it raises ``FaultRefused`` with the engine's message, having changed nothing: the fault is recorded as
+An injector receives the run through a small Protocol of the members it uses (``ChaosCluster``, the run
+as ``begin`` sees it, is all of them), begins its fault and returns what ends it (called ``duration``
+later), or None when nothing is left to undo. When the engine refuses the fault now (its target process
+already gone, no active controller, ZooKeeper refusing the write) it raises ``FaultRefused`` with the engine's message, having changed nothing: the fault is recorded as
 not injected and the run is judged without it (``broker_sim.sim.injection``)."""
 
 from __future__ import annotations
@@ -47,51 +47,52 @@ log = logging.getLogger(__name__)
 End = Callable[[], None]
 
 
-class ChaosCluster(Protocol):
-    """What a fault reaches of a chaos run: its brokers and controllers (processes, or in this process)
-    with their proxies, its ZooKeeper, and the operations that stop, replace or wait for them."""
-
+# ---- what each fault reaches of the run -----------------------------------------------------------------
+# One small Protocol per injector (or family of injectors), of exactly the members it uses; ChaosCluster,
+# the run as ``begin`` sees it, is all of them together.
+class Options(Protocol):
     copts: ChaosOptions
+
+
+class Brokers(Options, Protocol):
+    """The run's brokers: in this process (``workers``) or as processes (``broker_procs``)."""
+
     workers: dict[str, Worker]
-    pauses: dict[str, threading.Event]
     broker_procs: dict[str, ChaosProcess]
+
+
+class BrokerProxies(Protocol):
     proxies: dict[str, NetProxy]
-    controllers: list[Controller]
-    ctl_procs: dict[str, ChaosProcess]
-    ctl_proxies: dict[str, NetProxy]
-    write_stalls: dict[str, WriteStall]
-    server: ZooKeeperServer | None
-    #: the run's own ensemble (``--ensemble 3``), else None
-    ensemble: ChaosEnsemble | None
-    #: per quorum loss: how long after the quorum was back every task ran again (None: not within the bound)
-    quorum_returns: list[float | None]
-    maintenance_windows: list[list[float | None]]
-    admin: KazooClient
-    layout: ZkLayout
-    ghosts: list[str]
-    rewritten: dict[str, float]
-    #: wedged-stop faults whose broker ran a task as it was cut off: each must end in a halt (a broker with
-    #: nothing to stop has no stop to hang in, and fences without one)
-    wedged_busy: int
 
-    @property
-    def admin_ops(self) -> AdminClient: ...
 
-    def kill(self, bid: str) -> None: ...
-
-    def leave(self, bid: str) -> None: ...
-
-    def controlled_shutdown(self, bid: str, timeout: float = 60.0) -> bool: ...
+class BrokerLifecycle(Brokers, Protocol):
+    """A broker stopped and started again."""
 
     def new_broker(self, bid: str) -> None: ...
 
     def broker_gone(self, bid: str, died_at: float | None) -> None: ...
 
-    def new_controller(self) -> str: ...
 
-    def active_controller_id(self) -> str | None: ...
+class BrokerKill(BrokerLifecycle, Protocol):
+    def kill(self, bid: str) -> None: ...
+
+
+class BrokerFreeze(Brokers, BrokerProxies, Protocol):
+    pauses: dict[str, threading.Event]
+
+
+class StopWedge(Brokers, BrokerProxies, Protocol):
+    #: wedged-stop faults whose broker ran a task as it was cut off: each must end in a halt (a broker with
+    #: nothing to stop has no stop to hang in, and fences without one)
+    wedged_busy: int
 
     def runs_tasks(self, bid: str) -> bool: ...
+
+
+class Bounce(BrokerLifecycle, Protocol):
+    def leave(self, bid: str) -> None: ...
+
+    def controlled_shutdown(self, bid: str, timeout: float = 60.0) -> bool: ...
 
     def sleep(self, seconds: float) -> bool:
         """Wait ``seconds``; True if the run is stopping meanwhile."""
@@ -99,18 +100,90 @@ class ChaosCluster(Protocol):
 
     def wait_stable(self, timeout: float) -> bool: ...
 
+
+class Controllers(Options, Protocol):
+    """The run's controllers: in this process (``controllers``) or as processes (``ctl_procs``)."""
+
+    controllers: list[Controller]
+    ctl_procs: dict[str, ChaosProcess]
+
+    def active_controller_id(self) -> str | None: ...
+
+
+class ControllerKill(Controllers, Protocol):
+    def new_controller(self) -> str: ...
+
+
+class ControllerFreeze(Controllers, Protocol):
+    ctl_proxies: dict[str, NetProxy]
+    write_stalls: dict[str, WriteStall]
+
+
+class SingleServer(Protocol):
+    server: ZooKeeperServer | None
+
+
+class Ensemble(Protocol):
+    #: the run's own ensemble (``--ensemble 3``), else None
+    ensemble: ChaosEnsemble | None
+
+
+class QuorumLoss(Ensemble, Options, Protocol):
+    #: per quorum loss: how long after the quorum was back every task ran again (None: not within the bound)
+    quorum_returns: list[float | None]
+
     def tasks_running_within(self, timeout: float) -> float | None:
         """Seconds until every RUNNING task runs on exactly one live broker (None: not within ``timeout``)."""
         ...
 
+
+class Operator(Protocol):
+    @property
+    def admin_ops(self) -> AdminClient: ...
+
+
+class Maintenance(Operator, Protocol):
+    maintenance_windows: list[list[float | None]]
+
+
+class ZkReader(Protocol):
+    admin: KazooClient
+    layout: ZkLayout
+
+
+class GhostMember(ZkReader, Options, Protocol):
+    ghosts: list[str]
+
     def settings(self, hosts: str | None = None) -> ZkSettings: ...
+
+
+class ReportRewrite(ZkReader, Brokers, Protocol):
+    rewritten: dict[str, float]
+
+
+class ChaosCluster(
+    BrokerKill,
+    BrokerFreeze,
+    StopWedge,
+    Bounce,
+    ControllerKill,
+    ControllerFreeze,
+    SingleServer,
+    QuorumLoss,
+    Maintenance,
+    GhostMember,
+    ReportRewrite,
+    Protocol,
+):
+    """What a fault reaches of a chaos run: its brokers and controllers (processes, or in this process)
+    with their proxies, its ZooKeeper, and the operations that stop, replace or wait for them."""
 
 
 Injector = Callable[[ChaosCluster, Fault], "End | None"]
 
 
 # ---- brokers ------------------------------------------------------------------------------------------
-def kill_broker(run: ChaosCluster, f: Fault) -> End:
+def kill_broker(run: BrokerKill, f: Fault) -> End:
     """kill -9 of a process broker (an in-process one closes its session at once); back after the fault."""
     if run.copts.process_brokers:
         run.broker_gone(f.target, _live_process(run.broker_procs, f.target).kill9())
@@ -121,14 +194,14 @@ def kill_broker(run: ChaosCluster, f: Fault) -> End:
     return lambda: run.new_broker(f.target)
 
 
-def cut_off_broker(run: ChaosCluster, f: Fault) -> End:
+def cut_off_broker(run: BrokerProxies, f: Fault) -> End:
     """The broker's network silent for the fault's duration: a partition, or past the session (an expiry)."""
     proxy = run.proxies[f.target]
     proxy.partition()
     return _reconnect(proxy)
 
 
-def freeze_broker(run: ChaosCluster, f: Fault) -> End:
+def freeze_broker(run: BrokerFreeze, f: Fault) -> End:
     """SIGSTOP of a process broker (SIGCONT at the end); in process: its threads and its network frozen."""
     if run.copts.process_brokers:
         return _stop_process(_live_process(run.broker_procs, f.target))
@@ -147,7 +220,7 @@ def freeze_broker(run: ChaosCluster, f: Fault) -> End:
     return thaw
 
 
-def wedge_stops(run: ChaosCluster, f: Fault) -> End:
+def wedge_stops(run: StopWedge, f: Fault) -> End:
     """Its runner's stops hang from now on, and it is cut off: the fence's stops hang, so it must halt (exit
     75, or an in-process kill) before its session expires; the supervisor restarts it."""
     if run.copts.process_brokers:
@@ -164,7 +237,7 @@ def wedge_stops(run: ChaosCluster, f: Fault) -> End:
     return end
 
 
-def rolling_bounce(run: ChaosCluster, f: Fault) -> None:
+def rolling_bounce(run: Bounce, f: Fault) -> None:
     """Every broker in turn leaves (controlled shutdown or plain stop), stays away 1 s, comes back; the next
     one goes once the group is Stable again (bounded by the rebalance timeout). Over when this returns."""
     o = run.copts
@@ -190,7 +263,7 @@ def rolling_bounce(run: ChaosCluster, f: Fault) -> None:
 
 
 # ---- controllers --------------------------------------------------------------------------------------
-def kill_controller(run: ChaosCluster, f: Fault) -> End:
+def kill_controller(run: ControllerKill, f: Fault) -> End:
     """kill -9 (in process: a stop) of the active controller; a new candidate starts after the fault."""
     cid = run.active_controller_id()
     if run.copts.process_brokers:
@@ -211,7 +284,7 @@ def kill_controller(run: ChaosCluster, f: Fault) -> End:
     return new_candidate
 
 
-def freeze_controller(run: ChaosCluster, f: Fault) -> End:
+def freeze_controller(run: ControllerFreeze, f: Fault) -> End:
     """SIGSTOP of the active controller's process; in process: its event thread stalls at its next write and
     its network goes silent."""
     cid = run.active_controller_id()
@@ -245,7 +318,7 @@ def freeze_controller(run: ChaosCluster, f: Fault) -> End:
 
 
 # ---- the cluster --------------------------------------------------------------------------------------
-def restart_zookeeper(run: ChaosCluster, f: Fault) -> End:
+def restart_zookeeper(run: SingleServer, f: Fault) -> End:
     """SIGKILL of the run's own ZooKeeper server, started again on the same data after the fault."""
     server = run.server
     assert server is not None
@@ -258,13 +331,13 @@ def restart_zookeeper(run: ChaosCluster, f: Fault) -> End:
 
 
 # ---- the ensemble ---------------------------------------------------------------------------------------
-def _ensemble(run: ChaosCluster) -> ChaosEnsemble:
+def _ensemble(run: Ensemble) -> ChaosEnsemble:
     if run.ensemble is None:
         raise FaultRefused("the run has no ensemble of its own (--ensemble 3)")
     return run.ensemble
 
 
-def kill_zk_server(run: ChaosCluster, f: Fault) -> End:
+def kill_zk_server(run: Ensemble, f: Fault) -> End:
     """SIGKILL of the ensemble's leader (or of a follower, drawn by the fault's time); started again, on the
     same data, after the fault. Refused while no server is in that role (an election under way)."""
     ens = _ensemble(run)
@@ -274,7 +347,7 @@ def kill_zk_server(run: ChaosCluster, f: Fault) -> End:
     return lambda: ens.restart([sid])
 
 
-def lose_quorum(run: ChaosCluster, f: Fault) -> End:
+def lose_quorum(run: QuorumLoss, f: Fault) -> End:
     """Two of three servers killed (the leader and a follower) for longer than a session: nobody can renew a
     session meanwhile. At the end both start again; every task must then run again within the convergence
     bound of the quorum's return (measured here, judged by verdict 12)."""
@@ -291,7 +364,7 @@ def lose_quorum(run: ChaosCluster, f: Fault) -> End:
     return quorum_back
 
 
-def isolate_zk_server(run: ChaosCluster, f: Fault) -> End:
+def isolate_zk_server(run: Ensemble, f: Fault) -> End:
     """The leader (or a follower) cut off from its peers, both ways, while its clients still reach it: it
     stops serving (no quorum), its clients must renew their sessions through the others or fence by their
     deadline."""
@@ -302,7 +375,7 @@ def isolate_zk_server(run: ChaosCluster, f: Fault) -> End:
     return lambda: ens.rejoin(sid)
 
 
-def maintenance(run: ChaosCluster, f: Fault) -> End:
+def maintenance(run: Maintenance, f: Fault) -> End:
     """Maintenance mode on for the fault's duration; its window is kept for the 'nothing moves' verdict."""
     run.admin_ops.set_maintenance(True, f"chaos {f.at:.2f}")
     window: list[float | None] = [time.time(), None]
@@ -315,7 +388,7 @@ def maintenance(run: ChaosCluster, f: Fault) -> End:
     return maintenance_off
 
 
-def task_storm(run: ChaosCluster, f: Fault) -> None:
+def task_storm(run: Operator, f: Fault) -> None:
     """Tasks created and deletions requested through the admin library, as an operator would."""
     admin = run.admin_ops
     if f.create:
@@ -336,7 +409,7 @@ ABSURD = 2**72
 GHOST_GENERATION = 2**40
 
 
-def ghost_member(run: ChaosCluster, f: Fault) -> End:
+def ghost_member(run: GhostMember, f: Fault) -> End:
     """A member znode with no broker behind it, ephemeral on a session of its own (any client on an open
     root, or a buggy broker), at a huge generation that still decodes (``GHOST_GENERATION``): it claims the
     tasks the target broker was assigned ("claims") or nothing ("nothing"). Its session ends with the fault,
@@ -378,7 +451,7 @@ def ghost_member(run: ChaosCluster, f: Fault) -> End:
     return vanish
 
 
-def rewrite_report(run: ChaosCluster, f: Fault) -> None:
+def rewrite_report(run: ReportRewrite, f: Fault) -> None:
     """One write over a live member's report (its ephemeral znode, by another client), with absurd fields:
     every generation and epoch 2^72 ("generation"), lists of 40,000 names ("huge-lists"), names that are not
     names ("bad-names"). Nothing undoes it: the member must be told, and rejoin. A target that is not a member
@@ -404,7 +477,7 @@ def rewrite_report(run: ChaosCluster, f: Fault) -> None:
     log.warning("chaos: %s's report rewritten (%s)", target, f.variant)
 
 
-def _report_of(run: ChaosCluster, member: str) -> dict[str, Any] | None:
+def _report_of(run: ZkReader, member: str) -> dict[str, Any] | None:
     """A member's report as plain JSON (None if it has none, or one that is not an object)."""
     try:
         data, _ = run.admin.get(run.layout.group_member(GROUP, member))

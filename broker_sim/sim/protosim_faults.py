@@ -7,8 +7,10 @@ cooperative adjustment (which the coordinator's validation must refuse). With ``
 claiming live members' tasks with a huge member epoch, and live members' reports rewritten (an epoch never
 published, or claims of every task), which the coordinator must neither obey nor drop the member for.
 
-A part of ``ProtocolSim``, given the few operations on the world it needs (``FaultHost``); the schedule
-draws from the simulation's one random generator, so a seed replays the same faults. A drawn fault the world
+A part of ``ProtocolSim``: each fault is a function of the part of the world it reaches (a small
+Protocol: ``MemberFaults``, ``TaskChurn``, ``HostileFaults``), the injector sees their union
+(``FaultHost``); the schedule draws from the simulation's one random generator, so a seed replays the
+same faults. A drawn fault the world
 cannot take when it strikes (a crash with no member alive, a restart with none dead, a rewrite of a report
 that is gone) is recorded as not injected, with why, as every chaos harness does (``injection``).
 """
@@ -42,8 +44,8 @@ FAULT_KINDS = (
 HOSTILE_KINDS = ("ghost", "rewrite")
 
 
-class FaultHost(Protocol):
-    """What the faults see of the simulation: its seeded state and the world's own mechanics."""
+class Timeline(Protocol):
+    """The seeded state every fault draws from, and the simulation's queue of events."""
 
     @property
     def cfg(self) -> SimConfig: ...
@@ -51,6 +53,40 @@ class FaultHost(Protocol):
     def rng(self) -> random.Random: ...
     @property
     def clock(self) -> FakeClock: ...
+
+    def at(self, when: float, fn: Callable[[], None]) -> None: ...
+
+
+class MemberFaults(Timeline, Protocol):
+    """What a member's freeze or partition reaches: the member's node and its runs, session and report."""
+
+    @property
+    def nodes(self) -> dict[str, SimNode]: ...
+
+    def respawn(self, mid: str, dead: SimNode) -> None: ...
+    def lose_session(self, mid: str, node: SimNode) -> None: ...
+    def end_run(self, node: SimNode, mid: str, t: str, fence: bool = False) -> None: ...
+    def started(self, mid: str, t: str, session: int, hold: int) -> None: ...
+    def move(self, node: SimNode, mid: str, t: str, to: TaskPhase) -> None: ...
+    def report_owned(self, mid: str, session: int) -> None: ...
+    def check_stable(self) -> None: ...
+
+
+class TaskChurn(Protocol):
+    """What the task churn reaches: the tasks, created or deleted."""
+
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
+
+    def add_task(self) -> None: ...
+    def remove_task(self, tid: str) -> None: ...
+
+
+class HostileFaults(Timeline, Protocol):
+    """What a ghost member or a rewritten report reaches: the member znodes as ZooKeeper holds them."""
+
     @property
     def nodes(self) -> dict[str, SimNode]: ...
     @property
@@ -62,20 +98,16 @@ class FaultHost(Protocol):
     @property
     def fault_log(self) -> list[str]: ...
 
-    def at(self, when: float, fn: Callable[[], None]) -> None: ...
-    def spawn(self, mid: str) -> None: ...
-    def respawn(self, mid: str, dead: SimNode) -> None: ...
-    def crash(self, mid: str) -> None: ...
-    def lose_session(self, mid: str, node: SimNode) -> None: ...
-    def end_run(self, node: SimNode, mid: str, t: str, fence: bool = False) -> None: ...
-    def started(self, mid: str, t: str, session: int, hold: int) -> None: ...
-    def move(self, node: SimNode, mid: str, t: str, to: TaskPhase) -> None: ...
-    def report_owned(self, mid: str, session: int) -> None: ...
-    def check_stable(self) -> None: ...
     def members_changed(self) -> None: ...
+
+
+class FaultHost(MemberFaults, TaskChurn, HostileFaults, Protocol):
+    """What the injector sees of the simulation: all the faults' parts, and the crash, restart, join and
+    failover it begins itself."""
+
+    def spawn(self, mid: str) -> None: ...
+    def crash(self, mid: str) -> None: ...
     def failover(self) -> None: ...
-    def add_task(self) -> None: ...
-    def remove_task(self, tid: str) -> None: ...
 
 
 class FaultInjector:
@@ -115,150 +147,30 @@ class FaultInjector:
         elif kind == "restart" and dead:
             h.spawn(h.rng.choice(dead))
         elif kind == "freeze_short" and alive:
-            self.freeze(h.rng.choice(alive), h.cfg.session_timeout * 0.4)
+            freeze(h, h.rng.choice(alive), h.cfg.session_timeout * 0.4)
         elif kind == "freeze_long" and alive:
-            self.freeze(h.rng.choice(alive), h.cfg.session_timeout * 1.5)
+            freeze(h, h.rng.choice(alive), h.cfg.session_timeout * 1.5)
         elif kind == "partition_short" and alive:
-            self.partition(h.rng.choice(alive), h.cfg.session_timeout * 0.8)
+            partition(h, h.rng.choice(alive), h.cfg.session_timeout * 0.8)
         elif kind == "partition_long" and alive:
-            self.partition(h.rng.choice(alive), h.cfg.session_timeout * 1.5)
+            partition(h, h.rng.choice(alive), h.cfg.session_timeout * 1.5)
         elif kind == "failover":
             h.failover()
         elif kind == "tasks":
-            self.task_churn()
+            task_churn(h)
         elif kind == "join":
             h.spawn(f"m{len(h.nodes)}")
         elif kind == "ghost":
-            self.ghost(alive)
+            ghost(h, alive)
         elif kind == "rewrite" and alive:
             # (a member letting tasks go, when there is one: what a false report would hand on too early)
             releasing = [m for m in alive if h.nodes[m].member.pending_revocation or h.nodes[m].stopping]
-            self.rewrite(h.rng.choice(releasing or alive))
+            refused = rewrite(h, h.rng.choice(releasing or alive))
+            if refused:
+                self._refused(kind, refused)
 
     def _refused(self, kind: str, why: str) -> None:
         self.not_injected.append(NotInjected(f"{self.host.clock.now():.3f} {kind}", why))
-
-    def freeze(self, mid: str, duration: float) -> None:
-        h = self.host
-        node = h.nodes[mid]
-        if not node.alive:
-            return
-        # (a process frozen already stays frozen until the later of the two ends: a second freeze cannot thaw it)
-        node.frozen_until = max(node.frozen_until, h.clock.now() + duration)
-        if duration >= h.cfg.session_timeout:
-            # the session expires while frozen; a frozen process runs nothing, so its intervals end now
-            for t in list(node.running):
-                h.end_run(node, mid, t)
-            h.at(h.clock.now() + h.cfg.session_timeout, lambda: self._expire_frozen(mid, node.session))
-
-    def _expire_frozen(self, mid: str, session: int) -> None:
-        h = self.host
-        node = h.nodes.get(mid)
-        if node is None or node.session != session or not node.alive:
-            return
-        h.lose_session(mid, node)
-        h.at(node.frozen_until, lambda: h.respawn(mid, node))  # it wakes up, sees LOST, starts over
-
-    def partition(self, mid: str, duration: float) -> None:
-        """Cut off from ZooKeeper: the worker fences (stops its tasks) after fence_after < session timeout."""
-        h = self.host
-        node = h.nodes[mid]
-        if not node.alive:
-            return
-        node.partitioned_until = h.clock.now() + duration
-        session = node.session
-
-        def fence() -> None:
-            n = h.nodes.get(mid)
-            if n is None or n.session != session or not n.alive or n.partitioned_until <= h.clock.now():
-                return
-            for t in list(n.running):
-                h.end_run(n, mid, t, fence=True)
-
-        h.at(h.clock.now() + h.cfg.fence_after, fence)
-        if duration >= h.cfg.session_timeout:
-
-            def expire() -> None:
-                n = h.nodes.get(mid)
-                if n is None or n.session != session or not n.alive:
-                    return
-                h.lose_session(mid, n)  # fenced already; its runs end here to make sure
-                h.at(n.partitioned_until, lambda: h.respawn(mid, n))
-
-            h.at(h.clock.now() + h.cfg.session_timeout, expire)
-        else:
-
-            def heal() -> None:
-                n = h.nodes.get(mid)
-                if n is None or n.session != session or not n.alive:
-                    return
-                if n.frozen_until > h.clock.now():
-                    h.at(n.frozen_until, heal)
-                    return
-                # reconnected inside the session: the fence lifts and what it stopped starts again (it still holds
-                # their locks), each start taking its time; the worker tells its member, whose report says them
-                # starting (the group is not Stable on them until they run)
-                for t in sorted(n.holding):
-                    # (a start still under way from an earlier lift is not started twice: the worker's is busy)
-                    if t not in n.running and t not in n.stopping and n.phases.get(t) is not TaskPhase.STARTING:
-                        h.move(n, mid, t, TaskPhase.STARTING)
-                        h.at(
-                            h.clock.now() + h.cfg.start_latency, partial(h.started, mid, t, session, n.holds.get(t, 0))
-                        )
-                h.report_owned(mid, session)
-                h.at(h.clock.now() + h.cfg.start_latency * 0.6, h.check_stable)  # while they start: not Stable
-
-            h.at(node.partitioned_until + 0.0005, heal)
-
-    def task_churn(self) -> None:
-        h = self.host
-        if h.rng.random() < 0.5 or len(h.tasks) < 2:
-            h.add_task()
-        else:
-            h.remove_task(h.rng.choice(sorted(h.tasks)))
-
-    def ghost(self, alive: list[str]) -> None:
-        """A member znode with no broker behind it (another session), claiming a live member's tasks with a huge
-        member epoch; gone again when its session ends."""
-        h = self.host
-        victim = h.rng.choice(alive) if alive else None
-        claimed = tuple(sorted(h.nodes[victim].member.desired)) if victim else ()
-        name = f"ghost{len(h.fault_log)}"
-        h.members_zk[name] = JoinRequest(
-            member_id=name,
-            join_generation=2**40,
-            generation=2**40,
-            protocols=(RECONCILE, COOPERATIVE),
-            assignors=(h.cfg.assignor,),
-            owned=claimed,
-            incarnation="ghost",
-        )
-        h.member_session[name] = 1_000_000 + len(h.fault_log)
-        h.members_changed()
-        session = h.member_session[name]
-
-        def gone() -> None:
-            if h.member_session.get(name) == session:
-                h.members_zk.pop(name, None)
-                h.member_session.pop(name, None)
-                h.members_changed()
-
-        h.at(h.clock.now() + h.rng.uniform(0.5, 3.0), gone)
-
-    def rewrite(self, mid: str) -> None:
-        """Someone rewrites a live member's request: a member epoch never published, or claims of every task.
-        The member does not know; the coordinator must answer it (INVALID_REPORT) or narrow the claims."""
-        h = self.host
-        r = h.members_zk.get(mid)
-        if r is None:
-            self._refused("rewrite", f"{mid} has no report to rewrite")
-            return
-        if h.rng.random() < 0.5:  # releases it never made, at an epoch never published
-            bad = dataclasses.replace(r, generation=2**60, owned=(), pending=())
-        else:
-            bad = dataclasses.replace(r, owned=tuple(sorted(h.tasks)))
-        h.members_zk[mid] = bad
-        h.members_changed()
 
     def leader_proposal(self, p: SyncProposal, joins: Mapping[int, JoinResult]) -> SyncProposal:
         """The leader's proposal as written: with ``cfg.faulty_leader_probability``, a buggy leader's shuffle
@@ -279,3 +191,125 @@ class FaultInjector:
             if t.task_id not in held:
                 out[self.host.rng.choice(members)].append(t.task_id)
         return {m: tuple(ts) for m, ts in out.items()}
+
+
+# ---- the faults, each on the part of the simulation it reaches ----------------------------------------
+def freeze(h: MemberFaults, mid: str, duration: float) -> None:
+    """Stopped for ``duration``: past the session timeout its session expires and it starts over."""
+    node = h.nodes[mid]
+    if not node.alive:
+        return
+    # (a process frozen already stays frozen until the later of the two ends: a second freeze cannot thaw it)
+    node.frozen_until = max(node.frozen_until, h.clock.now() + duration)
+    if duration >= h.cfg.session_timeout:
+        # the session expires while frozen; a frozen process runs nothing, so its intervals end now
+        for t in list(node.running):
+            h.end_run(node, mid, t)
+        h.at(h.clock.now() + h.cfg.session_timeout, lambda: _expire_frozen(h, mid, node.session))
+
+
+def _expire_frozen(h: MemberFaults, mid: str, session: int) -> None:
+    node = h.nodes.get(mid)
+    if node is None or node.session != session or not node.alive:
+        return
+    h.lose_session(mid, node)
+    h.at(node.frozen_until, lambda: h.respawn(mid, node))  # it wakes up, sees LOST, starts over
+
+
+def partition(h: MemberFaults, mid: str, duration: float) -> None:
+    """Cut off from ZooKeeper: the worker fences (stops its tasks) after fence_after < session timeout."""
+    node = h.nodes[mid]
+    if not node.alive:
+        return
+    node.partitioned_until = h.clock.now() + duration
+    session = node.session
+
+    def fence() -> None:
+        n = h.nodes.get(mid)
+        if n is None or n.session != session or not n.alive or n.partitioned_until <= h.clock.now():
+            return
+        for t in list(n.running):
+            h.end_run(n, mid, t, fence=True)
+
+    h.at(h.clock.now() + h.cfg.fence_after, fence)
+    if duration >= h.cfg.session_timeout:
+
+        def expire() -> None:
+            n = h.nodes.get(mid)
+            if n is None or n.session != session or not n.alive:
+                return
+            h.lose_session(mid, n)  # fenced already; its runs end here to make sure
+            h.at(n.partitioned_until, lambda: h.respawn(mid, n))
+
+        h.at(h.clock.now() + h.cfg.session_timeout, expire)
+    else:
+
+        def heal() -> None:
+            n = h.nodes.get(mid)
+            if n is None or n.session != session or not n.alive:
+                return
+            if n.frozen_until > h.clock.now():
+                h.at(n.frozen_until, heal)
+                return
+            # reconnected inside the session: the fence lifts and what it stopped starts again (it still holds
+            # their locks), each start taking its time; the worker tells its member, whose report says them
+            # starting (the group is not Stable on them until they run)
+            for t in sorted(n.holding):
+                # (a start still under way from an earlier lift is not started twice: the worker's is busy)
+                if t not in n.running and t not in n.stopping and n.phases.get(t) is not TaskPhase.STARTING:
+                    h.move(n, mid, t, TaskPhase.STARTING)
+                    h.at(h.clock.now() + h.cfg.start_latency, partial(h.started, mid, t, session, n.holds.get(t, 0)))
+            h.report_owned(mid, session)
+            h.at(h.clock.now() + h.cfg.start_latency * 0.6, h.check_stable)  # while they start: not Stable
+
+        h.at(node.partitioned_until + 0.0005, heal)
+
+
+def task_churn(h: TaskChurn) -> None:
+    if h.rng.random() < 0.5 or len(h.tasks) < 2:
+        h.add_task()
+    else:
+        h.remove_task(h.rng.choice(sorted(h.tasks)))
+
+
+def ghost(h: HostileFaults, alive: list[str]) -> None:
+    """A member znode with no broker behind it (another session), claiming a live member's tasks with a huge
+    member epoch; gone again when its session ends."""
+    victim = h.rng.choice(alive) if alive else None
+    claimed = tuple(sorted(h.nodes[victim].member.desired)) if victim else ()
+    name = f"ghost{len(h.fault_log)}"
+    h.members_zk[name] = JoinRequest(
+        member_id=name,
+        join_generation=2**40,
+        generation=2**40,
+        protocols=(RECONCILE, COOPERATIVE),
+        assignors=(h.cfg.assignor,),
+        owned=claimed,
+        incarnation="ghost",
+    )
+    h.member_session[name] = 1_000_000 + len(h.fault_log)
+    h.members_changed()
+    session = h.member_session[name]
+
+    def gone() -> None:
+        if h.member_session.get(name) == session:
+            h.members_zk.pop(name, None)
+            h.member_session.pop(name, None)
+            h.members_changed()
+
+    h.at(h.clock.now() + h.rng.uniform(0.5, 3.0), gone)
+
+
+def rewrite(h: HostileFaults, mid: str) -> str | None:
+    """Someone rewrites a live member's request: a member epoch never published, or claims of every task.
+    The member does not know; the coordinator must answer it (INVALID_REPORT) or narrow the claims. Returns why not, when there is no report to rewrite."""
+    r = h.members_zk.get(mid)
+    if r is None:
+        return f"{mid} has no report to rewrite"
+    if h.rng.random() < 0.5:  # releases it never made, at an epoch never published
+        bad = dataclasses.replace(r, generation=2**60, owned=(), pending=())
+    else:
+        bad = dataclasses.replace(r, owned=tuple(sorted(h.tasks)))
+    h.members_zk[mid] = bad
+    h.members_changed()
+    return None

@@ -16,8 +16,9 @@ from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.subtrees import delete_tree
-from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster, wait_until
+from tests.api_support import REPO, TOKEN, ZKCTL, os_environ_without_auth, start_cluster
 from tests.browser_support import chromium, missing, quit_browser
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ARTIFACTS = REPO / "test-artifacts"
@@ -220,7 +221,7 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
             "x-1 on the page",
         )
         wait_until(lambda: XSS in browser.find_element("id", "maintenance").text, 30, "the banner, as text")
-        time.sleep(1.5)
+        time.sleep(1.5)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert browser.execute_script("return window.__xss === undefined"), "script from ZooKeeper ran"
         assert not browser.title.startswith("XSS"), browser.title
         row = browser.execute_script(
@@ -256,7 +257,7 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
         browser.execute_script(
             "document.body.insertAdjacentHTML('beforeend', '<img src=x onerror=\"window.__csp_broken=1\">')"
         )
-        time.sleep(1)
+        time.sleep(1)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert browser.execute_script("return window.__csp_broken === undefined"), "inline script ran: no CSP"
         _shot(browser, "hostile-fields")
     finally:
@@ -304,7 +305,7 @@ fetch("{api}/tasks/restart?only_failed=false", {{method: "POST", mode: "no-cors"
         version = zk.exists(layout.task("s-1")).version
         browser.get(f"http://127.0.0.1:{evil.server_address[1]}/index.html")
         wait_until(lambda: browser.title == "sent", 30, "the other site's page to send its writes")
-        time.sleep(3)
+        time.sleep(3)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert zk.exists(layout.task("s-1")).version == version, "a cross-site write changed the task"
         assert zk.exists(layout.broker("b1")) is not None and cluster.procs["b1"].poll() is None, "b1 was shut down"
     finally:

@@ -41,7 +41,8 @@ from controller.protocol.records import codecs, registration_records, task_recor
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
-from tests.api_support import REPO, ApiCluster, os_environ_without_auth, wait_until
+from tests.api_support import REPO, ApiCluster, os_environ_without_auth
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 ZKCTL = [sys.executable, "-m", "cli.main"]

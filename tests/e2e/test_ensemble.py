@@ -11,7 +11,7 @@ from kazoo.retry import KazooRetry
 from broker_sim.chaos.ensemble import ChaosEnsemble
 from broker_sim.sim.netproxy import NetProxy
 from controller.zk.server import ensemble, four_letter_word, start_ensemble
-from tests.api_support import wait_until
+from tests.waiting import wait_until
 
 
 @pytest.mark.slow

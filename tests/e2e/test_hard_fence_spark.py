@@ -18,7 +18,7 @@ from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
 from controller.protocol.tasks.spec import parse_spec
-from tests.broker_processes import BrokerProcess, controller, first_owner_after  # noqa: F401  (a fixture)
+from tests.broker_processes import BrokerProcess, first_owner_after
 from tests.cli_support import until
 from tests.spark_support import TEST_CONF, require_spark
 

@@ -29,20 +29,11 @@ from broker_sim.runners.spark import SparkRunner, checkpoint_location
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
 from controller.protocol.tasks.spec import parse_spec
-from tests.broker_processes import BrokerProcess, controller  # noqa: F401  (a fixture)
+from tests.broker_processes import BrokerProcess
 from tests.broker_processes import owners as read_owners
 from tests.e2e.test_hard_fence_spark import _spark_args
 from tests.e2e.test_isolation import SESSION_S, _group_runs, _status
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    TEST_CONF,
-    TEST_MASTER,
-    files_task,
-    require_spark,
-    sink_ids,
-    spark,
-    spark_runner,
-    wait_for,
-)
+from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, require_spark, sink_ids, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

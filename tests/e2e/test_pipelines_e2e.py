@@ -45,16 +45,8 @@ from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
 from tests.cli_support import ok
 from tests.spark_brokers import SESSION_S, WORKER_SPARK, controlled_root, start_spark_broker, stop_brokers
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    REPO,
-    TEST_JVM_OPTS,
-    copy_project,
-    files_task,
-    require_spark,
-    sink_ids,
-    spark,
-    spark_runner,
-)
+from tests.spark_support import REPO, copy_project, files_task, require_spark, sink_ids
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -522,10 +514,7 @@ def test_spawned_children_die_with_their_killed_parent() -> None:
         assert _alive(child), "the child outlives the thread that spawned it"
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait(10)
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child), "the child outlived its parent's kill -9"
+        wait_until(lambda: not _alive(child), 10, "the child to end with its parent's kill -9")
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)

@@ -24,14 +24,7 @@ from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.records import codecs, group_messages, task_records
 from controller.protocol.tasks.spec import parse_spec
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    TEST_CONF,
-    TEST_MASTER,
-    files_task,
-    spark,
-    spark_runner,
-    wait_for,
-)
+from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +40,7 @@ def cluster(
     zk_settings,
     layout,
     tmp_path,
-    spark_runner: SparkRunner,  # noqa: F811
+    spark_runner: SparkRunner,
 ) -> Iterator[tuple[AdminClient, Worker]]:
     ck = tmp_path / "ck"
     runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(ck))
@@ -67,7 +60,7 @@ def cluster(
         ctl.stop()
 
 
-def rows(spark: Any, out: Path) -> list[Any]:  # noqa: F811
+def rows(spark: Any, out: Path) -> list[Any]:
     """The sink's rows read through its ``_spark_metadata`` log, the files of both schemas merged."""
     log = out / "_spark_metadata"
     if not log.is_dir() or not any(p.name[0].isdigit() for p in log.iterdir()):
@@ -77,7 +70,7 @@ def rows(spark: Any, out: Path) -> list[Any]:  # noqa: F811
     return df.select(*cols).collect()
 
 
-def ids(spark: Any, out: Path) -> Counter[int]:  # noqa: F811
+def ids(spark: Any, out: Path) -> Counter[int]:
     return Counter(r.id for r in rows(spark, out))
 
 
@@ -88,7 +81,7 @@ def placement(zk, layout, task_id: str) -> tuple[int, int, str]:
     return stat.czxid, state.generation, codecs.decode(task_records.OwnerInfo, data).broker
 
 
-def test_apply_a_new_column_in_place_exactly_once(cluster, zk, layout, spark: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_apply_a_new_column_in_place_exactly_once(cluster, zk, layout, spark: Any, tmp_path: Path) -> None:
     admin, worker = cluster
     src, out = tmp_path / "in", tmp_path / "out"
     generate(DatagenConfig(str(src), records=300, batch=50))

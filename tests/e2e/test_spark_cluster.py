@@ -19,15 +19,7 @@ from broker_sim.runners.base import RunState
 from broker_sim.runners.spark import SparkRunner
 from broker_sim.sim.datagen import Datagen, DatagenConfig
 from controller.protocol.tasks.spec import parse_spec
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    files_task,
-    run_task_in_child,
-    sink_ids,
-    spark,
-    spark_runner,
-    standalone_cluster,
-    wait_for,
-)
+from tests.spark_support import files_task, run_task_in_child, sink_ids, standalone_cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # JVM starts: slow on a loaded machine
 

@@ -18,7 +18,7 @@ from broker_sim.runners.declarative import DeclarativeError, validate_declarativ
 from broker_sim.runners.spark import SparkRunner
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.protocol.tasks.spec import DeclarativePipeline, TaskSpec
-from tests.spark_support import TEST_CONF, copy_project, require_spark, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
+from tests.spark_support import TEST_CONF, copy_project, require_spark, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # JVM starts: slow on a loaded machine
 

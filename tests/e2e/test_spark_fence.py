@@ -23,14 +23,7 @@ from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.tasks.spec import parse_spec
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    TEST_CONF,
-    TEST_MASTER,
-    files_task,
-    spark,
-    spark_runner,
-    wait_for,
-)
+from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +32,7 @@ BACK_WITHIN_S = 20.0  # a lifted fence's task runs again within this (a start is
 
 
 @pytest.fixture
-def broker(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iterator[tuple[Worker, AdminClient]]:  # noqa: F811
+def broker(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iterator[tuple[Worker, AdminClient]]:
     """A controller and one spark worker polling its runner often (the poll races the fence's stop)."""
     ck = tmp_path / "ck"
     runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(ck))

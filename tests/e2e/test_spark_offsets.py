@@ -32,21 +32,13 @@ from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.tasks.spec import parse_spec
 from controller.protocol.tasks.storage import ResetTarget
-from tests.spark_support import (  # noqa: F401 (fixtures)
-    TEST_CONF,
-    TEST_MASTER,
-    files_task,
-    sink_ids,
-    spark,
-    spark_runner,
-    wait_for,
-)
+from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, sink_ids, wait_for
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def cluster(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iterator[AdminClient]:  # noqa: F811
+def cluster(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iterator[AdminClient]:
     """A controller and one spark worker; the worker's runner shares ``spark_runner``'s session (reference
     counted: closing it keeps the session's JVM for the other tests)."""
     ck = tmp_path / "ck"
@@ -68,7 +60,7 @@ def cluster(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Ite
         ctl.stop()
 
 
-def counts(spark: Any, out: Path) -> Counter[int]:  # noqa: F811
+def counts(spark: Any, out: Path) -> Counter[int]:
     """Each id's copies in the sink, through its log (none before its first batch is committed)."""
     log = out / "_spark_metadata"
     if not log.is_dir() or not any(p.name[0].isdigit() for p in log.iterdir()):
@@ -76,7 +68,7 @@ def counts(spark: Any, out: Path) -> Counter[int]:  # noqa: F811
     return Counter(sink_ids(spark, out))
 
 
-def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient, spark: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient, spark: Any, tmp_path: Path) -> None:
     admin = cluster
     src, out = tmp_path / "in", tmp_path / "out"
     generate(DatagenConfig(str(src), records=300, batch=50))  # six files
@@ -129,7 +121,7 @@ def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient
 
 def test_a_reset_from_a_cli_that_cannot_read_the_checkpoint_replays_exactly_once(
     cluster: AdminClient,
-    spark: Any,  # noqa: F811
+    spark: Any,
     tmp_path: Path,
     cli_env: dict[str, str],
 ) -> None:

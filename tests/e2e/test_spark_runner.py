@@ -16,7 +16,7 @@ from broker_sim.runners.base import RunState
 from broker_sim.runners.spark import PipelineStartError, SparkRunner
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.protocol.tasks.spec import TaskSpec, parse_spec
-from tests.spark_support import files_task, spark, spark_runner, wait_for  # noqa: F401 (fixtures)
+from tests.spark_support import files_task, wait_for
 
 pytestmark = pytest.mark.slow
 

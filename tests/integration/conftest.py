@@ -40,7 +40,7 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(zk: KazooClient, zk_settings: ZkSettings, layout: ZkLayout, tmp_path: Path) -> Iterator[Cluster]:
+def noop_cluster(zk: KazooClient, zk_settings: ZkSettings, layout: ZkLayout, tmp_path: Path) -> Iterator[Cluster]:
     """A controller and two no-op workers (b0, b1) in this process, on the test's root, sharing one checkpoint
     root (each with its own pipeline logs)."""
     c = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=5.0))).start()

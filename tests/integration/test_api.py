@@ -20,9 +20,10 @@ from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import ZooKeeperServer, free_port
 from controller.zk.subtrees import delete_tree
-from tests.api_support import REPO, TOKEN, ApiCluster, init_root, os_environ_without_auth, start_cluster, wait_until
+from tests.api_support import REPO, TOKEN, ApiCluster, init_root, os_environ_without_auth, start_cluster
 from tests.cli_support import ok
 from tests.offsets_support import fake_checkpoint, spark_spec
+from tests.waiting import wait_until
 
 NOOP = {"kind": "noop"}
 

@@ -23,15 +23,8 @@ from controller.protocol.records import codecs
 from controller.protocol.records.task_records import IntervalLog, RunInterval, TaskStatus
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.subtrees import delete_tree
-from tests.api_support import (
-    REPO,
-    ZKCTL,
-    ApiCluster,
-    init_root,
-    os_environ_without_auth,
-    start_cluster,
-    wait_until,
-)
+from tests.api_support import REPO, ZKCTL, ApiCluster, init_root, os_environ_without_auth, start_cluster
+from tests.waiting import wait_until
 
 NOOP = {"kind": "noop"}
 HUGE = 99999999999999999999999

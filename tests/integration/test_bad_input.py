@@ -113,7 +113,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         mine = workers[0].running_tasks()
         for data in GARBAGE:
             zk.set(layout.group_assignment("default", "b0"), data)
-        time.sleep(1.0)
+        time.sleep(1.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert workers[0].running_tasks() == mine and _running_once(workers, GOOD)
 
         # 4. garbage statuses, interval logs: the workers write over them
@@ -145,7 +145,7 @@ def test_garbage_in_every_znode_type_while_the_cluster_runs(zk, layout, zk_setti
         tx.create(layout.task("t6"), TaskSpec(id="t6", pipeline=NoopPipeline(kind="noop")).encode())
         tx.create(layout.task_owner("t6"), b"\x00 squatter", ephemeral=True)
         tx.commit()
-        time.sleep(1.0)
+        time.sleep(1.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert _running_once(workers, GOOD)
         zk.delete(layout.task_owner("t6"))
         assert wait_for(lambda: _running_once(workers, GOOD + ["t6"]), 15)

@@ -124,7 +124,7 @@ def test_a_broker_process_dumps_its_threads_on_sigquit_and_runs_on(zk, layout, z
         assert "--- ctl-0.log (exit None)" in text, text
         until(lambda: "thread names:" in broker.log_path.read_text(), 10, "the threads' names in the log")
         assert "worker-b0-deadline" in broker.log_path.read_text()  # its names, by the ids of the dump
-        time.sleep(1.0)
+        time.sleep(1.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert broker.alive() and controller.alive()
     finally:
         stop(broker)
@@ -132,7 +132,7 @@ def test_a_broker_process_dumps_its_threads_on_sigquit_and_runs_on(zk, layout, z
 
 
 class _ProcessBrokers:
-    """The part of a chaos run the broker-freeze fault reaches (``faults.ChaosCluster``): its options and its
+    """The part of a chaos run the broker-freeze fault reaches (``faults.BrokerFreeze``): its options and its
     broker processes, real ones."""
 
     def __init__(self, procs: dict[str, ChaosProcess]) -> None:

@@ -20,13 +20,13 @@ from tests.cli_support import ZKCTL, assert_user_error, invoke, ok, ok_json, sto
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
-    placed = cluster.wait_running({f"t{i}" for i in range(4)})
+def test_status_group_describe_and_broker_list(noop_cluster, cli_env, zk, layout):
+    noop_cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
+    placed = noop_cluster.wait_running({f"t{i}" for i in range(4)})
     until(lambda: ok_json(cli_env, "status")["groups"][0]["state"] == "Stable", what="Stable")
     st = ok_json(cli_env, "status", "--full")
-    assert st["controller"]["controller_id"] == "ctl" and st["controller"]["epoch"] == cluster.controller.epoch
-    assert st["controller_epoch"] == cluster.controller.epoch
+    assert st["controller"]["controller_id"] == "ctl" and st["controller"]["epoch"] == noop_cluster.controller.epoch
+    assert st["controller_epoch"] == noop_cluster.controller.epoch
     assert {b["broker_id"]: b["epoch"] for b in st["brokers"]} == {
         b: zk.exists(layout.broker(b)).czxid for b in ("b0", "b1")
     }
@@ -59,33 +59,35 @@ def test_status_group_describe_and_broker_list(cluster, cli_env, zk, layout):
     assert "EPOCH" in ok(cli_env, "broker", "list").splitlines()[0]
 
 
-def test_rebalance_bumps_the_generation(cluster, cli_env):
-    cluster.admin.create_tasks([parse_spec({"id": "t1", "pipeline": {"kind": "noop"}})])
-    cluster.wait_running({"t1"})
-    until(lambda: cluster.admin.status().groups[0].state == "Stable", what="Stable")
-    before = cluster.admin.status().groups[0].generation
+def test_rebalance_bumps_the_generation(noop_cluster, cli_env):
+    noop_cluster.admin.create_tasks([parse_spec({"id": "t1", "pipeline": {"kind": "noop"}})])
+    noop_cluster.wait_running({"t1"})
+    until(lambda: noop_cluster.admin.status().groups[0].state == "Stable", what="Stable")
+    before = noop_cluster.admin.status().groups[0].generation
     p = zkctl(cli_env, "--json", "rebalance", "--group", "default", "--wait", "--timeout", "20")
     assert p.returncode == 0 and p.stderr == "", p.stderr  # --json: no progress, stdout pure JSON
     req = json.loads(p.stdout)
     assert req["done"] is True and req["path"].rsplit("/", 1)[1].startswith("req-")
-    after = cluster.admin.status().groups[0]
+    after = noop_cluster.admin.status().groups[0]
     assert after.state == "Stable" and after.generation > before
     assert "Rebalance of all groups done" in ok(cli_env, "rebalance", "--wait", "--timeout", "20")
-    cluster.wait_running({"t1"})
+    noop_cluster.wait_running({"t1"})
 
 
-def test_reassign_moves_a_task_without_double_ownership(cluster, cli_env, zk, layout):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
-    placed = cluster.wait_running({f"t{i}" for i in range(4)})
+def test_reassign_moves_a_task_without_double_ownership(noop_cluster, cli_env, zk, layout):
+    noop_cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
+    placed = noop_cluster.wait_running({f"t{i}" for i in range(4)})
     source = placed["t0"]
     target = "b1" if source == "b0" else "b0"
     assert f"Task t0 now runs on {target}" in ok(
         cli_env, "task", "reassign", "t0", "--to", target, "--wait", "--timeout", "20"
     )
-    until(lambda: cluster.running().get("t0") == target, what="t0 running on the target")
+    until(lambda: noop_cluster.running().get("t0") == target, what="t0 running on the target")
     assert codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner("t0"))[0]).broker == target
     # the runs of t0: the source released its owner znode before the target acquired it
-    runs = [i for w in cluster.workers.values() for i in list(w.intervals) + w.open_intervals() if i.task_id == "t0"]
+    runs = [
+        i for w in noop_cluster.workers.values() for i in list(w.intervals) + w.open_intervals() if i.task_id == "t0"
+    ]
     src = [i for i in runs if i.broker == source]
     dst = [i for i in runs if i.broker == target]
     assert src and dst
@@ -96,9 +98,9 @@ def test_reassign_moves_a_task_without_double_ownership(cluster, cli_env, zk, la
     until(lambda: zk.get_children(layout.admin_reassign) == [], what="the request removed")
 
 
-def test_broker_shutdown_moves_its_tasks_away(cluster, cli_env):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
-    placed = cluster.wait_running({f"t{i}" for i in range(4)})
+def test_broker_shutdown_moves_its_tasks_away(noop_cluster, cli_env):
+    noop_cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(4)])
+    placed = noop_cluster.wait_running({f"t{i}" for i in range(4)})
     assert "b1" in placed.values()
     held = sum(1 for b in placed.values() if b == "b1")
     p = zkctl(cli_env, "broker", "shutdown", "b1", "--wait", "--timeout", "30")
@@ -114,26 +116,26 @@ def test_broker_shutdown_moves_its_tasks_away(cluster, cli_env):
         for line in lines
     ), lines
     assert lines[-1].split(": ")[1].startswith(f"{held}/{held} moved") and "\r" not in p.stderr
-    assert set(cluster.running().values()) == {"b0"}
-    until(cluster.workers["b1"].exited.is_set, what="b1's controlled shutdown to complete")
-    cluster.workers["b1"].stop()  # what `zkctl broker run` does once `exited` is set
-    until(lambda: cluster.running() == {f"t{i}": "b0" for i in range(4)}, what="every task on b0")
+    assert set(noop_cluster.running().values()) == {"b0"}
+    until(noop_cluster.workers["b1"].exited.is_set, what="b1's controlled shutdown to complete")
+    noop_cluster.workers["b1"].stop()  # what `zkctl broker run` does once `exited` is set
+    until(lambda: noop_cluster.running() == {f"t{i}": "b0" for i in range(4)}, what="every task on b0")
 
 
-def test_zk_get_decodes_payloads(cluster, cli_env, layout):
-    cluster.admin.create_tasks([parse_spec({"id": "t1", "weight": 3, "pipeline": {"kind": "noop"}})])
-    cluster.wait_running({"t1"})
+def test_zk_get_decodes_payloads(noop_cluster, cli_env, layout):
+    noop_cluster.admin.create_tasks([parse_spec({"id": "t1", "weight": 3, "pipeline": {"kind": "noop"}})])
+    noop_cluster.wait_running({"t1"})
     got = ok_json(cli_env, "zk", "get", layout.task("t1"))
     assert got["data"]["id"] == "t1" and got["data"]["weight"] == 3 and got["error"] is None
     assert ok_json(cli_env, "zk", "get", layout.controller)["data"]["controller_id"] == "ctl"
     owner = ok_json(cli_env, "zk", "get", layout.task_owner("t1"))
     assert owner["data"]["broker"] in ("b0", "b1") and owner["stat"]["ephemeral_owner"]
     assert ok_json(cli_env, "zk", "get", layout.broker("b0"))["data"]["broker_id"] == "b0"
-    assert ok(cli_env, "zk", "get", "--raw", layout.controller_epoch).strip() == str(cluster.controller.epoch)
+    assert ok(cli_env, "zk", "get", "--raw", layout.controller_epoch).strip() == str(noop_cluster.controller.epoch)
     assert "tasks" in ok(cli_env, "zk", "tree", layout.root)
 
 
-def test_watch_prints_events_as_they_happen(cluster, cli_env):
+def test_watch_prints_events_as_they_happen(noop_cluster, cli_env):
     lines: queue.Queue[str] = queue.Queue()
     p = subprocess.Popen(
         [ZKCTL, "--json", "watch", "--duration", "60"],
@@ -151,7 +153,7 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
         first = next_event()
         assert first["kind"] == "watching" and first["detail"]["controller"] == "ctl"
         assert set(first["detail"]["brokers"]) == {"b0", "b1"}
-        cluster.admin.create_tasks([parse_spec({"id": "w1", "pipeline": {"kind": "noop"}})])
+        noop_cluster.admin.create_tasks([parse_spec({"id": "w1", "pipeline": {"kind": "noop"}})])
         seen: list[dict] = []
         until(
             lambda: (
@@ -169,7 +171,7 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
         ]
         gens = [e["detail"]["generation"] for e in seen if e["kind"] == "group"]
         assert gens == sorted(gens)
-        cluster.admin.pause("w1")
+        noop_cluster.admin.pause("w1")
         seen.clear()
         until(
             lambda: (
@@ -186,16 +188,16 @@ def test_watch_prints_events_as_they_happen(cluster, cli_env):
     finally:
         stop_process(p)
     # human form, bounded by a count
-    cluster.admin.resume("w1")
+    noop_cluster.admin.resume("w1")
     out = ok(cli_env, "watch", "--duration", "1")
     assert out.splitlines()[0].split()[1:3] == ["watching", "watching"]
 
 
-def test_timeline_from_zookeeper_and_from_a_file(cluster, cli_env, tmp_path):
-    cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(3)])
-    placed = cluster.wait_running({"t0", "t1", "t2"})
+def test_timeline_from_zookeeper_and_from_a_file(noop_cluster, cli_env, tmp_path):
+    noop_cluster.admin.create_tasks([parse_spec({"id": f"t{i}", "pipeline": {"kind": "noop"}}) for i in range(3)])
+    placed = noop_cluster.wait_running({"t0", "t1", "t2"})
     ok(cli_env, "task", "reassign", "t0", "--to", "b1" if placed["t0"] == "b0" else "b0", "--wait", "--timeout", "20")
-    until(lambda: any(i.task_id == "t0" for i in cluster.admin.intervals()), what="intervals flushed to ZooKeeper")
+    until(lambda: any(i.task_id == "t0" for i in noop_cluster.admin.intervals()), what="intervals flushed to ZooKeeper")
     out = tmp_path / "zk.png"
     summary = ok_json(cli_env, "timeline", "--out", str(out), "--from-zk", "--title", "from zk")
     assert out.read_bytes()[:8] == PNG and summary["overlaps"] == 0 and summary["tasks"] >= 1

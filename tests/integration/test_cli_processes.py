@@ -130,7 +130,7 @@ def test_controller_run_and_broker_run_processes(zk, cli_env, layout):
 
         # no controller now: a controlled shutdown cannot finish; Ctrl-C twice stops the broker at once
         os.kill(procs["p2"].pid, signal.SIGINT)
-        time.sleep(0.5)
+        time.sleep(0.5)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert procs["p2"].poll() is None
         os.kill(procs["p2"].pid, signal.SIGINT)
         assert procs["p2"].wait(30) == 0

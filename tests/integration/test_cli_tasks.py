@@ -37,10 +37,10 @@ def test_task_list_pages_with_a_cursor(cli_env, zk, layout):
 
 
 # ---- behaviour (subprocesses against the real ZooKeeper) -------------------------------------------
-def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp_path, zk, layout):
+def test_task_lifecycle_create_pause_resume_restart_delete(noop_cluster, cli_env, tmp_path, zk, layout):
     out = ok(cli_env, "task", "create", "-f", str(write_specs(tmp_path / "s.yaml", "t1", "t2", "t3", "t4")))
     assert "Created 4 tasks: t1, t2, t3, t4" in out
-    placed = cluster.wait_running({"t1", "t2", "t3", "t4"})
+    placed = noop_cluster.wait_running({"t1", "t2", "t3", "t4"})
     assert set(placed.values()) == {"b0", "b1"}
     rows = {r["task_id"]: r for r in ok_json(cli_env, "task", "list")}
     until(lambda: all(r["status"] == "RUNNING" for r in ok_json(cli_env, "task", "list")), what="statuses")
@@ -50,16 +50,16 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
     assert table[0].split() == header and len(table) == 5
 
     assert "Task t1 paused" in ok(cli_env, "task", "pause", "t1")
-    cluster.wait_running({"t2", "t3", "t4"})
+    noop_cluster.wait_running({"t2", "t3", "t4"})
     until(lambda: zk.exists(layout.task_owner("t1")) is None, what="t1 released")
     row = next(r for r in ok_json(cli_env, "task", "list") if r["task_id"] == "t1")
     assert row["state"] == "PAUSED" and row["owner"] is None
     assert "already PAUSED" in ok(cli_env, "task", "pause", "t1")
 
     assert "Task t1 resumed" in ok(cli_env, "task", "resume", "t1")
-    cluster.wait_running({"t1", "t2", "t3", "t4"})
+    noop_cluster.wait_running({"t1", "t2", "t3", "t4"})
 
-    runner_of_t2 = cluster.workers[cluster.running()["t2"]]
+    runner_of_t2 = noop_cluster.workers[noop_cluster.running()["t2"]]
     runs_before = sum(1 for i in runner_of_t2.intervals if i.task_id == "t2")
     assert "restart nonce 1" in ok(cli_env, "task", "restart", "t2")
     until(
@@ -76,12 +76,12 @@ def test_task_lifecycle_create_pause_resume_restart_delete(cluster, cli_env, tmp
 
     assert "Task t1 deleted" in ok(cli_env, "task", "delete", "t1", "--wait", "--timeout", "20")
     assert zk.exists(layout.task("t1")) is None and zk.exists(layout.status("t1")) is None
-    cluster.wait_running({"t2", "t3", "t4"})
+    noop_cluster.wait_running({"t2", "t3", "t4"})
     p = zkctl(cli_env, "task", "describe", "t1")
     assert p.returncode == 1 and p.stderr.strip() == "Error: unknown task 't1'" and p.stdout == ""
 
 
-def test_restart_failed_restarts_every_failed_task_in_one_write(cluster, cli_env, tmp_path, zk, layout):
+def test_restart_failed_restarts_every_failed_task_in_one_write(noop_cluster, cli_env, tmp_path, zk, layout):
     specs = tmp_path / "failing.yaml"
     specs.write_text(
         "".join(
@@ -139,15 +139,15 @@ def test_task_schema_needs_no_zookeeper_and_is_the_specs_schema(tmp_path):
     assert schema["$defs"]["TaskSpec"]["required"] == ["id", "pipeline"] and "anyOf" in schema
 
 
-def test_stop_offsets_and_reset_offsets_commands(cluster, cli_env, tmp_path, zk, layout):
+def test_stop_offsets_and_reset_offsets_commands(noop_cluster, cli_env, tmp_path, zk, layout):
     """`task stop --wait`, `task offsets`, `task reset-offsets` and `task delete --purge-checkpoint` over a
     checkpoint in Spark's format on the brokers' storage: the CLI never reads it, the broker that ran the task
     does."""
     from tests.offsets_support import fake_checkpoint, spark_spec
 
-    cluster.admin.create_tasks([spark_spec("o1", tmp_path)])
-    cluster.wait_running({"o1"})
-    ck = cluster.checkpoint_root / "o1"
+    noop_cluster.admin.create_tasks([spark_spec("o1", tmp_path)])
+    noop_cluster.wait_running({"o1"})
+    ck = noop_cluster.checkpoint_root / "o1"
     fake_checkpoint(ck, tmp_path)
     run = lambda *a: invoke(list(a), env=cli_env)  # noqa: E731
     assert_user_error(run("task", "reset-offsets", "o1", "--to-earliest"), "must be STOPPED", "RUNNING")
@@ -191,7 +191,7 @@ def test_stop_offsets_and_reset_offsets_commands(cluster, cli_env, tmp_path, zk,
     res = run("task", "delete", "o1", "--purge-checkpoint")
     assert res.exit_code == 2 and "--purge-checkpoint needs --wait" in res.stderr
     assert "Task o1 resumed" in run("task", "resume", "o1").stdout
-    cluster.wait_running({"o1"})
+    noop_cluster.wait_running({"o1"})
     ck.mkdir(parents=True)
     (ck / "metadata").write_text("{}")
     res = run("task", "delete", "o1", "--wait", "--timeout", "20", "--purge-checkpoint")

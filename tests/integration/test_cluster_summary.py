@@ -9,7 +9,6 @@ import time
 from controller.admin import AdminClient
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import admin_records, codecs
-from tests.controller_support import cluster  # noqa: F401  (fixture)
 from tests.integration.test_admin_scale import ReadCounter, _specs
 
 
@@ -28,7 +27,7 @@ def _until_summary_matches(admin: AdminClient, timeout: float = 20.0) -> dict:
         time.sleep(0.3)
 
 
-def test_the_summary_matches_the_full_read_and_status_reads_no_task(cluster, zk, layout: ZkLayout):  # noqa: F811
+def test_the_summary_matches_the_full_read_and_status_reads_no_task(cluster, zk, layout: ZkLayout):
     admin = AdminClient(zk, layout)
     ctl = cluster.controller("ctl")
     assert ctl.wait_active(30)

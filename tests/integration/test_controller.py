@@ -32,11 +32,10 @@ from controller.protocol.records import codecs, group_messages, registration_rec
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_statuses, list_tasks
-from tests.controller_support import (  # noqa: F401  (cluster: a fixture)
+from tests.controller_support import (
     ActiveMonitor,
     Block,
     Probe,
-    cluster,
     create_tasks,
     expire_session,
     group_state,
@@ -46,8 +45,8 @@ from tests.controller_support import (  # noqa: F401  (cluster: a fixture)
     settle,
     the_active,
     view,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 WRITE_REQUESTS = ("Create", "SetData", "Delete", "Transaction")
 

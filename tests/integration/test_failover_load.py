@@ -23,7 +23,8 @@ from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.io import InterruptibleClient, children_many, get_many
 from controller.zk.multi_read import MULTI_READ_FIRST_OPS, MultiRead, multi_children, multi_read
 from controller.zk.watches import AddWatch, PersistentWatches
-from tests.controller_support import cluster, create_tasks, settle, wait_until, watches_by_session  # noqa: F401  (cluster: fixture)
+from tests.controller_support import create_tasks, settle, watches_by_session
+from tests.waiting import wait_until
 
 
 def counting(client: KazooClient) -> list[MultiRead]:

@@ -16,7 +16,7 @@ from broker_sim.chaos.processes import read_journal
 from broker_sim.sim.netproxy import NetProxy
 from controller.admin import AdminClient
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
-from tests.broker_processes import BrokerProcess, controller, owners  # noqa: F401  (a fixture)
+from tests.broker_processes import BrokerProcess, owners
 from tests.cli_support import until
 
 

@@ -13,7 +13,7 @@ from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED
 from controller.admin import AdminClient
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
-from tests.broker_processes import BrokerProcess, controller, first_owner_after, owners  # noqa: F401  (a fixture)
+from tests.broker_processes import BrokerProcess, first_owner_after, owners
 from tests.cli_support import until
 
 

@@ -14,7 +14,6 @@ from controller.daemon import Controller, ControllerConfig
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings
-from tests.integration.test_identities import per_broker  # noqa: F401 - the fixture
 from tests.security_support import BROKER_CREDS, CREDS
 
 
@@ -36,7 +35,7 @@ def _start(zk_hosts: str, zk_root: str) -> tuple[Controller, dict[str, Worker]]:
 
 
 def test_one_brokers_credentials_cannot_shut_down_another_and_a_malformed_request_is_refused(
-    per_broker,  # noqa: F811
+    per_broker,
     zk_hosts: str,
     zk_root: str,
 ) -> None:
@@ -76,7 +75,7 @@ def test_one_brokers_credentials_cannot_shut_down_another_and_a_malformed_reques
 
 
 def test_names_a_broker_may_create_the_operator_and_the_controller_may_delete(
-    per_broker,  # noqa: F811
+    per_broker,
     zk_hosts: str,
     zk_root: str,
 ) -> None:
@@ -100,7 +99,7 @@ def test_names_a_broker_may_create_the_operator_and_the_controller_may_delete(
         ctl.stop()
 
 
-def test_the_policys_digests_are_not_the_read_only_roles(per_broker) -> None:  # noqa: F811
+def test_the_policys_digests_are_not_the_read_only_roles(per_broker) -> None:
     """The reader may not read the policy; ZooKeeper shows a digest in an ACL only to a caller with ADMIN."""
     layout, _policy, client = per_broker
     reader, admin_zk = client(CREDS["reader"]), client(CREDS["admin"])
@@ -112,7 +111,7 @@ def test_the_policys_digests_are_not_the_read_only_roles(per_broker) -> None:  #
     assert reader.get_children(layout.broker_ids) == []  # it still reads the cluster
 
 
-def test_a_name_the_controller_may_not_delete_stays_left_out(per_broker, zk_hosts: str, zk_root: str, caplog) -> None:  # noqa: F811
+def test_a_name_the_controller_may_not_delete_stays_left_out(per_broker, zk_hosts: str, zk_root: str, caplog) -> None:
     """A client not using ours chooses the ACL of what it creates: a subtree nobody else may delete. The
     controller activates anyway, says so once, and every listing goes on leaving it out."""
     from kazoo.client import KazooClient
@@ -163,20 +162,20 @@ def test_a_broker_leaving_by_its_own_join_request_shows_as_shutting_down(zk, lay
     assert views == {"b1": True, "b2": False}
 
 
-def test_a_malformed_shutdown_request_is_refused_and_the_broker_keeps_its_tasks(cluster, zk, layout) -> None:
+def test_a_malformed_shutdown_request_is_refused_and_the_broker_keeps_its_tasks(noop_cluster, zk, layout) -> None:
     """On an open root anyone may write the request: one that does not decode (``{}``) or names another
     broker moves nothing, is deleted, and the broker stays up."""
     tasks = {f"t{i}" for i in range(4)}
-    cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in sorted(tasks)])
-    running = cluster.wait_running(tasks)
+    noop_cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in sorted(tasks)])
+    running = noop_cluster.wait_running(tasks)
     held = {t for t, b in running.items() if b == "b1"}
     assert held
     for body in (b"{}", b'{"broker": "b0"}', b"\xff"):
         zk.create(layout.admin_controlled_shutdown_of("b1"), body)
         assert wait_for(lambda: zk.exists(layout.admin_controlled_shutdown_of("b1")) is None, 10), body
     # the handler that deleted the requests is the one that would have acted on them: nothing started
-    ctx = cluster.controller.ctx
+    ctx = noop_cluster.controller.ctx
     assert ctx is not None and "b1" not in ctx.shutdown_requests
     assert "b1" not in ctx.groups["default"].shutting_down
-    assert {t for t, b in cluster.running().items() if b == "b1"} == held
-    assert not cluster.workers["b1"].exited.is_set()
+    assert {t for t, b in noop_cluster.running().items() if b == "b1"} == held
+    assert not noop_cluster.workers["b1"].exited.is_set()

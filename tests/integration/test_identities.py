@@ -22,31 +22,12 @@ from controller.protocol.records import codecs, task_records
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.security import acl_for, check_acls, init_security, owner_in_acl
-from tests.integration.test_security import _denied, _remove_secured_root
-from tests.security_support import BROKER_CREDS, CREDS, SHARED, R, W, broker_policy
+from tests.integration.test_security import _denied
+from tests.security_fixtures import remove_secured_root
+from tests.security_support import BROKER_CREDS, CREDS, SHARED, R, W
 
 
 # ---- against ZooKeeper ---------------------------------------------------------------------------
-@pytest.fixture
-def per_broker(zk_hosts: str, zk_root: str):
-    """A root secured with a policy naming b0's and b1's own identities (and the shared broker one)."""
-    layout = ZkLayout(zk_root)
-    policy = broker_policy()
-    clients = []
-
-    def client(cred: str | None):
-        c = make_client(ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0, auth=cred))
-        clients.append(c)
-        return c
-
-    init_security(client(CREDS["admin"]), layout, policy, CREDS["admin"])
-    yield layout, policy, client
-    for c in clients:
-        c.stop()
-        c.close()
-    _remove_secured_root(zk_hosts, layout)
-
-
 def _settings(zk_hosts: str, zk_root: str, cred: str) -> ZkSettings:
     return ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0, auth=cred)
 
@@ -269,4 +250,4 @@ def test_cli_init_check_and_digest_with_per_broker_identities(zk_hosts, zk_root,
             admin.stop()
             admin.close()
     finally:
-        _remove_secured_root(zk_hosts, ZkLayout(zk_root))
+        remove_secured_root(zk_hosts, ZkLayout(zk_root))

@@ -22,7 +22,8 @@ from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.layout_io import LayoutError, check_root, list_statuses, list_tasks
 from controller.zk.subtrees import delete_tree
-from tests.controller_support import Cluster, cluster, wait_until  # noqa: F401 (cluster: a fixture)
+from tests.controller_support import Cluster
+from tests.waiting import wait_until
 
 
 def _spec(t: str, **kw) -> bytes:

@@ -15,7 +15,8 @@ from controller.admin.operations import SettingError
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.records.group_messages import MemberMetadata, TaskDescriptor
-from tests.controller_support import cluster, create_tasks, group_state, wait_until  # noqa: F401
+from tests.controller_support import create_tasks, group_state
+from tests.waiting import wait_until
 
 START_S = 0.6  # a slow start, so that moves in flight overlap unless something holds them apart
 
@@ -101,7 +102,7 @@ def test_maintenance_freezes_placement_and_a_lost_brokers_tasks_wait_for_it(clus
         15,
         "w2's tasks held for it, without a deadline",
     )
-    time.sleep(2.0)
+    time.sleep(2.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
     assert w1.running_tasks() == set(ids) - lost  # nothing piled onto the survivor
     st = admin.status(full=True)
     assert st.maintenance["on"] and st.tasks["unowned"] == len(lost)
@@ -110,7 +111,7 @@ def test_maintenance_freezes_placement_and_a_lost_brokers_tasks_wait_for_it(clus
     w3 = _worker(cluster, "w3")
     w2b = _worker(cluster, "w2")
     wait_until(lambda: w2b.running_tasks() == lost, 20, "w2 back with its own tasks")
-    time.sleep(1.0)
+    time.sleep(1.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
     assert w3.running_tasks() == set() and w1.running_tasks() == set(ids) - lost
     assert move_runs(_intervals(cluster), (mark, time.time())) == []
     off = admin.set_maintenance(False)
@@ -137,7 +138,7 @@ def test_losing_too_many_brokers_at_once_turns_maintenance_on_by_itself(cluster,
     wait_until(lambda: admin.maintenance().on, 15, "maintenance on by itself")
     m = admin.maintenance()
     assert m.by == "auto" and m.offline == ("w3", "w4") and "2 brokers lost" in m.reason
-    time.sleep(2.0)
+    time.sleep(2.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
     assert _running(ws[:2]) == survivors_before  # a rack loss does not pile everything on the survivors
     w3 = _worker(cluster, "w3")  # one back: 1 still offline, within the limit, so it ends by itself
     wait_until(lambda: not admin.maintenance().on, 20, "automatic maintenance ends")

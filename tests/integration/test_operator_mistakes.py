@@ -28,7 +28,7 @@ from kazoo.security import ACL, Id, Permissions
 
 from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
-from controller.admin import AdminClient, wait_for
+from controller.admin import AdminClient
 from controller.daemon import Controller, ControllerConfig
 from controller.protocol.cluster.acl import SecurityError, digest_id
 from controller.protocol.group.vocabulary import GroupConfig
@@ -36,14 +36,10 @@ from controller.protocol.records import codecs, registration_records, task_recor
 from controller.protocol.tasks.spec import NoopPipeline, SpecError, TaskSpec, parse_spec
 from controller.zk.client import ZkSettings
 from controller.zk.layout_io import list_tasks
-from tests.integration.test_security import secured  # noqa: F401 - the fixture, shared
 from tests.security_support import CREDS, PASSWORDS
+from tests.waiting import wait_until
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
-
-
-def _until(predicate, timeout: float, what: str) -> None:
-    assert wait_for(predicate, timeout), f"timed out after {timeout}s waiting for {what}"
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -64,7 +60,7 @@ def test_a_duplicate_broker_id_exits_at_once_and_leaves_the_original_alone(zk, l
     )
     second: subprocess.Popen | None = None
     try:
-        _until(lambda: zk.exists(layout.broker("o1")) is not None, 30, "o1 to register")
+        wait_until(lambda: zk.exists(layout.broker("o1")) is not None, 30, "o1 to register")
         owner = zk.exists(layout.broker("o1")).ephemeralOwner
         started = time.monotonic()
         second = subprocess.Popen(
@@ -104,7 +100,7 @@ def test_a_worker_whose_id_another_live_session_holds_fails_without_acting_in_it
         settings = ZkSettings(hosts=zk_settings.hosts, root=zk_settings.root, session_timeout_s=1.0)
         w = Worker(WorkerConfig("o2", settings, on_halt="kill")).start()
         try:
-            _until(w.failed.is_set, 15, "the worker to give up")
+            wait_until(w.failed.is_set, 15, "the worker to give up")
             assert "registered by another live session" in (w.failure or "") and "elsewhere" in w.failure
             w.request_shutdown()
             assert zk.exists(layout.admin_controlled_shutdown_of("o2")) is None
@@ -141,7 +137,7 @@ def test_a_stray_child_under_a_task_neither_hangs_its_deletion_nor_spins_the_con
     admin.create_tasks(
         [parse_spec({"id": "t1", "pipeline": {"kind": "noop"}}), parse_spec({"id": "t2", "pipeline": {"kind": "noop"}})]
     )
-    _until(lambda: set(w.running_tasks()) == {"t1", "t2"}, 20, "both tasks running")
+    wait_until(lambda: set(w.running_tasks()) == {"t1", "t2"}, 20, "both tasks running")
 
     zk.create(layout.task("t1") + "/note", b"someone else's")
     zk.create(layout.task("t1") + "/note/deeper", b"")
@@ -158,7 +154,7 @@ def test_a_stray_child_under_a_task_neither_hangs_its_deletion_nor_spins_the_con
     assert attempts < 20, f"{attempts} deletion attempts in 4 s: the retry does not back off"
     assert zk.exists(layout.task("t2")) is not None
     zk.set_acls(layout.task("t2"), [ACL(Permissions.ALL, Id("world", "anyone"))])
-    _until(lambda: zk.exists(layout.task("t2")) is None, 40, "t2 deleted once its stray can go")
+    wait_until(lambda: zk.exists(layout.task("t2")) is None, 40, "t2 deleted once its stray can go")
 
 
 # ---- 3. sizes that would break the protocol's payloads --------------------------------------------
@@ -202,7 +198,7 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
     try:
         assert ctl.wait_active(20)
         w = Worker(WorkerConfig("s0", zk_settings, group="small", status_interval_s=0.1, on_halt="kill")).start()
-        _until(lambda: w.running_tasks() == {"small-1"}, 30, "the small group's task running")
+        wait_until(lambda: w.running_tasks() == {"small-1"}, 30, "the small group's task running")
         admin = AdminClient(zk, layout)
         before = admin.describe_group("small")[0].summary.generation
         admin.rebalance("small", wait=20)  # the admin-request watches were armed despite the big group
@@ -214,7 +210,7 @@ def test_an_oversized_group_does_not_stop_the_controller_from_activating(zk, lay
 
 
 # ---- 4. ACLs: brokers hold no ADMIN; admin reads go on --------------------------------------------
-def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):  # noqa: F811
+def test_a_broker_cannot_lock_the_admin_out_and_admin_reads_go_on(secured, zk_hosts, zk_root, tmp_path):
     layout, policy, client = secured
     admin = AdminClient(client("admin"), layout)
     admin.create_tasks(
@@ -303,10 +299,10 @@ def _expire(client: KazooClient, hosts: str) -> None:
 def test_a_controlled_shutdown_after_a_session_expiry_ends(one_broker, zk, layout, zk_hosts):
     ctl, w, admin = one_broker
     admin.create_tasks([parse_spec({"id": "t1", "pipeline": {"kind": "noop"}})])
-    _until(lambda: w.running_tasks() == {"t1"}, 20, "t1 running")
+    wait_until(lambda: w.running_tasks() == {"t1"}, 20, "t1 running")
     old_session = w.session_id
     _expire(w.client, zk_hosts)
-    _until(
+    wait_until(
         lambda: (
             w.session_id not in (None, old_session)
             and w.state() == "Stable"
@@ -316,7 +312,7 @@ def test_a_controlled_shutdown_after_a_session_expiry_ends(one_broker, zk, layou
         "b0 back with a new session",
     )
     admin.shutdown_broker("b0", wait=20)
-    _until(w.exited.is_set, 20, "the worker to finish its controlled shutdown")
+    wait_until(w.exited.is_set, 20, "the worker to finish its controlled shutdown")
 
 
 # ---- 6. names and credentials (the pure name checks: tests/unit/test_cli_usage.py) --------------------

@@ -12,6 +12,7 @@ from broker_sim.sim.simulation_types import SimOptions
 from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from tests.integration.test_roll import _supervise
+from tests.waiting import wait_until
 
 
 def test_a_rolled_task_is_prepared_before_it_arrives_and_starts_from_it(zk_hosts: str) -> None:
@@ -46,9 +47,9 @@ def test_a_rolled_task_is_prepared_before_it_arrives_and_starts_from_it(zk_hosts
             runner = sim.workers[to].runner  # (a receiver is not restarted after it received)
             assert t in runner.warm_starts, (t, to, list(runner.warm_starts))  # type: ignore[attr-defined]
         # the warm-up's bookkeeping forgets them as they run (at its next review: the status thread's pass)
-        deadline = time.monotonic() + 5
-        while any(w.warmup.prepared() for w in sim.workers.values()) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(
+            lambda: not any(w.warmup.prepared() for w in sim.workers.values()), 5, "the warm-up to forget the arrivals"
+        )
         assert sum(w.warmup.arrivals for w in sim.workers.values()) == 12
         assert not any(w.runner.prepared() for w in sim.workers.values())  # type: ignore[attr-defined]
 
@@ -78,15 +79,10 @@ def test_what_was_prepared_and_did_not_arrive_is_discarded(zk_hosts: str) -> Non
         receiver = sim.workers["broker-000"]
         leaving = set(sim.workers["broker-001"].running_tasks())
         assert len(leaving) == 3
-        deadline = time.monotonic() + 10
-        while receiver.runner.prepared() != leaving and time.monotonic() < deadline:  # type: ignore[attr-defined]
-            time.sleep(0.05)
-        assert receiver.runner.prepared() == leaving  # type: ignore[attr-defined]
+        wait_until(lambda: receiver.runner.prepared() == leaving, 10, "the leaving tasks prepared")  # type: ignore[attr-defined]
         assert receiver.running_tasks().isdisjoint(leaving)  # prepared, not running
         assert _supervise(sim, admin, ("paused", "done"), 30, restart=False) == "paused"
-        deadline = time.monotonic() + 10
-        while receiver.runner.prepared() and time.monotonic() < deadline:  # type: ignore[attr-defined]
-            time.sleep(0.05)
+        wait_until(lambda: not receiver.runner.prepared(), 10, "the prepared tasks discarded")  # type: ignore[attr-defined]
         assert receiver.runner.prepared() == set() and receiver.warmup.prepared() == set()  # type: ignore[attr-defined]
         assert receiver.warmup.discards >= 3 and receiver.warmup.arrivals == 0
         assert set(sim.workers["broker-001"].running_tasks()) == leaving  # they stayed where they ran
@@ -111,13 +107,10 @@ def test_the_fence_drops_what_was_prepared(zk_hosts: str) -> None:
         assert _supervise(sim, admin, (), 30, step=1) == "drain"
         receiver = sim.workers["broker-000"]
         leaving = set(sim.workers["broker-001"].running_tasks())
-        deadline = time.monotonic() + 10
-        while receiver.runner.prepared() != leaving and time.monotonic() < deadline:  # type: ignore[attr-defined]
-            time.sleep(0.05)
-        assert receiver.runner.prepared() == leaving  # type: ignore[attr-defined]
+        wait_until(lambda: receiver.runner.prepared() == leaving, 10, "the leaving tasks prepared")  # type: ignore[attr-defined]
         receiver.fence.fence()  # what the SUSPENDED timer and the pause detector call
         assert receiver.runner.prepared() == set() and receiver.warmup.prepared() == set()  # type: ignore[attr-defined]
         assert receiver.runner.running() == set()
         receiver.warmup.review()  # (the status thread's pass while fenced: nothing prepared again)
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window for a wrong prepare to show: nothing to wait for when all goes right
         assert receiver.runner.prepared() == set()  # type: ignore[attr-defined]

@@ -10,65 +10,23 @@ import logging
 import pytest
 from click.testing import CliRunner
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.exceptions import NoAuthError
 
 from broker_sim.worker import Worker, WorkerConfig
 from cli.main import cli
 from controller.admin import AdminClient, wait_for
 from controller.daemon import Controller, ControllerConfig
-from controller.protocol.cluster.acl import ROLES, AclPolicy, digest_id
+from controller.protocol.cluster.acl import ROLES, digest_id
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.records import codecs, group_messages
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.layout_io import list_tasks
-from controller.zk.security import check_acls, init_security
+from controller.zk.security import check_acls
 from controller.zk.subtrees import delete_tree
+from tests.security_fixtures import remove_secured_root
 from tests.security_support import CREDS, PASSWORDS
-
-
-@pytest.fixture
-def secured(zk_hosts: str, zk_root: str):
-    """A root laid out by `security init` (admin credentials), and a client factory per role."""
-    layout = ZkLayout(zk_root)
-    policy = AclPolicy.from_credentials({r: [CREDS[r]] for r in ROLES})
-    clients: list[KazooClient] = []
-
-    def client(role: str | None) -> KazooClient:
-        c = make_client(
-            ZkSettings(hosts=zk_hosts, root=zk_root, session_timeout_s=4.0, auth=CREDS[role] if role else None)
-        )
-        clients.append(c)
-        return c
-
-    admin = client("admin")
-    result = init_security(admin, layout, policy, CREDS["admin"])
-    assert layout.security in result.created and result.acls_set >= len(result.created)
-    yield layout, policy, client
-    for c in clients:
-        c.stop()
-        c.close()
-    _remove_secured_root(zk_hosts, layout)
-
-
-def _remove_secured_root(zk_hosts: str, layout: ZkLayout) -> None:
-    """The admin's ADMIN permission lets it open every ACL (the documented way to unsecure), then delete."""
-    admin = make_client(ZkSettings(hosts=zk_hosts, root=layout.root, auth=CREDS["admin"]))
-    try:
-        stack = [layout.root]
-        while stack:
-            path = stack.pop()
-            try:
-                admin.set_acls(path, OPEN_ACL_UNSAFE)
-                stack += [f"{path}/{c}" for c in admin.get_children(path)]
-            except NoNodeError:
-                continue
-        delete_tree(admin, layout.root)
-    finally:
-        admin.stop()
-        admin.close()
 
 
 def _settings(zk_hosts: str, zk_root: str, role: str) -> ZkSettings:
@@ -223,7 +181,7 @@ def test_cli_takes_credentials_from_env_or_file_never_the_command_line(zk_hosts,
     monkeypatch.delenv("ZKC_AUTH_FILE", raising=False)  # resolve_auth exports it for child processes
     res = runner.invoke(cli, base + ["task", "list"])
     assert res.exit_code == 1 and "NoAuth" in res.output
-    _remove_secured_root(zk_hosts, ZkLayout(zk_root))
+    remove_secured_root(zk_hosts, ZkLayout(zk_root))
 
 
 def test_tls_to_zookeeper_with_a_self_signed_certificate(tmp_path, monkeypatch):

@@ -14,28 +14,28 @@ from tests.cli_support import ok, ok_json, until
 
 
 # ---- against a real ZooKeeper ----------------------------------------------------------------------------------
-def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(cluster, cli_env, zk, layout):
+def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(noop_cluster, cli_env, zk, layout):
     tasks = [f"s{i}" for i in range(6)]
-    cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
-    where = cluster.wait_running(set(tasks))
+    noop_cluster.admin.create_tasks([TaskSpec(id=t, pipeline=NoopPipeline(kind="noop")) for t in tasks])
+    where = noop_cluster.wait_running(set(tasks))
     until(
-        lambda: all(r.status == "RUNNING" and r.shown == "RUNNING" for r in cluster.admin.list_tasks()),
+        lambda: all(r.status == "RUNNING" and r.shown == "RUNNING" for r in noop_cluster.admin.list_tasks()),
         20,
         "every status RUNNING",
     )
-    rows = {r.task_id: r for r in cluster.admin.list_tasks()}
+    rows = {r.task_id: r for r in noop_cluster.admin.list_tasks()}
     for r in rows.values():  # every status names its writer's session: the owner znode's
         owner_session = zk.exists(layout.task_owner(r.task_id)).ephemeralOwner
         status = codecs.decode(TaskStatus, zk.get(layout.status(r.task_id))[0])
         assert status.session == task_records.session_hex(owner_session)
-    cluster.controller.stop()  # nothing moves from here on
+    noop_cluster.controller.stop()  # nothing moves from here on
     victim = where["s0"]
-    survivor = next(b for b in cluster.workers if b != victim)
+    survivor = next(b for b in noop_cluster.workers if b != victim)
     gone = sorted(t for t, b in where.items() if b == victim)
     kept = sorted(t for t, b in where.items() if b != victim)
-    cluster.workers[victim].kill()  # its session closes: its owner znodes vanish, its RUNNING statuses stay
+    noop_cluster.workers[victim].kill()  # its session closes: its owner znodes vanish, its RUNNING statuses stay
     until(lambda: all(zk.exists(layout.task_owner(t)) is None for t in gone), 10, "the dead broker's owners gone")
-    first = {r.task_id: r for r in cluster.admin.list_tasks()}
+    first = {r.task_id: r for r in noop_cluster.admin.list_tasks()}
     for t in gone:
         assert first[t].shown == "UNASSIGNED" and first[t].status == "RUNNING", first[t]
         assert first[t].unassigned_since is not None and first[t].unassigned_since <= time.time()
@@ -57,7 +57,7 @@ def test_a_dead_brokers_tasks_show_unassigned_and_its_statuses_stale_everywhere(
 
     # the broker comes back under a new session and holds one task again before reporting: the old status is stale
     zk.create(layout.task_owner(gone[0]), codecs.encode(OwnerInfo(broker=victim, generation=9)), ephemeral=True)
-    row = next(r for r in cluster.admin.list_tasks() if r.task_id == gone[0])
+    row = next(r for r in noop_cluster.admin.list_tasks() if r.task_id == gone[0])
     assert row.status_stale and row.shown == "STALE" and row.unassigned_since is None, row
     line = next(ln for ln in ok(cli_env, "task", "list").splitlines() if ln.startswith(gone[0] + " "))
     assert f"STALE (last RUNNING by {victim}" in line, line

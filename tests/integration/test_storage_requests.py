@@ -74,14 +74,14 @@ def test_a_purge_in_one_cluster_does_not_reach_the_other_on_the_same_state_dir(t
     assert admin_b.offsets("orders").last_committed == 2
 
 
-def test_a_pipelines_log_comes_back_through_the_cluster(cluster, cli_env, tmp_path):
-    cluster.admin.create_tasks([spark_spec("lg", tmp_path)])
-    cluster.wait_running({"lg"})
+def test_a_pipelines_log_comes_back_through_the_cluster(noop_cluster, cli_env, tmp_path):
+    noop_cluster.admin.create_tasks([spark_spec("lg", tmp_path)])
+    noop_cluster.wait_running({"lg"})
     got = []
 
     def logged() -> bool:
         try:
-            got[:] = [cluster.admin.task_logs("lg", tail=50)]
+            got[:] = [noop_cluster.admin.task_logs("lg", tail=50)]
         except Conflict:  # it just moved to the broker the second member's join gave it, which has not logged yet
             return False
         return any("state RUNNING" in line for line in got[0].lines)
@@ -89,8 +89,8 @@ def test_a_pipelines_log_comes_back_through_the_cluster(cluster, cli_env, tmp_pa
     assert wait_for(logged, 30)
     first = got[0]
     assert first.broker in ("b0", "b1") and first.path.endswith("/lg.log")
-    assert cluster.admin.task_logs("lg", tail=1).lines == first.lines[-1:]
-    later = cluster.admin.task_logs("lg", since=first.offset)
+    assert noop_cluster.admin.task_logs("lg", tail=1).lines == first.lines[-1:]
+    later = noop_cluster.admin.task_logs("lg", since=first.offset)
     assert later.offset >= first.offset and not any(line in first.lines for line in later.lines if line)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -100,19 +100,19 @@ def test_a_pipelines_log_comes_back_through_the_cluster(cluster, cli_env, tmp_pa
     assert re.match(r"# \S+/lg\.log on broker b[01]\n", out) and "state RUNNING" in out, out
 
 
-def test_garbage_under_the_requests_is_skipped_and_the_next_request_answered(cluster, zk, layout, tmp_path):
-    cluster.admin.create_tasks([spark_spec("gq", tmp_path)])
-    fake_checkpoint(cluster.checkpoint_root / "gq", tmp_path)
+def test_garbage_under_the_requests_is_skipped_and_the_next_request_answered(noop_cluster, zk, layout, tmp_path):
+    noop_cluster.admin.create_tasks([spark_spec("gq", tmp_path)])
+    fake_checkpoint(noop_cluster.checkpoint_root / "gq", tmp_path)
     zk.create(layout.admin_storage + "/bad<name>", b"x")
     zk.create(layout.storage_request("gq"), b"\x00garbage")
-    assert cluster.admin.offsets("gq").last_committed == 2  # the unreadable request was withdrawn first
+    assert noop_cluster.admin.offsets("gq").last_committed == 2  # the unreadable request was withdrawn first
     assert zk.exists(layout.storage_request("gq")) is None  # and ours once answered
 
 
-def test_a_brokers_checkpoint_root_is_registered_and_shown(cluster, cli_env):
-    root = str(cluster.checkpoint_root)
-    until(lambda: len(cluster.admin.brokers()) == 2, what="both brokers registered")
-    assert {b.broker_id: b.checkpoint_root for b in cluster.admin.brokers()} == {"b0": root, "b1": root}
+def test_a_brokers_checkpoint_root_is_registered_and_shown(noop_cluster, cli_env):
+    root = str(noop_cluster.checkpoint_root)
+    until(lambda: len(noop_cluster.admin.brokers()) == 2, what="both brokers registered")
+    assert {b.broker_id: b.checkpoint_root for b in noop_cluster.admin.brokers()} == {"b0": root, "b1": root}
     described = ok(cli_env, "broker", "describe", "b0")
     assert f"Checkpoints: {root}" in described, described
     assert root[:77] in ok(cli_env, "broker", "list")
@@ -120,18 +120,18 @@ def test_a_brokers_checkpoint_root_is_registered_and_shown(cluster, cli_env):
     assert res.returncode == 1 and "no live broker 'nobody'" in res.stderr, res
 
 
-def test_describe_says_a_checkpoint_size_is_partial_when_its_walk_stopped(cluster, cli_env, tmp_path, monkeypatch):
+def test_describe_says_a_checkpoint_size_is_partial_when_its_walk_stopped(noop_cluster, cli_env, tmp_path, monkeypatch):
     """Many empty directories must not make `describe` report `0 B in 0 files` as if complete. The walk's
     bound is lowered here (the same code path as at 200,000 entries)."""
     from broker_sim.worker import checkpoint_files
 
     monkeypatch.setattr(checkpoint_files, "MAX_SIZE_ENTRIES", 100)
-    cluster.admin.create_tasks([spark_spec("many", tmp_path)])
-    fake_checkpoint(cluster.checkpoint_root / "many", tmp_path)
+    noop_cluster.admin.create_tasks([spark_spec("many", tmp_path)])
+    fake_checkpoint(noop_cluster.checkpoint_root / "many", tmp_path)
     for i in range(300):
-        (cluster.checkpoint_root / "many" / "state" / "0" / str(i)).mkdir(parents=True)
-    cluster.wait_running({"many"})
-    d = cluster.admin.describe_task("many")
+        (noop_cluster.checkpoint_root / "many" / "state" / "0" / str(i)).mkdir(parents=True)
+    noop_cluster.wait_running({"many"})
+    d = noop_cluster.admin.describe_task("many")
     assert d.checkpoint.exists and not d.checkpoint.complete, d.checkpoint
     out = ok(cli_env, "task", "describe", "many")
     assert "(partial: the count stopped at its bound)" in out and "at least " in out, out

@@ -14,7 +14,8 @@ from controller.protocol.group.rules import run_assignor
 from controller.protocol.records import codecs
 from controller.protocol.records.group_messages import Assignment
 from controller.protocol.records.registration_records import BrokerInfo, SessionInfo, SessionState
-from tests.controller_support import cluster, create_tasks, group_state, join_request, settle, wait_until  # noqa: F401
+from tests.controller_support import create_tasks, group_state, join_request, settle
+from tests.waiting import wait_until
 
 TASKS = [f"t{i}" for i in range(6)]
 

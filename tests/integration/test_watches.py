@@ -15,7 +15,8 @@ from broker_sim.sim.netproxy import NetProxy
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec, decode_task
 from controller.zk.client import ZkSettings
 from controller.zk.watches import PersistentWatches
-from tests.controller_support import cluster, settle, wait_until, watches_by_session  # noqa: F401  (fixture)
+from tests.controller_support import settle, watches_by_session
+from tests.waiting import wait_until
 
 
 def steady_watches(hosts: str, session: int, timeout: float = 10.0) -> set[str]:
@@ -130,7 +131,7 @@ def test_a_recursive_watch_reports_every_change_below_it_and_stays_armed(zk, lay
         watches.remove(root)
         assert root not in watches_by_session(zk_hosts).get(c.client_id[0], set())
         c.set(root + "/a", b"z")
-        time.sleep(0.3)
+        time.sleep(0.3)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert len(seen) == 4
     finally:
         c.stop()

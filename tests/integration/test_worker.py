@@ -68,7 +68,7 @@ def test_every_worker_transition_happens_for_real(zk, layout, zk_settings, contr
     assert c.member.last_error is not None and c.member.last_error.name == "INCONSISTENT_PROTOCOL"
     assert wait_for(lambda: coord.state.value == "Stable", 10)
     settled = coord.rebalances
-    time.sleep(1.0)
+    time.sleep(1.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
     assert coord.rebalances == settled and c.state() == "PreparingJoin", "no rebalance storm from the misfit"
     c.stop()
     assert wait_for(lambda: coord.state.value == "Stable" and set(coord.generation_members) == {"a", "b"}, 15)
@@ -193,7 +193,7 @@ def test_failed_task_restarts_with_backoff_then_stays_failed(zk, layout, zk_sett
     assert gaps[-1] > gaps[0] + 0.2
     assert "healthy" in w.running_tasks(), "a failing task does not disturb the others"
     # it stays FAILED until `task restart` bumps the nonce
-    time.sleep(1.5)
+    time.sleep(1.5)  # a window for a wrong change to show (nothing to wait for when all goes right)
     assert status("flaky").state == "FAILED" and len([i for i in w.intervals if i.task_id == "flaky"]) == 4
     data, stat = zk.get(layout.task("flaky"))
     zk.set(layout.task("flaky"), spec.model_copy(update={"restart_nonce": 1}).encode(), version=stat.version)
@@ -245,7 +245,7 @@ def test_a_task_still_owned_elsewhere_is_taken_once_let_go(zk, layout, zk_settin
     )
     w = _worker(workers, zk_settings, "taker")
     assert wait_for(lambda: w.running_tasks() == set(ids) - {"q2"}, 15)
-    time.sleep(0.5)
+    time.sleep(0.5)  # a window for a wrong change to show (nothing to wait for when all goes right)
     assert "q2" not in w.running_tasks()
     assert codecs.decode(task_records.OwnerInfo, zk.get(layout.task_owner("q2"))[0]).broker == "elsewhere"
     zk.delete(layout.task_owner("q2"))
@@ -496,7 +496,7 @@ def test_no_release_goes_out_while_a_status_write_is_in_flight(zk, layout, zk_se
     try:
         c = _worker(workers, zk_settings, "c", protocols=both)
         assert wait_for(lambda: len(a.running_tasks()) + len(b.running_tasks()) < 6, 15), "nothing was revoked"
-        time.sleep(1.0)
+        time.sleep(1.0)  # a window for a wrong change to show (nothing to wait for when all goes right)
         assert {w.id: owned_by(w) for w in (a, b)} == held, "a release went out during a status write"
     finally:
         for w in (a, b):
