@@ -18,6 +18,7 @@ from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
 from controller.protocol.tasks.spec import parse_spec
+from controller.protocol.tasks.storage import cluster_dir
 from tests.broker_processes import BrokerProcess, first_owner_after
 from tests.cli_support import until
 from tests.spark_support import TEST_CONF, require_spark
@@ -55,8 +56,9 @@ def _spark_args(tmp_path: Path) -> list[str]:
     return args
 
 
-def _commits(tmp_path: Path, task: str) -> list[Path]:
-    d = tmp_path / "ckpt" / task / "commits"
+def _commits(tmp_path: Path, root: str, task: str) -> list[Path]:
+    """The task's committed batches: under the broker's checkpoint root, scoped by the cluster root."""
+    d = tmp_path / "ckpt" / cluster_dir(root) / task / "commits"
     return sorted(p for p in d.glob("[0-9]*")) if d.is_dir() else []
 
 
@@ -86,7 +88,7 @@ def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk,
     AdminClient(zk, layout).create_tasks([_rate_task("s1", tmp_path / "out")])
     broker = BrokerProcess.zkctl(spark_env, zk_hosts, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
     try:
-        until(lambda: len(_commits(tmp_path, "s1")) >= 2, 180, "two committed micro-batches")
+        until(lambda: len(_commits(tmp_path, layout.root, "s1")) >= 2, 180, "two committed micro-batches")
         lease = _lease(spark_env, "sb", broker.proc.pid)
         assert lease is not None and lease.pids and lease.expires is not None, lease
         jvm = lease.pids[0]
@@ -102,9 +104,9 @@ def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk,
         # the JVM died (noticed within 10 ms) before the session expired: nobody else could have started the task
         assert gone["jvm"] < gone["session"], (gone["jvm"] - paused, gone["session"] - paused)
         assert gone["jvm"] - paused < SESSION_S
-        done = len(_commits(tmp_path, "s1"))
+        done = len(_commits(tmp_path, layout.root, "s1"))
         time.sleep(1.0)
-        assert len(_commits(tmp_path, "s1")) == done  # nothing commits any more
+        assert len(_commits(tmp_path, layout.root, "s1")) == done  # nothing commits any more
         os.kill(broker.proc.pid, signal.SIGCONT)  # it finds itself past its deadline: it halts
         until(lambda: broker.exited_at is not None, 20, "the resumed broker to halt")
         log = (tmp_path / "sb.log").read_text()
@@ -128,7 +130,7 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
     broker = other = None
     try:
         broker = BrokerProcess.zkctl(spark_env, proxy.address, "sb", *_spark_args(tmp_path), log=tmp_path / "sb.log")
-        until(lambda: len(_commits(tmp_path, "s2")) >= 1, 180, "a committed micro-batch")
+        until(lambda: len(_commits(tmp_path, layout.root, "s2")) >= 1, 180, "a committed micro-batch")
         lease = _lease(spark_env, "sb", broker.proc.pid)
         assert lease is not None and lease.pids, lease
         jvm = lease.pids[0]
