@@ -29,6 +29,7 @@ from broker_sim.runners.spark import SparkRunner, checkpoint_location
 from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
 from controller.protocol.tasks.spec import parse_spec
+from controller.protocol.tasks.storage import cluster_dir
 from tests.broker_processes import BrokerProcess
 from tests.broker_processes import owners as read_owners
 from tests.e2e.test_hard_fence_spark import _spark_args
@@ -90,7 +91,8 @@ def test_a_lost_guard_halts_the_isolated_pipeline_and_a_paused_broker_s_driver_e
         spark_env, zk_hosts, "sa", *_spark_args(tmp_path), "--lazy-session", log=tmp_path / "sa.log"
     )
     sb = None
-    checkpoint = Path(checkpoint_location(str(tmp_path / "ckpt"), "iso"))
+    # the broker's checkpoint root is scoped by the cluster root
+    checkpoint = Path(checkpoint_location(str(tmp_path / "ckpt" / cluster_dir(layout.root)), "iso"))
     try:
         wait_for(
             lambda: (st := _status(zk, layout, "iso")) and st.state == "RUNNING" and st.metrics.get("rows", 0) >= 100,
