@@ -16,6 +16,7 @@ from controller.protocol.cluster.layout import ZkLayout, check_name
 from controller.protocol.records import task_records
 from controller.protocol.records.payload_validation import PayloadError
 from controller.protocol.tasks.spec import decode_task
+from controller.zk.io import exists_many, get_many
 
 CONDITIONS = ("running", "stopped", "deleted")
 #: tasks one wait may name (each look reads three znodes of each)
@@ -61,10 +62,11 @@ class WaitAdmin:
 
         def look(watch: Watch) -> tuple[int, int]:
             last.clear()
-            for t in ids:
-                why = self.waiting_for(t, condition, watch)
-                if why is not None:
-                    last[t] = why
+            if condition == "running":  # every task's three znodes in one pipelined wave, not a round trip each
+                whys = self._running_many(ids, watch)
+            else:
+                whys = [self.waiting_for(t, condition, watch) for t in ids]
+            last.update((t, why) for t, why in zip(ids, whys) if why is not None)
             return len(ids) - len(last), len(ids)
 
         reached = wait_watched(look, timeout, interval=0.5, progress=progress)
@@ -83,18 +85,22 @@ class WaitAdmin:
         return self._running(task_id, watch)
 
     def _running(self, task_id: str, watch: Watch | None) -> str | None:
-        """Running: the spec RUNNING, an owner, and the owner's status RUNNING on the spec's current version."""
+        return self._running_many([task_id], watch)[0]
+
+    def _running_many(self, ids: Sequence[str], watch: Watch | None) -> list[str | None]:
+        """Running: the spec RUNNING, an owner, and the owner's status RUNNING on the spec's current version.
+        One pipelined ``get`` of every znode, then one pipelined ``exists`` of those missing (a ``get`` of a
+        missing znode arms no watch)."""
+        lay = self.layout
+        paths = [p for t in ids for p in (lay.task(t), lay.task_owner(t), lay.status(t))]
+        arm = (lambda _p: watch) if watch is not None else None
+        got = get_many(self.client, paths, arm)
+        exists_many(self.client, [p for p, g in zip(paths, got, strict=True) if g is None], arm)
+        return [self._running_from(t, got[3 * i : 3 * i + 3]) for i, t in enumerate(ids)]
+
+    def _running_from(self, task_id: str, got: Sequence[tuple[bytes, Any] | None]) -> str | None:
         lay = self.layout
         paths = (lay.task(task_id), lay.task_owner(task_id), lay.status(task_id))
-        got: list[tuple[bytes, Any] | None] = []
-        for p in paths:
-            if self.client.exists(p, watch=watch) is None:
-                got.append(None)
-                continue
-            try:
-                got.append(self.client.get(p, watch=watch))
-            except Exception:  # gone between the two reads (NoNode): the watch wakes the next look
-                got.append(None)
         spec_res, owner_res, status_res = got
         if spec_res is None:
             return "the task, which does not exist"
