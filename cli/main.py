@@ -122,7 +122,7 @@ def cli(
 
 #: every top-level command, imported when first used: ``zkctl --version`` and ``zkctl --help`` import none of
 #: them (nor kazoo, pydantic or the admin library they build on). Each summary is the first sentence of the
-#: command's help, which the listing shows (tests/integration/test_cli_errors.py keeps them in step).
+#: command's help, which the listing shows (tests/integration/cli/test_cli_errors.py keeps them in step).
 COMMANDS: dict[str, LazyCommand] = {
     "init": LazyCommand(
         "cli.init_cmd",

@@ -1,5 +1,5 @@
 """Garbage payloads: what a broken or hostile client could leave in any znode of ours. The decoder tests
-(tests/unit) and the running-cluster test (tests/integration/test_bad_input.py) use the same ones."""
+(tests/unit) and the running-cluster test (tests/integration/security/test_bad_input.py) use the same ones."""
 
 from __future__ import annotations
 

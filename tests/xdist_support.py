@@ -19,11 +19,11 @@ EXCLUSIVE = "exclusive"
 #: Test-id prefixes of the exclusive unit. A test marked ``slow`` must fall under one (tests/conftest.py checks).
 EXCLUSIVE_PATHS = (
     "tests/e2e/",
-    "tests/integration/test_hard_fence.py::",
-    "tests/integration/test_full_pipe.py::",
-    "tests/integration/test_outage.py::",
-    "tests/integration/test_cli_processes.py::",
-    "tests/integration/test_group_protocol.py::test_kill_dash_nine_of_a_worker_process",
+    "tests/integration/worker/test_hard_fence.py::",
+    "tests/integration/worker/test_full_pipe.py::",
+    "tests/integration/worker/test_outage.py::",
+    "tests/integration/cli/test_cli_processes.py::",
+    "tests/integration/daemon/test_group_protocol.py::test_kill_dash_nine_of_a_worker_process",
     "tests/e2e/test_load_balance_spark.py::",
 )
 

@@ -1,7 +1,7 @@
 """Broker logging that never blocks the thread that logs. A broker's output may be a pipe its parent stopped
 reading; a write to a full pipe blocks, and the threads of the fence all log before they act (the probe's
 "no answer, fencing", the fence's "stopping N tasks", the watchdog's "HALTING"), so a broker cut off in that
-state stopped nothing, never halted and ran its tasks on past its session (tests/integration/test_full_pipe.py).
+state stopped nothing, never halted and ran its tasks on past its session (tests/integration/worker/test_full_pipe.py).
 Records go into a bounded queue instead; one writer thread writes them out and is the only thread a blocked
 output can stall. When the queue is full, records are dropped and counted, and the count is written in
 their place once there is room again."""

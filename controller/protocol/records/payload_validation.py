@@ -2,7 +2,7 @@
 
 Kept apart from ``codecs`` (which frames bytes: version, compression, size limits) because this is the part
 that must be fast and exact on untrusted input: one converter compiled per type, the same decisions and the
-same error messages as walking the hints each time (``tests/unit/test_codecs.py`` checks both ways agree).
+same error messages as walking the hints each time (``tests/unit/protocol/records/test_codecs.py`` checks both ways agree).
 """
 
 from __future__ import annotations
