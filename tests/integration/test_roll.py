@@ -68,6 +68,7 @@ def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, prot
         converge_timeout_s=30,
         roll_wave=3,
         protocol=protocol,
+        roll_in_place=True,
     )
     with Simulation(opts) as sim:
         s = sim.run()
@@ -88,13 +89,11 @@ def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, prot
 
 
 def test_a_roll_moving_the_first_batch_keeps_no_task_down_for_a_restart(zk_hosts: str) -> None:
-    """``--move-first``: the first broker's tasks move to the last before it goes down (T + 2T/N moves), so no
-    task waits out a restart; each task's runs are apart only by a move, never by the restart gap."""
+    """The default (``--move-first``): the first broker's tasks move to the last before it goes down (T + 2T/N
+    moves), so no task waits out a restart; each task's runs are apart only by a move, never by the restart
+    gap."""
     gap = 1.5
-    opts = SimOptions(
-        brokers=3, tasks=12, scenario="roll", restart_gap_s=gap, zk_hosts=zk_hosts, converge_timeout_s=30,
-        roll_in_place=False,
-    )  # fmt: skip
+    opts = SimOptions(brokers=3, tasks=12, scenario="roll", restart_gap_s=gap, zk_hosts=zk_hosts, converge_timeout_s=30)
     with Simulation(opts) as sim:
         s = sim.run()
         assert s.double_ownership == 0
@@ -186,9 +185,16 @@ def test_roll_through_the_api(zk_hosts: str) -> None:
             admin = AdminClient(sim.admin, sim.layout)
             assert _supervise(sim, admin, ("paused", "done"), 60) == "done"
             code, st = call("GET")
-            assert (
-                code == 200 and isinstance(st, dict) and st["phase"] == "done" and st["moves"] == 4
-            )  # 2 of broker-001 to broker-000, 2 kept back
+            # moving first, the default: broker-000's 2 to broker-001, broker-001's 4 to broker-000, 2 back
+            assert code == 200 and isinstance(st, dict) and st["phase"] == "done" and not st["in_place"]
+            assert st["moves"] == 8, st
+            assert call("POST", {"move_first": "sometimes"})[0] == 422
+            code, st = call("POST", {"timeout_s": 60, "move_first": False})
+            assert code == 200 and isinstance(st, dict) and st["in_place"] is True
+            assert _supervise(sim, admin, ("paused", "done"), 60) == "done"
+            code, st = call("GET")
+            # in place: broker-000's 2 wait for it; broker-001's 2 to broker-000, 2 back to broker-001
+            assert code == 200 and isinstance(st, dict) and st["phase"] == "done" and st["moves"] == 4, st
         finally:
             server.should_exit = True
             thread.join(10)
