@@ -129,6 +129,28 @@ def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) ->
         assert sim.wait_converged(balanced=True) is not None
 
 
+def test_the_cli_rolls_moving_first_in_waves_of_8_unless_told_otherwise(zk_hosts: str) -> None:
+    import json
+
+    with _converged_cluster(zk_hosts, brokers=2, tasks=4) as sim:
+        admin = AdminClient(sim.admin, sim.layout)
+        cli = ["--json", "--zk", zk_hosts, "--zk-root", sim.layout.root, "broker", "roll", "--timeout", "60"]
+        out = invoke(cli)
+        assert out.exit_code == 0, out.output
+        st = json.loads(out.output)
+        assert st["in_place"] is False and st["wave"] == 8, st
+        assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
+        done = admin.roll_status()
+        assert done is not None and done.moves == 4 + 2 * 4 // 2  # T + 2T/N
+        out = invoke([*cli, "--in-place", "--wave", "1"])
+        assert out.exit_code == 0, out.output
+        st = json.loads(out.output)
+        assert st["in_place"] is True and st["wave"] == 1, st
+        assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
+        done = admin.roll_status()
+        assert done is not None and done.moves == 4  # T: the first broker's tasks waited for it
+
+
 def test_roll_goes_on_under_a_new_controller(zk_hosts: str) -> None:
     with _converged_cluster(zk_hosts, brokers=3, tasks=9, controllers=2) as sim:
         admin = AdminClient(sim.admin, sim.layout)
