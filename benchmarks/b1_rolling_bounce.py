@@ -49,7 +49,7 @@ def _contenders(delay_s: float) -> list[tuple[str, dict[str, Any]]]:
             "cooperative + static membership",
             dict(protocol=COOPERATIVE, static_membership=True, scheduled_delay_s=delay_s),
         ),
-        ("planned roll", dict(protocol=RECONCILE, scenario="roll", roll_wave=POOL_SIZE)),
+        ("planned roll", dict(protocol=RECONCILE, scenario="roll", roll_wave=POOL_SIZE, roll_in_place=True)),
     ]
 
 

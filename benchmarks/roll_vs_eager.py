@@ -23,15 +23,29 @@ from controller.protocol.group.rules import EAGER, RECONCILE
 NAME = "roll_vs_eager"
 TITLE = "The planned roll against eager"
 
+#: the rolls keep the first batch in place: their target is the fewest moves (at most one per task)
 CONTENDERS: list[tuple[str, dict[str, Any]]] = [
     ("eager rolling bounce", dict(protocol=EAGER, assignor="sticky")),
     (
         "planned roll, warm-up",
-        dict(protocol=RECONCILE, scenario="roll", roll_wave=POOL_SIZE, roll_warmup_s=DEFAULT_WARMUP_S),
+        dict(
+            protocol=RECONCILE,
+            scenario="roll",
+            roll_wave=POOL_SIZE,
+            roll_warmup_s=DEFAULT_WARMUP_S,
+            roll_in_place=True,
+        ),
     ),
     (
         "planned roll, no warm-up",
-        dict(protocol=RECONCILE, scenario="roll", roll_wave=POOL_SIZE, roll_warmup_s=0.0, prepare_share=0.0),
+        dict(
+            protocol=RECONCILE,
+            scenario="roll",
+            roll_wave=POOL_SIZE,
+            roll_warmup_s=0.0,
+            prepare_share=0.0,
+            roll_in_place=True,
+        ),
     ),
 ]
 

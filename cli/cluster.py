@@ -9,7 +9,7 @@ import click
 
 from cli.common import Ctx, LazyCommand, LazyGroup, UserError, clip, complete_names, pass_ctx, table, to_dict, when
 from cli.progress import waiting
-from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, MAX_WARMUP_S
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, DEFAULT_WAVE, MAX_WARMUP_S, MAX_WAVE
 from controller.protocol.records.codecs import to_jsonable
 
 WAIT_HELP = "wait until it is done (bounded by --timeout); exit 1 if it is not"
@@ -308,11 +308,11 @@ def _roll_line(st: Any) -> str:
 )
 @click.option(
     "--wave",
-    type=click.IntRange(0, 100_000),
-    default=0,
+    type=click.IntRange(0, MAX_WAVE),
+    default=DEFAULT_WAVE,
     show_default=True,
-    help="at most this many tasks moving at once (0: a step's tasks all at once); a broker's start threads, "
-    "so that no task waits behind others to start",
+    help="at most this many tasks moving at once (0: a step's tasks all at once); at most a broker's start "
+    "threads, so that no task waits behind others to start",
 )
 @click.option(
     "--warmup",
@@ -323,10 +323,11 @@ def _roll_line(st: Any) -> str:
     "(the tasks run where they are meanwhile; 0: no wait)",
 )
 @click.option(
-    "--move-first",
-    is_flag=True,
-    help="the first batch's tasks move away before it goes down (more moves, none down for its restart) "
-    "instead of waiting for its restart in place",
+    "--move-first/--in-place",
+    default=True,
+    show_default=True,
+    help="the first batch's tasks move away before it goes down (more moves, none down for its restart), or "
+    "wait for its restart in place (fewest moves, those tasks down for the restart)",
 )
 @click.option("--resume", is_flag=True, help="go on with a paused roll")
 @click.option("--status", "status_only", is_flag=True, help="where the roll stands")

@@ -148,10 +148,23 @@ def cluster_ps(ctx: Ctx, name: str | None) -> None:
     default=None,
     help="keep each replaced container's log here (removing a container removes its log)",
 )
+@click.option(
+    "--move-first/--in-place",
+    default=True,
+    show_default=True,
+    help="the first broker's tasks move away before its container is replaced, or wait for its restart",
+)
 @pass_ctx
 @_guard
 def cluster_upgrade(
-    ctx: Ctx, image: str, name: str, group_name: str, batch: int, timeout: float, logs_dir: str | None
+    ctx: Ctx,
+    image: str,
+    name: str,
+    group_name: str,
+    batch: int,
+    timeout: float,
+    logs_dir: str | None,
+    move_first: bool,
 ) -> None:
     """Roll the cluster's brokers to IMAGE with the controller's planned roll: each broker's tasks move to
     brokers already rolled, then its container is replaced by one of IMAGE (same name and broker id)."""
@@ -165,6 +178,7 @@ def cluster_upgrade(
         timeout=timeout,
         echo=lambda line: None if ctx.json_out else click.echo(line),
         logs_dir=logs_dir,
+        in_place=not move_first,
     )
     ctx.emit(out, f"cluster {name}: {len(out['brokers'])} brokers on {image}, {out['moves']} task moves")
 

@@ -19,7 +19,7 @@ from broker_sim.sim.simulator import run_simulation
 from broker_sim.sim.skewed_load import SCENARIO as SKEWED
 from broker_sim.sim.skewed_load import SkewOptions, format_runs, run_skewed
 from cli.common import Ctx, UserError
-from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, DEFAULT_WAVE, MAX_WAVE
 from controller.protocol.group.assignors import ASSIGNORS
 from controller.protocol.group.rules import COOPERATIVE, PROTOCOLS
 
@@ -136,11 +136,11 @@ BROKERS_PER_FARM = 25
 )
 @click.option(
     "--roll-wave",
-    type=click.IntRange(0, 100_000),
-    default=0,
+    type=click.IntRange(0, MAX_WAVE),
+    default=DEFAULT_WAVE,
     show_default=True,
-    help="tasks moving at once in the roll scenario (0: a step's tasks all at once; the pool's 8 threads: "
-    "no task waits behind others to start)",
+    help="tasks moving at once in the roll scenario (0: a step's tasks all at once; at most the brokers' 8 start "
+    "threads: no task waits behind others to start)",
 )
 @click.option(
     "--roll-warmup",
@@ -158,9 +158,10 @@ BROKERS_PER_FARM = 25
     "warm-up; 0: no prepare)",
 )
 @click.option(
-    "--roll-move-first",
-    is_flag=True,
-    help="roll scenario: the first batch's tasks move away before it goes down instead of waiting in place",
+    "--roll-move-first/--roll-in-place",
+    default=True,
+    show_default=True,
+    help="roll scenario: the first batch's tasks move away before it goes down, or wait for its restart in place",
 )
 @click.option(
     "--load-window",

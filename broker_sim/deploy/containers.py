@@ -359,8 +359,10 @@ def upgrade(
     timeout: float = 300.0,
     echo: Callable[[str], None] = print,
     logs_dir: str | None = None,
+    in_place: bool = False,
 ) -> dict[str, Any]:
-    """Roll cluster ``name``'s brokers to ``image`` with the controller's planned roll: a broker's restart
+    """Roll cluster ``name``'s brokers to ``image`` with the controller's planned roll (``in_place``: the first
+    batch's tasks wait for its restart instead of moving away first): a broker's restart
     policy is turned off when its turn comes, so that once its tasks have moved and it exits, its container
     is replaced by one of the new image under the same name and broker id (which joins again; the roll goes
     on). Returns the roll's last state and how each replaced container ended (``replaced``; with
@@ -381,7 +383,7 @@ def upgrade(
     zkc = make_client(ZkSettings(hosts=zk, root=root), timeout=10)
     try:
         admin = AdminClient(zkc, ZkLayout(root))
-        started = admin.roll(group, batch=batch, timeout_s=timeout)
+        started = admin.roll(group, batch=batch, timeout_s=timeout, in_place=in_place)
         st: RollState | None = started
         replaced: set[str] = set()
         ended: list[dict[str, Any]] = []

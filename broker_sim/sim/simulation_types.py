@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from broker_sim.runners.noop import DEFAULT_PREPARE_SHARE
-from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, DEFAULT_WAVE
 from controller.protocol.errors import ZkcError
 from controller.protocol.group.rules import COOPERATIVE, protocols_for
 
@@ -66,14 +66,14 @@ class SimOptions:
     #: brokers down at a time in the ``roll`` scenario (the controller's planned roll)
     roll_batch: int = 1
     #: tasks in flight at once in the roll scenario (0: a step's moves all at once)
-    roll_wave: int = 0
+    roll_wave: int = DEFAULT_WAVE
     #: seconds each roll step's first wave waits for its receivers to prepare (``zkctl broker roll --warmup``)
     roll_warmup_s: float = DEFAULT_WARMUP_S
     #: the share of the start latency a no-op task's prepare pays in advance (brokers in this process; a
     #: farm's brokers keep the runner's default)
     prepare_share: float = DEFAULT_PREPARE_SHARE
-    #: the roll scenario's first batch restarts in place (False: its tasks move away first)
-    roll_in_place: bool = True
+    #: the roll scenario's first batch restarts in place (False, the default: its tasks move away first)
+    roll_in_place: bool = False
     #: load-balanced groups: the controller's window (an imbalance lasts it before anything moves for load)
     load_window_s: float = 60.0
     #: seconds between a broker's load samples (brokers in this process)

@@ -12,7 +12,14 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from controller.admin.common import AdminError
 from controller.protocol.cluster.layout import ZkLayout, check_name
-from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, MAX_WARMUP_S, MAX_WAVE, RollState, roll_order
+from controller.protocol.cluster.roll_plan import (
+    DEFAULT_WARMUP_S,
+    DEFAULT_WAVE,
+    MAX_WARMUP_S,
+    MAX_WAVE,
+    RollState,
+    roll_order,
+)
 from controller.protocol.records import codecs
 from controller.protocol.records.payload_validation import PayloadError
 from controller.protocol.records.registration_records import BrokerInfo
@@ -47,16 +54,16 @@ class RollAdmin:
         group: str = "default",
         batch: int = 1,
         timeout_s: float = 300.0,
-        wave: int = 0,
+        wave: int = DEFAULT_WAVE,
         warmup_s: float = DEFAULT_WARMUP_S,
-        in_place: bool = True,
+        in_place: bool = False,
     ) -> RollState:
         """Start rolling ``group``'s brokers (the live brokers registered in it now, members yet or not: a broker
         still starting its session is one to roll), ``batch`` at a time; each batch must come back
         within ``timeout_s`` (else the roll pauses itself); ``wave``: at most that many tasks in flight at once
         (0: a step's moves all at once); ``warmup_s``: how long each step's first wave waits for the brokers
-        receiving its tasks to prepare their starts (0: no wait); ``in_place`` False: the first batch's tasks move
-        away before it goes down instead of waiting for its restart."""
+        receiving its tasks to prepare their starts (0: no wait); ``in_place``: the first batch's tasks wait for its
+        restart instead of moving away before it goes down (fewer moves, each of those tasks down for a restart)."""
         check_name("group", group)
         if batch < 1 or timeout_s <= 0 or not 0 <= wave <= MAX_WAVE or not 0 <= warmup_s <= MAX_WARMUP_S:
             raise AdminError(

@@ -570,8 +570,8 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
 def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, tmp_path):
     """`zkctl cluster upgrade --image`: the controller's planned roll over three Spark broker containers,
     each replaced by a container of the new image when its turn comes; every record in each sink exactly
-    once, no task ever run by two brokers at once, no more moves than tasks (the first broker restarts in
-    place, its tasks held for it) and what balancing a group that was not balanced yet adds."""
+    once, no task ever run by two brokers at once, no more moves than tasks (``--in-place``: the first broker
+    restarts in place, its tasks held for it) and what balancing a group that was not balanced yet adds."""
     from broker_sim.deploy import containers
     from broker_sim.sim.checker import double_ownership
     from controller.admin.interval_ends import settled_intervals
@@ -628,6 +628,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
             "240",
             "--logs-dir",
             str(replaced_logs),
+            "--in-place",
             timeout=1500,
         )
         assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]

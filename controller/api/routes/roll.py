@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from controller.api.context import API, ApiContext
-from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, MAX_WARMUP_S
+from controller.protocol.cluster.roll_plan import DEFAULT_WARMUP_S, DEFAULT_WAVE, MAX_WARMUP_S, MAX_WAVE
 from controller.protocol.records.codecs import to_jsonable
 
 
@@ -16,8 +16,11 @@ class RollBody(BaseModel):
     group: str = "default"
     batch: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=300.0, gt=0)
-    wave: int = Field(default=0, ge=0, le=100_000)
+    wave: int = Field(default=DEFAULT_WAVE, ge=0, le=MAX_WAVE)
     warmup_s: float = Field(default=DEFAULT_WARMUP_S, ge=0, le=MAX_WARMUP_S)
+    #: as ``zkctl broker roll --move-first/--in-place``: the first batch's tasks move away before it goes down
+    #: (false: they wait for its restart in place)
+    move_first: bool = True
     resume: bool = False
 
 
@@ -35,7 +38,12 @@ def router(ctx: ApiContext) -> APIRouter:
             admin.resume_roll()
             if body.resume
             else admin.roll(
-                body.group, batch=body.batch, timeout_s=body.timeout_s, wave=body.wave, warmup_s=body.warmup_s
+                body.group,
+                batch=body.batch,
+                timeout_s=body.timeout_s,
+                wave=body.wave,
+                warmup_s=body.warmup_s,
+                in_place=not body.move_first,
             )
         )
         return to_jsonable(st)

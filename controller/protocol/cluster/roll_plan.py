@@ -5,16 +5,17 @@ goes on from where it stood).
 A roll restarts every broker of a group once, ``batch`` at a time. Before a batch goes down its tasks move
 to brokers already rolled (least loaded first), never to one still to be rolled, and every other task of
 the group is pinned where it runs, so the coordinator moves nothing the plan does not. The first batch has
-no rolled broker to go to. Moving its tasks to a broker still to be rolled moves them twice, and the last
-batch, back empty, then needs a final balance: ``T + 2T/N`` moves for ``T`` tasks on ``N`` brokers, the
-floor for a roll in which every task leaves its broker before that broker goes down. So the first batch
-restarts *in place*: its tasks wait for it (held by the coordinator, as a static member's are) and are
-down for its restart; every later batch's tasks move once, to rolled brokers; and the final balance moves
-tasks of the first batch, which have not moved: ``T`` moves in all, no task moved twice. (``in_place``
-False gives the ``T + 2T/N`` plan: the first batch's tasks to the last batch.)
+no rolled broker to go to: by default its tasks move to the last batch (moved twice, and the last batch,
+back empty, then needs a final balance): ``T + 2T/N`` moves for ``T`` tasks on ``N`` brokers, the floor for
+a roll in which every task leaves its broker before that broker goes down, none of them down for a restart
+(a move costs a task far less than a broker's restart). With ``in_place`` the first batch restarts *in
+place* instead: its tasks wait for it (held by the coordinator, as a static member's are) and are down for
+its restart; every later batch's tasks move once, to rolled brokers; and the final balance moves tasks of
+the first batch, which have not moved: ``T`` moves in all, no task moved twice.
 
-Moves go out in waves of at most ``wave`` tasks (a step's moves all at once with 0): a broker starting
-twenty tasks on eight threads makes the last ones wait for two starts before their own.
+Moves go out in waves of at most ``wave`` tasks (``DEFAULT_WAVE`` unless asked; 0: a step's moves all at
+once): a broker starting twenty tasks on eight threads makes the last ones wait for two starts before their
+own.
 
 Warm-up: every plan's moves are announced to the brokers that receive them (``incoming``) before the first
 wave goes, and its first wave waits ``warmup_s`` for them to prepare those starts; the tasks run where they
@@ -33,6 +34,10 @@ from dataclasses import dataclass, field
 DEFAULT_WARMUP_S = 1.0
 #: the longest wait an operator or a znode may ask
 MAX_WARMUP_S = 600.0
+#: the default wave: a broker starts at most its pool's threads at once (16 by default, the simulator's 8), so a
+#: step's tasks all sent to one rolled broker at once leave the last of them queued behind the others' starts;
+#: in waves of 8 none queues, and each later wave is announced, and prepared, while the one before it moves
+DEFAULT_WAVE = 8
 
 #: the phases of a roll: ``drain`` (the batch's tasks move away), ``restart`` (the batch was asked to shut
 #: down; waiting for it to come back under the same ids), ``balance`` (every batch is back: the final
@@ -66,13 +71,14 @@ class RollState:
     moves: int = 0
     #: at most this many tasks in flight at once within a step (0: a step's moves all at once): a broker
     #: starting twenty tasks on eight threads makes the last of them wait for two starts before their own
-    wave: int = 0
+    wave: int = DEFAULT_WAVE
     #: how long a plan's first wave waits after its moves are announced to their receivers (0: no wait), for
     #: them to prepare those tasks' starts
     warmup_s: float = DEFAULT_WARMUP_S
-    #: the first batch restarts in place, its tasks waiting for it (``T`` moves); False: they move away first,
-    #: to the last batch (``T + 2T/N`` moves, none of them down for a restart)
-    in_place: bool = True
+    #: the first batch restarts in place, its tasks waiting for it (``T`` moves, ``T/N`` of them down for a
+    #: restart); False, the default: they move away first, to the last batch (``T + 2T/N`` moves, none of them
+    #: down for a restart: a move costs less downtime than a restart)
+    in_place: bool = False
 
     @property
     def active(self) -> bool:

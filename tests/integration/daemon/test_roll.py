@@ -68,6 +68,7 @@ def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, prot
         converge_timeout_s=30,
         roll_wave=3,
         protocol=protocol,
+        roll_in_place=True,
     )
     with Simulation(opts) as sim:
         s = sim.run()
@@ -88,13 +89,11 @@ def test_roll_moves_each_task_at_most_once_and_ends_balanced(zk_hosts: str, prot
 
 
 def test_a_roll_moving_the_first_batch_keeps_no_task_down_for_a_restart(zk_hosts: str) -> None:
-    """``--move-first``: the first broker's tasks move to the last before it goes down (T + 2T/N moves), so no
-    task waits out a restart; each task's runs are apart only by a move, never by the restart gap."""
+    """The default (``--move-first``): the first broker's tasks move to the last before it goes down (T + 2T/N
+    moves), so no task waits out a restart; each task's runs are apart only by a move, never by the restart
+    gap."""
     gap = 1.5
-    opts = SimOptions(
-        brokers=3, tasks=12, scenario="roll", restart_gap_s=gap, zk_hosts=zk_hosts, converge_timeout_s=30,
-        roll_in_place=False,
-    )  # fmt: skip
+    opts = SimOptions(brokers=3, tasks=12, scenario="roll", restart_gap_s=gap, zk_hosts=zk_hosts, converge_timeout_s=30)
     with Simulation(opts) as sim:
         s = sim.run()
         assert s.double_ownership == 0
@@ -128,6 +127,28 @@ def test_roll_pauses_when_a_broker_does_not_return_and_resumes(zk_hosts: str) ->
         assert out.exit_code == 0 and "Roll of group default: restart" in out.output, out.output
         assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
         assert sim.wait_converged(balanced=True) is not None
+
+
+def test_the_cli_rolls_moving_first_in_waves_of_8_unless_told_otherwise(zk_hosts: str) -> None:
+    import json
+
+    with _converged_cluster(zk_hosts, brokers=2, tasks=4) as sim:
+        admin = AdminClient(sim.admin, sim.layout)
+        cli = ["--json", "--zk", zk_hosts, "--zk-root", sim.layout.root, "broker", "roll", "--timeout", "60"]
+        out = invoke(cli)
+        assert out.exit_code == 0, out.output
+        st = json.loads(out.output)
+        assert st["in_place"] is False and st["wave"] == 8, st
+        assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
+        done = admin.roll_status()
+        assert done is not None and done.moves == 4 + 2 * 4 // 2  # T + 2T/N
+        out = invoke([*cli, "--in-place", "--wave", "1"])
+        assert out.exit_code == 0, out.output
+        st = json.loads(out.output)
+        assert st["in_place"] is True and st["wave"] == 1, st
+        assert _supervise(sim, admin, ("paused", "done"), 60) == "done", admin.roll_status()
+        done = admin.roll_status()
+        assert done is not None and done.moves == 4  # T: the first broker's tasks waited for it
 
 
 def test_roll_goes_on_under_a_new_controller(zk_hosts: str) -> None:
@@ -186,9 +207,16 @@ def test_roll_through_the_api(zk_hosts: str) -> None:
             admin = AdminClient(sim.admin, sim.layout)
             assert _supervise(sim, admin, ("paused", "done"), 60) == "done"
             code, st = call("GET")
-            assert (
-                code == 200 and isinstance(st, dict) and st["phase"] == "done" and st["moves"] == 4
-            )  # 2 of broker-001 to broker-000, 2 kept back
+            # moving first, the default: broker-000's 2 to broker-001, broker-001's 4 to broker-000, 2 back
+            assert code == 200 and isinstance(st, dict) and st["phase"] == "done" and not st["in_place"]
+            assert st["moves"] == 8, st
+            assert call("POST", {"move_first": "sometimes"})[0] == 422
+            code, st = call("POST", {"timeout_s": 60, "move_first": False})
+            assert code == 200 and isinstance(st, dict) and st["in_place"] is True
+            assert _supervise(sim, admin, ("paused", "done"), 60) == "done"
+            code, st = call("GET")
+            # in place: broker-000's 2 wait for it; broker-001's 2 to broker-000, 2 back to broker-001
+            assert code == 200 and isinstance(st, dict) and st["phase"] == "done" and st["moves"] == 4, st
         finally:
             server.should_exit = True
             thread.join(10)

@@ -28,6 +28,7 @@ def test_a_rolled_task_is_prepared_before_it_arrives_and_starts_from_it(zk_hosts
         roll_wave=2,
         roll_warmup_s=1.0,
         protocol="reconcile",
+        roll_in_place=True,
     )
     with Simulation(opts) as sim:
         s = sim.run()
@@ -73,7 +74,7 @@ def test_what_was_prepared_and_did_not_arrive_is_discarded(zk_hosts: str) -> Non
         assert sim.wait_converged(balanced=True) is not None
         admin = AdminClient(sim.admin, sim.layout)
         rolled_at = time.time()
-        admin.roll("default", batch=1, timeout_s=4.0, wave=1, warmup_s=60.0)
+        admin.roll("default", batch=1, timeout_s=4.0, wave=1, warmup_s=60.0, in_place=True)
         # broker-000 restarts in place; broker-001's tasks are then announced to it, and wait for the warm-up
         assert _supervise(sim, admin, (), 30, step=1) == "drain"
         receiver = sim.workers["broker-000"]
@@ -103,7 +104,7 @@ def test_the_fence_drops_what_was_prepared(zk_hosts: str) -> None:
         sim.start_workers([sim.broker_id(i) for i in range(2)])
         assert sim.wait_converged(balanced=True) is not None
         admin = AdminClient(sim.admin, sim.layout)
-        admin.roll("default", batch=1, timeout_s=60.0, warmup_s=60.0)
+        admin.roll("default", batch=1, timeout_s=60.0, warmup_s=60.0, in_place=True)
         assert _supervise(sim, admin, (), 30, step=1) == "drain"
         receiver = sim.workers["broker-000"]
         leaving = set(sim.workers["broker-001"].running_tasks())
