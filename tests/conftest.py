@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 from kazoo.client import KazooClient
 
 from controller.admin import ensure_layout
@@ -36,6 +37,11 @@ pytest_plugins = [
     "tests.security_fixtures",
     "tests.spark_support",
 ]
+
+# Property tests check what holds, not how fast: Hypothesis's per-example deadline (200 ms) would turn a loaded
+# machine into a red run; speed is the benchmarks' business (benchmarks/).
+settings.register_profile("zkc", deadline=None)
+settings.load_profile("zkc")
 
 _STATE_DIR = "ZKC_STATE_DIR"
 
