@@ -29,6 +29,7 @@ from cli.common import table
 from controller.admin import AdminClient, ensure_layout, wait_for
 from controller.admin.interval_ends import settled_intervals
 from controller.protocol.cluster.layout import ZkLayout
+from controller.protocol.errors import ZkcError
 from controller.protocol.records import codecs, payload_validation, registration_records, task_records
 from controller.protocol.tasks.pipeline_metrics import figures, load_text
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec, parse_spec
@@ -41,6 +42,10 @@ if TYPE_CHECKING:  # the data generator is imported by the spark demo only
 
 SESSION_S = 2 * DEFAULT_STOP_BUDGET_S  # the spark runner asks for twice its stop budget (worker.fence_margin)
 PIPELINES = 4
+
+
+class DemoFailed(ZkcError):
+    """The demo could not go on (a broker's session failed, a wait ran out): said in one line, not a traceback."""
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Demo:
     t0: float = field(default_factory=time.monotonic)
     killed: dict[str, float] = field(default_factory=dict)
     api_port: int = 8083
+    start_timeout: float = 420.0  # Spark sessions and the first starts, on a busy machine
     _shape: tuple[tuple[str, str | None, str], ...] = ()  # (task, owner, state) of the table last shown
     _shown_at: float = 0.0
 
@@ -273,7 +279,7 @@ class Demo:
                 v = self.view(client, layout, tasks)
                 return all(self.running(d) for d in v["tasks"].values())
 
-            self._wait_showing(client, layout, tasks, all_running, 180, "starting")
+            self._wait_showing(client, layout, tasks, all_running, self.start_timeout, "starting")
             self.say(
                 f"all {len(tasks)} pipelines running {time.monotonic() - created:.1f}s after their creation"
                 + (" (first batch committed)" if self.runner == "spark" else "")
@@ -335,9 +341,10 @@ class Demo:
             self.stop_all()
             self.say(f"done; logs and data in {self.state_dir}")
 
-    def _wait_sessions(self, client: Any, layout: ZkLayout, timeout: float = 180.0) -> None:
+    def _wait_sessions(self, client: Any, layout: ZkLayout) -> None:
         """Wait for every broker's session (Spark brokers start theirs before they join): the pipelines are
         created on brokers that can run them at once. A session that failed ends the demo with its reason."""
+        timeout = self.start_timeout
         deadline = time.monotonic() + timeout
         last = 0.0
         while time.monotonic() < deadline:
@@ -348,7 +355,7 @@ class Demo:
                 if s is not None and s.state is registration_records.SessionState.FAILED
             }
             if failed:
-                raise RuntimeError(f"a broker's session failed: {failed}")
+                raise DemoFailed(f"a broker's session failed: {failed}")
             starting = {
                 b: s
                 for b, s in sessions.items()
@@ -366,7 +373,7 @@ class Demo:
                 )
                 last = time.monotonic()
             time.sleep(0.2)
-        raise RuntimeError(f"the brokers' sessions did not start in {timeout:.0f}s")
+        raise DemoFailed(f"the brokers' sessions did not start in {timeout:.0f}s")
 
     def _wait_showing(
         self, client: Any, layout: ZkLayout, tasks: list[str], cond: Callable[[], bool], timeout: float, note: str
@@ -381,7 +388,7 @@ class Demo:
                 last = time.monotonic()
             time.sleep(0.2)
         if note:
-            raise RuntimeError(f"timed out after {timeout:.0f}s while {note}")
+            raise DemoFailed(f"timed out after {timeout:.0f}s while {note}")
         return False
 
     def _create_pipelines(
@@ -562,18 +569,28 @@ def _port_or_free(port: int) -> int:
     show_default=True,
     help="port of the web console and API (another free port if it is taken)",
 )
+@click.option(
+    "--start-timeout",
+    type=click.FloatRange(10, 3600),
+    default=420.0,
+    show_default=True,
+    help="seconds to wait for the brokers' Spark sessions and the pipelines' first start",
+)
 @click.pass_obj
-def demo(ctx: Any, runner: str, records: int, rate: float, api_port: int) -> None:
+def demo(ctx: Any, runner: str, records: int, rate: float, api_port: int, start_timeout: float) -> None:
     """The whole product on one machine: ZooKeeper, 2 controllers, 3 brokers, 4 pipelines, faults, a check,
     and the web console to watch it live."""
     state = Path(ctx.state_dir).absolute() / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"  # sinks: absolute paths
-    d = Demo(state_dir=state, runner=runner, records=records, rate=rate, api_port=api_port)
+    d = Demo(state_dir=state, runner=runner, records=records, rate=rate, api_port=api_port, start_timeout=start_timeout)
     previous = signal.getsignal(signal.SIGINT)
     try:
         code = d.run()
     except KeyboardInterrupt:
         click.echo("interrupted; everything started was stopped", err=True)
         code = 130
+    except DemoFailed as e:
+        click.echo(f"demo failed: {e}; everything started was stopped, logs in {state}", err=True)
+        code = 1
     finally:
         signal.signal(signal.SIGINT, previous)
     raise SystemExit(code)
