@@ -1,10 +1,11 @@
-"""The figures read from a status's metrics (untrusted: what is not a valid number is dropped) and their rate text."""
+"""The figures read from a status's metrics (untrusted: what is not a valid number is dropped), their rate text
+and the load share's."""
 
 from __future__ import annotations
 
 import math
 
-from controller.protocol.tasks.pipeline_metrics import figures, rate_text, sparkline
+from controller.protocol.tasks.pipeline_metrics import figures, load_text, rate_text, sparkline
 
 
 # ---- a pipeline's figures ------------------------------------------------------------------------------
@@ -36,3 +37,13 @@ def test_rate_text_and_its_sparkline() -> None:
     assert rate_text(figures({"input_rows_per_s": 150.4, "rate_history": [75, 150]})) == "150/s ▅█"
     assert rate_text(figures({"input_rows_per_s": 2.25})) == "2.2/s"
     assert rate_text(figures({"rows": 3})) == ""
+
+
+def test_a_task_status_load_share_is_bounded() -> None:
+    assert figures({"load_share": 0.4, "driver_rss_mb": 700, "batch_ms": 2000}).load_share == 0.4
+    assert figures({"load_share": 1e9}).load_share is None  # absurd: no figure, not a huge one
+    assert figures({"load_share": "high"}).load_share is None
+    assert figures({"driver_rss_mb": -1}).driver_rss_mb is None
+    assert load_text(figures({"load_share": 1.3})) == "1.30 behind"
+    assert load_text(figures({"load_share": 0.25})) == "0.25"
+    assert load_text(figures({})) == ""
