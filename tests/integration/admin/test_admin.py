@@ -179,7 +179,7 @@ def test_watch_yields_events_from_zookeeper_watches(zk, layout):
     first = next(gen)
     assert first.kind == "watching" and first.detail["tasks"] == 1
 
-    def act():
+    def act():  # the scenario: four changes, each a moment after the last, as an operator makes them
         admin.create_tasks(specs("t1"))
         time.sleep(0.2)
         zk.create(

@@ -76,7 +76,7 @@ def test_what_a_process_started_and_left_running_ends_its_windows_when_it_is_gon
         until(lambda: not proc.alive(), 30, "the leader to exit")
         exit_time = proc.exit_time()
         assert exit_time is not None
-        time.sleep(1.0)
+        time.sleep(1.0)  # the scenario: the child outlives its leader by a second
         # the child it left may run a task still: its group is not gone, the windows do not end at the exit
         assert not proc.group_gone()
         looked = time.time()

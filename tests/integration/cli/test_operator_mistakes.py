@@ -149,7 +149,7 @@ def test_a_stray_child_under_a_task_neither_hangs_its_deletion_nor_spins_the_con
     zk.set_acls(layout.task("t2"), [ACL(Permissions.ALL & ~Permissions.DELETE, Id("world", "anyone"))])
     before = _deletion_attempts(ctl)
     admin.delete_task("t2")
-    time.sleep(4)
+    time.sleep(4)  # the scenario: the window the deletion attempts are counted in
     attempts = _deletion_attempts(ctl) - before
     assert attempts < 20, f"{attempts} deletion attempts in 4 s: the retry does not back off"
     assert zk.exists(layout.task("t2")) is not None

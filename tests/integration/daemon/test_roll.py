@@ -16,6 +16,7 @@ from broker_sim.sim.simulator import Simulation
 from controller.admin import AdminClient
 from controller.admin.common import AdminError
 from tests.cli_support import invoke
+from tests.waiting import wait_until
 
 
 @contextmanager
@@ -184,7 +185,7 @@ def test_roll_through_the_api(zk_hosts: str) -> None:
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         try:
-            assert _wait_port(server)
+            wait_until(lambda: getattr(server, "started", False), 15, "the API server to listen")
             base = f"http://127.0.0.1:{port}/api/v1/brokers/roll"
 
             def call(method: str, body: dict | None = None) -> tuple[int, object]:
@@ -220,15 +221,6 @@ def test_roll_through_the_api(zk_hosts: str) -> None:
         finally:
             server.should_exit = True
             thread.join(10)
-
-
-def _wait_port(server: object) -> bool:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if getattr(server, "started", False):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_roll_takes_the_registered_brokers_of_the_group_not_member_znodes(zk_hosts: str) -> None:

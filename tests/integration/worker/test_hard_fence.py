@@ -1,7 +1,7 @@
 """The hard fence deadline, with real broker processes: a broker whose stop hangs halts (exit 75) before any of
 its tasks can start elsewhere, whether ZooKeeper was cut off (a TCP proxy partitioned) or its tasks were
-revoked while connected. (The pure parts, margins, lease codec and stop batches:
-tests/unit/worker/test_deadline.py.)"""
+revoked while connected. (The pure parts: the margins in tests/unit/worker/test_fence.py, the deadline and the
+lease codec in test_deadline.py, the stop batches in test_slots.py.)"""
 
 from __future__ import annotations
 

@@ -387,7 +387,7 @@ def test_a_release_is_reported_even_when_the_member_looks_before_the_stop_job_ha
 
         def late_release(tasks, cached=True, _release=release):
             _release(tasks, cached)
-            time.sleep(0.3)
+            time.sleep(0.3)  # the scenario: a release slow to return
 
         w.ownership.release = late_release
         # the pool thread's release (a reconciling member's goes with its report from the event thread, which
@@ -661,7 +661,7 @@ def test_metric_only_changes_wait_for_the_metrics_interval_state_changes_do_not(
 
     assert wait_for(lambda: all((s := status(t)) and s[0].state == "RUNNING" for t in ("slow", "fast")), 20)
     (_, slow0), (_, fast0) = status("slow"), status("fast")
-    time.sleep(2.0)
+    time.sleep(2.0)  # the scenario: the window the writes are counted in
     (slow, slow1), (_, fast1) = status("slow"), status("fast")
     assert fast1 - fast0 >= 8, f"metric-only writes at every poll without an interval: {fast1 - fast0} in 2 s"
     if slow.state == "RUNNING":  # (the completion, due 3 s after the start, may already be in under load)

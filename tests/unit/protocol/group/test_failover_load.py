@@ -1,7 +1,7 @@
 """The group coordinator resumed after a controller failover, sans-IO (``controller/protocol/group/failover_load.py``):
 a new controller reads back the state znode, the members' requests and their assignments, and either goes on
 with no rebalance (a Stable group that still matches) or rebalances, never reusing a generation. Helpers come
-from ``test_group_state``; holds across failover are in ``test_group_delay``."""
+from ``test_coordinator``; holds across failover are in ``test_holds``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The group coordinator's scheduled rebalance delay and static membership, sans-IO: a departed member's tasks
 are held (not reassigned) until the delay ends or the member returns under the same instance id, and the
-holds, kept in the group state, survive a controller failover. Helpers come from ``test_group_state``."""
+holds, kept in the group state, survive a controller failover. Helpers come from ``test_coordinator``."""
 
 from __future__ import annotations
 

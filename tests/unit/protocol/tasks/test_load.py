@@ -1,19 +1,16 @@
 """Load figures: a broker's load report and a pipeline's load share, bounded as the untrusted claims they are,
-and the fold that turns a streaming query's batches into a smoothed load share."""
+and the triggers they are measured against. (The fold of a query's batches: tests/unit/runners/test_spark_jobs.py.)"""
 
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_sim.runners.spark_jobs import Progress
 from controller.admin.reads import load_view
-from controller.protocol.tasks.load import MAX_LOAD_SHARE, MAX_TASKS_REPORTED, broker_figures, ewma, trigger_seconds
-from controller.protocol.tasks.pipeline_metrics import figures, load_text
+from controller.protocol.tasks.load import MAX_LOAD_SHARE, MAX_TASKS_REPORTED, broker_figures, trigger_seconds
 
 
 def test_a_sound_report_is_read_as_it_is() -> None:
@@ -69,40 +66,3 @@ def test_trigger_intervals_parse(text: str, seconds: float) -> None:
 @pytest.mark.parametrize("text", [None, "", "soon", "0 seconds", "5 fortnights", "-1 s"])
 def test_a_trigger_that_does_not_parse_is_none(text: str | None) -> None:
     assert trigger_seconds(text) is None
-
-
-def test_a_task_status_load_share_is_bounded() -> None:
-    assert figures({"load_share": 0.4, "driver_rss_mb": 700, "batch_ms": 2000}).load_share == 0.4
-    assert figures({"load_share": 1e9}).load_share is None  # absurd: no figure, not a huge one
-    assert figures({"load_share": "high"}).load_share is None
-    assert figures({"driver_rss_mb": -1}).driver_rss_mb is None
-    assert load_text(figures({"load_share": 1.3})) == "1.30 behind"
-    assert load_text(figures({"load_share": 0.25})) == "0.25"
-    assert load_text(figures({})) == ""
-
-
-def _batch(batch_id: int, duration_ms: int) -> SimpleNamespace:
-    """The fields of a StreamingQueryProgress that the fold reads."""
-    return SimpleNamespace(
-        batchId=batch_id,
-        batchDuration=duration_ms,
-        inputRowsPerSecond=10.0,
-        processedRowsPerSecond=10.0,
-        numInputRows=10,
-        timestamp="2026-01-01T00:00:00.000Z",
-    )
-
-
-def test_the_load_share_is_the_smoothed_batch_time_over_the_trigger() -> None:
-    p = Progress().add(_batch(0, 2500), trigger_s=5.0, now=0.0)
-    assert p.load_share == 0.5 and p.batch_ms == 2500
-    p = p.add(_batch(1, 5000), trigger_s=5.0, now=5.0)
-    assert p.load_share == pytest.approx(ewma(0.5, 1.0))
-    assert p.metrics()["load_share"] == p.load_share
-
-
-def test_back_to_back_batches_share_the_time_between_them() -> None:
-    p = Progress().add(_batch(0, 100), now=10.0)
-    assert p.load_share == 1.0  # no trigger and no previous batch: a query that never idles
-    p = Progress(load_share=None, last_batch_mono=10.0).add(_batch(1, 500), now=11.0)
-    assert p.load_share == 0.5
