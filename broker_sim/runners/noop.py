@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker_sim.runners.base import RunState, RunStatus, TaskRunner
@@ -42,10 +43,12 @@ class NoopRunner(TaskRunner):
         clock: Clock | None = None,
         stop_hang: bool = False,
         prepare_share: float = DEFAULT_PREPARE_SHARE,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not 0.0 <= prepare_share <= 1.0:
             raise ValueError(f"prepare_share {prepare_share!r} is not within 0..1")
         self.start_latency_s = start_latency_s
+        self._sleep = sleep  # how a latency is spent (a test hands a recorder: what is slept, not how long it took)
         self.prepare_share = prepare_share
         #: task -> the spec prepared for it (its start then sleeps only the rest of the latency)
         self._prepared: dict[str, TaskSpec] = {}
@@ -65,7 +68,7 @@ class NoopRunner(TaskRunner):
         if self.prepare_share <= 0:
             return False
         if self.start_latency_s:
-            time.sleep(self.start_latency_s * self.prepare_share)
+            self._sleep(self.start_latency_s * self.prepare_share)
         with self._lock:
             if task_id in self._runs:
                 return False  # it started meanwhile (cold): nothing to keep
@@ -87,7 +90,7 @@ class NoopRunner(TaskRunner):
             if warm:
                 self.warm_starts.append(task_id)
         if self.start_latency_s:
-            time.sleep(self.start_latency_s * ((1.0 - self.prepare_share) if warm else 1.0))
+            self._sleep(self.start_latency_s * ((1.0 - self.prepare_share) if warm else 1.0))
         with self._lock:
             self._runs[task_id] = _Run(spec=spec, started=self.clock.now(), generation=generation)
 
@@ -101,7 +104,7 @@ class NoopRunner(TaskRunner):
             if self.stop_hang:
                 return  # killed: the task did not stop gracefully, and the process ends now
         if self.stop_latency_s:
-            time.sleep(self.stop_latency_s)
+            self._sleep(self.stop_latency_s)
         with self._lock:
             self._runs.pop(task_id, None)
 
