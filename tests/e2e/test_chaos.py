@@ -3,7 +3,7 @@
 SIGSTOP/SIGCONT and controller processes for real; sinks hold every record exactly once), and the checker's
 teeth: a worker whose fence is disabled is caught double-owning; hostile members (ghosts, rewritten reports)
 under reconcile. (The schedule's determinism and each verdict
-failing on data that breaks it, without a cluster: tests/unit/test_chaos_checks.py.)
+failing on data that breaks it, without a cluster: tests/unit/chaos/test_checks.py.)
 
 Faults inside a three-server ensemble (leader and follower kills, a lost quorum, a server cut off from its
 peers). Longer runs and their figures: docs/reliability.md."""

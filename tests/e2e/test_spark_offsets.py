@@ -10,7 +10,7 @@ a resume and the sink is read back through its ``_spark_metadata`` log, as Spark
   checkpoint at all: the broker carries it out, and the replay lands exactly once.
 
 Without the sink's log moving with the checkpoint, Spark's file sink would skip the replayed batch ids as
-already written (``tests/unit/test_checkpoints.py`` checks each plan's operations)."""
+already written (``tests/unit/protocol/tasks/test_checkpoints.py`` checks each plan's operations)."""
 
 from __future__ import annotations
 
