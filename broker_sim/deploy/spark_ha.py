@@ -38,6 +38,10 @@ STATUS_TIMEOUT_S = 3.0
 MAX_STATUS_BYTES = 4 * 1024 * 1024  # a master's /json/ answer read at most this far (it lists apps and workers)
 
 
+#: ZooKeeper 3.9 runs in FIPS mode by default, which refuses SASL DIGEST-MD5: its clients and servers need it off
+SASL_DIGEST_OPT = "-Dzookeeper.fips-mode=false"
+
+
 class SparkHAError(ZkcError, RuntimeError):
     """A Spark master or worker that did not start, or a spec that cannot run."""
 
@@ -125,7 +129,7 @@ class SparkHA:
     def _env(self, master: bool = False) -> dict[str, str]:
         opts = self.spec.java_opts
         if master and self.spec.jaas_file is not None:  # only masters talk to ZooKeeper
-            opts += f" -Djava.security.auth.login.config={Path(self.spec.jaas_file).resolve()}"
+            opts += f" -Djava.security.auth.login.config={Path(self.spec.jaas_file).resolve()} {SASL_DIGEST_OPT}"
         return {
             **os.environ,
             "SPARK_HOME": self.home,

@@ -174,8 +174,8 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(ha_
         # (a) the active master killed outright: the standby takes over, the pipelines go on
         active = ha.active()
         assert active is not None
-        ha.kill(active)
         t_kill = time.time()
+        ha.kill(active)
         standby = wait_for(ha.active, 120, "the standby master to become ALIVE")
         t_alive = time.time()
         figures["failover_s"] = t_alive - t_kill
@@ -185,8 +185,8 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(ha_
 
         # (b) the worker killed outright (its executor with it), then started again as a supervisor would
         (worker,) = ha.workers
-        ha.kill(worker)
         t_loss = time.time()
+        ha.kill(worker)
         # the pipelines stay on their broker, which says they wait for the engine
         wait_for(lambda: all(_waits_for_engine(root, t) for t in PIPELINES), 120, "statuses waiting for Spark")
         figures["status_waiting_s"] = time.time() - t_loss

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker_sim.deploy.spark_ha import SparkHA, SparkHASpec, write_client_jaas
+from broker_sim.deploy.spark_ha import SASL_DIGEST_OPT, SparkHA, SparkHASpec, write_client_jaas
 from controller.protocol.cluster.acl import ROLES, AclPolicy
 from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
@@ -42,14 +42,15 @@ def _sasl_server(tmp: Path) -> ZooKeeperServer:
         tick_ms=200,
         max_session_timeout_ms=6000,  # Spark asks for 60 s: a killed master hands over when its session expires
         extra_config={"authProvider.sasl": "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"},
-        jvm_options=(*default_jvm_options(), f"-Djava.security.auth.login.config={jaas}"),
+        jvm_options=(*default_jvm_options(), f"-Djava.security.auth.login.config={jaas}", SASL_DIGEST_OPT),
     )
 
 
 def _as_spark(zk: ZooKeeperServer, jaas: Path, script: list[str]) -> str:
     """``script``'s commands run by ZooKeeper's own CLI (the Java client Spark's Curator wraps), logged in as
     the masters through their JAAS file; its output."""
-    cmd = [find_java(), f"-Djava.security.auth.login.config={jaas}", "-XX:TieredStopAtLevel=1", "-cp"]
+    cmd = [find_java(), f"-Djava.security.auth.login.config={jaas}", SASL_DIGEST_OPT, "-XX:TieredStopAtLevel=1"]
+    cmd += ["-cp"]
     cmd += [zookeeper_classpath(), "org.apache.zookeeper.ZooKeeperMain", "-server", zk.address]
     out = subprocess.run(cmd, input="\n".join([*script, "quit"]) + "\n", capture_output=True, text=True, timeout=120)
     return out.stdout + out.stderr
@@ -86,8 +87,8 @@ def test_spark_masters_recover_through_their_sasl_identity_and_write_nowhere_els
 
             active = ha.active()
             assert active is not None
-            ha.kill(active)
             t_kill = time.time()
+            ha.kill(active)
             standby = wait_for(ha.active, 120, "the standby master to become ALIVE")
             assert standby is not active
             # the worker it knows of is the one it read back from the sealed state (then re-registered)
@@ -116,6 +117,8 @@ def test_spark_masters_recover_through_their_sasl_identity_and_write_nowhere_els
         assert admin.get(f"{ROOT}/tasks")[0] != b"x" and admin.get(f"{ROOT}/security")[0] != b"x", out
         assert admin.exists(f"{ROOT}/layout"), out
         assert out.count("Insufficient permission") >= 6, out
+        # what it created there is open (the CLI's default ACL, as Curator's) until sealed
+        assert seal_spark(admin, layout, policy) == [f"{ROOT}/spark/probe"]
         # the whole tree under the root: no open ACL, and the masters' identity only under <root>/spark
         frontier = [ROOT]
         while frontier:
