@@ -36,6 +36,13 @@ def spark() -> None:
     help="logs and the workers' scratch space",
 )
 @click.option(
+    "--worker-timeout",
+    type=click.IntRange(5, 3600),
+    default=60,
+    show_default=True,
+    help="seconds: a silent worker is dead, and a new leader drops the workers and applications silent this long",
+)
+@click.option(
     "--sasl-auth-file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
@@ -51,6 +58,7 @@ def up(
     memory: str,
     host: str,
     work_dir: Path | None,
+    worker_timeout: int,
     sasl_auth_file: Path | None,
 ) -> None:
     """Start MASTERS Spark masters in ZooKeeper recovery mode on the cluster's ensemble (state under
@@ -80,6 +88,7 @@ def up(
             worker_memory=memory,
             host=host,
             jaas_file=jaas,
+            worker_timeout_s=worker_timeout,
         )
         ha = SparkHA(spec).start()
     except (SparkHAError, SparkSetupError, ZkcError) as exc:

@@ -172,6 +172,8 @@ def _run(
     volumes: dict[str, dict[str, str]] | None = None,
     entrypoint: list[str] | None = None,
 ) -> Any:
+    # the image's health check is zkctl's; a Spark daemon is none of its roles
+    health = {"healthcheck": {"test": ["NONE"]}} if role == "spark" else {}
     return client.containers.run(
         spec.image,
         command=command,
@@ -184,6 +186,7 @@ def _run(
         volumes=volumes or {},
         entrypoint=entrypoint,
         init=True,
+        **health,
     )
 
 
@@ -270,7 +273,7 @@ def _start_spark(
             f"exec {SPARK_CLASS} org.apache.spark.deploy.master.Master --host 127.0.0.1 --port {port} --webui-port {ui}"
         )
         menv = {**env, "SPARK_DAEMON_JAVA_OPTS": opts}
-        names.append(_run(client, spec, name, "none", ["-c", line], menv, entrypoint=["/bin/sh"]).name)
+        names.append(_run(client, spec, name, "spark", ["-c", line], menv, entrypoint=["/bin/sh"]).name)
         info.spark_uis[name] = f"http://127.0.0.1:{ui}/json/"
     wait_until(lambda: "ALIVE" in spark_statuses(info).values(), timeout, "a Spark master to be ALIVE")
     volumes = {spec.data_dir or checkpoints: {"bind": "/data/checkpoints", "mode": "rw"}}
@@ -280,7 +283,7 @@ def _start_spark(
             f"exec {SPARK_CLASS} org.apache.spark.deploy.worker.Worker {info.spark_master} --host 127.0.0.1"
             f" --cores {spec.spark_cores} --memory 1g --webui-port {free_port()} --work-dir /data/state/spark"
         )
-        names.append(_run(client, spec, name, "none", ["-c", line], env, volumes, entrypoint=["/bin/sh"]).name)
+        names.append(_run(client, spec, name, "spark", ["-c", line], env, volumes, entrypoint=["/bin/sh"]).name)
     wait_until(lambda: spark_workers_alive(info) >= spec.spark_workers, timeout, "the Spark workers to register")
     return names
 

@@ -79,6 +79,10 @@ class SparkHASpec:
     daemon_memory: str = "256m"
     #: extra JVM options of the daemons (the test suite's C1-only flags, for instance)
     java_opts: str = ""
+    #: ``spark.worker.timeout``: a worker silent this long is dead, and a master taking the lead waits this long
+    #: for the workers and applications it recovered to answer before it drops the silent ones (and their
+    #: cores go to the live applications): Spark's 60 s holds a pipeline whose worker died that long
+    worker_timeout_s: int = 60
     #: a JAAS file with a ``Client`` section (``write_client_jaas``): the masters' SASL login to ZooKeeper
     jaas_file: Path | None = None
 
@@ -86,6 +90,8 @@ class SparkHASpec:
         if not 1 <= self.masters <= 5 or not 0 <= self.workers <= 8 or not 1 <= self.worker_cores <= 64:
             raise SparkHAError("between 1 and 5 masters, 0 and 8 workers, 1 and 64 cores a worker")
         recovery_conf(self.zk_hosts, self.root)  # refused here, before anything starts
+        if not 5 <= self.worker_timeout_s <= 3600:
+            raise SparkHAError("the worker timeout is between 5 and 3600 s")
         if self.jaas_file is not None and not Path(self.jaas_file).is_file():
             raise SparkHAError(f"JAAS file {self.jaas_file}: not a file")
 
@@ -145,7 +151,10 @@ class SparkHA:
         """Every master, then (once one is ALIVE) every worker; refused with the log's tail if one exits. Each
         wait is bounded by ``timeout``: a JVM start on a loaded machine took over a minute (measured: 104 s)."""
         check_java()
-        conf = recovery_conf(self.spec.zk_hosts, self.spec.root)
+        conf = {
+            **recovery_conf(self.spec.zk_hosts, self.spec.root),
+            "spark.worker.timeout": str(self.spec.worker_timeout_s),
+        }
         self.conf_file.write_text("".join(f"{k} {v}\n" for k, v in conf.items()))
         try:
             for m in self.masters:
@@ -170,6 +179,7 @@ class SparkHA:
         cmd = [os.path.join(self.home, "bin", "spark-class"), WORKER_CLASS, self.url, "--host", self.spec.host]
         cmd += ["--cores", str(self.spec.worker_cores), "--memory", self.spec.worker_memory]
         cmd += ["--webui-port", str(w.ui_port), "--work-dir", str(self.dir / "work")]
+        cmd += ["--properties-file", str(self.conf_file)]  # (the worker timeout sets its heartbeat)
         w.log = self.dir / f"{w.name}.log"
         w.proc = spawn(cmd, env=self._env(), cwd=self.dir, log=w.log)
 

@@ -289,6 +289,7 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
 
 
+@pytest.mark.timeout(1200)  # up (two Spark masters, a worker), a first batch, a failover: JVMs on a loaded machine
 def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(image, tmp_path):
     """``cluster up --spark-masters 2``: two Spark masters in ZooKeeper recovery mode and a worker as containers,
     a broker submitting to both, the checkpoints and sinks on a host directory every container mounts (standing

@@ -39,11 +39,14 @@ from tests.spark_support import TEST_JVM_OPTS, require_spark, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-RECORDS = 900
+#: records per pipeline fed at the start (until the first batches), then at each fault (~40 s at 7.5 a second):
+#: input keeps coming after each fault, whenever the fault happens on a loaded machine
+FIRST, AT_FAULT = 150, 300
 PIPELINES = ("ha-0", "ha-1")
 PIPELINES_C = ("hc-0", "hc-1")
-RECORDS_C = 900
 SESSION_CAP_MS = 10_000
+#: a new leader drops the dead worker and the dead broker's application after this (Spark's default: 60 s)
+WORKER_TIMEOUT_S = 20
 #: a pipeline's longest time without a committed batch while input waits: a master's failover (its session
 #: cap, then the standby's recovery) or a worker's restart (a JVM and an executor), with room for a loaded host
 GAP_BOUND_S = 120.0
@@ -122,46 +125,68 @@ def ha_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HACluster]:
     zk.start()
     try:
         with controlled_root(zk.address, tmp, "sparkha") as root:
-            spec = SparkHASpec(zk.address, root.root, tmp / "spark", worker_memory="768m", java_opts=TEST_JVM_OPTS)
+            spec = SparkHASpec(
+                zk.address,
+                root.root,
+                tmp / "spark",
+                worker_memory="768m",
+                java_opts=TEST_JVM_OPTS,
+                worker_timeout_s=WORKER_TIMEOUT_S,
+            )
             with SparkHA(spec) as ha:
                 yield HACluster(zk, root, ha, tmp)
     finally:
         zk.stop()
 
 
-def _feed(pipes: dict[str, tuple[Path, Path]], records: int) -> list[Datagen]:
-    """A generator per pipeline, ~``records / 7.5`` seconds of input: it keeps coming through the faults."""
-    gens = []
-    for src, _ in pipes.values():
-        src.mkdir(parents=True)
-        gens.append(Datagen(DatagenConfig(out_dir=str(src), records=records, rate=7.5, batch=15)))
-    return gens
+class Feed:
+    """Input for every pipeline, in segments of consecutive ids at 7.5 records a second (each a generator
+    thread); ``total`` ids written so far, 0 to total - 1."""
 
+    def __init__(self, pipes: dict[str, tuple[Path, Path]]) -> None:
+        self.pipes, self.total, self.gens = pipes, 0, list[Datagen]()
+        for src, _ in pipes.values():
+            src.mkdir(parents=True)
 
-def _check_sinks(pipes: dict[str, tuple[Path, Path]], records: int) -> None:
-    for t, (_, out) in pipes.items():
-        ids = sink_ids(out)
-        assert len(ids) == len(set(ids)), f"{t}: {len(ids) - len(set(ids))} records written twice"
-        assert set(ids) == set(range(records)), f"{t}: {records - len(set(ids))} records missing"
+    def more(self, records: int) -> None:
+        for src, _ in self.pipes.values():
+            cfg = DatagenConfig(out_dir=str(src), records=records, rate=7.5, batch=15, start_id=self.total)
+            self.gens.append(Datagen(cfg).start())
+        self.total += records
+
+    def join(self) -> None:
+        for g in self.gens:
+            g.join(300)
+
+    def stop(self) -> None:
+        for g in self.gens:
+            g.stop()
+
+    def all_in_sinks(self) -> bool:
+        return all(len(set(sink_ids(out))) >= self.total for _, out in self.pipes.values())
+
+    def check_sinks(self) -> None:
+        for t, (_, out) in self.pipes.items():
+            ids = sink_ids(out)
+            assert len(ids) == len(set(ids)), f"{t}: {len(ids) - len(set(ids))} records written twice"
+            assert set(ids) == set(range(self.total)), f"{t}: {self.total - len(set(ids))} records missing"
 
 
 def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(ha_cluster: HACluster) -> None:
     root, ha, tmp = ha_cluster.root, ha_cluster.ha, ha_cluster.dir / "ab"
     tmp.mkdir()
     brokers = []
-    gens: list[Datagen] = []
+    pipes = {t: (tmp / "in" / t, tmp / "out" / t) for t in PIPELINES}
+    feed = Feed(pipes)
     figures: dict[str, float] = {}
     try:
         assert sorted(str(ha.status(m)) for m in ha.masters) == ["ALIVE", "STANDBY"]
         assert root.zk.exists(f"{root.root}/spark"), "the masters keep their state under the cluster's root"
         assert len(ha.workers) == 1, "one worker: its loss leaves the pipelines waiting for the engine"
         brokers.append(start_spark_broker("b1", root.env, tmp, tmp / "b1.log", *_spark_args(ha.url, "zkc-b1")))
-        pipes = {t: (tmp / "in" / t, tmp / "out" / t) for t in PIPELINES}
-        gens = _feed(pipes, RECORDS)
         admin = AdminClient(root.zk, root.layout)
         admin.create_tasks([pipeline_spec(t, *p) for t, p in pipes.items()])
-        for g in gens:
-            g.start()
+        feed.more(FIRST)
         sinks = [out for _, out in pipes.values()]
 
         def committed_after(t0: float) -> bool:
@@ -176,6 +201,7 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(ha_
         assert active is not None
         t_kill = time.time()
         ha.kill(active)
+        feed.more(AT_FAULT)
         standby = wait_for(ha.active, 120, "the standby master to become ALIVE")
         t_alive = time.time()
         figures["failover_s"] = t_alive - t_kill
@@ -187,26 +213,26 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(ha_
         (worker,) = ha.workers
         t_loss = time.time()
         ha.kill(worker)
+        feed.more(AT_FAULT)
         # the pipelines stay on their broker, which says they wait for the engine
         wait_for(lambda: all(_waits_for_engine(root, t) for t in PIPELINES), 120, "statuses waiting for Spark")
-        figures["status_waiting_s"] = time.time() - t_loss
+        t_waiting = time.time()  # no executor: a batch committed after this ran on the restarted worker
+        figures["status_waiting_s"] = t_waiting - t_loss
         ha.start_worker(worker)
         wait_for(lambda: ha.alive_workers() >= 1, 120, "the worker to register again")
-        wait_for(lambda: committed_after(time.time() - 0.5), 240, "batches committed after the worker's loss")
+        wait_for(lambda: committed_after(t_waiting), 240, "batches committed after the worker's loss")
         figures["commits_after_worker_loss_s"] = time.time() - t_loss
         wait_for(lambda: not any(_waits_for_engine(root, t) for t in PIPELINES), 60, "statuses running again")
 
-        for g in gens:
-            g.join(300)
-        wait_for(lambda: all(len(set(sink_ids(s))) >= RECORDS for s in sinks), 300, "every record in the sinks")
+        feed.join()
+        wait_for(feed.all_in_sinks, 300, "every record in the sinks")
         phase1 = time.time()
         intervals = admin.intervals()
         gaps = {t: _longest_gap(_commits(out), phase0, phase1) for t, (_, out) in pipes.items()}
         for t in PIPELINES:  # the next case's brokers are not to run these again
             admin.delete_task(t, wait=60)
     finally:
-        for g in gens:
-            g.stop()
+        feed.stop()
         stop_brokers(brokers)
     print(
         f"master failover {figures['failover_s']:.1f}s, commits again {figures['commits_after_failover_s']:.1f}s "
@@ -214,7 +240,7 @@ def test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once(ha_
         f"commits again {figures['commits_after_worker_loss_s']:.1f}s; longest gap "
         + ", ".join(f"{t} {g:.1f}s" for t, g in gaps.items())
     )
-    _check_sinks(pipes, RECORDS)
+    feed.check_sinks()
     assert double_ownership(intervals) == []
     assert all(g <= GAP_BOUND_S for g in gaps.values()), gaps
 
@@ -247,15 +273,13 @@ def test_master_worker_and_broker_killed_at_once_exactly_once(ha_cluster: HAClus
     brokers = {
         b: start_spark_broker(b, root.env, tmp, tmp / f"{b}.log", *_spark_args(ha.url, f"zkc-{b}")) for b in names
     }
-    gens: list[Datagen] = []
+    pipes = {t: (tmp / "in" / t, tmp / "out" / t) for t in PIPELINES_C}
+    feed = Feed(pipes)
     figures: dict[str, float] = {}
     try:
-        pipes = {t: (tmp / "in" / t, tmp / "out" / t) for t in PIPELINES_C}
-        gens = _feed(pipes, RECORDS_C)
         admin = AdminClient(root.zk, root.layout)
         admin.create_tasks([pipeline_spec(t, *p) for t, p in pipes.items()])
-        for g in gens:
-            g.start()
+        feed.more(FIRST)
         sinks = {t: out for t, (_, out) in pipes.items()}
 
         def committed_after(t0: float) -> bool:
@@ -283,22 +307,22 @@ def test_master_worker_and_broker_killed_at_once_exactly_once(ha_cluster: HAClus
         ha.kill(active)
         ha.kill(worker)
         _kill9(brokers[victim])
+        feed.more(AT_FAULT)
         wait_for(ha.active, 120, "the standby master to become ALIVE")
         figures["failover_s"] = time.time() - t_kill
         wait_for(lambda: _running_on(root, PIPELINES_C[0]) == survivor, 120, f"{PIPELINES_C[0]} running on {survivor}")
-        figures["moved_s"] = time.time() - t_kill
-        wait_for(lambda: committed_after(time.time() - 0.5), 300, "batches committed after the faults")
+        t_moved = time.time()  # neither broker has an executor yet: a batch committed after this is recovery's
+        figures["moved_s"] = t_moved - t_kill
+        wait_for(lambda: committed_after(t_moved), 300, "batches committed after the faults")
         figures["commits_again_s"] = time.time() - t_kill
 
-        for g in gens:
-            g.join(300)
-        wait_for(lambda: all(len(set(sink_ids(s))) >= RECORDS_C for s in sinks.values()), 300, "every record")
+        feed.join()
+        wait_for(feed.all_in_sinks, 300, "every record in the sinks")
         phase1 = time.time()
         intervals = admin.intervals()
         gaps = {t: _longest_gap(_commits(out), phase0, phase1) for t, out in sinks.items()}
     finally:
-        for g in gens:
-            g.stop()
+        feed.stop()
         stop_brokers(brokers.values())
     print(
         f"master + worker + broker {victim} killed at once: standby ALIVE {figures['failover_s']:.1f}s, "
@@ -306,6 +330,6 @@ def test_master_worker_and_broker_killed_at_once_exactly_once(ha_cluster: HAClus
         f"{figures['commits_again_s']:.1f}s after the kill; longest gap without a committed batch "
         + ", ".join(f"{t} {g:.1f}s" for t, g in gaps.items())
     )
-    _check_sinks(pipes, RECORDS_C)
+    feed.check_sinks()
     assert double_ownership(intervals) == []
     assert all(g <= GAP_BOUND_S for g in gaps.values()), gaps
