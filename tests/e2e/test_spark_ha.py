@@ -11,7 +11,10 @@ committed batch is printed (and bounded). The cases share one ZooKeeper, control
 (``ha_cluster``); each starts its own brokers and pipelines.
 
 The ZooKeeper server caps sessions at 10 s: Spark's masters ask for 60 s, and a master killed outright hands
-over only when its session expires (docs/spark-ha.md)."""
+over only when its session expires (docs/spark-ha.md). The masters' worker timeout is 20 s: a new leader
+waits that long for the workers and applications it recovered before it drops the dead ones and gives their
+cores to the live applications (Spark's 60 s would hold the pipelines of (c) that long). Input is fed at the
+start and again at each fault, so batches follow each recovery however long the loaded machine takes."""
 
 from __future__ import annotations
 
