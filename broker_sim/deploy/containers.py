@@ -235,7 +235,7 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
                 ).name
             )
         if spec.spark_masters:
-            info.containers += _start_spark(client, spec, zk, checkpoints, info, timeout)
+            info.containers += _start_spark(client, spec, zk, checkpoints, info, max(timeout, SPARK_START_S))
         for i in range(spec.brokers):
             info.containers.append(_start_broker(client, spec, i, common, checkpoints, info.spark_master).name)
             info.brokers.append(spec.broker_id(i))
@@ -250,6 +250,8 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
     return info
 
 
+#: how long a Spark master may take to be ALIVE, and the workers to register (JVMs on a loaded host: minutes)
+SPARK_START_S = 600.0
 #: the Spark launcher inside the image (pyspark's own ``bin/spark-class``)
 SPARK_CLASS = "$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/bin/spark-class"
 

@@ -289,7 +289,7 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
 
 
-@pytest.mark.timeout(1200)  # up (two Spark masters, a worker), a first batch, a failover: JVMs on a loaded machine
+@pytest.mark.timeout(1500)  # up (two Spark masters, a worker), a first batch, a failover: JVMs on a loaded machine
 def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(image, tmp_path):
     """``cluster up --spark-masters 2``: two Spark masters in ZooKeeper recovery mode and a worker as containers,
     a broker submitting to both, the checkpoints and sinks on a host directory every container mounts (standing
@@ -305,6 +305,7 @@ def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(imag
         *("--json", "--zk-root", "/sparkd", "cluster", "up", "--docker", "--name", name, "--zk-nodes", "1"),
         *("--controllers", "1", "--brokers", "1", "--runner", "spark", "--spark-masters", "2"),
         *("--spark-workers", "1", "--data-dir", str(data), "--image", image),
+        timeout=1000,
     )
     try:
         assert up.returncode == 0, up.stdout + up.stderr
