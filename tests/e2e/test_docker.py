@@ -9,10 +9,8 @@ imports a debootstrapped base image as ``zkc-base:bookworm``) and are skipped wi
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -42,51 +40,10 @@ from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
 from tests.api_support import REPO, ApiCluster, os_environ_without_auth
+from tests.docker_support import SETUP, ZKCTL, docker_engine
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-ZKCTL = [sys.executable, "-m", "cli.main"]
-IMAGE = "zkcontroller:test"
-BASE = os.environ.get("ZKC_BASE_IMAGE", "zkc-base:bookworm")
-SETUP = "run `make docker-engine` (scripts/docker-engine.sh start) as root"
-
-
-def _engine() -> Any:
-    try:
-        import docker
-    except ModuleNotFoundError:
-        pytest.skip("the Docker SDK is not installed (pip install 'zkcontroller[docker]')")
-    try:
-        client = docker.from_env(timeout=300)
-        client.ping()
-    except Exception as exc:
-        pytest.skip(f"no Docker engine answers ({type(exc).__name__}): {SETUP}")
-    return client
-
-
-@pytest.fixture(scope="session")
-def image() -> str:
-    """The image of this tree, built once per session (on the debootstrapped base when there is one)."""
-    client = _engine()
-    args = []
-    try:
-        client.images.get(BASE)
-        args = ["--base", BASE]
-    except Exception:
-        pytest.skip(f"no base image {BASE} (no registry is assumed reachable): {SETUP}")
-    started = time.monotonic()
-    p = subprocess.run(
-        ZKCTL + ["--json", "cluster", "build", "--tag", IMAGE, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    built = json.loads(p.stdout)
-    print(f"image {IMAGE}: {built['size_mb']} MB, built in {time.monotonic() - started:.0f}s")
-    return IMAGE
 
 
 class FaultLeftOut(UserWarning):
@@ -120,7 +77,7 @@ def _throwaway(client: Any, image: str, prefix: str) -> Any:
 def uninjectable(image: str) -> Uninjectable:
     """Probed once on a throwaway container: ``docker pause`` needs the cgroup freezer, which a nested or
     rootless engine may lack (``OCI runtime pause failed: unable to freeze``). Only that fault is left out."""
-    client = _engine()
+    client = docker_engine()
     probe = _throwaway(client, image, "zkc-pause-probe")
     try:
         probe.pause()
@@ -200,7 +157,7 @@ def _cluster_report(client: Any, label: str, admin: AdminClient | None = None, l
 
 
 def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
-    client = _engine()
+    client = docker_engine()
     name = f"t{uuid.uuid4().hex[:6]}"
     up = zkctl_command(
         "--json",
@@ -289,83 +246,6 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
 
 
-@pytest.mark.timeout(1500)  # up (two Spark masters, a worker), a first batch, a failover: JVMs on a loaded machine
-def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(image, tmp_path):
-    """``cluster up --spark-masters 2``: two Spark masters in ZooKeeper recovery mode and a worker as containers,
-    a broker submitting to both, the checkpoints and sinks on a host directory every container mounts (standing
-    for NFS). The active master's process is killed -9: the standby takes the lead and the pipeline, fed
-    before and after, holds every record exactly once."""
-    client = _engine()
-    name = f"h{uuid.uuid4().hex[:6]}"
-    data = tmp_path / "data"
-    (data / "in" / "sp").mkdir(parents=True)
-    for d in (data, data / "in", data / "in" / "sp"):
-        d.chmod(0o777)  # written by the image's non-root user
-    up = zkctl_command(
-        *("--json", "--zk-root", "/sparkd", "cluster", "up", "--docker", "--name", name, "--zk-nodes", "1"),
-        *("--controllers", "1", "--brokers", "1", "--runner", "spark", "--spark-masters", "2"),
-        *("--spark-workers", "1", "--data-dir", str(data), "--image", image),
-        timeout=1000,
-    )
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        info = json.loads(up.stdout)
-        assert info["spark_master"].startswith("spark://127.0.0.1:") and info["spark_master"].count(",") == 1
-        masters = info["spark_uis"]
-
-        def statuses() -> dict[str, str]:
-            return {n: str(_json_or_empty(url).get("status", "")) for n, url in masters.items()}
-
-        assert sorted(statuses().values()) == ["ALIVE", "STANDBY"], statuses()
-        zk = make_client(ZkSettings(hosts=info["zk"], root="/sparkd"))
-        try:
-            assert zk.get_children("/sparkd/spark/master_status"), "the masters' state under the cluster's root"
-            AdminClient(zk, ZkLayout("/sparkd")).create_tasks(
-                [pipeline_spec("sp", Path("/data/checkpoints/in/sp"), Path("/data/checkpoints/out/sp"))]
-            )
-            generate(DatagenConfig(out_dir=str(data / "in" / "sp"), records=150, batch=50))
-            wait_until(lambda: len(_sink(data)) >= 150, 400, "the first records in the sink")
-            active = next(n for n, st in statuses().items() if st == "ALIVE")
-            crash(client.containers.get(active))
-            t_kill = time.monotonic()
-            generate(DatagenConfig(out_dir=str(data / "in" / "sp"), records=150, start_id=150, batch=50))
-            wait_until(lambda: statuses().get(next(n for n in masters if n != active)) == "ALIVE", 180, "failover")
-            failover = time.monotonic() - t_kill
-            wait_until(lambda: len(set(_sink(data))) >= 300, 300, "every record in the sink")
-            ids = _sink(data)
-            assert sorted(ids) == list(range(300)), f"{len(ids)} ids, {len(set(ids))} distinct"
-            print(f"Spark in containers: standby ALIVE {failover:.1f}s after kill -9 of the active master")
-        finally:
-            zk.stop()
-            zk.close()
-    except BaseException:
-        print(_cluster_report(client, f"zkc.cluster={name}"))
-        raise
-    finally:
-        down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
-        assert down.returncode == 0, down.stdout + down.stderr
-    assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
-
-
-def _json_or_empty(url: str) -> dict[str, Any]:
-    """A Spark master's /json/ (its status), or {} while it does not answer."""
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=3) as r:
-            body = json.loads(r.read(4 * 1024 * 1024))
-    except (OSError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _sink(data: Path) -> list[int]:
-    try:
-        return container_sink_ids(data, "sp")
-    except (OSError, ValueError):
-        return []  # a file read while Spark writes it: read again
-
-
 def test_commands_say_what_is_missing_in_one_line(tmp_path):
     env = {**os_environ_without_auth(), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
     p = zkctl_command("cluster", "ps", env=env, timeout=60)
@@ -382,7 +262,7 @@ def _compose() -> list[str]:
 
 @pytest.mark.timeout(1200)  # its own bounded waits (ensemble, brokers, sinks, the reset's replay) sum past 300 s
 def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, tmp_path):
-    client = _engine()
+    client = docker_engine()
     compose = _compose()
     project = f"zkc{uuid.uuid4().hex[:6]}"
     data = tmp_path / "shared"
@@ -557,7 +437,7 @@ def test_container_chaos_finds_no_double_ownership(image, uninjectable):
         *uninjectable.leave_out_args(),
         timeout=900,
     )
-    client = _engine()
+    client = docker_engine()
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads(p.stdout)
@@ -570,7 +450,7 @@ def test_a_fault_the_engine_refuses_is_not_injected_and_the_run_judged_on_the_re
     """A container that is not running cannot be paused nor killed: the engine's refusal (its own words) is
     recorded as not injected, the kill's stamp (which bounds a life's run windows) is dropped, and a run
     whose other faults happened with every check holding is green."""
-    client = _engine()
+    client = docker_engine()
     box = _throwaway(client, image, "zkc-refuse")
     try:
         box.kill()
@@ -632,7 +512,7 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
         *uninjectable.leave_out_args(),
         timeout=1200,
     )
-    client = _engine()
+    client = docker_engine()
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     summary = json.loads(p.stdout)
@@ -653,7 +533,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
     from broker_sim.sim.checker import double_ownership
     from controller.admin.interval_ends import settled_intervals
 
-    client = _engine()
+    client = docker_engine()
     name = f"r{uuid.uuid4().hex[:6]}"
     new_image = f"zkcontroller:roll-{name}"
     client.images.get(image).tag(new_image)
