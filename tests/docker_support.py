@@ -8,11 +8,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.api_support import REPO
+from controller.admin import AdminClient
+from tests.api_support import REPO, os_environ_without_auth
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
 IMAGE = "zkcontroller:test"
@@ -57,3 +59,65 @@ def image() -> str:
     built = json.loads(p.stdout)
     print(f"image {IMAGE}: {built['size_mb']} MB, built in {time.monotonic() - started:.0f}s")
     return IMAGE
+
+
+def zkctl_command(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ZKCTL + list(args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**(env or os_environ_without_auth()), "PYTHONPATH": str(REPO)},
+    )
+
+
+LOG_TAIL = 150  # lines of each container's log a failing container test prints
+
+
+def _utc(t: float | None) -> str:
+    """An interval's epoch time as Docker prints its timestamps (UTC, RFC 3339), to read the two side by side."""
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+def cluster_report(client: Any, label: str, admin: AdminClient | None = None, logs_dir: Path | None = None) -> str:
+    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers labelled
+    ``label`` (each life's start, finish and exit code) with the tail of their logs (a ZooKeeper node's only
+    when it is not a zkc cluster's), and the logs the upgrade kept of the containers it replaced. Each part is
+    best effort: a report must not hide the failure it explains."""
+    out: list[str] = []
+    if admin is not None:
+        try:
+            out.append("run intervals (task broker generation: acquired start end released, UTC):")
+            for i in admin.intervals():
+                out.append(
+                    f"  {i.task_id} {i.broker} g{i.generation}: {_utc(i.acquired)} {_utc(i.start)} "
+                    f"{_utc(i.end)} {_utc(i.released)}"
+                )
+            out.append(f"roll: {admin.roll_status()}")
+        except Exception as exc:
+            out.append(f"  (not read: {type(exc).__name__}: {exc})")
+    try:
+        containers = client.containers.list(all=True, filters={"label": label})
+    except Exception as exc:
+        containers = []
+        out.append(f"containers not listed: {type(exc).__name__}: {exc}")
+    for c in sorted(containers, key=lambda c: c.name):
+        st = c.attrs.get("State", {})
+        out.append(
+            f"--- container {c.name} {c.short_id} ({c.status}, started {st.get('StartedAt')}, finished "
+            f"{st.get('FinishedAt')}, exit {st.get('ExitCode')}, restarts {c.attrs.get('RestartCount')}):"
+        )
+        if c.labels.get("zkc.role") != "zk":
+            try:
+                out.append(c.logs(timestamps=True, tail=LOG_TAIL).decode(errors="replace"))
+            except Exception as exc:
+                out.append(f"  (no log: {type(exc).__name__})")
+    for f in sorted(logs_dir.glob("*.log")) if logs_dir is not None and logs_dir.is_dir() else []:
+        out.append(f"--- replaced container {f.stem} (its last {LOG_TAIL} lines):")
+        out.append("\n".join(f.read_text(errors="replace").splitlines()[-LOG_TAIL:]))
+    return "\n".join(out)

@@ -40,7 +40,7 @@ from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
 from tests.api_support import REPO, ApiCluster, os_environ_without_auth
-from tests.docker_support import SETUP, ZKCTL, docker_engine
+from tests.docker_support import SETUP, cluster_report, docker_engine, zkctl_command
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -92,68 +92,8 @@ def uninjectable(image: str) -> Uninjectable:
         probe.remove(force=True)
 
 
-def zkctl_command(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ZKCTL + list(args),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**(env or os_environ_without_auth()), "PYTHONPATH": str(REPO)},
-    )
-
-
 def _owners(admin: AdminClient) -> dict[str, str | None]:
     return {r.task_id: r.owner for r in admin.list_tasks()}
-
-
-LOG_TAIL = 150  # lines of each container's log a failing container test prints
-
-
-def _utc(t: float | None) -> str:
-    """An interval's epoch time as Docker prints its timestamps (UTC, RFC 3339), to read the two side by side."""
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
-
-
-def _cluster_report(client: Any, label: str, admin: AdminClient | None = None, logs_dir: Path | None = None) -> str:
-    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers labelled
-    ``label`` (each life's start, finish and exit code) with the tail of their logs (a ZooKeeper node's only
-    when it is not a zkc cluster's), and the logs the upgrade kept of the containers it replaced. Each part is
-    best effort: a report must not hide the failure it explains."""
-    out: list[str] = []
-    if admin is not None:
-        try:
-            out.append("run intervals (task broker generation: acquired start end released, UTC):")
-            for i in admin.intervals():
-                out.append(
-                    f"  {i.task_id} {i.broker} g{i.generation}: {_utc(i.acquired)} {_utc(i.start)} "
-                    f"{_utc(i.end)} {_utc(i.released)}"
-                )
-            out.append(f"roll: {admin.roll_status()}")
-        except Exception as exc:
-            out.append(f"  (not read: {type(exc).__name__}: {exc})")
-    try:
-        containers = client.containers.list(all=True, filters={"label": label})
-    except Exception as exc:
-        containers = []
-        out.append(f"containers not listed: {type(exc).__name__}: {exc}")
-    for c in sorted(containers, key=lambda c: c.name):
-        st = c.attrs.get("State", {})
-        out.append(
-            f"--- container {c.name} {c.short_id} ({c.status}, started {st.get('StartedAt')}, finished "
-            f"{st.get('FinishedAt')}, exit {st.get('ExitCode')}, restarts {c.attrs.get('RestartCount')}):"
-        )
-        if c.labels.get("zkc.role") != "zk":
-            try:
-                out.append(c.logs(timestamps=True, tail=LOG_TAIL).decode(errors="replace"))
-            except Exception as exc:
-                out.append(f"  (no log: {type(exc).__name__})")
-    for f in sorted(logs_dir.glob("*.log")) if logs_dir is not None and logs_dir.is_dir() else []:
-        out.append(f"--- replaced container {f.stem} (its last {LOG_TAIL} lines):")
-        out.append("\n".join(f.read_text(errors="replace").splitlines()[-LOG_TAIL:]))
-    return "\n".join(out)
 
 
 def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
@@ -238,7 +178,7 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
             zk.stop()
             zk.close()
     except BaseException:
-        print(_cluster_report(client, f"zkc.cluster={name}"))
+        print(cluster_report(client, f"zkc.cluster={name}"))
         raise
     finally:
         down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
@@ -324,7 +264,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
         api = ApiCluster(env, tmp_path, port=int(env["ZKC_API_PORT"]))
         _reset_through_the_api(client, project, api, data, tasks[0], records)
     except BaseException:
-        print(_cluster_report(client, f"com.docker.compose.project={project}"))
+        print(cluster_report(client, f"com.docker.compose.project={project}"))
         raise
     finally:
         if zk is not None:
@@ -615,7 +555,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         st = admin.roll_status()
         assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
     except BaseException:
-        print(_cluster_report(client, f"zkc.cluster={name}", admin, replaced_logs))
+        print(cluster_report(client, f"zkc.cluster={name}", admin, replaced_logs))
         raise
     finally:
         if zk is not None:

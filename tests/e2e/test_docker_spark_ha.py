@@ -19,15 +19,14 @@ from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
 from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
-from tests.docker_support import docker_engine
-from tests.e2e.test_docker import _cluster_report, zkctl_command
+from tests.docker_support import cluster_report, docker_engine, zkctl_command
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.mark.timeout(1500)  # up (two Spark masters, a worker), a first batch, a failover: JVMs on a loaded machine
-def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(image, tmp_path):
+def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(image: str, tmp_path: Path) -> None:
     """``cluster up --spark-masters 2``: two Spark masters in ZooKeeper recovery mode and a worker as containers,
     a broker submitting to both, the checkpoints and sinks on a host directory every container mounts (standing
     for NFS). The active master's process is killed -9: the standby takes the lead and the pipeline, fed
@@ -76,7 +75,7 @@ def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(imag
             zk.stop()
             zk.close()
     except BaseException:
-        print(_cluster_report(client, f"zkc.cluster={name}"))
+        print(cluster_report(client, f"zkc.cluster={name}"))
         raise
     finally:
         down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
