@@ -81,13 +81,42 @@ def cluster_build(ctx: Ctx, base: str | None, tag: str, ca_bundle: str | None) -
 @click.option("--brokers", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--runner", type=click.Choice(["noop", "spark"]), default="spark", show_default=True)
 @click.option("--image", default="zkcontroller:latest", show_default=True)
+@click.option(
+    "--spark-masters",
+    type=click.IntRange(0, 5),
+    default=0,
+    show_default=True,
+    help="Spark standalone masters in HA (ZooKeeper recovery under ROOT/spark); 0: each broker's local Spark",
+)
+@click.option("--spark-workers", type=click.IntRange(1, 20), default=1, show_default=True, help="with --spark-masters")
+@click.option(
+    "--spark-cores", type=click.IntRange(1, 64), default=1, show_default=True, help="cores a Spark worker offers"
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="a host directory shared by brokers and Spark workers as /data/checkpoints (NFS, say); else a volume",
+)
 @pass_ctx
 @_guard
 def cluster_up(
-    ctx: Ctx, use_docker: bool, name: str, zk_nodes: int, controllers: int, brokers: int, runner: str, image: str
+    ctx: Ctx,
+    use_docker: bool,
+    name: str,
+    zk_nodes: int,
+    controllers: int,
+    brokers: int,
+    runner: str,
+    image: str,
+    spark_masters: int,
+    spark_workers: int,
+    spark_cores: int,
+    data_dir: str | None,
 ) -> None:
     """Start the cluster (restart policy always, host networking); returns once ZooKeeper answers and
-    every broker is registered. -o json prints {zk, root, containers, brokers, seconds}."""
+    every broker is registered. With --spark-masters, Spark in HA too, the brokers submitting to its masters.
+    -o json prints {zk, root, containers, brokers, seconds, spark_master}."""
     c = _containers()
     spec = c.ClusterSpec(
         name=name,
@@ -97,6 +126,10 @@ def cluster_up(
         runner=runner,
         image=image,
         root=ctx.layout.root,
+        data_dir=os.path.abspath(data_dir) if data_dir else None,
+        spark_masters=spark_masters,
+        spark_workers=spark_workers,
+        spark_cores=spark_cores,
     )
     info = c.up(spec, echo=lambda line: None if ctx.json_out else click.echo(line))
     ctx.emit(
@@ -106,8 +139,10 @@ def cluster_up(
             "containers": info.containers,
             "brokers": info.brokers,
             "seconds": info.seconds,
+            "spark_master": info.spark_master,
+            "spark_uis": info.spark_uis,
         },
-        f"cluster {name} up in {info.seconds}s: {len(info.containers)} containers\n"
+        f"cluster {name} up in {info.seconds}s: {len(info.containers)} containers, Spark {info.spark_master}\n"
         f"  export ZKC_ZK={info.zk} ZKC_ROOT={info.root}",
     )
 

@@ -44,6 +44,14 @@ def _role_options(f: F) -> F:
 
 def _broker_options(f: F) -> F:
     f = click.option(
+        "--spark-user",
+        "spark_users",
+        multiple=True,
+        metavar="NAME",
+        help="the SASL user the Spark masters log in as (zkctl spark up --sasl-auth-file): it may change "
+        "<root>/spark and below, nothing else (repeatable)",
+    )(f)
+    f = click.option(
         "--broker-user",
         "broker_user",
         metavar="PATTERN",
@@ -90,7 +98,9 @@ def _policy(kw: dict[str, Any]) -> AclPolicy:
         for value in kw["broker_id_digests"]:
             b, ident = _pair(value, "--broker-id-digest")
             brokers.setdefault(b, []).append(ident)
-        return AclPolicy(roles, {b: tuple(dict.fromkeys(v)) for b, v in brokers.items()}, kw["broker_user"])
+        return AclPolicy(
+            roles, {b: tuple(dict.fromkeys(v)) for b, v in brokers.items()}, kw["broker_user"], kw["spark_users"]
+        )
     except SecurityError as exc:
         raise UserError(str(exc)) from None
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 pytest_plugins = [
     "tests.broker_processes",
     "tests.controller_support",
+    "tests.docker_support",
     "tests.security_fixtures",
     "tests.spark_support",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -125,6 +126,11 @@ class ClusterSpec:
     root: str = "/zkc"
     journal_dir: str | None = None  # chaos: brokers journal every start/stop here (host path)
     data_dir: str | None = None  # a host directory the brokers mount as /data/checkpoints (else a volume)
+    #: Spark standalone in HA: masters in ZooKeeper recovery mode (state under <root>/spark), workers with
+    #: ``spark_cores`` each; with masters the brokers submit to them, not to a local Spark
+    spark_masters: int = 0
+    spark_workers: int = 1
+    spark_cores: int = 1
 
     def __post_init__(self) -> None:
         check_name("cluster name", self.name)
@@ -133,6 +139,10 @@ class ClusterSpec:
             raise ValueError(f"unknown runner {self.runner!r} (noop or spark)")
         if not (1 <= self.zk_nodes <= 7 and 1 <= self.controllers <= 5 and 1 <= self.brokers <= 50):
             raise ValueError("zk nodes 1-7, controllers 1-5, brokers 1-50")
+        if not (0 <= self.spark_masters <= 5 and 1 <= self.spark_workers <= 20 and 1 <= self.spark_cores <= 64):
+            raise ValueError("Spark masters 0-5, workers 1-20, cores a worker 1-64")
+        if self.spark_masters and self.runner != "spark":
+            raise ValueError("Spark masters serve the spark runner's brokers: --runner spark")
 
     def broker_id(self, i: int) -> str:
         return f"{self.name}-broker-{i + 1}"
@@ -146,6 +156,10 @@ class ClusterInfo:
     containers: list[str] = field(default_factory=list)
     brokers: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the brokers' Spark: ``spark://h1:p1,h2:p2`` of the masters in HA, or ``local[1]``
+    spark_master: str = "local[1]"
+    #: each Spark master's web UI (its ``/json/`` says ALIVE or STANDBY), by container name
+    spark_uis: dict[str, str] = field(default_factory=dict)
 
 
 def _run(
@@ -158,6 +172,8 @@ def _run(
     volumes: dict[str, dict[str, str]] | None = None,
     entrypoint: list[str] | None = None,
 ) -> Any:
+    # the image's health check is zkctl's; a Spark daemon is none of its roles
+    health = {"healthcheck": {"test": ["NONE"]}} if role == "spark" else {}
     return client.containers.run(
         spec.image,
         command=command,
@@ -170,6 +186,7 @@ def _run(
         volumes=volumes or {},
         entrypoint=entrypoint,
         init=True,
+        **health,
     )
 
 
@@ -217,8 +234,10 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
                     common,
                 ).name
             )
+        if spec.spark_masters:
+            info.containers += _start_spark(client, spec, zk, checkpoints, info, max(timeout, SPARK_START_S))
         for i in range(spec.brokers):
-            info.containers.append(_start_broker(client, spec, i, common, checkpoints).name)
+            info.containers.append(_start_broker(client, spec, i, common, checkpoints, info.spark_master).name)
             info.brokers.append(spec.broker_id(i))
         wait_until(
             lambda: set(registered_brokers(zk, spec.root)) >= set(info.brokers), timeout, "every broker to register"
@@ -231,11 +250,83 @@ def up(spec: ClusterSpec, timeout: float = 240.0, echo: Callable[[str], None] = 
     return info
 
 
-def _start_broker(client: Any, spec: ClusterSpec, i: int, env: dict[str, str], checkpoints: str) -> Any:
+#: how long a Spark master may take to be ALIVE, and the workers to register (JVMs on a loaded host: minutes)
+SPARK_START_S = 600.0
+#: the Spark launcher inside the image (pyspark's own ``bin/spark-class``)
+SPARK_CLASS = "$(python -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/bin/spark-class"
+
+
+def _start_spark(
+    client: Any, spec: ClusterSpec, zk: str, checkpoints: str, info: ClusterInfo, timeout: float
+) -> list[str]:
+    """Spark's masters in ZooKeeper recovery mode (state under ``<root>/spark``) and its workers, the shared
+    checkpoint storage mounted where the brokers have it (executors write the sinks and checkpoints); returns
+    once one master is ALIVE and every worker registered with it. Sets ``info.spark_master``."""
+    from broker_sim.deploy.spark_ha import recovery_conf
+
+    opts = " ".join(f"-D{k}={v}" for k, v in recovery_conf(zk, spec.root).items())
+    masters = [(free_port(), free_port()) for _ in range(spec.spark_masters)]
+    info.spark_master = "spark://" + ",".join(f"127.0.0.1:{p}" for p, _ in masters)
+    env = {"SPARK_NO_DAEMONIZE": "1", "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m"}
+    names = []
+    for i, (port, ui) in enumerate(masters):
+        name = f"{spec.name}-spark-master-{i + 1}"
+        line = (
+            f"exec {SPARK_CLASS} org.apache.spark.deploy.master.Master --host 127.0.0.1 --port {port} --webui-port {ui}"
+        )
+        menv = {**env, "SPARK_DAEMON_JAVA_OPTS": opts}
+        names.append(_run(client, spec, name, "spark", ["-c", line], menv, entrypoint=["/bin/sh"]).name)
+        info.spark_uis[name] = f"http://127.0.0.1:{ui}/json/"
+    wait_until(lambda: "ALIVE" in spark_statuses(info).values(), timeout, "a Spark master to be ALIVE")
+    volumes = {spec.data_dir or checkpoints: {"bind": "/data/checkpoints", "mode": "rw"}}
+    for i in range(spec.spark_workers):
+        name = f"{spec.name}-spark-worker-{i + 1}"
+        line = (
+            f"exec {SPARK_CLASS} org.apache.spark.deploy.worker.Worker {info.spark_master} --host 127.0.0.1"
+            f" --cores {spec.spark_cores} --memory 1g --webui-port {free_port()} --work-dir /data/state/spark"
+        )
+        names.append(_run(client, spec, name, "spark", ["-c", line], env, volumes, entrypoint=["/bin/sh"]).name)
+    wait_until(lambda: spark_workers_alive(info) >= spec.spark_workers, timeout, "the Spark workers to register")
+    return names
+
+
+def _spark_json(url: str) -> dict[str, Any]:
+    """A Spark master's account of itself (bounded in size and time), or {} where it does not answer."""
+    import json
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            body = json.loads(r.read(4 * 1024 * 1024))
+    except (OSError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def spark_statuses(info: ClusterInfo) -> dict[str, str]:
+    """Each Spark master's status (ALIVE, STANDBY, RECOVERING, ...; "" where it does not answer)."""
+    return {name: str(_spark_json(url).get("status", "")) for name, url in info.spark_uis.items()}
+
+
+def spark_workers_alive(info: ClusterInfo) -> int:
+    """The workers the ALIVE master counts as alive (0 where none is ALIVE)."""
+    for url in info.spark_uis.values():
+        body = _spark_json(url)
+        if body.get("status") == "ALIVE":
+            n = body.get("aliveworkers", 0)
+            return n if isinstance(n, int) else 0
+    return 0
+
+
+def _start_broker(
+    client: Any, spec: ClusterSpec, i: int, env: dict[str, str], checkpoints: str, spark_master: str = "local[1]"
+) -> Any:
     bid = spec.broker_id(i)
     args = ["--id", bid, "--zk", env["ZKC_ZK"], "--root", spec.root, "--session-timeout", str(SESSION_S)]
     volumes = {spec.data_dir or checkpoints: {"bind": "/data/checkpoints", "mode": "rw"}}
-    spark = ["--runner", "spark", "--checkpoint-root", "/data/checkpoints", "--spark-master", "local[1]"]
+    spark = ["--runner", "spark", "--checkpoint-root", "/data/checkpoints", "--spark-master", spark_master]
+    if spark_master != "local[1]":  # one core per application: every broker gets its share of the workers
+        spark += ["--spark-conf", "spark.cores.max=1", "--spark-conf", "spark.executor.memory=512m"]
     env = {**env, "ZKC_BROKER_ID": bid}
     if spec.journal_dir is None:
         cmd = ["broker", "run", "--id", bid, "--session-timeout", str(SESSION_S)] + (
@@ -248,11 +339,7 @@ def _start_broker(client: Any, spec: ClusterSpec, i: int, env: dict[str, str], c
         "exec python -m broker_sim.chaos broker "
         + " ".join(args)
         + f" --journal /journal/{bid}.$(date +%s%N).log"
-        + (
-            " --runner spark --checkpoint-root /data/checkpoints --spark-master local[1]"
-            if spec.runner == "spark"
-            else ""
-        )
+        + (" " + shlex.join(spark) if spec.runner == "spark" else "")
     )
     return _run(client, spec, bid, "broker", ["-c", line], env, volumes, entrypoint=["/bin/sh"])
 

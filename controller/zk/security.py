@@ -65,6 +65,7 @@ from controller.protocol.cluster.acl import (
     classify,
     digest_id,
     parse_credential,
+    sasl_perms,
 )
 from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records.codecs import encode_epoch
@@ -107,7 +108,8 @@ def credential_from_env(env: Mapping[str, str] | None = None) -> str | None:
 
 def acl_for(policy: AclPolicy, layout: ZkLayout, path: str, owner: str | None = None) -> list[ACL]:
     """The ACL a znode at ``path`` gets under ``policy`` (one entry per identity; see ``acl_perms``)."""
-    return [ACL(p, Id("digest", i)) for i, p in acl_perms(policy, layout, path, owner).items()]
+    digest = [ACL(p, Id("digest", i)) for i, p in acl_perms(policy, layout, path, owner).items()]
+    return digest + [ACL(p, Id("sasl", u)) for u, p in sasl_perms(policy, layout, path).items()]
 
 
 def owner_in_acl(policy: AclPolicy, layout: ZkLayout, path: str, acls: Sequence[ACL]) -> str | None:
@@ -252,6 +254,8 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     created: list[str] = []
     laid_out = check_root(client, layout)  # a flat root is migrated first (LayoutError, nothing written)
     paths = [layout.root, layout.security, layout.controller_epoch, *_containers(layout)]
+    if policy.spark_users:  # Spark would create these with an open ACL (Curator's default)
+        paths += [spark_dir(layout), *(f"{spark_dir(layout)}/{d}" for d in SPARK_CONTAINERS)]
     for path in paths:
         if client.exists(path) is None:
             data = (
@@ -312,6 +316,40 @@ def init_security(client: KazooClient, layout: ZkLayout, policy: AclPolicy, own_
     if policy.per_broker:
         counts["single-broker"] = len(policy.per_broker_ids())
     return InitResult(layout.root, created, n, counts, refused)
+
+
+#: the containers Spark's masters keep their state in, under ``<root>/spark``: the leader latch's, the recovery's
+SPARK_CONTAINERS = ("leader_election", "master_status")
+#: at most this many znodes under ``<root>/spark`` are looked at per ``seal_spark``
+SPARK_WALK_LIMIT = 10_000
+
+
+def spark_dir(layout: ZkLayout) -> str:
+    return f"{layout.root.rstrip('/')}/spark"
+
+
+def seal_spark(client: KazooClient, layout: ZkLayout, policy: AclPolicy) -> list[str]:
+    """Give every znode under ``<root>/spark`` whose ACL differs the policy's (returned). Spark's Curator
+    creates its znodes with ZooKeeper's open ACL, which would let any client rewrite the state a master
+    deserializes when it takes the lead; run by an admin (``zkctl spark up`` every few seconds)."""
+    fixed: list[str] = []
+    frontier, seen = [spark_dir(layout)], 0
+    while frontier and seen < SPARK_WALK_LIMIT:
+        chunk, frontier = frontier[:ACL_WINDOW], frontier[ACL_WINDOW:]
+        seen += len(chunk)
+        asked = [(p, client.get_acls_async(p), client.get_children_async(p)) for p in chunk]
+        for path, acls, children in asked:
+            got, err = _outcome(acls)
+            names, err2 = _outcome(children)
+            if err is not None or err2 is not None:
+                continue  # gone meanwhile (an ephemeral latch node), or not ours to see
+            want = acl_for(policy, layout, path)
+            if {(a.perms, a.id.scheme, a.id.id) for a in got[0]} != {(a.perms, a.id.scheme, a.id.id) for a in want}:
+                _, err = _outcome(client.set_acls_async(path, want))
+                if err is None:
+                    fixed.append(path)
+            frontier += [f"{path}/{c}" for c in names]
+    return fixed
 
 
 #: znodes whose ACL (and children) are asked for at once: the walk goes in pipelined rounds, not round trips

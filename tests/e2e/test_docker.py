@@ -9,10 +9,8 @@ imports a debootstrapped base image as ``zkc-base:bookworm``) and are skipped wi
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -42,51 +40,10 @@ from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
 from tests.api_support import REPO, ApiCluster, os_environ_without_auth
+from tests.docker_support import SETUP, cluster_report, docker_engine, zkctl_command
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-ZKCTL = [sys.executable, "-m", "cli.main"]
-IMAGE = "zkcontroller:test"
-BASE = os.environ.get("ZKC_BASE_IMAGE", "zkc-base:bookworm")
-SETUP = "run `make docker-engine` (scripts/docker-engine.sh start) as root"
-
-
-def _engine() -> Any:
-    try:
-        import docker
-    except ModuleNotFoundError:
-        pytest.skip("the Docker SDK is not installed (pip install 'zkcontroller[docker]')")
-    try:
-        client = docker.from_env(timeout=300)
-        client.ping()
-    except Exception as exc:
-        pytest.skip(f"no Docker engine answers ({type(exc).__name__}): {SETUP}")
-    return client
-
-
-@pytest.fixture(scope="session")
-def image() -> str:
-    """The image of this tree, built once per session (on the debootstrapped base when there is one)."""
-    client = _engine()
-    args = []
-    try:
-        client.images.get(BASE)
-        args = ["--base", BASE]
-    except Exception:
-        pytest.skip(f"no base image {BASE} (no registry is assumed reachable): {SETUP}")
-    started = time.monotonic()
-    p = subprocess.run(
-        ZKCTL + ["--json", "cluster", "build", "--tag", IMAGE, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    built = json.loads(p.stdout)
-    print(f"image {IMAGE}: {built['size_mb']} MB, built in {time.monotonic() - started:.0f}s")
-    return IMAGE
 
 
 class FaultLeftOut(UserWarning):
@@ -120,7 +77,7 @@ def _throwaway(client: Any, image: str, prefix: str) -> Any:
 def uninjectable(image: str) -> Uninjectable:
     """Probed once on a throwaway container: ``docker pause`` needs the cgroup freezer, which a nested or
     rootless engine may lack (``OCI runtime pause failed: unable to freeze``). Only that fault is left out."""
-    client = _engine()
+    client = docker_engine()
     probe = _throwaway(client, image, "zkc-pause-probe")
     try:
         probe.pause()
@@ -135,72 +92,12 @@ def uninjectable(image: str) -> Uninjectable:
         probe.remove(force=True)
 
 
-def zkctl_command(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ZKCTL + list(args),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**(env or os_environ_without_auth()), "PYTHONPATH": str(REPO)},
-    )
-
-
 def _owners(admin: AdminClient) -> dict[str, str | None]:
     return {r.task_id: r.owner for r in admin.list_tasks()}
 
 
-LOG_TAIL = 150  # lines of each container's log a failing container test prints
-
-
-def _utc(t: float | None) -> str:
-    """An interval's epoch time as Docker prints its timestamps (UTC, RFC 3339), to read the two side by side."""
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
-
-
-def _cluster_report(client: Any, label: str, admin: AdminClient | None = None, logs_dir: Path | None = None) -> str:
-    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers labelled
-    ``label`` (each life's start, finish and exit code) with the tail of their logs (a ZooKeeper node's only
-    when it is not a zkc cluster's), and the logs the upgrade kept of the containers it replaced. Each part is
-    best effort: a report must not hide the failure it explains."""
-    out: list[str] = []
-    if admin is not None:
-        try:
-            out.append("run intervals (task broker generation: acquired start end released, UTC):")
-            for i in admin.intervals():
-                out.append(
-                    f"  {i.task_id} {i.broker} g{i.generation}: {_utc(i.acquired)} {_utc(i.start)} "
-                    f"{_utc(i.end)} {_utc(i.released)}"
-                )
-            out.append(f"roll: {admin.roll_status()}")
-        except Exception as exc:
-            out.append(f"  (not read: {type(exc).__name__}: {exc})")
-    try:
-        containers = client.containers.list(all=True, filters={"label": label})
-    except Exception as exc:
-        containers = []
-        out.append(f"containers not listed: {type(exc).__name__}: {exc}")
-    for c in sorted(containers, key=lambda c: c.name):
-        st = c.attrs.get("State", {})
-        out.append(
-            f"--- container {c.name} {c.short_id} ({c.status}, started {st.get('StartedAt')}, finished "
-            f"{st.get('FinishedAt')}, exit {st.get('ExitCode')}, restarts {c.attrs.get('RestartCount')}):"
-        )
-        if c.labels.get("zkc.role") != "zk":
-            try:
-                out.append(c.logs(timestamps=True, tail=LOG_TAIL).decode(errors="replace"))
-            except Exception as exc:
-                out.append(f"  (no log: {type(exc).__name__})")
-    for f in sorted(logs_dir.glob("*.log")) if logs_dir is not None and logs_dir.is_dir() else []:
-        out.append(f"--- replaced container {f.stem} (its last {LOG_TAIL} lines):")
-        out.append("\n".join(f.read_text(errors="replace").splitlines()[-LOG_TAIL:]))
-    return "\n".join(out)
-
-
 def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
-    client = _engine()
+    client = docker_engine()
     name = f"t{uuid.uuid4().hex[:6]}"
     up = zkctl_command(
         "--json",
@@ -281,7 +178,7 @@ def test_cluster_up_kill_a_broker_restart_policy_and_down(image):
             zk.stop()
             zk.close()
     except BaseException:
-        print(_cluster_report(client, f"zkc.cluster={name}"))
+        print(cluster_report(client, f"zkc.cluster={name}"))
         raise
     finally:
         down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
@@ -305,7 +202,7 @@ def _compose() -> list[str]:
 
 @pytest.mark.timeout(1200)  # its own bounded waits (ensemble, brokers, sinks, the reset's replay) sum past 300 s
 def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, tmp_path):
-    client = _engine()
+    client = docker_engine()
     compose = _compose()
     project = f"zkc{uuid.uuid4().hex[:6]}"
     data = tmp_path / "shared"
@@ -367,7 +264,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
         api = ApiCluster(env, tmp_path, port=int(env["ZKC_API_PORT"]))
         _reset_through_the_api(client, project, api, data, tasks[0], records)
     except BaseException:
-        print(_cluster_report(client, f"com.docker.compose.project={project}"))
+        print(cluster_report(client, f"com.docker.compose.project={project}"))
         raise
     finally:
         if zk is not None:
@@ -480,7 +377,7 @@ def test_container_chaos_finds_no_double_ownership(image, uninjectable):
         *uninjectable.leave_out_args(),
         timeout=900,
     )
-    client = _engine()
+    client = docker_engine()
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
     assert p.returncode == 0, p.stdout + p.stderr
     summary = json.loads(p.stdout)
@@ -493,7 +390,7 @@ def test_a_fault_the_engine_refuses_is_not_injected_and_the_run_judged_on_the_re
     """A container that is not running cannot be paused nor killed: the engine's refusal (its own words) is
     recorded as not injected, the kill's stamp (which bounds a life's run windows) is dropped, and a run
     whose other faults happened with every check holding is green."""
-    client = _engine()
+    client = docker_engine()
     box = _throwaway(client, image, "zkc-refuse")
     try:
         box.kill()
@@ -555,7 +452,7 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
         *uninjectable.leave_out_args(),
         timeout=1200,
     )
-    client = _engine()
+    client = docker_engine()
     assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     summary = json.loads(p.stdout)
@@ -576,7 +473,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
     from broker_sim.sim.checker import double_ownership
     from controller.admin.interval_ends import settled_intervals
 
-    client = _engine()
+    client = docker_engine()
     name = f"r{uuid.uuid4().hex[:6]}"
     new_image = f"zkcontroller:roll-{name}"
     client.images.get(image).tag(new_image)
@@ -659,7 +556,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
         st = admin.roll_status()
         assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
     except BaseException:
-        print(_cluster_report(client, f"zkc.cluster={name}", admin, replaced_logs))
+        print(cluster_report(client, f"zkc.cluster={name}", admin, replaced_logs))
         raise
     finally:
         if zk is not None:

@@ -64,11 +64,16 @@ class AclPolicy:
     ``brokers`` maps a broker id to its own identities (several while a credential is rotated);
     ``broker_user`` (e.g. ``broker.{id}``) says the same by name: a ``broker``-role identity whose user is
     ``broker.b1`` is broker ``b1``'s. A broker-role identity that is no broker's (the shared ``broker``
-    credential of a cluster that has not moved to per-broker identities) keeps the role's old rights."""
+    credential of a cluster that has not moved to per-broker identities) keeps the role's old rights.
+
+    ``spark_users`` are the SASL user names of the Spark masters that keep their recovery state under
+    ``<root>/spark``: Spark's ZooKeeper client (Curator) cannot send digest credentials, only SASL ones
+    through a JAAS ``Client`` section, so its identity is ``sasl:<user>``, with rights on that subtree alone."""
 
     roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     brokers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     broker_user: str | None = None
+    spark_users: tuple[str, ...] = ()
     _owner: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
     _by_broker: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -82,6 +87,10 @@ class AclPolicy:
         object.__setattr__(
             self, "brokers", {b: (v,) if isinstance(v, str) else tuple(v) for b, v in self.brokers.items()}
         )
+        object.__setattr__(self, "spark_users", tuple(dict.fromkeys(self.spark_users)))
+        for u in self.spark_users:
+            if not isinstance(u, str) or not u or len(u) > 255 or any(c.isspace() or c in ":,=\"'" for c in u):
+                raise SecurityError(f"Spark SASL user {u!r}: expected a user name (no spaces, ':', ',', '=', quotes)")
         owner: dict[str, str] = {}
 
         def claim(identity: str, broker: str) -> None:
@@ -150,6 +159,8 @@ class AclPolicy:
     def encode(self) -> bytes:
         """Version 1 while no broker has its own identity (processes of earlier releases read it); else 2."""
         body: dict[str, Any] = {"version": 1, "roles": {r: list(self.ids(r)) for r in ROLES}}
+        if self.spark_users:  # (a key earlier releases ignore)
+            body["spark_users"] = list(self.spark_users)
         if self.brokers or self.broker_user is not None:
             body.update(
                 version=2, brokers={b: list(v) for b, v in sorted(self.brokers.items())}, broker_user=self.broker_user
@@ -177,10 +188,14 @@ class AclPolicy:
             pattern = body.get("broker_user") if version >= 2 else None
             if pattern is not None and not isinstance(pattern, str):
                 raise SecurityError("ACL policy 'broker_user' must be a string like 'broker.{id}'")
+            spark = body.get("spark_users", [])
+            if not isinstance(spark, list) or not all(isinstance(u, str) for u in spark):
+                raise SecurityError("ACL policy 'spark_users' must be a list of SASL user names")
             return cls(
                 {r: tuple(v) for r, v in roles.items()},
                 {b: (v,) if isinstance(v, str) else tuple(v) for b, v in brokers.items()},
                 pattern,
+                tuple(spark),
             )
         except (ValueError, KeyError, RecursionError, AttributeError) as exc:
             if isinstance(exc, SecurityError):
@@ -266,7 +281,11 @@ RULES: dict[str, dict[str, int]] = {
     # read-only role (ZooKeeper's getACL shows a digest only to a caller with ADMIN on the znode)
     "security": _rule(admin=ALL, reader=0),
     "other": _rule(admin=ALL),  # anything else under the root
+    # <root>/spark and below: the Spark masters' recovery state; their SASL identity gets RWCD here alone
+    "spark": _rule(admin=ALL),
 }
+#: what the Spark masters' SASL identity (``AclPolicy.spark_users``) gets on a znode of the kind "spark"
+SPARK_PERMS = RWCD
 
 
 def classify(layout: ZkLayout, path: str) -> str:
@@ -292,7 +311,10 @@ def classify(layout: ZkLayout, path: str) -> str:
             "admin": "admin",
             "security": "security",
             "layout": "layout",
+            "spark": "spark",
         }.get(head, "other")
+    if head == "spark":
+        return "spark"
     if head == "controller_candidates":
         return "candidate" if n == 2 else "other"
     if head == "brokers":
@@ -398,6 +420,14 @@ def acl_perms(policy: AclPolicy, layout: ZkLayout, path: str, owner: str | None 
     if not perms:
         raise SecurityError("the ACL policy names no identity: it would lock everyone out")
     return perms
+
+
+def sasl_perms(policy: AclPolicy, layout: ZkLayout, path: str) -> dict[str, int]:
+    """The SASL identities (user -> permissions) a znode gets on top of ``acl_perms``' digest ones: the Spark
+    masters' on ``<root>/spark`` and below, nothing elsewhere."""
+    if classify(layout, path) != "spark":
+        return {}
+    return {u: SPARK_PERMS for u in policy.spark_users}
 
 
 def grants_needed(assigned: Iterable[tuple[str, Iterable[str]]], granted: Mapping[str, str]) -> dict[str, str]:

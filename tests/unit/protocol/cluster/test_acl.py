@@ -123,6 +123,7 @@ def _layout_paths(layout: ZkLayout) -> dict[str, str]:
         "status_bucket": layout.status_bucket("t"),
         "candidates": layout.controller_candidates,
         "candidate": layout.controller_candidate("c1"),
+        "spark": layout.root + "/spark/master_status/app_1",
     }
     assert set(paths) == set(RULES)
     for kind, path in paths.items():
@@ -243,3 +244,26 @@ def test_grants_needed_hands_over_only_what_changed_hands():
     assert grants_needed([("b0", ("t1",)), ("b1", ("t2",))], granted) == {}
     assert grants_needed([("b0", ("t1", "t2", "t3")), ("b1", ())], granted) == {"t2": "b0", "t3": "b0"}
     assert grants_needed([("b1", ("t1",))], {}) == {"t1": "b1"}  # after a failover: everything it assigns
+
+
+def test_the_spark_masters_sasl_identity_may_change_their_subtree_and_nothing_else():
+    layout = ZkLayout("/zkc")
+    p = AclPolicy.from_credentials({r: [CREDS[r]] for r in ROLES})
+    p = AclPolicy(p.roles, spark_users=("spark", "spark"))
+    assert p.spark_users == ("spark",)
+    back = AclPolicy.decode(p.encode())
+    assert back.spark_users == ("spark",) and json.loads(p.encode())["version"] == 1  # earlier readers ignore it
+    spark_paths = ["/zkc/spark", "/zkc/spark/leader_election", "/zkc/spark/master_status/worker_w1"]
+    for path in spark_paths:
+        assert classify(layout, path) == "spark", path
+        acl = acl_for(back, layout, path)
+        assert [(a.perms, a.id.id) for a in acl if a.id.scheme == "sasl"] == [(R | W | C | D, "spark")], path
+        admin = next(a for a in acl if a.id.id == digest_id(CREDS["admin"]))
+        assert admin.perms == R | W | C | D | A  # the admin may repair or remove Spark's state
+    for path in [x for x in _layout_paths(layout).values() if classify(layout, x) != "spark"] + ["/zkc/sparkle"]:
+        assert all(a.id.scheme == "digest" for a in acl_for(back, layout, path)), path
+    for bad in ("", "a b", "a:b", 'q"', "x" * 300):
+        with pytest.raises(SecurityError):
+            AclPolicy({}, spark_users=(bad,))
+    with pytest.raises(SecurityError):
+        AclPolicy.decode(json.dumps({"version": 1, "roles": {}, "spark_users": "spark"}).encode())

@@ -1,0 +1,123 @@
+"""The container tests' shared parts: a Docker client (or a skip with the reason) and the image of this tree,
+built once per session. Registered for every test through ``pytest_plugins`` in tests/conftest.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.admin import AdminClient
+from tests.api_support import REPO, os_environ_without_auth
+
+ZKCTL = [sys.executable, "-m", "cli.main"]
+IMAGE = "zkcontroller:test"
+BASE = os.environ.get("ZKC_BASE_IMAGE", "zkc-base:bookworm")
+SETUP = "run `make docker-engine` (scripts/docker-engine.sh start) as root"
+
+
+def docker_engine() -> Any:
+    """A Docker client whose engine answers; the test is skipped, with the reason, where none does."""
+    try:
+        import docker
+    except ModuleNotFoundError:
+        pytest.skip("the Docker SDK is not installed (pip install 'zkcontroller[docker]')")
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except Exception as exc:
+        pytest.skip(f"no Docker engine answers ({type(exc).__name__}): {SETUP}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The image of this tree, built once per session (on the debootstrapped base when there is one)."""
+    client = docker_engine()
+    args = []
+    try:
+        client.images.get(BASE)
+        args = ["--base", BASE]
+    except Exception:
+        pytest.skip(f"no base image {BASE} (no registry is assumed reachable): {SETUP}")
+    started = time.monotonic()
+    p = subprocess.run(
+        ZKCTL + ["--json", "cluster", "build", "--tag", IMAGE, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    built = json.loads(p.stdout)
+    print(f"image {IMAGE}: {built['size_mb']} MB, built in {time.monotonic() - started:.0f}s")
+    return IMAGE
+
+
+def zkctl_command(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ZKCTL + list(args),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**(env or os_environ_without_auth()), "PYTHONPATH": str(REPO)},
+    )
+
+
+LOG_TAIL = 150  # lines of each container's log a failing container test prints
+
+
+def _utc(t: float | None) -> str:
+    """An interval's epoch time as Docker prints its timestamps (UTC, RFC 3339), to read the two side by side."""
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+def cluster_report(client: Any, label: str, admin: AdminClient | None = None, logs_dir: Path | None = None) -> str:
+    """What a failing container test prints: every run interval recorded in ZooKeeper, the containers labelled
+    ``label`` (each life's start, finish and exit code) with the tail of their logs (a ZooKeeper node's only
+    when it is not a zkc cluster's), and the logs the upgrade kept of the containers it replaced. Each part is
+    best effort: a report must not hide the failure it explains."""
+    out: list[str] = []
+    if admin is not None:
+        try:
+            out.append("run intervals (task broker generation: acquired start end released, UTC):")
+            for i in admin.intervals():
+                out.append(
+                    f"  {i.task_id} {i.broker} g{i.generation}: {_utc(i.acquired)} {_utc(i.start)} "
+                    f"{_utc(i.end)} {_utc(i.released)}"
+                )
+            out.append(f"roll: {admin.roll_status()}")
+        except Exception as exc:
+            out.append(f"  (not read: {type(exc).__name__}: {exc})")
+    try:
+        containers = client.containers.list(all=True, filters={"label": label})
+    except Exception as exc:
+        containers = []
+        out.append(f"containers not listed: {type(exc).__name__}: {exc}")
+    for c in sorted(containers, key=lambda c: c.name):
+        st = c.attrs.get("State", {})
+        out.append(
+            f"--- container {c.name} {c.short_id} ({c.status}, started {st.get('StartedAt')}, finished "
+            f"{st.get('FinishedAt')}, exit {st.get('ExitCode')}, restarts {c.attrs.get('RestartCount')}):"
+        )
+        if c.labels.get("zkc.role") != "zk":
+            try:
+                out.append(c.logs(timestamps=True, tail=LOG_TAIL).decode(errors="replace"))
+            except Exception as exc:
+                out.append(f"  (no log: {type(exc).__name__})")
+    for f in sorted(logs_dir.glob("*.log")) if logs_dir is not None and logs_dir.is_dir() else []:
+        out.append(f"--- replaced container {f.stem} (its last {LOG_TAIL} lines):")
+        out.append("\n".join(f.read_text(errors="replace").splitlines()[-LOG_TAIL:]))
+    return "\n".join(out)
