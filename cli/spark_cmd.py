@@ -47,7 +47,7 @@ def spark() -> None:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
     help="a secured cluster: file holding the masters' SASL credential user:password (DIGEST-MD5), a user "
-    "the policy lists with `security init --spark-user`",
+    "the policy lists with zkctl security init --spark-user",
 )
 @pass_ctx
 def up(
