@@ -177,7 +177,7 @@ def test_rebalance_preferred_restores_the_assignors_layout_in_throttled_waves(cl
     )
     moves = move_runs(_intervals(cluster), (mark, time.time()))
     assert len(moves) == off and concurrent_moves(moves)[0] == 1, moves
-    assert coord.measure_imbalance() == 0 and not coord.preferred
+    assert coord.operations.measure_imbalance() == 0 and not coord.operations.preferred
 
 
 @pytest.mark.parametrize(

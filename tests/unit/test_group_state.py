@@ -615,7 +615,7 @@ def test_maintenance_begun_during_a_round_holds_the_tasks_of_a_member_lost_in_it
     rejoin_all(c, snapshot)
     assert c.join_result is not None and set(b_tasks) <= set(c.join_result.held)
     sync(c)
-    assert c.state is S.STABLE and c.assignment == {"a": ("t1", "t3")} and not c.deferred
+    assert c.state is S.STABLE and c.assignment == {"a": ("t1", "t3")} and not c.operations.deferred
     snapshot["b"] = req("b", c.generation + 1)
     back = published(c.on_members(dict(snapshot)))
     assert back["b"].assigned == b_tasks and back["b"].generation == c.generation and not c.holds.held

@@ -30,7 +30,7 @@ def _stable_skewed(window_s: float = 30.0) -> tuple[GroupCoordinator, FakeClock]
     c.on_tasks({t: TaskDescriptor(task_id=t) for ts in SKEWED.values() for t in ts})
     c.on_members({m: _req(m, 1, 0) for m in SKEWED})
     c.on_proposal(SyncProposal(generation=c.generation, leader=c.leader, assigned=SKEWED))
-    c.moving.clear()
+    c.operations.moving.clear()
     assert c.state is GroupState.STABLE
     return c, clock
 

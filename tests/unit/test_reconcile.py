@@ -156,10 +156,10 @@ def test_the_throttle_lets_moves_go_in_waves():
     c = coordinator(8)
     c.on_members({"a": req("a")})
     ack(c)
-    c.on_settings(MoveLimits(max_moves=2), 0.0, 1)
+    c.operations.on_settings(MoveLimits(max_moves=2), 0.0, 1)
     decisions = c.on_members({"a": c.members["a"], "b": req("b")})
     first = set(published(decisions)["a"].revoked)
-    assert len(first) == 2 and len(c.deferred) == 2, "two moves in flight at most; two wait"
+    assert len(first) == 2 and len(c.operations.deferred) == 2, "two moves in flight at most; two wait"
     assert c.state is GroupState.RECONCILING
     step = report(c, "a")
     assert set(published(step)["b"].assigned) == first
@@ -167,12 +167,12 @@ def test_the_throttle_lets_moves_go_in_waves():
     wave: list = []
     for t in sorted(first):
         assert not published(wave), "the next wave waits for every move of this one to run"
-        wave = c.on_move_done(t, "b")
+        wave = c.operations.on_move_done(t, "b")
     second = set(published(wave)["a"].revoked)
     assert len(second) == 2 and not second & first
     report(c, "a")
     for t in sorted(second):
-        c.on_move_done(t, "b")
+        c.operations.on_move_done(t, "b")
     ack(c)
     assert len(c.assignment["a"]) == len(c.assignment["b"]) == 4 and c.state is GroupState.STABLE
 
@@ -569,7 +569,7 @@ def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhi
     b_tasks = c.assignment["b"]
     del members["b"]
     n = GroupCoordinator(group="g", controller_epoch=EPOCH + 1, clock=FakeClock(), config=GroupConfig())
-    n.maintenance = True
+    n.operations.maintenance = True
     after = n.load(state, members, tasks(6), assignments)
     assert "a" not in published(after) or set(published(after)["a"].assigned) == set(c.assignment["a"])
     assert n.holds.held["b"].tasks == b_tasks and n.holds.held["b"].deadline == FOREVER

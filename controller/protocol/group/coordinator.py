@@ -31,7 +31,6 @@ from controller.protocol.group.state import (
     GroupState,
     GroupStateMachine,
 )
-from controller.protocol.group.throttle import Move
 from controller.protocol.group.vocabulary import (
     Decision,
     GroupConfig,
@@ -39,7 +38,6 @@ from controller.protocol.group.vocabulary import (
     WriteAssignments,
     WriteGroupState,
 )
-from controller.protocol.records.admin_records import MoveLimits
 from controller.protocol.records.group_messages import (
     MAX_INCOMING,
     Assignment,
@@ -259,11 +257,7 @@ class GroupCoordinator:
         """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
         return self.join.on_proposal(proposal)
 
-    # ---- operations: the IO layer's settings and the throttle's moves (kept by the operations part) --------
-    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
-        """The operators' settings changed: a wider throttle may let the next wave go now."""
-        return self.operations.on_settings(limits, preferred_check_s, max_imbalance)
-
+    # ---- operations: maintenance mode (the settings, the throttle's moves: ``operations`` itself) ------------
     def on_maintenance(self, on: bool) -> list[Decision]:
         """Maintenance mode on or off (nothing moves while on; what waited goes when it ends). Turned on during a
         join round, the tasks of the members that left in it wait for them too (``hold_departed``), as if they
@@ -277,75 +271,6 @@ class GroupCoordinator:
         if rerun:
             decisions += self.prepare_rebalance("maintenance mode: the tasks of members lost in this rebalance wait")
         return self.holds.note(held_before, decisions)
-
-    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
-        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
-        return self.operations.on_move_done(task_id, broker)
-
-    def measure_imbalance(self) -> int:
-        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
-        return self.operations.measure_imbalance()
-
-    @property
-    def moving(self) -> Mapping[str, Move]:
-        return self.operations.moving
-
-    @property
-    def deferred(self) -> tuple[str, ...]:
-        return self.operations.deferred
-
-    @property
-    def preferred(self) -> Mapping[str, str]:
-        return self.operations.preferred
-
-    @property
-    def limits(self) -> MoveLimits:
-        return self.operations.limits
-
-    @limits.setter
-    def limits(self, value: MoveLimits) -> None:
-        self.operations.limits = value
-
-    @property
-    def maintenance(self) -> bool:
-        return self.operations.maintenance
-
-    @maintenance.setter
-    def maintenance(self, value: bool) -> None:
-        self.operations.maintenance = value
-
-    @property
-    def cluster_room(self) -> int | None:
-        """What the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)."""
-        return self.operations.cluster_room
-
-    @cluster_room.setter
-    def cluster_room(self, value: int | None) -> None:
-        self.operations.cluster_room = value
-
-    @property
-    def max_imbalance(self) -> int:
-        return self.operations.max_imbalance
-
-    @max_imbalance.setter
-    def max_imbalance(self, value: int) -> None:
-        self.operations.max_imbalance = value
-
-    @property
-    def preferred_check_s(self) -> float:
-        return self.operations.preferred_check_s
-
-    @preferred_check_s.setter
-    def preferred_check_s(self, value: float) -> None:
-        self.operations.preferred_check_s = value
-
-    @property
-    def next_check(self) -> float | None:
-        return self.operations.next_check
-
-    @next_check.setter
-    def next_check(self, value: float | None) -> None:
-        self.operations.next_check = value
 
     # ---- inputs -----------------------------------------------------------------------------------
     def load(

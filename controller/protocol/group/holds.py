@@ -15,6 +15,7 @@ from typing import Protocol
 
 from controller.protocol.clock import Clock
 from controller.protocol.group.state import GroupState
+from controller.protocol.group.throttle import Throttle
 from controller.protocol.group.vocabulary import FOREVER, Decision, GroupView, WriteGroupState
 from controller.protocol.records.group_messages import (
     Assignment,
@@ -43,7 +44,7 @@ class HoldsCore(GroupView, Protocol):
     @property
     def wall(self) -> Clock: ...
     @property
-    def maintenance(self) -> bool: ...
+    def operations(self) -> Throttle: ...
     @property
     def members(self) -> Mapping[str, JoinRequest]: ...
     @property
@@ -120,7 +121,7 @@ class Holds:
         if hold_until is not None and hold_until > now:
             self.held[key] = Held(tasks, hold_until)
             log.info("group %s: %s restarts in place; its %d tasks wait for it", core.group, member, len(tasks))
-        elif core.maintenance:
+        elif core.operations.maintenance:
             kept = self.held[key].tasks if key in self.held else ()
             self.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
             log.info("group %s: %s left in maintenance mode; its %d tasks wait", core.group, member, len(tasks))
@@ -198,7 +199,7 @@ class Holds:
         placed = {t for ts in core.assignment.values() for t in ts}
         for h in info.held:
             tasks = tuple(t for t in h.tasks if t in core.tasks and t not in placed)
-            if h.until is None and not core.maintenance:
+            if h.until is None and not core.operations.maintenance:
                 continue  # held for a maintenance that has ended since: the tasks move now
             if tasks and h.instance not in present:
                 self.held[h.instance] = Held(tasks, FOREVER if h.until is None else now + max(0.0, h.until - wall))
@@ -210,7 +211,7 @@ class Holds:
         move them, in the very window where nothing may move. ``generation``: the join round's generation whose
         assignments count (None: reconcile, where each member has its own epoch)."""
         core = self.core
-        if not core.maintenance:
+        if not core.operations.maintenance:
             return
         present = {core.identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts} | self.tasks()

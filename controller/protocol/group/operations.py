@@ -74,6 +74,22 @@ class GroupOperations:
         self.load = LoadWatch(self.core.config.load_window_s, self.core.config.load_check_s)
 
     # ---- inputs -----------------------------------------------------------------------------------
+    def configure(
+        self,
+        limits: MoveLimits,
+        maintenance: bool,
+        max_imbalance: int,
+        preferred_check_s: float,
+        next_check: float | None,
+    ) -> None:
+        """A new group takes the settings and the maintenance mode in force (it has placed nothing: no decision)."""
+        self.limits, self.maintenance, self.max_imbalance = limits, maintenance, max_imbalance
+        self.preferred_check_s, self.next_check = preferred_check_s, next_check
+
+    def set_room(self, room: int | None) -> None:
+        """What the cluster-wide limit leaves this group now (the IO layer counts the other groups' moves)."""
+        self.cluster_room = room
+
     def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
         """The operators' settings changed: a wider throttle may let the next wave go now."""
         self.limits = limits
