@@ -23,7 +23,7 @@ from controller.protocol.clock import Clock, WallClock
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group import failover_load as group_load
 from controller.protocol.group.holds import Holds
-from controller.protocol.group.join_round import Admitted, EnterReconcile, JoinRound
+from controller.protocol.group.join_round import Admitted, JoinRound, Waiting
 from controller.protocol.group.operations import GroupOperations
 from controller.protocol.group.reconcile import ReconcileGroup
 from controller.protocol.group.rules import RECONCILE, choose_assignor
@@ -33,10 +33,13 @@ from controller.protocol.group.state import (
 )
 from controller.protocol.group.vocabulary import (
     Decision,
+    DeleteGenerationsBelow,
     GroupConfig,
     WatchMoves,
+    WatchSync,
     WriteAssignments,
     WriteGroupState,
+    WriteJoinResult,
 )
 from controller.protocol.records.group_messages import (
     MAX_INCOMING,
@@ -140,8 +143,7 @@ class GroupCoordinator:
 
     def set_ignored(self, ignored: Mapping[str, str]) -> list[Decision]:
         """The IO layer's member znodes set apart changed: shown with the group state (status, watch)."""
-        for m in [m for m in self.join.refusals if m not in ignored]:
-            del self.join.refusals[m]  # its request was taken since: a new refusal is answered again
+        self.join.keep_refusals(ignored)
         if dict(ignored) == self.ignored:
             return []
         self.ignored = dict(ignored)
@@ -207,23 +209,30 @@ class GroupCoordinator:
         """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
         return self.reconcile.active()
 
-    def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool:
-        """Every member supports reconcile and the members' vote picks it."""
-        return self.reconcile.all_prefer(requests)
-
     def complete_join(self, force: bool) -> list[Decision]:
         """The join phase completed when it can (``force``: on timeout): the generation admitted taken, then
         synced; every member for reconcile: the group enters it at the round's generation, nothing of join rounds
         kept, every present member taking part."""
+        if not self.members:
+            return self.to_empty("all members left")
         outcome = self.join.complete(force)
+        if outcome is None:
+            return []
+        if isinstance(outcome, Waiting):
+            self.reason = outcome.reason
+            decisions: list[Decision] = [WriteGroupState(self.info())]
+            return decisions + [WriteAssignments(outcome.answers)] if outcome.answers else decisions
         if isinstance(outcome, Admitted):
             self.generation, self.leader, self.protocol = outcome.generation, outcome.leader, outcome.protocol
             self.assignor, self.generation_members = outcome.assignor, tuple(outcome.joined)
             self.assignment = {m: ts for m, ts in self.assignment.items() if m in outcome.joined}
             self.reason = f"generation {self.generation} joined by {len(outcome.joined)} members"
-            return self.join.sync(outcome)
-        if not isinstance(outcome, EnterReconcile):
-            return outcome
+            result = self.join.sync(outcome)
+            self.transition(GroupState.AWAITING_SYNC)
+            decisions = [WriteJoinResult(result)]
+            if outcome.errors:
+                decisions.append(WriteAssignments(self.join.error_assignments(outcome.errors, self.generation)))
+            return decisions + [WriteGroupState(self.info()), WatchSync(self.generation)]
         self.join.reset()
         self.generation, self.protocol, self.leader = outcome.generation, RECONCILE, None
         self.assignor = choose_assignor(
@@ -254,8 +263,24 @@ class GroupCoordinator:
         return self.join.result
 
     def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
-        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
-        return self.join.on_proposal(proposal)
+        """The leader wrote its proposal: validated, then the per-member assignments published (Stable); a
+        proposal refused starts a new round."""
+        outcome = self.join.on_proposal(proposal)
+        if outcome is None:
+            return []
+        if isinstance(outcome, str):
+            return self.prepare_rebalance(outcome)
+        self.assignment.update({m: a.assigned for m, a in outcome.assignments})
+        self.reason = outcome.reason
+        self.transition(GroupState.STABLE)
+        decisions: list[Decision] = [
+            WriteAssignments(outcome.assignments),
+            WriteGroupState(self.info()),
+            DeleteGenerationsBelow(self.generation),
+        ]
+        if self.operations.moving:
+            decisions.append(WatchMoves(tuple(sorted(self.operations.moving))))
+        return decisions
 
     # ---- operations: maintenance mode (the settings, the throttle's moves: ``operations`` itself) ------------
     def on_maintenance(self, on: bool) -> list[Decision]:
@@ -311,7 +336,7 @@ class GroupCoordinator:
         if (
             info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
             and self.members
-            and self.all_prefer_reconcile(self.members)
+            and self.reconcile.all_prefer(self.members)
         ):
             self.generation_members = tuple(sorted(self.members))
             self.machine.restore(GroupState.RECONCILING)
@@ -350,7 +375,6 @@ class GroupCoordinator:
 
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
-        ops = self.operations
         held_before = self.holds.info()
         if self.reconciling():
             screened, answers = self.reconcile.screen(snapshot)
@@ -360,71 +384,41 @@ class GroupCoordinator:
                 return self.holds.note(held_before, answers + self.on_members(gone) + self.on_members(screened))
             old, self.members = self.members, screened
             return self.holds.note(held_before, answers + self.reconcile.take_members(old))
-        old, new = self.members, dict(snapshot)
-        self.members = new
-        decisions: list[Decision] = []
-        need = ""
-        for m in sorted(old.keys() - new.keys()):
+        old, self.members = self.members, dict(snapshot)
+        taken = self.join.take_members(old)
+        self.generation_members = tuple(m for m in self.generation_members if m not in taken.left)
+        for m in taken.left:
             self.shutting_down.discard(m)
-            self.join.forget(m)
-            was_member = m in self.generation_members
-            tasks = self.assignment.pop(m, ())
-            if was_member:
-                self.generation_members = tuple(x for x in self.generation_members if x != m)
-            ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
-            key = self.identity(m, old[m])
-            stable = was_member and self.state is GroupState.STABLE
-            if not self.holds.on_leave(m, key, tasks if stable else (), old[m].leaving):
-                if was_member and tasks:
-                    self.holds.departed[key] = tasks
-                if self.state is not GroupState.PREPARING_REBALANCE:
-                    need = need or f"member {m} left"
-        if (
-            not need
-            and old.keys() - new.keys()
-            and self.state is GroupState.STABLE
-            and new
-            and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.holds.tasks()
-        ):
-            # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
-            need = "unplaced tasks after a departure"
-        for m in sorted(new.keys() - old.keys()):
-            request = new[m]
-            key = self.identity(m, request)
-            if key in self.holds.held and self.state is GroupState.STABLE and not request.leaving:
-                decisions += self.join.static_rejoin(m, key)
-            elif ops.maintenance and self.state is GroupState.STABLE:
-                ops.postpone(f"member {m} joined")  # it gets tasks after maintenance
-            elif self.state is not GroupState.PREPARING_REBALANCE:
-                need = need or f"member {m} joined"
-        for m in sorted(new.keys() & old.keys()):
-            before, after = old[m], new[m]
-            if before == after:
-                continue
-            need = need or self.newly_leaving(m, before, after)
-            if self.join.answered(m, after):
-                continue  # the same incompatible request again: answered already, no rebalance storm
-            if self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
-                if after.join_generation > self.generation or m not in self.generation_members:
-                    if ops.maintenance and self.state is GroupState.STABLE and m not in self.generation_members:
-                        ops.postpone(f"member {m} joined")
-                        continue
-                    need = need or f"member {m} rejoined"
-        if need:
-            decisions += self.prepare_rebalance(need)
+            self.assignment.pop(m, None)
+        decisions: list[Decision] = []
+        for m, key in taken.returned:
+            decisions += self.static_return(m, key)
+        self.shutting_down.update(taken.shutdowns)
+        if taken.need:
+            decisions += self.prepare_rebalance(taken.need)
         elif self.state is GroupState.PREPARING_REBALANCE:
             decisions += self.complete_join(force=False)
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self.to_empty("all members left")
         return self.holds.note(held_before, decisions)
 
-    def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
-        """A member whose request now says it is leaving starts its controlled shutdown (once): the reason
-        for a rebalance, or "" when nothing changed."""
-        if after.leaving and not before.leaving and m not in self.shutting_down:
-            self.shutting_down.add(m)
-            return f"controlled shutdown of {m}"
-        return ""
+    def static_return(self, member_id: str, key: str) -> list[Decision]:
+        """A static member came back within the delay: its held tasks again, nobody else disturbed."""
+        tasks = tuple(t for t in self.holds.take(key) if t in self.tasks)
+        self.generation_members = tuple(sorted(set(self.generation_members) | {member_id}))
+        self.assignment[member_id] = tasks
+        self.reason = f"static member {key} returned"
+        log.info(
+            "group %s: %s returned as %s; %d tasks back without a rebalance", self.group, key, member_id, len(tasks)
+        )
+        a = Assignment(
+            self.generation,
+            self.controller_epoch,
+            assigned=tasks,
+            protocol=self.protocol or "eager",
+            leader=self.leader,
+        )
+        return [WriteAssignments(((member_id, a),)), WriteGroupState(self.info())]
 
     def on_tasks(self, tasks: Mapping[str, TaskDescriptor]) -> list[Decision]:
         """The group's runnable tasks changed (created, deleted, paused, resumed, reconfigured)."""
@@ -567,7 +561,7 @@ class GroupCoordinator:
             return []
         leaving_reconcile = False
         if self.reconciling():
-            if self.all_prefer_reconcile(self.members):
+            if self.reconcile.all_prefer(self.members):
                 return self.reconcile.retarget_soon(reason)
             # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
             log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)

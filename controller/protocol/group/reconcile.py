@@ -35,7 +35,7 @@ from controller.protocol.errors import ProtocolError
 from controller.protocol.group.acks import Acks
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.reports import report_problem
-from controller.protocol.group.rules import RECONCILE, choose_protocol, cooperative_adjust
+from controller.protocol.group.rules import RECONCILE, all_prefer_reconcile, cooperative_adjust, newly_leaving
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import Decision, GroupCore, WatchMoves, WriteAssignments, WriteGroupState
 from controller.protocol.records.group_messages import Assignment, JoinRequest, MemberMetadata
@@ -96,7 +96,6 @@ class ReconcileCore(GroupCore, Protocol):
 
     @property
     def shutting_down(self) -> set[str]: ...
-    def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str: ...
 
 
 @dataclass(eq=False)
@@ -209,10 +208,7 @@ class ReconcileGroup:
 
     def all_prefer(self, requests: Mapping[str, JoinRequest]) -> bool:
         """Every member supports reconcile and the members' vote picks it."""
-        if not requests:
-            return False
-        choice = choose_protocol({m: r.protocols for m, r in requests.items()}, self.core.leader)
-        return choice.protocol == RECONCILE and not choice.incompatible
+        return all_prefer_reconcile(requests, self.core.leader)
 
     # ---- entering and leaving ---------------------------------------------------------------------
     def enter(self, reason: str) -> list[Decision]:
@@ -365,8 +361,9 @@ class ReconcileGroup:
             before, after = old[m], new[m]
             if before == after:
                 continue
-            leaving = core.newly_leaving(m, before, after)
-            need = need or leaving
+            if newly_leaving(core.shutting_down, m, before, after):
+                core.shutting_down.add(m)
+                need = need or f"controlled shutdown of {m}"
             if after.protocols != before.protocols or after.capacity != before.capacity or after.rack != before.rack:
                 need = need or f"member {m} changed"
             if m in self.unreleased:
