@@ -25,7 +25,7 @@ from controller.protocol.group import failover_load as group_load
 from controller.protocol.group.holds import Holds
 from controller.protocol.group.join_round import Admitted, JoinRound, Waiting
 from controller.protocol.group.operations import GroupOperations
-from controller.protocol.group.reconcile import ReconcileGroup
+from controller.protocol.group.reconcile import Reconciled, ReconcileGroup
 from controller.protocol.group.rules import RECONCILE, choose_assignor
 from controller.protocol.group.state import (
     GroupState,
@@ -35,6 +35,7 @@ from controller.protocol.group.vocabulary import (
     Decision,
     DeleteGenerationsBelow,
     GroupConfig,
+    MembersTaken,
     WatchMoves,
     WatchSync,
     WriteAssignments,
@@ -158,7 +159,7 @@ class GroupCoordinator:
         if member not in self.members or self.state is GroupState.DEAD:
             return []
         if self.reconciling():
-            return self.reconcile.refuse(member, reason, last_good.incarnation)
+            return self.take(self.reconcile.refuse(member, reason, last_good.incarnation))
         return self.join.refuse(member, reason, last_good.join_generation)
 
     def kept_from_work(self) -> set[str]:
@@ -177,7 +178,7 @@ class GroupCoordinator:
             return []
         reason = f"{member} kept from new work: {self.reconcile.acks.probation.why[member]}"
         log.warning("group %s: %s", self.group, reason)
-        return self.reconcile.retarget(reason)
+        return self.take(self.reconcile.retarget(reason))
 
     def on_load_reports(self, reports: Mapping[str, Mapping[str, float]]) -> None:
         """The brokers' load reports changed (bounded task figures per broker): the next load check reads them."""
@@ -240,13 +241,13 @@ class GroupCoordinator:
         )
         self.assignment = {m: ts for m, ts in self.assignment.items() if m in self.members}
         self.generation_members = tuple(sorted(self.members))
-        return self.reconcile.enter(outcome.reason)
+        return self.take(self.reconcile.enter(outcome.reason))
 
     def reconcile_step(self, reason: str | None = None) -> list[Decision]:
         """A step towards the reconcile target, the group state written (a throttled wave may go)."""
         if reason is not None:
             self.reason = reason
-        return self.reconcile.step(write_state=True)
+        return self.take(self.reconcile.step(write_state=True))
 
     def explain(self, reason: str) -> list[Decision]:
         """The group state written with ``reason`` (nothing written for a Dead group)."""
@@ -340,7 +341,10 @@ class GroupCoordinator:
         ):
             self.generation_members = tuple(sorted(self.members))
             self.machine.restore(GroupState.RECONCILING)
-            return self.reconcile.load(assignments)
+            screened, loaded = self.reconcile.load(assignments)
+            answers = self.take(loaded)
+            self.members = screened
+            return answers + self.take(self.reconcile.retarget("controller failover"))
         self.assignment = group_load.published(assignments, self.members)
         self.generation_members = tuple(m for m in info.members if m in self.members)
         self.machine.restore(GroupState.STABLE)
@@ -377,23 +381,26 @@ class GroupCoordinator:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
         held_before = self.holds.info()
         if self.reconciling():
-            screened, answers = self.reconcile.screen(snapshot)
+            screened, refusals = self.reconcile.screen(snapshot)
+            answers = self.take(refusals)
             restarted = self.reconcile.restarted(self.members, screened)
             if restarted is not None:  # it left, then joined
                 gone = {m: r for m, r in screened.items() if m != restarted}
                 return self.holds.note(held_before, answers + self.on_members(gone) + self.on_members(screened))
             old, self.members = self.members, screened
-            return self.holds.note(held_before, answers + self.reconcile.take_members(old))
+            taken = self.take_members(self.reconcile.take_members(old))
+            self.generation_members = tuple(sorted(self.members))
+            if not self.members:
+                return self.holds.note(held_before, answers + self.to_empty("all members left"))
+            if taken.need:  # re-targets (or leaves reconcile for a cooperative round)
+                return self.holds.note(held_before, answers + self.prepare_rebalance(taken.need))
+            # (the state lists the members)
+            return self.holds.note(held_before, answers + self.take(self.reconcile.step(write_state=taken.quiet)))
         old, self.members = self.members, dict(snapshot)
-        taken = self.join.take_members(old)
-        self.generation_members = tuple(m for m in self.generation_members if m not in taken.left)
-        for m in taken.left:
-            self.shutting_down.discard(m)
-            self.assignment.pop(m, None)
+        taken = self.take_members(self.join.take_members(old))
         decisions: list[Decision] = []
         for m, key in taken.returned:
             decisions += self.static_return(m, key)
-        self.shutting_down.update(taken.shutdowns)
         if taken.need:
             decisions += self.prepare_rebalance(taken.need)
         elif self.state is GroupState.PREPARING_REBALANCE:
@@ -401,6 +408,35 @@ class GroupCoordinator:
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self.to_empty("all members left")
         return self.holds.note(held_before, decisions)
+
+    def take_members(self, taken: MembersTaken) -> MembersTaken:
+        """A family's reading of a change of members taken: who left is out of the generation and the
+        placement, who began a controlled shutdown is noted."""
+        self.generation_members = tuple(m for m in self.generation_members if m not in taken.left)
+        for m in taken.left:
+            self.shutting_down.discard(m)
+            self.assignment.pop(m, None)
+        self.shutting_down.update(taken.shutdowns)
+        return taken
+
+    def take(self, r: Reconciled) -> list[Decision]:
+        """A reconcile step taken: its member epoch, placement, reason, states; then the group state shown and
+        its new moves watched, as the step asked."""
+        if r.generation is not None:
+            self.generation = self.join_generation = r.generation
+        self.assignment = dict(r.assignment)
+        if r.generation_members is not None:
+            self.generation_members = r.generation_members
+        self.reason = r.reason
+        self.rebalances += r.rebalances
+        for state in r.states:
+            self.transition(state)
+        decisions = list(r.decisions)
+        if r.show_state:
+            decisions.append(WriteGroupState(self.info()))
+        if r.watch:
+            decisions.append(WatchMoves(r.watch))
+        return decisions
 
     def static_return(self, member_id: str, key: str) -> list[Decision]:
         """A static member came back within the delay: its held tasks again, nobody else disturbed."""
@@ -477,7 +513,7 @@ class GroupCoordinator:
         self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.members}
         if not self.reconcile.active():
             return []
-        return self.reconcile.step(write_state=False)
+        return self.take(self.reconcile.step(write_state=False))
 
     def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
         """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
@@ -496,7 +532,7 @@ class GroupCoordinator:
         announced = bool(self.incoming)
         self.incoming.clear()
         if announced and self.reconcile.active():
-            return self.reconcile.step(write_state=False)
+            return self.take(self.reconcile.step(write_state=False))
         return []
 
     def on_tick(self) -> list[Decision]:
@@ -512,7 +548,7 @@ class GroupCoordinator:
             decisions += self.prepare_rebalance(self.reconcile.retarget_reason or "target put off")
         ack_due = self.reconcile.ack_due() if self.reconciling() else None
         if ack_due is not None and now >= ack_due:
-            decisions += self.reconcile.fence_overdue(now)
+            decisions += self.take(self.reconcile.fence_overdue(now))
         join = self.join
         if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
             decisions += self.complete_join(force=True)
@@ -562,7 +598,7 @@ class GroupCoordinator:
         leaving_reconcile = False
         if self.reconciling():
             if self.reconcile.all_prefer(self.members):
-                return self.reconcile.retarget_soon(reason)
+                return self.take(self.reconcile.retarget_soon(reason))
             # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
             log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
             self.reconcile.abandon()

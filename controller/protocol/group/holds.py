@@ -100,6 +100,10 @@ class Holds:
         return decisions
 
     # ---- made --------------------------------------------------------------------------------------
+    def note_departed(self, key: str, tasks: tuple[str, ...]) -> None:
+        """A generation member left during a join round with ``tasks``, neither held nor placed again yet."""
+        self.departed[key] = tasks
+
     def hold_on_leave(self, member_id: str, seconds: float) -> bool:
         """A planned roll restarts this member in place (its tasks have nowhere to go first): when it leaves,
         its tasks wait up to ``seconds`` for it to come back, as a static member's do, instead of moving.

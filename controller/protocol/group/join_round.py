@@ -27,6 +27,7 @@ from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import (
     Decision,
     GroupCore,
+    MembersTaken,
     WriteAssignments,
 )
 from controller.protocol.records.group_messages import Assignment, JoinRequest, JoinResult, MemberMetadata, SyncProposal
@@ -71,18 +72,6 @@ class Published:
 
     assignments: tuple[tuple[str, Assignment], ...]
     reason: str
-
-
-@dataclass(frozen=True)
-class MembersTaken:
-    """What a change of the live members means for a join-round group: the members that left,
-    the static members back within the delay (member, identity), the members that began a controlled
-    shutdown, and the reason for a rebalance ("" when none is needed)."""
-
-    left: tuple[str, ...]
-    returned: tuple[tuple[str, str], ...]
-    shutdowns: tuple[str, ...]
-    need: str
 
 
 class JoinCore(GroupCore, Protocol):
@@ -356,7 +345,7 @@ class JoinRound:
             key = core.identity(m, old[m])
             if not holds.on_leave(m, key, tasks if was_member and stable else (), old[m].leaving):
                 if was_member and tasks:
-                    holds.departed[key] = tasks
+                    holds.note_departed(key, tasks)
                 if core.state is not GroupState.PREPARING_REBALANCE:
                     need = need or f"member {m} left"
         gone = old.keys() - new.keys()
@@ -392,4 +381,4 @@ class JoinRound:
                         ops.postpone(f"member {m} joined")
                         continue
                     need = need or f"member {m} rejoined"
-        return MembersTaken(tuple(sorted(gone)), tuple(returned), tuple(shutdowns), need)
+        return MembersTaken(tuple(sorted(gone)), tuple(shutdowns), need, tuple(returned))

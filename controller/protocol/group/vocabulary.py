@@ -69,6 +69,20 @@ Decision: TypeAlias = (
 
 
 @dataclass(frozen=True)
+class MembersTaken:
+    """What a change of the live members means for either protocol family, for the coordinator to take: the
+    members that left, the static members back within the delay (member, identity; join rounds), the members
+    that began a controlled shutdown, the reason for a rebalance ("" when none is needed), and (reconcile)
+    whether the group state is written even so (a member that ran nothing left quietly)."""
+
+    left: tuple[str, ...]
+    shutdowns: tuple[str, ...]
+    need: str
+    returned: tuple[tuple[str, str], ...] = ()
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
 class GroupConfig:
     rebalance_timeout_s: float = 30.0
     scheduled_rebalance_delay_s: float = 0.0
