@@ -563,7 +563,7 @@ def test_all_members_leaving_empties_the_group(phase):
 
 def test_shutdown_is_dead_and_decides_nothing_more():
     c, _, snap = stable_group()
-    c.shutdown()
+    c.machine.end()
     assert c.state is S.DEAD
     assert c.on_rebalance_request() == []
     with pytest.raises(IllegalTransition):

@@ -16,7 +16,7 @@ failover's load is ``failover_load.py``. Its state changes only through its
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.protocol.clock import Clock, WallClock
@@ -43,7 +43,6 @@ from controller.protocol.group.vocabulary import (
     WriteJoinResult,
 )
 from controller.protocol.records.group_messages import (
-    MAX_INCOMING,
     Assignment,
     GroupStateInfo,
     IgnoredMember,
@@ -76,10 +75,6 @@ class GroupCoordinator:
     tasks: dict[str, TaskDescriptor] = field(default_factory=dict)
     assignment: dict[str, tuple[str, ...]] = field(default_factory=dict)
     shutting_down: set[str] = field(default_factory=set)
-    reassign: dict[str, str] = field(default_factory=dict)
-    #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
-    #: so that it prepares their start before they arrive
-    incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rebalances: int = 0
     #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
     ignored: dict[str, str] = field(default_factory=dict)
@@ -199,11 +194,6 @@ class GroupCoordinator:
             if d is not None
         ]
         return min(candidates) if candidates else None
-
-    @staticmethod
-    def identity(member_id: str, request: JoinRequest | None) -> str:
-        """Static members are known by instance id across restarts; others by member id."""
-        return request.instance_id if request is not None and request.instance_id else member_id
 
     # ---- the protocol families --------------------------------------------------------------------
     def reconciling(self) -> bool:
@@ -464,10 +454,7 @@ class GroupCoordinator:
         self.tasks = tasks
         held_before = self.holds.info()
         self.holds.keep_only(tasks)
-        for t in list(self.reassign):
-            if t not in tasks:
-                del self.reassign[t]
-        self.operations.drop_moves(runnable=tasks)
+        self.operations.forget_tasks(tasks)
         if not self.members:
             return self.holds.note(held_before, [])
         return self.holds.note(held_before, self.prepare_rebalance("tasks changed"))
@@ -494,44 +481,28 @@ class GroupCoordinator:
         """Move one task to one member: a required placement until that member leaves."""
         if task_id not in self.tasks or to not in self.members:
             return []
-        self.reassign[task_id] = to
+        self.operations.pin(task_id, to)
         return self.prepare_rebalance(f"reassign {task_id} to {to}")
 
     def on_roll_placement(self, placement: Mapping[str, str], reason: str) -> list[Decision]:
         """A planned roll's step: every task it names pinned to that member (``reassign``), so the round
         moves exactly what the plan moves; a rebalance only when something is not where the plan puts it."""
-        self.reassign = {t: m for t, m in placement.items() if t in self.tasks and m in self.members}
-        current = {t: m for m, ts in self.assignment.items() for t in ts}
-        if all(current.get(t) == m for t, m in self.reassign.items()):
-            return []
-        return self.prepare_rebalance(reason)
+        return self.prepare_rebalance(reason) if self.operations.pin_roll(placement) else []
 
     def on_roll_incoming(self, incoming: Mapping[str, Sequence[str]]) -> list[Decision]:
         """A planned roll's next moves, announced to the members that receive them before any of them moves:
         under reconcile each member whose announcement changes is published its assignment again with it (its
         tasks unchanged); a join round's members learn it with their next assignment."""
-        self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.members}
+        self.operations.announce(incoming)
         if not self.reconcile.active():
             return []
         return self.take(self.reconcile.step(write_state=False))
-
-    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
-        """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
-        assigned already and tasks gone, at most ``MAX_INCOMING``."""
-        ts = self.incoming.get(member_id)
-        if not ts:
-            return ()
-        mine = set(assigned)
-        return tuple(t for t in ts if t not in mine and t in self.tasks)[:MAX_INCOMING]
 
     def end_roll(self) -> list[Decision]:
         """The roll is over (or paused): no pins left, nothing announced (under reconcile the members told of
         moves are published their assignment again without them, so they discard what they prepared); the
         assignor places as it always does."""
-        self.reassign.clear()
-        announced = bool(self.incoming)
-        self.incoming.clear()
-        if announced and self.reconcile.active():
+        if self.operations.end_roll() and self.reconcile.active():
             return self.take(self.reconcile.step(write_state=False))
         return []
 
@@ -569,10 +540,6 @@ class GroupCoordinator:
         if back and self.reconciling() and self.members:  # they may be given work again
             decisions += self.prepare_rebalance(f"{', '.join(back[:5])} back from a back-off")
         return self.holds.note(held_before, decisions)
-
-    def shutdown(self) -> None:
-        """The group is gone (controller resigning): Dead, no more decisions."""
-        self.machine.end()
 
     # ---- internals --------------------------------------------------------------------------------
     def to_empty(self, reason: str) -> list[Decision]:
@@ -616,24 +583,3 @@ class GroupCoordinator:
         else:
             decisions = []
         return decisions + self.complete_join(force=False)
-
-    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
-        """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
-        reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
-        (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
-        if not (skip or self.reassign or self.operations.preferred):  # (most rounds: every task as it is)
-            return self.operations.with_loads([self.tasks[t_id] for t_id in sorted(self.tasks)])
-        preferred = self.operations.preferred
-        descriptors = []
-        for t_id in sorted(self.tasks):
-            if t_id in skip:
-                continue
-            d = self.tasks[t_id]
-            to = self.reassign.get(t_id) or preferred.get(t_id)
-            if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
-                d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
-            elif to is not None:
-                self.reassign.pop(t_id, None)
-                preferred.pop(t_id, None)
-            descriptors.append(d)
-        return self.operations.with_loads(descriptors)

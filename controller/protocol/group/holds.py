@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.protocol.clock import Clock
+from controller.protocol.group.rules import identity
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.throttle import Throttle
 from controller.protocol.group.vocabulary import FOREVER, Decision, GroupView, WriteGroupState
@@ -50,7 +51,6 @@ class HoldsCore(GroupView, Protocol):
     @property
     def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
 
-    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
     def info(self) -> GroupStateInfo: ...
 
 
@@ -150,7 +150,7 @@ class Holds:
         if core.state not in (GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC):
             self.departed.clear()
             return False
-        present = {core.identity(m, r) for m, r in core.members.items()}
+        present = {identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts} | self.tasks()
         added = False
         for key, tasks in sorted(self.departed.items()):
@@ -199,7 +199,7 @@ class Holds:
         """The holds of the previous controller, minus members back already and tasks gone or placed."""
         core = self.core
         now, wall = core.clock.now(), core.wall.now()
-        present = {core.identity(m, r) for m, r in core.members.items()}
+        present = {identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts}
         for h in info.held:
             tasks = tuple(t for t in h.tasks if t in core.tasks and t not in placed)
@@ -217,7 +217,7 @@ class Holds:
         core = self.core
         if not core.operations.maintenance:
             return
-        present = {core.identity(m, r) for m, r in core.members.items()}
+        present = {identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts} | self.tasks()
         for m in sorted(set(info.members) - set(core.members)):
             a = assignments.get(m)

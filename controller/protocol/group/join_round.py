@@ -20,6 +20,7 @@ from controller.protocol.group.rules import (
     all_prefer_reconcile,
     choose_assignor,
     choose_protocol,
+    identity,
     newly_leaving,
     validate_proposal,
 )
@@ -207,10 +208,10 @@ class JoinRound:
         members = list(joined)
         previous = {m: core.assignment[m] for m in members if m in core.assignment}
         for m in members:
-            key = core.identity(m, joined[m])
+            key = identity(m, joined[m])
             if key in core.holds.held:
                 previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.holds.take(key))))
-        descriptors = core.descriptors(joined)
+        descriptors = core.operations.descriptors(joined)
         # a member's join metadata narrows what it holds, never claims what the last generation gave another
         # member (that member's owner znodes say whether it still runs it): a ghost or a stale claim moves nothing
         owned = narrow_owned({m: joined[m].owned for m in members}, {m: core.assignment.get(m, ()) for m in members})
@@ -315,7 +316,7 @@ class JoinRound:
                         protocol=core.protocol or "eager",
                         leader=core.leader,
                         follow_up=second_round and m == core.leader,
-                        incoming=core.incoming_for(m, assigned),
+                        incoming=core.operations.incoming_for(m, assigned),
                     ),
                 )
             )
@@ -342,7 +343,7 @@ class JoinRound:
             was_member = m in core.generation_members
             tasks = core.assignment.get(m, ())
             ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
-            key = core.identity(m, old[m])
+            key = identity(m, old[m])
             if not holds.on_leave(m, key, tasks if was_member and stable else (), old[m].leaving):
                 if was_member and tasks:
                     holds.note_departed(key, tasks)
@@ -357,7 +358,7 @@ class JoinRound:
         returned: list[tuple[str, str]] = []
         for m in sorted(new.keys() - old.keys()):
             request = new[m]
-            key = core.identity(m, request)
+            key = identity(m, request)
             if key in holds.held and key not in {k for _, k in returned} and stable and not request.leaving:
                 returned.append((m, key))  # its held tasks again, nobody else disturbed
                 self.static_returned[m] = request

@@ -20,7 +20,13 @@ from controller.protocol.group.state import GroupState
 from controller.protocol.group.throttle import Move, Wave, plan_wave
 from controller.protocol.group.vocabulary import Decision, GroupView, WriteGroupState
 from controller.protocol.records.admin_records import MoveLimits
-from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest, MemberMetadata, TaskDescriptor
+from controller.protocol.records.group_messages import (
+    MAX_INCOMING,
+    GroupStateInfo,
+    JoinRequest,
+    MemberMetadata,
+    TaskDescriptor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,11 @@ class GroupOperations:
     postponed: str = ""
     #: task -> member: the preferred layout being restored (``rebalance --preferred``), wave by wave
     preferred: dict[str, str] = field(default_factory=dict)
+    #: task -> member: an operator's reassignment or a planned roll's step, required until that member leaves
+    reassign: dict[str, str] = field(default_factory=dict)
+    #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
+    #: so that it prepares their start before they arrive
+    incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
     imbalance: int | None = None
     preferred_check_s: float = 0.0
     max_imbalance: int = 1
@@ -227,6 +238,12 @@ class GroupOperations:
             del self.moving[t]
         return stale
 
+    def forget_tasks(self, runnable: Collection[str]) -> None:
+        """The group's runnable tasks changed: the pins and the moves of tasks no longer runnable go."""
+        for t in [t for t in self.reassign if t not in runnable]:
+            del self.reassign[t]
+        self.drop_moves(runnable=runnable)
+
     def postpone(self, why: str) -> None:
         """Maintenance mode puts off a rebalance: the first reason is kept, and it starts when maintenance ends."""
         self.postponed = self.postponed or why
@@ -239,6 +256,60 @@ class GroupOperations:
         if self.balancing_load() and self.core.members:
             candidates.append(self.load.next_check or self.core.clock.now() + self.load.check_s)
         return min(candidates) if candidates else None
+
+    # ---- pins: an operator's reassignment, a planned roll ------------------------------------------------
+    def pin(self, task_id: str, to: str) -> None:
+        """One task to one member: a required placement until that member leaves."""
+        self.reassign[task_id] = to
+
+    def pin_roll(self, placement: Mapping[str, str]) -> bool:
+        """A planned roll's step: every task it names pinned to that member; whether something is not where
+        the plan puts it (a rebalance moves exactly that)."""
+        core = self.core
+        self.reassign = {t: m for t, m in placement.items() if t in core.tasks and m in core.members}
+        current = {t: m for m, ts in core.assignment.items() for t in ts}
+        return not all(current.get(t) == m for t, m in self.reassign.items())
+
+    def announce(self, incoming: Mapping[str, Iterable[str]]) -> None:
+        """A planned roll's next moves, announced to the members that receive them before any of them moves."""
+        self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.core.members}
+
+    def end_roll(self) -> bool:
+        """The roll is over (or paused): no pins left, nothing announced; whether anything was announced."""
+        self.reassign.clear()
+        announced = bool(self.incoming)
+        self.incoming.clear()
+        return announced
+
+    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
+        """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
+        assigned already and tasks gone, at most ``MAX_INCOMING``."""
+        ts = self.incoming.get(member_id)
+        if not ts:
+            return ()
+        mine = set(assigned)
+        return tuple(t for t in ts if t not in mine and t in self.core.tasks)[:MAX_INCOMING]
+
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
+        """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
+        reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
+        (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
+        tasks = self.core.tasks
+        if not (skip or self.reassign or self.preferred):  # (most rounds: every task as it is)
+            return self.with_loads([tasks[t_id] for t_id in sorted(tasks)])
+        descriptors = []
+        for t_id in sorted(tasks):
+            if t_id in skip:
+                continue
+            d = tasks[t_id]
+            to = self.reassign.get(t_id) or self.preferred.get(t_id)
+            if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
+                d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
+            elif to is not None:
+                self.reassign.pop(t_id, None)
+                self.preferred.pop(t_id, None)
+            descriptors.append(d)
+        return self.with_loads(descriptors)
 
     # ---- the preferred layout ---------------------------------------------------------------------
     def restore_preferred(self) -> int:

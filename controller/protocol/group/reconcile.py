@@ -35,7 +35,13 @@ from controller.protocol.errors import ProtocolError
 from controller.protocol.group.acks import Acks
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.reports import report_problem
-from controller.protocol.group.rules import RECONCILE, all_prefer_reconcile, cooperative_adjust, newly_leaving
+from controller.protocol.group.rules import (
+    RECONCILE,
+    all_prefer_reconcile,
+    cooperative_adjust,
+    identity,
+    newly_leaving,
+)
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import Decision, GroupCore, MembersTaken, WriteAssignments
 from controller.protocol.records.group_messages import Assignment, JoinRequest, MemberMetadata
@@ -416,7 +422,7 @@ class ReconcileGroup:
             self.refused.pop(m, None)
             targeted = self.target.pop(m, ())
             ops.drop_moves(dest=m)
-            core.holds.on_leave(m, core.identity(m, old[m]), tasks, old[m].leaving)
+            core.holds.on_leave(m, identity(m, old[m]), tasks, old[m].leaving)
             if not tasks and not targeted:
                 # the end of a controlled shutdown (its tasks already re-targeted away): a new target would be
                 # the one there is, and asking for one while tasks still move would hold the group Reconciling
@@ -487,7 +493,7 @@ class ReconcileGroup:
             if m in self.target or m in d.assignment
         }
         for m, r in sorted(core.members.items()):
-            key = core.identity(m, r)
+            key = identity(m, r)
             if key in core.holds.held and not r.leaving:  # a static member back within the delay: its tasks again
                 previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.holds.take(key))))
                 log.info("group %s: %s returned as %s within the delay", core.group, key, m)
@@ -502,7 +508,7 @@ class ReconcileGroup:
             )
             for m, r in sorted(core.members.items())
         ]
-        descriptors = core.descriptors(core.members, skip=core.holds.tasks())
+        descriptors = core.operations.descriptors(core.members, skip=core.holds.tasks())
         try:
             target = get_assignor(core.assignor or core.config.default_assignor).assign(members, descriptors, previous)
         except (KeyError, ValueError) as exc:
@@ -581,7 +587,7 @@ class ReconcileGroup:
                 for t in pending.keys() & set(now_assigned):
                     del pending[t]
             to_revoke = tuple(sorted(t for t in revoked[m] if t not in pending)) if m in revoked else ()
-            news = core.incoming_for(m, now_assigned) != self.announced.get(m, ())
+            news = core.operations.incoming_for(m, now_assigned) != self.announced.get(m, ())
             if now_assigned != d.assignment.get(m) or to_revoke or everyone or m in self.acks.republish or news:
                 changed.append((m, now_assigned, to_revoke))
         return changed
@@ -608,7 +614,7 @@ class ReconcileGroup:
             if not pending:
                 del self.unreleased[m]
             d.assignment[m] = now_assigned
-            incoming = core.incoming_for(m, now_assigned)
+            incoming = core.operations.incoming_for(m, now_assigned)
             if incoming:
                 self.announced[m] = incoming
             else:

@@ -84,6 +84,11 @@ def all_prefer_reconcile(requests: Mapping[str, JoinRequest], leader: str | None
     return choice.protocol == RECONCILE and not choice.incompatible
 
 
+def identity(member_id: str, request: JoinRequest | None) -> str:
+    """Static members are known by instance id across restarts; others by member id."""
+    return request.instance_id if request is not None and request.instance_id else member_id
+
+
 def newly_leaving(shutting_down: Collection[str], m: str, before: JoinRequest, after: JoinRequest) -> bool:
     """A member whose request now says it is leaving starts its controlled shutdown (once)."""
     return after.leaving and not before.leaving and m not in shutting_down

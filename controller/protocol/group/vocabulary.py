@@ -5,7 +5,7 @@ it at the top. The states and their transitions live in ``state.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
@@ -15,7 +15,6 @@ from controller.protocol.group.throttle import Throttle
 from controller.protocol.records.group_messages import (
     Assignment,
     GroupStateInfo,
-    JoinRequest,
     JoinResult,
     TaskDescriptor,
 )
@@ -147,9 +146,6 @@ class GroupCore(GroupView, Protocol):
     def operations(self) -> Throttle: ...
 
     def info(self) -> GroupStateInfo: ...
-    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]: ...
-    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
-    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
     def transition(self, target: GroupState) -> None: ...
     def to_empty(self, reason: str) -> list[Decision]: ...
     def prepare_rebalance(self, reason: str) -> list[Decision]: ...
