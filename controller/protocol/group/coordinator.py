@@ -5,12 +5,8 @@ the group's tasks), leader proposals, operator requests and clock ticks, and car
 it returns (fenced writes). That is what lets the deterministic simulation drive it directly.
 
 The coordinator keeps what every protocol shares (the generation, the members, the tasks, their placement)
-and owns one part per job, each given the coordinator through the small interface it declares: the join
-round of the eager and cooperative protocols (``join_round.py``), the reconcile protocol (``reconcile.py``;
-Kafka keeps ``ClassicGroup`` and ``ConsumerGroup`` apart likewise), the operations (``operations.py``:
-throttle, maintenance, settings, imbalance) and the tasks held for departed members (``holds.py``). A
-failover's load is ``failover_load.py``. Its state changes only through its
-:class:`~controller.protocol.group.state.GroupStateMachine`, which refuses a move its table does not allow.
+and is the only writer of it: it hands each input to the part whose job it is, takes the result the part
+returns, and writes the group state, so that no part's change lands half-way in another's state.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""The join round of the ``eager`` and ``cooperative`` protocols, sans-IO: completing the join phase (who is
-in the generation, its leader, protocol and assignor, the join result), the leader's proposal validated and
-published (the sync phase), error assignments for the members left out, and a static member's return
-inside the scheduled rebalance delay. A part of :class:`~controller.protocol.group.coordinator.GroupCoordinator`, which
-owns one and gives it the few things it needs of the group (:class:`JoinCore`); the coordinator's
-``prepare_rebalance`` starts a round, its ``on_tick`` ends one that timed out.
+"""The join round of the ``eager`` and ``cooperative`` protocols, sans-IO: what a change of members means for
+the group (who left, who is back within the scheduled rebalance delay, whether a rebalance is needed),
+completing the join phase (who is in the generation, its leader, protocol and assignor, the join result),
+the leader's proposal validated and throttled (the sync phase), and error assignments for the members left
+out. A part of :class:`~controller.protocol.group.coordinator.GroupCoordinator`: it keeps the round's own
+state and returns results the coordinator takes (it reads the group through :class:`JoinCore`, never
+writes it).
 """
 
 from __future__ import annotations
