@@ -144,7 +144,7 @@ class OperatorSettings:
             ops = coord.operations
             if ops.deferred and not ops.moving:
                 self.refresh_room(g)
-                self._host.apply(g, ops.on_settings(ops.limits, ops.preferred_check_s, ops.max_imbalance))
+                self._host.apply(g, coord.on_settings(ops.limits, ops.preferred_check_s, ops.max_imbalance))
 
     # ---- event handlers ---------------------------------------------------------------------------
     def on_settings_change(self, token: int) -> None:
@@ -168,9 +168,7 @@ class OperatorSettings:
         )
         for g, coord in sorted(ctx.groups.items()):
             self.refresh_room(g)
-            self._host.apply(
-                g, coord.operations.on_settings(self._group_limits(g), s.preferred_check_s, s.max_imbalance)
-            )
+            self._host.apply(g, coord.on_settings(self._group_limits(g), s.preferred_check_s, s.max_imbalance))
         self._check_offline()
 
     def on_maintenance_change(self, token: int) -> None:
@@ -253,7 +251,7 @@ class OperatorSettings:
             status.broker,
         )
         if status.state in DONE_STATES and status.broker == coord.operations.moving[task].dest:
-            self._host.apply(g, coord.operations.on_move_done(task, status.broker))
+            self._host.apply(g, coord.on_move_done(task, status.broker))
             if not coord.operations.moving:
                 self._offer_room()
 

@@ -318,7 +318,7 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
         return enter(self, reason)
 
     def counting_prepare(self, reason):
-        if self.reconciling() and not self.reconcile.all_prefer(self.members):
+        if self.reconcile.active() and not self.reconcile.all_prefer(self.members):
             left.append(reason)
         return prepare(self, reason)
 

@@ -156,7 +156,7 @@ def test_the_throttle_lets_moves_go_in_waves():
     c = coordinator(8)
     c.on_members({"a": req("a")})
     ack(c)
-    c.operations.on_settings(MoveLimits(max_moves=2), 0.0, 1)
+    c.on_settings(MoveLimits(max_moves=2), 0.0, 1)
     decisions = c.on_members({"a": c.members["a"], "b": req("b")})
     first = set(published(decisions)["a"].revoked)
     assert len(first) == 2 and len(c.operations.deferred) == 2, "two moves in flight at most; two wait"
@@ -167,12 +167,12 @@ def test_the_throttle_lets_moves_go_in_waves():
     wave: list = []
     for t in sorted(first):
         assert not published(wave), "the next wave waits for every move of this one to run"
-        wave = c.operations.on_move_done(t, "b")
+        wave = c.on_move_done(t, "b")
     second = set(published(wave)["a"].revoked)
     assert len(second) == 2 and not second & first
     report(c, "a")
     for t in sorted(second):
-        c.operations.on_move_done(t, "b")
+        c.on_move_done(t, "b")
     ack(c)
     assert len(c.assignment["a"]) == len(c.assignment["b"]) == 4 and c.state is GroupState.STABLE
 

@@ -183,10 +183,10 @@ def test_the_coordinator_moves_in_waves_each_after_the_last_runs():
     d = _sync(c, {"a": ("t0", "t1", "t2"), "b": ("t3", "t4", "t5")})
     assert _assigned(d) == {"a": ("t0", "t1", "t2", "t5"), "b": ("t3", "t4")}
     assert WatchMoves(("t3", "t4")) in d and c.operations.deferred == ("t5",)
-    assert c.operations.on_move_done("t3", "a") == []  # not its destination
-    c.operations.on_move_done("t3", "b")
+    assert c.on_move_done("t3", "a") == []  # not its destination
+    c.on_move_done("t3", "b")
     assert c.state is GroupState.STABLE  # one move still in flight
-    d = c.operations.on_move_done("t4", "b")
+    d = c.on_move_done("t4", "b")
     assert c.state is GroupState.PREPARING_REBALANCE and "next wave" in c.reason
 
 
@@ -208,7 +208,7 @@ def test_maintenance_holds_a_lost_members_tasks_and_postpones_joins():
 def test_the_imbalance_check_rebalances_a_skewed_group_and_measures_a_balanced_one():
     c, clock = _coordinator(6, ("a", "b"))
     _sync(c, {"a": ("t0", "t1", "t2", "t3", "t4", "t5"), "b": ()})  # skewed: b runs nothing
-    c.operations.on_settings(c.operations.limits, preferred_check_s=10.0, max_imbalance=1)
+    c.on_settings(c.operations.limits, preferred_check_s=10.0, max_imbalance=1)
     assert c.on_tick() == [] and c.state is GroupState.STABLE  # not yet time
     clock.advance(10.0)
     c.on_tick()

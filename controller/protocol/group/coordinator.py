@@ -28,16 +28,20 @@ from controller.protocol.group.state import (
     GroupStateMachine,
 )
 from controller.protocol.group.vocabulary import (
+    Ask,
     Decision,
     DeleteGenerationsBelow,
     GroupConfig,
     MembersTaken,
+    Rebalance,
+    Step,
     WatchMoves,
     WatchSync,
     WriteAssignments,
     WriteGroupState,
     WriteJoinResult,
 )
+from controller.protocol.records.admin_records import MoveLimits
 from controller.protocol.records.group_messages import (
     Assignment,
     GroupStateInfo,
@@ -122,8 +126,8 @@ class GroupCoordinator:
             imbalance=ops.imbalance,
             maintenance=ops.maintenance,
             ignored=self.ignored_info(),
-            unacked=self.reconcile.acks.unacked() if self.reconciling() else (),
-            starting=self.reconcile.acks.starting() if self.reconciling() else (),
+            unacked=self.reconcile.acks.unacked() if self.reconcile.active() else (),
+            starting=self.reconcile.acks.starting() if self.reconcile.active() else (),
         )
 
     def ignored_info(self) -> tuple[IgnoredMember, ...]:
@@ -149,7 +153,7 @@ class GroupCoordinator:
         assignment and writes its request again; meanwhile it is shown as ignored."""
         if member not in self.members or self.state is GroupState.DEAD:
             return []
-        if self.reconciling():
+        if self.reconcile.active():
             return self.take(self.reconcile.refuse(member, reason, last_good.incarnation))
         return self.join.refuse(member, reason, last_good.join_generation)
 
@@ -163,7 +167,7 @@ class GroupCoordinator:
         """ZooKeeper contradicted the member's acknowledgement (it does not hold what it says it took): counted;
         once that starts a back-off (``probation``) the group is re-targeted without it at once, and the group
         state shows it."""
-        if member not in self.members or not self.reconciling():
+        if member not in self.members or not self.reconcile.active():
             return []
         if not self.reconcile.acks.probation.contradicted(member, self.clock.now(), why):
             return []
@@ -183,7 +187,7 @@ class GroupCoordinator:
                 self.join.sync_deadline,
                 self.operations.deadline(),
                 self.reconcile.retarget_due,
-                self.reconcile.ack_due() if self.reconciling() else None,
+                self.reconcile.ack_due() if self.reconcile.active() else None,
                 self.reconcile.acks.probation.deadline(),
                 self.holds.deadline(),
             )
@@ -192,10 +196,6 @@ class GroupCoordinator:
         return min(candidates) if candidates else None
 
     # ---- the protocol families --------------------------------------------------------------------
-    def reconciling(self) -> bool:
-        """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
-        return self.reconcile.active()
-
     def complete_join(self, force: bool) -> list[Decision]:
         """The join phase completed when it can (``force``: on timeout): the generation admitted taken, then
         synced; every member for reconcile: the group enters it at the round's generation, nothing of join rounds
@@ -229,16 +229,18 @@ class GroupCoordinator:
         self.generation_members = tuple(sorted(self.members))
         return self.take(self.reconcile.enter(outcome.reason))
 
-    def reconcile_step(self, reason: str | None = None) -> list[Decision]:
-        """A step towards the reconcile target, the group state written (a throttled wave may go)."""
-        if reason is not None:
-            self.reason = reason
-        return self.take(self.reconcile.step(write_state=True))
-
-    def explain(self, reason: str) -> list[Decision]:
-        """The group state written with ``reason`` (nothing written for a Dead group)."""
-        self.reason = reason
-        return [WriteGroupState(self.info())] if self.state is not GroupState.DEAD else []
+    def ask(self, asked: Ask) -> list[Decision]:
+        """What a part asked for, done: a new placement, a reconcile step (the group state written), or the
+        group state written (nothing for a Dead group)."""
+        if isinstance(asked, Rebalance):
+            return self.prepare_rebalance(asked.reason)
+        if isinstance(asked, Step):
+            self.reason = asked.reason
+            return self.take(self.reconcile.step(write_state=True))
+        if asked is None or self.state is GroupState.DEAD:
+            return []
+        self.reason = self.reason if asked.reason is None else asked.reason
+        return [WriteGroupState(self.info())]
 
     def epoch_of(self, member: str) -> int:
         """The member epoch of the member's last published assignment (-1: none yet)."""
@@ -275,14 +277,20 @@ class GroupCoordinator:
         join round, the tasks of the members that left in it wait for them too (``hold_departed``), as if they
         had left a moment later: a broker lost as maintenance begins gets its tasks back when it returns, rather
         than its tasks deferred to the window's end with its rejoin."""
-        if not on or self.operations.maintenance or self.reconciling():
-            return self.operations.on_maintenance(on)
         held_before = self.holds.info()
-        rerun = self.holds.hold_departed()
-        decisions = self.operations.on_maintenance(on)
+        rerun = on and not self.operations.maintenance and not self.reconcile.active() and self.holds.hold_departed()
+        decisions = self.ask(self.operations.on_maintenance(on))
         if rerun:
             decisions += self.prepare_rebalance("maintenance mode: the tasks of members lost in this rebalance wait")
         return self.holds.note(held_before, decisions)
+
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+        """The operators' settings changed: a wider throttle may let the next wave go now."""
+        return self.ask(self.operations.on_settings(limits, preferred_check_s, max_imbalance, self.reconcile.active()))
+
+    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+        """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
+        return self.ask(self.operations.on_move_done(task_id, broker, self.reconcile.active()))
 
     # ---- inputs -----------------------------------------------------------------------------------
     def load(
@@ -366,7 +374,7 @@ class GroupCoordinator:
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
         held_before = self.holds.info()
-        if self.reconciling():
+        if self.reconcile.active():
             screened, refusals = self.reconcile.screen(snapshot)
             answers = self.take(refusals)
             restarted = self.reconcile.restarted(self.members, screened)
@@ -509,11 +517,11 @@ class GroupCoordinator:
         held_before = self.holds.info()
         expired = self.holds.expire(now)
         stale = self.operations.expire_moves(now)
-        decisions += self.operations.check_imbalance(now)
+        decisions += self.ask(self.operations.check_load(now)) or self.ask(self.operations.check_imbalance(now))
         due = self.reconcile.retarget_due
-        if due is not None and now >= due and self.reconciling():
+        if due is not None and now >= due and self.reconcile.active():
             decisions += self.prepare_rebalance(self.reconcile.retarget_reason or "target put off")
-        ack_due = self.reconcile.ack_due() if self.reconciling() else None
+        ack_due = self.reconcile.ack_due() if self.reconcile.active() else None
         if ack_due is not None and now >= ack_due:
             decisions += self.take(self.reconcile.fence_overdue(now))
         join = self.join
@@ -531,9 +539,9 @@ class GroupCoordinator:
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self.prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:
-            decisions += self.operations.next_wave()
+            decisions += self.ask(self.operations.next_wave(self.reconcile.active()))
         back = self.reconcile.acks.probation.expire(now)
-        if back and self.reconciling() and self.members:  # they may be given work again
+        if back and self.reconcile.active() and self.members:  # they may be given work again
             decisions += self.prepare_rebalance(f"{', '.join(back[:5])} back from a back-off")
         return self.holds.note(held_before, decisions)
 
@@ -559,7 +567,7 @@ class GroupCoordinator:
         if self.state is GroupState.DEAD:
             return []
         leaving_reconcile = False
-        if self.reconciling():
+        if self.reconcile.active():
             if self.reconcile.all_prefer(self.members):
                 return self.take(self.reconcile.retarget_soon(reason))
             # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here

@@ -18,11 +18,10 @@ from controller.protocol.group.load_balance import ASSIGNOR as LOAD_ASSIGNOR
 from controller.protocol.group.load_balance import LoadWatch
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.throttle import Move, Wave, plan_wave
-from controller.protocol.group.vocabulary import Decision, GroupView, WriteGroupState
+from controller.protocol.group.vocabulary import Ask, GroupView, Rebalance, ShowState, Step
 from controller.protocol.records.admin_records import MoveLimits
 from controller.protocol.records.group_messages import (
     MAX_INCOMING,
-    GroupStateInfo,
     JoinRequest,
     MemberMetadata,
     TaskDescriptor,
@@ -32,8 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class OperationsCore(GroupView, Protocol):
-    """What the operations part needs of its group beyond ``GroupView``: its members and their assignment,
-    and a rebalance (or, under reconcile, a step) when a wave may go."""
+    """What the operations part reads of its group beyond ``GroupView``: its members and their assignment,
+    and the members kept from work (a back-off, which is no imbalance)."""
 
     @property
     def assignor(self) -> str | None: ...
@@ -46,11 +45,6 @@ class OperationsCore(GroupView, Protocol):
     @property
     def shutting_down(self) -> Collection[str]: ...
 
-    def info(self) -> GroupStateInfo: ...
-    def explain(self, reason: str) -> list[Decision]: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
-    def reconciling(self) -> bool: ...
-    def reconcile_step(self, reason: str | None = None) -> list[Decision]: ...
     def kept_from_work(self) -> Collection[str]: ...
 
 
@@ -101,25 +95,24 @@ class GroupOperations:
         """What the cluster-wide limit leaves this group now (the IO layer counts the other groups' moves)."""
         self.cluster_room = room
 
-    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int, reconciling: bool) -> Ask:
         """The operators' settings changed: a wider throttle may let the next wave go now."""
         self.limits = limits
         self.max_imbalance = max_imbalance
         if preferred_check_s != self.preferred_check_s:
             self.preferred_check_s = preferred_check_s
             self.next_check = self.core.clock.now() + preferred_check_s if preferred_check_s > 0 else None
-        return self.next_wave()
+        return self.next_wave(reconciling)
 
-    def on_maintenance(self, on: bool) -> list[Decision]:
+    def on_maintenance(self, on: bool) -> Ask:
         """Maintenance mode: while on, nothing moves and nothing gains an owner; a departed member's tasks
         wait for it (held without a deadline) and the rebalances it would have caused wait for the end."""
         core = self.core
         if on == self.maintenance:
-            return []
+            return None
         self.maintenance = on
         if on:
-            return core.explain("maintenance mode: placement frozen")
-        held_before = core.holds.info()
+            return ShowState("maintenance mode: placement frozen")
         released = core.holds.end_maintenance()
         placed = {t for ts in core.assignment.values() for t in ts}
         why = self.postponed or ("maintenance ended: held tasks move" if released else "")
@@ -130,30 +123,25 @@ class GroupOperations:
         ):
             why = "maintenance ended"
         self.postponed = ""
-        decisions: list[Decision] = []
         if why and core.members and core.state is not GroupState.DEAD:
-            decisions = core.prepare_rebalance(
-                f"maintenance ended ({why})" if not why.startswith("maintenance") else why
-            )
-        elif core.state is not GroupState.DEAD:
-            decisions = core.explain("maintenance ended")
-        return core.holds.note(held_before, decisions)
+            return Rebalance(f"maintenance ended ({why})" if not why.startswith("maintenance") else why)
+        return ShowState("maintenance ended")
 
-    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+    def on_move_done(self, task_id: str, broker: str, reconciling: bool) -> Ask:
         """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
         mv = self.moving.get(task_id)
         if mv is None or mv.dest != broker:
-            return []
+            return None
         del self.moving[task_id]
-        return self.next_wave() or ([WriteGroupState(self.core.info())] if not self.moving else [])
+        return self.next_wave(reconciling) or (ShowState() if not self.moving else None)
 
-    def next_wave(self) -> list[Decision]:
+    def next_wave(self, reconciling: bool) -> Ask:
         """Deferred moves go once the last wave's tasks all run (and the cluster's limit leaves room)."""
         core = self.core
-        if core.reconciling():
+        if reconciling:
             if self.deferred and not self.moving and not self.maintenance and self.room() != 0:
-                return core.reconcile_step(f"next wave: {len(self.deferred)} moves waiting for the throttle")
-            return []
+                return Step(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+            return None
         if (
             self.deferred
             and not self.moving
@@ -162,8 +150,8 @@ class GroupOperations:
             and core.members
             and self.room() != 0
         ):
-            return core.prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
-        return []
+            return Rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+        return None
 
     # ---- the throttle -----------------------------------------------------------------------------
     def throttled(self) -> bool:
@@ -323,23 +311,21 @@ class GroupOperations:
             if t in placed.get(to, ()) or t not in self.core.tasks or to not in members:
                 del self.preferred[t]
 
-    def check_imbalance(self, now: float) -> list[Decision]:
-        """At the periodic check: measure the imbalance, and rebalance a Stable group off its layout by more
-        than ``max_imbalance`` tasks (when nothing moves and nothing waits)."""
-        by_load = self.check_load(now)
-        if by_load or self.next_check is None or now < self.next_check:
-            return by_load
+    def check_imbalance(self, now: float) -> Ask:
+        """At the periodic check (the coordinator asks once the load check asked for nothing): measure the
+        imbalance, and rebalance a Stable group off its layout by more than ``max_imbalance`` tasks (when
+        nothing moves and nothing waits)."""
+        if self.next_check is None or now < self.next_check:
+            return None
         core = self.core
         self.next_check = now + self.preferred_check_s if self.preferred_check_s > 0 else None
         if core.state is not GroupState.STABLE or not core.members:
-            return []
+            return None
         before = self.imbalance
         self.imbalance = imbalance = self.measure_imbalance()
         if imbalance > self.max_imbalance and not self.maintenance and not self.moving and not self.deferred:
-            return core.prepare_rebalance(f"imbalance: {imbalance} tasks off the assignor's layout")
-        if imbalance != before:
-            return [WriteGroupState(core.info())]
-        return []
+            return Rebalance(f"imbalance: {imbalance} tasks off the assignor's layout")
+        return ShowState() if imbalance != before else None
 
     def layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
         """Task -> member in the layout the group's assignor gives from ``previous`` (empty: no history), among
@@ -399,26 +385,24 @@ class GroupOperations:
             log.warning("group %s: cannot plan by load: %s", core.group, exc)
             return None
 
-    def check_load(self, now: float) -> list[Decision]:
+    def check_load(self, now: float) -> Ask:
         """A load-balanced group's periodic check: rebalance once the assignor has wanted to move something for
         load at every check for a whole window (and nothing else is moving or frozen)."""
         core = self.core
         if not self.balancing_load() or not self.load.due(now):
-            return []
+            return None
         self.load.note_assignment(core.assignment, now)
         if core.state is not GroupState.STABLE or not core.members or self.maintenance or self.moving or self.deferred:
-            return []
+            return None
         found = self.load_plan()
         if found is None:
-            return []
+            return None
         self.load.last_plan = tuple(found.explain())
         if not self.load.observe(now, bool(found.moves)):
-            return []
+            return None
         over = ", ".join(f"{m} {by:+.2f}" for m, by in found.over(found.before).items())
         moved = ", ".join(f"{mv.task} {mv.source}->{mv.dest}" for mv in found.moves)
-        return core.prepare_rebalance(
-            f"load: {over} over the mean {found.mean:.2f} for {self.load.window_s:g}s; moving {moved}"
-        )
+        return Rebalance(f"load: {over} over the mean {found.mean:.2f} for {self.load.window_s:g}s; moving {moved}")
 
     def measure_imbalance(self) -> int:
         """How many tasks the group's assignor would move from where they run now (0: balanced)."""

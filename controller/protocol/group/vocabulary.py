@@ -68,6 +68,31 @@ Decision: TypeAlias = (
 
 
 @dataclass(frozen=True)
+class Rebalance:
+    """A part asks its coordinator for a new placement, for this reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """A part asks for a step towards the reconcile target (a throttled wave may go), for this reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ShowState:
+    """A part asks for the group state to be written (with this reason; None: the one shown stays)."""
+
+    reason: str | None = None
+
+
+#: what a part asks of its coordinator (None: nothing)
+Ask: TypeAlias = Rebalance | Step | ShowState | None
+
+
+@dataclass(frozen=True)
 class MembersTaken:
     """What a change of the live members means for either protocol family, for the coordinator to take: the
     members that left, the static members back within the delay (member, identity; join rounds), the members
