@@ -97,11 +97,6 @@ class GroupCoordinator:
     def state(self) -> GroupState:
         return self.machine.state
 
-    @property
-    def state_since(self) -> float | None:
-        """Wall time the group entered its state (what a benchmark takes as the instant a group became Stable)."""
-        return self.machine.since
-
     def transition(self, target: GroupState) -> None:
         log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
         self.machine.transition(target)
@@ -241,10 +236,6 @@ class GroupCoordinator:
             return []
         self.reason = self.reason if asked.reason is None else asked.reason
         return [WriteGroupState(self.info())]
-
-    def epoch_of(self, member: str) -> int:
-        """The member epoch of the member's last published assignment (-1: none yet)."""
-        return self.reconcile.acks.epoch_of(member)
 
     @property
     def join_result(self) -> JoinResult | None:
