@@ -133,12 +133,12 @@ class GroupConfig:
 
 
 class GroupView(Protocol):
-    """What every part of the coordinator sees of its group: its name, clock, configuration and state, the tasks
-    it places, its holds (the tasks held for departed members), and the reason of its last rebalance. ``GroupCore`` (the protocol families)
-    and ``OperationsCore`` (the operations part) add what each needs on top."""
+    """What every part of the coordinator reads of its group: its name, clock, configuration and state, the
+    tasks it places, its holds (the tasks held for departed members), and the reason of its last rebalance.
+    ``GroupCore`` (the protocol families) and ``OperationsCore`` (the operations part) add what each reads."""
 
-    reason: str
-
+    @property
+    def reason(self) -> str: ...
     @property
     def group(self) -> str: ...
     @property
@@ -154,23 +154,23 @@ class GroupView(Protocol):
 
 
 class GroupCore(GroupView, Protocol):
-    """What either protocol family's part needs of its group: the generation record, the tasks it places, the
-    throttle its moves go through, and the coordinator's moves between states. ``JoinCore`` and
-    ``ReconcileCore`` add what each family needs on top."""
+    """What either protocol family's part reads of its group (read only: a part returns what it decided, and
+    the coordinator writes it): the generation record, the placement, and the operations its moves go
+    through. ``JoinCore`` and ``ReconcileCore`` add what each family reads on top."""
 
-    generation: int
-    leader: str | None
-    protocol: str | None
-    assignor: str | None
-    generation_members: tuple[str, ...]
-    assignment: dict[str, tuple[str, ...]]
-
+    @property
+    def generation(self) -> int: ...
+    @property
+    def leader(self) -> str | None: ...
+    @property
+    def protocol(self) -> str | None: ...
+    @property
+    def assignor(self) -> str | None: ...
+    @property
+    def generation_members(self) -> tuple[str, ...]: ...
+    @property
+    def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
     @property
     def controller_epoch(self) -> int: ...
     @property
     def operations(self) -> Throttle: ...
-
-    def info(self) -> GroupStateInfo: ...
-    def transition(self, target: GroupState) -> None: ...
-    def to_empty(self, reason: str) -> list[Decision]: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
