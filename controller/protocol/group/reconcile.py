@@ -119,7 +119,8 @@ class Draft:
     generation: int
     assignment: dict[str, tuple[str, ...]]
     reason: str
-    state: GroupState
+    #: the state the group is in once the coordinator took the draft (each move checked by its state machine then)
+    state_after: GroupState
     generation_taken: bool = False
     rebalances: int = 0
     states: list[GroupState] = field(default_factory=list)
@@ -135,7 +136,7 @@ class Draft:
 
     def transition(self, state: GroupState) -> None:
         self.states.append(state)
-        self.state = state
+        self.state_after = state
 
     def result(self, decisions: list[Decision]) -> Reconciled:
         return Reconciled(
@@ -295,7 +296,7 @@ class ReconcileGroup:
         and the members): from now on the coordinator places tasks itself. What the members listed as owned
         counts as held."""
         core, d = self.core, self.draft()
-        if d.state is not GroupState.RECONCILING:
+        if d.state_after is not GroupState.RECONCILING:
             d.transition(GroupState.RECONCILING)
         log.info("group %s: reconcile protocol (%s)", core.group, reason)
         nothing_runs = not any(d.assignment.values()) and not any(r.owned for r in core.members.values())
@@ -465,7 +466,7 @@ class ReconcileGroup:
                 return d.result(self._step(d, write_state=False))
             return d.result(self._retarget(d, self.retarget_reason or reason))
         due = self.last_retarget + core.config.retarget_interval_s
-        if d.state is GroupState.RECONCILING and now < due:
+        if d.state_after is GroupState.RECONCILING and now < due:
             self.retarget_due = due
             self.retarget_reason = self.retarget_reason or reason
             return d.result(self._step(d, write_state=False))
@@ -557,7 +558,7 @@ class ReconcileGroup:
             and not starting
         )
         state = GroupState.STABLE if settled else GroupState.RECONCILING
-        if state is not d.state:
+        if state is not d.state_after:
             d.transition(state)
             write_state = True
         if settled and not d.reason.startswith("reconciled"):
