@@ -23,6 +23,7 @@ from controller.protocol.group.rules import (
     choose_protocol,
     identity,
     newly_leaving,
+    rewritten,
     validate_proposal,
 )
 from controller.protocol.group.state import GroupState
@@ -368,10 +369,7 @@ class JoinRound:
             elif core.state is not GroupState.PREPARING_REBALANCE:
                 need = need or f"member {m} joined"
         shutdowns: list[str] = []
-        for m in sorted(new.keys() & old.keys()):
-            before, after = old[m], new[m]
-            if before == after:
-                continue
+        for m, before, after in rewritten(old, new):
             if newly_leaving(core.shutting_down, m, before, after):
                 shutdowns.append(m)
                 need = need or f"controlled shutdown of {m}"

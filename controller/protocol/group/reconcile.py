@@ -41,6 +41,7 @@ from controller.protocol.group.rules import (
     cooperative_adjust,
     identity,
     newly_leaving,
+    rewritten,
 )
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import Decision, GroupCore, MembersTaken, WriteAssignments
@@ -437,10 +438,7 @@ class ReconcileGroup:
                 continue
             need = need or f"member {m} joined"
         shutdowns: list[str] = []
-        for m in sorted(new.keys() & old.keys()):
-            before, after = old[m], new[m]
-            if before == after:
-                continue
+        for m, before, after in rewritten(old, new):
             if newly_leaving(core.shutting_down, m, before, after):
                 shutdowns.append(m)
                 need = need or f"controlled shutdown of {m}"

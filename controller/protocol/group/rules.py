@@ -89,6 +89,13 @@ def identity(member_id: str, request: JoinRequest | None) -> str:
     return request.instance_id if request is not None and request.instance_id else member_id
 
 
+def rewritten(
+    old: Mapping[str, JoinRequest], new: Mapping[str, JoinRequest]
+) -> list[tuple[str, JoinRequest, JoinRequest]]:
+    """The members present before and after whose request changed: (member, before, after), by member."""
+    return [(m, old[m], new[m]) for m in sorted(new.keys() & old.keys()) if old[m] != new[m]]
+
+
 def newly_leaving(shutting_down: Collection[str], m: str, before: JoinRequest, after: JoinRequest) -> bool:
     """A member whose request now says it is leaving starts its controlled shutdown (once)."""
     return after.leaving and not before.leaving and m not in shutting_down
