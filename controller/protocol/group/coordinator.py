@@ -294,15 +294,14 @@ class GroupCoordinator:
         """Resume a group after controller failover from what ZooKeeper holds (read by ``failover_load.py``): a
         Stable group that still matches stays Stable with no rebalance; anything else rebalances."""
         self.members, self.tasks = dict(members), dict(tasks)
-        if info is not None and info.protocol == RECONCILE:
-            return self._load_reconcile(info, assignments)
-        if info is not None:
-            resumed = self._load_join_round(info, assignments)
-            if resumed is not None:
-                return resumed
-        else:
+        if info is None:
             self.machine.restore(GroupState.EMPTY)
             self.generation = self.join_generation = group_load.fresh_generation(members, assignments)
+        else:
+            by_protocol = self._load_reconcile if info.protocol == RECONCILE else self._load_join_round
+            resumed = by_protocol(info, assignments)
+            if resumed is not None:
+                return resumed
         if not self.members:
             if self.state is GroupState.STABLE:
                 self.transition(GroupState.PREPARING_REBALANCE)
@@ -311,9 +310,9 @@ class GroupCoordinator:
             return [WriteGroupState(self.info())]
         return self.prepare_rebalance("controller failover")
 
-    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision]:
-        """A group that ran reconcile goes on reconciling, or (a member that cannot reconcile, or no members)
-        goes through a join round as for the other protocols."""
+    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
+        """A group that ran reconcile goes on reconciling, or (a member that cannot reconcile, or no members:
+        None, Stable restored) goes through a join round as for the other protocols."""
         resumed = group_load.reconcile_record(info, assignments)
         self.generation = self.join_generation = resumed.generation
         self.protocol, self.assignor, self.leader = resumed.protocol, resumed.assignor, resumed.leader
@@ -333,12 +332,7 @@ class GroupCoordinator:
         self.assignment = group_load.published(assignments, self.members)
         self.generation_members = tuple(m for m in info.members if m in self.members)
         self.machine.restore(GroupState.STABLE)
-        if not self.members:
-            self.transition(GroupState.PREPARING_REBALANCE)
-            self.transition(GroupState.EMPTY)
-            self.generation_members = ()
-            return [WriteGroupState(self.info())]
-        return self.prepare_rebalance("controller failover")
+        return None
 
     def _load_join_round(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
         """A group of the join-round protocols: the decisions of a Stable group that still matches what
