@@ -56,7 +56,10 @@ def test_a_throttled_rebalance_moves_in_waves_and_an_unthrottled_one_does_not(cl
 
     admin.update_settings({"max_moves": 2, "max_moves_per_broker": 2})
     wait_until(
-        lambda: ctl.ctx.groups["default"].limits.max_moves_per_broker == 2 and ctl.ctx.settings.throttle.max_moves == 2,
+        lambda: (
+            ctl.ctx.groups["default"].operations.limits.max_moves_per_broker == 2
+            and ctl.ctx.settings.throttle.max_moves == 2
+        ),
         10,
         "the controller sees the throttle",
     )
