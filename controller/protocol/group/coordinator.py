@@ -370,11 +370,12 @@ class GroupCoordinator:
             taken = self.take_members(self.reconcile.take_members(old))
             self.generation_members = tuple(sorted(self.members))
             if not self.members:
-                return self.holds.note(held_before, answers + self.to_empty("all members left"))
-            if taken.need:  # re-targets (or leaves reconcile for a cooperative round)
-                return self.holds.note(held_before, answers + self.prepare_rebalance(taken.need))
-            # (the state lists the members)
-            return self.holds.note(held_before, answers + self.take(self.reconcile.step(write_state=taken.quiet)))
+                answers += self.to_empty("all members left")
+            elif taken.need:  # re-targets (or leaves reconcile for a cooperative round)
+                answers += self.prepare_rebalance(taken.need)
+            else:  # (the state lists the members)
+                answers += self.take(self.reconcile.step(write_state=taken.quiet))
+            return self.holds.note(held_before, answers)
         old, self.members = self.members, dict(snapshot)
         taken = self.take_members(self.join.take_members(old))
         decisions: list[Decision] = []
