@@ -111,6 +111,25 @@ def test_a_group_whose_members_all_offer_reconcile_enters_it_without_a_sync_phas
     assert c.state is GroupState.STABLE and states(decisions)[-1] == "Stable" and c.info().unacked == ()
 
 
+def test_the_reconcile_part_returns_what_changed_and_the_coordinator_alone_takes_it():
+    """A reconcile call works on a draft of the group's record and returns it: the coordinator's generation,
+    placement, reason, state and count of rebalances stay as they were until the coordinator takes the
+    result, and then are exactly what it says."""
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    ack(c)
+    before = (c.generation, dict(c.assignment), c.reason, c.state, c.rebalances)
+    c.members["b"] = req("b")  # (as ``on_members`` takes a joining member, before it asks for a target)
+    r = c.reconcile.retarget("b joined")
+    assert (c.generation, c.assignment, c.reason, c.state, c.rebalances) == before
+    assert r.generation == before[0] + 1 and r.rebalances == 1 and r.reason == "b joined"
+    assert r.assignment["b"] == () and r.states == (GroupState.RECONCILING,) and r.show_state
+    decisions = c.take(r)
+    assert c.generation == r.generation and c.assignment == dict(r.assignment) and c.reason == "b joined"
+    assert c.state is GroupState.RECONCILING and c.rebalances == before[4] + 1
+    assert states(decisions) == ["Reconciling"] and published(decisions)["a"].revoked
+
+
 def test_a_member_added_gets_tasks_only_after_their_owner_reported_the_release():
     c = coordinator()
     c.on_members({"a": req("a")})
