@@ -192,6 +192,19 @@ def stable_group(
 # --------------------------------------------------------------------------------------------------
 
 
+def test_the_join_round_reads_a_change_of_members_and_the_coordinator_alone_takes_it():
+    """The join round returns what a departure means (who left, the rebalance it needs) and writes nothing of
+    the coordinator's: its generation members and placement change only once the coordinator takes it."""
+    c, _, snapshot = stable_group()
+    before = (c.generation_members, dict(c.assignment), c.reason, c.state)
+    old, c.members = dict(c.members), {"a": snapshot["a"]}  # (as ``on_members`` takes the snapshot)
+    taken = c.join.take_members(old)
+    assert taken.left == ("b",) and taken.need == "member b left" and taken.returned == ()
+    assert (c.generation_members, c.assignment, c.reason, c.state) == before
+    c.take_members(taken)
+    assert c.generation_members == ("a",) and set(c.assignment) == {"a"}
+
+
 def test_first_members_form_generation_one():
     c, _ = coordinator()
     c.on_tasks(tasks("t1", "t2"))
