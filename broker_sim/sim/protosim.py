@@ -478,7 +478,7 @@ class ProtocolSim:
 
     def failover(self) -> None:
         self.epoch += 1
-        self.coordinator.shutdown()
+        self.coordinator.machine.end()
         self.coordinator = self._new_coordinator()
         load_at = self.clock.now() + self._delay()
         epoch = self.epoch

@@ -282,7 +282,7 @@ class Simulation:
         instant, not to the poll that noticed it (a poll every 50 ms, each asking every farm, would add its own
         interval and cost to every figure)."""
         coord = self._group()
-        marks = [m for m in (self._last_start, coord.state_since if coord is not None else None) if m is not None]
+        marks = [m for m in (self._last_start, coord.machine.since if coord is not None else None) if m is not None]
         return max(marks) if marks else None
 
     # ---- faults -----------------------------------------------------------------------------------

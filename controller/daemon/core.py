@@ -240,7 +240,7 @@ class Controller:
     def reload(self) -> None:
         """Start again from what ZooKeeper holds: a new token, a new context."""
         for coord in self.ctx.groups.values() if self.ctx else ():
-            coord.shutdown()
+            coord.machine.end()
         self.token += 1
         self.needs_reload = False
         self.summary.reset()
@@ -264,7 +264,7 @@ class Controller:
         log.info("controller %s resigns (epoch %s): %s", self.id, self.epoch, reason)
         if self.ctx is not None:
             for coord in self.ctx.groups.values():
-                coord.shutdown()
+                coord.machine.end()
         self.active = False
         self.token += 1
         self.loader.stop_watch_armer()

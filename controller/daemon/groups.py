@@ -351,7 +351,7 @@ class GroupDriver:
             elif self._set_member(ctx, group, m, res[0], res[1]):
                 bounced.append(m)
         coord = self.coordinator(group)
-        if coord.reconciling():
+        if coord.reconcile.active():
             self._check_taken(group, coord, [m for m in ids if m not in bounced])
         if bounced:  # a restart the watches saw as one change: first the departure, then the new member
             snapshot = {m: r for m, r in self.placeable(group).items() if m not in bounced}

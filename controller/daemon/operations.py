@@ -117,11 +117,10 @@ class OperatorSettings:
         """A new coordinator gets the settings and the maintenance mode in force."""
         ctx = context_of(self._host)
         s = ctx.settings
-        coord.limits = self._group_limits(g)
-        coord.maintenance = ctx.maintenance.on
-        coord.max_imbalance = s.max_imbalance
-        coord.preferred_check_s = s.preferred_check_s
-        coord.next_check = self._clock.now() + s.preferred_check_s if s.preferred_check_s > 0 else None
+        next_check = self._clock.now() + s.preferred_check_s if s.preferred_check_s > 0 else None
+        coord.operations.configure(
+            self._group_limits(g), ctx.maintenance.on, s.max_imbalance, s.preferred_check_s, next_check
+        )
 
     def _group_limits(self, g: str) -> MoveLimits:
         s = context_of(self._host).settings
@@ -134,17 +133,18 @@ class OperatorSettings:
         total = ctx.settings.throttle.max_moves
         coord = ctx.groups[g]
         if total is None:
-            coord.cluster_room = None
+            coord.operations.set_room(None)
             return
-        others = sum(len(c.moving) for name, c in ctx.groups.items() if name != g)
-        coord.cluster_room = max(0, total - others)
+        others = sum(len(c.operations.moving) for name, c in ctx.groups.items() if name != g)
+        coord.operations.set_room(max(0, total - others))
 
     def _offer_room(self) -> None:
         """Moves finished somewhere: groups whose next wave waits for room may go."""
         for g, coord in sorted(context_of(self._host).groups.items()):
-            if coord.deferred and not coord.moving:
+            ops = coord.operations
+            if ops.deferred and not ops.moving:
                 self.refresh_room(g)
-                self._host.apply(g, coord.on_settings(coord.limits, coord.preferred_check_s, coord.max_imbalance))
+                self._host.apply(g, coord.on_settings(ops.limits, ops.preferred_check_s, ops.max_imbalance))
 
     # ---- event handlers ---------------------------------------------------------------------------
     def on_settings_change(self, token: int) -> None:
@@ -222,7 +222,7 @@ class OperatorSettings:
         if not self._host.current(token):
             return
         coord = context_of(self._host).groups.get(group)
-        if coord is None or task not in coord.moving:
+        if coord is None or task not in coord.operations.moving:
             return
         path = self._layout.status(task)
         watch = self._status_watch(group, task)
@@ -236,18 +236,23 @@ class OperatorSettings:
 
     def _move_status(self, g: str, task: str, res: tuple[bytes, Any] | None) -> None:
         coord = context_of(self._host).groups.get(g)
-        if coord is None or res is None or task not in coord.moving:
+        if coord is None or res is None or task not in coord.operations.moving:
             return
         try:
             status = codecs.decode(TaskStatus, res[0], self._layout.status(task))
         except PayloadError:
             return  # the new owner rewrites it; the move's timeout frees the slot otherwise
         log.debug(
-            "group %s: move of %s to %s: status %s by %s", g, task, coord.moving[task].dest, status.state, status.broker
+            "group %s: move of %s to %s: status %s by %s",
+            g,
+            task,
+            coord.operations.moving[task].dest,
+            status.state,
+            status.broker,
         )
-        if status.state in DONE_STATES and status.broker == coord.moving[task].dest:
+        if status.state in DONE_STATES and status.broker == coord.operations.moving[task].dest:
             self._host.apply(g, coord.on_move_done(task, status.broker))
-            if not coord.moving:
+            if not coord.operations.moving:
                 self._offer_room()
 
     # ---- automatic maintenance --------------------------------------------------------------------

@@ -64,15 +64,16 @@ class Acks:
         return self.epochs.get(member, -1)
 
     # ---- what the members reported ------------------------------------------------------------------
-    def acked(self, member: str) -> bool:
-        """Whether the member acknowledged its published assignment: a report at its member epoch (or later)
-        listing every task published to it, written once it holds their owner znodes."""
+    def acked(self, member: str, placed: Mapping[str, tuple[str, ...]] | None = None) -> bool:
+        """Whether the member acknowledged its published assignment (``placed``: the group's, when not yet
+        taken by the coordinator): a report at its member epoch (or later) listing every task published to
+        it, written once it holds their owner znodes."""
         r = self.core.members.get(member)
         if r is None or not r.acknowledges:
             return True  # (a broker of a release before acknowledgements: what it was published counts)
         if r.generation < self.epochs.get(member, -1):
             return False
-        mine = self.core.assignment.get(member, ())
+        mine = (self.core.assignment if placed is None else placed).get(member, ())
         return not mine or (not r.pending and (r.owned == mine or set(mine) <= set(r.owned)))
 
     def newly_taken(self, member: str, report: JoinRequest) -> tuple[str, ...]:
@@ -87,13 +88,14 @@ class Acks:
         """The members that have not acknowledged their current assignment (shown with the group state)."""
         return tuple(m for m in sorted(self.core.members) if not self.acked(m))
 
-    def starting(self) -> tuple[str, ...]:
-        """The members whose report says tasks placed with them are still starting (held, not running yet):
-        the group is not Stable until they run (shown with the group state)."""
+    def starting(self, placed: Mapping[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+        """The members whose report says tasks placed with them (``placed``: as ``acked``) are still starting
+        (held, not running yet): the group is not Stable until they run (shown with the group state)."""
+        placed = self.core.assignment if placed is None else placed
         return tuple(
             m
             for m, r in sorted(self.core.members.items())
-            if r.starting and not set(r.starting).isdisjoint(self.core.assignment.get(m, ()))
+            if r.starting and not set(r.starting).isdisjoint(placed.get(m, ()))
         )
 
     def taken(self, member: str, report: JoinRequest) -> None:

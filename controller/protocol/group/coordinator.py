@@ -5,43 +5,44 @@ the group's tasks), leader proposals, operator requests and clock ticks, and car
 it returns (fenced writes). That is what lets the deterministic simulation drive it directly.
 
 The coordinator keeps what every protocol shares (the generation, the members, the tasks, their placement)
-and owns one part per job, each given the coordinator through the small interface it declares: the join
-round of the eager and cooperative protocols (``join_round.py``), the reconcile protocol (``reconcile.py``;
-Kafka keeps ``ClassicGroup`` and ``ConsumerGroup`` apart likewise), the operations (``operations.py``:
-throttle, maintenance, settings, imbalance) and the tasks held for departed members (``holds.py``). A
-failover's load is ``failover_load.py``. Its state changes only through its
-:class:`~controller.protocol.group.state.GroupStateMachine`, which refuses a move its table does not allow.
+and is the only writer of it: it hands each input to the part whose job it is, takes the result the part
+returns, and writes the group state, so that no part's change lands half-way in another's state.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.protocol.clock import Clock, WallClock
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group import failover_load as group_load
 from controller.protocol.group.holds import Holds
-from controller.protocol.group.join_round import Admitted, EnterReconcile, JoinRound
+from controller.protocol.group.join_round import Admitted, JoinRound, Waiting
 from controller.protocol.group.operations import GroupOperations
-from controller.protocol.group.reconcile import ReconcileGroup
+from controller.protocol.group.reconcile import Reconciled, ReconcileGroup
 from controller.protocol.group.rules import RECONCILE, choose_assignor
 from controller.protocol.group.state import (
     GroupState,
     GroupStateMachine,
 )
-from controller.protocol.group.throttle import Move
 from controller.protocol.group.vocabulary import (
+    Ask,
     Decision,
+    DeleteGenerationsBelow,
     GroupConfig,
+    MembersTaken,
+    Rebalance,
+    Step,
     WatchMoves,
+    WatchSync,
     WriteAssignments,
     WriteGroupState,
+    WriteJoinResult,
 )
 from controller.protocol.records.admin_records import MoveLimits
 from controller.protocol.records.group_messages import (
-    MAX_INCOMING,
     Assignment,
     GroupStateInfo,
     IgnoredMember,
@@ -74,10 +75,6 @@ class GroupCoordinator:
     tasks: dict[str, TaskDescriptor] = field(default_factory=dict)
     assignment: dict[str, tuple[str, ...]] = field(default_factory=dict)
     shutting_down: set[str] = field(default_factory=set)
-    reassign: dict[str, str] = field(default_factory=dict)
-    #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
-    #: so that it prepares their start before they arrive
-    incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rebalances: int = 0
     #: member znodes the IO layer set apart (no live broker of the same session, an unreadable request): why
     ignored: dict[str, str] = field(default_factory=dict)
@@ -99,11 +96,6 @@ class GroupCoordinator:
     @property
     def state(self) -> GroupState:
         return self.machine.state
-
-    @property
-    def state_since(self) -> float | None:
-        """Wall time the group entered its state (what a benchmark takes as the instant a group became Stable)."""
-        return self.machine.since
 
     def transition(self, target: GroupState) -> None:
         log.debug("group %s: %s -> %s (%s)", self.group, self.state.value, target.value, self.reason)
@@ -129,8 +121,8 @@ class GroupCoordinator:
             imbalance=ops.imbalance,
             maintenance=ops.maintenance,
             ignored=self.ignored_info(),
-            unacked=self.reconcile.acks.unacked() if self.reconciling() else (),
-            starting=self.reconcile.acks.starting() if self.reconciling() else (),
+            unacked=self.reconcile.acks.unacked() if self.reconcile.active() else (),
+            starting=self.reconcile.acks.starting() if self.reconcile.active() else (),
         )
 
     def ignored_info(self) -> tuple[IgnoredMember, ...]:
@@ -142,8 +134,7 @@ class GroupCoordinator:
 
     def set_ignored(self, ignored: Mapping[str, str]) -> list[Decision]:
         """The IO layer's member znodes set apart changed: shown with the group state (status, watch)."""
-        for m in [m for m in self.join.refusals if m not in ignored]:
-            del self.join.refusals[m]  # its request was taken since: a new refusal is answered again
+        self.join.keep_refusals(ignored)
         if dict(ignored) == self.ignored:
             return []
         self.ignored = dict(ignored)
@@ -157,8 +148,8 @@ class GroupCoordinator:
         assignment and writes its request again; meanwhile it is shown as ignored."""
         if member not in self.members or self.state is GroupState.DEAD:
             return []
-        if self.reconciling():
-            return self.reconcile.refuse(member, reason, last_good.incarnation)
+        if self.reconcile.active():
+            return self.take(self.reconcile.refuse(member, reason, last_good.incarnation))
         return self.join.refuse(member, reason, last_good.join_generation)
 
     def kept_from_work(self) -> set[str]:
@@ -171,13 +162,13 @@ class GroupCoordinator:
         """ZooKeeper contradicted the member's acknowledgement (it does not hold what it says it took): counted;
         once that starts a back-off (``probation``) the group is re-targeted without it at once, and the group
         state shows it."""
-        if member not in self.members or not self.reconciling():
+        if member not in self.members or not self.reconcile.active():
             return []
         if not self.reconcile.acks.probation.contradicted(member, self.clock.now(), why):
             return []
         reason = f"{member} kept from new work: {self.reconcile.acks.probation.why[member]}"
         log.warning("group %s: %s", self.group, reason)
-        return self.reconcile.retarget(reason)
+        return self.take(self.reconcile.retarget(reason))
 
     def on_load_reports(self, reports: Mapping[str, Mapping[str, float]]) -> None:
         """The brokers' load reports changed (bounded task figures per broker): the next load check reads them."""
@@ -191,7 +182,7 @@ class GroupCoordinator:
                 self.join.sync_deadline,
                 self.operations.deadline(),
                 self.reconcile.retarget_due,
-                self.reconcile.ack_due() if self.reconciling() else None,
+                self.reconcile.ack_due() if self.reconcile.active() else None,
                 self.reconcile.acks.probation.deadline(),
                 self.holds.deadline(),
             )
@@ -199,33 +190,31 @@ class GroupCoordinator:
         ]
         return min(candidates) if candidates else None
 
-    @staticmethod
-    def identity(member_id: str, request: JoinRequest | None) -> str:
-        """Static members are known by instance id across restarts; others by member id."""
-        return request.instance_id if request is not None and request.instance_id else member_id
-
     # ---- the protocol families --------------------------------------------------------------------
-    def reconciling(self) -> bool:
-        """Whether the group runs the reconcile protocol now (Reconciling or Stable under it)."""
-        return self.reconcile.active()
-
-    def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool:
-        """Every member supports reconcile and the members' vote picks it."""
-        return self.reconcile.all_prefer(requests)
-
     def complete_join(self, force: bool) -> list[Decision]:
         """The join phase completed when it can (``force``: on timeout): the generation admitted taken, then
         synced; every member for reconcile: the group enters it at the round's generation, nothing of join rounds
         kept, every present member taking part."""
+        if not self.members:
+            return self.to_empty("all members left")
         outcome = self.join.complete(force)
+        if outcome is None:
+            return []
+        if isinstance(outcome, Waiting):
+            self.reason = outcome.reason
+            decisions: list[Decision] = [WriteGroupState(self.info())]
+            return decisions + [WriteAssignments(outcome.answers)] if outcome.answers else decisions
         if isinstance(outcome, Admitted):
             self.generation, self.leader, self.protocol = outcome.generation, outcome.leader, outcome.protocol
             self.assignor, self.generation_members = outcome.assignor, tuple(outcome.joined)
             self.assignment = {m: ts for m, ts in self.assignment.items() if m in outcome.joined}
             self.reason = f"generation {self.generation} joined by {len(outcome.joined)} members"
-            return self.join.sync(outcome)
-        if not isinstance(outcome, EnterReconcile):
-            return outcome
+            result = self.join.sync(outcome)
+            self.transition(GroupState.AWAITING_SYNC)
+            decisions = [WriteJoinResult(result)]
+            if outcome.errors:
+                decisions.append(WriteAssignments(self.join.error_assignments(outcome.errors, self.generation)))
+            return decisions + [WriteGroupState(self.info()), WatchSync(self.generation)]
         self.join.reset()
         self.generation, self.protocol, self.leader = outcome.generation, RECONCILE, None
         self.assignor = choose_assignor(
@@ -233,22 +222,20 @@ class GroupCoordinator:
         )
         self.assignment = {m: ts for m, ts in self.assignment.items() if m in self.members}
         self.generation_members = tuple(sorted(self.members))
-        return self.reconcile.enter(outcome.reason)
+        return self.take(self.reconcile.enter(outcome.reason))
 
-    def reconcile_step(self, reason: str | None = None) -> list[Decision]:
-        """A step towards the reconcile target, the group state written (a throttled wave may go)."""
-        if reason is not None:
-            self.reason = reason
-        return self.reconcile.step(write_state=True)
-
-    def explain(self, reason: str) -> list[Decision]:
-        """The group state written with ``reason`` (nothing written for a Dead group)."""
-        self.reason = reason
-        return [WriteGroupState(self.info())] if self.state is not GroupState.DEAD else []
-
-    def epoch_of(self, member: str) -> int:
-        """The member epoch of the member's last published assignment (-1: none yet)."""
-        return self.reconcile.acks.epoch_of(member)
+    def ask(self, asked: Ask) -> list[Decision]:
+        """What a part asked for, done: a new placement, a reconcile step (the group state written), or the
+        group state written (nothing for a Dead group)."""
+        if isinstance(asked, Rebalance):
+            return self.prepare_rebalance(asked.reason)
+        if isinstance(asked, Step):
+            self.reason = asked.reason
+            return self.take(self.reconcile.step(write_state=True))
+        if asked is None or self.state is GroupState.DEAD:
+            return []
+        self.reason = self.reason if asked.reason is None else asked.reason
+        return [WriteGroupState(self.info())]
 
     @property
     def join_result(self) -> JoinResult | None:
@@ -256,96 +243,45 @@ class GroupCoordinator:
         return self.join.result
 
     def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
-        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
-        return self.join.on_proposal(proposal)
+        """The leader wrote its proposal: validated, then the per-member assignments published (Stable); a
+        proposal refused starts a new round."""
+        outcome = self.join.on_proposal(proposal)
+        if outcome is None:
+            return []
+        if isinstance(outcome, str):
+            return self.prepare_rebalance(outcome)
+        self.assignment.update({m: a.assigned for m, a in outcome.assignments})
+        self.reason = outcome.reason
+        self.transition(GroupState.STABLE)
+        decisions: list[Decision] = [
+            WriteAssignments(outcome.assignments),
+            WriteGroupState(self.info()),
+            DeleteGenerationsBelow(self.generation),
+        ]
+        if self.operations.moving:
+            decisions.append(WatchMoves(tuple(sorted(self.operations.moving))))
+        return decisions
 
-    # ---- operations: the IO layer's settings and the throttle's moves (kept by the operations part) --------
-    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
-        """The operators' settings changed: a wider throttle may let the next wave go now."""
-        return self.operations.on_settings(limits, preferred_check_s, max_imbalance)
-
+    # ---- operations: maintenance mode (the settings, the throttle's moves: ``operations`` itself) ------------
     def on_maintenance(self, on: bool) -> list[Decision]:
         """Maintenance mode on or off (nothing moves while on; what waited goes when it ends). Turned on during a
         join round, the tasks of the members that left in it wait for them too (``hold_departed``), as if they
         had left a moment later: a broker lost as maintenance begins gets its tasks back when it returns, rather
         than its tasks deferred to the window's end with its rejoin."""
-        if not on or self.operations.maintenance or self.reconciling():
-            return self.operations.on_maintenance(on)
         held_before = self.holds.info()
-        rerun = self.holds.hold_departed()
-        decisions = self.operations.on_maintenance(on)
+        rerun = on and not self.operations.maintenance and not self.reconcile.active() and self.holds.hold_departed()
+        decisions = self.ask(self.operations.on_maintenance(on))
         if rerun:
             decisions += self.prepare_rebalance("maintenance mode: the tasks of members lost in this rebalance wait")
         return self.holds.note(held_before, decisions)
 
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+        """The operators' settings changed: a wider throttle may let the next wave go now."""
+        return self.ask(self.operations.on_settings(limits, preferred_check_s, max_imbalance, self.reconcile.active()))
+
     def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
         """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
-        return self.operations.on_move_done(task_id, broker)
-
-    def measure_imbalance(self) -> int:
-        """How many tasks the group's assignor would move from where they run now (0: balanced)."""
-        return self.operations.measure_imbalance()
-
-    @property
-    def moving(self) -> Mapping[str, Move]:
-        return self.operations.moving
-
-    @property
-    def deferred(self) -> tuple[str, ...]:
-        return self.operations.deferred
-
-    @property
-    def preferred(self) -> Mapping[str, str]:
-        return self.operations.preferred
-
-    @property
-    def limits(self) -> MoveLimits:
-        return self.operations.limits
-
-    @limits.setter
-    def limits(self, value: MoveLimits) -> None:
-        self.operations.limits = value
-
-    @property
-    def maintenance(self) -> bool:
-        return self.operations.maintenance
-
-    @maintenance.setter
-    def maintenance(self, value: bool) -> None:
-        self.operations.maintenance = value
-
-    @property
-    def cluster_room(self) -> int | None:
-        """What the cluster-wide limit leaves this group (the IO layer sets it from the other groups' moves)."""
-        return self.operations.cluster_room
-
-    @cluster_room.setter
-    def cluster_room(self, value: int | None) -> None:
-        self.operations.cluster_room = value
-
-    @property
-    def max_imbalance(self) -> int:
-        return self.operations.max_imbalance
-
-    @max_imbalance.setter
-    def max_imbalance(self, value: int) -> None:
-        self.operations.max_imbalance = value
-
-    @property
-    def preferred_check_s(self) -> float:
-        return self.operations.preferred_check_s
-
-    @preferred_check_s.setter
-    def preferred_check_s(self, value: float) -> None:
-        self.operations.preferred_check_s = value
-
-    @property
-    def next_check(self) -> float | None:
-        return self.operations.next_check
-
-    @next_check.setter
-    def next_check(self, value: float | None) -> None:
-        self.operations.next_check = value
+        return self.ask(self.operations.on_move_done(task_id, broker, self.reconcile.active()))
 
     # ---- inputs -----------------------------------------------------------------------------------
     def load(
@@ -358,15 +294,14 @@ class GroupCoordinator:
         """Resume a group after controller failover from what ZooKeeper holds (read by ``failover_load.py``): a
         Stable group that still matches stays Stable with no rebalance; anything else rebalances."""
         self.members, self.tasks = dict(members), dict(tasks)
-        if info is not None and info.protocol == RECONCILE:
-            return self._load_reconcile(info, assignments)
-        if info is not None:
-            resumed = self._load_join_round(info, assignments)
-            if resumed is not None:
-                return resumed
-        else:
+        if info is None:
             self.machine.restore(GroupState.EMPTY)
             self.generation = self.join_generation = group_load.fresh_generation(members, assignments)
+        else:
+            by_protocol = self._load_reconcile if info.protocol == RECONCILE else self._load_join_round
+            resumed = by_protocol(info, assignments)
+            if resumed is not None:
+                return resumed
         if not self.members:
             if self.state is GroupState.STABLE:
                 self.transition(GroupState.PREPARING_REBALANCE)
@@ -375,9 +310,9 @@ class GroupCoordinator:
             return [WriteGroupState(self.info())]
         return self.prepare_rebalance("controller failover")
 
-    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision]:
-        """A group that ran reconcile goes on reconciling, or (a member that cannot reconcile, or no members)
-        goes through a join round as for the other protocols."""
+    def _load_reconcile(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
+        """A group that ran reconcile goes on reconciling, or (a member that cannot reconcile, or no members:
+        None, Stable restored) goes through a join round as for the other protocols."""
         resumed = group_load.reconcile_record(info, assignments)
         self.generation = self.join_generation = resumed.generation
         self.protocol, self.assignor, self.leader = resumed.protocol, resumed.assignor, resumed.leader
@@ -386,20 +321,18 @@ class GroupCoordinator:
         if (
             info.state in (GroupState.RECONCILING.value, GroupState.STABLE.value)
             and self.members
-            and self.all_prefer_reconcile(self.members)
+            and self.reconcile.all_prefer(self.members)
         ):
             self.generation_members = tuple(sorted(self.members))
             self.machine.restore(GroupState.RECONCILING)
-            return self.reconcile.load(assignments)
+            screened, loaded = self.reconcile.load(assignments)
+            answers = self.take(loaded)
+            self.members = screened
+            return answers + self.take(self.reconcile.retarget("controller failover"))
         self.assignment = group_load.published(assignments, self.members)
         self.generation_members = tuple(m for m in info.members if m in self.members)
         self.machine.restore(GroupState.STABLE)
-        if not self.members:
-            self.transition(GroupState.PREPARING_REBALANCE)
-            self.transition(GroupState.EMPTY)
-            self.generation_members = ()
-            return [WriteGroupState(self.info())]
-        return self.prepare_rebalance("controller failover")
+        return None
 
     def _load_join_round(self, info: GroupStateInfo, assignments: Mapping[str, Assignment]) -> list[Decision] | None:
         """A group of the join-round protocols: the decisions of a Stable group that still matches what
@@ -425,81 +358,83 @@ class GroupCoordinator:
 
     def on_members(self, snapshot: Mapping[str, JoinRequest]) -> list[Decision]:
         """The live members' join requests changed (joined, left, or rewrote their request)."""
-        ops = self.operations
         held_before = self.holds.info()
-        if self.reconciling():
-            screened, answers = self.reconcile.screen(snapshot)
+        if self.reconcile.active():
+            screened, refusals = self.reconcile.screen(snapshot)
+            answers = self.take(refusals)
             restarted = self.reconcile.restarted(self.members, screened)
             if restarted is not None:  # it left, then joined
                 gone = {m: r for m, r in screened.items() if m != restarted}
                 return self.holds.note(held_before, answers + self.on_members(gone) + self.on_members(screened))
             old, self.members = self.members, screened
-            return self.holds.note(held_before, answers + self.reconcile.take_members(old))
-        old, new = self.members, dict(snapshot)
-        self.members = new
+            taken = self.take_members(self.reconcile.take_members(old))
+            self.generation_members = tuple(sorted(self.members))
+            if not self.members:
+                answers += self.to_empty("all members left")
+            elif taken.need:  # re-targets (or leaves reconcile for a cooperative round)
+                answers += self.prepare_rebalance(taken.need)
+            else:  # (the state lists the members)
+                answers += self.take(self.reconcile.step(write_state=taken.quiet))
+            return self.holds.note(held_before, answers)
+        old, self.members = self.members, dict(snapshot)
+        taken = self.take_members(self.join.take_members(old))
         decisions: list[Decision] = []
-        need = ""
-        for m in sorted(old.keys() - new.keys()):
-            self.shutting_down.discard(m)
-            self.join.forget(m)
-            was_member = m in self.generation_members
-            tasks = self.assignment.pop(m, ())
-            if was_member:
-                self.generation_members = tuple(x for x in self.generation_members if x != m)
-            ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
-            key = self.identity(m, old[m])
-            stable = was_member and self.state is GroupState.STABLE
-            if not self.holds.on_leave(m, key, tasks if stable else (), old[m].leaving):
-                if was_member and tasks:
-                    self.holds.departed[key] = tasks
-                if self.state is not GroupState.PREPARING_REBALANCE:
-                    need = need or f"member {m} left"
-        if (
-            not need
-            and old.keys() - new.keys()
-            and self.state is GroupState.STABLE
-            and new
-            and set(self.tasks) - {t for ts in self.assignment.values() for t in ts} - self.holds.tasks()
-        ):
-            # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
-            need = "unplaced tasks after a departure"
-        for m in sorted(new.keys() - old.keys()):
-            request = new[m]
-            key = self.identity(m, request)
-            if key in self.holds.held and self.state is GroupState.STABLE and not request.leaving:
-                decisions += self.join.static_rejoin(m, key)
-            elif ops.maintenance and self.state is GroupState.STABLE:
-                ops.postpone(f"member {m} joined")  # it gets tasks after maintenance
-            elif self.state is not GroupState.PREPARING_REBALANCE:
-                need = need or f"member {m} joined"
-        for m in sorted(new.keys() & old.keys()):
-            before, after = old[m], new[m]
-            if before == after:
-                continue
-            need = need or self.newly_leaving(m, before, after)
-            if self.join.answered(m, after):
-                continue  # the same incompatible request again: answered already, no rebalance storm
-            if self.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
-                if after.join_generation > self.generation or m not in self.generation_members:
-                    if ops.maintenance and self.state is GroupState.STABLE and m not in self.generation_members:
-                        ops.postpone(f"member {m} joined")
-                        continue
-                    need = need or f"member {m} rejoined"
-        if need:
-            decisions += self.prepare_rebalance(need)
+        for m, key in taken.returned:
+            decisions += self.static_return(m, key)
+        if taken.need:
+            decisions += self.prepare_rebalance(taken.need)
         elif self.state is GroupState.PREPARING_REBALANCE:
             decisions += self.complete_join(force=False)
         elif self.state is GroupState.STABLE and not self.members:
             decisions += self.to_empty("all members left")
         return self.holds.note(held_before, decisions)
 
-    def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str:
-        """A member whose request now says it is leaving starts its controlled shutdown (once): the reason
-        for a rebalance, or "" when nothing changed."""
-        if after.leaving and not before.leaving and m not in self.shutting_down:
-            self.shutting_down.add(m)
-            return f"controlled shutdown of {m}"
-        return ""
+    def take_members(self, taken: MembersTaken) -> MembersTaken:
+        """A family's reading of a change of members taken: who left is out of the generation and the
+        placement, who began a controlled shutdown is noted."""
+        self.generation_members = tuple(m for m in self.generation_members if m not in taken.left)
+        for m in taken.left:
+            self.shutting_down.discard(m)
+            self.assignment.pop(m, None)
+        self.shutting_down.update(taken.shutdowns)
+        return taken
+
+    def take(self, r: Reconciled) -> list[Decision]:
+        """A reconcile step taken: its member epoch, placement, reason, states; then the group state shown and
+        its new moves watched, as the step asked."""
+        if r.generation is not None:
+            self.generation = self.join_generation = r.generation
+        self.assignment = dict(r.assignment)
+        if r.generation_members is not None:
+            self.generation_members = r.generation_members
+        self.reason = r.reason
+        self.rebalances += r.rebalances
+        for state in r.states:
+            self.transition(state)
+        decisions = list(r.decisions)
+        if r.show_state:
+            decisions.append(WriteGroupState(self.info()))
+        if r.watch:
+            decisions.append(WatchMoves(r.watch))
+        return decisions
+
+    def static_return(self, member_id: str, key: str) -> list[Decision]:
+        """A static member came back within the delay: its held tasks again, nobody else disturbed."""
+        tasks = tuple(t for t in self.holds.take(key) if t in self.tasks)
+        self.generation_members = tuple(sorted(set(self.generation_members) | {member_id}))
+        self.assignment[member_id] = tasks
+        self.reason = f"static member {key} returned"
+        log.info(
+            "group %s: %s returned as %s; %d tasks back without a rebalance", self.group, key, member_id, len(tasks)
+        )
+        a = Assignment(
+            self.generation,
+            self.controller_epoch,
+            assigned=tasks,
+            protocol=self.protocol or "eager",
+            leader=self.leader,
+        )
+        return [WriteAssignments(((member_id, a),)), WriteGroupState(self.info())]
 
     def on_tasks(self, tasks: Mapping[str, TaskDescriptor]) -> list[Decision]:
         """The group's runnable tasks changed (created, deleted, paused, resumed, reconfigured)."""
@@ -509,10 +444,7 @@ class GroupCoordinator:
         self.tasks = tasks
         held_before = self.holds.info()
         self.holds.keep_only(tasks)
-        for t in list(self.reassign):
-            if t not in tasks:
-                del self.reassign[t]
-        self.operations.drop_moves(runnable=tasks)
+        self.operations.forget_tasks(tasks)
         if not self.members:
             return self.holds.note(held_before, [])
         return self.holds.note(held_before, self.prepare_rebalance("tasks changed"))
@@ -539,45 +471,29 @@ class GroupCoordinator:
         """Move one task to one member: a required placement until that member leaves."""
         if task_id not in self.tasks or to not in self.members:
             return []
-        self.reassign[task_id] = to
+        self.operations.pin(task_id, to)
         return self.prepare_rebalance(f"reassign {task_id} to {to}")
 
     def on_roll_placement(self, placement: Mapping[str, str], reason: str) -> list[Decision]:
         """A planned roll's step: every task it names pinned to that member (``reassign``), so the round
         moves exactly what the plan moves; a rebalance only when something is not where the plan puts it."""
-        self.reassign = {t: m for t, m in placement.items() if t in self.tasks and m in self.members}
-        current = {t: m for m, ts in self.assignment.items() for t in ts}
-        if all(current.get(t) == m for t, m in self.reassign.items()):
-            return []
-        return self.prepare_rebalance(reason)
+        return self.prepare_rebalance(reason) if self.operations.pin_roll(placement) else []
 
     def on_roll_incoming(self, incoming: Mapping[str, Sequence[str]]) -> list[Decision]:
         """A planned roll's next moves, announced to the members that receive them before any of them moves:
         under reconcile each member whose announcement changes is published its assignment again with it (its
         tasks unchanged); a join round's members learn it with their next assignment."""
-        self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.members}
+        self.operations.announce(incoming)
         if not self.reconcile.active():
             return []
-        return self.reconcile.step(write_state=False)
-
-    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
-        """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
-        assigned already and tasks gone, at most ``MAX_INCOMING``."""
-        ts = self.incoming.get(member_id)
-        if not ts:
-            return ()
-        mine = set(assigned)
-        return tuple(t for t in ts if t not in mine and t in self.tasks)[:MAX_INCOMING]
+        return self.take(self.reconcile.step(write_state=False))
 
     def end_roll(self) -> list[Decision]:
         """The roll is over (or paused): no pins left, nothing announced (under reconcile the members told of
         moves are published their assignment again without them, so they discard what they prepared); the
         assignor places as it always does."""
-        self.reassign.clear()
-        announced = bool(self.incoming)
-        self.incoming.clear()
-        if announced and self.reconcile.active():
-            return self.reconcile.step(write_state=False)
+        if self.operations.end_roll() and self.reconcile.active():
+            return self.take(self.reconcile.step(write_state=False))
         return []
 
     def on_tick(self) -> list[Decision]:
@@ -587,13 +503,13 @@ class GroupCoordinator:
         held_before = self.holds.info()
         expired = self.holds.expire(now)
         stale = self.operations.expire_moves(now)
-        decisions += self.operations.check_imbalance(now)
+        decisions += self.ask(self.operations.check_load(now)) or self.ask(self.operations.check_imbalance(now))
         due = self.reconcile.retarget_due
-        if due is not None and now >= due and self.reconciling():
+        if due is not None and now >= due and self.reconcile.active():
             decisions += self.prepare_rebalance(self.reconcile.retarget_reason or "target put off")
-        ack_due = self.reconcile.ack_due() if self.reconciling() else None
+        ack_due = self.reconcile.ack_due() if self.reconcile.active() else None
         if ack_due is not None and now >= ack_due:
-            decisions += self.reconcile.fence_overdue(now)
+            decisions += self.take(self.reconcile.fence_overdue(now))
         join = self.join
         if self.state is GroupState.PREPARING_REBALANCE and join.deadline is not None and now >= join.deadline:
             decisions += self.complete_join(force=True)
@@ -609,15 +525,11 @@ class GroupCoordinator:
             # (AwaitingSync: the pending proposal leaves the expired tasks out; nothing would place them)
             decisions += self.prepare_rebalance("scheduled rebalance delay expired")
         elif stale and not decisions:
-            decisions += self.operations.next_wave()
+            decisions += self.ask(self.operations.next_wave(self.reconcile.active()))
         back = self.reconcile.acks.probation.expire(now)
-        if back and self.reconciling() and self.members:  # they may be given work again
+        if back and self.reconcile.active() and self.members:  # they may be given work again
             decisions += self.prepare_rebalance(f"{', '.join(back[:5])} back from a back-off")
         return self.holds.note(held_before, decisions)
-
-    def shutdown(self) -> None:
-        """The group is gone (controller resigning): Dead, no more decisions."""
-        self.machine.end()
 
     # ---- internals --------------------------------------------------------------------------------
     def to_empty(self, reason: str) -> list[Decision]:
@@ -641,9 +553,9 @@ class GroupCoordinator:
         if self.state is GroupState.DEAD:
             return []
         leaving_reconcile = False
-        if self.reconciling():
-            if self.all_prefer_reconcile(self.members):
-                return self.reconcile.retarget_soon(reason)
+        if self.reconcile.active():
+            if self.reconcile.all_prefer(self.members):
+                return self.take(self.reconcile.retarget_soon(reason))
             # a member that cannot reconcile (a rolling downgrade): one join round, cooperative from here
             log.info("group %s: leaving the reconcile protocol (%s)", self.group, reason)
             self.reconcile.abandon()
@@ -661,24 +573,3 @@ class GroupCoordinator:
         else:
             decisions = []
         return decisions + self.complete_join(force=False)
-
-    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
-        """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
-        reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
-        (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
-        if not (skip or self.reassign or self.operations.preferred):  # (most rounds: every task as it is)
-            return self.operations.with_loads([self.tasks[t_id] for t_id in sorted(self.tasks)])
-        preferred = self.operations.preferred
-        descriptors = []
-        for t_id in sorted(self.tasks):
-            if t_id in skip:
-                continue
-            d = self.tasks[t_id]
-            to = self.reassign.get(t_id) or preferred.get(t_id)
-            if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
-                d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
-            elif to is not None:
-                self.reassign.pop(t_id, None)
-                preferred.pop(t_id, None)
-            descriptors.append(d)
-        return self.operations.with_loads(descriptors)

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.protocol.clock import Clock
+from controller.protocol.group.rules import identity
 from controller.protocol.group.state import GroupState
+from controller.protocol.group.throttle import Throttle
 from controller.protocol.group.vocabulary import FOREVER, Decision, GroupView, WriteGroupState
 from controller.protocol.records.group_messages import (
     Assignment,
@@ -43,13 +45,12 @@ class HoldsCore(GroupView, Protocol):
     @property
     def wall(self) -> Clock: ...
     @property
-    def maintenance(self) -> bool: ...
+    def operations(self) -> Throttle: ...
     @property
     def members(self) -> Mapping[str, JoinRequest]: ...
     @property
     def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
 
-    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
     def info(self) -> GroupStateInfo: ...
 
 
@@ -99,6 +100,10 @@ class Holds:
         return decisions
 
     # ---- made --------------------------------------------------------------------------------------
+    def note_departed(self, key: str, tasks: tuple[str, ...]) -> None:
+        """A generation member left during a join round with ``tasks``, neither held nor placed again yet."""
+        self.departed[key] = tasks
+
     def hold_on_leave(self, member_id: str, seconds: float) -> bool:
         """A planned roll restarts this member in place (its tasks have nowhere to go first): when it leaves,
         its tasks wait up to ``seconds`` for it to come back, as a static member's do, instead of moving.
@@ -120,7 +125,7 @@ class Holds:
         if hold_until is not None and hold_until > now:
             self.held[key] = Held(tasks, hold_until)
             log.info("group %s: %s restarts in place; its %d tasks wait for it", core.group, member, len(tasks))
-        elif core.maintenance:
+        elif core.operations.maintenance:
             kept = self.held[key].tasks if key in self.held else ()
             self.held[key] = Held(tuple(sorted(set(kept) | set(tasks))), FOREVER)
             log.info("group %s: %s left in maintenance mode; its %d tasks wait", core.group, member, len(tasks))
@@ -145,7 +150,7 @@ class Holds:
         if core.state not in (GroupState.PREPARING_REBALANCE, GroupState.AWAITING_SYNC):
             self.departed.clear()
             return False
-        present = {core.identity(m, r) for m, r in core.members.items()}
+        present = {identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts} | self.tasks()
         added = False
         for key, tasks in sorted(self.departed.items()):
@@ -194,11 +199,11 @@ class Holds:
         """The holds of the previous controller, minus members back already and tasks gone or placed."""
         core = self.core
         now, wall = core.clock.now(), core.wall.now()
-        present = {core.identity(m, r) for m, r in core.members.items()}
+        present = {identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts}
         for h in info.held:
             tasks = tuple(t for t in h.tasks if t in core.tasks and t not in placed)
-            if h.until is None and not core.maintenance:
+            if h.until is None and not core.operations.maintenance:
                 continue  # held for a maintenance that has ended since: the tasks move now
             if tasks and h.instance not in present:
                 self.held[h.instance] = Held(tasks, FOREVER if h.until is None else now + max(0.0, h.until - wall))
@@ -210,9 +215,9 @@ class Holds:
         move them, in the very window where nothing may move. ``generation``: the join round's generation whose
         assignments count (None: reconcile, where each member has its own epoch)."""
         core = self.core
-        if not core.maintenance:
+        if not core.operations.maintenance:
             return
-        present = {core.identity(m, r) for m, r in core.members.items()}
+        present = {identity(m, r) for m, r in core.members.items()}
         placed = {t for ts in core.assignment.values() for t in ts} | self.tasks()
         for m in sorted(set(info.members) - set(core.members)):
             a = assignments.get(m)

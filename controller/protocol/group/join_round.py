@@ -1,9 +1,10 @@
-"""The join round of the ``eager`` and ``cooperative`` protocols, sans-IO: completing the join phase (who is
-in the generation, its leader, protocol and assignor, the join result), the leader's proposal validated and
-published (the sync phase), error assignments for the members left out, and a static member's return
-inside the scheduled rebalance delay. A part of :class:`~controller.protocol.group.coordinator.GroupCoordinator`, which
-owns one and gives it the few things it needs of the group (:class:`JoinCore`); the coordinator's
-``prepare_rebalance`` starts a round, its ``on_tick`` ends one that timed out.
+"""The join round of the ``eager`` and ``cooperative`` protocols, sans-IO: what a change of members means for
+the group (who left, who is back within the scheduled rebalance delay, whether a rebalance is needed),
+completing the join phase (who is in the generation, its leader, protocol and assignor, the join result),
+the leader's proposal validated and throttled (the sync phase), and error assignments for the members left
+out. A part of :class:`~controller.protocol.group.coordinator.GroupCoordinator`: it keeps the round's own
+state and returns results the coordinator takes (it reads the group through :class:`JoinCore`, never
+writes it).
 """
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ from typing import Protocol
 
 from controller.protocol.errors import ProtocolError
 from controller.protocol.group.reports import narrow_owned
-from controller.protocol.group.rules import RECONCILE, choose_assignor, choose_protocol, validate_proposal
+from controller.protocol.group.rules import (
+    RECONCILE,
+    all_prefer_reconcile,
+    choose_assignor,
+    choose_protocol,
+    identity,
+    newly_leaving,
+    rewritten,
+    validate_proposal,
+)
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.vocabulary import (
     Decision,
-    DeleteGenerationsBelow,
     GroupCore,
-    WatchMoves,
-    WatchSync,
+    MembersTaken,
     WriteAssignments,
-    WriteGroupState,
-    WriteJoinResult,
 )
 from controller.protocol.records.group_messages import Assignment, JoinRequest, JoinResult, MemberMetadata, SyncProposal
 
@@ -53,6 +59,24 @@ class Admitted:
     errors: Mapping[str, ProtocolError]
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A join phase that admitted nobody: the round waits again (``reason``, shown with the group state), the
+    members refused answered in ``answers``."""
+
+    reason: str
+    answers: tuple[tuple[str, Assignment], ...] = ()
+
+
+@dataclass(frozen=True)
+class Published:
+    """The leader's proposal, validated and throttled: every generation member's assignment (what the
+    coordinator takes as its placement and publishes), and why (shown with the group state)."""
+
+    assignments: tuple[tuple[str, Assignment], ...]
+    reason: str
+
+
 class JoinCore(GroupCore, Protocol):
     """What the join round needs of its group beyond ``GroupCore``: the generation it completes and the members
     it waits for."""
@@ -63,7 +87,6 @@ class JoinCore(GroupCore, Protocol):
     def members(self) -> Mapping[str, JoinRequest]: ...
     @property
     def shutting_down(self) -> Collection[str]: ...
-    def all_prefer_reconcile(self, requests: Mapping[str, JoinRequest]) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -123,35 +146,38 @@ class JoinRound:
         log.warning("group %s: refused the request of %s (%s): it rejoins", self.core.group, member_id, reason)
         return [WriteAssignments(self.error_assignments({member_id: ProtocolError.INVALID_REPORT}, generation))]
 
+    def keep_refusals(self, ignored: Collection[str]) -> None:
+        """The refusals of members whose request was taken since are forgotten: a new refusal is answered again."""
+        for m in [m for m in self.refusals if m not in ignored]:
+            del self.refusals[m]
+
     def answered(self, member_id: str, request: JoinRequest) -> bool:
         """The same incompatible request again: answered already, no rebalance storm."""
         excluded = self.excluded.get(member_id)
         return bool(excluded and not excluded[0].retriable and excluded[1].protocols == request.protocols)
 
     # ---- the join phase ---------------------------------------------------------------------------
-    def complete(self, force: bool) -> list[Decision] | EnterReconcile | Admitted:
-        """Complete the join phase once every live member rejoined (or on timeout, with those that did): the
-        generation admitted (``Admitted``, taken by the coordinator, then ``sync``); every member for reconcile:
-        the coordinator enters it (``EnterReconcile``)."""
+    def complete(self, force: bool) -> None | Waiting | EnterReconcile | Admitted:
+        """Complete the join phase once every live member rejoined (or on timeout, with those that did; the
+        coordinator empties a group with no member first): the generation admitted (``Admitted``, taken by the
+        coordinator, then ``sync``); every member for reconcile: the coordinator enters it (``EnterReconcile``);
+        nobody admitted (``Waiting``); None: members still to rejoin."""
         core = self.core
-        assert core.state is GroupState.PREPARING_REBALANCE
-        if not core.members:
-            return core.to_empty("all members left")
+        assert core.state is GroupState.PREPARING_REBALANCE and core.members
         target = core.join_generation
         joined = {
             m: r for m, r in core.members.items() if r.join_generation == target and r != self.static_returned.get(m)
         }
         if len(joined) < len(core.members) and not force:
-            return []
+            return None
         if not joined:
             self.deadline = core.clock.now() + core.config.rebalance_timeout_s
-            core.reason = "no member rejoined in time; waiting again"
-            return [WriteGroupState(core.info())]
+            return Waiting("no member rejoined in time; waiting again")
         errors: dict[str, ProtocolError] = {m: ProtocolError.REBALANCE_TIMEOUT for m in core.members if m not in joined}
         leader_hint = core.leader if core.leader in joined else min(joined)
         choice = choose_protocol({m: r.protocols for m, r in joined.items()}, leader_hint)
         if choice.protocol == RECONCILE:
-            if core.all_prefer_reconcile(core.members):
+            if all_prefer_reconcile(core.members, core.leader):
                 # no sync phase: the coordinator places the tasks itself, every live member takes part
                 return EnterReconcile(target, f"generation {target} joined by {len(joined)} members")
             # a member that did not join (yet) cannot reconcile: choose among the others
@@ -164,24 +190,18 @@ class JoinRound:
         self.excluded = {m: (e, core.members[m]) for m, e in errors.items()}
         if not members or choice.protocol is None:
             self.deadline = core.clock.now() + core.config.rebalance_timeout_s
-            core.reason = "no member could be admitted"
-            return [WriteGroupState(core.info()), WriteAssignments(self.error_assignments(errors, target))]
+            return Waiting("no member could be admitted", self.error_assignments(errors, target))
         leader = leader_hint if leader_hint in members else members[0]
         assignor = choose_assignor({m: joined[m].assignors for m in members}, leader, core.config.default_assignor)
         return Admitted(target, leader, choice.protocol, assignor, {m: joined[m] for m in members}, errors)
 
-    def sync(self, admitted: Admitted) -> list[Decision]:
-        """The coordinator took the admitted generation: the leader's proposal is due now."""
-        core = self.core
+    def sync(self, admitted: Admitted) -> JoinResult:
+        """The coordinator took the admitted generation: the join result the leader assigns from, its
+        proposal due within the rebalance timeout."""
         self.deadline = None
-        self.sync_deadline = core.clock.now() + core.config.rebalance_timeout_s
-        self.result = result = self.join_result(admitted.joined, admitted.leader, admitted.protocol, admitted.assignor)
-        core.transition(GroupState.AWAITING_SYNC)
-        decisions: list[Decision] = [WriteJoinResult(result)]
-        if admitted.errors:
-            decisions.append(WriteAssignments(self.error_assignments(dict(admitted.errors), core.generation)))
-        decisions += [WriteGroupState(core.info()), WatchSync(core.generation)]
-        return decisions
+        self.sync_deadline = self.core.clock.now() + self.core.config.rebalance_timeout_s
+        self.result = self.join_result(admitted.joined, admitted.leader, admitted.protocol, admitted.assignor)
+        return self.result
 
     def join_result(self, joined: Mapping[str, JoinRequest], leader: str, protocol: str, assignor: str) -> JoinResult:
         """What the leader assigns from: the admitted members' metadata, the group's tasks, and each member's
@@ -190,10 +210,10 @@ class JoinRound:
         members = list(joined)
         previous = {m: core.assignment[m] for m in members if m in core.assignment}
         for m in members:
-            key = core.identity(m, joined[m])
+            key = identity(m, joined[m])
             if key in core.holds.held:
                 previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.holds.take(key))))
-        descriptors = core.descriptors(joined)
+        descriptors = core.operations.descriptors(joined)
         # a member's join metadata narrows what it holds, never claims what the last generation gave another
         # member (that member's owner znodes say whether it still runs it): a ghost or a stale claim moves nothing
         owned = narrow_owned({m: joined[m].owned for m in members}, {m: core.assignment.get(m, ()) for m in members})
@@ -238,8 +258,9 @@ class JoinRound:
         )
 
     # ---- the sync phase ---------------------------------------------------------------------------
-    def on_proposal(self, proposal: SyncProposal) -> list[Decision]:
-        """The leader wrote its proposal: validate, then publish per-member assignments (Stable)."""
+    def on_proposal(self, proposal: SyncProposal) -> None | str | Published:
+        """The leader wrote its proposal: validated (a refusal: why, for a new round), then throttled into
+        this generation's wave (``Published``); None: no round awaits it (ILLEGAL_GENERATION, ignored)."""
         core, result = self.core, self.result
         if core.state is not GroupState.AWAITING_SYNC or result is None or proposal.generation != core.generation:
             log.info(
@@ -249,7 +270,7 @@ class JoinRound:
                 core.state.value,
                 core.generation,
             )
-            return []
+            return None
         problems = validate_proposal(result, proposal)
         if problems:
             log.warning(
@@ -259,7 +280,7 @@ class JoinRound:
                 proposal.generation,
                 "; ".join(problems[:3]),
             )
-            return core.prepare_rebalance(f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}")
+            return f"{ProtocolError.INVALID_ASSIGNMENT.name}: {problems[0]}"
         ops = core.operations
         wave = ops.wave(
             {m: proposal.assigned.get(m, ()) for m in core.generation_members},
@@ -286,7 +307,6 @@ class JoinRound:
         for m in core.generation_members:
             assigned = tuple(sorted(wave.assigned.get(m, ())))
             revoked = tuple(sorted(wave.revoked.get(m, ())))
-            core.assignment[m] = assigned
             assignments.append(
                 (
                     m,
@@ -298,44 +318,67 @@ class JoinRound:
                         protocol=core.protocol or "eager",
                         leader=core.leader,
                         follow_up=second_round and m == core.leader,
-                        incoming=core.incoming_for(m, assigned),
+                        incoming=core.operations.incoming_for(m, assigned),
                     ),
                 )
             )
         self.sync_deadline = None
         self.result = None
-        core.reason = "assignment published" + (
+        reason = "assignment published" + (
             f"; {len(ops.deferred)} moves wait ({'maintenance' if ops.maintenance else 'throttle'})"
             if ops.deferred
             else ""
         )
-        core.transition(GroupState.STABLE)
-        decisions: list[Decision] = [
-            WriteAssignments(tuple(assignments)),
-            WriteGroupState(core.info()),
-            DeleteGenerationsBelow(core.generation),
-        ]
-        if ops.moving:
-            decisions.append(WatchMoves(tuple(sorted(ops.moving))))
-        return decisions
+        return Published(tuple(assignments), reason)
 
-    # ---- a static member's return -----------------------------------------------------------------
-    def static_rejoin(self, member_id: str, key: str) -> list[Decision]:
-        """A static member came back within the delay: its held tasks again, nobody else disturbed."""
-        core = self.core
-        tasks = tuple(t for t in core.holds.take(key) if t in core.tasks)
-        core.generation_members = tuple(sorted(set(core.generation_members) | {member_id}))
-        core.assignment[member_id] = tasks
-        self.static_returned[member_id] = core.members[member_id]
-        core.reason = f"static member {key} returned"
-        log.info(
-            "group %s: %s returned as %s; %d tasks back without a rebalance", core.group, key, member_id, len(tasks)
-        )
-        a = Assignment(
-            generation=core.generation,
-            controller_epoch=core.controller_epoch,
-            assigned=tasks,
-            protocol=core.protocol or "eager",
-            leader=core.leader,
-        )
-        return [WriteAssignments(((member_id, a),)), WriteGroupState(core.info())]
+    # ---- the members --------------------------------------------------------------------------------
+    def take_members(self, old: Mapping[str, JoinRequest]) -> MembersTaken:
+        """The live members changed (the coordinator's now; ``old``: before): who left (their tasks held or
+        placed again), who came back within the delay, who rejoined or changed, and whether that needs a
+        rebalance. What it means for the coordinator's record is returned, for the coordinator to take."""
+        core, ops, holds = self.core, self.core.operations, self.core.holds
+        new = core.members
+        stable = core.state is GroupState.STABLE
+        need = ""
+        for m in sorted(old.keys() - new.keys()):
+            self.forget(m)
+            was_member = m in core.generation_members
+            tasks = core.assignment.get(m, ())
+            ops.drop_moves(dest=m)  # that move ends with its destination; the task is held or placed again
+            key = identity(m, old[m])
+            if not holds.on_leave(m, key, tasks if was_member and stable else (), old[m].leaving):
+                if was_member and tasks:
+                    holds.note_departed(key, tasks)
+                if core.state is not GroupState.PREPARING_REBALANCE:
+                    need = need or f"member {m} left"
+        gone = old.keys() - new.keys()
+        if not need and gone and stable and new:
+            placed = {t for m, ts in core.assignment.items() if m not in gone for t in ts}
+            if set(core.tasks) - placed - holds.tasks():
+                # tasks revoked this generation wait for their revoker's rejoin; a departed revoker never sends it
+                need = "unplaced tasks after a departure"
+        returned: list[tuple[str, str]] = []
+        for m in sorted(new.keys() - old.keys()):
+            request = new[m]
+            key = identity(m, request)
+            if key in holds.held and key not in {k for _, k in returned} and stable and not request.leaving:
+                returned.append((m, key))  # its held tasks again, nobody else disturbed
+                self.static_returned[m] = request
+            elif ops.maintenance and stable:
+                ops.postpone(f"member {m} joined")  # it gets tasks after maintenance
+            elif core.state is not GroupState.PREPARING_REBALANCE:
+                need = need or f"member {m} joined"
+        shutdowns: list[str] = []
+        for m, before, after in rewritten(old, new):
+            if newly_leaving(core.shutting_down, m, before, after):
+                shutdowns.append(m)
+                need = need or f"controlled shutdown of {m}"
+            if self.answered(m, after):
+                continue  # the same incompatible request again: answered already, no rebalance storm
+            if core.state in (GroupState.STABLE, GroupState.AWAITING_SYNC, GroupState.EMPTY):
+                if after.join_generation > core.generation or m not in core.generation_members:
+                    if ops.maintenance and stable and m not in core.generation_members:
+                        ops.postpone(f"member {m} joined")
+                        continue
+                    need = need or f"member {m} rejoined"
+        return MembersTaken(tuple(sorted(gone)), tuple(shutdowns), need, tuple(returned))

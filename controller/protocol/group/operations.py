@@ -18,16 +18,21 @@ from controller.protocol.group.load_balance import ASSIGNOR as LOAD_ASSIGNOR
 from controller.protocol.group.load_balance import LoadWatch
 from controller.protocol.group.state import GroupState
 from controller.protocol.group.throttle import Move, Wave, plan_wave
-from controller.protocol.group.vocabulary import Decision, GroupView, WriteGroupState
+from controller.protocol.group.vocabulary import Ask, GroupView, Rebalance, ShowState, Step
 from controller.protocol.records.admin_records import MoveLimits
-from controller.protocol.records.group_messages import GroupStateInfo, JoinRequest, MemberMetadata, TaskDescriptor
+from controller.protocol.records.group_messages import (
+    MAX_INCOMING,
+    JoinRequest,
+    MemberMetadata,
+    TaskDescriptor,
+)
 
 log = logging.getLogger(__name__)
 
 
 class OperationsCore(GroupView, Protocol):
-    """What the operations part needs of its group beyond ``GroupView``: its members and their assignment,
-    and a rebalance (or, under reconcile, a step) when a wave may go."""
+    """What the operations part reads of its group beyond ``GroupView``: its members and their assignment,
+    and the members kept from work (a back-off, which is no imbalance)."""
 
     @property
     def assignor(self) -> str | None: ...
@@ -40,11 +45,6 @@ class OperationsCore(GroupView, Protocol):
     @property
     def shutting_down(self) -> Collection[str]: ...
 
-    def info(self) -> GroupStateInfo: ...
-    def explain(self, reason: str) -> list[Decision]: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...
-    def reconciling(self) -> bool: ...
-    def reconcile_step(self, reason: str | None = None) -> list[Decision]: ...
     def kept_from_work(self) -> Collection[str]: ...
 
 
@@ -63,6 +63,11 @@ class GroupOperations:
     postponed: str = ""
     #: task -> member: the preferred layout being restored (``rebalance --preferred``), wave by wave
     preferred: dict[str, str] = field(default_factory=dict)
+    #: task -> member: an operator's reassignment or a planned roll's step, required until that member leaves
+    reassign: dict[str, str] = field(default_factory=dict)
+    #: member -> tasks a planned roll moves to it next: announced in its assignment (``Assignment.incoming``)
+    #: so that it prepares their start before they arrive
+    incoming: dict[str, tuple[str, ...]] = field(default_factory=dict)
     imbalance: int | None = None
     preferred_check_s: float = 0.0
     max_imbalance: int = 1
@@ -74,25 +79,40 @@ class GroupOperations:
         self.load = LoadWatch(self.core.config.load_window_s, self.core.config.load_check_s)
 
     # ---- inputs -----------------------------------------------------------------------------------
-    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int) -> list[Decision]:
+    def configure(
+        self,
+        limits: MoveLimits,
+        maintenance: bool,
+        max_imbalance: int,
+        preferred_check_s: float,
+        next_check: float | None,
+    ) -> None:
+        """A new group takes the settings and the maintenance mode in force (it has placed nothing: no decision)."""
+        self.limits, self.maintenance, self.max_imbalance = limits, maintenance, max_imbalance
+        self.preferred_check_s, self.next_check = preferred_check_s, next_check
+
+    def set_room(self, room: int | None) -> None:
+        """What the cluster-wide limit leaves this group now (the IO layer counts the other groups' moves)."""
+        self.cluster_room = room
+
+    def on_settings(self, limits: MoveLimits, preferred_check_s: float, max_imbalance: int, reconciling: bool) -> Ask:
         """The operators' settings changed: a wider throttle may let the next wave go now."""
         self.limits = limits
         self.max_imbalance = max_imbalance
         if preferred_check_s != self.preferred_check_s:
             self.preferred_check_s = preferred_check_s
             self.next_check = self.core.clock.now() + preferred_check_s if preferred_check_s > 0 else None
-        return self.next_wave()
+        return self.next_wave(reconciling)
 
-    def on_maintenance(self, on: bool) -> list[Decision]:
+    def on_maintenance(self, on: bool) -> Ask:
         """Maintenance mode: while on, nothing moves and nothing gains an owner; a departed member's tasks
         wait for it (held without a deadline) and the rebalances it would have caused wait for the end."""
         core = self.core
         if on == self.maintenance:
-            return []
+            return None
         self.maintenance = on
         if on:
-            return core.explain("maintenance mode: placement frozen")
-        held_before = core.holds.info()
+            return ShowState("maintenance mode: placement frozen")
         released = core.holds.end_maintenance()
         placed = {t for ts in core.assignment.values() for t in ts}
         why = self.postponed or ("maintenance ended: held tasks move" if released else "")
@@ -103,30 +123,25 @@ class GroupOperations:
         ):
             why = "maintenance ended"
         self.postponed = ""
-        decisions: list[Decision] = []
         if why and core.members and core.state is not GroupState.DEAD:
-            decisions = core.prepare_rebalance(
-                f"maintenance ended ({why})" if not why.startswith("maintenance") else why
-            )
-        elif core.state is not GroupState.DEAD:
-            decisions = core.explain("maintenance ended")
-        return core.holds.note(held_before, decisions)
+            return Rebalance(f"maintenance ended ({why})" if not why.startswith("maintenance") else why)
+        return ShowState("maintenance ended")
 
-    def on_move_done(self, task_id: str, broker: str) -> list[Decision]:
+    def on_move_done(self, task_id: str, broker: str, reconciling: bool) -> Ask:
         """A moved task runs on its new owner (or ended there): its slot in the throttle is free."""
         mv = self.moving.get(task_id)
         if mv is None or mv.dest != broker:
-            return []
+            return None
         del self.moving[task_id]
-        return self.next_wave() or ([WriteGroupState(self.core.info())] if not self.moving else [])
+        return self.next_wave(reconciling) or (ShowState() if not self.moving else None)
 
-    def next_wave(self) -> list[Decision]:
+    def next_wave(self, reconciling: bool) -> Ask:
         """Deferred moves go once the last wave's tasks all run (and the cluster's limit leaves room)."""
         core = self.core
-        if core.reconciling():
+        if reconciling:
             if self.deferred and not self.moving and not self.maintenance and self.room() != 0:
-                return core.reconcile_step(f"next wave: {len(self.deferred)} moves waiting for the throttle")
-            return []
+                return Step(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+            return None
         if (
             self.deferred
             and not self.moving
@@ -135,8 +150,8 @@ class GroupOperations:
             and core.members
             and self.room() != 0
         ):
-            return core.prepare_rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
-        return []
+            return Rebalance(f"next wave: {len(self.deferred)} moves waiting for the throttle")
+        return None
 
     # ---- the throttle -----------------------------------------------------------------------------
     def throttled(self) -> bool:
@@ -211,6 +226,12 @@ class GroupOperations:
             del self.moving[t]
         return stale
 
+    def forget_tasks(self, runnable: Collection[str]) -> None:
+        """The group's runnable tasks changed: the pins and the moves of tasks no longer runnable go."""
+        for t in [t for t in self.reassign if t not in runnable]:
+            del self.reassign[t]
+        self.drop_moves(runnable=runnable)
+
     def postpone(self, why: str) -> None:
         """Maintenance mode puts off a rebalance: the first reason is kept, and it starts when maintenance ends."""
         self.postponed = self.postponed or why
@@ -224,6 +245,60 @@ class GroupOperations:
             candidates.append(self.load.next_check or self.core.clock.now() + self.load.check_s)
         return min(candidates) if candidates else None
 
+    # ---- pins: an operator's reassignment, a planned roll ------------------------------------------------
+    def pin(self, task_id: str, to: str) -> None:
+        """One task to one member: a required placement until that member leaves."""
+        self.reassign[task_id] = to
+
+    def pin_roll(self, placement: Mapping[str, str]) -> bool:
+        """A planned roll's step: every task it names pinned to that member; whether something is not where
+        the plan puts it (a rebalance moves exactly that)."""
+        core = self.core
+        self.reassign = {t: m for t, m in placement.items() if t in core.tasks and m in core.members}
+        current = {t: m for m, ts in core.assignment.items() for t in ts}
+        return not all(current.get(t) == m for t, m in self.reassign.items())
+
+    def announce(self, incoming: Mapping[str, Iterable[str]]) -> None:
+        """A planned roll's next moves, announced to the members that receive them before any of them moves."""
+        self.incoming = {m: tuple(sorted(ts)) for m, ts in incoming.items() if ts and m in self.core.members}
+
+    def end_roll(self) -> bool:
+        """The roll is over (or paused): no pins left, nothing announced; whether anything was announced."""
+        self.reassign.clear()
+        announced = bool(self.incoming)
+        self.incoming.clear()
+        return announced
+
+    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]:
+        """What a member's assignment announces as incoming: the roll's next moves to it, less what it is
+        assigned already and tasks gone, at most ``MAX_INCOMING``."""
+        ts = self.incoming.get(member_id)
+        if not ts:
+            return ()
+        mine = set(assigned)
+        return tuple(t for t in ts if t not in mine and t in self.core.tasks)[:MAX_INCOMING]
+
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]:
+        """The group's tasks as its assignor gets them (``skip``: tasks left out, e.g. held). A task being
+        reassigned, or restored to its preferred member, is pinned to that member while it is ``eligible``
+        (a preferred one also while it is not leaving); a pin that can no longer hold is dropped."""
+        tasks = self.core.tasks
+        if not (skip or self.reassign or self.preferred):  # (most rounds: every task as it is)
+            return self.with_loads([tasks[t_id] for t_id in sorted(tasks)])
+        descriptors = []
+        for t_id in sorted(tasks):
+            if t_id in skip:
+                continue
+            d = tasks[t_id]
+            to = self.reassign.get(t_id) or self.preferred.get(t_id)
+            if to is not None and to in eligible and (t_id in self.reassign or not eligible[to].leaving):
+                d = TaskDescriptor(task_id=d.task_id, weight=d.weight, pinned=(to,), pin_mode="required", rack=d.rack)
+            elif to is not None:
+                self.reassign.pop(t_id, None)
+                self.preferred.pop(t_id, None)
+            descriptors.append(d)
+        return self.with_loads(descriptors)
+
     # ---- the preferred layout ---------------------------------------------------------------------
     def restore_preferred(self) -> int:
         """``rebalance --preferred``: pin every task to its member in the preferred layout; how many move."""
@@ -236,23 +311,21 @@ class GroupOperations:
             if t in placed.get(to, ()) or t not in self.core.tasks or to not in members:
                 del self.preferred[t]
 
-    def check_imbalance(self, now: float) -> list[Decision]:
-        """At the periodic check: measure the imbalance, and rebalance a Stable group off its layout by more
-        than ``max_imbalance`` tasks (when nothing moves and nothing waits)."""
-        by_load = self.check_load(now)
-        if by_load or self.next_check is None or now < self.next_check:
-            return by_load
+    def check_imbalance(self, now: float) -> Ask:
+        """At the periodic check (the coordinator asks once the load check asked for nothing): measure the
+        imbalance, and rebalance a Stable group off its layout by more than ``max_imbalance`` tasks (when
+        nothing moves and nothing waits)."""
+        if self.next_check is None or now < self.next_check:
+            return None
         core = self.core
         self.next_check = now + self.preferred_check_s if self.preferred_check_s > 0 else None
         if core.state is not GroupState.STABLE or not core.members:
-            return []
+            return None
         before = self.imbalance
         self.imbalance = imbalance = self.measure_imbalance()
         if imbalance > self.max_imbalance and not self.maintenance and not self.moving and not self.deferred:
-            return core.prepare_rebalance(f"imbalance: {imbalance} tasks off the assignor's layout")
-        if imbalance != before:
-            return [WriteGroupState(core.info())]
-        return []
+            return Rebalance(f"imbalance: {imbalance} tasks off the assignor's layout")
+        return ShowState() if imbalance != before else None
 
     def layout(self, previous: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
         """Task -> member in the layout the group's assignor gives from ``previous`` (empty: no history), among
@@ -312,26 +385,24 @@ class GroupOperations:
             log.warning("group %s: cannot plan by load: %s", core.group, exc)
             return None
 
-    def check_load(self, now: float) -> list[Decision]:
+    def check_load(self, now: float) -> Ask:
         """A load-balanced group's periodic check: rebalance once the assignor has wanted to move something for
         load at every check for a whole window (and nothing else is moving or frozen)."""
         core = self.core
         if not self.balancing_load() or not self.load.due(now):
-            return []
+            return None
         self.load.note_assignment(core.assignment, now)
         if core.state is not GroupState.STABLE or not core.members or self.maintenance or self.moving or self.deferred:
-            return []
+            return None
         found = self.load_plan()
         if found is None:
-            return []
+            return None
         self.load.last_plan = tuple(found.explain())
         if not self.load.observe(now, bool(found.moves)):
-            return []
+            return None
         over = ", ".join(f"{m} {by:+.2f}" for m, by in found.over(found.before).items())
         moved = ", ".join(f"{mv.task} {mv.source}->{mv.dest}" for mv in found.moves)
-        return core.prepare_rebalance(
-            f"load: {over} over the mean {found.mean:.2f} for {self.load.window_s:g}s; moving {moved}"
-        )
+        return Rebalance(f"load: {over} over the mean {found.mean:.2f} for {self.load.window_s:g}s; moving {moved}")
 
     def measure_imbalance(self) -> int:
         """How many tasks the group's assignor would move from where they run now (0: balanced)."""

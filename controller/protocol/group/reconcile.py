@@ -27,7 +27,7 @@ the part ``acks.py``; the tasks held for a member that left, by the coordinator'
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -35,9 +35,16 @@ from controller.protocol.errors import ProtocolError
 from controller.protocol.group.acks import Acks
 from controller.protocol.group.assignors import get_assignor
 from controller.protocol.group.reports import report_problem
-from controller.protocol.group.rules import RECONCILE, choose_protocol, cooperative_adjust
+from controller.protocol.group.rules import (
+    RECONCILE,
+    all_prefer_reconcile,
+    cooperative_adjust,
+    identity,
+    newly_leaving,
+    rewritten,
+)
 from controller.protocol.group.state import GroupState
-from controller.protocol.group.vocabulary import Decision, GroupCore, WatchMoves, WriteAssignments, WriteGroupState
+from controller.protocol.group.vocabulary import Decision, GroupCore, MembersTaken, WriteAssignments
 from controller.protocol.records.group_messages import Assignment, JoinRequest, MemberMetadata
 
 log = logging.getLogger(__name__)
@@ -86,17 +93,76 @@ def step(
     return cooperative_adjust(target, held_by)
 
 
+@dataclass(frozen=True)
+class Reconciled:
+    """What one call of the reconcile part means for the coordinator's record, for it to take: the decisions
+    so far (refusals, the assignments published), the new member epoch (None: none taken), the placement
+    published, the reason shown, the rebalances counted, the states moved through, whether the group state
+    is written, and the moves to watch (both after the coordinator took the rest)."""
+
+    decisions: tuple[Decision, ...]
+    generation: int | None
+    assignment: Mapping[str, tuple[str, ...]]
+    reason: str
+    rebalances: int = 0
+    states: tuple[GroupState, ...] = ()
+    show_state: bool = False
+    watch: tuple[str, ...] = ()
+    #: (a re-target) the generation members: every live member
+    generation_members: tuple[str, ...] | None = None
+
+
+@dataclass
+class Draft:
+    """The coordinator's record as one call of the reconcile part changes it: the part's working copy, which
+    the coordinator takes (``Reconciled``) once the call returns."""
+
+    generation: int
+    assignment: dict[str, tuple[str, ...]]
+    reason: str
+    #: the state the group is in once the coordinator took the draft (each move checked by its state machine then)
+    state_after: GroupState
+    generation_taken: bool = False
+    rebalances: int = 0
+    states: list[GroupState] = field(default_factory=list)
+    show_state: bool = False
+    watch: tuple[str, ...] = ()
+    generation_members: tuple[str, ...] | None = None
+
+    def next_epoch(self) -> int:
+        """A new member epoch, from the group's one counter (epochs only grow)."""
+        self.generation += 1
+        self.generation_taken = True
+        return self.generation
+
+    def transition(self, state: GroupState) -> None:
+        self.states.append(state)
+        self.state_after = state
+
+    def result(self, decisions: list[Decision]) -> Reconciled:
+        return Reconciled(
+            tuple(decisions),
+            self.generation if self.generation_taken else None,
+            self.assignment,
+            self.reason,
+            self.rebalances,
+            tuple(self.states),
+            self.show_state,
+            self.watch,
+            self.generation_members,
+        )
+
+
 class ReconcileCore(GroupCore, Protocol):
     """What the reconcile part needs of its group beyond ``GroupCore``: the generation record it keeps (member
     epochs come from ``generation``) and the members it places."""
 
-    join_generation: int
-    members: dict[str, JoinRequest]
-    rebalances: int
-
     @property
-    def shutting_down(self) -> set[str]: ...
-    def newly_leaving(self, m: str, before: JoinRequest, after: JoinRequest) -> str: ...
+    def join_generation(self) -> int: ...
+    @property
+    def members(self) -> Mapping[str, JoinRequest]: ...
+    @property
+    def shutting_down(self) -> Collection[str]: ...
 
 
 @dataclass(eq=False)
@@ -128,38 +194,46 @@ class ReconcileGroup:
     def __post_init__(self) -> None:
         self.acks = Acks(self.core)
 
+    def draft(self) -> Draft:
+        """A working copy of the coordinator's record for one call."""
+        core = self.core
+        return Draft(core.generation, dict(core.assignment), core.reason, core.state)
+
     # ---- acknowledgements (kept by the acks part) -----------------------------------------------------
     def ack_due(self) -> float | None:
         """When the oldest task published and not yet taken, or the oldest report owed (an acknowledgement, a
         release), overruns the rebalance timeout (None: nothing is owed)."""
         return self.acks.due(self.unreleased)
 
-    def fence_overdue(self, now: float) -> list[Decision]:
+    def fence_overdue(self, now: float) -> Reconciled:
         """Tasks published and not taken within the rebalance timeout: their member is fenced from them and
         the group is re-targeted; a member that owes a report that long is published its assignment again. The
         revocation needs no confirmation: the member never reported them, and should it hold an owner znode
         after all, that znode keeps the next member waiting until it lets go."""
+        d = self.draft()
         fenced, asked = self.acks.overdue(now, self.unreleased)
         if not fenced:
-            return self.step(write_state=False) if asked else []
+            return d.result(self._step(d, write_state=False) if asked else [])
         why = "; ".join(
             f"{m} fenced from {len(ts)} task(s) ({', '.join(ts[:5])}{', ...' if len(ts) > 5 else ''})"
             for m, ts in sorted(fenced.items())
         )
         reason = f"{why}: not taken within the rebalance timeout ({self.core.config.rebalance_timeout_s:g}s)"
         log.warning("group %s: %s", self.core.group, reason)
-        return self.retarget(reason)
+        return d.result(self._retarget(d, reason))
 
-    def refuse(self, member: str, reason: str, incarnation: str | None) -> list[Decision]:
+    def refuse(self, member: str, reason: str, incarnation: str | None) -> Reconciled:
         """A member's request or report is out of bounds: answer it in its own assignment (INVALID_REPORT, at
         a new member epoch, so the member reads it), and it rewrites its request. What it was published
         stands meanwhile: its tasks are neither dropped nor handed on."""
+        d = self.draft()
+        return d.result(self._refuse(d, member, reason, incarnation))
+
+    def _refuse(self, d: Draft, member: str, reason: str, incarnation: str | None) -> list[Decision]:
         core = self.core
         log.warning("group %s: refused the request of %s (%s): it rewrites it", core.group, member, reason)
-        core.generation += 1
-        core.join_generation = core.generation
         answer = Assignment(
-            generation=core.generation,
+            generation=d.next_epoch(),
             controller_epoch=core.controller_epoch,
             error=ProtocolError.INVALID_REPORT.name,
             protocol=RECONCILE,
@@ -167,19 +241,25 @@ class ReconcileGroup:
         )
         return [WriteAssignments(((member, answer),))]
 
-    def screen(
-        self, snapshot: Mapping[str, JoinRequest], everyone: bool = False
-    ) -> tuple[dict[str, JoinRequest], list[Decision]]:
+    def screen(self, snapshot: Mapping[str, JoinRequest]) -> tuple[dict[str, JoinRequest], Reconciled]:
         """The members' requests as the coordinator takes them: a report out of bounds (``report_problem``) is
         refused, once per request, and the member's last good request stands in for it (a new member with
         none is not admitted until it writes one)."""
+        d = self.draft()
+        out, answers = self._screen(d, snapshot)
+        return out, d.result(answers)
+
+    def _screen(
+        self, d: Draft, snapshot: Mapping[str, JoinRequest], everyone: bool = False
+    ) -> tuple[dict[str, JoinRequest], list[Decision]]:
         core = self.core
-        out, answers = dict(snapshot), []
+        out: dict[str, JoinRequest] = dict(snapshot)
+        answers: list[Decision] = []
         for m in sorted(snapshot):
             r = snapshot[m]
             if not everyone and m not in self.refused and core.members.get(m) == r:
                 continue  # screened already
-            problem = report_problem(r, core.generation)
+            problem = report_problem(r, d.generation)
             last = core.members.get(m)
             if not problem and last is not None and last.acknowledges and not r.acknowledges:
                 if last.incarnation == r.incarnation:  # a life does not change its release: a rewrite would
@@ -191,14 +271,14 @@ class ReconcileGroup:
                 continue
             if m in core.members and core.members[m] != r:
                 out[m] = core.members[m]
-            elif m in core.assignment:  # (a failover: no good request of it seen, but it was given tasks)
-                out[m] = self.stand_in(m, r)
+            elif m in d.assignment:  # (a failover: no good request of it seen, but it was given tasks)
+                out[m] = self.stand_in(d, m, r)
             else:
                 del out[m]
             before = self.refused.get(m)
             if before is None or before[1] != r:
                 incarnation = r.incarnation if m not in core.members else core.members[m].incarnation
-                answers += self.refuse(m, problem, incarnation)
+                answers += self._refuse(d, m, problem, incarnation)
             self.refused[m] = (problem, r)
         return out, answers
 
@@ -209,21 +289,18 @@ class ReconcileGroup:
 
     def all_prefer(self, requests: Mapping[str, JoinRequest]) -> bool:
         """Every member supports reconcile and the members' vote picks it."""
-        if not requests:
-            return False
-        choice = choose_protocol({m: r.protocols for m, r in requests.items()}, self.core.leader)
-        return choice.protocol == RECONCILE and not choice.incompatible
+        return all_prefer_reconcile(requests, self.core.leader)
 
     # ---- entering and leaving ---------------------------------------------------------------------
-    def enter(self, reason: str) -> list[Decision]:
+    def enter(self, reason: str) -> Reconciled:
         """A join round ended with every member for reconcile (the coordinator took the protocol, the assignor
         and the members): from now on the coordinator places tasks itself. What the members listed as owned
         counts as held."""
-        core = self.core
-        if core.state is not GroupState.RECONCILING:
-            core.transition(GroupState.RECONCILING)
+        core, d = self.core, self.draft()
+        if d.state_after is not GroupState.RECONCILING:
+            d.transition(GroupState.RECONCILING)
         log.info("group %s: reconcile protocol (%s)", core.group, reason)
-        nothing_runs = not any(core.assignment.values()) and not any(r.owned for r in core.members.values())
+        nothing_runs = not any(d.assignment.values()) and not any(r.owned for r in core.members.values())
         if nothing_runs and core.config.initial_delay_s > 0:
             # a group forming: wait for the brokers starting with this one (every member learns the protocol now)
             now = core.clock.now()
@@ -231,9 +308,9 @@ class ReconcileGroup:
             self.retarget_due = min(now + core.config.initial_delay_s, self.forming_until)
             self.retarget_reason = reason
             self.target = {}
-            core.reason = f"forming: waiting {core.config.initial_delay_s:g}s for more members ({reason})"
-            return self.step(write_state=True, everyone=True)
-        return self.retarget(reason, everyone=True)
+            d.reason = f"forming: waiting {core.config.initial_delay_s:g}s for more members ({reason})"
+            return d.result(self._step(d, write_state=True, everyone=True))
+        return d.result(self._retarget(d, reason, everyone=True))
 
     def reset(self) -> None:
         """The group emptied: no target, nothing to confirm, no epochs, nothing due."""
@@ -270,20 +347,20 @@ class ReconcileGroup:
             for m, r in sorted(core.members.items())
         )
 
-    def load(self, assignments: Mapping[str, Assignment]) -> list[Decision]:
+    def load(self, assignments: Mapping[str, Assignment]) -> tuple[dict[str, JoinRequest], Reconciled]:
         """Resume a reconciling group after a controller failover: the published assignments and their
         unconfirmed revocations come from ZooKeeper; the members' reports confirm what they can. The caller
-        has restored the group's state (Reconciling)."""
-        core = self.core
-        core.assignment, self.unreleased = {}, {}
+        has restored the group's state (Reconciling), takes the members as screened here, then re-targets."""
+        core, d = self.core, self.draft()
+        d.assignment, self.unreleased = {}, {}
         newest = max([core.generation] + [a.generation for a in assignments.values()])
         for m, a in assignments.items():
             if m not in core.members or a.error is not None or a.protocol != RECONCILE:
                 continue
             if a.incarnation != core.members[m].incarnation:
                 continue  # published to an earlier life of the member: that session, and all it held, is gone
-            core.assignment[m] = tuple(a.assigned)
-            core.generation = max(core.generation, a.generation)
+            d.assignment[m] = tuple(a.assigned)
+            d.generation = max(d.generation, a.generation)
             revoked = {t: a.generation for t in a.revoked}
             # a report refused below confirms nothing
             pending = revoked if report_problem(core.members[m], newest) else confirm_releases(revoked, core.members[m])
@@ -293,26 +370,25 @@ class ReconcileGroup:
             # not reported taken yet: the rebalance timeout runs from now
             waiting = [t for t in a.assigned if t not in owned] if core.members[m].acknowledges else []
             self.acks.resumed(m, a.generation, core.clock.now(), waiting)
-        core.join_generation = core.generation
+        d.generation_taken = True
         # what the previous controller had not yet refused is screened now (a report rewritten meanwhile)
-        core.members, answers = self.screen(core.members, everyone=True)
-        for m in [m for m in core.assignment if m not in core.members]:
-            del core.assignment[m]
+        members, answers = self._screen(d, core.members, everyone=True)
+        for m in [m for m in d.assignment if m not in members]:
+            del d.assignment[m]
             self.unreleased.pop(m, None)
             self.acks.epochs.pop(m, None)
-        return answers + self.retarget("controller failover")
+        return members, d.result(answers)
 
-    def stand_in(self, member: str, refused: JoinRequest) -> JoinRequest:
+    def stand_in(self, d: Draft, member: str, refused: JoinRequest) -> JoinRequest:
         """What the coordinator takes for a member whose only request it refused: it may hold what it was
         published and what was revoked from it unconfirmed, and it acknowledged nothing."""
-        core = self.core
         return JoinRequest(
             member_id=member,
             join_generation=-1,
             generation=-1,
             protocols=(RECONCILE,),
             assignors=(),
-            owned=tuple(sorted(set(core.assignment.get(member, ())) | set(self.unreleased.get(member, {})))),
+            owned=tuple(sorted(set(d.assignment.get(member, ())) | set(self.unreleased.get(member, {})))),
             incarnation=refused.incarnation,
             acknowledges=True,  # (owed, not trusted: nothing it says was read)
         )
@@ -324,9 +400,10 @@ class ReconcileGroup:
         coordinator takes it as a departure, then a join."""
         return next((m for m in sorted(old.keys() & new.keys()) if old[m].incarnation != new[m].incarnation), None)
 
-    def take_members(self, old: Mapping[str, JoinRequest]) -> list[Decision]:
+    def take_members(self, old: Mapping[str, JoinRequest]) -> MembersTaken:
         """The members as screened (the coordinator's now; ``old``: before): who joined, who left, what each
-        report confirms."""
+        report confirms, and whether that needs a new target (the coordinator takes it, then asks for one or
+        for a step)."""
         core, ops = self.core, self.core.operations
         new = core.members
         need = ""
@@ -340,15 +417,14 @@ class ReconcileGroup:
                     m,
                 )
         for m in sorted(old.keys() - new.keys()):
-            core.shutting_down.discard(m)
-            tasks = core.assignment.pop(m, ())
+            tasks = core.assignment.get(m, ())
             self.unreleased.pop(m, None)  # (its session ended, and with it every owner znode it held)
             self.acks.forget(m)
             self.announced.pop(m, None)
             self.refused.pop(m, None)
             targeted = self.target.pop(m, ())
             ops.drop_moves(dest=m)
-            core.holds.on_leave(m, core.identity(m, old[m]), tasks, old[m].leaving)
+            core.holds.on_leave(m, identity(m, old[m]), tasks, old[m].leaving)
             if not tasks and not targeted:
                 # the end of a controlled shutdown (its tasks already re-targeted away): a new target would be
                 # the one there is, and asking for one while tasks still move would hold the group Reconciling
@@ -361,12 +437,11 @@ class ReconcileGroup:
                 ops.postpone(f"member {m} joined")
                 continue
             need = need or f"member {m} joined"
-        for m in sorted(new.keys() & old.keys()):
-            before, after = old[m], new[m]
-            if before == after:
-                continue
-            leaving = core.newly_leaving(m, before, after)
-            need = need or leaving
+        shutdowns: list[str] = []
+        for m, before, after in rewritten(old, new):
+            if newly_leaving(core.shutting_down, m, before, after):
+                shutdowns.append(m)
+                need = need or f"controlled shutdown of {m}"
             if after.protocols != before.protocols or after.capacity != before.capacity or after.rack != before.rack:
                 need = need or f"member {m} changed"
             if m in self.unreleased:
@@ -374,50 +449,50 @@ class ReconcileGroup:
                 if not self.unreleased[m]:
                     del self.unreleased[m]
             self.acks.taken(m, after)
-        core.generation_members = tuple(sorted(core.members))
-        if not core.members:
-            return core.to_empty("all members left")
-        if need:
-            return core.prepare_rebalance(need)  # re-targets (or leaves reconcile for a cooperative round)
-        return self.step(write_state=quiet_exit)  # (the state lists the members)
+        return MembersTaken(tuple(sorted(old.keys() - new.keys())), tuple(shutdowns), need, quiet=quiet_exit)
 
-    def retarget_soon(self, reason: str) -> list[Decision]:
+    def retarget_soon(self, reason: str) -> Reconciled:
         """A new target now, or, while the group is still reconciling towards one computed less than
         ``retarget_interval_s`` ago, at that interval's end (a step now for what changed meanwhile)."""
-        core = self.core
+        core, d = self.core, self.draft()
         now = core.clock.now()
         if self.forming_until is not None:
             if self.retarget_due is not None and now < self.retarget_due:
                 # still forming: another member (or change) moves the first target back, within the bound
                 self.retarget_due = min(now + core.config.initial_delay_s, self.forming_until)
                 self.retarget_reason = self.retarget_reason or reason
-                return self.step(write_state=False)
-            return self.retarget(self.retarget_reason or reason)
+                return d.result(self._step(d, write_state=False))
+            return d.result(self._retarget(d, self.retarget_reason or reason))
         due = self.last_retarget + core.config.retarget_interval_s
-        if core.state is GroupState.RECONCILING and now < due:
+        if d.state_after is GroupState.RECONCILING and now < due:
             self.retarget_due = due
             self.retarget_reason = self.retarget_reason or reason
-            return self.step(write_state=False)
-        return self.retarget(self.retarget_reason or reason)
+            return d.result(self._step(d, write_state=False))
+        return d.result(self._retarget(d, self.retarget_reason or reason))
 
-    def retarget(self, reason: str, everyone: bool = False) -> list[Decision]:
+    def retarget(self, reason: str) -> Reconciled:
+        """A new target now (a member kept from work, a failover)."""
+        d = self.draft()
+        return d.result(self._retarget(d, reason))
+
+    def _retarget(self, d: Draft, reason: str, everyone: bool = False) -> list[Decision]:
         """Compute every member's target with the group's assignor, then take a step towards it."""
         core = self.core
         self.last_retarget = core.clock.now()
         self.retarget_due, self.retarget_reason, self.forming_until = None, "", None
-        core.reason = reason
-        core.rebalances += 1
-        core.generation_members = tuple(sorted(core.members))
+        d.reason = reason
+        d.rebalances += 1
+        d.generation_members = tuple(sorted(core.members))
         # sticky to where tasks are heading (the current target), not to where they still run: a target
         # computed from a half-reached one would move again what is already on its way (KIP-848 likewise
         # gives its assignors the current target assignment)
         previous = {
-            m: self.target[m] if m in self.target else core.assignment[m]
+            m: self.target[m] if m in self.target else d.assignment[m]
             for m in core.members
-            if m in self.target or m in core.assignment
+            if m in self.target or m in d.assignment
         }
         for m, r in sorted(core.members.items()):
-            key = core.identity(m, r)
+            key = identity(m, r)
             if key in core.holds.held and not r.leaving:  # a static member back within the delay: its tasks again
                 previous[m] = tuple(sorted(set(previous.get(m, ())) | set(core.holds.take(key))))
                 log.info("group %s: %s returned as %s within the delay", core.group, key, m)
@@ -432,20 +507,26 @@ class ReconcileGroup:
             )
             for m, r in sorted(core.members.items())
         ]
-        descriptors = core.descriptors(core.members, skip=core.holds.tasks())
+        descriptors = core.operations.descriptors(core.members, skip=core.holds.tasks())
         try:
             target = get_assignor(core.assignor or core.config.default_assignor).assign(members, descriptors, previous)
         except (KeyError, ValueError) as exc:
             log.warning("group %s: cannot compute a target (%s); keeping the last one", core.group, exc)
             target = dict(self.target)
         self.target = self.acks.apply_bars({m: tuple(sorted(target.get(m, ()))) for m in core.members})
-        return self.step(write_state=True, everyone=everyone)
+        return self._step(d, write_state=True, everyone=everyone)
 
-    def step(self, write_state: bool, everyone: bool = False) -> list[Decision]:
+    def step(self, write_state: bool) -> Reconciled:
+        """A step towards the target (``write_state``: the group state written even if nothing changed)."""
+        d = self.draft()
+        return d.result(self._step(d, write_state))
+
+    def _step(self, d: Draft, write_state: bool, everyone: bool = False) -> list[Decision]:
         """Publish to each member what it may have now; write only the members whose assignment changes
-        (``everyone``: all of them, when the group has just entered the protocol)."""
+        (``everyone``: all of them, when the group has just entered the protocol). The group state is shown
+        (``d.show_state``) and new moves watched once the coordinator took the draft."""
         core, ops = self.core, self.core.operations
-        held_by = holders(core.assignment, self.unreleased, core.members)
+        held_by = holders(d.assignment, self.unreleased, core.members)
         self.acks.let_go(held_by)  # (fenced from a task it never took: it holds it no more)
         assigned, revoked = step(self.target, held_by)  # (the pure step above, then the throttle's share of it)
         moving_before = dict(ops.moving)
@@ -455,12 +536,12 @@ class ReconcileGroup:
             had=lambda: held_by,
             leaving=lambda: [m for m, r in core.members.items() if r.leaving or m in core.shutting_down],
         )
-        changed = self.changes(wave.assigned, wave.revoked, everyone)
+        changed = self.changes(d, wave.assigned, wave.revoked, everyone)
         decisions: list[Decision] = []
         if changed:
-            decisions.append(WriteAssignments(self.publish(changed)))
+            decisions.append(WriteAssignments(self.publish(d, changed)))
         # Stable means running: every member runs its target (published, taken, acknowledged and started)
-        starting = self.acks.starting()
+        starting = self.acks.starting(d.assignment)
         if starting != self.shown_starting:
             self.shown_starting = starting
             write_state = True
@@ -470,32 +551,29 @@ class ReconcileGroup:
             and self.retarget_due is None
             and not self.acks.waiting
             and not self.refused
-            and all(core.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members)
-            and all(self.acks.acked(m) for m in core.members)
+            and all(d.assignment.get(m, ()) == self.target.get(m, ()) for m in core.members)
+            and all(self.acks.acked(m, d.assignment) for m in core.members)
             and not starting
         )
         state = GroupState.STABLE if settled else GroupState.RECONCILING
-        if state is not core.state:
-            core.transition(state)
+        if state is not d.state_after:
+            d.transition(state)
             write_state = True
-        if settled and not core.reason.startswith("reconciled"):
-            core.reason = f"reconciled ({core.reason})"
-        ops.settle_preferred(core.assignment, core.members)
-        if write_state or set(ops.moving) != set(moving_before):
-            decisions.append(WriteGroupState(core.info()))
-        new_moves = tuple(
+        if settled and not d.reason.startswith("reconciled"):
+            d.reason = f"reconciled ({d.reason})"
+        ops.settle_preferred(d.assignment, core.members)
+        d.show_state = write_state or set(ops.moving) != set(moving_before)
+        d.watch = tuple(
             sorted(
                 t
                 for t, mv in ops.moving.items()
                 if mv.dest is not None and (t not in moving_before or moving_before[t].dest != mv.dest)
             )
         )
-        if new_moves:
-            decisions.append(WatchMoves(new_moves))
         return decisions
 
     def changes(
-        self, assigned: Mapping[str, tuple[str, ...]], revoked: Mapping[str, tuple[str, ...]], everyone: bool
+        self, d: Draft, assigned: Mapping[str, tuple[str, ...]], revoked: Mapping[str, tuple[str, ...]], everyone: bool
     ) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
         """The members whose published assignment changes: (member, assigned now, revoked now). A task revoked
         and given back before it was let go simply stays (its revocation is no longer pending)."""
@@ -508,35 +586,34 @@ class ReconcileGroup:
                 for t in pending.keys() & set(now_assigned):
                     del pending[t]
             to_revoke = tuple(sorted(t for t in revoked[m] if t not in pending)) if m in revoked else ()
-            news = core.incoming_for(m, now_assigned) != self.announced.get(m, ())
-            if now_assigned != core.assignment.get(m) or to_revoke or everyone or m in self.acks.republish or news:
+            news = core.operations.incoming_for(m, now_assigned) != self.announced.get(m, ())
+            if now_assigned != d.assignment.get(m) or to_revoke or everyone or m in self.acks.republish or news:
                 changed.append((m, now_assigned, to_revoke))
         return changed
 
     def publish(
-        self, changed: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
+        self, d: Draft, changed: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
     ) -> tuple[tuple[str, Assignment], ...]:
         """The changed members' assignments, under one new member epoch (from the group's one counter, so
         epochs only grow), each with every revocation not yet confirmed, not only this step's: the assignment
         znode alone tells a new controller what the member may still be stopping."""
         core = self.core
-        core.generation += 1
-        core.join_generation = core.generation
+        epoch = d.next_epoch()
         now = core.clock.now()
         writes = []
         for m, now_assigned, to_revoke in changed:
             owned = set(core.members[m].owned).difference(core.members[m].pending)
-            gone = (set(core.assignment.get(m, ())) - set(now_assigned)) | set(to_revoke)
+            gone = (set(d.assignment.get(m, ())) - set(now_assigned)) | set(to_revoke)
             # a task the member was fenced from and never reported needs no confirmation (its owner znode,
             # should it hold one after all, keeps the next member waiting)
             gone = {t for t in gone if t in owned or not self.acks.fenced_from(m, t)}
             pending = self.unreleased.setdefault(m, {})
-            pending.update({t: core.generation for t in gone if t not in pending})
-            self.acks.published(m, core.generation, now, now_assigned, owned, core.members[m].acknowledges)
+            pending.update({t: epoch for t in gone if t not in pending})
+            self.acks.published(m, epoch, now, now_assigned, owned, core.members[m].acknowledges)
             if not pending:
                 del self.unreleased[m]
-            core.assignment[m] = now_assigned
-            incoming = core.incoming_for(m, now_assigned)
+            d.assignment[m] = now_assigned
+            incoming = core.operations.incoming_for(m, now_assigned)
             if incoming:
                 self.announced[m] = incoming
             else:
@@ -545,7 +622,7 @@ class ReconcileGroup:
                 (
                     m,
                     Assignment(
-                        generation=core.generation,
+                        generation=epoch,
                         controller_epoch=core.controller_epoch,
                         assigned=now_assigned,
                         revoked=tuple(sorted(pending)),

@@ -8,10 +8,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.protocol.records.group_messages import JoinResult, MemberMetadata, SyncProposal, TaskDescriptor
+from controller.protocol.records.group_messages import (
+    JoinRequest,
+    JoinResult,
+    MemberMetadata,
+    SyncProposal,
+    TaskDescriptor,
+)
 
 EAGER = "eager"
 COOPERATIVE = "cooperative"
@@ -68,6 +74,31 @@ def choose_protocol(preferences: Mapping[str, Sequence[str]], leader_hint: str |
     compatible = tuple(sorted(m for m, prefs in preferences.items() if winner in prefs))
     incompatible = tuple(sorted(m for m, prefs in preferences.items() if winner not in prefs))
     return ProtocolChoice(winner, compatible, incompatible)
+
+
+def all_prefer_reconcile(requests: Mapping[str, JoinRequest], leader: str | None) -> bool:
+    """Every member supports reconcile and the members' vote picks it."""
+    if not requests:
+        return False
+    choice = choose_protocol({m: r.protocols for m, r in requests.items()}, leader)
+    return choice.protocol == RECONCILE and not choice.incompatible
+
+
+def identity(member_id: str, request: JoinRequest | None) -> str:
+    """Static members are known by instance id across restarts; others by member id."""
+    return request.instance_id if request is not None and request.instance_id else member_id
+
+
+def rewritten(
+    old: Mapping[str, JoinRequest], new: Mapping[str, JoinRequest]
+) -> list[tuple[str, JoinRequest, JoinRequest]]:
+    """The members present before and after whose request changed: (member, before, after), by member."""
+    return [(m, old[m], new[m]) for m in sorted(new.keys() & old.keys()) if old[m] != new[m]]
+
+
+def newly_leaving(shutting_down: Collection[str], m: str, before: JoinRequest, after: JoinRequest) -> bool:
+    """A member whose request now says it is leaving starts its controlled shutdown (once)."""
+    return after.leaving and not before.leaving and m not in shutting_down
 
 
 def choose_assignor(preferences: Mapping[str, Sequence[str]], leader: str, default: str = "sticky") -> str:

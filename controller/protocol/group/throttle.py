@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.protocol.records.admin_records import MoveLimits
+from controller.protocol.records.group_messages import JoinRequest, TaskDescriptor
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class Throttle(Protocol):
     def settle_preferred(self, placed: Mapping[str, tuple[str, ...]], members: Collection[str]) -> None: ...
     def drop_moves(self, dest: str | None = None, runnable: Collection[str] | None = None) -> None: ...
     def postpone(self, why: str) -> None: ...
+    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]: ...
+    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
 
 
 #: a move the wave may let through: (priority, task, source, destination); lower priorities go first

@@ -5,7 +5,7 @@ it at the top. The states and their transitions live in ``state.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
@@ -15,7 +15,6 @@ from controller.protocol.group.throttle import Throttle
 from controller.protocol.records.group_messages import (
     Assignment,
     GroupStateInfo,
-    JoinRequest,
     JoinResult,
     TaskDescriptor,
 )
@@ -69,6 +68,45 @@ Decision: TypeAlias = (
 
 
 @dataclass(frozen=True)
+class Rebalance:
+    """A part asks its coordinator for a new placement, for this reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """A part asks for a step towards the reconcile target (a throttled wave may go), for this reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ShowState:
+    """A part asks for the group state to be written (with this reason; None: the one shown stays)."""
+
+    reason: str | None = None
+
+
+#: what a part asks of its coordinator (None: nothing)
+Ask: TypeAlias = Rebalance | Step | ShowState | None
+
+
+@dataclass(frozen=True)
+class MembersTaken:
+    """What a change of the live members means for either protocol family, for the coordinator to take: the
+    members that left, the static members back within the delay (member, identity; join rounds), the members
+    that began a controlled shutdown, the reason for a rebalance ("" when none is needed), and (reconcile)
+    whether the group state is written even so (a member that ran nothing left quietly)."""
+
+    left: tuple[str, ...]
+    shutdowns: tuple[str, ...]
+    need: str
+    returned: tuple[tuple[str, str], ...] = ()
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
 class GroupConfig:
     rebalance_timeout_s: float = 30.0
     scheduled_rebalance_delay_s: float = 0.0
@@ -95,12 +133,12 @@ class GroupConfig:
 
 
 class GroupView(Protocol):
-    """What every part of the coordinator sees of its group: its name, clock, configuration and state, the tasks
-    it places, its holds (the tasks held for departed members), and the reason of its last rebalance. ``GroupCore`` (the protocol families)
-    and ``OperationsCore`` (the operations part) add what each needs on top."""
+    """What every part of the coordinator reads of its group: its name, clock, configuration and state, the
+    tasks it places, its holds (the tasks held for departed members), and the reason of its last rebalance.
+    ``GroupCore`` (the protocol families) and ``OperationsCore`` (the operations part) add what each reads."""
 
-    reason: str
-
+    @property
+    def reason(self) -> str: ...
     @property
     def group(self) -> str: ...
     @property
@@ -116,26 +154,23 @@ class GroupView(Protocol):
 
 
 class GroupCore(GroupView, Protocol):
-    """What either protocol family's part needs of its group: the generation record, the tasks it places, the
-    throttle its moves go through, and the coordinator's moves between states. ``JoinCore`` and
-    ``ReconcileCore`` add what each family needs on top."""
+    """What either protocol family's part reads of its group (read only: a part returns what it decided, and
+    the coordinator writes it): the generation record, the placement, and the operations its moves go
+    through. ``JoinCore`` and ``ReconcileCore`` add what each family reads on top."""
 
-    generation: int
-    leader: str | None
-    protocol: str | None
-    assignor: str | None
-    generation_members: tuple[str, ...]
-    assignment: dict[str, tuple[str, ...]]
-
+    @property
+    def generation(self) -> int: ...
+    @property
+    def leader(self) -> str | None: ...
+    @property
+    def protocol(self) -> str | None: ...
+    @property
+    def assignor(self) -> str | None: ...
+    @property
+    def generation_members(self) -> tuple[str, ...]: ...
+    @property
+    def assignment(self) -> Mapping[str, tuple[str, ...]]: ...
     @property
     def controller_epoch(self) -> int: ...
     @property
     def operations(self) -> Throttle: ...
-
-    def info(self) -> GroupStateInfo: ...
-    def incoming_for(self, member_id: str, assigned: Collection[str]) -> tuple[str, ...]: ...
-    def identity(self, member_id: str, request: JoinRequest | None) -> str: ...
-    def descriptors(self, eligible: Mapping[str, JoinRequest], skip: Collection[str] = ()) -> list[TaskDescriptor]: ...
-    def transition(self, target: GroupState) -> None: ...
-    def to_empty(self, reason: str) -> list[Decision]: ...
-    def prepare_rebalance(self, reason: str) -> list[Decision]: ...

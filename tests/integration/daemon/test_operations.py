@@ -56,7 +56,10 @@ def test_a_throttled_rebalance_moves_in_waves_and_an_unthrottled_one_does_not(cl
 
     admin.update_settings({"max_moves": 2, "max_moves_per_broker": 2})
     wait_until(
-        lambda: ctl.ctx.groups["default"].limits.max_moves_per_broker == 2 and ctl.ctx.settings.throttle.max_moves == 2,
+        lambda: (
+            ctl.ctx.groups["default"].operations.limits.max_moves_per_broker == 2
+            and ctl.ctx.settings.throttle.max_moves == 2
+        ),
         10,
         "the controller sees the throttle",
     )
@@ -177,7 +180,7 @@ def test_rebalance_preferred_restores_the_assignors_layout_in_throttled_waves(cl
     )
     moves = move_runs(_intervals(cluster), (mark, time.time()))
     assert len(moves) == off and concurrent_moves(moves)[0] == 1, moves
-    assert coord.measure_imbalance() == 0 and not coord.preferred
+    assert coord.operations.measure_imbalance() == 0 and not coord.operations.preferred
 
 
 @pytest.mark.parametrize(

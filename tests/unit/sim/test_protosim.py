@@ -268,12 +268,12 @@ def test_a_coordinator_that_counts_published_as_running_breaks_invariant_5(monke
     acknowledged as soon as it is published says Stable while tasks are still being taken."""
     publish = controller.protocol.group.reconcile.ReconcileGroup.publish
 
-    def publish_and_forget(self, changed):
-        out = publish(self, changed)
+    def publish_and_forget(self, draft, changed):
+        out = publish(self, draft, changed)
         self.acks.waiting.clear()
         return out
 
-    monkeypatch.setattr(controller.protocol.group.acks.Acks, "acked", lambda self, m: True)
+    monkeypatch.setattr(controller.protocol.group.acks.Acks, "acked", lambda self, m, placed=None: True)
     monkeypatch.setattr(controller.protocol.group.reconcile.ReconcileGroup, "publish", publish_and_forget)
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile"].config
@@ -289,8 +289,8 @@ def test_a_coordinator_that_believes_rewritten_reports_breaks_the_hostile_schedu
     check of claims) hands tasks on that are still running, or waits forever for a release it was told of."""
     monkeypatch.setattr(
         controller.protocol.group.reconcile.ReconcileGroup,
-        "screen",
-        lambda self, snap, everyone=False: (dict(snap), []),
+        "_screen",
+        lambda self, draft, snap, everyone=False: (dict(snap), []),
     )
     caplog.set_level(logging.ERROR, logger="controller")
     config = CONFIGS["reconcile-hostile"].config
@@ -318,7 +318,7 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
         return enter(self, reason)
 
     def counting_prepare(self, reason):
-        if self.reconciling() and not self.all_prefer_reconcile(self.members):
+        if self.reconcile.active() and not self.reconcile.all_prefer(self.members):
             left.append(reason)
         return prepare(self, reason)
 

@@ -156,6 +156,19 @@ def stable_group(
 # --------------------------------------------------------------------------------------------------
 
 
+def test_the_join_round_reads_a_change_of_members_and_the_coordinator_alone_takes_it():
+    """The join round returns what a departure means (who left, the rebalance it needs) and writes nothing of
+    the coordinator's: its generation members and placement change only once the coordinator takes it."""
+    c, _, snapshot = stable_group()
+    before = (c.generation_members, dict(c.assignment), c.reason, c.state)
+    old, c.members = dict(c.members), {"a": snapshot["a"]}  # (as ``on_members`` takes the snapshot)
+    taken = c.join.take_members(old)
+    assert taken.left == ("b",) and taken.need == "member b left" and taken.returned == ()
+    assert (c.generation_members, c.assignment, c.reason, c.state) == before
+    c.take_members(taken)
+    assert c.generation_members == ("a",) and set(c.assignment) == {"a"}
+
+
 def test_first_members_form_generation_one():
     c, _ = coordinator()
     c.on_tasks(tasks("t1", "t2"))
@@ -527,7 +540,7 @@ def test_all_members_leaving_empties_the_group(phase):
 
 def test_shutdown_is_dead_and_decides_nothing_more():
     c, _, snap = stable_group()
-    c.shutdown()
+    c.machine.end()
     assert c.state is S.DEAD
     assert c.on_rebalance_request() == []
     with pytest.raises(IllegalTransition):
@@ -579,7 +592,7 @@ def test_maintenance_begun_during_a_round_holds_the_tasks_of_a_member_lost_in_it
     rejoin_all(c, snapshot)
     assert c.join_result is not None and set(b_tasks) <= set(c.join_result.held)
     sync(c)
-    assert c.state is S.STABLE and c.assignment == {"a": ("t1", "t3")} and not c.deferred
+    assert c.state is S.STABLE and c.assignment == {"a": ("t1", "t3")} and not c.operations.deferred
     snapshot["b"] = req("b", c.generation + 1)
     back = published(c.on_members(dict(snapshot)))
     assert back["b"].assigned == b_tasks and back["b"].generation == c.generation and not c.holds.held

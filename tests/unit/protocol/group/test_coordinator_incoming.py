@@ -64,7 +64,7 @@ def test_a_join_round_assignment_carries_the_announcement():
     c.on_tasks(c.tasks)
     r = {m: _req(m, protocols=(COOPERATIVE,)) for m in ("a", "b")}
     c.on_members(r)
-    c.incoming = {"a": ("t3",)}
+    c.operations.incoming = {"a": ("t3",)}
     gen = c.generation
     proposal = SyncProposal(generation=gen, leader=c.leader or "a", assigned={"a": ("t0", "t1"), "b": ("t2", "t3")})
     out = published(c.on_proposal(proposal))

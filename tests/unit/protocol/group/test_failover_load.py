@@ -131,7 +131,7 @@ def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhi
     b_tasks = c.assignment["b"]
     del snap["b"]
     new = fresh_controller()
-    new.maintenance = maintenance
+    new.operations.maintenance = maintenance
     decisions = new.load(info, dict(snap), dict(c.tasks), assignments)
     if not maintenance:
         assert states(decisions) == ["PreparingRebalance"] and not new.holds.held

@@ -30,7 +30,7 @@ def _stable_skewed(window_s: float = 30.0) -> tuple[GroupCoordinator, FakeClock]
     c.on_tasks({t: TaskDescriptor(task_id=t) for ts in SKEWED.values() for t in ts})
     c.on_members({m: _req(m, 1, 0) for m in SKEWED})
     c.on_proposal(SyncProposal(generation=c.generation, leader=c.leader, assigned=SKEWED))
-    c.moving.clear()
+    c.operations.moving.clear()
     assert c.state is GroupState.STABLE
     return c, clock
 
@@ -55,22 +55,22 @@ def test_a_lasting_imbalance_is_rebalanced_after_the_window_and_explained() -> N
     assert c.state is GroupState.PREPARING_REBALANCE and c.reason.startswith("load: a +")
     assert "moving h1 a->b" in c.reason
     assert c.operations.load.last_plan[0].startswith("mean load")
-    descriptors = {d.task_id: d for d in c.descriptors(c.members)}
+    descriptors = {d.task_id: d for d in c.operations.descriptors(c.members)}
     assert descriptors["h1"].load == 0.9 and not descriptors["h1"].moved_recently  # free to move in this round
     assert descriptors["l0"].load == 0.05
 
 
 def test_a_task_that_moved_stays_put_for_a_window_whatever_moved_it() -> None:
     c, clock = _stable_skewed()
-    c.descriptors(c.members)  # (the first look: where every task runs)
+    c.operations.descriptors(c.members)  # (the first look: where every task runs)
     c.on_members({m: _req(m, 2, 1) for m in SKEWED})
     moved = {"a": ("h2", "h3"), "b": ("h1", "l0", "l1", "l2"), "c": SKEWED["c"]}
     c.on_proposal(SyncProposal(generation=c.generation, leader=c.leader, assigned=moved))
     clock.advance(1.0)
-    descriptors = {d.task_id: d for d in c.descriptors(c.members)}
+    descriptors = {d.task_id: d for d in c.operations.descriptors(c.members)}
     assert descriptors["h1"].moved_recently and not descriptors["h2"].moved_recently
     clock.advance(30.0)
-    assert not {d.task_id: d for d in c.descriptors(c.members)}["h1"].moved_recently
+    assert not {d.task_id: d for d in c.operations.descriptors(c.members)}["h1"].moved_recently
 
 
 def test_a_burst_shorter_than_the_window_moves_nothing() -> None:

@@ -82,7 +82,7 @@ def test_a_member_that_acknowledges_and_runs_nothing_is_kept_from_new_work_then_
     ack(c)  # a and b run everything; x holds nothing
     assert c.state is GroupState.STABLE and c.assignment["x"] == ()
     assert c.operations.measure_imbalance() == 0, "a back-off is no imbalance for the periodic check to undo"
-    c.on_members({**c.members, "x": req("x", generation=c.epoch_of("x"), incarnation="x.1")})
+    c.on_members({**c.members, "x": req("x", generation=c.reconcile.acks.epoch_of("x"), incarnation="x.1")})
     assert c.reconcile.target["x"] == (), "a rebalance while it is kept gives it nothing"
 
     c.clock.advance(30.0)

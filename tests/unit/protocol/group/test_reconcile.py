@@ -74,7 +74,11 @@ def report(c: GroupCoordinator, m: str, owned: tuple[str, ...] | None = None, **
     a = c.assignment[m]
     members = dict(c.members)
     members[m] = req(
-        m, generation=c.epoch_of(m), owned=a if owned is None else owned, incarnation=c.members[m].incarnation, **kw
+        m,
+        generation=c.reconcile.acks.epoch_of(m),
+        owned=a if owned is None else owned,
+        incarnation=c.members[m].incarnation,
+        **kw,
     )
     return c.on_members(members)
 
@@ -82,7 +86,7 @@ def report(c: GroupCoordinator, m: str, owned: tuple[str, ...] | None = None, **
 def ack(c: GroupCoordinator) -> list:
     """Every member acknowledges its assignment: a report at its member epoch listing what it runs."""
     members = {
-        m: req(m, generation=c.epoch_of(m), owned=c.assignment.get(m, ()), incarnation=r.incarnation)
+        m: req(m, generation=c.reconcile.acks.epoch_of(m), owned=c.assignment.get(m, ()), incarnation=r.incarnation)
         for m, r in c.members.items()
     }
     return c.on_members(members)
@@ -105,6 +109,25 @@ def test_a_group_whose_members_all_offer_reconcile_enters_it_without_a_sync_phas
     assert c.info().unacked == ("a",)
     decisions = ack(c)
     assert c.state is GroupState.STABLE and states(decisions)[-1] == "Stable" and c.info().unacked == ()
+
+
+def test_the_reconcile_part_returns_what_changed_and_the_coordinator_alone_takes_it():
+    """A reconcile call works on a draft of the group's record and returns it: the coordinator's generation,
+    placement, reason, state and count of rebalances stay as they were until the coordinator takes the
+    result, and then are exactly what it says."""
+    c = coordinator()
+    c.on_members({"a": req("a")})
+    ack(c)
+    before = (c.generation, dict(c.assignment), c.reason, c.state, c.rebalances)
+    c.members["b"] = req("b")  # (as ``on_members`` takes a joining member, before it asks for a target)
+    r = c.reconcile.retarget("b joined")
+    assert (c.generation, c.assignment, c.reason, c.state, c.rebalances) == before
+    assert r.generation == before[0] + 1 and r.rebalances == 1 and r.reason == "b joined"
+    assert r.assignment["b"] == () and r.states == (GroupState.RECONCILING,) and r.show_state
+    decisions = c.take(r)
+    assert c.generation == r.generation and c.assignment == dict(r.assignment) and c.reason == "b joined"
+    assert c.state is GroupState.RECONCILING and c.rebalances == before[4] + 1
+    assert states(decisions) == ["Reconciling"] and published(decisions)["a"].revoked
 
 
 def test_a_member_added_gets_tasks_only_after_their_owner_reported_the_release():
@@ -145,7 +168,7 @@ def test_member_epochs_only_grow_and_only_changed_members_are_written():
     c = coordinator(12)
     c.on_members({"a": req("a"), "b": req("b")})
     ack(c)
-    epochs = {m: c.epoch_of(m) for m in "ab"}
+    epochs = {m: c.reconcile.acks.epoch_of(m) for m in "ab"}
     out = published(c.on_tasks(tasks(13)))  # one task more: one member gets it, the other is left alone
     assert len(out) == 1
     for m, a in out.items():
@@ -159,7 +182,7 @@ def test_the_throttle_lets_moves_go_in_waves():
     c.on_settings(MoveLimits(max_moves=2), 0.0, 1)
     decisions = c.on_members({"a": c.members["a"], "b": req("b")})
     first = set(published(decisions)["a"].revoked)
-    assert len(first) == 2 and len(c.deferred) == 2, "two moves in flight at most; two wait"
+    assert len(first) == 2 and len(c.operations.deferred) == 2, "two moves in flight at most; two wait"
     assert c.state is GroupState.RECONCILING
     step = report(c, "a")
     assert set(published(step)["b"].assigned) == first
@@ -185,7 +208,7 @@ def test_maintenance_mode_holds_a_departed_members_tasks_and_moves_nothing():
     assert c.state is GroupState.STABLE
     b_tasks = c.assignment["b"]
     c.on_maintenance(True)
-    decisions = c.on_members({"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"])})
+    decisions = c.on_members({"a": req("a", generation=c.reconcile.acks.epoch_of("a"), owned=c.assignment["a"])})
     assert "a" not in published(decisions), "nothing moves in maintenance mode"
     assert c.holds.held["b"].tasks == b_tasks and c.holds.held["b"].deadline == FOREVER
     decisions = c.on_maintenance(False)
@@ -333,9 +356,12 @@ def test_a_restart_is_a_new_member_and_its_previous_lifes_assignment_is_not_reus
     c.on_members({"a": req("a"), "b": req("b")})
     report(c, "a")
     report(c, "b")
-    before = c.epoch_of("b")
+    before = c.reconcile.acks.epoch_of("b")
     decisions = c.on_members(
-        {"a": req("a", generation=c.epoch_of("a"), owned=c.assignment["a"]), "b": req("b", incarnation="b.2")}
+        {
+            "a": req("a", generation=c.reconcile.acks.epoch_of("a"), owned=c.assignment["a"]),
+            "b": req("b", incarnation="b.2"),
+        }
     )
     out = published(decisions)
     assert out["b"].incarnation == "b.2" and out["b"].generation > before
@@ -428,7 +454,7 @@ def test_a_claim_in_a_report_never_takes_a_task_published_to_another_member():
     ack(c)
     b_tasks = c.assignment["b"]
     members = dict(c.members)
-    members["a"] = req("a", generation=c.epoch_of("a"), owned=c.assignment["a"] + b_tasks)
+    members["a"] = req("a", generation=c.reconcile.acks.epoch_of("a"), owned=c.assignment["a"] + b_tasks)
     out = published(c.on_members(members))
     assert "b" not in out and c.assignment["b"] == b_tasks
     held = holders(c.assignment, {}, c.members)
@@ -452,7 +478,7 @@ def test_a_report_out_of_bounds_is_answered_and_the_member_keeps_its_tasks():
     assert c.state is GroupState.RECONCILING and [i.member for i in c.info().ignored] == ["a"]
     assert not published(c.on_members(dict(members))), "one answer per refused request"
     # the member rewrites a good request: its assignment is published again, it acknowledges, Stable
-    members["a"] = req("a", generation=c.epoch_of("a"), owned=a_tasks)
+    members["a"] = req("a", generation=c.reconcile.acks.epoch_of("a"), owned=a_tasks)
     again = published(c.on_members(members))
     assert again["a"].error is None and again["a"].assigned == a_tasks
     ack(c)
@@ -470,7 +496,9 @@ def test_a_task_not_taken_within_the_rebalance_timeout_is_fenced_and_retargeted(
     # the member reports without the new task: its owner znode is not held yet (pending)
     members = dict(c.members)
     mine = c.assignment[new_owner]
-    members[new_owner] = req(new_owner, generation=c.epoch_of(new_owner), owned=mine, incarnation=f"{new_owner}.1")
+    members[new_owner] = req(
+        new_owner, generation=c.reconcile.acks.epoch_of(new_owner), owned=mine, incarnation=f"{new_owner}.1"
+    )
     members[new_owner] = dataclasses.replace(members[new_owner], pending=("t6",))
     c.on_members(members)
     assert c.state is GroupState.RECONCILING and c.info().unacked == (new_owner,), "Stable means running"
@@ -539,7 +567,9 @@ def test_a_broker_of_a_release_before_acknowledgements_is_trusted_as_then_and_a_
     c = coordinator(6, rebalance_timeout_s=10.0)
     c.on_members({"old": req("old", acknowledges=False), "new": req("new")})
     members = dict(c.members)
-    members["new"] = req("new", generation=c.epoch_of("new"), owned=c.assignment["new"], incarnation="new.1")
+    members["new"] = req(
+        "new", generation=c.reconcile.acks.epoch_of("new"), owned=c.assignment["new"], incarnation="new.1"
+    )
     c.on_members(members)  # only the newer broker reports
     assert c.assignment["old"] and c.state is GroupState.STABLE and c.info().unacked == ()
     c.clock.advance(30.0)
@@ -563,13 +593,13 @@ def test_a_failover_in_maintenance_mode_holds_the_tasks_of_a_member_gone_meanwhi
     assert c.state is GroupState.STABLE
     state, members = c.info(), dict(c.members)
     assignments = {
-        m: Assignment(c.epoch_of(m), EPOCH, assigned=ts, protocol=RECONCILE, incarnation=f"{m}.1")
+        m: Assignment(c.reconcile.acks.epoch_of(m), EPOCH, assigned=ts, protocol=RECONCILE, incarnation=f"{m}.1")
         for m, ts in c.assignment.items()
     }
     b_tasks = c.assignment["b"]
     del members["b"]
     n = GroupCoordinator(group="g", controller_epoch=EPOCH + 1, clock=FakeClock(), config=GroupConfig())
-    n.maintenance = True
+    n.operations.maintenance = True
     after = n.load(state, members, tasks(6), assignments)
     assert "a" not in published(after) or set(published(after)["a"].assigned) == set(c.assignment["a"])
     assert n.holds.held["b"].tasks == b_tasks and n.holds.held["b"].deadline == FOREVER

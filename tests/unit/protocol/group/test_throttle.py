@@ -176,13 +176,13 @@ def _assigned(decisions: list) -> dict[str, tuple[str, ...]]:
 def test_the_coordinator_moves_in_waves_each_after_the_last_runs():
     c, clock = _coordinator(6)
     _sync(c, {"a": tuple(f"t{i}" for i in range(6))})
-    c.moving.clear()  # the first placement done
-    c.limits = MoveLimits(max_moves=2)
+    c.operations.moving.clear()  # the first placement done
+    c.operations.limits = MoveLimits(max_moves=2)
     c.on_members({"a": _req("a", 2, 1), "b": _req("b", 2, 1)})
     assert c.state is GroupState.AWAITING_SYNC
     d = _sync(c, {"a": ("t0", "t1", "t2"), "b": ("t3", "t4", "t5")})
     assert _assigned(d) == {"a": ("t0", "t1", "t2", "t5"), "b": ("t3", "t4")}
-    assert WatchMoves(("t3", "t4")) in d and c.deferred == ("t5",)
+    assert WatchMoves(("t3", "t4")) in d and c.operations.deferred == ("t5",)
     assert c.on_move_done("t3", "a") == []  # not its destination
     c.on_move_done("t3", "b")
     assert c.state is GroupState.STABLE  # one move still in flight
@@ -208,7 +208,7 @@ def test_maintenance_holds_a_lost_members_tasks_and_postpones_joins():
 def test_the_imbalance_check_rebalances_a_skewed_group_and_measures_a_balanced_one():
     c, clock = _coordinator(6, ("a", "b"))
     _sync(c, {"a": ("t0", "t1", "t2", "t3", "t4", "t5"), "b": ()})  # skewed: b runs nothing
-    c.on_settings(c.limits, preferred_check_s=10.0, max_imbalance=1)
+    c.on_settings(c.operations.limits, preferred_check_s=10.0, max_imbalance=1)
     assert c.on_tick() == [] and c.state is GroupState.STABLE  # not yet time
     clock.advance(10.0)
     c.on_tick()
