@@ -2,44 +2,51 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
-from tests.xdist_support import EXCLUSIVE, exclusive, work_unit
+from tests.xdist_support import EXCLUSIVE, EXCLUSIVE_PATHS, SHARED_PATHS, exclusive, work_unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _test_ids(path: str) -> list[str]:
+    """The ids of a test file's module-level test functions, read from its source."""
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    return [f"{path}::{n.name}" for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+
+
+@pytest.mark.parametrize("prefix", EXCLUSIVE_PATHS)
+def test_every_exclusive_path_forms_the_exclusive_unit(prefix: str) -> None:
+    nodeid = prefix + ("x.py::test_x" if prefix.endswith("/") else "test_x" if prefix.endswith("::") else "")
+    assert exclusive(nodeid) and work_unit(nodeid) == EXCLUSIVE
 
 
 @pytest.mark.parametrize(
     "nodeid",
     [
-        "tests/e2e/test_spark_ha.py::test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once",
         "tests/e2e/test_chaos.py::test_process_brokers_with_spark_pipelines_exactly_once",
+        "tests/e2e/test_chaos.py::test_process_brokers_with_wedged_stops_halt_before_their_tasks_move_and_come_back",
         "tests/e2e/test_chaos.py::test_faults_inside_a_three_server_ensemble_keep_every_invariant",
-        "tests/e2e/test_docker.py::test_cluster_up_kill_a_broker_restart_policy_and_down",
-        "tests/integration/test_hard_fence.py::test_x",
-        "tests/integration/test_group_protocol.py::test_kill_dash_nine_of_a_worker_process",
+        "tests/e2e/test_spark_ha.py::test_pipelines_ride_out_a_master_failover_and_a_worker_loss_exactly_once",
     ],
 )
-def test_heavy_and_timing_sensitive_tests_form_the_exclusive_unit(nodeid: str) -> None:
-    assert exclusive(nodeid)
+def test_chaos_with_processes_or_an_ensemble_and_spark_stay_exclusive(nodeid: str) -> None:
     assert work_unit(nodeid) == EXCLUSIVE
 
 
-@pytest.mark.parametrize(
-    "nodeid",
-    [
-        "tests/e2e/test_chaos.py::test_in_process_chaos_run_through_the_cli_keeps_every_invariant",
-        "tests/e2e/test_chaos.py::test_in_process_brokers_with_wedged_stops_are_killed_and_restarted",
-        "tests/e2e/test_chaos.py::test_a_worker_without_its_fence_is_caught",
-        "tests/e2e/test_chaos.py::test_ghost_members_and_rewritten_reports_under_reconcile_change_nothing_that_runs",
-    ],
-)
-def test_in_process_chaos_runs_share_the_machine_as_a_unit_of_their_file(nodeid: str) -> None:
-    assert not exclusive(nodeid)
-    assert work_unit(nodeid) == "tests/e2e/test_chaos.py"
+def test_every_shared_path_names_tests_that_exist_and_share_as_a_unit_of_their_file() -> None:
+    """A renamed test must not fall silently out of (or into) the exclusive unit."""
+    for prefix in SHARED_PATHS:
+        path = prefix.split("::", 1)[0]
+        matched = [i for i in _test_ids(path) if i.startswith(prefix)]
+        assert matched, f"{prefix} names no test"
+        for nodeid in matched:
+            assert not exclusive(nodeid) and work_unit(nodeid) == path
 
 
 def test_any_other_test_is_a_unit_of_its_file() -> None:
-    assert (
-        work_unit("tests/integration/test_group_protocol.py::test_join[3]")
-        == "tests/integration/test_group_protocol.py"
-    )
     assert work_unit("tests/unit/test_layout.py::test_paths") == "tests/unit/test_layout.py"
+    assert work_unit("tests/unit/test_layout.py::test_paths[3]") == "tests/unit/test_layout.py"
