@@ -13,6 +13,9 @@ mark that silently stops grouping would let the heavy tests starve each other ag
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from typing import Any
+
 from xdist.scheduler import LoadScopeScheduling
 
 EXCLUSIVE = "exclusive"
@@ -49,9 +52,24 @@ def work_unit(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+class ExclusiveFirst(OrderedDict[str, Any]):
+    """A work queue that keeps the exclusive unit at its head, whatever order the units come in."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        if key == EXCLUSIVE:
+            self.move_to_end(key, last=False)
+
+
 class TierScheduling(LoadScopeScheduling):
     """xdist's scope scheduling (largest unit first, more work to a process once it is nearly idle), with
-    ``work_unit`` as the scope."""
+    ``work_unit`` as the scope, except that the exclusive unit goes first: it is the longest by far (the
+    suite's wall time is its length), and by its number of tests alone it would queue behind large files
+    of fast unit tests."""
+
+    def __init__(self, config: Any, log: Any = None) -> None:
+        super().__init__(config, log)
+        self.workqueue = ExclusiveFirst()
 
     def _split_scope(self, nodeid: str) -> str:
         return work_unit(nodeid)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.xdist_support import EXCLUSIVE, EXCLUSIVE_PATHS, SHARED_PATHS, exclusive, work_unit
+from tests.xdist_support import EXCLUSIVE, EXCLUSIVE_PATHS, SHARED_PATHS, ExclusiveFirst, exclusive, work_unit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,3 +50,18 @@ def test_every_shared_path_names_tests_that_exist_and_share_as_a_unit_of_their_f
 def test_any_other_test_is_a_unit_of_its_file() -> None:
     assert work_unit("tests/unit/test_layout.py::test_paths") == "tests/unit/test_layout.py"
     assert work_unit("tests/unit/test_layout.py::test_paths[3]") == "tests/unit/test_layout.py"
+
+
+def test_the_exclusive_unit_heads_the_work_queue_whatever_order_units_come_in() -> None:
+    """xdist fills its queue largest unit first: a file of many fast unit tests would come before the
+    exclusive unit, which bounds the suite's wall time and must start at once."""
+    queue = ExclusiveFirst()
+    for unit in ("tests/unit/test_spec_changes.py", "tests/unit/test_cli_help.py", EXCLUSIVE, "tests/unit/test_a.py"):
+        queue[unit] = {}
+    assert list(queue) == [
+        EXCLUSIVE,
+        "tests/unit/test_spec_changes.py",
+        "tests/unit/test_cli_help.py",
+        "tests/unit/test_a.py",
+    ]
+    assert queue.popitem(last=False)[0] == EXCLUSIVE
