@@ -24,6 +24,15 @@ def test_every_exclusive_path_forms_the_exclusive_unit(prefix: str) -> None:
     assert exclusive(nodeid) and work_unit(nodeid) == EXCLUSIVE
 
 
+@pytest.mark.parametrize("prefix", EXCLUSIVE_PATHS)
+def test_every_exclusive_path_names_a_folder_a_file_or_tests_that_exist(prefix: str) -> None:
+    """A test file moved or renamed must take its entry along, or its tests would silently share the machine."""
+    path, _, name = prefix.partition("::")
+    assert (REPO / path).exists(), f"{prefix}: no {path}"
+    if name:
+        assert any(i.startswith(prefix) for i in _test_ids(path)), f"{prefix} names no test"
+
+
 @pytest.mark.parametrize(
     "nodeid",
     [
