@@ -62,11 +62,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked slow runs in the exclusive unit of ``make test`` (tests/xdist_support.py): say so if not."""
-    from tests.xdist_support import EXCLUSIVE_PATHS
+    from tests.xdist_support import exclusive
 
-    stray = [i.nodeid for i in items if i.get_closest_marker("slow") and not i.nodeid.startswith(EXCLUSIVE_PATHS)]
+    stray = [i.nodeid for i in items if i.get_closest_marker("slow") and not exclusive(i.nodeid)]
     if stray:
-        raise pytest.UsageError(f"marked slow but not in tests/xdist_support.py's EXCLUSIVE_PATHS: {stray}")
+        raise pytest.UsageError(
+            f"marked slow but not exclusive (tests/xdist_support.py's EXCLUSIVE_PATHS, SHARED_PATHS): {stray}"
+        )
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -124,6 +124,53 @@ def spark(spark_runner: Any) -> Any:
     return spark_runner.session()
 
 
+@pytest.fixture
+def spark_env(cli_env: dict[str, str]) -> dict[str, str]:
+    """``cli_env`` for broker processes on the spark runner, once Java and Spark are known to be there."""
+    require_spark()
+    return cli_env
+
+
+@dataclass(frozen=True)
+class SparkWorkerCluster:
+    """A controller and one spark worker in this process, and an admin client on their root."""
+
+    admin: Any
+    worker: Any
+
+
+@pytest.fixture
+def spark_worker(
+    zk: Any, zk_settings: Any, layout: Any, tmp_path: Path, spark_runner: Any
+) -> Iterator[SparkWorkerCluster]:
+    """A controller and one worker ``sb0`` on the spark runner, its checkpoints under ``tmp_path/ck``. The
+    worker's runner shares ``spark_runner``'s session (reference counted: closing it keeps the session's JVM for
+    the other tests); everything is stopped afterwards, also when the test fails."""
+    from broker_sim.runners.spark import SparkRunner
+    from broker_sim.worker import Worker, WorkerConfig
+    from controller.admin import AdminClient
+    from controller.daemon import Controller, ControllerConfig
+    from controller.protocol.group.vocabulary import GroupConfig
+
+    ck = tmp_path / "ck"
+    runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(ck))
+    ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=10.0))).start()
+    worker = None
+    try:
+        assert ctl.wait_active(15)
+        config = WorkerConfig(
+            "sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark", checkpoint_root=str(ck)
+        )
+        worker = Worker(config, runner=runner).start()
+        yield SparkWorkerCluster(AdminClient(zk, layout), worker)
+    finally:
+        if worker is not None:
+            worker.stop()
+        else:
+            runner.close()
+        ctl.stop()
+
+
 # ---- a runner in a child process -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ChildResult:

@@ -11,8 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from broker_sim.runners.procs import process_alive
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
@@ -21,7 +19,7 @@ from controller.protocol.tasks.spec import parse_spec
 from controller.protocol.tasks.storage import cluster_dir
 from tests.broker_processes import BrokerProcess, first_owner_after
 from tests.cli_support import until
-from tests.spark_support import TEST_CONF, require_spark
+from tests.spark_support import TEST_CONF
 
 SESSION_S = 8.0
 
@@ -76,12 +74,6 @@ def _note_death(pid: int, gone: dict[str, float]) -> None:
         time.sleep(0.01)
     if not process_alive(pid):
         gone["jvm"] = time.monotonic()
-
-
-@pytest.fixture
-def spark_env(cli_env):
-    require_spark()
-    return cli_env
 
 
 def test_a_paused_broker_cannot_commit_batches_past_its_deadline(controller, zk, zk_hosts, layout, spark_env, tmp_path):

@@ -43,12 +43,6 @@ SESSION_S = 8.0
 HOG_SQL = "SELECT value, size(sequence(0, value * 0 + 200000000)) AS n FROM input"
 
 
-@pytest.fixture
-def spark_env(cli_env):
-    require_spark()
-    return cli_env
-
-
 def _status(zk, layout, t: str) -> task_records.TaskStatus | None:
     try:
         data, _ = zk.get(layout.status(t))

@@ -39,12 +39,6 @@ from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, require_spar
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-@pytest.fixture
-def spark_env(cli_env):
-    require_spark()
-    return cli_env
-
-
 def _guard_of(broker_pid: int) -> psutil.Process:
     """The lease guard watching broker ``broker_pid``'s lease file (named ``<id>-<pid>.json``)."""
     for proc in psutil.process_iter(["cmdline"]):

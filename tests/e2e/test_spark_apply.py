@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker_sim.runners.spark import SparkRunner
 from broker_sim.sim.datagen import DatagenConfig, generate
-from broker_sim.worker import Worker, WorkerConfig
-from controller.admin import AdminClient, Conflict
+from controller.admin import Conflict
 from controller.admin.task_apply import StaleVersion
-from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.records import codecs, group_messages, task_records
 from controller.protocol.tasks.spec import parse_spec
-from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, wait_for
+from tests.spark_support import SparkWorkerCluster, files_task, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,32 +27,6 @@ OLD_SQL = "SELECT id, key FROM input"
 NEW_SQL = "SELECT id, key, id * 2 AS twice FROM input"
 #: an in-place restart on a warm Spark session: stop the query, start it again from the checkpoint
 RESTART_BOUND_S = 30.0
-
-
-@pytest.fixture
-def cluster(
-    zk,
-    zk_settings,
-    layout,
-    tmp_path,
-    spark_runner: SparkRunner,
-) -> Iterator[tuple[AdminClient, Worker]]:
-    ck = tmp_path / "ck"
-    runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(ck))
-    ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=10.0))).start()
-    worker = None
-    try:
-        assert ctl.wait_active(15)
-        worker = Worker(
-            WorkerConfig("sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark"), runner=runner
-        ).start()
-        yield AdminClient(zk, layout), worker
-    finally:
-        if worker is not None:
-            worker.stop()
-        else:
-            runner.close()
-        ctl.stop()
 
 
 def rows(spark: Any, out: Path) -> list[Any]:
@@ -81,8 +50,10 @@ def placement(zk, layout, task_id: str) -> tuple[int, int, str]:
     return stat.czxid, state.generation, codecs.decode(task_records.OwnerInfo, data).broker
 
 
-def test_apply_a_new_column_in_place_exactly_once(cluster, zk, layout, spark: Any, tmp_path: Path) -> None:
-    admin, worker = cluster
+def test_apply_a_new_column_in_place_exactly_once(
+    spark_worker: SparkWorkerCluster, zk, layout, spark: Any, tmp_path: Path
+) -> None:
+    admin, worker = spark_worker.admin, spark_worker.worker
     src, out = tmp_path / "in", tmp_path / "out"
     generate(DatagenConfig(str(src), records=300, batch=50))
     spec_v1 = parse_spec(files_task("ap", src, out, OLD_SQL, max_files=2))

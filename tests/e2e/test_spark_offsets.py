@@ -18,46 +18,17 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker_sim.runners.spark import SparkRunner
 from broker_sim.sim.datagen import DatagenConfig, generate
-from broker_sim.worker import Worker, WorkerConfig
-from controller.admin import AdminClient
-from controller.daemon import Controller, ControllerConfig
-from controller.protocol.group.vocabulary import GroupConfig
 from controller.protocol.tasks.spec import parse_spec
 from controller.protocol.tasks.storage import ResetTarget
-from tests.spark_support import TEST_CONF, TEST_MASTER, files_task, sink_ids, wait_for
+from tests.spark_support import SparkWorkerCluster, files_task, sink_ids, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(zk, zk_settings, layout, tmp_path, spark_runner: SparkRunner) -> Iterator[AdminClient]:
-    """A controller and one spark worker; the worker's runner shares ``spark_runner``'s session (reference
-    counted: closing it keeps the session's JVM for the other tests)."""
-    ck = tmp_path / "ck"
-    runner = SparkRunner(spark_master=TEST_MASTER, spark_conf=dict(TEST_CONF), checkpoint_root=str(ck))
-    ctl = Controller(ControllerConfig("ctl", zk_settings, GroupConfig(rebalance_timeout_s=10.0))).start()
-    worker = None
-    try:
-        assert ctl.wait_active(15)
-        config = WorkerConfig(
-            "sb0", zk_settings, status_interval_s=0.2, on_halt="kill", runner="spark", checkpoint_root=str(ck)
-        )
-        worker = Worker(config, runner=runner).start()
-        yield AdminClient(zk, layout)
-    finally:
-        if worker is not None:
-            worker.stop()
-        else:
-            runner.close()
-        ctl.stop()
 
 
 def counts(spark: Any, out: Path) -> Counter[int]:
@@ -68,8 +39,10 @@ def counts(spark: Any, out: Path) -> Counter[int]:
     return Counter(sink_ids(spark, out))
 
 
-def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient, spark: Any, tmp_path: Path) -> None:
-    admin = cluster
+def test_stop_offsets_and_resets_keep_the_sink_exactly_once(
+    spark_worker: SparkWorkerCluster, spark: Any, tmp_path: Path
+) -> None:
+    admin = spark_worker.admin
     src, out = tmp_path / "in", tmp_path / "out"
     generate(DatagenConfig(str(src), records=300, batch=50))  # six files
     everything = Counter(range(300))
@@ -120,14 +93,14 @@ def test_stop_offsets_and_resets_keep_the_sink_exactly_once(cluster: AdminClient
 
 
 def test_a_reset_from_a_cli_that_cannot_read_the_checkpoint_replays_exactly_once(
-    cluster: AdminClient,
+    spark_worker: SparkWorkerCluster,
     spark: Any,
     tmp_path: Path,
     cli_env: dict[str, str],
 ) -> None:
     """The CLI runs elsewhere (its own working and state dirs) and may not open anything under the broker's
     checkpoint root, nor under the sink: the reset is carried out by the broker that ran the task."""
-    admin = cluster
+    admin = spark_worker.admin
     src, out = tmp_path / "in", tmp_path / "out"
     generate(DatagenConfig(str(src), records=200, batch=50))
     everything = Counter(range(200))
