@@ -29,7 +29,7 @@ def _stable(limit: int) -> tuple[GroupCoordinator, FakeClock]:
     c.on_tasks({t: TaskDescriptor(task_id=t) for ts in START.values() for t in ts})
     c.on_members({m: _req(m, 1, 0) for m in START})
     c.on_proposal(SyncProposal(generation=c.generation, leader=c.leader, assigned=START))
-    c.moving.clear()
+    c.operations.moving.clear()
     c.on_settings(MoveLimits(max_moves=limit), preferred_check_s=0, max_imbalance=0)
     assert c.state is GroupState.STABLE
     return c, clock
@@ -40,7 +40,7 @@ def _round(c: GroupCoordinator) -> dict[str, str]:
     jg = c.join_generation
     c.on_members({m: _req(m, jg, c.generation) for m in START})
     members = [MemberMetadata(member_id=m) for m in sorted(START)]
-    target = get_assignor("load-balanced").assign(members, c.descriptors(c.members), c.assignment)
+    target = get_assignor("load-balanced").assign(members, c.operations.descriptors(c.members), c.assignment)
     c.on_proposal(SyncProposal(generation=c.generation, leader=c.leader, assigned=target))
     return {t: m for m, ts in c.assignment.items() for t in ts}
 
@@ -61,4 +61,4 @@ def test_an_absurd_report_moves_no_more_than_the_throttle_allows() -> None:
     moved = {t for t, m in after.items() if before[t] != m}
     assert 0 < len(moved) <= 2, moved  # the throttle's wave, not everything the claim asked for
     assert moved <= set(START["liar"])  # only tasks of the claim move; the others stay where they run
-    assert len(c.moving) == len(moved)
+    assert len(c.operations.moving) == len(moved)
