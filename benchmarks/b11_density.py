@@ -1,19 +1,21 @@
 """B11 density: how many streaming pipelines one broker carries before their batches fall behind.
 
-One Spark runner (what a broker runs: its shared SparkSession on ``local[1]``, or one driver process per
-pipeline with ``isolation: process``) takes N pipelines, each a files source (JSON) -> SQL -> parquet on a 5 s
-trigger, fed by a feeder thread that drops one small file into each source every trigger interval. After a
-warm-up, every second each pipeline's last batch duration (``batch_ms`` in its status) is read for the rest of
-the point; a pipeline keeps up when 9 of its batches in 10 took less than one trigger interval (a lone slow
-batch, a collection on a busy machine, does not put it behind; a pipeline whose batches keep taking longer
-than its trigger does fall behind). N grows (1, 2, 4, ...)
-until a point where some pipeline falls behind, or memory would run out, or the sizes end: the knee is the
-largest N at which every pipeline kept up. Resident memory per pipeline: the shared driver JVM's RSS over N,
-an isolated pipeline's driver (its Python and its JVM).
+One Spark runner as a broker has it (its shared SparkSession on ``local[N]``, N the machine's cores, or one
+driver process per pipeline with ``isolation: process``) takes N pipelines, each a files source (JSON) -> SQL
+-> parquet on a 5 s trigger, fed by a feeder thread that drops one small file into each source every trigger
+interval. After a warm-up, each pipeline's status is read as often as a broker's status thread reads it, and
+its last batch duration (``batch_ms``) kept; a pipeline keeps up when 9 of its batches in 10 took less than one
+trigger interval (a lone slow batch, a collection on a busy machine, does not put it behind; a pipeline whose
+batches keep taking longer than its trigger does fall behind). A point ends early once a pipeline can no longer
+make that. N grows through the sizes until a point where some pipeline falls behind, or memory would run
+out, or the sizes end: the knee is the largest N at which every pipeline kept up. Per point also: the CPU the
+drivers spent a batch (with the commands they forked), Spark's split of a shared pipeline's batch, and the
+resident memory per pipeline (the shared driver JVM's RSS over N; an isolated pipeline's driver, its Python
+and its JVM).
 
 ``python -m benchmarks --only B11`` (5 minutes a point) or ``--quick`` (40 s a point, small sizes);
-``B11_POINT_S``, ``B11_SHARED``/``B11_ISOLATED`` (comma-separated sizes) and ``B11_MASTER`` (default
-``local[1]``: one executor slot, as the tests' brokers; ``local[2]`` gives it both cores) change them.
+``B11_POINT_S``, ``B11_SHARED``/``B11_ISOLATED`` (comma-separated sizes) and ``B11_MASTER`` (default: the
+broker's, ``local[N]``) change them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ FULL_ISOLATED = (1, 2, 3, 4, 6)
 QUICK_SHARED = (1, 2, 4)
 QUICK_ISOLATED = (1, 2)
 MIN_FREE_MB = 1500  # a point is not started when less than this would be left after its drivers
+POLL_S = 0.5  # a broker's status thread reads each pipeline's status this often (WorkerConfig.status_interval_s)
+
+
+def _master() -> str:
+    """What a broker runs on by default: ``local[N]`` with N the machine's cores (``B11_MASTER`` changes it)."""
+    from broker_sim.runners.spark_session import local_master
+
+    return os.environ.get("B11_MASTER") or local_master()
 
 
 def _sizes(env: str, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -105,22 +115,49 @@ def _spec(task_id: str, src: Path, out: Path, isolation: str) -> Any:
     )
 
 
+def _cpu_s(pid: int, children: bool) -> float:
+    """CPU seconds of a process, with the commands it ran and waited for (a JVM's forked ``chmod``s count), and
+    with ``children``: its process tree (an isolated driver's Python and its JVM)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)] if children else [proc]
+        total = 0.0
+        for p in procs:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+def _behind_for_good(values: list[int], point_s: float) -> bool:
+    """Whether a pipeline has already lost the point: more of its batches over the trigger than one in ten of
+    all it could run in the point (its 90th percentile can no longer come under the trigger)."""
+    most = point_s / TRIGGER_S + 1
+    return sum(1 for v in values if v >= TRIGGER_S * 1000) > 0.1 * most
+
+
 def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench) -> dict[str, Any]:
-    """N pipelines on one runner for ``point_s`` after ``warmup_s``: each one's batch durations, and the RSS."""
+    """N pipelines on one runner for ``point_s`` after ``warmup_s``: each one's batch durations, the CPU the
+    drivers spent a batch, where a shared pipeline's batch spent its time (Spark's split), and the RSS. A
+    point ends early once some pipeline cannot keep up any more (``_behind_for_good``)."""
     from broker_sim.runners.spark import SparkRunner
 
     work = Path(tempfile.mkdtemp(prefix=f"zkc-b11-{isolation}-{n}-"))
-    conf = {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"}
-    master = os.environ.get("B11_MASTER", "local[1]")
-    runner = SparkRunner(spark_master=master, spark_conf=conf, checkpoint_root=str(work / "ckpt"))
+    conf = {"spark.driver.memory": "1g", "spark.ui.enabled": "false"}
+    runner = SparkRunner(spark_master=_master(), spark_conf=conf, checkpoint_root=str(work / "ckpt"))
     dirs = [work / "in" / f"p{i:03d}" for i in range(n)]
     for d in dirs:
         d.mkdir(parents=True)
     feeder = Feeder(dirs)
     feeder.feed_once()
     batches: dict[str, list[int]] = {f"p{i:03d}": [] for i in range(n)}
+    phases: dict[str, list[int]] = {}
     seen: dict[str, Any] = {}
     t_start = time.monotonic()
+    ended_early = False
     try:
         runner.warm_up()
         for i, d in enumerate(dirs):
@@ -128,9 +165,11 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
         started_s = time.monotonic() - t_start
         feeder.start()
         time.sleep(warmup_s)  # (the first batches compile and plan: not what a running pipeline costs)
+        pids, groups = runner.processes()
+        cpu0 = _cpu_of(pids, groups) + _cpu_s(os.getpid(), children=False)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < point_s:
-            time.sleep(1.0)
+        while time.monotonic() - t0 < point_s and not ended_early:
+            time.sleep(POLL_S)  # as often as a broker's status thread reads its pipelines
             for t in batches:
                 st = runner.status(t)
                 bid, ms = st.metrics.get("last_batch_id"), st.metrics.get("batch_ms")
@@ -139,7 +178,12 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
                 elif bid is not None and isinstance(ms, int) and seen.get(t) != bid:
                     seen[t] = bid
                     batches[t].append(ms)
+                    for k, v in runner.batch_phases(t).items():
+                        phases.setdefault(k, []).append(v)
+            ended_early = any(_behind_for_good(v, point_s) for v in batches.values())
+        measured_s = time.monotonic() - t0
         pids, groups = runner.processes()
+        cpu_s = _cpu_of(pids, groups) + _cpu_s(os.getpid(), children=False) - cpu0
         shared_rss = sum(_rss_mb(p, children=False) for p in pids)
         isolated = [_rss_mb(g, children=True) for g in groups]
     finally:
@@ -147,27 +191,38 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
         runner.close()
     worst = {t: max(v, default=None) for t, v in batches.items()}
     p90 = {t: _p90(v) for t, v in batches.items()}
-    kept_up = all(w is not None and w < TRIGGER_S * 1000 for w in p90.values())
+    kept_up = not ended_early and all(w is not None and w < TRIGGER_S * 1000 for w in p90.values())
     per_pipeline = (shared_rss / n) if isolation == "shared" else (statistics.median(isolated) if isolated else None)
+    seen_n = sum(len(v) for v in batches.values())
     doc = {
         "isolation": isolation,
         "pipelines": n,
         "kept_up": kept_up,
+        "ended_early": ended_early,
+        "measured_s": round(measured_s, 1),
         "worst_batch_ms": max((w for w in worst.values() if w is not None), default=None),
         "p90_batch_ms": max((w for w in p90.values() if w is not None), default=None),
         "median_batch_ms": statistics.median([b for v in batches.values() for b in v] or [0]),
-        "batches_seen": sum(len(v) for v in batches.values()),
+        "batches_seen": seen_n,
+        "cpu_s_per_batch": round(cpu_s / seen_n, 3) if seen_n else None,
+        "cpu_cores_used": round(cpu_s / measured_s, 2) if measured_s > 0 else None,
+        "phases_mean_ms": {k: round(statistics.mean(v)) for k, v in sorted(phases.items())},
         "rss_per_pipeline_mb": round(per_pipeline, 1) if per_pipeline else None,
         "shared_jvm_rss_mb": round(shared_rss, 1),
         "isolated_rss_mb": [round(x, 1) for x in sorted(isolated)],
         "start_all_s": round(started_s, 1),
+        "load_average": round(os.getloadavg()[0], 1),
     }
     bench.log(
         f"{isolation} × {n}: {'kept up' if kept_up else 'FELL BEHIND'}, p90 batch {doc['p90_batch_ms']} ms "
-        f"(worst {doc['worst_batch_ms']}), "
-        f"{doc['rss_per_pipeline_mb']} MB a pipeline"
+        f"(worst {doc['worst_batch_ms']}), {doc['rss_per_pipeline_mb']} MB a pipeline, "
+        f"{doc['cpu_s_per_batch']} CPU-s a batch ({doc['cpu_cores_used']} cores), load {doc['load_average']}"
     )
     return doc
+
+
+def _cpu_of(pids: set[int], groups: set[int]) -> float:
+    return sum(_cpu_s(p, children=False) for p in pids) + sum(_cpu_s(g, children=True) for g in groups)
 
 
 def _p90(values: list[int]) -> int | None:
@@ -246,7 +301,7 @@ def run(bench: Bench) -> dict[str, Any]:
     doc = {
         "point_s": point_s,
         "trigger_s": TRIGGER_S,
-        "master": os.environ.get("B11_MASTER", "local[1]"),
+        "master": _master(),
         "shared": shared,
         "isolated": isolated,
         "knee_shared": k_shared,

@@ -29,6 +29,10 @@ POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000
 MAX_TRACE_CHARS = 16000
 RATE_HISTORY = 20
+#: how stale a running query's "still active" may be in its status: the listener says at once when a query
+#: ends, so the JVM is asked only this often (a broker polls every pipeline twice a second, and three JVM
+#: round trips a poll were most of what a steady pipeline cost its broker outside Spark)
+ACTIVE_CHECK_S = 2.0
 #: what a running pipeline's status says while its application has no executor on a standalone cluster (a
 #: worker lost, the cluster recovering): it stays on its broker and waits for the engine, nothing moves it
 ENGINE_WAITING = "waiting for the engine: no Spark executor"
@@ -66,6 +70,9 @@ class Progress:
     batch_ms: int | None = None
     load_share: float | None = None
     last_batch_mono: float | None = None
+    #: where the last batch's time went, Spark's own split (``durationMs``: latestOffset, getBatch,
+    #: queryPlanning, addBatch, walCommit, commitOffsets, triggerExecution): not reported, read by profiling
+    phases_ms: tuple[tuple[str, int], ...] = ()
 
     def add(self, p: Any, trigger_s: float | None = None, now: float | None = None) -> Progress:
         rate = round(float(p.inputRowsPerSecond or 0.0), 3)
@@ -83,6 +90,7 @@ class Progress:
             batch_ms=batch_ms,
             load_share=round(share, 4),
             last_batch_mono=now,
+            phases_ms=_phases(getattr(p, "durationMs", None)),
         )
 
     def metrics(self) -> dict[str, Any]:
@@ -97,6 +105,20 @@ class Progress:
             "batch_ms": self.batch_ms,
             "load_share": self.load_share,
         }
+
+
+MAX_PHASES = 16
+SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+
+
+def _phases(raw: Any) -> tuple[tuple[str, int], ...]:
+    """A progress event's ``durationMs``: at most ``MAX_PHASES`` (name, whole ms) pairs, Spark's known phases
+    first, the rest by name."""
+    if not isinstance(raw, dict):
+        return ()
+    out = [(str(k)[:40], int(v)) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    out.sort(key=lambda kv: (kv[0] not in SPARK_PHASES, kv[0]))
+    return tuple(out[:MAX_PHASES])
 
 
 def spark_error(exc: BaseException) -> tuple[str, str]:
@@ -232,7 +254,7 @@ class _Listener:
                 pass
 
             def onQueryTerminated(self, event: Any) -> None:
-                pass
+                run._on_terminated(event)
 
         return Listener()
 
@@ -274,6 +296,11 @@ class StreamingRun:
         self._session: Any = None
         self._context: Any = None
         self._listener: Any = None
+        self._query_id: str | None = None
+        self._run_id: str | None = None
+        #: set by the listener when the query ends; the monotonic time the JVM last said it was active
+        self._terminated = threading.Event()
+        self._active_at = float("-inf")
         #: set once ``stop`` begins: a query it stopped is inactive with no error, which is not a completion
         self._stopping = threading.Event()
         source = pipeline.source
@@ -286,6 +313,26 @@ class StreamingRun:
             last = self._progress.last_batch_id
             if last is None or p.batchId > last:  # once per batch: the listener and reconcile may both see it
                 self._progress = self._progress.add(p, self._trigger_s, time.monotonic())
+
+    def phases(self) -> dict[str, int]:
+        """Spark's split of the last batch's duration (empty before the first batch)."""
+        with self._lock:
+            return dict(self._progress.phases_ms)
+
+    def _on_terminated(self, event: Any) -> None:
+        if self._run_id is None or str(event.runId) == self._run_id:
+            self._terminated.set()
+
+    def _still_active(self) -> bool:
+        """Whether the query runs, asking the JVM at most every ``ACTIVE_CHECK_S`` while the listener has not
+        said it ended (a JVM gone away raises here: the runner reports that as FAILED)."""
+        now = time.monotonic()
+        if not self._terminated.is_set() and now - self._active_at < ACTIVE_CHECK_S:
+            return True
+        active = bool(self._query.isActive)
+        if active and not self._terminated.is_set():
+            self._active_at = now
+        return active
 
     def _reconcile(self) -> None:
         """Fold in progress the (asynchronous) listener has not delivered yet; used once the query ended."""
@@ -347,6 +394,7 @@ class StreamingRun:
             raise _start_error(self.task_id, exc) from exc
         finally:
             sc.setLocalProperty(POOL_PROPERTY, None)
+        self._query_id, self._run_id = str(self._query.id), str(self._query.runId)  # fixed for this run
         self._session = session
         return self
 
@@ -355,14 +403,14 @@ class StreamingRun:
 
     def status(self) -> RunStatus:
         query = self._query
-        active = query.isActive
+        active = self._still_active()
         if not active:
             self._reconcile()
         with self._lock:
             metrics = {"mode": self.mode, **self._progress.metrics()}
         metrics.update(
-            query_id=str(query.id),
-            run_id=str(query.runId),
+            query_id=self._query_id,
+            run_id=self._run_id,
             pool=self.task_id,
             uptime_s=round(time.monotonic() - self.started, 3),
         )
