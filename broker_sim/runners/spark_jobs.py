@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
+from broker_sim.runners.spark_listener import JsonEvents, make_listener
 from controller.protocol.errors import ZkcError
 from controller.protocol.records.task_records import MAX_FAILURE_KIND_CHARS
 from controller.protocol.tasks.failure_trace import bound_trace
@@ -236,29 +237,6 @@ def build_frame(session: Any, task_id: str, pipeline: SparkPipeline, streaming: 
         raise _start_error(task_id, exc) from exc
 
 
-class _Listener:
-    """Folds the query's progress events into ``Progress``; created lazily (needs pyspark imported)."""
-
-    @staticmethod
-    def make(run: StreamingRun) -> Any:
-        from pyspark.sql.streaming.listener import StreamingQueryListener
-
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                run._on_progress(event.progress)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                run._on_terminated(event)
-
-        return Listener()
-
-
 def _local_missing(path: str) -> bool:
     """A local input directory that does not exist yet (its frame cannot be resolved without creating it)."""
     parsed = urlparse(path)
@@ -307,7 +285,7 @@ class StreamingRun:
         self._backlog = FileBacklog.of(source.path, checkpoint) if isinstance(source, FilesSource) else None
 
     def _on_progress(self, p: Any) -> None:
-        if self._query is not None and str(p.id) != str(self._query.id):
+        if self._query_id is not None and str(p.id) != self._query_id:
             return
         with self._lock:
             last = self._progress.last_batch_id
@@ -319,8 +297,8 @@ class StreamingRun:
         with self._lock:
             return dict(self._progress.phases_ms)
 
-    def _on_terminated(self, event: Any) -> None:
-        if self._run_id is None or str(event.runId) == self._run_id:
+    def _on_terminated(self, run_id: str) -> None:
+        if self._run_id is None or run_id in ("", self._run_id):  # (unreadable: ask the JVM at the next status)
             self._terminated.set()
 
     def _still_active(self) -> bool:
@@ -382,7 +360,7 @@ class StreamingRun:
         if writer is None:
             frame = build_frame(session, self.task_id, self.pipeline, streaming=True)
             writer = self._writer(frame, self.task_id, self.pipeline, self.checkpoint)
-        self._listener = _Listener.make(self)
+        self._listener = make_listener(JsonEvents(self._on_progress, self._on_terminated))
         session.streams.addListener(self._listener)
         sc = spark.sparkContext
         self._context = sc
