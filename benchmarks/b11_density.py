@@ -34,10 +34,10 @@ NAME = "b11_density"
 TITLE = "B11 density: pipelines per broker"
 TRIGGER_S = 5.0
 ROWS_PER_FILE = 50
-FULL_SHARED = (1, 2, 4, 8, 12, 16, 24, 32)
-FULL_ISOLATED = (1, 2, 3, 4, 6)
+FULL_ISOLATED = (2, 3, 4)
 QUICK_SHARED = (1, 2, 4)
 QUICK_ISOLATED = (1, 2)
+GOAL = 5  # the shared session should carry this many times the isolated drivers' pipelines
 MIN_FREE_MB = 1500  # a point is not started when less than this would be left after its drivers
 POLL_S = 0.5  # a broker's status thread reads each pipeline's status this often (WorkerConfig.status_interval_s)
 
@@ -205,7 +205,7 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
         "median_batch_ms": statistics.median([b for v in batches.values() for b in v] or [0]),
         "batches_seen": seen_n,
         "cpu_s_per_batch": round(cpu_s / seen_n, 3) if seen_n else None,
-        "cpu_cores_used": round(cpu_s / measured_s, 2) if measured_s > 0 else None,
+        "cores_used": round(cpu_s / measured_s, 2) if measured_s > 0 else None,
         "phases_mean_ms": {k: round(statistics.mean(v)) for k, v in sorted(phases.items())},
         "rss_per_pipeline_mb": round(per_pipeline, 1) if per_pipeline else None,
         "shared_jvm_rss_mb": round(shared_rss, 1),
@@ -216,7 +216,7 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
     bench.log(
         f"{isolation} × {n}: {'kept up' if kept_up else 'FELL BEHIND'}, p90 batch {doc['p90_batch_ms']} ms "
         f"(worst {doc['worst_batch_ms']}), {doc['rss_per_pipeline_mb']} MB a pipeline, "
-        f"{doc['cpu_s_per_batch']} CPU-s a batch ({doc['cpu_cores_used']} cores), load {doc['load_average']}"
+        f"{doc['cpu_s_per_batch']} CPU-s a batch ({doc['cores_used']} cores), load {doc['load_average']}"
     )
     return doc
 
@@ -248,12 +248,41 @@ def sweep(isolation: str, sizes: tuple[int, ...], point_s: float, bench: Bench) 
     return out
 
 
-HEADERS = ("isolation", "pipelines", "kept up", "p90 batch ms", "worst ms", "median ms", "RSS/pipeline MB")
+def goal_sweep(isolated_knee: int, point_s: float, bench: Bench) -> list[dict[str, Any]]:
+    """The shared session where the goal puts it: ``GOAL`` times the isolated knee first; kept up, half as many
+    again above it (how far past the goal); fallen behind, three times the knee (where below the goal the
+    knee is). Two points of 5 minutes instead of a sweep from 1, which would not fit in half an hour."""
+    at_goal = GOAL * max(1, isolated_knee)
+    first = sweep("shared", (at_goal,), point_s, bench)
+    second_n = at_goal + at_goal // 2 if first and first[0]["kept_up"] else 3 * max(1, isolated_knee)
+    return sorted(first + sweep("shared", (second_n,), point_s, bench), key=lambda p: int(p["pipelines"]))
+
+
+HEADERS = (
+    "isolation",
+    "pipelines",
+    "kept up",
+    "p90 batch ms",
+    "worst ms",
+    "median ms",
+    "RSS/pipeline MB",
+    "CPU-s/batch",
+    "cores used",
+    "load avg",
+)
 
 
 def rows_of(points: list[dict[str, Any]]) -> list[list[Any]]:
     """The table's rows, one per point, in ``HEADERS`` order."""
-    keys = ("p90_batch_ms", "worst_batch_ms", "median_batch_ms", "rss_per_pipeline_mb")
+    keys = (
+        "p90_batch_ms",
+        "worst_batch_ms",
+        "median_batch_ms",
+        "rss_per_pipeline_mb",
+        "cpu_s_per_batch",
+        "cores_used",
+        "load_average",
+    )
     return [[p["isolation"], p["pipelines"], "yes" if p["kept_up"] else "no", *(p[k] for k in keys)] for p in points]
 
 
@@ -287,10 +316,12 @@ def _plot(bench: Bench, shared: list[dict[str, Any]], isolated: list[dict[str, A
 
 def run(bench: Bench) -> dict[str, Any]:
     point_s = float(os.environ.get("B11_POINT_S", 40.0 if bench.quick else 300.0))
-    shared_sizes = _sizes("B11_SHARED", QUICK_SHARED if bench.quick else FULL_SHARED)
     isolated_sizes = _sizes("B11_ISOLATED", QUICK_ISOLATED if bench.quick else FULL_ISOLATED)
-    shared = sweep("shared", shared_sizes, point_s, bench)
     isolated = sweep("process", isolated_sizes, point_s, bench)
+    if os.environ.get("B11_SHARED") or bench.quick:
+        shared = sweep("shared", _sizes("B11_SHARED", QUICK_SHARED), point_s, bench)
+    else:
+        shared = goal_sweep(knee(isolated), point_s, bench)
     print(table(HEADERS, rows_of(shared + isolated)))
     k_shared, k_isolated = knee(shared), knee(isolated)
     ended = {
