@@ -7,8 +7,10 @@ interval. After a warm-up, each pipeline's status is read as often as a broker's
 its last batch duration (``batch_ms``) kept; a pipeline keeps up when 9 of its batches in 10 took less than one
 trigger interval (a lone slow batch, a collection on a busy machine, does not put it behind; a pipeline whose
 batches keep taking longer than its trigger does fall behind). A point ends early once a pipeline can no longer
-make that. N grows through the sizes until a point where some pipeline falls behind, or memory would run
-out, or the sizes end: the knee is the largest N at which every pipeline kept up. Per point also: the CPU the
+make that. The knee is the largest N at which every pipeline kept up. Isolated drivers come first, from 3
+down to the first N that keeps up; then the shared session at five times that knee (the goal) and one point
+beside it (``goal_sweep``): five points of 5 minutes fit in about half an hour. Sizes given in the
+environment are swept upwards until one falls behind (or memory would run out). Per point also: the CPU the
 drivers spent a batch (with the commands they forked), Spark's split of a shared pipeline's batch, and the
 resident memory per pipeline (the shared driver JVM's RSS over N; an isolated pipeline's driver, its Python
 and its JVM).
@@ -34,11 +36,12 @@ NAME = "b11_density"
 TITLE = "B11 density: pipelines per broker"
 TRIGGER_S = 5.0
 ROWS_PER_FILE = 50
-FULL_ISOLATED = (2, 3, 4)
+FULL_ISOLATED = (3, 2, 1)  # from the top down: the first that keeps up is the knee
 QUICK_SHARED = (1, 2, 4)
 QUICK_ISOLATED = (1, 2)
 GOAL = 5  # the shared session should carry this many times the isolated drivers' pipelines
 MIN_FREE_MB = 1500  # a point is not started when less than this would be left after its drivers
+FIRST_BATCH_S = 180.0  # the warm-up begins once every pipeline ran its first batch, or after this
 POLL_S = 0.5  # a broker's status thread reads each pipeline's status this often (WorkerConfig.status_interval_s)
 
 
@@ -164,6 +167,7 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
             runner.start(f"p{i:03d}", _spec(f"p{i:03d}", d, work / "out", isolation), 1)
         started_s = time.monotonic() - t_start
         feeder.start()
+        first_batch_s = _first_batches(runner, list(batches), FIRST_BATCH_S)
         time.sleep(warmup_s)  # (the first batches compile and plan: not what a running pipeline costs)
         pids, groups = runner.processes()
         cpu0 = _cpu_of(pids, groups) + _cpu_s(os.getpid(), children=False)
@@ -211,6 +215,7 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
         "shared_jvm_rss_mb": round(shared_rss, 1),
         "isolated_rss_mb": [round(x, 1) for x in sorted(isolated)],
         "start_all_s": round(started_s, 1),
+        "first_batches_s": first_batch_s,
         "load_average": round(os.getloadavg()[0], 1),
     }
     bench.log(
@@ -219,6 +224,17 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
         f"{doc['cpu_s_per_batch']} CPU-s a batch ({doc['cores_used']} cores), load {doc['load_average']}"
     )
     return doc
+
+
+def _first_batches(runner: Any, tasks: list[str], timeout_s: float) -> float | None:
+    """Seconds until every pipeline has run its first batch (an isolated driver's JVM starts and compiles
+    first), at most ``timeout_s``; None if some had not by then (the point then measures them as they are)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if all(runner.status(t).metrics.get("last_batch_id") is not None for t in tasks):
+            return round(time.monotonic() - t0, 1)
+        time.sleep(POLL_S)
+    return None
 
 
 def _cpu_of(pids: set[int], groups: set[int]) -> float:
@@ -243,9 +259,10 @@ def sweep(isolation: str, sizes: tuple[int, ...], point_s: float, bench: Bench) 
             break
         doc = point(n, isolation, point_s, warmup_s=min(30.0, max(20.0, point_s / 4)), bench=bench)
         out.append(doc)
-        if not doc["kept_up"]:
+        descending = len(sizes) > 1 and sizes[0] > sizes[-1]
+        if doc["kept_up"] == descending:  # upwards: the first to fall behind ends it; downwards: the first to keep up
             break
-    return out
+    return sorted(out, key=lambda p: int(p["pipelines"]))
 
 
 def goal_sweep(isolated_knee: int, point_s: float, bench: Bench) -> list[dict[str, Any]]:
@@ -326,7 +343,7 @@ def run(bench: Bench) -> dict[str, Any]:
     k_shared, k_isolated = knee(shared), knee(isolated)
     ended = {
         "shared": "fell behind" if shared and not shared[-1]["kept_up"] else "sizes ended",
-        "isolated": "fell behind" if isolated and not isolated[-1]["kept_up"] else "sizes ended or memory",
+        "isolated": "fell behind" if isolated and not isolated[-1]["kept_up"] else "sizes ended (a lower bound)",
     }
     ratio = (k_shared / k_isolated) if k_isolated else None
     doc = {
