@@ -162,7 +162,8 @@ def point(n: int, isolation: str, point_s: float, warmup_s: float, bench: Bench)
     t_start = time.monotonic()
     ended_early = False
     try:
-        runner.warm_up()
+        if isolation == "shared":  # (isolated drivers start their own sessions: the broker's stays idle, unstarted)
+            runner.warm_up()
         for i, d in enumerate(dirs):
             runner.start(f"p{i:03d}", _spec(f"p{i:03d}", d, work / "out", isolation), 1)
         started_s = time.monotonic() - t_start
