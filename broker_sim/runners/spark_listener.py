@@ -2,7 +2,7 @@
 
 pyspark's own ``StreamingQueryListener`` turns every progress event into Python objects field by field
 across the py4j gateway, and ends each Java map and list it reads by catching the exception its iterator
-throws, which pyspark then inspects with more calls: about 300 round trips between the driver JVM and
+throws, which pyspark then inspects with more calls: over 400 round trips between the driver JVM and
 Python for one micro-batch of a simple file pipeline, measured as the larger part of the driver's listener
 thread and of what a steady pipeline cost its broker outside Spark (docs/benchmarks-placement.md, B11).
 Here Spark's ``PythonStreamingQueryListener`` interface is implemented directly: a progress event is read as
