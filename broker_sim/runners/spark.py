@@ -287,6 +287,14 @@ class SparkRunner(TaskRunner):
         except Exception as exc:  # the driver JVM went away, say: report it, never crash the caller's loop
             return RunStatus(RunState.FAILED, error=f"cannot read the task's status from Spark: {exc!r}"[:2000])
 
+    def batch_phases(self, task_id: str) -> dict[str, int]:
+        """Where the last batch of a streaming task run in this driver spent its time (Spark's ``durationMs``):
+        for profiling a broker's pipelines; empty for any other task, or before the first batch."""
+        with self._lock:
+            current = self._runs.get(task_id)
+        run = current[1] if current is not None else None
+        return run.phases() if isinstance(run, StreamingRun) else {}
+
     def running(self) -> set[str]:
         with self._lock:
             return set(self._runs)

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from broker_sim.runners.backlog import FileBacklog
 from broker_sim.runners.base import RunState, RunStatus
+from broker_sim.runners.spark_listener import JsonEvents, make_listener
 from controller.protocol.errors import ZkcError
 from controller.protocol.records.task_records import MAX_FAILURE_KIND_CHARS
 from controller.protocol.tasks.failure_trace import bound_trace
@@ -29,6 +30,10 @@ POOL_PROPERTY = "spark.scheduler.pool"
 MAX_ERROR_CHARS = 4000
 MAX_TRACE_CHARS = 16000
 RATE_HISTORY = 20
+#: how stale a running query's "still active" may be in its status: the listener says at once when a query
+#: ends, so the JVM is asked only this often (a broker polls every pipeline twice a second, and three JVM
+#: round trips a poll were most of what a steady pipeline cost its broker outside Spark)
+ACTIVE_CHECK_S = 2.0
 #: what a running pipeline's status says while its application has no executor on a standalone cluster (a
 #: worker lost, the cluster recovering): it stays on its broker and waits for the engine, nothing moves it
 ENGINE_WAITING = "waiting for the engine: no Spark executor"
@@ -66,6 +71,9 @@ class Progress:
     batch_ms: int | None = None
     load_share: float | None = None
     last_batch_mono: float | None = None
+    #: where the last batch's time went, Spark's own split (``durationMs``: latestOffset, getBatch,
+    #: queryPlanning, addBatch, walCommit, commitOffsets, triggerExecution): not reported, read by profiling
+    phases_ms: tuple[tuple[str, int], ...] = ()
 
     def add(self, p: Any, trigger_s: float | None = None, now: float | None = None) -> Progress:
         rate = round(float(p.inputRowsPerSecond or 0.0), 3)
@@ -83,6 +91,7 @@ class Progress:
             batch_ms=batch_ms,
             load_share=round(share, 4),
             last_batch_mono=now,
+            phases_ms=_phases(getattr(p, "durationMs", None)),
         )
 
     def metrics(self) -> dict[str, Any]:
@@ -97,6 +106,20 @@ class Progress:
             "batch_ms": self.batch_ms,
             "load_share": self.load_share,
         }
+
+
+MAX_PHASES = 16
+SPARK_PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+
+
+def _phases(raw: Any) -> tuple[tuple[str, int], ...]:
+    """A progress event's ``durationMs``: at most ``MAX_PHASES`` (name, whole ms) pairs, Spark's known phases
+    first, the rest by name."""
+    if not isinstance(raw, dict):
+        return ()
+    out = [(str(k)[:40], int(v)) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    out.sort(key=lambda kv: (kv[0] not in SPARK_PHASES, kv[0]))
+    return tuple(out[:MAX_PHASES])
 
 
 def spark_error(exc: BaseException) -> tuple[str, str]:
@@ -214,29 +237,6 @@ def build_frame(session: Any, task_id: str, pipeline: SparkPipeline, streaming: 
         raise _start_error(task_id, exc) from exc
 
 
-class _Listener:
-    """Folds the query's progress events into ``Progress``; created lazily (needs pyspark imported)."""
-
-    @staticmethod
-    def make(run: StreamingRun) -> Any:
-        from pyspark.sql.streaming.listener import StreamingQueryListener
-
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                run._on_progress(event.progress)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
-
-        return Listener()
-
-
 def _local_missing(path: str) -> bool:
     """A local input directory that does not exist yet (its frame cannot be resolved without creating it)."""
     parsed = urlparse(path)
@@ -274,18 +274,43 @@ class StreamingRun:
         self._session: Any = None
         self._context: Any = None
         self._listener: Any = None
+        self._query_id: str | None = None
+        self._run_id: str | None = None
+        #: set by the listener when the query ends; the monotonic time the JVM last said it was active
+        self._terminated = threading.Event()
+        self._active_at = float("-inf")
         #: set once ``stop`` begins: a query it stopped is inactive with no error, which is not a completion
         self._stopping = threading.Event()
         source = pipeline.source
         self._backlog = FileBacklog.of(source.path, checkpoint) if isinstance(source, FilesSource) else None
 
     def _on_progress(self, p: Any) -> None:
-        if self._query is not None and str(p.id) != str(self._query.id):
+        if self._query_id is not None and str(p.id) != self._query_id:
             return
         with self._lock:
             last = self._progress.last_batch_id
             if last is None or p.batchId > last:  # once per batch: the listener and reconcile may both see it
                 self._progress = self._progress.add(p, self._trigger_s, time.monotonic())
+
+    def phases(self) -> dict[str, int]:
+        """Spark's split of the last batch's duration (empty before the first batch)."""
+        with self._lock:
+            return dict(self._progress.phases_ms)
+
+    def _on_terminated(self, run_id: str) -> None:
+        if self._run_id is None or run_id in ("", self._run_id):  # (unreadable: ask the JVM at the next status)
+            self._terminated.set()
+
+    def _still_active(self) -> bool:
+        """Whether the query runs, asking the JVM at most every ``ACTIVE_CHECK_S`` while the listener has not
+        said it ended (a JVM gone away raises here: the runner reports that as FAILED)."""
+        now = time.monotonic()
+        if not self._terminated.is_set() and now - self._active_at < ACTIVE_CHECK_S:
+            return True
+        active = bool(self._query.isActive)
+        if active and not self._terminated.is_set():
+            self._active_at = now
+        return active
 
     def _reconcile(self) -> None:
         """Fold in progress the (asynchronous) listener has not delivered yet; used once the query ended."""
@@ -335,7 +360,7 @@ class StreamingRun:
         if writer is None:
             frame = build_frame(session, self.task_id, self.pipeline, streaming=True)
             writer = self._writer(frame, self.task_id, self.pipeline, self.checkpoint)
-        self._listener = _Listener.make(self)
+        self._listener = make_listener(JsonEvents(self._on_progress, self._on_terminated))
         session.streams.addListener(self._listener)
         sc = spark.sparkContext
         self._context = sc
@@ -347,6 +372,7 @@ class StreamingRun:
             raise _start_error(self.task_id, exc) from exc
         finally:
             sc.setLocalProperty(POOL_PROPERTY, None)
+        self._query_id, self._run_id = str(self._query.id), str(self._query.runId)  # fixed for this run
         self._session = session
         return self
 
@@ -355,14 +381,14 @@ class StreamingRun:
 
     def status(self) -> RunStatus:
         query = self._query
-        active = query.isActive
+        active = self._still_active()
         if not active:
             self._reconcile()
         with self._lock:
             metrics = {"mode": self.mode, **self._progress.metrics()}
         metrics.update(
-            query_id=str(query.id),
-            run_id=str(query.runId),
+            query_id=self._query_id,
+            run_id=self._run_id,
             pool=self.task_id,
             uptime_s=round(time.monotonic() - self.started, 3),
         )

@@ -197,3 +197,27 @@ def test_a_streaming_run_stopped_reads_stopped_not_completed(spark_runner: Spark
     finally:
         spark_runner.stop("rate-stop")
     assert run.status().state == RunState.STOPPED
+
+
+def test_progress_crosses_as_json_and_a_run_that_ends_reads_ended(spark_runner: SparkRunner, tmp_path: Path) -> None:
+    """Each batch's progress reaches the run through the JSON listener (batches, rows, Spark's split of the
+    batch), and a query that ends by itself (``available_now`` out of data) reads COMPLETED although a running
+    query's activeness is asked of the JVM only every few seconds: the listener says it ended."""
+    src = tmp_path / "in"
+    generate(DatagenConfig(out_dir=str(src), records=300, batch=100))
+    spec = parse_spec(
+        files_task("json-progress", src, tmp_path / "out", "SELECT id FROM input", trigger={"available_now": True})
+    )
+    spark_runner.start("json-progress", spec, 1)
+    try:
+        status = wait_for(
+            lambda: (s := spark_runner.status("json-progress")).state != RunState.RUNNING and s, 120, "the run's end"
+        )
+        assert status.state == RunState.COMPLETED, status.error
+        assert status.metrics["rows"] == 300 and status.metrics["batches"] >= 1
+        phases = spark_runner.batch_phases("json-progress")
+        assert {"addBatch", "latestOffset", "triggerExecution"} <= phases.keys()
+        assert all(isinstance(v, int) and v >= 0 for v in phases.values())
+    finally:
+        spark_runner.stop("json-progress")
+    assert spark_runner.batch_phases("json-progress") == {}  # a task not running here has none

@@ -36,3 +36,13 @@ def test_back_to_back_batches_share_the_time_between_them() -> None:
     assert p.load_share == 1.0  # no trigger and no previous batch: a query that never idles
     p = Progress(load_share=None, last_batch_mono=10.0).add(_batch(1, 500), now=11.0)
     assert p.load_share == 0.5
+
+
+def test_a_batch_split_is_kept_bounded_and_numbers_only() -> None:
+    raw = {"addBatch": 120, "walCommit": 30.0, "bad": "x", "flag": True, **{f"p{i:02d}": i for i in range(30)}}
+    p = Progress().add(SimpleNamespace(**vars(_batch(0, 200)), durationMs=raw), trigger_s=5.0, now=0.0)
+    phases = dict(p.phases_ms)
+    assert phases["addBatch"] == 120 and phases["walCommit"] == 30
+    assert "bad" not in phases and "flag" not in phases and len(phases) == 16
+    assert "phases_ms" not in p.metrics()  # for profiling only: not in the status a broker writes
+    assert Progress().add(_batch(0, 200), trigger_s=5.0, now=0.0).phases_ms == ()
