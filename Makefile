@@ -21,10 +21,10 @@ demo: $(BIN)/.installed
 demo-noop: $(BIN)/.installed
 	$(BIN)/zkctl demo --runner noop
 
-# Two pytest processes (the machine CI runs on has two cores); each has its own embedded ZooKeeper. Tests that
-# cannot share the machine (Spark JVMs, containers, timing-sensitive processes) run one after another on one
-# process while the other runs the rest, a file at a time (tests/xdist_support.py).
-PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+# Three pytest processes on the two cores CI has; each has its own embedded ZooKeeper. The heavy tests (Spark
+# JVMs, containers, timing-sensitive processes) mostly wait: at most two processes run them at a time, heaviest
+# file first, while the third runs the light ones, a file at a time (tests/xdist_support.py).
+PYTEST_PARALLEL ?= -n 3 --dist loadgroup
 
 # Seconds, and first: CI fails on a lint or type error before the suite starts.
 lint: $(BIN)/.installed

@@ -1,7 +1,7 @@
 """Shared fixtures: one real ZooKeeper per test session (stopped by pid, also on failure), a fresh root
 per test, kazoo clients. Spark sessions are shared too (see tests/spark_support.py).
 
-With pytest-xdist (``make test``: two processes, ``--dist loadgroup``) each process is a session of its own:
+With pytest-xdist (``make test``: three processes, ``--dist loadgroup``) each process is a session of its own:
 its own ZooKeeper on a free port, its own temporary directories and its own state directory; which process runs
 which tests: tests/xdist_support.py."""
 
@@ -61,13 +61,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test marked slow runs in the exclusive unit of ``make test`` (tests/xdist_support.py): say so if not."""
-    from tests.xdist_support import exclusive
+    """A test marked slow runs among the heavy units of ``make test`` (tests/xdist_support.py): say so if not."""
+    from tests.xdist_support import heavy
 
-    stray = [i.nodeid for i in items if i.get_closest_marker("slow") and not exclusive(i.nodeid)]
+    stray = [i.nodeid for i in items if i.get_closest_marker("slow") and not heavy(i.nodeid)]
     if stray:
         raise pytest.UsageError(
-            f"marked slow but not exclusive (tests/xdist_support.py's EXCLUSIVE_PATHS, SHARED_PATHS): {stray}"
+            f"marked slow but not heavy (tests/xdist_support.py's HEAVY_PATHS, SHARED_PATHS): {stray}"
         )
 
 
