@@ -144,7 +144,21 @@ class DeadlineWatchdog:
                 f"{len(tasks)} task(s) ({', '.join(tasks[:5])}) still running {now - deadline:.2f}s past the "
                 "session's fence deadline"
             )
-        return None
+        return self.lease_ran_out(now)
+
+    def lease_ran_out(self, now: float) -> str | None:
+        """Why the broker must halt because the lease it last wrote ran out, or None. The guard kills the
+        runners' processes (the Spark driver JVM, which every pipeline of this broker shares) at that instant,
+        and a start it cut short leaves no task busy by the time this thread looks: the broker would resume
+        on a dead engine, every start failing until its tasks fail for good while it still holds them. Halting
+        lets its supervisor start it again with a new engine and session, as after any hard fence."""
+        lease = self._last_lease
+        if lease is None or lease.expires is None or not (lease.pids or lease.pgids) or now < lease.expires:
+            return None
+        return (
+            f"its lease ran out {now - lease.expires:.2f}s ago unrenewed: the lease guard kills its runners' "
+            f"processes {list(lease.pids)} and process groups {list(lease.pgids)}"
+        )
 
     # ---- escalation --------------------------------------------------------------------------------------
     def escalate(self, reason: str) -> None:

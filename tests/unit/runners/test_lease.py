@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -115,3 +117,74 @@ def test_a_guard_that_keeps_dying_halts_the_broker(tmp_path, monkeypatch):
     finally:
         stopped.set()
         dog.close_guard()
+
+
+def _victim() -> subprocess.Popen[bytes]:
+    """A process standing for a runner's own (the Spark driver JVM): what the guard kills."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
+
+
+def test_a_broker_whose_lease_ran_out_halts_even_when_the_kill_left_no_task_busy(tmp_path, monkeypatch):
+    """The guard kills the runners' processes at the lease's expiry; a start it cut short fails at once, so
+    by the time the watchdog looks no task is busy. The broker must halt all the same: it would resume on a
+    dead engine, every start failing while it holds the tasks."""
+    monkeypatch.setenv("ZKC_STATE_DIR", str(tmp_path))
+    victim = _victim()
+    stopped = threading.Event()
+    halts: list[str] = []
+    expiry = time.monotonic() + 2.0  # ZooKeeper answers no more: the earliest expiry stays where it is
+    dog = DeadlineWatchdog(
+        "rb",
+        session_timeout_s=8.0,
+        fence_margin_s=2.0,
+        stop_budget_s=1.0,
+        configured_stop_timeout_s=None,
+        earliest_expiry=lambda: expiry,
+        # the start runs as long as its process does: the guard's kill ends it
+        running_or_starting=lambda: {"pipe-0"} if victim.poll() is None else set(),
+        kill_runners=lambda: None,
+        runner_processes=lambda: ({victim.pid}, set()),
+        halt=halts.append,
+        stopped=stopped,
+    )
+    try:
+        dog.start_guard()
+        assert dog.lease_path is not None and read_lease(dog.lease_path) == Lease(
+            "rb", os.getpid(), dog.session_deadline(), (victim.pid,), ()
+        )
+        assert dog.check(time.monotonic()) is None  # before the deadline nothing is wrong
+        wait_for(lambda: victim.poll() is not None, 30, "the guard to kill the runner's process at the deadline")
+        reason = dog.check(time.monotonic())
+        assert reason is not None and "lease ran out" in reason and str(victim.pid) in reason, reason
+    finally:
+        stopped.set()
+        dog.close_guard()
+        victim.kill()
+        victim.wait(10)
+
+
+def test_a_lease_that_runs_out_with_no_process_to_kill_halts_nothing(tmp_path, monkeypatch):
+    """Nothing busy when the lease was written (no expiry), or no process named in it: the guard kills
+    nothing, so the broker has no reason to halt however late it looks."""
+    monkeypatch.setenv("ZKC_STATE_DIR", str(tmp_path))
+    stopped = threading.Event()
+    for busy, procs in (({"t1"}, set()), (set(), {os.getpid()})):
+        dog = DeadlineWatchdog(
+            "nb",
+            session_timeout_s=8.0,
+            fence_margin_s=2.0,
+            stop_budget_s=1.0,
+            configured_stop_timeout_s=None,
+            earliest_expiry=lambda: time.monotonic() - 60.0,
+            running_or_starting=lambda busy=busy: set(busy) if busy else set(),
+            kill_runners=lambda: None,
+            runner_processes=lambda procs=procs: (set(procs), set()),
+            halt=lambda _reason: None,
+            stopped=stopped,
+        )
+        try:
+            dog.start_guard()
+            assert dog.lease_ran_out(time.monotonic() + 3600) is None
+        finally:
+            dog.close_guard()
+    stopped.set()
