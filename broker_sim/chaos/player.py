@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 End = Callable[[], None]
 
+#: a fault that begins this much after its planned time says when it began
+LATE_S = 1.0
+
 
 @dataclass(frozen=True)
 class Played:
@@ -38,8 +41,12 @@ def play(
     begin: Callable[[Fault], End | None],
     sleep: Callable[[float], bool],
     echo: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
 ) -> Played:
-    """Begin and end every fault of ``schedule`` at its time; ``sleep(s)`` waits (the run may cut it short)."""
+    """Begin and end every fault of ``schedule`` at its time; ``sleep(s)`` waits (the run may cut it short).
+    A fault that begins a second or more after its planned time says when it began: the schedule's times are
+    planned ones, the verdicts' are the fault phase's clock, and an exclusive fault that overran (a quorum
+    that took long to return) moves every later fault by as much."""
     injected: Counter[str] = Counter()
     failed: list[str] = []
     refused: list[NotInjected] = []
@@ -51,7 +58,7 @@ def play(
             failed.append(f"end of {label}: {type(exc).__name__}: {exc}")
             log.exception("ending %s", label)
 
-    phase0 = time.monotonic()
+    phase0 = clock()
     pending: list[tuple[float, int, End, str]] = []  # a heap of (due, seq, end action, label)
     seq = 0
     lag = 0.0  # what exclusive faults overran: the rest of the schedule comes that much later
@@ -60,7 +67,7 @@ def play(
     while queue or pending:
         next_begin = phase0 + lag + queue[0].at if queue else float("inf")
         next_end = pending[0][0] if pending else float("inf")
-        sleep(max(0.0, min(next_begin, next_end) - time.monotonic()))
+        sleep(max(0.0, min(next_begin, next_end) - clock()))
         if next_end <= next_begin:
             _, _, end, label = heapq.heappop(pending)
             end_it(end, label)
@@ -68,7 +75,8 @@ def play(
             continue
         f = queue.pop(0)
         label = f.describe().strip()
-        started = time.monotonic()
+        started = clock()
+        late = started - phase0 - f.at
         said = "injected"
         try:
             ending = begin(f)
@@ -85,10 +93,11 @@ def play(
             if ending is not None:  # wait out the exclusive fault here: nothing else runs meanwhile
                 sleep(f.duration)
                 end_it(ending, label)
-            lag += max(0.0, time.monotonic() - started - f.duration)
+            lag += max(0.0, clock() - started - f.duration)
         elif ending is not None:
             seq += 1
-            heapq.heappush(pending, (time.monotonic() + f.duration, seq, ending, label))
+            heapq.heappush(pending, (clock() + f.duration, seq, ending, label))
         faults_end = time.time()
-        echo(f"  {said}: {label}" if said != "injected" else f"  injected {label}")
+        when = f" (began at t+{started - phase0:.2f}s, {late:.2f}s late)" if late >= LATE_S else ""
+        echo(f"  {said}: {label}{when}" if said != "injected" else f"  injected {label}{when}")
     return Played(injected, failed, faults_end, Injection(len(schedule), tuple(refused)))

@@ -152,3 +152,34 @@ def test_the_protocol_simulation_records_a_fault_that_found_nothing_to_strike():
     result, refused = found
     assert refused.reason == "no member is down" and result.injection.drawn == len(result.faults)
     assert result.ok == (not result.violations and result.injection.enough)
+
+
+def test_a_fault_pushed_back_by_an_exclusive_one_that_overran_says_when_it_began():
+    """The schedule says planned times; a lost quorum that took a minute to return moves every later fault by
+    as much, so the player says when such a fault began, on the clock the verdicts use."""
+    now = [100.0]
+
+    def sleep(s: float) -> bool:
+        now[0] += s
+        return False
+
+    def slow_return() -> None:
+        now[0] += 60.0  # the servers took this long to serve again
+
+    schedule = [
+        Fault(1.0, "freeze-broker", "b0", 2.0),
+        Fault(5.0, "zk-lose-quorum", "two of three", 10.0),
+        Fault(20.0, "freeze-broker", "b1", 2.0),
+    ]
+    said: list[str] = []
+    played = play(
+        schedule,
+        lambda f: slow_return if f.kind == "zk-lose-quorum" else (lambda: None),
+        sleep,
+        said.append,
+        clock=lambda: now[0],
+    )
+    assert played.injected == {"freeze-broker": 2, "zk-lose-quorum": 1}
+    injected = [line for line in said if line.startswith("  injected")]
+    assert [line.endswith("late)") for line in injected] == [False, False, True], said
+    assert injected[2].endswith("(began at t+80.00s, 60.00s late)"), said
