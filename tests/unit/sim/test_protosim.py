@@ -93,6 +93,9 @@ CONFIGS: dict[str, Scenario] = {
         500,
         faulty=True,
     ),
+    # operators' reassigns and roll steps: planned moves handed to their receiver in the round that revokes them
+    "planned-moves": Scenario(SimConfig(planned=True, faults=6), 1000),
+    "planned-moves-mixed": Scenario(SimConfig(planned=True, protocol_mix=((COOPERATIVE, EAGER), (EAGER,))), 500),
     "reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,)), 3000, reconcile=True),
     # ghost members and rewritten reports among the faults: neither obeyed nor a reason to drop a member
     "reconcile-hostile": Scenario(SimConfig(protocol_mix=(RECONCILING,), hostile=True, faults=6), 1000, reconcile=True),
