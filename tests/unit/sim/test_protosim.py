@@ -356,6 +356,32 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
     assert entered and left
 
 
+def test_planned_move_scenarios_really_hand_tasks_off(monkeypatch):
+    """The planned-move schedules exercise the handoff: receivers are handed tasks in the round that revokes
+    them, and start some of them before the generation that assigns them (the owner znode decides when)."""
+    handed: set[tuple[str, int, str]] = set()
+    early: set[tuple[str, int, str]] = set()
+    assignment_to = ProtocolSim._assignment_to
+    started = ProtocolSim.started
+
+    def spy_assignment(self, mid, a):
+        handed.update((mid, a.generation, t) for t in a.handoff)
+        return assignment_to(self, mid, a)
+
+    def spy_started(self, mid, t, session, hold):
+        node = self.nodes.get(mid)
+        if node is not None and (mid, node.member.generation, t) in handed:
+            early.add((mid, node.member.generation, t))
+        return started(self, mid, t, session, hold)
+
+    monkeypatch.setattr(ProtocolSim, "_assignment_to", spy_assignment)
+    monkeypatch.setattr(ProtocolSim, "started", spy_started)
+    for seed in range(40):
+        result = CONFIGS["planned-moves"].make(seed).run()
+        assert not result.violations, (seed, result.violations)
+    assert len(handed) >= 20 and len(early) >= 10, (len(handed), len(early))
+
+
 def test_a_seed_replays_the_same_schedule():
     def fingerprint(result: SimResult):
         return (
