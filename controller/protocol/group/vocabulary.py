@@ -133,7 +133,7 @@ class GroupConfig:
     #: cooperative rounds: a planned move (a roll's or a reassign's pin) is handed to its receiver in the round
     #: that revokes it (``Assignment.handoff``), which takes it as soon as its owner znode is released instead
     #: of a round later. Off where the receiver's right to the task is granted only with its assignment
-    #: (per-broker ACLs): the owner must keep its right to delete its owner znode until then
+    #: (per-broker ACLs): it could not take the task before that round anyway
     handoff: bool = True
 
 
