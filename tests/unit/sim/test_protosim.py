@@ -107,6 +107,11 @@ CONFIGS: dict[str, Scenario] = {
     "mixed-reconcile-cooperative": Scenario(
         SimConfig(protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6), 2000, reconcile=True
     ),
+    # planned moves while the group enters and leaves reconcile: a task handed off in a join round is claimed
+    # by its receiver across the switch
+    "planned-moves-reconcile-mixed": Scenario(
+        SimConfig(planned=True, protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6), 500, reconcile=True
+    ),
 }
 
 
