@@ -18,8 +18,10 @@ TARGET = {"a": ("t3",), "b": ("t1", "t2", "t4")}
 
 
 def _move_t1(pin: bool = True, protocols=(COOPERATIVE, EAGER), **config):
-    """A Stable group of a and b; t1 moves from a to b, pinned there (a reassign, a roll's step) or not."""
+    """A Stable group of a and b; t1 moves from a to b, pinned there (a reassign, a roll's step) or not, and
+    announced to b (a roll's warm-up)."""
     c, clock, snapshot = stable_group(protocols=protocols)
+    c.operations.incoming = {"b": ("t1",)}
     if config:
         c.config = dataclasses.replace(c.config, **config)
     if pin:
@@ -36,7 +38,7 @@ def _move_t1(pin: bool = True, protocols=(COOPERATIVE, EAGER), **config):
 def test_a_pinned_move_is_handed_to_its_receiver_in_the_round_that_revokes_it():
     c, snapshot, out = _move_t1()
     assert out["a"].revoked == ("t1",) and out["a"].handoff == ()
-    assert out["b"].handoff == ("t1",)
+    assert out["b"].handoff == ("t1",) and out["b"].incoming == ()  # (to run now, no longer to prepare)
     # listed for no member of this generation: the coordinator's placement has it nowhere
     assert all("t1" not in a.assigned for a in out.values())
     assert all("t1" not in ts for ts in c.assignment.values())
@@ -66,6 +68,7 @@ def test_the_next_generation_takes_the_receivers_claim():
 def test_an_unplanned_move_waits_for_the_next_round():
     _, _, out = _move_t1(pin=False)
     assert out["a"].revoked == ("t1",) and all(a.handoff == () for a in out.values())
+    assert out["b"].incoming == ("t1",)  # still announced: b prepares it for the next round
 
 
 def test_no_handoff_when_the_group_turns_it_off():
