@@ -6,6 +6,7 @@ tests/unit/sim/test_protosim.py."""
 
 from __future__ import annotations
 
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
@@ -20,7 +21,11 @@ from tests.waiting import wait_until
 
 
 def _owner(sim: Simulation, t: str) -> str | None:
-    data, _ = sim.admin.get(sim.layout.task_owner(t))
+    """The broker holding the task's owner znode (None between a release and the next acquisition)."""
+    try:
+        data, _ = sim.admin.get(sim.layout.task_owner(t))
+    except NoNodeError:
+        return None
     return codecs.decode(OwnerInfo, data).broker
 
 
