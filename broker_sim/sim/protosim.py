@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from broker_sim.sim import protosim_checks as checks
@@ -505,6 +505,20 @@ class ProtocolSim:
     def remove_task(self, tid: str) -> None:
         del self.tasks[tid]
         self._tasks_changed()
+
+    def pin(self, placement: Mapping[str, str], whole_step: bool) -> None:
+        """A planned move reaches the controller: a reassign (one pin more), or a roll's step (every task
+        pinned: those named to their member, the rest where the controller placed them)."""
+
+        def step() -> list[Decision]:
+            c = self.coordinator
+            if not whole_step:
+                (t, to), *_ = placement.items()
+                return c.on_reassign(t, to)
+            where = {t: m for m, ts in c.assignment.items() for t in ts}
+            return c.on_roll_placement({**where, **placement}, "roll step (simulated)")
+
+        self._to_controller(lambda: self._controller(step))
 
     def _tasks_changed(self) -> None:
         tasks = self._runnable()

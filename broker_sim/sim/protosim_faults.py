@@ -42,6 +42,9 @@ FAULT_KINDS = (
     "join",
 )
 HOSTILE_KINDS = ("ghost", "rewrite")
+#: planned moves (``cfg.planned``): an operator's reassign or a roll's step pins tasks to live members, and each
+#: moves in a round that hands it to its receiver at once (``Assignment.handoff``)
+PLANNED_KINDS = ("reassign", "roll_step")
 
 
 class Timeline(Protocol):
@@ -84,6 +87,17 @@ class TaskChurn(Protocol):
     def remove_task(self, tid: str) -> None: ...
 
 
+class PlannedMoves(Protocol):
+    """What a planned move reaches: the tasks, the live members, the controller's pins."""
+
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def tasks(self) -> Mapping[str, TaskDescriptor]: ...
+
+    def pin(self, placement: Mapping[str, str], whole_step: bool) -> None: ...
+
+
 class HostileFaults(Timeline, Protocol):
     """What a ghost member or a rewritten report reaches: the member znodes as ZooKeeper holds them."""
 
@@ -101,7 +115,7 @@ class HostileFaults(Timeline, Protocol):
     def members_changed(self) -> None: ...
 
 
-class FaultHost(MemberFaults, TaskChurn, HostileFaults, Protocol):
+class FaultHost(MemberFaults, TaskChurn, HostileFaults, PlannedMoves, Protocol):
     """What the injector sees of the simulation: all the faults' parts, and the crash, restart, join and
     failover it begins itself."""
 
@@ -124,6 +138,8 @@ class FaultInjector:
         kinds = list(FAULT_KINDS)
         if h.cfg.hostile:
             kinds += HOSTILE_KINDS
+        if h.cfg.planned:
+            kinds += PLANNED_KINDS * 2  # (as likely as the other kinds together, about)
         for _ in range(h.cfg.faults):
             when = h.rng.uniform(0.5, h.cfg.fault_window)
             kind = h.rng.choice(kinds)
@@ -160,6 +176,11 @@ class FaultInjector:
             task_churn(h)
         elif kind == "join":
             h.spawn(f"m{len(h.nodes)}")
+        elif kind in PLANNED_KINDS:
+            if not alive or not h.tasks:
+                self._refused(kind, "no member is alive" if not alive else "no task")
+            else:
+                planned_move(h, alive, whole_step=kind == "roll_step")
         elif kind == "ghost":
             ghost(h, alive)
         elif kind == "rewrite" and alive:
@@ -270,6 +291,17 @@ def task_churn(h: TaskChurn) -> None:
         h.add_task()
     else:
         h.remove_task(h.rng.choice(sorted(h.tasks)))
+
+
+def planned_move(h: PlannedMoves, alive: list[str], whole_step: bool) -> None:
+    """An operator reassigns one task to a live member, or a roll's step pins every task: a third of them to
+    live members drawn at random, the rest where the controller last placed them (``whole_step``)."""
+    tasks = sorted(h.tasks)
+    if not whole_step:
+        h.pin({h.rng.choice(tasks): h.rng.choice(alive)}, whole_step=False)
+        return
+    moving = h.rng.sample(tasks, max(1, len(tasks) // 3))
+    h.pin({t: h.rng.choice(alive) for t in moving}, whole_step=True)
 
 
 def ghost(h: HostileFaults, alive: list[str]) -> None:

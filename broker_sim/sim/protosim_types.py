@@ -38,6 +38,8 @@ class SimConfig:
     faulty_leader_probability: float = 0.0
     #: ghost members and rewritten reports among the faults (reconcile groups)
     hostile: bool = False
+    #: planned moves among the faults: reassigns and roll steps (pins), handed off in the round that revokes them
+    planned: bool = False
 
 
 @dataclass

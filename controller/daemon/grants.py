@@ -38,6 +38,10 @@ class TaskGrants:
         policy = getattr(self._zk, "policy", None)
         return policy if isinstance(policy, AclPolicy) and policy.per_broker else None
 
+    def per_broker(self) -> bool:
+        """Whether tasks are handed to their assignee's identity alone (then only with its assignment)."""
+        return self._policy_per_broker() is not None
+
     def hand_over(self, decisions: list[Any]) -> None:
         """setACL the tasks these decisions assign to a broker they were not granted to yet (this
         activation's record, ``ctx.task_grants``: empty after a failover, so the first write re-grants

@@ -132,7 +132,10 @@ class GroupDriver:
     def new_coordinator(self, g: str) -> GroupCoordinator:
         ctx, epoch = context_of(self._host), self._host.epoch
         assert epoch is not None, "an active controller has an epoch"
-        coord = GroupCoordinator(group=g, controller_epoch=epoch, clock=self._clock, config=self._config)
+        config = self._config
+        if self._grants.per_broker():  # a receiver's right to a task comes with its assignment: no early handoff
+            config = replace(config, handoff=False)
+        coord = GroupCoordinator(group=g, controller_epoch=epoch, clock=self._clock, config=config)
         ctx.groups[g] = coord
         self._operations.configure(g, coord)
         ctx.members.setdefault(g, {})

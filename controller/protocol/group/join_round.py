@@ -304,6 +304,7 @@ class JoinRound:
         # the leader starts the second round of a cooperative move: only if a revocation went out (a throttled
         # wave may hold back every one its proposal made, and a rejoin for nothing would start another)
         second_round = any(wave.revoked.values()) and core.protocol == "cooperative"
+        handoff = self.handoffs(wave.revoked, result) if second_round and core.config.handoff else {}
         for m in core.generation_members:
             assigned = tuple(sorted(wave.assigned.get(m, ())))
             revoked = tuple(sorted(wave.revoked.get(m, ())))
@@ -318,7 +319,8 @@ class JoinRound:
                         protocol=core.protocol or "eager",
                         leader=core.leader,
                         follow_up=second_round and m == core.leader,
-                        incoming=core.operations.incoming_for(m, assigned),
+                        incoming=core.operations.incoming_for(m, assigned + handoff.get(m, ())),
+                        handoff=handoff.get(m, ()),
                     ),
                 )
             )
@@ -330,6 +332,24 @@ class JoinRound:
             else ""
         )
         return Published(tuple(assignments), reason)
+
+    def handoffs(self, revoked: Mapping[str, Collection[str]], result: JoinResult) -> dict[str, tuple[str, ...]]:
+        """The planned moves this generation revokes, each for the member a roll or a reassign pins it to: that
+        member takes it as soon as its owner releases it (the owner znode is the lock), not a round later. Never
+        to a leaving member nor to one that revokes it itself; the assignment of the generation lists every
+        task for one member at most (a handed-off task for none: the next generation assigns it)."""
+        pins = self.core.operations.reassign
+        members = {mm.member_id: mm for mm in result.members}
+        out: dict[str, list[str]] = {}
+        for owner, ts in revoked.items():
+            for t in ts:
+                to = pins.get(t)
+                if to is None or to == owner or t not in self.core.tasks or to not in members or members[to].leaving:
+                    continue
+                if to not in self.core.generation_members or to in self.core.shutting_down:
+                    continue
+                out.setdefault(to, []).append(t)
+        return {m: tuple(sorted(ts)) for m, ts in out.items()}
 
     # ---- the members --------------------------------------------------------------------------------
     def take_members(self, old: Mapping[str, JoinRequest]) -> MembersTaken:

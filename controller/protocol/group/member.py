@@ -302,10 +302,13 @@ class Member:
             if a.generation != self.join_generation:
                 return []
             return self._on_error(err)
+        # planned moves handed to us in the round that revokes them: taken once their owner lets go (the owner
+        # znode is the lock), listed as owned in our next request; a leaving member takes nothing new
+        handoff = frozenset(a.handoff) if a.protocol == COOPERATIVE and not self.leaving else frozenset()
         if (
             a.generation == self.generation
             and self.state is WorkerState.STABLE
-            and frozenset(a.assigned) == self.desired
+            and frozenset(a.assigned) | handoff == self.desired
         ):
             return []  # already applied
         self.epoch_seen = max(self.epoch_seen, a.controller_epoch)
@@ -313,7 +316,7 @@ class Member:
         self.last_error = None
         self._transition(WorkerState.STABLE)
         self.pending_join = None
-        self.desired = frozenset(a.assigned)
+        self.desired = frozenset(a.assigned) | handoff
         # any revocation means a second round must assign what moved; rejoin once it is all let go
         self.pending_revocation = frozenset(a.revoked)
         # our proposal revoked tasks (ours or others'): the next generation assigns them, and will be

@@ -130,6 +130,11 @@ class GroupConfig:
     #: and a pipeline moved for load stays put this long (hysteresis); checked every ``load_check_s``
     load_window_s: float = 60.0
     load_check_s: float = 10.0
+    #: cooperative rounds: a planned move (a roll's or a reassign's pin) is handed to its receiver in the round
+    #: that revokes it (``Assignment.handoff``), which takes it as soon as its owner znode is released instead
+    #: of a round later. Off where the receiver's right to the task is granted only with its assignment
+    #: (per-broker ACLs): it could not take the task before that round anyway
+    handoff: bool = True
 
 
 class GroupView(Protocol):

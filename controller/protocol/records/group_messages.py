@@ -175,8 +175,22 @@ class Assignment:
     #: tasks a planned roll moves to this member next (none of them assigned yet): it may prepare their start
     #: (``broker_sim.worker.warmup``) but runs none of them; a broker of an earlier release ignores the field
     incoming: tuple[str, ...] = ()
+    #: cooperative, planned moves: tasks this same generation revokes from their owner and a roll or reassign
+    #: pins to this member. It takes each as soon as its owner znode is released (that znode stays the one lock)
+    #: and lists it as owned from then on; the next generation assigns it. A broker of an earlier release
+    #: ignores the field and takes them with that generation
+    handoff: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.handoff:
+            if len(self.handoff) > MAX_INCOMING:
+                raise ValueError(f"handoff names {len(self.handoff)} tasks, over {MAX_INCOMING}")
+            if len(set(self.handoff)) != len(self.handoff):
+                raise ValueError("handoff names a task twice")
+            if any(not t or len(t) > MAX_TASK_ID_CHARS for t in self.handoff):
+                raise ValueError(f"handoff names a task id that is empty or over {MAX_TASK_ID_CHARS} characters")
+            if not set(self.handoff).isdisjoint(self.assigned) or not set(self.handoff).isdisjoint(self.revoked):
+                raise ValueError("handoff names a task also assigned or revoked")
         if self.incoming:
             if len(self.incoming) > MAX_INCOMING:
                 raise ValueError(f"incoming names {len(self.incoming)} tasks, over {MAX_INCOMING}")

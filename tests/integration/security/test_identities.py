@@ -109,7 +109,9 @@ def test_one_broker_cannot_take_or_touch_another_brokers_znodes(per_broker, zk_h
         assert reader.get(layout.task_owner(tb)) == owner_before
         assert running_once() and tb in b.running_tasks()
 
-        # a task moved from B to A (reassign): B lets go, the controller hands the task to A, A takes it
+        # a task moved from B to A (reassign): B lets go, the controller hands the task to A, A takes it (A's
+        # right to it comes with the assignment of the round after B let go: no early handoff of planned moves)
+        assert ctl.ctx is not None and ctl.ctx.groups["default"].config.handoff is False
         admin.reassign(tb, to="b0", wait=15)
         assert wait_for(lambda: tb in a.running_tasks() and running_once() and statuses_of(a), 30), (
             "the reassigned task did not move"

@@ -93,6 +93,9 @@ CONFIGS: dict[str, Scenario] = {
         500,
         faulty=True,
     ),
+    # operators' reassigns and roll steps: planned moves handed to their receiver in the round that revokes them
+    "planned-moves": Scenario(SimConfig(planned=True, faults=6), 1000),
+    "planned-moves-mixed": Scenario(SimConfig(planned=True, protocol_mix=((COOPERATIVE, EAGER), (EAGER,))), 500),
     "reconcile": Scenario(SimConfig(protocol_mix=(RECONCILING,)), 3000, reconcile=True),
     # ghost members and rewritten reports among the faults: neither obeyed nor a reason to drop a member
     "reconcile-hostile": Scenario(SimConfig(protocol_mix=(RECONCILING,), hostile=True, faults=6), 1000, reconcile=True),
@@ -103,6 +106,11 @@ CONFIGS: dict[str, Scenario] = {
     # members with and without reconcile come and go: the group enters and leaves it, both ways
     "mixed-reconcile-cooperative": Scenario(
         SimConfig(protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6), 2000, reconcile=True
+    ),
+    # planned moves while the group enters and leaves reconcile: a task handed off in a join round is claimed
+    # by its receiver across the switch
+    "planned-moves-reconcile-mixed": Scenario(
+        SimConfig(planned=True, protocol_mix=(RECONCILING, (COOPERATIVE, EAGER)), faults=6), 500, reconcile=True
     ),
 }
 
@@ -351,6 +359,32 @@ def test_reconcile_scenarios_really_reconcile_and_switch_both_ways(monkeypatch):
     for seed in range(60):
         CONFIGS["mixed-reconcile-cooperative"].make(seed).run()
     assert entered and left
+
+
+def test_planned_move_scenarios_really_hand_tasks_off(monkeypatch):
+    """The planned-move schedules exercise the handoff: receivers are handed tasks in the round that revokes
+    them, and start some of them before the generation that assigns them (the owner znode decides when)."""
+    handed: set[tuple[str, int, str]] = set()
+    early: set[tuple[str, int, str]] = set()
+    assignment_to = ProtocolSim._assignment_to
+    started = ProtocolSim.started
+
+    def spy_assignment(self, mid, a):
+        handed.update((mid, a.generation, t) for t in a.handoff)
+        return assignment_to(self, mid, a)
+
+    def spy_started(self, mid, t, session, hold):
+        node = self.nodes.get(mid)
+        if node is not None and (mid, node.member.generation, t) in handed:
+            early.add((mid, node.member.generation, t))
+        return started(self, mid, t, session, hold)
+
+    monkeypatch.setattr(ProtocolSim, "_assignment_to", spy_assignment)
+    monkeypatch.setattr(ProtocolSim, "started", spy_started)
+    for seed in range(40):
+        result = CONFIGS["planned-moves"].make(seed).run()
+        assert not result.violations, (seed, result.violations)
+    assert len(handed) >= 20 and len(early) >= 10, (len(handed), len(early))
 
 
 def test_a_seed_replays_the_same_schedule():

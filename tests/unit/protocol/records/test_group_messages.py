@@ -56,3 +56,29 @@ def test_a_malformed_incoming_is_refused(incoming, why):
     body = {"version": 1, "generation": 4, "controller_epoch": 2, "assigned": ["t1"], "incoming": incoming}
     with pytest.raises(PayloadError, match=why):
         codecs.decode(Assignment, json.dumps(body).encode(), "/groups/g/assignment/m")
+
+
+# ---- the handoff of a planned move ----------------------------------------------------------------------
+def test_handoff_round_trips_and_an_old_payload_has_none():
+    a = Assignment(generation=4, controller_epoch=2, assigned=("t1",), revoked=("t4",), handoff=("t2", "t3"))
+    assert codecs.decode(Assignment, codecs.encode(a)) == a
+    old = {"version": 1, "generation": 4, "controller_epoch": 2, "assigned": ["t1"]}
+    assert codecs.decode(Assignment, json.dumps(old).encode()).handoff == ()
+
+
+@pytest.mark.parametrize(
+    "handoff, why",
+    [
+        (["t2", "t2"], "twice"),
+        (["t1"], "also assigned or revoked"),
+        (["t4"], "also assigned or revoked"),
+        ([""], "empty"),
+        ([f"t{i}" for i in range(MAX_INCOMING + 1)], f"over {MAX_INCOMING}"),
+        ("t2", "expected an array"),
+    ],
+)
+def test_a_malformed_handoff_is_refused(handoff, why):
+    body = {"version": 1, "generation": 4, "controller_epoch": 2, "assigned": ["t1"], "revoked": ["t4"]}
+    body["handoff"] = handoff
+    with pytest.raises(PayloadError, match=why):
+        codecs.decode(Assignment, json.dumps(body).encode(), "/groups/g/assignment/m")
