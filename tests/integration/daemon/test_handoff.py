@@ -29,7 +29,7 @@ def _owner(sim: Simulation, t: str) -> str | None:
     return codecs.decode(OwnerInfo, data).broker
 
 
-def test_a_reassigned_task_starts_before_the_round_that_assigns_it_and_never_runs_twice(zk_hosts: str) -> None:
+def test_a_reassigned_task_is_handed_off_by_the_revoking_round_and_never_runs_twice(zk_hosts: str) -> None:
     opts = SimOptions(brokers=3, tasks=9, zk_hosts=zk_hosts, converge_timeout_s=30)
     with Simulation(opts) as sim:
         sim.create_tasks(opts.tasks)
@@ -59,16 +59,12 @@ def test_a_reassigned_task_starts_before_the_round_that_assigns_it_and_never_run
         assert sim.wait_converged() is not None
         intervals = sim.all_intervals()
         assert double_ownership(intervals, now=None) == []
-        early = []
         for t, before in moving.items():
             # handed to the receiver by the round that revoked it from its owner
             assert any(t in a.handoff for a, _ in seen), (t, [(a.generation, a.assigned, a.handoff) for a, _ in seen])
-            assigned_at = min(when for a, when in seen if t in a.assigned)
             runs = [i for i in intervals if i.task_id == t and i.broker == receiver]
             assert len(runs) == 1 and runs[0].acquired is not None, runs
             gone = [i for i in intervals if i.task_id == t and i.broker == before]
             assert gone and all(i.released is not None and i.released <= runs[0].acquired for i in gone)
-            early.append(runs[0].acquired < assigned_at)
-        # taken when the owner znode was released, before the next round wrote the assignment that lists it (both
-        # as a rule: the round is several round trips more than the release's watch and a create)
-        assert any(early), early
+        # Whether the receiver took a task before the next round wrote it (as a rule it does: the round is several
+        # round trips more than the release's watch and a create) is speed, not safety: the benchmark measures it.
