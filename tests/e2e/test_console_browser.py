@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from controller.protocol.tasks.spec import decode_task
-from tests.api_support import REPO, TOKEN, ZKCTL, running_api
+from tests.api_support import REPO, TOKEN, ZKCTL, ApiCluster, running_api
 from tests.browser_support import chromium, missing, quit_browser
 from tests.waiting import wait_until
 
@@ -232,12 +233,19 @@ def test_nothing_a_broker_writes_runs_in_the_page(browser, zk_hosts, tmp_path):
         assert failure[1] == XSS + "\n  at x" and failure[2] == 0, failure
         assert browser.execute_script("return window.__xss === undefined"), "script from a failure ran"
         _shot(browser, "failure")
-        # the policy itself: markup the page would insert still cannot run inline script
+        # the policy itself: markup the page would insert still cannot run inline script; the browser reports
+        # the handler it refused (when the image fails to load), which is when the handler would have run
         browser.execute_script(
+            "document.addEventListener('securitypolicyviolation', e => { window.__csp_refused = e.violatedDirective; });"
             "document.body.insertAdjacentHTML('beforeend', '<img src=x onerror=\"window.__csp_broken=1\">')"
         )
-        time.sleep(1)  # a window for a wrong change to show (nothing to wait for when all goes right)
+        refused = wait_until(
+            lambda: browser.execute_script("return window.__csp_refused || window.__csp_broken === 1"),
+            30,
+            "the inline handler refused by the page's Content-Security-Policy",
+        )
         assert browser.execute_script("return window.__csp_broken === undefined"), "inline script ran: no CSP"
+        assert str(refused).startswith("script-src"), refused
         _shot(browser, "hostile-fields")
 
 
@@ -246,7 +254,6 @@ def test_a_page_on_another_origin_cannot_write(browser, zk_hosts, tmp_path):
     nothing: the writes carry its Origin and Sec-Fetch-Site and are refused."""
     import http.server
     import threading
-    import time
 
     with running_api(zk_hosts, tmp_path, "xsite", brokers=("b1",), token=None) as (cluster, zk, layout):
         site = tmp_path / "evil"
@@ -273,8 +280,18 @@ fetch("{api}/tasks/restart?only_failed=false", {{method: "POST", mode: "no-cors"
             version = zk.exists(layout.task("s-1")).version
             browser.get(f"http://127.0.0.1:{evil.server_address[1]}/index.html")
             wait_until(lambda: browser.title == "sent", 30, "the other site's page to send its writes")
-            time.sleep(3)  # a window for a wrong change to show (nothing to wait for when all goes right)
+            # its fetch POST and its form's POST reach the API and are refused before any route (a PUT cannot
+            # leave a no-cors fetch): once both are counted, whatever they could have changed has been refused
+            wait_until(lambda: _refused_posts(cluster) >= 2, 30, "the other site's two POSTs refused (403)")
             assert zk.exists(layout.task("s-1")).version == version, "a cross-site write changed the task"
             assert zk.exists(layout.broker("b1")) is not None and cluster.procs["b1"].poll() is None, "b1 was shut down"
         finally:
             evil.shutdown()
+
+
+def _refused_posts(cluster: ApiCluster) -> float:
+    """POSTs the API refused before routing them (its guard: another site, a bad host or body), from /metrics."""
+    with urllib.request.urlopen(cluster.base + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    line = 'zkc_api_requests_total{method="POST",route="other",status="403"} '
+    return sum(float(x[len(line) :]) for x in text.splitlines() if x.startswith(line))
