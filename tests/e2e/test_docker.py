@@ -217,12 +217,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             admin = AdminClient(zk, layout)
             tasks = ["pipeline-1", "pipeline-2"]
             records = 1500
-            for t in tasks:
-                (data / "in" / t).mkdir(parents=True)
-                (data / "in" / t).chmod(0o777)
-            admin.create_tasks(
-                [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
-            )
+            _create_pipelines(admin, data, tasks)
             for t in tasks:  # written as the host's user into the shared directory: readable by the containers
                 generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
             wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 300, "both pipelines writing their sinks")
@@ -236,16 +231,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
             # docker kill: stays down; ctl-b takes over
             client.containers.get(f"{project}_{ctl.controller_id}_1").kill()
-            wait_until(
-                lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks),
-                400,
-                "every record in both sinks",
-            )
-            for t in tasks:
-                ids = _ids(data, t)
-                assert len(ids) == records and sorted(ids) == list(range(records)), (
-                    f"{t}: {len(ids)} rows for {records}"
-                )
+            _every_record_once(data, tasks, records, "every record in both sinks")
             new_ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
             assert new_ctl.epoch > ctl.epoch
             api = ApiCluster(env, tmp_path, port=int(env["ZKC_API_PORT"]))
@@ -322,6 +308,25 @@ def _connect(hosts: str) -> bool:
     c.stop()
     c.close()
     return True
+
+
+def _create_pipelines(admin: AdminClient, data: Path, tasks: list[str]) -> None:
+    """Streaming pipelines reading ``in/<task>`` of the shared directory (mounted at /data/checkpoints in the
+    containers, written by their non-root user) into ``out/<task>``."""
+    for t in tasks:
+        (data / "in" / t).mkdir(parents=True)
+        (data / "in" / t).chmod(0o777)
+    admin.create_tasks(
+        [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
+    )
+
+
+def _every_record_once(data: Path, tasks: list[str], records: int, what: str) -> None:
+    """Wait until each task's sink holds ids 0 to ``records - 1``; then each must be there exactly once."""
+    wait_until(lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks), 400, what)
+    for t in tasks:
+        ids = _ids(data, t)
+        assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
 
 
 def _ids(data: Path, task: str) -> list[int]:
@@ -507,12 +512,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
             run.admin = admin = AdminClient(zk, ZkLayout("/roll"))
             tasks = ["roll-1", "roll-2"]
             records = 600
-            for t in tasks:
-                (data / "in" / t).mkdir(parents=True)
-                (data / "in" / t).chmod(0o777)
-            admin.create_tasks(
-                [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
-            )
+            _create_pipelines(admin, data, tasks)
             for t in tasks:
                 generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
             wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 600, "the pipelines writing their sinks")
@@ -553,16 +553,7 @@ def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, 
                 generate(
                     DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50, start_id=records // 2)
                 )
-            wait_until(
-                lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks),
-                400,
-                "every record in every sink",
-            )
-            for t in tasks:
-                ids = _ids(data, t)
-                assert len(ids) == records and sorted(ids) == list(range(records)), (
-                    f"{t}: {len(ids)} rows for {records}"
-                )
+            _every_record_once(data, tasks, records, "every record in every sink")
             # a broker writes the end of a run to its log after it let go of the task (at most every 2 s): until
             # every such end is there, the logs can show the next owner's start beside a run already over
             deadline = time.monotonic() + 60
