@@ -130,10 +130,8 @@ def test_a_lost_guard_halts_the_isolated_pipeline_and_a_paused_broker_s_driver_e
             if not _group_runs(driver):
                 gone["driver"], gone["driver_wall"] = time.monotonic(), time.time()
 
-        # enough files for a micro-batch every half second up to the deadline and past it: sa reads one file a
-        # trigger (two a second) until its deadline, which comes within the session (8 s) after the pause, so
-        # at most some 18 of these 30 files; the rest are left for after the deadline, and for sb
-        waves.append(generate(DatagenConfig(out_dir=str(src), records=600, batch=20, start_id=10_000, prefix="w2")))
+        # enough files for a micro-batch every half second up to the deadline and past it
+        waves.append(generate(DatagenConfig(out_dir=str(src), records=1200, batch=20, start_id=10_000, prefix="w2")))
         wait_for(lambda: len(_commit_times(checkpoint)) >= 2, 60, "batches of the new wave")
         guard = _guard_of(sa.proc.pid)
         os.kill(sa.proc.pid, signal.SIGSTOP)  # the broker's process alone: its driver process goes on
