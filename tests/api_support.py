@@ -1,5 +1,7 @@
 """A small real cluster for the HTTP API and console tests: ``zkctl controller run``, no-op
-``zkctl broker run`` processes and ``zkctl api run``, on the test's ZooKeeper root, each stopped by pid."""
+``zkctl broker run`` processes and ``zkctl api run``, on the test's ZooKeeper root, each stopped by pid.
+``api_clusters`` (a fixture, registered through ``pytest_plugins`` in tests/conftest.py) starts such clusters
+for a test module on roots of their own."""
 
 from __future__ import annotations
 
@@ -11,11 +13,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+from kazoo.client import KazooClient
+
+from controller.protocol.cluster.layout import ZkLayout
+from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
+from controller.zk.subtrees import delete_tree
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,6 +164,48 @@ def start_cluster(
     except BaseException:
         cluster.stop()
         raise
+
+
+#: A running cluster as its tests use it: the processes, a ZooKeeper client of the test's own, the root's layout.
+ApiHandle = tuple[ApiCluster, KazooClient, ZkLayout]
+
+
+@contextmanager
+def running_api(
+    zk_hosts: str, tmp: Path, prefix: str, brokers: tuple[str, ...] = ("b1", "b2"), token: str | None = TOKEN
+) -> Iterator[ApiHandle]:
+    """``start_cluster`` on a fresh root ``/<prefix>-<random>`` (state and logs under ``tmp``); at the end the
+    processes are stopped, the root deleted and the client closed, also when the test failed."""
+    root = f"/{prefix}-{uuid.uuid4().hex[:10]}"
+    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp / "state")}
+    cluster = start_cluster(env, tmp / "logs", brokers=brokers, token=token)
+    try:
+        zk = make_client(ZkSettings(hosts=zk_hosts, root=root))
+    except BaseException:
+        cluster.stop()
+        raise
+    try:
+        yield cluster, zk, ZkLayout(root)
+    finally:
+        cluster.stop()
+        try:
+            delete_tree(zk, root)
+        finally:
+            zk.stop()
+            zk.close()
+
+
+@pytest.fixture(scope="module")
+def api_clusters(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ApiHandle]]:
+    """Starts a ``running_api`` cluster for the module (``api_clusters("api", brokers=..., token=...)``), each
+    torn down when the module's tests are done: a cluster's start costs seconds, its tests share it."""
+    with ExitStack() as stack:
+
+        def start(prefix: str, brokers: tuple[str, ...] = ("b1", "b2"), token: str | None = TOKEN) -> ApiHandle:
+            tmp = tmp_path_factory.mktemp(prefix)
+            return stack.enter_context(running_api(zk_hosts, tmp, prefix, brokers=brokers, token=token))
+
+        yield start
 
 
 def os_environ_without_auth() -> dict[str, str]:

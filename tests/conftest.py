@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 # The fixtures the tiers share, registered once here (a test names one as a parameter, never imports it).
 pytest_plugins = [
+    "tests.api_support",
     "tests.broker_processes",
     "tests.controller_support",
     "tests.docker_support",

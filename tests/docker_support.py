@@ -1,5 +1,6 @@
-"""The container tests' shared parts: a Docker client (or a skip with the reason) and the image of this tree,
-built once per session. Registered for every test through ``pytest_plugins`` in tests/conftest.py."""
+"""The container tests' shared parts: a Docker client (or a skip with the reason), the image of this tree built
+once per session, and one life of a cluster of containers (``container_cluster``: up, the report of a failure,
+the teardown by label). Registered for every test through ``pytest_plugins`` in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pytest
 
@@ -19,6 +23,7 @@ from tests.api_support import REPO, os_environ_without_auth
 ZKCTL = [sys.executable, "-m", "cli.main"]
 IMAGE = "zkcontroller:test"
 BASE = os.environ.get("ZKC_BASE_IMAGE", "zkc-base:bookworm")
+T = TypeVar("T")
 SETUP = "run `make docker-engine` (scripts/docker-engine.sh start) as root"
 
 
@@ -121,3 +126,99 @@ def cluster_report(client: Any, label: str, admin: AdminClient | None = None, lo
         out.append(f"--- replaced container {f.stem} (its last {LOG_TAIL} lines):")
         out.append("\n".join(f.read_text(errors="replace").splitlines()[-LOG_TAIL:]))
     return "\n".join(out)
+
+
+@dataclass
+class ContainerRun(Generic[T]):
+    """A cluster of containers in a test: what its ``up`` returned, and what a failure's report reads (the
+    test sets ``admin`` and ``logs_dir`` once it has them)."""
+
+    client: Any
+    label: str
+    up: T
+    admin: AdminClient | None = None
+    logs_dir: Path | None = None
+
+
+@contextmanager
+def container_cluster(
+    label: str, up: Callable[[], T], down: Callable[[], object] | None = None
+) -> Iterator[ContainerRun[T]]:
+    """One life of a cluster of containers carrying ``label``: ``up`` brings it up (a failure there is the
+    test's too), the body uses it; on any failure the cluster's report is printed; always ``down`` (the way
+    under test: ``zkctl cluster down``, Compose's ``down``) runs, then whatever still carries the label is
+    removed by id, so that no failure leaves a container running. What ``down`` left behind fails a test that
+    had not failed already: a cleanup that misses a container is a defect the test is there to catch."""
+    client = docker_engine()
+    run: ContainerRun[T] | None = None
+    failed = False
+    problems: list[str] = []
+    try:
+        run = ContainerRun(client, label, up())
+        yield run
+    except BaseException:
+        failed = True
+        print(cluster_report(client, label, run.admin if run else None, run.logs_dir if run else None))
+        raise
+    finally:
+        if down is not None:
+            try:
+                down()
+            except Exception as exc:  # said after the sweep: a failed down must still leave no container
+                problems.append(f"down failed: {type(exc).__name__}: {exc}")
+        problems += remove_by_label(client, label)
+        if problems and failed:
+            print("teardown: " + "; ".join(problems))
+    assert not problems, "teardown: " + "; ".join(problems)
+
+
+def remove_by_label(client: Any, label: str) -> list[str]:
+    """Remove, each by its id, every container (killed first: ``force``), network and volume carrying ``label``,
+    in that order (a network or volume in use cannot go); say what there was and what could not be removed."""
+    api, only = client.api, {"label": label}
+    kinds: tuple[tuple[str, Callable[[], list[Any]], Callable[[str], object]], ...] = (
+        (
+            "container",
+            lambda: client.containers.list(all=True, filters=only),
+            lambda i: api.remove_container(i, force=True, v=True),
+        ),
+        ("network", lambda: client.networks.list(filters=only), api.remove_network),
+        ("volume", lambda: client.volumes.list(filters=only), lambda i: api.remove_volume(i, force=True)),
+    )
+    found: list[str] = []
+    for kind, listed, remove in kinds:
+        try:
+            items = listed()
+        except Exception as exc:
+            found.append(f"{kind}s not listed: {type(exc).__name__}: {exc}")
+            continue
+        for item in items:
+            found.append(f"{kind} {item.name} left behind")
+            try:
+                remove(item.id)
+            except Exception as exc:
+                found.append(f"{kind} {item.name} not removed: {type(exc).__name__}: {exc}")
+    return found
+
+
+def zkctl_cluster(
+    name: str, root: str, *args: str, timeout: float = 600
+) -> AbstractContextManager[ContainerRun[dict[str, Any]]]:
+    """``zkctl cluster up --docker`` of cluster ``name`` on ZooKeeper root ``root`` with ``args``, as a
+    ``container_cluster`` whose ``up`` is the command's JSON and which ``zkctl cluster down --volumes`` ends."""
+
+    def up() -> dict[str, Any]:
+        p = zkctl_command(
+            "--json", "--zk-root", root, "cluster", "up", "--docker", "--name", name, *args, timeout=timeout
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+        info: dict[str, Any] = json.loads(p.stdout)
+        return info
+
+    return container_cluster(f"zkc.cluster={name}", up, down=lambda: zkctl_down(name))
+
+
+def zkctl_down(name: str) -> None:
+    """``zkctl cluster down --volumes`` of the named cluster, which must succeed."""
+    down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
+    assert down.returncode == 0, down.stdout + down.stderr

@@ -5,7 +5,6 @@ the reason (``tests/e2e/test_docker.py`` says how CI starts one)."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +18,7 @@ from broker_sim.sim.datagen import DatagenConfig, generate
 from controller.admin import AdminClient
 from controller.protocol.cluster.layout import ZkLayout
 from controller.zk.client import ZkSettings, make_client
-from tests.docker_support import cluster_report, docker_engine, zkctl_command
+from tests.docker_support import zkctl_cluster
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -31,21 +30,19 @@ def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(imag
     a broker submitting to both, the checkpoints and sinks on a host directory every container mounts (standing
     for NFS). The active master's process is killed -9: the standby takes the lead and the pipeline, fed
     before and after, holds every record exactly once."""
-    client = docker_engine()
     name = f"h{uuid.uuid4().hex[:6]}"
     data = tmp_path / "data"
     (data / "in" / "sp").mkdir(parents=True)
     for d in (data, data / "in", data / "in" / "sp"):
         d.chmod(0o777)  # written by the image's non-root user
-    up = zkctl_command(
-        *("--json", "--zk-root", "/sparkd", "cluster", "up", "--docker", "--name", name, "--zk-nodes", "1"),
-        *("--controllers", "1", "--brokers", "1", "--runner", "spark", "--spark-masters", "2"),
+    with zkctl_cluster(
+        name,
+        "/sparkd",
+        *("--zk-nodes", "1", "--controllers", "1", "--brokers", "1", "--runner", "spark", "--spark-masters", "2"),
         *("--spark-workers", "1", "--data-dir", str(data), "--image", image),
         timeout=1000,
-    )
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        info = json.loads(up.stdout)
+    ) as run:
+        info = run.up
         assert info["spark_master"].startswith("spark://127.0.0.1:") and info["spark_master"].count(",") == 1
         masters = info["spark_uis"]
 
@@ -62,7 +59,7 @@ def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(imag
             generate(DatagenConfig(out_dir=str(data / "in" / "sp"), records=150, batch=50))
             wait_until(lambda: len(_sink(data)) >= 150, 400, "the first records in the sink")
             active = next(n for n, st in statuses().items() if st == "ALIVE")
-            crash(client.containers.get(active))
+            crash(run.client.containers.get(active))
             t_kill = time.monotonic()
             generate(DatagenConfig(out_dir=str(data / "in" / "sp"), records=150, start_id=150, batch=50))
             wait_until(lambda: statuses().get(next(n for n in masters if n != active)) == "ALIVE", 180, "failover")
@@ -74,13 +71,6 @@ def test_cluster_up_runs_spark_in_ha_with_the_checkpoints_on_shared_storage(imag
         finally:
             zk.stop()
             zk.close()
-    except BaseException:
-        print(cluster_report(client, f"zkc.cluster={name}"))
-        raise
-    finally:
-        down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
-        assert down.returncode == 0, down.stdout + down.stderr
-    assert client.containers.list(all=True, filters={"label": f"zkc.cluster={name}"}) == []
 
 
 def _sink(data: Path) -> list[int]:

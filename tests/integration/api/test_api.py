@@ -9,18 +9,17 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.tasks.spec import decode_task
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import ZooKeeperServer, free_port
 from controller.zk.subtrees import delete_tree
-from tests.api_support import REPO, TOKEN, ApiCluster, init_root, os_environ_without_auth, start_cluster
+from tests.api_support import REPO, TOKEN, ApiCluster, ApiHandle, init_root, os_environ_without_auth
 from tests.cli_support import ok
 from tests.offsets_support import fake_checkpoint, spark_spec
 from tests.waiting import wait_until
@@ -29,21 +28,8 @@ NOOP = {"kind": "noop"}
 
 
 @pytest.fixture(scope="module")
-def api(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiCluster, Any, ZkLayout]]:
-    root = f"/api-{uuid.uuid4().hex[:10]}"
-    tmp = tmp_path_factory.mktemp("api")
-    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp / "state")}
-    cluster = start_cluster(env, tmp / "logs")
-    zk = make_client(ZkSettings(hosts=zk_hosts, root=root))
-    try:
-        yield cluster, zk, ZkLayout(root)
-    finally:
-        cluster.stop()
-        try:
-            delete_tree(zk, root)
-        finally:
-            zk.stop()
-            zk.close()
+def api(api_clusters: Callable[..., ApiHandle]) -> ApiHandle:
+    return api_clusters("api")
 
 
 def _owner(cluster: ApiCluster, task: str) -> str | None:

@@ -13,17 +13,14 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from controller.protocol.cluster.layout import ZkLayout
 from controller.protocol.records import codecs
 from controller.protocol.records.task_records import IntervalLog, RunInterval, TaskStatus
-from controller.zk.client import ZkSettings, make_client
-from controller.zk.subtrees import delete_tree
-from tests.api_support import REPO, ZKCTL, ApiCluster, init_root, os_environ_without_auth, start_cluster
+from tests.api_support import REPO, ZKCTL, ApiCluster, ApiHandle, init_root, os_environ_without_auth
 from tests.waiting import wait_until
 
 NOOP = {"kind": "noop"}
@@ -31,22 +28,9 @@ HUGE = 99999999999999999999999
 
 
 @pytest.fixture(scope="module")
-def open_api(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ApiCluster, Any, ZkLayout]]:
+def open_api(api_clusters: Callable[..., ApiHandle]) -> ApiHandle:
     """A cluster whose API has no admin token (writes open to same-origin clients): the worst case."""
-    root = f"/hostile-{uuid.uuid4().hex[:10]}"
-    tmp = tmp_path_factory.mktemp("hostile")
-    env = {**os_environ_without_auth(), "ZKC_ZK": zk_hosts, "ZKC_ROOT": root, "ZKC_STATE_DIR": str(tmp / "state")}
-    cluster = start_cluster(env, tmp / "logs", brokers=("b1", "b2", "b3"), token=None)
-    zk = make_client(ZkSettings(hosts=zk_hosts, root=root))
-    try:
-        yield cluster, zk, ZkLayout(root)
-    finally:
-        cluster.stop()
-        try:
-            delete_tree(zk, root)
-        finally:
-            zk.stop()
-            zk.close()
+    return api_clusters("hostile", brokers=("b1", "b2", "b3"), token=None)
 
 
 def raw(
