@@ -303,9 +303,11 @@ class StreamingRun:
 
     def _still_active(self) -> bool:
         """Whether the query runs, asking the JVM at most every ``ACTIVE_CHECK_S`` while the listener has not
-        said it ended (a JVM gone away raises here: the runner reports that as FAILED)."""
+        said it ended and no stop began (a JVM gone away raises here: the runner reports that as FAILED). Once a
+        stop began the JVM is asked every time: the listener's word that the query ended may come after the stop
+        returned, and a status read then must not say RUNNING."""
         now = time.monotonic()
-        if not self._terminated.is_set() and now - self._active_at < ACTIVE_CHECK_S:
+        if not self._terminated.is_set() and not self._stopping.is_set() and now - self._active_at < ACTIVE_CHECK_S:
             return True
         active = bool(self._query.isActive)
         if active and not self._terminated.is_set():
@@ -426,6 +428,7 @@ class StreamingRun:
         stopper.join(timeout)
         if stopper.is_alive() or query.isActive:
             raise TimeoutError(f"task {self.task_id}: streaming query still active {timeout:.0f}s after stop()")
+        self._terminated.set()  # confirmed inactive: no status read waits for the listener to say so
         if errors:  # e.g. spark.sql.streaming.stopTimeout ran out: the stream thread may still be running
             raise TimeoutError(
                 f"task {self.task_id}: the streaming query's stop did not confirm it stopped: "
