@@ -152,6 +152,16 @@ class SyncProposal:
     revoked: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+def _check_task_list(name: str, tasks: tuple[str, ...]) -> None:
+    """A list of task ids a member is told about: bounded, no repeats, each id non-empty and bounded."""
+    if len(tasks) > MAX_INCOMING:
+        raise ValueError(f"{name} names {len(tasks)} tasks, over {MAX_INCOMING}")
+    if len(set(tasks)) != len(tasks):
+        raise ValueError(f"{name} names a task twice")
+    if any(not t or len(t) > MAX_TASK_ID_CHARS for t in tasks):
+        raise ValueError(f"{name} names a task id that is empty or over {MAX_TASK_ID_CHARS} characters")
+
+
 @dataclass(frozen=True)
 class Assignment:
     """``/groups/<g>/assignment/<member>``: what one member must run, fenced by the controller epoch.
@@ -182,21 +192,9 @@ class Assignment:
     handoff: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.handoff:
-            if len(self.handoff) > MAX_INCOMING:
-                raise ValueError(f"handoff names {len(self.handoff)} tasks, over {MAX_INCOMING}")
-            if len(set(self.handoff)) != len(self.handoff):
-                raise ValueError("handoff names a task twice")
-            if any(not t or len(t) > MAX_TASK_ID_CHARS for t in self.handoff):
-                raise ValueError(f"handoff names a task id that is empty or over {MAX_TASK_ID_CHARS} characters")
-            if not set(self.handoff).isdisjoint(self.assigned) or not set(self.handoff).isdisjoint(self.revoked):
-                raise ValueError("handoff names a task also assigned or revoked")
-        if self.incoming:
-            if len(self.incoming) > MAX_INCOMING:
-                raise ValueError(f"incoming names {len(self.incoming)} tasks, over {MAX_INCOMING}")
-            if len(set(self.incoming)) != len(self.incoming):
-                raise ValueError("incoming names a task twice")
-            if any(not t or len(t) > MAX_TASK_ID_CHARS for t in self.incoming):
-                raise ValueError(f"incoming names a task id that is empty or over {MAX_TASK_ID_CHARS} characters")
-            if not set(self.incoming).isdisjoint(self.assigned):
-                raise ValueError("incoming names a task already assigned")
+        _check_task_list("handoff", self.handoff)
+        _check_task_list("incoming", self.incoming)
+        if not set(self.handoff).isdisjoint(self.assigned) or not set(self.handoff).isdisjoint(self.revoked):
+            raise ValueError("handoff names a task also assigned or revoked")
+        if not set(self.incoming).isdisjoint(self.assigned):
+            raise ValueError("incoming names a task already assigned")
