@@ -195,12 +195,29 @@ def plan_wave(
             continue
         deferred.append(t)
         hold_back(out_assigned, out_revoked, t, source, dest)
+    settle_in_flight(in_flight, out_assigned, out_revoked)
     return Wave(
         assigned={m: tuple(sorted(ts)) for m, ts in out_assigned.items()},
         revoked={m: tuple(sorted(ts)) for m, ts in out_revoked.items() if ts},
         moving=in_flight,
         deferred=tuple(sorted(deferred)),
     )
+
+
+def settle_in_flight(
+    in_flight: dict[str, Move], assigned: Mapping[str, set[str]], revoked: Mapping[str, set[str]]
+) -> None:
+    """A move in flight to a member that this wave does not give its task is over, having never arrived:
+    revoked from that member, it goes on as a revocation (counted once, the next generation names its owner);
+    otherwise it stops counting (the task waits for a later wave or went elsewhere). Kept, it could never be
+    done and would hold its room in the throttle until the move timeout."""
+    for t, mv in list(in_flight.items()):
+        if mv.dest is None or t in assigned.get(mv.dest, ()):
+            continue
+        if t in revoked.get(mv.dest, ()):
+            in_flight[t] = Move(t, mv.dest, None, mv.since)
+        else:
+            del in_flight[t]
 
 
 def hold_back(

@@ -67,11 +67,9 @@ def test_a_wave_never_exceeds_its_limits_and_never_double_assigns(p):
             assert t in assigned.get(m, ()) or t in had.get(m, ()), (m, t)
     for m, ts in wave.revoked.items():
         assert set(ts) <= set(revoked.get(m, ())) and not set(ts) & set(wave.assigned[m])
-    new = {
-        t: mv
-        for t, mv in wave.moving.items()
-        if moving.get(t) != mv and not (t in moving and moving[t].dest is None and mv.source == moving[t].source)
-    }
+    # a move begun by this wave (at ``now``): one under way keeps its start, be it continued to its destination
+    # or, revoked from the member it was going to, turned into a revocation
+    new = {t: mv for t, mv in wave.moving.items() if mv.since == 1.0}
     already = len([t for t in moving if t in runnable])
     if frozen:
         assert not new, new
@@ -84,6 +82,11 @@ def test_a_wave_never_exceeds_its_limits_and_never_double_assigns(p):
         after = broker_load(wave.moving)
         for b, n in after.items():
             assert n <= max(limits.max_moves_per_broker, before.get(b, 0)), (b, n)
+    # a move in flight goes where the wave sends its task: one whose destination does not get it is over (a
+    # move that can never be done would hold the throttle's room until the move timeout)
+    for t, mv in wave.moving.items():
+        if mv.dest is not None:
+            assert t in wave.assigned.get(mv.dest, ()), (t, mv, wave)
     # a stop (a revocation of a task that is no longer runnable) is never held back
     for m, ts in revoked.items():
         for t in ts:
@@ -121,6 +124,23 @@ def test_cooperative_revocations_beyond_the_limit_are_kept_by_their_owner():
         now=1.0,
     )
     assert second.assigned["b"] == ("t3",) and second.moving["t3"].dest == "b" and not second.deferred
+
+
+def test_a_move_whose_destination_no_longer_gets_its_task_stops_counting():
+    """A new task sent to ``a`` (not running yet) that the next proposal revokes from ``a``, and then assigns
+    to ``b`` with no room left: the move to ``a`` is over. Kept in flight, it would fill the throttle with moves
+    nobody can finish and no later wave would go until the move timeout."""
+    limits = MoveLimits(max_moves=1)
+    first = plan_wave({"a": ("t1",), "b": ()}, {}, {"a": [], "b": []}, ["t1", "t2"], {}, limits, now=0.0)
+    assert first.moving["t1"].dest == "a"
+    # the next proposal moves t1 to b: cooperative, so this generation revokes it from a
+    assigned, revoked = cooperative_adjust({"a": [], "b": ["t1", "t2"]}, {"a": ["t1"], "b": []})
+    second = plan_wave(assigned, revoked, {"a": ["t1"], "b": []}, ["t1", "t2"], first.moving, limits, now=1.0)
+    assert second.revoked == {"a": ("t1",)}
+    assert second.moving["t1"].dest is None, second.moving  # counted once: now a revocation under way
+    # a proposal that sends t1 elsewhere while the move to a is in flight, with no room: it waits, uncounted
+    third = plan_wave({"a": (), "b": ("t1",)}, {}, {"a": [], "b": []}, ["t1", "t2"], first.moving, limits, now=1.0)
+    assert third.deferred == ("t1",) and third.assigned["b"] == () and "t1" not in third.moving, third
 
 
 def test_unplaced_tasks_go_first_and_maintenance_moves_nothing():
