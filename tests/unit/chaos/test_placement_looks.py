@@ -4,6 +4,10 @@ broker's tasks. The sampler's look cut by a real connection loss: tests/integrat
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from broker_sim.chaos import ChaosOptions, ChaosSummary, Placement, Verdict, format_summary, verdicts
 from broker_sim.chaos.checks import settle_look
 
@@ -114,3 +118,39 @@ def _summary(v: Verdict) -> ChaosSummary:
         verdicts=[v],
         wall_s=12,
     )
+
+
+def test_a_kept_runs_looks_are_judged_again_from_its_work_directory(tmp_path):
+    """The looks a run wrote into its work directory give the same verdict again (``zkctl sim rejudge DIR``,
+    at the run's bound or another); a file that is not one a run wrote is refused with the line at fault."""
+    from broker_sim.chaos.record import PLACEMENTS_FILE, RecordError, read_placements, rejudge, write_placements
+    from tests.cli_support import invoke
+
+    looks = [
+        *_before(1089.2),
+        Placement(1089.2, "Stable", ALL_UNOWNED, (("ghost-1", 2),)),
+        Placement(1108.8, None, controller_up=False),
+        Placement(1109.3, "Stable"),
+    ]
+    write_placements(tmp_path / PLACEMENTS_FILE, looks, 1000.0, BOUND)
+    assert read_placements(tmp_path / PLACEMENTS_FILE) == (1000.0, BOUND, looks)
+    v, _, longest_stable = rejudge(tmp_path)
+    assert not v.ok and v.details[0].startswith("23 tasks: placed on broker-002") and "(from t+89.2s)" in v.details[0]
+    assert rejudge(tmp_path, bound_s=30.0)[0].ok
+    out = invoke(["sim", "rejudge", str(tmp_path)])
+    assert out.exit_code == 1 and "invariant 9 FAIL" in out.output and "19.6s" in out.output, out.output
+    assert invoke(["sim", "rejudge", str(tmp_path), "--bound", "30"]).exit_code == 0
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for text, needle in [
+        ("", ":1: not a placements file's first line"),
+        ('{"t0": 1, "bound_s": 10}\n{"t": 1, "state": "Stable", "up": true, "unowned": [["t1"]]}\n', ":2: not a list"),
+        ('{"t0": 1, "bound_s": 10}\n{"t": "x", "state": "Stable", "up": true}\n', ":2: no time or state"),
+        ('{"t0": 1, "bound_s": 10}\n[1]\n', ":2: not an object"),
+    ]:
+        (bad / PLACEMENTS_FILE).write_text(text)
+        with pytest.raises(RecordError, match=re.escape(needle)):
+            read_placements(bad / PLACEMENTS_FILE)
+    missing = invoke(["sim", "rejudge", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 1 and "no such file" in missing.output, missing.output
