@@ -11,6 +11,7 @@ import click
 
 from broker_sim.chaos import DEFAULT_FAULT_KINDS, FAULT_KINDS, ChaosOptions, run_chaos
 from broker_sim.chaos import format_summary as format_chaos
+from broker_sim.chaos.record import RecordError, rejudge
 from broker_sim.runners.noop import DEFAULT_PREPARE_SHARE
 from broker_sim.sim.farm import FarmError
 from broker_sim.sim.scenarios import format_summary
@@ -442,4 +443,31 @@ def sim_chaos(
         raise UserError(str(exc)) from None
     ctx.emit(summary.to_dict(), format_chaos(summary))
     if not summary.ok:
+        raise SystemExit(1)
+
+
+@sim.command("rejudge")
+@click.argument("workdir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--bound", type=click.FloatRange(0, 3600), default=None, help="seconds; the run's own bound unless given")
+@click.pass_obj
+def sim_rejudge(ctx: Ctx, workdir: Path, bound: float | None) -> None:
+    """Invariant 9 again, from the placement looks a chaos run kept in its work directory (ZKC_CHAOS_KEEP=1
+    keeps it): no task placed longer than the bound without a running owner while its group says Stable.
+    Exits 1 on a violation."""
+    try:
+        verdict, longest, longest_stable = rejudge(workdir, bound)
+    except RecordError as exc:
+        raise UserError(str(exc)) from None
+    human = "\n".join(
+        [
+            f"invariant {verdict.invariant} {'ok  ' if verdict.ok else 'FAIL'} {verdict.name}",
+            *(f"    {d}" for d in verdict.details),
+            f"longest ownerless {longest:.2f}s, {longest_stable:.2f}s of it while Stable",
+        ]
+    )
+    ctx.emit(
+        {"ok": verdict.ok, "details": verdict.details, "longest_s": longest, "longest_stable_s": longest_stable},
+        human,
+    )
+    if not verdict.ok:
         raise SystemExit(1)

@@ -51,6 +51,37 @@ def current_placements(info: GroupStateInfo | None, assignments: dict[str, Assig
     }
 
 
+def settle_look(
+    placement: Placement | None, began: float, took_s: float, interrupted: bool, interval_s: float
+) -> tuple[Placement, float]:
+    """What one look of the placement sampler records, and the pause before the next.
+
+    A look is a dozen reads and then what the brokers run: one instant only while its connection holds. A
+    look that failed (None), or during which its client's connection dropped (``interrupted``), is blind:
+    requests sent while kazoo reconnects wait for the new connection, so such a look read the group's
+    state before the drop and what runs after it (a soak's look began just before the ensemble's leader was
+    killed, read the state then, and what ran 6.5 s later, when one broker had not yet restarted its tasks).
+    A blind look, dated when it began (``began``, wall clock), ends a stretch of invariant 9 there: while
+    ZooKeeper cannot be read nothing can act on a placement. The next look comes after ``interval_s``;
+    after a good one, after twice as long as it took if longer (a look costs more as task storms add tasks:
+    at most a third of the time goes to looking)."""
+    if placement is None or interrupted:
+        return Placement(began, None, controller_up=False), interval_s
+    return placement, max(interval_s, 2 * took_s)
+
+
+class ConnectionWatch:
+    """Counts the state changes of a kazoo client (SUSPENDED, CONNECTED, LOST): a look that saw the count
+    change was cut by a connection loss."""
+
+    def __init__(self, client: KazooClient) -> None:
+        self.changes = 0
+        client.add_listener(self._changed)
+
+    def _changed(self, _state: object) -> None:
+        self.changes += 1  # (kazoo's connection thread alone calls it)
+
+
 class CheckedRun(Protocol):
     """What the checks read of a chaos run: its options and ZooKeeper client, how to connect another, the
     brokers that halted, and what its brokers run right now (their own account, not ZooKeeper's)."""
@@ -129,24 +160,32 @@ class Checks:
         """Every ``placement_interval_s`` (or twice as long as a look took, if longer) until ``stop``: which
         placed tasks have no running owner, and which members that are no broker of the run hold tasks
         (read-only, on a client of its own)."""
-        run = self.run
         with self._own_client("placement sampler") as client:
             if client is None:
                 return
-            pause = run.copts.placement_interval_s
+            watch = ConnectionWatch(client)
+            pause = self.run.copts.placement_interval_s
             while not stop.wait(pause):
-                began = time.monotonic()
-                try:
-                    if not client.connected:
-                        raise ConnectionError("the placement sampler is not connected")
-                    self.placements.append(self.placement(client))
-                except Exception as exc:  # ZooKeeper restarting, a znode gone between two reads: next look
-                    log.debug("placement sample: %s", exc)
-                    # a blind look (no state): while ZooKeeper cannot be read nothing can act on a placement,
-                    # so a stretch of invariant 9 ends here and starts again once it can
-                    self.placements.append(Placement(time.time(), None, controller_up=False))
-                # a look costs more as task storms add tasks: at most a third of the time goes to looking
-                pause = max(run.copts.placement_interval_s, 2 * (time.monotonic() - began))
+                placement, pause = self.look(client, watch)
+                self.placements.append(placement)
+
+    def look(self, client: KazooClient, watch: ConnectionWatch) -> tuple[Placement, float]:
+        """One look of the placement sampler, as recorded (``settle_look``), and the pause before the next."""
+        began, began_wall, drops = time.monotonic(), time.time(), watch.changes
+        placement: Placement | None = None
+        try:
+            if not client.connected:
+                raise ConnectionError("the placement sampler is not connected")
+            placement = self.placement(client)
+        except Exception as exc:  # ZooKeeper restarting, a znode gone between two reads: next look
+            log.debug("placement sample: %s", exc)
+        return settle_look(
+            placement,
+            began_wall,
+            time.monotonic() - began,
+            watch.changes != drops,
+            self.run.copts.placement_interval_s,
+        )
 
     def placement(self, c: KazooClient) -> Placement:
         """One look: the group's state, its assignments, its members, the brokers and the placed tasks' owners,

@@ -21,6 +21,7 @@ from broker_sim.chaos.checks import Checks
 from broker_sim.chaos.ensemble import ChaosEnsemble
 from broker_sim.chaos.player import play
 from broker_sim.chaos.processes import ChaosProcess, JournalTail, dump_and_tail, read_journal, zkctl_command
+from broker_sim.chaos.record import PLACEMENTS_FILE, write_placements
 from broker_sim.chaos.schedule import FAULT_KINDS, GROUP, ChaosOptions, broker_id, left_out, make_schedule
 from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.chaos.summary import ChaosSummary, Verdict
@@ -416,8 +417,11 @@ class ChaosRun(Simulation):
         # the controller sooner that the member behind it is gone, so invariant 4's clock starts then
         quiet_from = max(played.faults_end, (self.last_halt or 0.0) + o.session_timeout_s)
         v4, longest = verdicts.stable_within_bound(samples, quiet_from, o.stable_bound_s)
+        looks = [p for p in self.checks.placements if p.t >= phase_wall0]
+        if o.placement_interval_s > 0:  # invariant 9 judged again from a kept work directory: ``record``
+            write_placements(Path(self.tmp.name) / PLACEMENTS_FILE, looks, phase_wall0, o.ownerless_bound_s)
         v9, ownerless, ownerless_stable = verdicts.placed_tasks_run_while_stable(
-            [p for p in self.checks.placements if p.t >= phase_wall0], o.ownerless_bound_s, phase_wall0
+            looks, o.ownerless_bound_s, phase_wall0
         )
         found = [
             verdicts.no_two_running_owners(intervals),

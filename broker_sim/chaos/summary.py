@@ -124,6 +124,8 @@ def format_summary(s: ChaosSummary) -> str:
     for v in s.verdicts:
         lines.append(f"  invariant {v.invariant} {'ok  ' if v.ok else 'FAIL'} {v.name}")
         lines += [f"      {d}" for d in v.details[:5]]
+        if len(v.details) > 5:  # (a verdict's own last line may say how many more it left out)
+            lines.append(f"      ... {len(v.details) - 5} more line(s) in --json")
     lost = sum(f["missing"] for f in s.pipelines.values())
     twice = sum(f["duplicates"] for f in s.pipelines.values())
     lines.insert(

@@ -136,6 +136,19 @@ def nothing_moves_in_maintenance(
     )
 
 
+def _stretch(tasks: Sequence[str], member: str, length: float, since: float) -> str:
+    """One line of invariant 9: the tasks placed on ``member`` that had no running owner over one stretch."""
+    what = tasks[0] if len(tasks) == 1 else f"{len(tasks)} tasks"
+    line = (
+        f"{what}: placed on {member} with no running owner for {length:.1f}s while the group said Stable "
+        f"(from t+{since:.1f}s)"
+    )
+    if len(tasks) > 1:
+        named = ", ".join(sorted(tasks)[:5])
+        line += f": {named}" + (f" and {len(tasks) - 5} more" if len(tasks) > 5 else "")
+    return line
+
+
 def placed_tasks_run_while_stable(
     placements: Sequence[Placement], bound_s: float, t0: float = 0.0
 ) -> tuple[Verdict, float, float]:
@@ -145,8 +158,10 @@ def placed_tasks_run_while_stable(
     harness killed or froze the active one) the group's state is stale: such a sample ends a stretch, and the
     clock starts again once a controller can act. Also returns the longest time a placed
     task had no running owner in any state, and the longest while Stable. Times are said as t+ from ``t0``
-    (the start of the fault phase, as the schedule says them)."""
-    bad: list[str] = []
+    (the start of the fault phase, as the schedule says them); the tasks of one member over one stretch are
+    one line (a broker's tasks stop together)."""
+    # (member, start, end) -> the tasks of one stretch: a broker's tasks stopped together are one line
+    bad: dict[tuple[str, float, float], list[str]] = {}
     longest_any = longest_stable = 0.0
     since_any: dict[str, float] = {}
     since_stable: dict[str, tuple[float, str]] = {}
@@ -162,20 +177,18 @@ def placed_tasks_run_while_stable(
             length = now - start
             longest_stable = max(longest_stable, length)
             if length > bound_s:
-                bad.append(
-                    f"{task}: placed on {member} with no running owner for {length:.1f}s while the group said "
-                    f"Stable (from t+{start - t0:.1f}s)"
-                )
+                bad.setdefault((member, start, now), []).append(task)
         for task, member in unowned.items():
             since_any.setdefault(task, now)
             if stable:
                 since_stable.setdefault(task, (now, member))
-    details = bad[:10] or [
+    lines = [_stretch(tasks, member, end - start, start - t0) for (member, start, end), tasks in bad.items()]
+    details = lines[:10] or [
         f"{len(placements)} samples; longest without a running owner {longest_any:.2f}s, "
         f"{longest_stable:.2f}s of it while Stable (bound {bound_s:.0f}s)"
     ]
-    if len(bad) > 10:
-        details.append(f"... {len(bad) - 10} more")
+    if len(lines) > 10:
+        details.append(f"... {len(lines) - 10} more")
     return (
         Verdict(
             9, "no task placed longer than the rebalance timeout without a running owner while Stable", not bad, details
