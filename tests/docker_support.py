@@ -1,6 +1,6 @@
 """The container tests' shared parts: a Docker client (or a skip with the reason), the image of this tree built
 once per session, and one life of a cluster of containers (``container_cluster``: up, the report of a failure,
-the teardown by label). Registered for every test through ``pytest_plugins`` in tests/conftest.py."""
+the teardown by label), and the Spark pipelines they run on a directory every container mounts. Registered for every test through ``pytest_plugins`` in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ from typing import Any, Generic, TypeVar
 
 import pytest
 
+from broker_sim.chaos.sinks import pipeline_spec
+from broker_sim.deploy.container_chaos import container_sink_ids
 from controller.admin import AdminClient
 from tests.api_support import REPO, os_environ_without_auth
+from tests.waiting import wait_until
 
 ZKCTL = [sys.executable, "-m", "cli.main"]
 IMAGE = "zkcontroller:test"
@@ -222,3 +225,30 @@ def zkctl_down(name: str) -> None:
     """``zkctl cluster down --volumes`` of the named cluster, which must succeed."""
     down = zkctl_command("--json", "cluster", "down", "--name", name, "--volumes")
     assert down.returncode == 0, down.stdout + down.stderr
+
+
+def create_shared_pipelines(admin: AdminClient, data: Path, tasks: list[str]) -> None:
+    """Streaming pipelines reading ``in/<task>`` of the shared directory (mounted at /data/checkpoints in the
+    containers, written by their non-root user) into ``out/<task>``."""
+    for t in tasks:
+        (data / "in" / t).mkdir(parents=True)
+        (data / "in" / t).chmod(0o777)
+    admin.create_tasks(
+        [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
+    )
+
+
+def every_record_once(data: Path, tasks: list[str], records: int, what: str) -> None:
+    """Wait until each task's sink holds ids 0 to ``records - 1``; then each must be there exactly once."""
+    wait_until(lambda: all(sorted(set(sink_ids(data, t))) == list(range(records)) for t in tasks), 400, what)
+    for t in tasks:
+        ids = sink_ids(data, t)
+        assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
+
+
+def sink_ids(data: Path, task: str) -> list[int]:
+    """The ids in ``task``'s sink of the shared directory (none while a batch is being written)."""
+    try:
+        return container_sink_ids(data, task)
+    except (OSError, ValueError):  # a sink being written
+        return []

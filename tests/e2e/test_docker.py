@@ -8,14 +8,12 @@ imports a debootstrapped base image as ``zkc-base:bookworm``) and are skipped wi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
 import time
 import uuid
 import warnings
-from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from broker_sim.chaos.sinks import pipeline_spec
 from broker_sim.deploy.container_chaos import (
     CONTAINER_FAULTS,
     ContainerChaosSummary,
@@ -37,12 +34,21 @@ from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.sim.injection import FaultRefused
 from controller.admin import AdminClient
 from controller.protocol.cluster.layout import ZkLayout
-from controller.protocol.records import codecs, registration_records, task_records
+from controller.protocol.records import codecs, registration_records
 from controller.protocol.tasks.spec import NoopPipeline, TaskSpec
 from controller.zk.client import ZkSettings, make_client
 from controller.zk.server import free_port
 from tests.api_support import REPO, ApiCluster, os_environ_without_auth
-from tests.docker_support import SETUP, container_cluster, docker_engine, zkctl_cluster, zkctl_command
+from tests.docker_support import (
+    SETUP,
+    container_cluster,
+    create_shared_pipelines,
+    docker_engine,
+    every_record_once,
+    sink_ids,
+    zkctl_cluster,
+    zkctl_command,
+)
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -217,10 +223,12 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             admin = AdminClient(zk, layout)
             tasks = ["pipeline-1", "pipeline-2"]
             records = 1500
-            _create_pipelines(admin, data, tasks)
+            create_shared_pipelines(admin, data, tasks)
             for t in tasks:  # written as the host's user into the shared directory: readable by the containers
                 generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
-            wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 300, "both pipelines writing their sinks")
+            wait_until(
+                lambda: all(len(sink_ids(data, t)) > 0 for t in tasks), 300, "both pipelines writing their sinks"
+            )
             owners = _owners(admin)
             victim = max((o for o in owners.values() if o), key=lambda b: sum(1 for v in owners.values() if v == b))
             client.containers.get(f"{project}_{victim}_1").kill()  # docker kill
@@ -231,7 +239,7 @@ def test_compose_file_runs_the_demo_pipelines_exactly_once_across_kills(image, t
             ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
             # docker kill: stays down; ctl-b takes over
             client.containers.get(f"{project}_{ctl.controller_id}_1").kill()
-            _every_record_once(data, tasks, records, "every record in both sinks")
+            every_record_once(data, tasks, records, "every record in both sinks")
             new_ctl = codecs.decode(registration_records.ControllerInfo, zk.get(layout.controller)[0])
             assert new_ctl.epoch > ctl.epoch
             api = ApiCluster(env, tmp_path, port=int(env["ZKC_API_PORT"]))
@@ -265,8 +273,8 @@ def _reset_through_the_api(client: Any, project: str, api: ApiCluster, data: Pat
     assert container_sink_ids(data, task) == []  # stopped, so no read races a write: every batch went
     resumed = api.request("PUT", f"/api/v1/tasks/{task}/resume", token=None)
     assert resumed.status == 200 and resumed.body["state"] == "RUNNING", resumed
-    wait_until(lambda: sorted(set(_ids(data, task))) == list(range(records)), 300, f"{task} replayed after reset")
-    ids = _ids(data, task)
+    wait_until(lambda: sorted(set(sink_ids(data, task))) == list(range(records)), 300, f"{task} replayed after reset")
+    ids = sink_ids(data, task)
     assert len(ids) == records, f"{task}: {len(ids)} rows for {records} after the reset"
     history = api.request("GET", f"/api/v1/tasks/{task}/history", token=None)
     assert [e["action"] for e in history.body["events"]][-3:] == ["stop", "reset-offsets", "resume"], history
@@ -308,32 +316,6 @@ def _connect(hosts: str) -> bool:
     c.stop()
     c.close()
     return True
-
-
-def _create_pipelines(admin: AdminClient, data: Path, tasks: list[str]) -> None:
-    """Streaming pipelines reading ``in/<task>`` of the shared directory (mounted at /data/checkpoints in the
-    containers, written by their non-root user) into ``out/<task>``."""
-    for t in tasks:
-        (data / "in" / t).mkdir(parents=True)
-        (data / "in" / t).chmod(0o777)
-    admin.create_tasks(
-        [pipeline_spec(t, Path("/data/checkpoints/in") / t, Path("/data/checkpoints/out") / t) for t in tasks]
-    )
-
-
-def _every_record_once(data: Path, tasks: list[str], records: int, what: str) -> None:
-    """Wait until each task's sink holds ids 0 to ``records - 1``; then each must be there exactly once."""
-    wait_until(lambda: all(sorted(set(_ids(data, t))) == list(range(records)) for t in tasks), 400, what)
-    for t in tasks:
-        ids = _ids(data, t)
-        assert len(ids) == records and sorted(ids) == list(range(records)), f"{t}: {len(ids)} rows for {records}"
-
-
-def _ids(data: Path, task: str) -> list[int]:
-    try:
-        return container_sink_ids(data, task)
-    except (OSError, ValueError):  # a sink being written
-        return []
 
 
 def test_container_chaos_finds_no_double_ownership(image, uninjectable):
@@ -473,99 +455,3 @@ def test_container_chaos_with_spark_pipelines_exactly_once(image, uninjectable):
         assert all(reason for _, reason in summary["not_injected"]), summary["not_injected"]
         assert all(v["missing"] == 0 and v["duplicates"] == 0 and v["held"] == 800 for v in summary["sinks"].values())
         assert summary["left_out"] == sorted(uninjectable.kinds), summary
-
-
-@pytest.mark.timeout(1800)
-def test_cluster_upgrade_rolls_spark_brokers_to_a_new_image_exactly_once(image, tmp_path):
-    """`zkctl cluster upgrade --image`: the controller's planned roll over three Spark broker containers,
-    each replaced by a container of the new image when its turn comes; every record in each sink exactly
-    once, no task ever run by two brokers at once, no more moves than tasks (``--in-place``: the first broker
-    restarts in place, its tasks held for it) and what balancing a group that was not balanced yet adds."""
-    from broker_sim.deploy import containers
-    from broker_sim.sim.checker import double_ownership
-    from controller.admin.interval_ends import settled_intervals
-
-    client = docker_engine()
-    name = f"r{uuid.uuid4().hex[:6]}"
-    new_image = f"zkcontroller:roll-{name}"
-    client.images.get(image).tag(new_image)
-    data = tmp_path / "shared"
-    data.mkdir()
-    data.chmod(0o777)
-    spec = containers.ClusterSpec(
-        name=name, zk_nodes=1, controllers=1, brokers=3, runner="spark", image=image, root="/roll", data_dir=str(data)
-    )
-    replaced_logs = tmp_path / "replaced"
-
-    def down() -> None:
-        try:
-            containers.down(name, volumes=True)
-        finally:
-            with contextlib.suppress(Exception):
-                client.images.remove(new_image)
-
-    with container_cluster(f"zkc.cluster={name}", partial(containers.up, spec, echo=lambda line: None), down) as run:
-        run.logs_dir = replaced_logs
-        info = run.up
-        zk = make_client(ZkSettings(hosts=info.zk, root="/roll", session_timeout_s=30))
-        try:
-            run.admin = admin = AdminClient(zk, ZkLayout("/roll"))
-            tasks = ["roll-1", "roll-2"]
-            records = 600
-            _create_pipelines(admin, data, tasks)
-            for t in tasks:
-                generate(DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50))
-            wait_until(lambda: all(len(_ids(data, t)) > 0 for t in tasks), 600, "the pipelines writing their sinks")
-            # the roll moves each task once from a balanced group; the brokers' sessions start at different times,
-            # so the group may not be balanced yet: the final balance then moves that surplus once more
-            counts: Counter[str] = Counter()
-            for t in tasks:
-                if zk.exists(ZkLayout("/roll").task_owner(t)):
-                    owner = codecs.decode(task_records.OwnerInfo, zk.get(ZkLayout("/roll").task_owner(t))[0])
-                    counts[owner.broker] += 1
-            fair = -(-len(tasks) // len(info.brokers))
-            surplus = sum(max(0, counts[b] - fair) for b in info.brokers)
-            p = zkctl_command(
-                "--json",
-                "--zk",
-                info.zk,
-                "--zk-root",
-                "/roll",
-                "cluster",
-                "upgrade",
-                "--name",
-                name,
-                "--image",
-                new_image,
-                "--timeout",
-                "240",
-                "--logs-dir",
-                str(replaced_logs),
-                "--in-place",
-                timeout=1500,
-            )
-            assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
-            out = json.loads(p.stdout)
-            assert out["brokers"] == sorted(info.brokers) and out["image"] == new_image, out
-            for b in info.brokers:
-                assert new_image in client.containers.get(b).image.tags
-            for t in tasks:
-                generate(
-                    DatagenConfig(out_dir=str(data / "in" / t), records=records // 2, batch=50, start_id=records // 2)
-                )
-            _every_record_once(data, tasks, records, "every record in every sink")
-            # a broker writes the end of a run to its log after it let go of the task (at most every 2 s): until
-            # every such end is there, the logs can show the next owner's start beside a run already over
-            deadline = time.monotonic() + 60
-            while True:
-                intervals, pending = settled_intervals(zk, ZkLayout("/roll"), admin.intervals())
-                if not pending or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
-            assert pending == [], f"runs let go whose end no broker's log shows after 60 s: {pending}"
-            assert double_ownership(intervals) == []
-            st = admin.roll_status()
-            assert st is not None and st.phase == "done" and st.moves <= len(tasks) + surplus, (st, counts)
-        finally:
-            zk.stop()
-            zk.close()

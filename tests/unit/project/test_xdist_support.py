@@ -73,7 +73,9 @@ def test_any_other_test_is_a_unit_of_its_file() -> None:
 
 
 def test_grouped_files_form_one_heavy_unit_and_exist() -> None:
-    """The container files share one image build per process: they must run on one process, in one unit."""
+    """The files of a group run on one process, in one unit; every container file is in a group."""
+    containers = {str(p.relative_to(REPO)) for p in (REPO / "tests/e2e").glob("test_docker*.py")}
+    assert containers and containers <= set(GROUPS), containers - set(GROUPS)
     for path, group in GROUPS.items():
         assert (REPO / path).exists(), path
         assert work_unit(f"{path}::test_x") == HEAVY + group
