@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from kazoo.protocol.states import EventType, WatchedEvent
 
 from broker_sim.runners import spark_process
 from broker_sim.runners.base import RunState
@@ -121,7 +122,15 @@ def test_a_lost_guard_halts_the_isolated_pipeline_and_a_paused_broker_s_driver_e
 
         # 2. the broker paused and its guard killed at once: the driver alone keeps the deadline
         gone: dict[str, float] = {}
-        zk.exists(layout.broker("sa"), watch=lambda _e: gone.setdefault("session", time.monotonic()))
+
+        def note_expiry(_data: bytes | None, _stat: object, event: WatchedEvent | None) -> bool:
+            # the broker rewrites its registration (its load report): only the znode's deletion is the expiry
+            if event is not None and event.type == EventType.DELETED:
+                gone.setdefault("session", time.monotonic())
+                return False
+            return True
+
+        zk.DataWatch(layout.broker("sa"), note_expiry)
 
         def note_death() -> None:
             deadline = time.monotonic() + 60

@@ -6,6 +6,7 @@ Pure: parses the sources with ``ast``, imports nothing of the project."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,16 @@ def _module_files() -> dict[str, Path]:
 MODULES = _module_files()
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per process: every rule here walks every module (read only)."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def _imports(name: str) -> set[str]:
     """The absolute module names ``name`` imports at any level of its code (``from x import y`` counts
     ``x`` and, where it is a module of ours, ``x.y``)."""
-    tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+    tree = _tree(MODULES[name])
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -155,7 +162,7 @@ def test_kazoo_internals_live_in_controller_zk_alone() -> None:
 def test_no_module_imports_another_modules_private_name() -> None:
     wrong = []
     for name, path in MODULES.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = _tree(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _ours(node.module):
                 wrong += [
@@ -215,7 +222,7 @@ def _state_assignments(name: str, attr: str = "state") -> list[tuple[int, str | 
                             found.append((child.lineno, function))
             visit(child, inner)
 
-    visit(ast.parse(MODULES[name].read_text(), filename=str(MODULES[name])), None)
+    visit(_tree(MODULES[name]), None)
     return found
 
 
@@ -265,13 +272,12 @@ def test_the_phase_rule_sees_a_planted_assignment(tmp_path: Path, monkeypatch: p
 def _own_class_names() -> dict[str, set[str]]:
     """Module -> the classes of ours it can name: those it defines and those it imports from a module of ours."""
     defined = {
-        name: {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)}
-        for name, path in MODULES.items()
+        name: {n.name for n in ast.walk(_tree(path)) if isinstance(n, ast.ClassDef)} for name, path in MODULES.items()
     }
     out: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         names = set(defined[name])
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _ours(node.module):
                 source = defined.get(node.module, set())
                 names.update(alias.asname or alias.name for alias in node.names if alias.name in source)
@@ -287,7 +293,7 @@ def test_no_class_is_mixed_in() -> None:
     ours = _own_class_names()
     wrong = []
     for name, path in sorted(MODULES.items()):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, ast.ClassDef):
                 continue
             bases = [
