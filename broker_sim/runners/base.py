@@ -97,6 +97,11 @@ class TaskRunner(abc.ABC):
         ids of those tasks; the default runs none."""
         return set()
 
+    def engine_lost(self) -> str | None:
+        """Why the engine every task of this runner shares died under it (not by its own stop), or None: the
+        broker then halts, as its tasks can neither run nor start here. The default shares none."""
+        return None
+
     def kill(self) -> None:
         """The broker halts at its fence deadline: end every task NOW, no grace, nothing that can block (SIGKILL
         the processes that run them). The default suits runners whose tasks run inside the broker's own

@@ -324,6 +324,11 @@ class SparkRunner(TaskRunner):
         go on under the new guard."""
         return self._drivers.fault(reason)
 
+    def engine_lost(self) -> str | None:
+        """The shared driver JVM exited under its session (isolated drivers fail alone, see ``spark_process``)."""
+        holder = self._holder
+        return None if holder is None else holder.death()
+
     def kill(self) -> None:
         """The broker halts: what was prepared goes with the driver JVM the lease guard kills."""
         with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -22,6 +23,28 @@ class SparkSetupError(ZkcError, RuntimeError):
 
     status = 503
     code = "spark_setup"
+
+
+class SparkDriverDied(SparkSetupError):
+    """The driver JVM this process launched exited under a session in use (killed, crashed, out of memory):
+    every query ended with it and nothing can start on its gateway; only a new process starts a new JVM."""
+
+    code = "spark_driver_died"
+
+
+def driver_death(pid: int, returncode: int | None, session_dropped: bool) -> str | None:
+    """Why a session is dead: the driver JVM we launched has exited (``returncode``) while we still held its
+    session. None while it runs, and when we dropped the session first: our own stop ends the JVM after that."""
+    if returncode is None or session_dropped:
+        return None
+    if returncode < 0:
+        try:
+            how = f"signal {-returncode} ({signal.Signals(-returncode).name})"
+        except ValueError:
+            how = f"signal {-returncode}"
+    else:
+        how = f"exit code {returncode}"
+    return f"its Spark driver JVM (pid {pid}) exited with {how} while its session was in use"
 
 
 def local_master() -> str:
@@ -123,15 +146,30 @@ class SessionHolder:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _spark: Any = field(default=None, repr=False)
     _launched_jvm: bool = field(default=False, repr=False)
+    #: the driver JVM's process (``subprocess.Popen``), if this holder launched it
+    _jvm: Any = field(default=None, repr=False)
     startup_s: float | None = None
     #: wall time the session's start began (None: not begun)
     started_at: float | None = None
 
     def get(self) -> Any:
+        """The session, started on first use; refused once its JVM died (its gateway answers nothing)."""
         with self._lock:
             if self._spark is None:
                 self._spark = self._create()
+            elif (death := self.death()) is not None:
+                raise SparkDriverDied(f"{death}: its SparkSession is gone; restart this process for a new one")
             return self._spark
+
+    def death(self) -> str | None:
+        """Why the session is dead (the JVM this holder launched exited, and not by our ``stop``), or None.
+        Lock-free, so a watchdog may ask while a stop holds the lock: the exit is read before the session,
+        and ``stop`` drops the session before it ends the JVM."""
+        proc = self._jvm
+        if proc is None:
+            return None
+        returncode = proc.poll()
+        return driver_death(proc.pid, returncode, session_dropped=self._spark is None)
 
     @property
     def started(self) -> bool:
@@ -139,12 +177,10 @@ class SessionHolder:
 
     def jvm_pid(self) -> int | None:
         """The pid of the driver JVM, if this holder launched it (and it runs)."""
-        if self._spark is None or not self._launched_jvm:
+        proc = self._jvm
+        if self._spark is None or proc is None:
             return None
-        from pyspark import SparkContext
-
-        proc = getattr(SparkContext._gateway, "proc", None)
-        return None if proc is None or proc.poll() is not None else proc.pid
+        return None if proc.poll() is not None else proc.pid
 
     def _create(self) -> Any:
         import time
@@ -173,18 +209,27 @@ class SessionHolder:
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("WARN")
+        self._jvm = getattr(SparkContext._gateway, "proc", None) if self._launched_jvm else None
         self.startup_s = round(time.monotonic() - t0, 3)
         return spark
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the session; if this holder launched the JVM, shut the gateway and wait for that JVM to exit."""
+        """Stop the session; if this holder launched the JVM, shut the gateway and wait for that JVM to exit.
+        A session whose JVM died is forgotten all the same (its stop cannot reach the JVM)."""
         with self._lock:
+            dead = self.death() is not None
             spark, self._spark = self._spark, None
             if spark is None:
                 return
             from pyspark import SparkContext
+            from pyspark.sql import SparkSession
 
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception:
+                if not dead:
+                    raise
+                SparkSession._instantiatedSession = SparkSession._activeSession = None
             if not self._launched_jvm or SparkContext._gateway is None:
                 return
             gateway = SparkContext._gateway
@@ -202,6 +247,7 @@ class SessionHolder:
                 except Exception:
                     proc.kill()
                     proc.wait(10)
+            self._jvm = None
 
 
 _HOLDERS: dict[str, SessionHolder] = {}
@@ -237,6 +283,8 @@ def release_session(holder: SessionHolder, timeout: float = 30.0) -> None:
 
 __all__ = [
     "SparkSetupError",
+    "SparkDriverDied",
+    "driver_death",
     "SessionHolder",
     "acquire_session",
     "release_session",

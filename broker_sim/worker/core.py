@@ -166,6 +166,7 @@ class Worker:
             halt=self.halt,
             stopped=self.stopped,
             guard_lost=self.runner.fault,
+            engine_lost=self.runner.engine_lost,
         )
         self.ownership = Ownership(
             deps,

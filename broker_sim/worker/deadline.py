@@ -90,6 +90,7 @@ class DeadlineWatchdog:
         halt: Callable[[str], None],
         stopped: threading.Event,
         guard_lost: Callable[[str], object] = lambda _reason: None,
+        engine_lost: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.who = who
         self.earliest_expiry = earliest_expiry
@@ -99,6 +100,7 @@ class DeadlineWatchdog:
         self.halt = halt
         self.stopped = stopped
         self.guard_lost = guard_lost
+        self.engine_lost = engine_lost
         self.guard_losses = 0
         self.safety_s = safety_margin(session_timeout_s, fence_margin_s)
         self.stop_timeout_s = stop_timeout(stop_budget_s, configured_stop_timeout_s)
@@ -133,7 +135,7 @@ class DeadlineWatchdog:
             return sorted(busy | set(self._stops))
 
     def check(self, now: float) -> str | None:
-        """Why the broker must halt now, or None. Pure in the worker's state: no I/O."""
+        """Why the broker must halt now, or None. Reads the worker's state and the runner's engine, no I/O."""
         with self._lock:
             overdue = sorted(t for t, d in self._stops.items() if now >= d)
         if overdue:
@@ -144,7 +146,15 @@ class DeadlineWatchdog:
                 f"{len(tasks)} task(s) ({', '.join(tasks[:5])}) still running {now - deadline:.2f}s past the "
                 "session's fence deadline"
             )
-        return self.lease_ran_out(now)
+        return self.lease_ran_out(now) or self.engine_died()
+
+    def engine_died(self) -> str | None:
+        """Why the broker must halt because the engine its tasks share died under it (the Spark driver JVM:
+        killed, crashed, out of memory), or None. Its queries ended with it and every start would fail on its
+        dead gateway while the broker holds the tasks; a new process starts a new engine. Asked after the
+        lease: a JVM that the guard killed at the lease's expiry is no death of the engine."""
+        reason = self.engine_lost()
+        return None if reason is None else f"{reason}: its tasks cannot run here any more"
 
     def lease_ran_out(self, now: float) -> str | None:
         """Why the broker must halt because the lease it last wrote ran out, or None. The guard kills the

@@ -1,7 +1,8 @@
 """The hard fence deadline with the Spark runner, in real broker processes: a paused broker (SIGSTOP of the
 worker process alone) cannot let its driver JVM go on committing micro-batches past the deadline (the lease
-guard kills it while the session is still alive), and a broker whose query's stop hangs (its driver JVM
-wedged) while ZooKeeper is out of reach halts before its task starts elsewhere."""
+guard kills it while the session is still alive), a broker whose query's stop hangs (its driver JVM
+wedged) while ZooKeeper is out of reach halts before its task starts elsewhere, and a broker whose driver JVM
+dies under it (kill -9) halts at once, so that its pipeline moves and resumes from its checkpoint."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from broker_sim.runners.procs import process_alive
+from broker_sim.sim.datagen import DatagenConfig, generate
 from broker_sim.sim.netproxy import NetProxy
 from broker_sim.worker.deadline import EXIT_HALTED, Lease
 from controller.admin import AdminClient
+from controller.protocol.records import codecs, task_records
 from controller.protocol.tasks.spec import parse_spec
 from controller.protocol.tasks.storage import cluster_dir
 from tests.broker_processes import BrokerProcess, first_owner_after
+from tests.broker_processes import owners as read_owners
 from tests.cli_support import until
-from tests.spark_support import TEST_CONF
+from tests.spark_support import TEST_CONF, files_task, sink_ids, wait_for
 
 SESSION_S = 8.0
 
@@ -150,5 +156,81 @@ def test_a_partitioned_spark_broker_whose_query_will_not_stop_halts_before_the_t
         proxy.heal()
         proxy.close()
         for b in (broker, other):
+            if b is not None:
+                b.stop()
+
+
+def _status(zk, layout, t: str) -> task_records.TaskStatus | None:
+    try:
+        data, _ = zk.get(layout.status(t))
+    except Exception:
+        return None
+    return codecs.decode(task_records.TaskStatus, data)
+
+
+#: how long a broker may take from its driver JVM's death to its exit: the watchdog looks every 0.25 s at most
+#: (a loaded 2-core machine delays a thread by seconds, not tens of them)
+HALT_BOUND_S = 10.0
+
+
+@pytest.mark.timeout(420)
+def test_a_broker_whose_driver_jvm_died_halts_and_its_pipeline_moves_exactly_once(
+    controller, zk, zk_hosts, layout, spark_env, spark, tmp_path
+):
+    src, out = tmp_path / "in", tmp_path / "out"
+    spec = files_task("dd", src, out, "SELECT id, key, value FROM input", max_files=2)
+    spec["pipeline"]["trigger"] = {"processing_time": "0.5 seconds"}
+    spec["placement"] = {"pinned": ["sa"]}  # starts on sa (the other broker joins later): a preference
+    first = generate(DatagenConfig(out_dir=str(src), records=200, batch=20))
+    AdminClient(zk, layout).create_tasks([parse_spec(spec)])
+    sa = BrokerProcess.zkctl(spark_env, zk_hosts, "sa", *_spark_args(tmp_path), log=tmp_path / "sa.log")
+    sb = None
+    try:
+        wait_for(
+            lambda: (st := _status(zk, layout, "dd")) and st.state == "RUNNING" and st.metrics.get("rows", 0) >= 60,
+            180,
+            "the pipeline to run on sa",
+        )
+        lease = wait_for(lambda: (ls := _lease(spark_env, "sa", sa.proc.pid)) and ls.pids and ls, 10, "sa's lease")
+        (jvm,) = lease.pids  # the driver JVM sa's session launched: every query of sa runs in it
+        with open(f"/proc/{jvm}/cmdline", "rb") as f:
+            assert b"java" in f.read()
+        sb = BrokerProcess.zkctl(
+            spark_env, zk_hosts, "sb", *_spark_args(tmp_path), "--lazy-session", log=tmp_path / "sb.log"
+        )
+        wait_for(lambda: "sb" in zk.get_children(layout.broker_ids), 30, "sb to register")
+
+        os.kill(jvm, signal.SIGKILL)  # the OOM killer, a crash: not the broker's own stop
+        killed = time.time()
+        wait_for(lambda: sa.proc.poll() is not None, HALT_BOUND_S, "the broker to halt", interval=0.05)
+        halted = sa.exited_at or time.time()  # (its watcher notices within 10 ms, for its first 300 s)
+        log = (tmp_path / "sa.log").read_text()
+        assert sa.proc.returncode == EXIT_HALTED, log[-3000:]
+        assert f"HALTING: its Spark driver JVM (pid {jvm}) exited with signal 9 (SIGKILL)" in log, log[-3000:]
+
+        # the pipeline moves to sb once sa's session expired, and resumes from its checkpoint there
+        second = generate(DatagenConfig(out_dir=str(src), records=200, batch=20, start_id=10_000, prefix="more"))
+        taken = wait_for(
+            lambda: (o := read_owners(zk, layout, ["dd"]).get("dd")) and o[0] == "sb" and o, 60, "sb to take it"
+        )
+        assert taken[2] > halted, "sb took the task only after sa had exited"
+        wait_for(
+            lambda: (st := _status(zk, layout, "dd")) and st.broker == "sb" and st.state == "RUNNING" and st,
+            180,
+            "the pipeline to run on sb",
+        )
+        expected = set(first.ids()) | set(second.ids())
+        wait_for(lambda: set(sink_ids(spark, out)) >= expected, 180, "the moved pipeline to catch up", interval=2.0)
+        ids = sink_ids(spark, out)
+        assert len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicated ids"
+        assert set(ids) == expected
+        runs = [i for i in AdminClient(zk, layout).intervals() if i.task_id == "dd"]
+        assert [i.broker for i in runs] == ["sa", "sb"], runs
+        print(
+            f"\n[dead driver] sa halted {halted - killed:.2f}s after its JVM's kill -9; sb took the task "
+            f"{taken[2] - killed:.2f}s after it; {len(expected)} records exactly once across the move"
+        )
+    finally:
+        for b in (sa, sb):
             if b is not None:
                 b.stop()
