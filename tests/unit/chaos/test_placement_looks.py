@@ -10,6 +10,7 @@ import pytest
 
 from broker_sim.chaos import ChaosOptions, ChaosSummary, Placement, Verdict, format_summary, verdicts
 from broker_sim.chaos.checks import settle_look
+from tests.chaos_support import chaos_summary
 
 BOUND = ChaosOptions(seed=0).ownerless_bound_s  # 10 s at the defaults
 #: a broker's 23 tasks, as the soak's broker-002 held them (sorted: the first five are the ones it printed)
@@ -97,27 +98,7 @@ def test_the_verdict_says_each_members_stretch_once_and_the_summary_what_it_left
 
 
 def _summary(v: Verdict) -> ChaosSummary:
-    return ChaosSummary(
-        seed=1,
-        process_brokers=True,
-        brokers=11,
-        tasks_initial=11,
-        tasks_final=11,
-        duration_s=10,
-        schedule=[],
-        faults_injected={},
-        faults_failed=[],
-        rebalances=0,
-        controller_epochs=[1],
-        converge_s=1.0,
-        convergence_bound_s=30,
-        longest_unstable_s=0.0,
-        stable_bound_s=10,
-        intervals=0,
-        samples=0,
-        verdicts=[v],
-        wall_s=12,
-    )
+    return chaos_summary([v], brokers=11, tasks_initial=11, tasks_final=11)
 
 
 def test_a_kept_runs_looks_are_judged_again_from_its_work_directory(tmp_path):

@@ -18,6 +18,7 @@ from broker_sim.sim.injection import FaultRefused, Injection, NotInjected, judge
 from broker_sim.sim.protosim import ProtocolSim
 from broker_sim.sim.protosim_types import SimConfig
 from controller.protocol.errors import ZkcError
+from tests.chaos_support import chaos_summary
 
 PAUSE_REFUSED = "APIError: OCI runtime pause failed: unable to freeze"
 
@@ -77,26 +78,9 @@ def test_the_player_records_a_refusal_apart_from_a_harness_error_and_plays_on():
 
 
 def _chaos_summary(verdicts_ok: bool, drawn: int, refused: int) -> ChaosSummary:
-    return ChaosSummary(
-        seed=1,
-        process_brokers=True,
-        brokers=2,
-        tasks_initial=4,
-        tasks_final=4,
-        duration_s=10,
-        schedule=[],
+    return chaos_summary(
+        [Verdict(1, "no task ever had two running owners", verdicts_ok)],
         faults_injected={"freeze-broker": drawn - refused},
-        faults_failed=[],
-        rebalances=1,
-        controller_epochs=[1, 2],
-        converge_s=1.0,
-        convergence_bound_s=30,
-        longest_unstable_s=0.5,
-        stable_bound_s=10,
-        intervals=8,
-        samples=50,
-        verdicts=[Verdict(1, "no task ever had two running owners", verdicts_ok)],
-        wall_s=12,
         faults_drawn=drawn,
         not_injected=[(n.fault, n.reason) for n in refusals(refused)],
     )
